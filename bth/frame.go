@@ -1,0 +1,243 @@
+package bth
+
+import (
+	"encoding/binary"
+	"net/netip"
+)
+
+// UDPPort is the RoCEv2 destination port.
+const UDPPort = 4791
+
+// Ethernet and IP constants used by the encapsulation.
+const (
+	EthernetLen   = 14
+	VLANTagLen    = 4
+	IPv4MinLen    = 20
+	IPv6Len       = 40
+	UDPLen        = 8
+	EtherTypeIPv4 = 0x0800
+	EtherTypeIPv6 = 0x86dd
+	EtherTypeVLAN = 0x8100
+	EtherTypeQinQ = 0x88a8
+	protoUDP      = 17
+)
+
+// Packet locates the layers of one RoCEv2 frame. Parse fills it in without
+// copying or allocating; its accessors return views into Frame. A Packet can
+// be reused for the next frame.
+type Packet struct {
+	// Frame is the frame from the Ethernet header to the end of the ICRC.
+	// Ethernet padding after the IP datagram is not part of it.
+	Frame   []byte
+	HasVLAN bool
+	IPv6    bool
+	VLANTCI uint16 // 802.1Q tag control information, when HasVLAN
+	Opcode  Opcode
+	L3      int // offset of the IP header
+	L4      int // offset of the UDP header
+	BTHOff  int // offset of the BTH
+	Payload int // offset of the payload
+	PayLen  int // payload length, pad excluded
+	info    *OpInfo
+}
+
+// Parse decodes frame as Ethernet / [802.1Q] / IPv4 or IPv6 / UDP 4791 / BTH /
+// extended headers / payload / pad / ICRC. It checks every length but not the
+// ICRC (see VerifyICRC). Frames that are not UDP to port 4791 give an error
+// matching ErrNotRoCE.
+func (p *Packet) Parse(frame []byte) error {
+	if len(frame) < EthernetLen {
+		return errAt(LayerEthernet, KindTooShort)
+	}
+	et := binary.BigEndian.Uint16(frame[12:])
+	l3 := EthernetLen
+	p.HasVLAN = false
+	p.VLANTCI = 0
+	if et == EtherTypeVLAN || et == EtherTypeQinQ {
+		if len(frame) < EthernetLen+VLANTagLen {
+			return errAt(LayerVLAN, KindTooShort)
+		}
+		p.HasVLAN = true
+		p.VLANTCI = binary.BigEndian.Uint16(frame[14:])
+		et = binary.BigEndian.Uint16(frame[16:])
+		l3 += VLANTagLen
+	}
+	var l4, end int
+	switch et {
+	case EtherTypeIPv4:
+		if len(frame) < l3+IPv4MinLen {
+			return errAt(LayerIPv4, KindTooShort)
+		}
+		ip := frame[l3:]
+		ihl := int(ip[0]&0x0f) * 4
+		if ip[0]>>4 != 4 || ihl < IPv4MinLen {
+			return errAt(LayerIPv4, KindBadIPHeader)
+		}
+		if len(ip) < ihl {
+			return errAt(LayerIPv4, KindTooShort)
+		}
+		if ip[9] != protoUDP {
+			return errAt(LayerIPv4, KindNotRoCE)
+		}
+		if binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 { // MF or fragment offset
+			return errAt(LayerIPv4, KindBadIPHeader)
+		}
+		tl := int(binary.BigEndian.Uint16(ip[2:]))
+		if tl < ihl+UDPLen {
+			return errAt(LayerIPv4, KindIPLengthMismatch)
+		}
+		if len(ip) < tl {
+			return errAt(LayerIPv4, KindTooShort)
+		}
+		p.IPv6 = false
+		l4, end = l3+ihl, l3+tl
+	case EtherTypeIPv6:
+		if len(frame) < l3+IPv6Len {
+			return errAt(LayerIPv6, KindTooShort)
+		}
+		ip := frame[l3:]
+		if ip[0]>>4 != 6 {
+			return errAt(LayerIPv6, KindBadIPHeader)
+		}
+		if ip[6] != protoUDP {
+			return errAt(LayerIPv6, KindNotRoCE)
+		}
+		pl := int(binary.BigEndian.Uint16(ip[4:]))
+		if pl < UDPLen {
+			return errAt(LayerIPv6, KindIPLengthMismatch)
+		}
+		if len(ip) < IPv6Len+pl {
+			return errAt(LayerIPv6, KindTooShort)
+		}
+		p.IPv6 = true
+		l4, end = l3+IPv6Len, l3+IPv6Len+pl
+	default:
+		return errAt(LayerEthernet, KindNotRoCE)
+	}
+	udp := frame[l4:end]
+	if len(udp) < UDPLen {
+		return errAt(LayerUDP, KindTooShort)
+	}
+	if binary.BigEndian.Uint16(udp[2:]) != UDPPort {
+		return errAt(LayerUDP, KindNotRoCE)
+	}
+	if int(binary.BigEndian.Uint16(udp[4:])) != len(udp) {
+		return errAt(LayerUDP, KindIPLengthMismatch)
+	}
+	bth := l4 + UDPLen
+	if end-bth < BTHLen+ICRCLen {
+		return errAt(LayerBTH, KindTooShort)
+	}
+	b := BTH(frame[bth:])
+	if b.TVer() != 0 {
+		return errAt(LayerBTH, KindBadTransportVer)
+	}
+	op := b.Opcode()
+	info := &opTable[op]
+	if !info.valid {
+		return errAt(LayerBTH, KindUnknownOpcode)
+	}
+	payload := bth + BTHLen + info.ExtLen
+	n := end - ICRCLen - payload // payload + pad
+	if n < 0 {
+		return errAt(LayerExt, KindTooShort)
+	}
+	pad := b.PadCnt()
+	if n < pad || n&3 != 0 {
+		return errAt(LayerPayload, KindBadPadCount)
+	}
+	if info.FixedPayload >= 0 && n-pad != info.FixedPayload {
+		if !info.Payload && pad != 0 {
+			return errAt(LayerPayload, KindBadPadCount)
+		}
+		return errAt(LayerPayload, KindUnexpectedPayload)
+	}
+	p.Frame = frame[:end]
+	p.Opcode = op
+	p.L3, p.L4, p.BTHOff, p.Payload, p.PayLen = l3, l4, bth, payload, n-pad
+	p.info = info
+	return nil
+}
+
+// Info returns the opcode table entry of the parsed packet.
+func (p *Packet) Info() *OpInfo { return p.info }
+
+// BTH returns the base transport header.
+func (p *Packet) BTH() BTH { return BTH(p.Frame[p.BTHOff : p.BTHOff+BTHLen]) }
+
+// PayloadBytes returns the payload, pad excluded.
+func (p *Packet) PayloadBytes() []byte { return p.Frame[p.Payload : p.Payload+p.PayLen] }
+
+// Transport returns the bytes from the BTH to the end of the ICRC.
+func (p *Packet) Transport() []byte { return p.Frame[p.BTHOff:] }
+
+func (p *Packet) ext(h Hdr, n int) []byte {
+	if p.info.Headers&h == 0 {
+		return nil
+	}
+	o := p.BTHOff + BTHLen + int(p.info.off[hdrIndex(h)])
+	return p.Frame[o : o+n]
+}
+
+// RETH returns the RETH, or nil if the opcode has none.
+func (p *Packet) RETH() RETH { return RETH(p.ext(HdrRETH, RETHLen)) }
+
+// AETH returns the AETH, or nil.
+func (p *Packet) AETH() AETH { return AETH(p.ext(HdrAETH, AETHLen)) }
+
+// AtomicETH returns the AtomicETH, or nil.
+func (p *Packet) AtomicETH() AtomicETH { return AtomicETH(p.ext(HdrAtomicETH, AtomicETHLen)) }
+
+// AtomicAckETH returns the AtomicAckETH, or nil.
+func (p *Packet) AtomicAckETH() AtomicAckETH {
+	return AtomicAckETH(p.ext(HdrAtomicAckETH, AtomicAckETHLen))
+}
+
+// ImmDt returns the immediate data header, or nil.
+func (p *Packet) ImmDt() ImmDt { return ImmDt(p.ext(HdrImmDt, ImmDtLen)) }
+
+// IETH returns the IETH, or nil.
+func (p *Packet) IETH() IETH { return IETH(p.ext(HdrIETH, IETHLen)) }
+
+// DETH returns the DETH, or nil.
+func (p *Packet) DETH() DETH { return DETH(p.ext(HdrDETH, DETHLen)) }
+
+// FETH returns the FETH, or nil.
+func (p *Packet) FETH() FETH { return FETH(p.ext(HdrFETH, FETHLen)) }
+
+// SrcAddr returns the IP source address.
+func (p *Packet) SrcAddr() netip.Addr {
+	if p.IPv6 {
+		return netip.AddrFrom16([16]byte(p.Frame[p.L3+8 : p.L3+24]))
+	}
+	return netip.AddrFrom4([4]byte(p.Frame[p.L3+12 : p.L3+16]))
+}
+
+// DstAddr returns the IP destination address.
+func (p *Packet) DstAddr() netip.Addr {
+	if p.IPv6 {
+		return netip.AddrFrom16([16]byte(p.Frame[p.L3+24 : p.L3+40]))
+	}
+	return netip.AddrFrom4([4]byte(p.Frame[p.L3+16 : p.L3+20]))
+}
+
+// SrcPort returns the UDP source port.
+func (p *Packet) SrcPort() uint16 { return binary.BigEndian.Uint16(p.Frame[p.L4:]) }
+
+// ICRC returns the ICRC carried by the frame.
+func (p *Packet) ICRC() uint32 { return binary.LittleEndian.Uint32(p.Frame[len(p.Frame)-ICRCLen:]) }
+
+// ComputeICRC computes the ICRC the frame should carry.
+func (p *Packet) ComputeICRC() uint32 { return ICRC(p.Frame[p.L3:], p.IPv6) }
+
+// VerifyICRC reports whether the carried ICRC matches the computed one.
+func (p *Packet) VerifyICRC() bool { return p.ICRC() == p.ComputeICRC() }
+
+// Parse is a convenience wrapper that parses frame into a new Packet.
+func Parse(frame []byte) (*Packet, error) {
+	p := new(Packet)
+	if err := p.Parse(frame); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
