@@ -1,0 +1,398 @@
+// Package udplink moves RoCEv2 frames over an ordinary kernel UDP socket
+// bound to port 4791, for hosts where AF_XDP is unavailable or the user is
+// not root.
+//
+// The engine speaks whole Ethernet frames to every link. On transmit this
+// link takes the BTH-to-ICRC part of each frame and sends it with sendmmsg to
+// the frame's IP destination; the kernel builds the real IP and UDP headers.
+// On receive it reads datagrams with recvmmsg and puts a synthetic Ethernet,
+// IP and UDP header in front of each, so the engine sees the same layout as
+// on AF_XDP.
+//
+// What a UDP socket cannot do, and how the link copes:
+//
+//   - The UDP source port is the socket's port, not the per-QP port rxe
+//     derives from the QPN; the receiver only needs the destination port.
+//   - The kernel picks the IPv4 Identification, which the ICRC covers. An
+//     unconnected socket that sets DF sends Identification 0, so the link
+//     rewrites the IP ID, DF bit and UDP source port of each frame to what
+//     the kernel will send and recomputes the ICRC before sending.
+//   - On receive the IP header is not visible (TTL, ID, TOS, flags), so the
+//     ICRC of an arriving packet cannot be checked in general. The link
+//     reports this through VerifiesICRC() == false and the engine counts such
+//     packets instead of checking them.
+//   - IPv6 peers that send a zero UDP checksum (rxe does) are accepted by
+//     enabling UDP_NO_CHECK6_RX.
+package udplink
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+	"golang.org/x/sys/unix"
+
+	"github.com/sroce/sroce/bth"
+)
+
+// Stats counts what the link saw.
+type Stats struct {
+	RxPackets   uint64 // datagrams received and handed to the engine
+	TxPackets   uint64 // datagrams sent
+	RxTruncated uint64 // datagrams larger than the caller's buffer
+	TxMalformed uint64 // frames the link could not parse and did not send
+}
+
+// Link is a RoCEv2 link over a UDP socket. ReadBatch is called by one
+// goroutine; WriteBatch by one goroutine (possibly the same); Wake from any.
+type Link struct {
+	conn    *net.UDPConn
+	batch   batchConn
+	local   netip.Addr
+	port    uint16
+	mac     net.HardwareAddr
+	mtu     int
+	v6      bool
+	hdrLen  int // synthetic header length put in front of received datagrams
+	rxMsgs  []ipv4.Message
+	txMsgs  []ipv4.Message
+	txBufs  [][1][]byte
+	rxBufs  [][1][]byte
+	woken   atomic.Bool
+	closed  atomic.Bool
+	stats   Stats
+	pkt     bth.Packet
+	txAddrs []net.UDPAddr
+}
+
+// batchConn is what ipv4.PacketConn and ipv6.PacketConn have in common.
+type batchConn interface {
+	ReadBatch(ms []ipv4.Message, flags int) (int, error)
+	WriteBatch(ms []ipv4.Message, flags int) (int, error)
+}
+
+// MaxBatch is the most datagrams one ReadBatch or WriteBatch call moves.
+const MaxBatch = 64
+
+// Open binds a UDP socket to addr and port (0 means 4791). mtu is the
+// interface MTU to report (0: the MTU of the interface that owns addr).
+func Open(addr netip.Addr, port int, mtu int) (*Link, error) {
+	addr = addr.Unmap()
+	if !addr.IsValid() {
+		return nil, errors.New("udplink: no local address")
+	}
+	if port == 0 {
+		port = bth.UDPPort
+	}
+	if mtu == 0 {
+		m, err := interfaceMTU(addr)
+		if err != nil {
+			return nil, err
+		}
+		mtu = m
+	}
+	network := "udp4"
+	if addr.Is6() {
+		network = "udp6"
+	}
+	conn, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(addr, uint16(port))))
+	if err != nil {
+		return nil, fmt.Errorf("udplink: bind %v port %d: %w", addr, port, err)
+	}
+	l := &Link{conn: conn, local: addr, port: uint16(port), mtu: mtu, v6: addr.Is6()}
+	if err := l.setSockopts(); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if l.v6 {
+		l.batch = ipv6.NewPacketConn(conn)
+		l.hdrLen = bth.EthernetLen + bth.IPv6Len + bth.UDPLen
+	} else {
+		l.batch = ipv4.NewPacketConn(conn)
+		l.hdrLen = bth.EthernetLen + bth.IPv4MinLen + bth.UDPLen
+	}
+	l.mac = syntheticMAC(addr)
+	l.rxMsgs = make([]ipv4.Message, MaxBatch)
+	l.rxBufs = make([][1][]byte, MaxBatch)
+	l.txMsgs = make([]ipv4.Message, MaxBatch)
+	l.txBufs = make([][1][]byte, MaxBatch)
+	l.txAddrs = make([]net.UDPAddr, MaxBatch)
+	for i := range l.txAddrs {
+		l.txAddrs[i].IP = make(net.IP, 16)
+	}
+	return l, nil
+}
+
+func (l *Link) setSockopts() error {
+	rc, err := l.conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		if l.v6 {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_NO_CHECK6_RX, 1)
+			if serr == nil {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO)
+			}
+		} else {
+			// DF on an unconnected socket: the kernel sends IP ID 0.
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+		}
+		if serr == nil {
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, 4<<20)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("udplink: socket options: %w", serr)
+	}
+	return nil
+}
+
+func interfaceMTU(a netip.Addr) (int, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return 0, err
+	}
+	for _, ifc := range ifs {
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, ad := range addrs {
+			if n, ok := ad.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a {
+					return ifc.MTU, nil
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("udplink: no interface has address %v", a)
+}
+
+// syntheticMAC makes a stable locally administered MAC from an address, so
+// frames the link synthesizes carry a recognisable source.
+func syntheticMAC(a netip.Addr) net.HardwareAddr {
+	b := a.As16()
+	return net.HardwareAddr{0x02, 0x52, b[12], b[13], b[14], b[15]}
+}
+
+// LocalAddr returns the address the socket is bound to.
+func (l *Link) LocalAddr() netip.Addr { return l.local }
+
+// Port returns the local UDP port.
+func (l *Link) Port() int { return int(l.port) }
+
+// MTU returns the interface MTU.
+func (l *Link) MTU() int { return l.mtu }
+
+// HardwareAddr returns the link's synthetic MAC address.
+func (l *Link) HardwareAddr() net.HardwareAddr { return l.mac }
+
+// VerifiesICRC reports whether frames from ReadBatch carry enough of the
+// real IP header to check their ICRC. It is false for a UDP socket.
+func (l *Link) VerifiesICRC() bool { return false }
+
+// Stats returns a snapshot of the link's counters.
+func (l *Link) Stats() Stats {
+	return Stats{
+		RxPackets:   atomic.LoadUint64(&l.stats.RxPackets),
+		TxPackets:   atomic.LoadUint64(&l.stats.TxPackets),
+		RxTruncated: atomic.LoadUint64(&l.stats.RxTruncated),
+		TxMalformed: atomic.LoadUint64(&l.stats.TxMalformed),
+	}
+}
+
+// Wake makes a ReadBatch that is blocked, or the next one, return at once.
+func (l *Link) Wake() {
+	if !l.woken.Swap(true) {
+		_ = l.conn.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// Close closes the socket.
+func (l *Link) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	return l.conn.Close()
+}
+
+// ReadBatch receives up to len(bufs) datagrams, waiting at most timeout (a
+// negative timeout waits until a datagram arrives or Wake is called; zero
+// polls briefly). Each is stored in bufs[i] behind a
+// synthetic Ethernet, IP and UDP header and sizes[i] is set to the frame
+// length. It returns 0, nil on timeout or wake-up.
+func (l *Link) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int, error) {
+	n := min(len(bufs), len(sizes), MaxBatch)
+	if n == 0 {
+		return 0, nil
+	}
+	if l.woken.Swap(false) {
+		return 0, nil
+	}
+	var dl time.Time
+	switch {
+	case timeout > 0:
+		dl = time.Now().Add(timeout)
+	case timeout == 0:
+		// A deadline already in the past fails before reading; give the
+		// read a moment to pick up what is queued.
+		dl = time.Now().Add(50 * time.Microsecond)
+	}
+	if err := l.conn.SetReadDeadline(dl); err != nil {
+		return 0, err
+	}
+	if l.woken.Load() { // Wake raced with the deadline we just set
+		l.woken.Store(false)
+		return 0, nil
+	}
+	ms := l.rxMsgs[:n]
+	for i := range ms {
+		if len(bufs[i]) <= l.hdrLen {
+			return 0, errors.New("udplink: receive buffer too small")
+		}
+		l.rxBufs[i][0] = bufs[i][l.hdrLen:]
+		ms[i].Buffers = l.rxBufs[i][:]
+		ms[i].OOB = nil
+	}
+	got, err := l.batch.ReadBatch(ms, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			l.woken.Store(false)
+			return 0, nil
+		}
+		if l.closed.Load() {
+			return 0, net.ErrClosed
+		}
+		return 0, err
+	}
+	out := 0
+	for i := 0; i < got; i++ {
+		m := &ms[i]
+		if m.Flags&unix.MSG_TRUNC != 0 || m.N >= len(bufs[i])-l.hdrLen {
+			atomic.AddUint64(&l.stats.RxTruncated, 1)
+			continue
+		}
+		ua, ok := m.Addr.(*net.UDPAddr)
+		if !ok {
+			continue
+		}
+		src := ua.AddrPort()
+		if out != i { // compact over dropped datagrams
+			copy(bufs[out][l.hdrLen:], bufs[i][l.hdrLen:l.hdrLen+m.N])
+		}
+		l.synthesize(bufs[out], src, m.N)
+		sizes[out] = l.hdrLen + m.N
+		out++
+	}
+	atomic.AddUint64(&l.stats.RxPackets, uint64(out))
+	return out, nil
+}
+
+// synthesize writes Ethernet, IP and UDP headers for a datagram of n bytes
+// from src to the local address in front of it.
+func (l *Link) synthesize(b []byte, src netip.AddrPort, n int) {
+	copy(b[0:6], l.mac)
+	peer := syntheticMAC(src.Addr().Unmap())
+	copy(b[6:12], peer)
+	ip := b[bth.EthernetLen:]
+	if l.v6 {
+		binary.BigEndian.PutUint16(b[12:], bth.EtherTypeIPv6)
+		binary.BigEndian.PutUint32(ip[0:], 6<<28)
+		binary.BigEndian.PutUint16(ip[4:], uint16(bth.UDPLen+n))
+		ip[6], ip[7] = 17, 64
+		s, d := src.Addr().As16(), l.local.As16()
+		copy(ip[8:24], s[:])
+		copy(ip[24:40], d[:])
+		ip = ip[bth.IPv6Len:]
+	} else {
+		binary.BigEndian.PutUint16(b[12:], bth.EtherTypeIPv4)
+		ip[0], ip[1] = 0x45, 0
+		binary.BigEndian.PutUint16(ip[2:], uint16(bth.IPv4MinLen+bth.UDPLen+n))
+		binary.BigEndian.PutUint32(ip[4:], 0x4000) // ID unknown, DF
+		ip[8], ip[9], ip[10], ip[11] = 64, 17, 0, 0
+		s, d := src.Addr().Unmap().As4(), l.local.As4()
+		copy(ip[12:16], s[:])
+		copy(ip[16:20], d[:])
+		binary.BigEndian.PutUint16(ip[10:], bth.IPv4Checksum(ip[:bth.IPv4MinLen]))
+		ip = ip[bth.IPv4MinLen:]
+	}
+	binary.BigEndian.PutUint16(ip[0:], src.Port())
+	binary.BigEndian.PutUint16(ip[2:], bth.UDPPort)
+	binary.BigEndian.PutUint16(ip[4:], uint16(bth.UDPLen+n))
+	ip[6], ip[7] = 0, 0
+}
+
+// WriteBatch sends frames. Each must be a well-formed RoCEv2 frame from this
+// link's address; the link rewrites its IP ID, DF bit and UDP source port to
+// what the kernel will put on the wire and recomputes the ICRC, in place.
+// Frames it cannot parse are counted in TxMalformed and skipped. It returns
+// how many frames were consumed (sent or skipped).
+func (l *Link) WriteBatch(frames [][]byte) (int, error) {
+	done := 0
+	for done < len(frames) {
+		n := min(len(frames)-done, MaxBatch)
+		ms := l.txMsgs[:0]
+		for i := 0; i < n; i++ {
+			f := frames[done+i]
+			if err := l.pkt.Parse(f); err != nil {
+				atomic.AddUint64(&l.stats.TxMalformed, 1)
+				continue
+			}
+			p := &l.pkt
+			if p.IPv6 != l.v6 {
+				atomic.AddUint64(&l.stats.TxMalformed, 1)
+				continue
+			}
+			binary.BigEndian.PutUint16(p.Frame[p.L4:], l.port)
+			if !p.IPv6 {
+				binary.BigEndian.PutUint16(p.Frame[p.L3+4:], 0)
+				binary.BigEndian.PutUint16(p.Frame[p.L3+6:], 0x4000)
+			}
+			bth.PutICRC(p.Frame[p.L3:], p.IPv6)
+			k := len(ms)
+			dst := p.DstAddr()
+			a := &l.txAddrs[k]
+			if p.IPv6 {
+				d := dst.As16()
+				a.IP = a.IP[:16]
+				copy(a.IP, d[:])
+			} else {
+				d := dst.As4()
+				a.IP = a.IP[:4]
+				copy(a.IP, d[:])
+			}
+			a.Port = bth.UDPPort
+			l.txBufs[k][0] = p.Frame[p.BTHOff:]
+			ms = append(ms, ipv4.Message{Buffers: l.txBufs[k][:], Addr: a})
+		}
+		for len(ms) > 0 {
+			w, err := l.batch.WriteBatch(ms, 0)
+			if err != nil {
+				if errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.EHOSTUNREACH) || errors.Is(err, unix.ENETUNREACH) {
+					// The peer is gone or unreachable: the datagram is lost,
+					// as on a wire. RC retransmission deals with it.
+					ms = ms[1:]
+					continue
+				}
+				return done, err
+			}
+			atomic.AddUint64(&l.stats.TxPackets, uint64(w))
+			ms = ms[w:]
+		}
+		done += n
+	}
+	return done, nil
+}
