@@ -190,53 +190,12 @@ func (h *Headers) TransportLen(n int) int {
 // length. b must hold TransportLen(len(payload)) bytes; the ICRC field is
 // left for PutICRC. It returns the number of bytes written before the ICRC.
 func (h *Headers) Encode(b []byte, payload []byte) (int, error) {
-	info := &opTable[h.BTH.Opcode]
-	if !info.valid {
-		return 0, errAt(LayerBTH, KindUnknownOpcode)
-	}
-	if info.FixedPayload >= 0 && len(payload) != info.FixedPayload {
-		return 0, errAt(LayerPayload, KindUnexpectedPayload)
-	}
-	pad := (-len(payload)) & 3
-	bf := h.BTH
-	bf.PadCnt = uint8(pad)
-	if err := bf.Encode(BTH(b)); err != nil {
+	off, err := h.EncodeHeaders(b, len(payload))
+	if err != nil {
 		return 0, err
 	}
-	x := b[BTHLen:]
-	for _, hd := range info.Order {
-		o := int(info.off[hdrIndex(hd)])
-		switch hd {
-		case HdrRETH:
-			h.RETH.Encode(RETH(x[o:]))
-		case HdrAETH:
-			if err := h.AETH.Encode(AETH(x[o:])); err != nil {
-				return 0, err
-			}
-		case HdrAtomicETH:
-			h.Atomic.Encode(AtomicETH(x[o:]))
-		case HdrAtomicAckETH:
-			AtomicAckETH(x[o:]).SetOrigRemDt(h.AtomicAck)
-		case HdrImmDt:
-			ImmDt(x[o:]).SetValue(h.Imm)
-		case HdrIETH:
-			IETH(x[o:]).SetRKey(h.IETH)
-		case HdrDETH:
-			if err := h.DETH.Encode(DETH(x[o:])); err != nil {
-				return 0, err
-			}
-		case HdrFETH:
-			if err := h.FETH.Encode(FETH(x[o:])); err != nil {
-				return 0, err
-			}
-		case HdrCNPResv:
-			clear(x[o : o+CNPResvLen])
-		}
-	}
-	n := BTHLen + info.ExtLen
-	n += copy(b[n:], payload)
-	clear(b[n : n+pad])
-	return n + pad, nil
+	n := off + copy(b[off:], payload)
+	return n + (-n)&3, nil
 }
 
 // Build writes a whole RoCEv2 frame (headers, payload, pad and ICRC) into

@@ -1,0 +1,122 @@
+// Link: the frame-batch interface the engine uses for every kind of link,
+// implemented over one AF_XDP socket.
+//
+// Pipeline: engine loop -> ReadBatch (copies frames out of the UMEM, waits
+// on the socket and an eventfd when none are ready) and WriteBatch (copies
+// frames into transmit chunks). The engine goroutine of the queue owns the
+// Link; Wake and Close may come from any goroutine.
+
+package xdp
+
+import (
+	"net"
+	"time"
+)
+
+// Link adapts a Socket to the engine's link interface: batches of frames
+// copied in and out, a blocking read with a timeout, and a wake-up.
+type Link struct {
+	s   *Socket
+	mtu int
+	hw  net.HardwareAddr
+}
+
+// OpenLink opens a socket on queue of ifname (see Open) and wraps it.
+func OpenLink(ifname string, queue int, opts Options) (*Link, error) {
+	s, err := Open(ifname, queue, opts)
+	if err != nil {
+		return nil, err
+	}
+	l, err := NewLink(s)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// NewLink wraps an open socket. Closing the Link closes the socket.
+func NewLink(s *Socket) (*Link, error) {
+	ifi, err := net.InterfaceByIndex(s.ifindex)
+	if err != nil {
+		return nil, err
+	}
+	mtu := ifi.MTU
+	// The largest IP packet is bounded by what a frame of MaxFrameSize
+	// holds after the Ethernet header and one VLAN tag.
+	if lim := s.MaxFrameSize() - 18; mtu > lim {
+		mtu = lim
+	}
+	return &Link{s: s, mtu: mtu, hw: ifi.HardwareAddr}, nil
+}
+
+// Socket returns the underlying socket.
+func (l *Link) Socket() *Socket { return l.s }
+
+// ReadBatch copies up to len(bufs) received frames into bufs and sets
+// sizes[i] to the length of frame i. When no frame is ready it waits up to
+// timeout (a negative timeout waits until a frame arrives or Wake is
+// called); it returns 0, nil on timeout or wake-up. Frames longer than their
+// buffer are dropped and counted (Stats.RxShortBuffer).
+func (l *Link) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int, error) {
+	s := l.s
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	if n := s.receiveCopy(bufs, sizes); n > 0 || timeout == 0 {
+		return n, nil
+	}
+	ready, err := s.wait(timeout)
+	if err != nil || !ready {
+		return 0, err
+	}
+	return s.receiveCopy(bufs, sizes), nil
+}
+
+// WriteBatch transmits frames and returns how many were queued. When the
+// kernel falls behind it kicks and waits briefly for transmit chunks to
+// complete; if nothing moves for about 100 ms it returns the count so far
+// and ErrTxFull. A frame over MaxFrameSize stops the batch with
+// ErrFrameTooLarge.
+func (l *Link) WriteBatch(frames [][]byte) (int, error) {
+	s := l.s
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	sent := 0
+	idle := 0
+	for sent < len(frames) {
+		n, err := s.transmit(frames[sent:])
+		sent += n
+		if err != nil {
+			return sent, err
+		}
+		if n > 0 {
+			idle = 0
+			continue
+		}
+		if idle++; idle > 100 {
+			return sent, ErrTxFull
+		}
+		s.waitTx(time.Millisecond)
+	}
+	return sent, nil
+}
+
+// Wake makes a blocked ReadBatch return early (with 0, nil).
+func (l *Link) Wake() { l.s.Wake() }
+
+// MTU returns the largest IP packet the link carries: the interface MTU,
+// capped by the socket's MaxFrameSize less an Ethernet header and a VLAN
+// tag.
+func (l *Link) MTU() int { return l.mtu }
+
+// HardwareAddr returns the interface's MAC address.
+func (l *Link) HardwareAddr() net.HardwareAddr { return l.hw }
+
+// Close closes the socket (see Socket.Close).
+func (l *Link) Close() error { return l.s.Close() }

@@ -1,0 +1,246 @@
+// Transmit side of the socket.
+//
+// Pipeline: Transmit copies each frame into free transmit chunks (one, or
+// several chained with XDP_PKT_CONTD) -> descriptors on the tx ring -> kick
+// (sendto) -> the kernel sends and posts the chunk addresses on the
+// completion ring -> reap puts them back on the free list. AllocTx/SubmitTx
+// let the caller build frames in the chunks instead. The transmitting
+// goroutine owns the tx and completion rings, the free list and the
+// transmit chunks.
+
+package xdp
+
+import (
+	"fmt"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// reap moves completed transmit chunks back to the free list.
+func (s *Socket) reap() {
+	n := s.comp.available()
+	if n == 0 {
+		return
+	}
+	for k := uint32(0); k < n; k++ {
+		addr := s.comp.get() &^ (s.chunkSize - 1)
+		i := s.chunkIndex(addr)
+		if i < s.rxFrames || i >= s.numFrames || s.owner[i] != ownKernelTx {
+			panic(fmt.Sprintf("xdp: completion for chunk %d the kernel did not own", i))
+		}
+		s.owner[i] = ownTxFree
+		s.txFree = append(s.txFree, addr)
+	}
+	s.comp.release()
+	s.c.txCompleted.Add(uint64(n))
+}
+
+// Transmit copies frames into free transmit chunks, queues them on the tx
+// ring and kicks the kernel. It returns how many frames (a prefix of
+// frames) were queued: fewer than len(frames) when the ring or the free
+// chunks run out, with a nil error, or up to an invalid frame, with
+// ErrFrameTooLarge.
+func (s *Socket) Transmit(frames [][]byte) (int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	return s.transmit(frames)
+}
+
+func (s *Socket) transmit(frames [][]byte) (int, error) {
+	s.reap()
+	sent := 0
+	var nbytes uint64
+	var err error
+	chunk := int(s.chunkSize)
+	for _, f := range frames {
+		if len(f) == 0 || len(f) > s.maxFrame {
+			err = ErrFrameTooLarge
+			break
+		}
+		need := (len(f) + chunk - 1) / chunk
+		if len(s.txFree) < need || s.tx.free(uint32(need)) < uint32(need) {
+			// Let the kernel send what is queued, then look again.
+			s.tx.submit()
+			if kerr := s.kick(); kerr != nil {
+				err = kerr
+				break
+			}
+			s.reap()
+			if len(s.txFree) < need || s.tx.free(uint32(need)) < uint32(need) {
+				break
+			}
+		}
+		for off := 0; off < len(f); off += chunk {
+			addr := s.txFree[len(s.txFree)-1]
+			s.txFree = s.txFree[:len(s.txFree)-1]
+			s.owner[s.chunkIndex(addr)] = ownKernelTx
+			n := copy(s.umem[addr:addr+s.chunkSize], f[off:])
+			d := &s.tx.descs[s.tx.local&s.tx.mask]
+			d.Addr, d.Len, d.Options = addr, uint32(n), 0
+			if off+n < len(f) {
+				d.Options = unix.XDP_PKT_CONTD
+			}
+			s.tx.local++
+		}
+		nbytes += uint64(len(f))
+		sent++
+	}
+	s.tx.submit()
+	if kerr := s.kick(); kerr != nil && err == nil {
+		err = kerr
+	}
+	if sent > 0 {
+		s.c.txFrames.Add(uint64(sent))
+		s.c.txBytes.Add(nbytes)
+	}
+	return sent, err
+}
+
+// kick asks the kernel to send what the tx ring holds, when the kernel
+// wants to be asked (need-wakeup). In copy mode one sendto sends at most 32
+// descriptors and answers EAGAIN while more remain, so it kicks until the
+// ring is drained or the kernel stops making progress (its send buffer is
+// full of frames not yet completed). Frames left on the ring then go out
+// with the next Transmit or Flush, or when Wait polls the socket: in copy
+// mode poll(2) drives transmission too.
+func (s *Socket) kick() error {
+	for {
+		pending := s.tx.outstanding()
+		if pending == 0 || !s.tx.needWakeup() {
+			return nil
+		}
+		_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+		s.c.txKicks.Add(1)
+		switch e {
+		case 0, unix.EAGAIN, unix.EBUSY, unix.ENOBUFS:
+			if e != 0 && e != unix.EAGAIN {
+				s.c.txKickErr.Add(1)
+			}
+		case unix.ENETDOWN, unix.ENXIO:
+			return fmt.Errorf("xdp: transmit on %s: %w", s.ifname, e)
+		default:
+			s.c.txKickErr.Add(1)
+			return fmt.Errorf("xdp: transmit kick: %w", e)
+		}
+		if s.mode == ModeZeroCopy {
+			return nil // the driver sends asynchronously
+		}
+		if s.tx.outstanding() >= pending {
+			s.c.txStalls.Add(1)
+			return nil
+		}
+	}
+}
+
+// Flush kicks the kernel to send frames still on the tx ring and reaps
+// completions. Transmit does both; Flush is for a caller that wants the
+// ring drained without sending more.
+func (s *Socket) Flush() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	err := s.kick()
+	s.reap()
+	return err
+}
+
+// AllocTx lends up to len(frames) free transmit chunks to the caller, for
+// frames built in place (no copy). Each TxFrame.Buf has the chunk's full
+// length. It returns how many were lent.
+func (s *Socket) AllocTx(frames []TxFrame) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return 0
+	}
+	s.reap()
+	n := min(len(frames), len(s.txFree))
+	for k := 0; k < n; k++ {
+		addr := s.txFree[len(s.txFree)-1]
+		s.txFree = s.txFree[:len(s.txFree)-1]
+		s.owner[s.chunkIndex(addr)] = ownTxApp
+		frames[k] = TxFrame{Buf: s.umem[addr : addr+s.chunkSize : addr+s.chunkSize], addr: addr}
+	}
+	return n
+}
+
+// SubmitTx queues frames built in chunks from AllocTx, each of
+// len(frames[i].Buf) bytes, and kicks the kernel. The chunks go back to the
+// socket. It returns how many were queued (a prefix); the rest are still
+// the caller's.
+func (s *Socket) SubmitTx(frames []TxFrame) (int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	n := 0
+	var nbytes uint64
+	var err error
+	for k := range frames {
+		f := &frames[k]
+		i := s.chunkIndex(f.addr)
+		if f.Buf == nil || i < s.rxFrames || i >= s.numFrames || s.owner[i] != ownTxApp {
+			panic("xdp: TxFrame submitted twice or not from AllocTx")
+		}
+		if len(f.Buf) == 0 || len(f.Buf) > s.maxFrame || len(f.Buf) > int(s.chunkSize) ||
+			&f.Buf[0] != &s.umem[f.addr] {
+			err = ErrFrameTooLarge
+			break
+		}
+		if s.tx.free(1) == 0 {
+			s.tx.submit()
+			if err = s.kick(); err != nil || s.tx.free(1) == 0 {
+				break
+			}
+		}
+		d := &s.tx.descs[s.tx.local&s.tx.mask]
+		d.Addr, d.Len, d.Options = f.addr, uint32(len(f.Buf)), 0
+		s.tx.local++
+		s.owner[i] = ownKernelTx
+		nbytes += uint64(len(f.Buf))
+		*f = TxFrame{}
+		n++
+	}
+	s.tx.submit()
+	if kerr := s.kick(); kerr != nil && err == nil {
+		err = kerr
+	}
+	s.c.txFrames.Add(uint64(n))
+	s.c.txBytes.Add(nbytes)
+	return n, err
+}
+
+// FreeTx gives chunks from AllocTx back unsent.
+func (s *Socket) FreeTx(frames []TxFrame) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return
+	}
+	for k := range frames {
+		f := &frames[k]
+		i := s.chunkIndex(f.addr)
+		if f.Buf == nil || i < s.rxFrames || i >= s.numFrames || s.owner[i] != ownTxApp {
+			panic("xdp: TxFrame freed twice or not from AllocTx")
+		}
+		s.owner[i] = ownTxFree
+		s.txFree = append(s.txFree, f.addr)
+		*f = TxFrame{}
+	}
+}
+
+// waitTx blocks up to d for the socket to become writable (used by
+// Link.WriteBatch when the kernel is behind).
+func (s *Socket) waitTx(d time.Duration) {
+	s.txPoll[0] = unix.PollFd{Fd: int32(s.fd), Events: unix.POLLOUT}
+	s.txTS = unix.NsecToTimespec(int64(d))
+	unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&s.txPoll[0])), 1, uintptr(unsafe.Pointer(&s.txTS)), 0, 0, 0)
+}
