@@ -1,0 +1,229 @@
+package rxeguest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Capture is a tcpdump process writing a classic pcap file.
+type Capture struct {
+	Path   string
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	stderr bytes.Buffer
+	done   chan struct{}
+	err    error
+}
+
+// StartCapture runs tcpdump on ifname inside ns, writing frames (whole, up
+// to 64 KiB) that
+// match the pcap filter (e.g. "udp port 4791") to path, and returns once
+// tcpdump is listening. Stop ends it. On a bridge, capture on a guest's tap
+// (Guest.Tap): the bridge device itself does not see forwarded frames.
+func StartCapture(ctx context.Context, ns *Netns, ifname, path, filter string) (*Capture, error) {
+	c := &Capture{Path: path, done: make(chan struct{})}
+	// A 64 KiB snap length holds any frame rxe sends (path MTU <= 4096);
+	// with the default of 256 KiB, libpcap's ring has room for so few
+	// frames that a burst of 40 can overflow it. -B: 16 MiB of ring.
+	args := []string{"netns", "exec", ns.Name, "tcpdump", "-i", ifname, "-n", "-U", "-Z", "root",
+		"-s", "65535", "-B", "16384", "-w", path}
+	if filter != "" {
+		args = append(args, filter)
+	}
+	// -Z root: tcpdump must not switch to its own user, which would also
+	// clear the parent-death signal that stops it if the test dies.
+	c.cmd = exec.Command("ip", args...)
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	pr, pw := io.Pipe()
+	c.cmd.Stderr = pw
+	if err := c.cmd.Start(); err != nil {
+		return nil, err
+	}
+	listening := make(chan struct{})
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		sc := bufio.NewScanner(pr)
+		once := false
+		for sc.Scan() {
+			c.mu.Lock()
+			c.stderr.WriteString(sc.Text() + "\n")
+			c.mu.Unlock()
+			if !once && strings.Contains(sc.Text(), "listening on") {
+				once = true
+				close(listening)
+			}
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	go func() {
+		c.err = c.cmd.Wait()
+		pw.Close()
+		<-readerDone
+		close(c.done)
+	}()
+	select {
+	case <-listening:
+		return c, nil
+	case <-c.done:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return nil, fmt.Errorf("tcpdump exited: %v: %s", c.err, strings.TrimSpace(c.stderr.String()))
+	case <-ctx.Done():
+		c.Stop()
+		return nil, ctx.Err()
+	case <-time.After(30 * time.Second):
+		c.Stop()
+		return nil, errors.New("tcpdump did not start listening")
+	}
+}
+
+// Stop ends tcpdump (SIGINT, so the file is complete) and waits for it.
+func (c *Capture) Stop() error {
+	syscall.Kill(-c.cmd.Process.Pid, syscall.SIGINT)
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+		<-c.done
+	}
+	var ee *exec.ExitError
+	if c.err != nil && !errors.As(c.err, &ee) {
+		return c.err
+	}
+	return nil
+}
+
+// Summary returns what tcpdump printed when it ended, such as
+// "40 packets captured, 40 packets received by filter, 0 packets dropped
+// by kernel" (valid after Stop).
+func (c *Capture) Summary() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var parts []string
+	for _, l := range strings.Split(c.stderr.String(), "\n") {
+		if strings.Contains(l, "packets") {
+			parts = append(parts, strings.TrimSpace(l))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Dropped returns the number of packets tcpdump reported as dropped by
+// the kernel (valid after Stop). A capture that dropped packets is not a
+// faithful record of the traffic.
+func (c *Capture) Dropped() (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range strings.Split(c.stderr.String(), "\n") {
+		if n, ok := strings.CutSuffix(strings.TrimSpace(l), " packets dropped by kernel"); ok {
+			return strconv.Atoi(n)
+		}
+		if n, ok := strings.CutSuffix(strings.TrimSpace(l), " packet dropped by kernel"); ok {
+			return strconv.Atoi(n)
+		}
+	}
+	return 0, errors.New("tcpdump reported no statistics")
+}
+
+// Frame is one captured frame.
+type Frame struct {
+	Time    time.Time
+	Data    []byte // the captured bytes
+	OrigLen int    // length on the wire
+}
+
+// Pcap link types.
+const LinkTypeEthernet = 1
+
+// ReadPcapFile reads a classic pcap file (either byte order, microsecond or
+// nanosecond timestamps).
+func ReadPcapFile(path string) ([]Frame, uint32, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	return ParsePcap(b)
+}
+
+// ParsePcap parses a classic pcap file and returns its frames and link type.
+func ParsePcap(b []byte) ([]Frame, uint32, error) {
+	if len(b) < 24 {
+		return nil, 0, errors.New("pcap: short file header")
+	}
+	var bo binary.ByteOrder
+	var nano bool
+	switch m := binary.LittleEndian.Uint32(b); m {
+	case 0xa1b2c3d4:
+		bo = binary.LittleEndian
+	case 0xa1b23c4d:
+		bo, nano = binary.LittleEndian, true
+	case 0xd4c3b2a1:
+		bo = binary.BigEndian
+	case 0x4d3cb2a1:
+		bo, nano = binary.BigEndian, true
+	default:
+		return nil, 0, fmt.Errorf("pcap: bad magic %#x (pcapng is not supported)", m)
+	}
+	link := bo.Uint32(b[20:]) & 0x0fffffff
+	var frames []Frame
+	for off := 24; off < len(b); {
+		if len(b)-off < 16 {
+			return frames, link, errors.New("pcap: truncated record header")
+		}
+		sec, frac := bo.Uint32(b[off:]), bo.Uint32(b[off+4:])
+		incl, orig := int(bo.Uint32(b[off+8:])), int(bo.Uint32(b[off+12:]))
+		off += 16
+		if incl > len(b)-off {
+			return frames, link, errors.New("pcap: truncated record")
+		}
+		ns := int64(frac)
+		if !nano {
+			ns *= 1000
+		}
+		frames = append(frames, Frame{
+			Time:    time.Unix(int64(sec), ns).UTC(),
+			Data:    append([]byte(nil), b[off:off+incl]...),
+			OrigLen: orig,
+		})
+		off += incl
+	}
+	return frames, link, nil
+}
+
+// AppendPcap encodes frames as a classic little-endian pcap file with
+// microsecond timestamps.
+func AppendPcap(dst []byte, link uint32, frames []Frame) []byte {
+	le := binary.LittleEndian
+	dst = le.AppendUint32(dst, 0xa1b2c3d4)
+	dst = le.AppendUint16(dst, 2)
+	dst = le.AppendUint16(dst, 4)
+	dst = le.AppendUint32(dst, 0) // thiszone
+	dst = le.AppendUint32(dst, 0) // sigfigs
+	dst = le.AppendUint32(dst, 262144)
+	dst = le.AppendUint32(dst, link)
+	for _, f := range frames {
+		orig := f.OrigLen
+		if orig < len(f.Data) {
+			orig = len(f.Data)
+		}
+		dst = le.AppendUint32(dst, uint32(f.Time.Unix()))
+		dst = le.AppendUint32(dst, uint32(f.Time.Nanosecond()/1000))
+		dst = le.AppendUint32(dst, uint32(len(f.Data)))
+		dst = le.AppendUint32(dst, uint32(orig))
+		dst = append(dst, f.Data...)
+	}
+	return dst
+}
