@@ -1,0 +1,106 @@
+package oob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+)
+
+// Sentinel errors. Every error an exchange returns matches one of them
+// with errors.Is, so a caller can tell a peer that left from one that
+// speaks another protocol; the message itself is one sentence meant for
+// the user.
+var (
+	// ErrPeerClosed: the peer closed or reset the TCP connection before
+	// the exchange was complete.
+	ErrPeerClosed = errors.New("peer closed the connection during the exchange")
+	// ErrTimeout: a step of the exchange did not complete in time.
+	ErrTimeout = errors.New("exchange timed out")
+	// ErrMalformed: the peer sent bytes that are not the expected message.
+	ErrMalformed = errors.New("peer sent a malformed message")
+	// ErrVersion: the peer speaks a perftest exchange other than 4.5's.
+	ErrVersion = errors.New("peer speaks a different perftest exchange")
+	// ErrConnect: the TCP connection could not be set up.
+	ErrConnect = errors.New("could not connect to the peer")
+)
+
+// ExchangeError is the error type of every failed step. Error() is one
+// sentence, e.g. "exchange timed out after 10s waiting for the peer's
+// address message" or "peer sent a malformed address message: ...".
+type ExchangeError struct {
+	Kind    error         // one of the sentinel errors above
+	Step    string        // what was being exchanged, e.g. "address message"
+	Timeout time.Duration // for ErrTimeout: the limit that expired
+	Detail  string        // extra explanation (malformed content, version)
+	Err     error         // underlying I/O error, if any
+}
+
+// Error returns the one-sentence description.
+func (e *ExchangeError) Error() string {
+	switch e.Kind {
+	case ErrTimeout:
+		s := fmt.Sprintf("exchange timed out after %v", e.Timeout)
+		if e.Step == "connection" {
+			s += " waiting for a client to connect"
+		} else if e.Step != "" {
+			s += " waiting for the peer's " + e.Step
+		}
+		return s
+	case ErrPeerClosed:
+		if e.Step != "" {
+			return fmt.Sprintf("peer closed the connection during the exchange (while exchanging the %s)", e.Step)
+		}
+		return ErrPeerClosed.Error()
+	case ErrMalformed:
+		return fmt.Sprintf("peer sent a malformed %s: %s", e.Step, e.Detail)
+	case ErrVersion:
+		return fmt.Sprintf("peer speaks a different perftest exchange: %s", e.Detail)
+	case ErrConnect:
+		return fmt.Sprintf("could not connect to %s: %s", e.Step, e.Detail)
+	}
+	if e.Err != nil {
+		return fmt.Sprintf("exchanging the %s failed: %v", e.Step, e.Err)
+	}
+	return "exchange failed: " + e.Step
+}
+
+// Is makes errors.Is(err, ErrTimeout) and friends work.
+func (e *ExchangeError) Is(target error) bool { return target == e.Kind }
+
+// Unwrap returns the underlying I/O error.
+func (e *ExchangeError) Unwrap() error { return e.Err }
+
+// malformed returns an ErrMalformed error about step.
+func malformed(step, format string, args ...any) error {
+	return &ExchangeError{Kind: ErrMalformed, Step: step, Detail: fmt.Sprintf(format, args...)}
+}
+
+// ioError classifies an error from reading or writing step: a deadline
+// becomes ErrTimeout (reporting limit), a closed or reset connection
+// ErrPeerClosed, a cancelled context the context's error.
+func ioError(ctx context.Context, step string, limit time.Duration, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx != nil && ctx.Err() != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("exchanging the %s: %w", step, context.Cause(ctx))
+	}
+	var ne net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		if ctx != nil && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("exchanging the %s: %w", step, context.Cause(ctx))
+		}
+		return &ExchangeError{Kind: ErrTimeout, Step: step, Timeout: limit, Err: err}
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, net.ErrClosed) {
+		return &ExchangeError{Kind: ErrPeerClosed, Step: step, Err: err}
+	}
+	return &ExchangeError{Step: step, Err: err}
+}
