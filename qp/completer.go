@@ -1,0 +1,290 @@
+// Completer: handles ACKs, NAKs, READ responses and atomic ACKs arriving
+// for an RC requester. It retires send requests in order, places READ data
+// and atomic results, and decides on retries (NAK, timeout) and RNR waits,
+// following rdma_rxe's completer. Runs on the loop goroutine only.
+
+package qp
+
+import (
+	"time"
+
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/mr"
+)
+
+// resetRetry restores the retry budgets after progress.
+func (q *QP) resetRetry() {
+	q.req.retryLeft = q.attr.RetryCnt
+	q.req.rnrLeft = q.attr.RNRRetry
+	q.req.startedRetry = false
+}
+
+// response handles a response packet (RC only).
+func (q *QP) response(now time.Duration, pkt *bth.Packet) {
+	r := &q.req
+	psn := pkt.BTH().PSN()
+	// A response must be for a PSN this requester has transmitted.
+	if psn.Diff(r.maxPSN) >= 0 || psn.Diff(r.compPSN) < -(1<<22) {
+		q.cnt[CntBadResponse]++
+		return
+	}
+	progress := q.handleResponse(now, pkt, psn)
+	q.completeSends()
+	if q.state == StateErr {
+		return
+	}
+	if progress {
+		if q.outstanding() {
+			q.armRetrans(now)
+		} else {
+			r.retransArmed = false
+		}
+	}
+	if q.state == StateSQD {
+		q.checkDrained()
+	}
+}
+
+// handleResponse applies one response; it reports whether the requester
+// made progress (something was acknowledged).
+func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) bool {
+	r := &q.req
+	op := pkt.Opcode
+	prod := q.sq.prod.Load()
+	progress := false
+	var w *sendWQE
+	// Retire the requests this response acknowledges implicitly.
+	for {
+		if r.compIdx == prod {
+			q.cnt[CntBadResponse]++
+			return progress
+		}
+		w = q.sq.at(r.compIdx)
+		if !w.started || w.state == wqePosted || w.state == wqeError {
+			// nothing of it is in flight (rewound for a retry, or failed)
+			return progress
+		}
+		if w.state == wqeDone {
+			q.completeSends()
+			if q.state == StateErr {
+				return progress
+			}
+			continue
+		}
+		if psn.Diff(w.lastPSN) <= 0 {
+			break
+		}
+		if w.state != wqePending {
+			return progress
+		}
+		if w.wr.Opcode.isRdAtomic() {
+			// A later PSN answered before this READ or atomic: its
+			// response was lost. Go back for it.
+			q.errorRetry(now, false)
+			return progress
+		}
+		q.finishWQE(w)
+		progress = true
+		q.completeSends()
+		if q.state == StateErr {
+			return progress
+		}
+	}
+
+	d := psn.Diff(r.compPSN)
+	rdAtomic := w.wr.Opcode.isRdAtomic()
+	if d < 0 {
+		// A duplicate of a response already handled.
+		if psn == w.lastPSN && w.state == wqePending && !rdAtomic && op == bth.RCAcknowledge &&
+			pkt.AETH().Syndrome().IsACK() {
+			q.finishWQE(w)
+			return true
+		}
+		return progress
+	}
+	if d > 0 && rdAtomic {
+		// A gap in the responses of a READ or atomic: wait for the retry.
+		return progress
+	}
+
+	switch op {
+	case bth.RCReadResponseFirst, bth.RCReadResponseMiddle, bth.RCReadResponseLast, bth.RCReadResponseOnly:
+		if op != bth.RCReadResponseMiddle && !pkt.AETH().Syndrome().IsACK() {
+			q.protoError(w, WCBadRespErr)
+			return progress
+		}
+		if w.wr.Opcode != WROpRDMARead {
+			q.protoError(w, WCBadRespErr)
+			return progress
+		}
+		return q.readResponse(pkt, w, psn) || progress
+	case bth.RCAtomicAcknowledge:
+		if !pkt.AETH().Syndrome().IsACK() || !w.wr.Opcode.isAtomic() {
+			q.protoError(w, WCBadRespErr)
+			return progress
+		}
+		q.resetRetry()
+		var b [8]byte
+		orig := pkt.AtomicAckETH().OrigRemDt()
+		putHostU64(b[:], orig)
+		w.atomic = orig
+		if _, err := q.pd.Scatter(w.wr.SGL, 0, b[:]); err != nil {
+			q.localError(w, err)
+			return progress
+		}
+		r.compPSN = psn.Next()
+		q.finishWQE(w)
+		return true
+	case bth.RCAcknowledge:
+	default:
+		q.cnt[CntBadResponse]++
+		return progress
+	}
+
+	syn := pkt.AETH().Syndrome()
+	switch syn.Kind() {
+	case bth.SyndromeACK:
+		if rdAtomic {
+			// an ACK cannot acknowledge a READ or atomic
+			q.cnt[CntBadResponse]++
+			return progress
+		}
+		q.resetRetry()
+		r.compPSN = psn.Next()
+		if psn == w.lastPSN && w.state == wqePending {
+			q.finishWQE(w)
+		}
+		return true
+	case bth.SyndromeRNR:
+		q.cnt[CntRcvdRNRErr]++
+		if d > 0 {
+			r.compPSN = psn // everything before it was taken
+			progress = true
+		}
+		if r.rnrLeft > 0 {
+			if q.attr.RNRRetry != 7 {
+				r.rnrLeft--
+			}
+			r.waitRNR = true
+			r.rnrAt = now + time.Duration(bth.RNRTimerMicros(syn.Value()))*time.Microsecond
+			q.goBack()
+		} else {
+			q.cnt[CntRetryRNRExceededErr]++
+			q.failHead(w, WCRNRRetryExcErr)
+		}
+		return progress
+	case bth.SyndromeNAK:
+		switch syn.Value() {
+		case bth.NAKPSNSeqError:
+			if d > 0 {
+				q.cnt[CntRcvdSeqErr]++
+				r.compPSN = psn
+				progress = true
+			}
+			q.errorRetry(now, false)
+		case bth.NAKInvalidRequest:
+			q.failHead(w, WCRemInvReqErr)
+		case bth.NAKRemoteAccessError:
+			q.failHead(w, WCRemAccessErr)
+		default:
+			q.failHead(w, WCRemOpErr)
+		}
+		return progress
+	}
+	q.protoError(w, WCBadRespErr)
+	return progress
+}
+
+// readResponse places one READ response packet at the expected PSN.
+func (q *QP) readResponse(pkt *bth.Packet, w *sendWQE, psn bth.PSN) bool {
+	mtu := uint32(q.mtu)
+	remaining := w.length - w.rdDone
+	n := uint32(pkt.PayLen)
+	op := pkt.Opcode
+	lastKind := op == bth.RCReadResponseLast || op == bth.RCReadResponseOnly
+	if remaining > mtu {
+		if lastKind || n != mtu {
+			q.protoError(w, WCBadRespErr)
+			return false
+		}
+	} else if !lastKind || n != remaining {
+		q.protoError(w, WCBadRespErr)
+		return false
+	}
+	q.resetRetry()
+	if n > 0 {
+		if _, err := q.pd.Scatter(w.wr.SGL, uint64(w.rdDone), pkt.PayloadBytes()); err != nil {
+			q.localError(w, err)
+			return false
+		}
+	}
+	w.rdDone += n
+	q.req.compPSN = psn.Next()
+	if lastKind {
+		q.finishWQE(w)
+	}
+	return true
+}
+
+// finishWQE marks a request acknowledged.
+func (q *QP) finishWQE(w *sendWQE) {
+	r := &q.req
+	if w.lastPSN.Diff(r.compPSN) >= 0 {
+		r.compPSN = w.lastPSN.Next()
+	}
+	w.state = wqeDone
+	w.status = WCSuccess
+}
+
+// failHead completes the oldest request with status and moves the QP to
+// the error state (through completeSends).
+func (q *QP) failHead(w *sendWQE, status WCStatus) {
+	w.state = wqeError
+	w.status = status
+}
+
+// protoError handles a response that breaks the protocol: the request
+// fails with status, as rdma_rxe's completer does.
+func (q *QP) protoError(w *sendWQE, status WCStatus) {
+	q.cnt[CntBadResponse]++
+	q.failHead(w, status)
+}
+
+// localError fails the request for a problem with its local buffers.
+func (q *QP) localError(w *sendWQE, err error) {
+	st := WCLocProtErr
+	if err == mr.ErrLength {
+		st = WCLocLenErr
+	}
+	q.failHead(w, st)
+}
+
+// errorRetry starts a retry after a PSN sequence NAK, a lost READ or atomic
+// response, or a timeout; or fails the oldest request when the retry
+// budget is spent (rdma_rxe's COMPST_ERROR_RETRY).
+func (q *QP) errorRetry(now time.Duration, timeout bool) {
+	r := &q.req
+	if r.compIdx == q.sq.prod.Load() {
+		return
+	}
+	w := q.sq.at(r.compIdx)
+	if !w.started || w.state == wqePosted {
+		return
+	}
+	if r.startedRetry && !timeout {
+		return
+	}
+	if r.retryLeft > 0 {
+		if q.attr.RetryCnt != 7 {
+			r.retryLeft--
+		}
+		if q.outstanding() {
+			q.cnt[CntCompleterRetryErr]++
+			q.goBack()
+			r.startedRetry = true
+		}
+		return
+	}
+	q.cnt[CntRetryExceededErr]++
+	q.failHead(w, WCRetryExcErr)
+}

@@ -1,0 +1,508 @@
+// QP core. The device loop goroutine owns a QP: it delivers arriving
+// packets (Receive), lets it transmit (Pump), fires its timers (OnTimer)
+// and modifies it (Modify). Application goroutines only post work requests
+// (PostSend, PostRecv), which touch the work queue rings and immutable
+// configuration, never the state below. Time is always an argument.
+
+package qp
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/mr"
+)
+
+// Protocol constants, as in rdma_rxe.
+const (
+	// MaxUnackedPSNs bounds the PSNs an RC requester has outstanding: it
+	// waits while its next PSN is more than this many ahead of the oldest
+	// unacknowledged one.
+	MaxUnackedPSNs = 128
+	// MaxPktPerAck: a requester sets AckReq on the last packet of every
+	// message and after this many packets without it.
+	MaxPktPerAck = 64
+	// MaxRdAtomic is the largest max_rd_atomic and max_dest_rd_atomic.
+	MaxRdAtomic = 128
+	// GSIQKey is the Q_Key of QP1.
+	GSIQKey = 0x80010000
+	// GRHLen is the space at the start of a UD receive buffer that receives
+	// the GRH (or, for IPv4, the IP header in its last 20 bytes).
+	GRHLen = 40
+	// DefaultPKey is the only partition key: the default, full membership.
+	DefaultPKey = 0xffff
+)
+
+// Env is the QP's view of the device that drives it.
+type Env interface {
+	// Frame returns a buffer of n bytes for a transport packet (BTH to
+	// ICRC) to be sent toward ah, or nil if no transmit buffer is free.
+	Frame(ah *AH, n int) []byte
+	// Send transmits the packet built in the buffer Frame returned last.
+	// src is the sending QP, which fixes the UDP source port.
+	Send(ah *AH, src bth.QPN, pkt []byte)
+	// ResolveAH fills in ah from attr: the source address from the GID
+	// table and the Ethernet, IP and UDP headers.
+	ResolveAH(attr *AHAttr, ah *AH) error
+	// Invalidate invalidates rkey for a SEND with invalidate received by a
+	// QP of pd.
+	Invalidate(pd *mr.PD, rkey uint32) error
+	// Event reports an asynchronous event about q or srq.
+	Event(t EventType, q *QP, srq *SRQ)
+}
+
+// CQ receives completions.
+type CQ interface {
+	// Push appends wc; it reports false if the queue is full, in which
+	// case the completion is lost. solicited is set for receive
+	// completions of messages with the solicited event bit. wc is passed
+	// by value so that completing work allocates nothing.
+	Push(wc WC, solicited bool) bool
+}
+
+// Config describes a QP to create (struct ibv_qp_init_attr plus what the
+// device supplies).
+type Config struct {
+	QPN      bth.QPN
+	Type     Type
+	PD       *mr.PD
+	SendCQ   CQ
+	RecvCQ   CQ
+	SRQ      *SRQ // receive requests come from here instead of the QP's own queue
+	Cap      Cap
+	SigAll   bool // every send request completes, Signaled or not
+	PortMTU  MTU  // active MTU of the port: the UD message limit and path MTU bound
+	Env      Env
+	Counters *Counters
+	Context  any // free for the device's use
+}
+
+// QP is one queue pair's transport state machines: requester, completer and
+// responder.
+type QP struct {
+	qpn     bth.QPN
+	typ     Type
+	pd      *mr.PD
+	scq     CQ
+	rcq     CQ
+	srq     *SRQ
+	cap     Cap
+	sigAll  bool
+	portMTU MTU
+	env     Env
+	cnt     *Counters
+	// Context is free for the device's use.
+	Context any
+
+	pubState atomicState // state as seen by posters
+	sq       ring[sendWQE]
+	rq       recvRing
+
+	// Loop-owned state.
+	state State
+	attr  Attr
+	mtu   int // path MTU in bytes
+	av    AH
+	qkey  uint32
+	rto   time.Duration // retransmit timeout, 0 if disabled
+	hdr   bth.Headers   // scratch for building packets
+
+	req  requester
+	resp responder
+}
+
+// New creates a QP in the RESET state.
+func New(c *Config) *QP {
+	q := &QP{
+		qpn: c.QPN, typ: c.Type, pd: c.PD, scq: c.SendCQ, rcq: c.RecvCQ, srq: c.SRQ,
+		cap: c.Cap, sigAll: c.SigAll, portMTU: c.PortMTU, env: c.Env, cnt: c.Counters,
+		Context: c.Context,
+	}
+	if q.cnt == nil {
+		q.cnt = new(Counters)
+	}
+	if q.typ == TypeGSI {
+		q.qkey = GSIQKey
+	}
+	maxSend := max(c.Cap.MaxSendWR, 1)
+	q.sq.init(maxSend)
+	for i := range q.sq.slots {
+		s := &q.sq.slots[i]
+		s.sgl = make([]SGE, 0, c.Cap.MaxSendSGE)
+		if c.Cap.MaxInlineData > 0 {
+			s.inline = make([]byte, 0, c.Cap.MaxInlineData)
+		}
+	}
+	if c.SRQ == nil {
+		q.rq.initRecv(max(c.Cap.MaxRecvWR, 1), c.Cap.MaxRecvSGE)
+	}
+	if c.SRQ != nil {
+		q.resp.srqWQE.sgl = make([]SGE, 0, c.SRQ.rq.maxSGE)
+	}
+	q.resp.out.init(respQueueLen)
+	q.attr.PortNum = 1
+	q.attr.Cap = c.Cap
+	q.mtu = c.PortMTU.Bytes()
+	q.attr.PathMTU = c.PortMTU
+	q.reset()
+	return q
+}
+
+// QPN returns the QP number.
+func (q *QP) QPN() bth.QPN { return q.qpn }
+
+// Type returns the transport type.
+func (q *QP) Type() Type { return q.typ }
+
+// PD returns the protection domain.
+func (q *QP) PD() *mr.PD { return q.pd }
+
+// SRQ returns the shared receive queue, or nil.
+func (q *QP) SRQ() *SRQ { return q.srq }
+
+// State returns the current state. It may be called from any goroutine;
+// the answer may be stale.
+func (q *QP) State() State { return q.pubState.load() }
+
+// AH returns the QP's resolved primary path (RC and UC).
+func (q *QP) AH() *AH { return &q.av }
+
+func (q *QP) setState(s State) {
+	q.state = s
+	q.attr.State = s
+	q.pubState.store(s)
+}
+
+// --- Posting ---------------------------------------------------------------
+
+// PostSend validates wr and queues it (ibv_post_send for one request). It
+// may be called from any goroutine, but calls for one QP must be
+// serialized by the caller. Errors name what is wrong with the request;
+// requests whose problems show only when executed (bad lkey, remote
+// errors) complete with an error status instead.
+func (q *QP) PostSend(wr *SendWR) error {
+	switch q.pubState.load() {
+	case StateRTS, StateSQD, StateSQE, StateErr:
+	default:
+		return ErrPostState
+	}
+	if uint32(len(wr.SGL)) > q.cap.MaxSendSGE && !(wr.Flags&Inline != 0 && wr.InlineData != nil) {
+		return ErrTooManySGE
+	}
+	switch q.typ {
+	case TypeRC:
+		switch wr.Opcode {
+		case WROpSend, WROpSendWithImm, WROpSendWithInv, WROpRDMAWrite,
+			WROpRDMAWriteWithImm, WROpRDMARead, WROpAtomicCmpSwp, WROpAtomicFetchAdd:
+		default:
+			return ErrOpcode
+		}
+	case TypeUC:
+		switch wr.Opcode {
+		case WROpSend, WROpSendWithImm, WROpRDMAWrite, WROpRDMAWriteWithImm:
+		default:
+			return ErrOpcode
+		}
+	default:
+		if wr.Opcode != WROpSend && wr.Opcode != WROpSendWithImm {
+			return ErrOpcode
+		}
+		if wr.AH == nil {
+			return ErrNoAH
+		}
+	}
+	var total uint64
+	inline := wr.Flags&Inline != 0 && (wr.Opcode.isSend() || wr.Opcode.isWrite())
+	if inline && wr.InlineData != nil {
+		total = uint64(len(wr.InlineData))
+	} else {
+		for i := range wr.SGL {
+			total += uint64(wr.SGL[i].Length)
+		}
+	}
+	if total > MaxMsgSize {
+		return ErrMsgTooBig
+	}
+	if inline && total > uint64(q.cap.MaxInlineData) {
+		return ErrInlineTooBig
+	}
+	if wr.Opcode.isAtomic() && (total != 8 || wr.RemoteAddr&7 != 0) {
+		return ErrAtomicWR
+	}
+	if q.sq.full() {
+		return ErrQueueFull
+	}
+	p := q.sq.prod.Load()
+	s := q.sq.at(p)
+	sgl, in := s.sgl, s.inline
+	// Copy field by field: storing *wr whole would make the caller's SGL
+	// escape to the heap, and posting would allocate.
+	s.wr = SendWR{WRID: wr.WRID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm,
+		InvalidateRKey: wr.InvalidateRKey, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey,
+		CompareAdd: wr.CompareAdd, Swap: wr.Swap, RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey}
+	if wr.AH != nil {
+		s.ah = *wr.AH // by value, for the same reason
+	}
+	s.length = uint32(total)
+	if inline {
+		in = in[:total]
+		if wr.InlineData != nil {
+			copy(in, wr.InlineData)
+		} else if _, err := q.pd.Gather(wr.SGL, 0, in); err != nil {
+			s.wr = SendWR{}
+			return ErrInlineGather
+		}
+		s.wr.InlineData = in
+		s.wr.SGL = nil
+	} else {
+		sgl = append(sgl[:0], wr.SGL...)
+		s.wr.SGL = sgl
+		s.wr.InlineData = nil
+	}
+	s.sgl, s.inline = sgl, in
+	s.state = wqePosted
+	s.status = WCSuccess
+	s.started, s.hasRd = false, false
+	s.sent, s.rdDone = 0, 0
+	q.sq.prod.Store(p + 1)
+	return nil
+}
+
+// PostRecv validates wr and queues it on the QP's receive queue
+// (ibv_post_recv for one request). The same rules as for PostSend apply.
+func (q *QP) PostRecv(wr *RecvWR) error {
+	if q.srq != nil {
+		return ErrHasSRQ
+	}
+	if q.pubState.load() == StateReset {
+		return ErrPostState
+	}
+	return q.rq.post(wr)
+}
+
+// SendQueueLen returns the number of send requests posted and not yet
+// completed.
+func (q *QP) SendQueueLen() uint32 { return q.sq.count() }
+
+// RecvQueueLen returns the number of receive requests posted and not yet
+// completed.
+func (q *QP) RecvQueueLen() uint32 {
+	if q.srq != nil {
+		return 0
+	}
+	return q.rq.count()
+}
+
+// --- Driving -----------------------------------------------------------------
+
+// Pump lets the QP transmit: pending responses first (ACKs, NAKs, READ
+// responses), then requests. It sends at most budget packets and reports
+// how many it sent and whether it stopped with more to send (budget
+// exhausted or no transmit buffer). It also completes work that needs no
+// packets: flushing requests posted to a QP in the error state, and
+// completions of UD and UC sends.
+func (q *QP) Pump(now time.Duration, budget int) (sent int, more bool) {
+	switch q.state {
+	case StateErr:
+		q.flush()
+	case StateSQE:
+		q.toSQE() // requests posted in SQE are flushed
+	}
+	n, blocked := q.pumpResp(budget)
+	sent += n
+	if blocked {
+		return sent, true
+	}
+	if q.state == StateErr {
+		q.flush() // a failed READ response may have moved the QP to error
+		return sent, false
+	}
+	n, blocked = q.pumpSend(now, budget-sent)
+	sent += n
+	q.completeSends()
+	return sent, blocked || (sent >= budget && q.HasWork())
+}
+
+// HasWork reports whether Pump has something to do now.
+func (q *QP) HasWork() bool {
+	if !q.resp.out.empty() {
+		return true
+	}
+	switch q.state {
+	case StateErr:
+		return q.sq.prod.Load() != q.req.compIdx || (q.srq == nil && q.rq.count() != 0)
+	case StateSQE:
+		return q.sq.prod.Load() != q.req.compIdx
+	}
+	return q.hasSendWork()
+}
+
+func (q *QP) hasSendWork() bool {
+	if q.state != StateRTS && q.state != StateSQD {
+		return false
+	}
+	return q.req.reqIdx != q.sq.prod.Load() && !q.req.waitRNR
+}
+
+// NextDeadline returns the earliest time OnTimer has work to do, if any.
+func (q *QP) NextDeadline() (time.Duration, bool) {
+	r := &q.req
+	switch {
+	case r.retransArmed && r.waitRNR:
+		return min(r.retransAt, r.rnrAt), true
+	case r.retransArmed:
+		return r.retransAt, true
+	case r.waitRNR:
+		return r.rnrAt, true
+	}
+	return 0, false
+}
+
+// OnTimer fires the timers that expired at or before now.
+func (q *QP) OnTimer(now time.Duration) {
+	r := &q.req
+	if r.waitRNR && now >= r.rnrAt {
+		r.waitRNR = false
+		if q.state == StateRTS || q.state == StateSQD {
+			q.goBack()
+		}
+	}
+	if r.retransArmed && now >= r.retransAt {
+		r.retransArmed = false
+		if (q.state == StateRTS || q.state == StateSQD) && q.outstanding() {
+			q.cnt[CntTimeouts]++
+			q.errorRetry(now, true)
+			if q.state != StateErr && q.outstanding() && !r.retransArmed {
+				q.armRetrans(now)
+			}
+		}
+	}
+	q.completeSends()
+}
+
+// Receive handles an arriving packet addressed to this QP. The device has
+// checked the frame, its ICRC and the destination QPN. Packets the QP does
+// not accept are dropped and counted.
+func (q *QP) Receive(now time.Duration, pkt *bth.Packet) {
+	info := pkt.Info()
+	var want bth.Service
+	switch q.typ {
+	case TypeRC:
+		want = bth.ServiceRC
+	case TypeUC:
+		want = bth.ServiceUC
+	default:
+		want = bth.ServiceUD
+	}
+	if info.Service != want {
+		q.cnt[CntWrongType]++
+		return
+	}
+	if info.Request {
+		switch q.state {
+		case StateRTR, StateRTS, StateSQD, StateSQE:
+		default:
+			q.cnt[CntWrongState]++
+			return
+		}
+	} else if q.state != StateRTS && q.state != StateSQD {
+		q.cnt[CntWrongState]++
+		return
+	}
+	b := pkt.BTH()
+	if b.PKey()&0x7fff != DefaultPKey&0x7fff {
+		q.cnt[CntBadPKey]++
+		return
+	}
+	if q.typ.datagram() {
+		if pkt.DETH().QKey() != q.qkey {
+			q.cnt[CntBadQKey]++
+			return
+		}
+	} else if pkt.SrcAddr() != q.av.Encap.Dst || pkt.DstAddr() != q.av.Encap.Src {
+		q.cnt[CntBadAddr]++
+		return
+	}
+	q.cnt[CntRcvdPkts]++
+	if info.Request {
+		switch q.typ {
+		case TypeRC:
+			q.rcRequest(pkt)
+		case TypeUC:
+			q.ucRequest(pkt)
+		default:
+			q.udRequest(pkt)
+		}
+	} else {
+		q.response(now, pkt)
+	}
+}
+
+// --- Errors and flushing -----------------------------------------------------
+
+// toErr moves the QP to the error state and flushes its queues.
+func (q *QP) toErr() {
+	if q.state == StateErr {
+		return
+	}
+	q.setState(StateErr)
+	q.req.retransArmed = false
+	q.req.waitRNR = false
+	q.resp.out.dropReads()
+	q.flush()
+}
+
+// flush completes every outstanding work request with WR_FLUSH_ERR.
+func (q *QP) flush() {
+	r := &q.req
+	prod := q.sq.prod.Load()
+	for r.compIdx != prod {
+		w := q.sq.at(r.compIdx)
+		wc := WC{WRID: w.wr.WRID, Status: WCWRFlushErr, Opcode: wcOpcode(w.wr.Opcode), QPNum: q.qpn}
+		if w.state == wqeError {
+			wc.Status = w.status
+		}
+		q.pushSend(&wc)
+		w.hasRd = false
+		r.compIdx++
+	}
+	r.reqIdx = r.compIdx
+	q.sq.cons.Store(r.compIdx)
+	rs := &q.resp
+	if q.srq != nil {
+		if rs.rwqe != nil {
+			wc := WC{WRID: rs.rwqe.wrid, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: q.qpn}
+			q.pushRecv(&wc, false)
+		}
+	} else {
+		prod := q.rq.prod.Load()
+		for c := q.rq.cons.Load(); c != prod; c++ {
+			wc := WC{WRID: q.rq.at(c).wrid, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: q.qpn}
+			q.pushRecv(&wc, false)
+			q.rq.cons.Store(c + 1)
+		}
+	}
+	rs.rwqe = nil
+}
+
+func (q *QP) pushSend(wc *WC) {
+	if !q.scq.Push(*wc, false) {
+		q.cnt[CntCQOverflow]++
+		if q.state != StateErr {
+			q.toErr()
+		}
+	}
+}
+
+func (q *QP) pushRecv(wc *WC, solicited bool) {
+	if !q.rcq.Push(*wc, solicited) {
+		q.cnt[CntCQOverflow]++
+		if q.state != StateErr {
+			q.toErr()
+		}
+	}
+}
+
+// putHostU64 stores v in host byte order, as verbs returns atomic results.
+func putHostU64(b []byte, v uint64) { binary.NativeEndian.PutUint64(b, v) }

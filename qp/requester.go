@@ -1,0 +1,447 @@
+// Requester: turns send work requests into request packets. It segments
+// messages by the path MTU, assigns PSNs, sets AckReq, keeps the window of
+// unacknowledged PSNs and the max_rd_atomic budget, honours fences, and on
+// a retry goes back to the oldest unacknowledged PSN. The loop goroutine
+// owns all of it; the send queue slots carry each request's progress.
+
+package qp
+
+import (
+	"time"
+
+	"github.com/sroce/sroce/bth"
+)
+
+type requester struct {
+	reqIdx  uint32  // next send queue slot to transmit
+	compIdx uint32  // oldest slot not completed (mirrors sq.cons)
+	psn     bth.PSN // next PSN to transmit
+	compPSN bth.PSN // oldest PSN not acknowledged
+	maxPSN  bth.PSN // one past the highest PSN ever transmitted
+	noAck   int     // packets since the last AckReq
+	rdAvail int     // free max_rd_atomic credits
+
+	retryLeft    uint8
+	rnrLeft      uint8
+	startedRetry bool
+
+	retransArmed bool
+	retransAt    time.Duration
+	waitRNR      bool
+	rnrAt        time.Duration
+
+	drainNotified bool
+}
+
+// outstanding reports whether transmitted PSNs await acknowledgement.
+func (q *QP) outstanding() bool { return q.req.maxPSN != q.req.compPSN }
+
+func (q *QP) armRetrans(now time.Duration) {
+	if q.rto > 0 {
+		q.req.retransArmed = true
+		q.req.retransAt = now + q.rto
+	}
+}
+
+// pumpSend transmits request packets. It returns the number sent and
+// whether it stopped for lack of a transmit buffer.
+func (q *QP) pumpSend(now time.Duration, budget int) (int, bool) {
+	r := &q.req
+	if q.state != StateRTS && q.state != StateSQD {
+		return 0, false
+	}
+	if r.waitRNR {
+		return 0, false
+	}
+	n := 0
+	prod := q.sq.prod.Load()
+	for n < budget && r.reqIdx != prod {
+		w := q.sq.at(r.reqIdx)
+		if w.state == wqeError || w.state == wqeDone {
+			// A local error stops the requester until the completer
+			// reaches this request; UD/UC requests are done when sent.
+			if w.state == wqeError {
+				return n, false
+			}
+			r.reqIdx++
+			continue
+		}
+		if !w.started {
+			if q.state == StateSQD {
+				return n, false
+			}
+			if w.wr.Flags&Fence != 0 && r.reqIdx != r.compIdx {
+				return n, false
+			}
+			if q.typ == TypeRC && w.wr.Opcode.isRdAtomic() && !w.hasRd {
+				if r.rdAvail <= 0 {
+					return n, false
+				}
+				r.rdAvail--
+				w.hasRd = true
+			}
+		}
+		if q.typ == TypeRC && r.psn.Diff(r.compPSN) > MaxUnackedPSNs {
+			return n, false
+		}
+		ok := q.sendPacket(now, w)
+		if !ok {
+			q.cnt[CntTxNoBuf]++
+			return n, true
+		}
+		n++
+	}
+	return n, false
+}
+
+// sendPacket builds and transmits the next packet of w. It reports false
+// if no transmit buffer was available (nothing changed).
+func (q *QP) sendPacket(now time.Duration, w *sendWQE) bool {
+	r := &q.req
+	op := w.wr.Opcode
+	mtu := uint32(q.mtu)
+	if !w.started {
+		npkts := uint32(1)
+		if op.isSend() || op.isWrite() || op == WROpRDMARead {
+			npkts = max((w.length+mtu-1)/mtu, 1)
+		}
+		if q.typ.datagram() {
+			npkts = 1
+			if w.length > mtu {
+				// IBTA C10-93.1.1, as rdma_rxe: a UD message longer than
+				// the port MTU is not sent and completes successfully.
+				w.started = true
+				w.firstPSN, w.lastPSN = r.psn, r.psn
+				r.psn = r.psn.Next()
+				w.state = wqeDone
+				r.reqIdx++
+				return true
+			}
+		}
+		w.started = true
+		w.firstPSN = r.psn
+		w.lastPSN = r.psn.Add(npkts - 1)
+		w.sent = 0
+	}
+
+	h := &q.hdr
+	*h = bth.Headers{}
+	h.BTH.PKey = DefaultPKey
+	h.BTH.PSN = r.psn
+	h.BTH.DestQP = q.attr.DestQPN
+	ah := &q.av
+	var payload uint32
+	var last bool // last packet of the message
+	remaining := w.length - w.sent
+
+	switch {
+	case op == WROpRDMARead:
+		h.BTH.Opcode = bth.RCReadRequest
+		h.RETH = bth.RETHFields{VA: w.wr.RemoteAddr + uint64(w.sent), RKey: w.wr.RKey, DMALen: remaining}
+		last = true
+	case op.isAtomic():
+		h.BTH.Opcode = bth.RCFetchAdd
+		h.Atomic = bth.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
+		if op == WROpAtomicCmpSwp {
+			h.BTH.Opcode = bth.RCCompareSwap
+			h.Atomic.SwapAdd, h.Atomic.Compare = w.wr.Swap, w.wr.CompareAdd
+		}
+		last = true
+	default:
+		first := w.sent == 0
+		last = remaining <= mtu
+		payload = min(remaining, mtu)
+		h.BTH.Opcode = reqOpcode(q.typ, op, first, last)
+		if op.isWrite() && first {
+			h.RETH = bth.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: w.length}
+		}
+		if last {
+			if op.hasImm() {
+				h.Imm = w.wr.Imm
+			}
+			if op == WROpSendWithInv {
+				h.IETH = w.wr.InvalidateRKey
+			}
+			if w.wr.Flags&Solicited != 0 && (op.isSend() || op == WROpRDMAWriteWithImm) {
+				h.BTH.SE = true
+			}
+		}
+		if q.typ.datagram() {
+			ah = &w.ah
+			h.BTH.DestQP = w.wr.RemoteQPN
+			h.DETH = bth.DETHFields{QKey: w.wr.RemoteQKey, SrcQP: q.qpn}
+			if q.typ == TypeGSI {
+				h.DETH.QKey = GSIQKey
+			}
+		}
+	}
+	// rdma_rxe's rule: AckReq on the last packet, and when more than
+	// MaxPktPerAck packets went without one.
+	h.BTH.AckReq = last || r.noAck > MaxPktPerAck
+
+	tl := h.TransportLen(int(payload))
+	buf := q.env.Frame(ah, tl)
+	if buf == nil {
+		return false
+	}
+	if h.BTH.AckReq {
+		r.noAck = 0
+	} else {
+		r.noAck++
+	}
+	off, err := h.EncodeHeaders(buf, int(payload))
+	if err == nil && payload > 0 {
+		if w.wr.InlineData != nil {
+			copy(buf[off:off+int(payload)], w.wr.InlineData[w.sent:])
+		} else if _, gerr := q.pd.Gather(w.wr.SGL, uint64(w.sent), buf[off:off+int(payload)]); gerr != nil {
+			err = gerr
+		}
+	}
+	if err != nil {
+		// The request cannot be sent: a bad lkey, missing access or a
+		// range outside its MR (IBV_WC_LOC_PROT_ERR).
+		q.failWQE(w, WCLocProtErr)
+		return true
+	}
+	q.env.Send(ah, q.qpn, buf[:tl])
+	q.cnt[CntSentPkts]++
+	if r.psn.Diff(r.maxPSN) < 0 {
+		q.cnt[CntRetransmitPkts]++
+	}
+
+	// Advance.
+	if op == WROpRDMARead {
+		n := max((remaining+mtu-1)/mtu, 1)
+		r.psn = r.psn.Add(n)
+	} else {
+		r.psn = r.psn.Next()
+	}
+	if r.psn.Diff(r.maxPSN) > 0 {
+		r.maxPSN = r.psn
+	}
+	w.sent += payload
+	if last {
+		r.reqIdx++
+		if q.typ == TypeRC {
+			w.state = wqePending
+		} else {
+			w.state = wqeDone
+		}
+	} else {
+		w.state = wqeSending
+	}
+	if q.typ == TypeRC && !r.retransArmed {
+		q.armRetrans(now)
+	}
+	return true
+}
+
+// failWQE marks w failed locally. For RC the requester stops; the
+// completer reports the failure when it reaches w and then moves the QP to
+// the error state. For UD and UC the QP goes to SQE.
+func (q *QP) failWQE(w *sendWQE, status WCStatus) {
+	w.state = wqeError
+	w.status = status
+	if !w.started {
+		w.started = true
+	}
+}
+
+// reqOpcode returns the opcode of a SEND or RDMA WRITE packet.
+func reqOpcode(t Type, op WROpcode, first, last bool) bth.Opcode {
+	var o bth.Opcode
+	if op.isWrite() {
+		switch {
+		case first && last:
+			o = bth.RCWriteOnly
+			if op == WROpRDMAWriteWithImm {
+				o = bth.RCWriteOnlyImm
+			}
+		case first:
+			o = bth.RCWriteFirst
+		case last:
+			o = bth.RCWriteLast
+			if op == WROpRDMAWriteWithImm {
+				o = bth.RCWriteLastImm
+			}
+		default:
+			o = bth.RCWriteMiddle
+		}
+	} else {
+		switch {
+		case first && last:
+			o = bth.RCSendOnly
+			switch op {
+			case WROpSendWithImm:
+				o = bth.RCSendOnlyImm
+			case WROpSendWithInv:
+				o = bth.RCSendOnlyInvalidate
+			}
+		case first:
+			o = bth.RCSendFirst
+		case last:
+			o = bth.RCSendLast
+			switch op {
+			case WROpSendWithImm:
+				o = bth.RCSendLastImm
+			case WROpSendWithInv:
+				o = bth.RCSendLastInvalidate
+			}
+		default:
+			o = bth.RCSendMiddle
+		}
+	}
+	switch t {
+	case TypeUC:
+		o |= 0x20
+	case TypeUD, TypeGSI:
+		o = bth.UDSendOnly
+		if op == WROpSendWithImm {
+			o = bth.UDSendOnlyImm
+		}
+	}
+	return o
+}
+
+// goBack rewinds the requester to the oldest unacknowledged PSN
+// (go-back-N). The first unfinished request resumes where the
+// acknowledgements stop: a SEND or WRITE at the packet of compPSN, a READ
+// with a new request for the bytes not yet received; later requests are
+// sent again from their start with the same PSNs.
+func (q *QP) goBack() {
+	r := &q.req
+	prod := q.sq.prod.Load()
+	first := true
+	mtu := uint32(q.mtu)
+	for i := r.compIdx; i != prod; i++ {
+		w := q.sq.at(i)
+		if !w.started || w.state == wqePosted || w.state == wqeDone || w.state == wqeError {
+			// Finished requests at the head are completed by
+			// completeSends; an unstarted or failed one ends the rewind.
+			break
+		}
+		if first {
+			first = false
+			op := w.wr.Opcode
+			switch {
+			case op == WROpRDMARead:
+				k := w.rdDone / mtu
+				w.sent = k * mtu
+				r.psn = w.firstPSN.Add(k)
+			case op.isAtomic():
+				w.sent = 0
+				r.psn = w.firstPSN
+			default:
+				k := r.compPSN.Diff(w.firstPSN)
+				npkts := w.lastPSN.Diff(w.firstPSN) + 1
+				if k < 0 {
+					k = 0
+				}
+				if k >= npkts {
+					k = npkts - 1
+				}
+				w.sent = uint32(k) * mtu
+				r.psn = w.firstPSN.Add(uint32(k))
+			}
+			r.reqIdx = i
+		} else {
+			w.sent = 0
+			w.rdDone = 0
+		}
+		w.state = wqeSending
+	}
+	if first {
+		// nothing in flight to resend
+		return
+	}
+	r.noAck = 0
+}
+
+// completeSends generates the completions of finished requests, in order.
+func (q *QP) completeSends() {
+	r := &q.req
+	changed := false
+	prod := q.sq.prod.Load()
+	for r.compIdx != prod {
+		w := q.sq.at(r.compIdx)
+		if w.state != wqeDone && w.state != wqeError {
+			break
+		}
+		if w.hasRd {
+			r.rdAvail++
+			w.hasRd = false
+		}
+		failed := w.state == wqeError
+		wc := WC{WRID: w.wr.WRID, Status: w.status, Opcode: wcOpcode(w.wr.Opcode), QPNum: q.qpn}
+		if w.status == WCSuccess {
+			wc.ByteLen = w.length
+			if w.wr.Opcode.hasImm() {
+				wc.Flags = WCWithImm
+			}
+		}
+		r.compIdx++
+		if int32(r.reqIdx-r.compIdx) < 0 {
+			// The requester was rewound to this request and had not sent
+			// it again when the original answer came: skip past it.
+			r.reqIdx = r.compIdx
+			if w.started && w.lastPSN.Next().Diff(r.psn) > 0 {
+				r.psn = w.lastPSN.Next()
+			}
+		}
+		q.sq.cons.Store(r.compIdx)
+		changed = true
+		if q.sigAll || w.wr.Flags&Signaled != 0 || failed {
+			q.pushSend(&wc)
+		}
+		if failed {
+			if q.typ == TypeRC {
+				q.toErr()
+			} else {
+				q.toSQE()
+			}
+			return
+		}
+		if q.state == StateErr {
+			return
+		}
+	}
+	if changed && q.state == StateSQD {
+		q.checkDrained()
+	}
+}
+
+// toSQE moves a UD or UC QP to the send queue error state: outstanding send
+// requests are flushed, receives continue.
+func (q *QP) toSQE() {
+	q.setState(StateSQE)
+	r := &q.req
+	prod := q.sq.prod.Load()
+	for r.compIdx != prod {
+		w := q.sq.at(r.compIdx)
+		wc := WC{WRID: w.wr.WRID, Status: WCWRFlushErr, Opcode: wcOpcode(w.wr.Opcode), QPNum: q.qpn}
+		r.compIdx++
+		q.sq.cons.Store(r.compIdx)
+		q.pushSend(&wc)
+	}
+	r.reqIdx = r.compIdx
+}
+
+// checkDrained reports the end of an SQD drain: every request started
+// before the drain has completed.
+func (q *QP) checkDrained() {
+	r := &q.req
+	if r.drainNotified || !q.attr.SQDraining {
+		return
+	}
+	if r.compIdx != r.reqIdx || q.outstanding() {
+		return
+	}
+	if r.reqIdx != q.sq.prod.Load() && q.sq.at(r.reqIdx).started {
+		return
+	}
+	r.drainNotified = true
+	q.attr.SQDraining = false
+	if q.attr.EnSQDAsyncNotify {
+		q.env.Event(EventSQDrained, q, nil)
+	}
+}

@@ -1,0 +1,762 @@
+// Responder: executes arriving requests. For RC it checks the PSN (one
+// sequence NAK per gap, duplicates re-ACKed or replayed from the responder
+// resources), the opcode sequence, the QP's remote access flags, receive
+// availability (RNR NAK), lengths and R_Keys, then places the data,
+// completes receives and queues ACKs, READ responses and atomic ACKs in PSN
+// order. UC drops damaged messages silently; UD checks nothing beyond the
+// Q_Key (done in Receive) and fills the GRH space. Everything runs on the
+// loop goroutine; transmission happens later, in Pump.
+
+package qp
+
+import (
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/mr"
+)
+
+// Low five bits of RC and UC opcodes.
+const (
+	kSendFirst   = 0x00
+	kSendMiddle  = 0x01
+	kSendLast    = 0x02
+	kSendLastImm = 0x03
+	kSendOnly    = 0x04
+	kSendOnlyImm = 0x05
+	kWriteFirst  = 0x06
+	kWriteLast   = 0x08
+	kWriteLImm   = 0x09
+	kWriteOnly   = 0x0a
+	kWriteOImm   = 0x0b
+	kRead        = 0x0c
+	kCmpSwap     = 0x13
+	kFetchAdd    = 0x14
+	kSendLastInv = 0x16
+	kSendOnlyInv = 0x17
+)
+
+func opKind(op bth.Opcode) uint8 { return uint8(op) & 0x1f }
+func isSendKind(k uint8) bool    { return k <= kSendOnlyImm || k == kSendLastInv || k == kSendOnlyInv }
+func isWriteKind(k uint8) bool   { return k >= kWriteFirst && k <= kWriteOImm }
+func isAtomicKind(k uint8) bool  { return k == kCmpSwap || k == kFetchAdd }
+
+// consumesRecv reports whether an opcode takes a receive work request.
+func consumesRecv(k uint8) bool { return isSendKind(k) || k == kWriteLImm || k == kWriteOImm }
+
+const (
+	resRead   = 1
+	resAtomic = 2
+)
+
+// resource remembers a READ or atomic request so that a duplicate can be
+// answered again (rdma_rxe's responder resources).
+type resource struct {
+	kind     uint8
+	firstPSN bth.PSN
+	lastPSN  bth.PSN
+	va       uint64
+	rkey     uint32
+	length   uint32
+	orig     uint64
+}
+
+type outKind uint8
+
+const (
+	outAck outKind = iota
+	outAtomicAck
+	outRead
+)
+
+// outEntry is a queued response.
+type outEntry struct {
+	kind  outKind
+	first bool // READ: the next packet opens a response (FIRST or ONLY)
+	syn   bth.Syndrome
+	psn   bth.PSN
+	msn   uint32
+	orig  uint64
+	va    uint64
+	rkey  uint32
+	resid uint32
+}
+
+// respQueueLen bounds the queued responses of one QP.
+const respQueueLen = 512
+
+// outQueue is a ring of queued responses, owned by the loop.
+type outQueue struct {
+	e    []outEntry
+	head int
+	n    int
+}
+
+func (o *outQueue) init(n int)         { o.e = make([]outEntry, n) }
+func (o *outQueue) empty() bool        { return o.n == 0 }
+func (o *outQueue) front() *outEntry   { return &o.e[o.head] }
+func (o *outQueue) at(i int) *outEntry { return &o.e[(o.head+i)%len(o.e)] }
+func (o *outQueue) reset()             { o.head, o.n = 0, 0 }
+func (o *outQueue) pop()               { o.head = (o.head + 1) % len(o.e); o.n-- }
+func (o *outQueue) back() *outEntry    { return o.at(o.n - 1) }
+func (o *outQueue) push(e *outEntry) bool {
+	if o.n == len(o.e) {
+		return false
+	}
+	*o.at(o.n) = *e
+	o.n++
+	return true
+}
+
+// dropReads removes queued READ responses (the QP went to error).
+func (o *outQueue) dropReads() {
+	k := 0
+	for i := 0; i < o.n; i++ {
+		if e := o.at(i); e.kind != outRead {
+			*o.at(k) = *e
+			k++
+		}
+	}
+	o.n = k
+}
+
+type responder struct {
+	psn     bth.PSN // next expected PSN
+	msn     uint32
+	inSend  bool // in the middle of a multi-packet SEND
+	inWrite bool // in the middle of a multi-packet RDMA WRITE
+	sentNak bool // a PSN sequence NAK was sent for the current gap
+	dropMsg bool // UC: dropping the rest of a damaged message
+
+	wva    uint64 // RDMA WRITE in progress: next address, key, bytes left, total
+	wrkey  uint32
+	wresid uint32
+	wlen   uint32
+
+	rwqe   *recvWQE // receive request being filled
+	roff   uint32   // bytes placed into it
+	srqWQE recvWQE  // copy of a request taken from the SRQ
+
+	res     []resource
+	resHead int
+	out     outQueue
+	grh     [GRHLen]byte
+}
+
+func (q *QP) resetResponder() {
+	rs := &q.resp
+	rs.msn = 0
+	rs.inSend, rs.inWrite, rs.sentNak, rs.dropMsg = false, false, false, false
+	rs.rwqe = nil
+	rs.roff = 0
+	for i := range rs.res {
+		rs.res[i] = resource{}
+	}
+	rs.resHead = 0
+	rs.out.reset()
+}
+
+// --- receive requests -----------------------------------------------------
+
+// takeRecv makes sure a receive request is at hand.
+func (q *QP) takeRecv() bool {
+	rs := &q.resp
+	if rs.rwqe != nil {
+		return true
+	}
+	if q.srq != nil {
+		ok, ev := q.srq.take(&rs.srqWQE)
+		if !ok {
+			return false
+		}
+		rs.rwqe = &rs.srqWQE
+		if ev {
+			q.env.Event(EventSRQLimitReached, q, q.srq)
+		}
+	} else {
+		c := q.rq.cons.Load()
+		if c == q.rq.prod.Load() {
+			return false
+		}
+		rs.rwqe = q.rq.at(c)
+	}
+	rs.roff = 0
+	return true
+}
+
+// completeRecv retires the current receive request with wc.
+func (q *QP) completeRecv(wc *WC, solicited bool) {
+	rs := &q.resp
+	wc.WRID = rs.rwqe.wrid
+	wc.QPNum = q.qpn
+	if q.srq == nil {
+		q.rq.cons.Store(q.rq.cons.Load() + 1)
+	}
+	rs.rwqe = nil
+	rs.roff = 0
+	if wc.Status == WCSuccess {
+		q.cnt[CntRDMARecvs]++
+	}
+	q.pushRecv(wc, solicited)
+}
+
+// --- response queue -------------------------------------------------------
+
+func (q *QP) queueAck(syn bth.Syndrome, psn bth.PSN) {
+	rs := &q.resp
+	o := &rs.out
+	if syn == bth.SyndromeACKUnlimited && o.n > 0 {
+		if t := o.back(); t.kind == outAck && t.syn == bth.SyndromeACKUnlimited {
+			// ACK coalescing: one ACK for the latest PSN covers the earlier.
+			t.psn, t.msn = psn, rs.msn
+			q.cnt[CntAckDeferred]++
+			return
+		}
+	}
+	if syn.IsNAK() {
+		q.cnt[CntNAKSent]++
+	}
+	e := outEntry{kind: outAck, syn: syn, psn: psn, msn: rs.msn}
+	if !o.push(&e) {
+		q.cnt[CntRespQueueFull]++
+	}
+}
+
+func (q *QP) queueAtomicAck(psn bth.PSN, orig uint64) {
+	e := outEntry{kind: outAtomicAck, syn: bth.SyndromeACKUnlimited, psn: psn, msn: q.resp.msn, orig: orig}
+	if !q.resp.out.push(&e) {
+		q.cnt[CntRespQueueFull]++
+	}
+}
+
+func (q *QP) queueRead(psn bth.PSN, va uint64, rkey, n uint32, first bool) {
+	e := outEntry{kind: outRead, first: first, psn: psn, msn: q.resp.msn, va: va, rkey: rkey, resid: n}
+	if !q.resp.out.push(&e) {
+		q.cnt[CntRespQueueFull]++
+	}
+}
+
+func (q *QP) newResource(kind uint8, first, last bth.PSN) *resource {
+	rs := &q.resp
+	r := &rs.res[rs.resHead]
+	rs.resHead = (rs.resHead + 1) % len(rs.res)
+	*r = resource{kind: kind, firstPSN: first, lastPSN: last}
+	return r
+}
+
+func (q *QP) findResource(kind uint8, psn bth.PSN) *resource {
+	rs := &q.resp
+	for i := range rs.res {
+		r := &rs.res[i]
+		if r.kind == kind && psn.Diff(r.firstPSN) >= 0 && psn.Diff(r.lastPSN) <= 0 {
+			return r
+		}
+	}
+	return nil
+}
+
+// nextMSN advances the message sequence number.
+func (q *QP) nextMSN() { q.resp.msn = (q.resp.msn + 1) & bth.PSNMask }
+
+// classC handles an RC request error of class C (rdma_rxe's
+// do_class_ac_error): NAK the packet, complete the receive request in
+// progress with status, and move the QP to the error state.
+func (q *QP) classC(code uint8, status WCStatus, psn bth.PSN) {
+	q.queueAck(bth.NAKSyndrome(code), psn)
+	if q.resp.rwqe != nil {
+		wc := WC{Status: status, Opcode: WCRecv}
+		q.completeRecv(&wc, false)
+	}
+	q.toErr()
+}
+
+// --- RC -------------------------------------------------------------------
+
+func (q *QP) rcRequest(pkt *bth.Packet) {
+	rs := &q.resp
+	b := pkt.BTH()
+	psn := b.PSN()
+	if d := psn.Diff(rs.psn); d > 0 {
+		if !rs.sentNak {
+			rs.sentNak = true
+			q.cnt[CntOutOfSeqRequest]++
+			q.queueAck(bth.NAKSyndrome(bth.NAKPSNSeqError), rs.psn)
+		}
+		return
+	} else if d < 0 {
+		q.cnt[CntDuplicateRequest]++
+		q.duplicate(pkt, psn)
+		return
+	}
+	rs.sentNak = false
+
+	info := pkt.Info()
+	k := opKind(pkt.Opcode)
+	pos := info.Position
+	cont := pos == bth.PosMiddle || pos == bth.PosLast
+	switch {
+	case rs.inSend:
+		if !isSendKind(k) || !cont {
+			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+			return
+		}
+	case rs.inWrite:
+		if !isWriteKind(k) || !cont {
+			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+			return
+		}
+	case cont:
+		q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+		return
+	}
+
+	acc := q.attr.AccessFlags
+	switch {
+	case isSendKind(k):
+	case isWriteKind(k):
+		if acc&mr.AccessRemoteWrite == 0 {
+			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+			return
+		}
+	case k == kRead:
+		if acc&mr.AccessRemoteRead == 0 {
+			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+			return
+		}
+	case isAtomicKind(k):
+		if acc&mr.AccessRemoteAtomic == 0 {
+			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+			return
+		}
+	default:
+		// FLUSH and ATOMIC_WRITE are not supported.
+		q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+		return
+	}
+	if (k == kRead || isAtomicKind(k)) && len(rs.res) == 0 {
+		q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+		return
+	}
+	if consumesRecv(k) && !q.takeRecv() {
+		q.cnt[CntSendRNRErr]++
+		q.queueAck(bth.RNRSyndrome(q.attr.MinRNRTimer), psn)
+		return
+	}
+
+	pay := uint32(pkt.PayLen)
+	mtu := uint32(q.mtu)
+	switch pos {
+	case bth.PosOnly:
+		if pay > mtu {
+			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+			return
+		}
+	case bth.PosFirst, bth.PosMiddle:
+		if pay != mtu {
+			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+			return
+		}
+	case bth.PosLast:
+		if pay == 0 || pay > mtu {
+			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+			return
+		}
+	}
+
+	switch {
+	case isWriteKind(k):
+		if pos == bth.PosFirst || pos == bth.PosOnly {
+			reth := pkt.RETH()
+			n := reth.DMALen()
+			if n > MaxMsgSize {
+				q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+				return
+			}
+			rs.wva, rs.wrkey, rs.wresid, rs.wlen = reth.VA(), reth.RKey(), n, n
+			if n != 0 {
+				if err := q.pd.CheckRemote(rs.wrkey, rs.wva, uint64(n), mr.AccessRemoteWrite); err != nil {
+					q.classC(bth.NAKRemoteAccessError, WCRemAccessErr, psn)
+					return
+				}
+			}
+		}
+		if rs.wresid > mtu {
+			if pay != mtu || b.PadCnt() != 0 {
+				q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+				return
+			}
+		} else if pay != rs.wresid || (pos != bth.PosLast && pos != bth.PosOnly) {
+			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+			return
+		}
+		if pay > 0 {
+			if err := q.pd.WriteRemote(rs.wrkey, rs.wva, pkt.PayloadBytes()); err != nil {
+				q.classC(bth.NAKRemoteAccessError, WCRemAccessErr, psn)
+				return
+			}
+		}
+		rs.wva += uint64(pay)
+		rs.wresid -= pay
+	case k == kRead:
+		reth := pkt.RETH()
+		va, rkey, n := reth.VA(), reth.RKey(), reth.DMALen()
+		if n > MaxMsgSize {
+			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+			return
+		}
+		if n != 0 {
+			if err := q.pd.CheckRemote(rkey, va, uint64(n), mr.AccessRemoteRead); err != nil {
+				q.classC(bth.NAKRemoteAccessError, WCRemAccessErr, psn)
+				return
+			}
+		}
+		q.nextMSN() // C9-148: a READ counts when it is accepted
+		npkts := max((n+mtu-1)/mtu, 1)
+		r := q.newResource(resRead, psn, psn.Add(npkts-1))
+		r.va, r.rkey, r.length = va, rkey, n
+		q.queueRead(psn, va, rkey, n, true)
+		rs.psn = psn.Add(npkts)
+		rs.inSend, rs.inWrite = false, false
+		return
+	case isAtomicKind(k):
+		a := pkt.AtomicETH()
+		va := a.VA()
+		if va&7 != 0 {
+			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+			return
+		}
+		var orig uint64
+		var err error
+		if k == kCmpSwap {
+			orig, err = q.pd.CompareSwap(a.RKey(), va, a.Compare(), a.SwapAdd())
+		} else {
+			orig, err = q.pd.FetchAdd(a.RKey(), va, a.SwapAdd())
+		}
+		if err == mr.ErrAlignment {
+			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+			return
+		} else if err != nil {
+			q.classC(bth.NAKRemoteAccessError, WCRemAccessErr, psn)
+			return
+		}
+		q.nextMSN()
+		r := q.newResource(resAtomic, psn, psn)
+		r.orig = orig
+		q.queueAtomicAck(psn, orig)
+		rs.psn = psn.Next()
+		rs.inSend, rs.inWrite = false, false
+		return
+	default: // SEND
+		if pay > 0 {
+			if _, err := q.pd.Scatter(rs.rwqe.sgl, uint64(rs.roff), pkt.PayloadBytes()); err != nil {
+				if err == mr.ErrLength {
+					q.classC(bth.NAKInvalidRequest, WCLocLenErr, psn)
+				} else {
+					q.classC(bth.NAKRemoteOpError, WCLocProtErr, psn)
+				}
+				return
+			}
+		}
+		rs.roff += pay
+	}
+
+	last := pos == bth.PosLast || pos == bth.PosOnly
+	var inv uint32
+	if info.Headers&bth.HdrIETH != 0 {
+		inv = pkt.IETH().RKey()
+		if err := q.env.Invalidate(q.pd, inv); err != nil {
+			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+			return
+		}
+	}
+	if last {
+		q.nextMSN()
+	}
+	rs.psn = psn.Next()
+	rs.inSend = isSendKind(k) && !last
+	rs.inWrite = isWriteKind(k) && !last
+	if last && consumesRecv(k) {
+		wc := WC{Opcode: WCRecv, ByteLen: rs.roff}
+		if isWriteKind(k) {
+			wc.Opcode = WCRecvRDMAWithImm
+			wc.ByteLen = rs.wlen
+		}
+		if info.Headers&bth.HdrImmDt != 0 {
+			wc.Flags |= WCWithImm
+			wc.Imm = pkt.ImmDt().Value()
+		}
+		if info.Headers&bth.HdrIETH != 0 {
+			wc.Flags |= WCWithInv
+			wc.InvalidatedRKey = inv
+		}
+		if isSendKind(k) {
+			q.cnt[CntRDMASends]++
+		}
+		q.completeRecv(&wc, b.SE())
+		if q.state == StateErr {
+			return // the CQ overflowed
+		}
+	}
+	if b.AckReq() {
+		q.queueAck(bth.SyndromeACKUnlimited, psn)
+	}
+}
+
+// duplicate answers a request with a PSN already taken: SEND and WRITE
+// packets are acknowledged again, READs are served again from memory, and
+// atomics return the saved original value without executing again.
+func (q *QP) duplicate(pkt *bth.Packet, psn bth.PSN) {
+	rs := &q.resp
+	k := opKind(pkt.Opcode)
+	switch {
+	case isSendKind(k) || isWriteKind(k):
+		q.queueAck(bth.SyndromeACKUnlimited, rs.psn.Add(bth.PSNMask))
+	case k == kRead:
+		r := q.findResource(resRead, psn)
+		if r == nil {
+			return
+		}
+		reth := pkt.RETH()
+		va, n := reth.VA(), uint64(reth.DMALen())
+		if reth.RKey() != r.rkey || va < r.va || n > uint64(r.length) || va-r.va > uint64(r.length)-n {
+			return
+		}
+		q.queueRead(psn, va, r.rkey, uint32(n), psn == r.firstPSN)
+	case isAtomicKind(k):
+		r := q.findResource(resAtomic, psn)
+		if r == nil {
+			return
+		}
+		q.queueAtomicAck(psn, r.orig)
+	}
+}
+
+// pumpResp transmits queued responses.
+func (q *QP) pumpResp(budget int) (int, bool) {
+	o := &q.resp.out
+	n := 0
+	mtu := uint32(q.mtu)
+	for n < budget && !o.empty() {
+		e := o.front()
+		h := &q.hdr
+		*h = bth.Headers{}
+		h.BTH.PKey = DefaultPKey
+		h.BTH.DestQP = q.attr.DestQPN
+		h.BTH.PSN = e.psn
+		var payload uint32
+		switch e.kind {
+		case outAck:
+			h.BTH.Opcode = bth.RCAcknowledge
+			h.AETH = bth.AETHFields{Syndrome: e.syn, MSN: bth.MSN(e.msn)}
+		case outAtomicAck:
+			h.BTH.Opcode = bth.RCAtomicAcknowledge
+			h.AETH = bth.AETHFields{Syndrome: bth.SyndromeACKUnlimited, MSN: bth.MSN(e.msn)}
+			h.AtomicAck = e.orig
+		case outRead:
+			payload = min(e.resid, mtu)
+			fits := e.resid <= mtu
+			switch {
+			case e.first && fits:
+				h.BTH.Opcode = bth.RCReadResponseOnly
+			case e.first:
+				h.BTH.Opcode = bth.RCReadResponseFirst
+			case fits:
+				h.BTH.Opcode = bth.RCReadResponseLast
+			default:
+				h.BTH.Opcode = bth.RCReadResponseMiddle
+			}
+			if h.BTH.Opcode != bth.RCReadResponseMiddle {
+				h.AETH = bth.AETHFields{Syndrome: bth.SyndromeACKUnlimited, MSN: bth.MSN(e.msn)}
+			}
+		}
+		tl := h.TransportLen(int(payload))
+		buf := q.env.Frame(&q.av, tl)
+		if buf == nil {
+			q.cnt[CntTxNoBuf]++
+			return n, true
+		}
+		off, err := h.EncodeHeaders(buf, int(payload))
+		if err == nil && payload > 0 {
+			err = q.pd.ReadRemote(e.rkey, e.va, buf[off:off+int(payload)])
+		}
+		if err != nil {
+			// The memory went away while the READ was being served.
+			psn := e.psn
+			o.pop()
+			q.classC(bth.NAKRemoteAccessError, WCRemAccessErr, psn)
+			continue
+		}
+		q.env.Send(&q.av, q.qpn, buf[:tl])
+		q.cnt[CntSentPkts]++
+		n++
+		if e.kind == outRead {
+			e.va += uint64(payload)
+			e.resid -= payload
+			e.psn = e.psn.Next()
+			e.first = false
+			if e.resid == 0 {
+				o.pop()
+			}
+		} else {
+			o.pop()
+		}
+	}
+	return n, false
+}
+
+// --- UC -------------------------------------------------------------------
+
+// ucDrop abandons the UC message in progress; its receive request, if any,
+// is reused for the next message.
+func (q *QP) ucDrop() {
+	rs := &q.resp
+	rs.dropMsg = true
+	rs.inSend, rs.inWrite = false, false
+	rs.roff = 0
+	q.cnt[CntRecvDropped]++
+}
+
+func (q *QP) ucRequest(pkt *bth.Packet) {
+	rs := &q.resp
+	b := pkt.BTH()
+	psn := b.PSN()
+	info := pkt.Info()
+	k := opKind(pkt.Opcode)
+	pos := info.Position
+	start := pos == bth.PosFirst || pos == bth.PosOnly
+	if rs.dropMsg || psn != rs.psn {
+		if !start {
+			if !rs.dropMsg {
+				q.ucDrop()
+			}
+			return
+		}
+		rs.dropMsg = false
+	}
+	if start {
+		if rs.inSend || rs.inWrite {
+			// The last packets of the previous message were lost.
+			q.cnt[CntRecvDropped]++
+			rs.inSend, rs.inWrite = false, false
+			rs.roff = 0
+		}
+	} else if !(rs.inSend && isSendKind(k) || rs.inWrite && isWriteKind(k)) {
+		q.ucDrop()
+		return
+	}
+	if isWriteKind(k) && q.attr.AccessFlags&mr.AccessRemoteWrite == 0 {
+		q.ucDrop()
+		return
+	}
+	if consumesRecv(k) && !q.takeRecv() {
+		q.ucDrop()
+		return
+	}
+	pay := uint32(pkt.PayLen)
+	mtu := uint32(q.mtu)
+	switch {
+	case pos == bth.PosOnly && pay > mtu,
+		(pos == bth.PosFirst || pos == bth.PosMiddle) && pay != mtu,
+		pos == bth.PosLast && (pay == 0 || pay > mtu):
+		q.ucDrop()
+		return
+	}
+	if isWriteKind(k) {
+		if start {
+			reth := pkt.RETH()
+			n := reth.DMALen()
+			rs.wva, rs.wrkey, rs.wresid, rs.wlen = reth.VA(), reth.RKey(), n, n
+			if n > MaxMsgSize || (n != 0 && q.pd.CheckRemote(rs.wrkey, rs.wva, uint64(n), mr.AccessRemoteWrite) != nil) {
+				q.ucDrop()
+				return
+			}
+		}
+		if (rs.wresid > mtu && pay != mtu) || (rs.wresid <= mtu && (pay != rs.wresid || (pos != bth.PosLast && pos != bth.PosOnly))) {
+			q.ucDrop()
+			return
+		}
+		if pay > 0 && q.pd.WriteRemote(rs.wrkey, rs.wva, pkt.PayloadBytes()) != nil {
+			q.ucDrop()
+			return
+		}
+		rs.wva += uint64(pay)
+		rs.wresid -= pay
+	} else if pay > 0 {
+		if _, err := q.pd.Scatter(rs.rwqe.sgl, uint64(rs.roff), pkt.PayloadBytes()); err != nil {
+			q.ucDrop()
+			return
+		}
+		rs.roff += pay
+	}
+	last := pos == bth.PosLast || pos == bth.PosOnly
+	rs.psn = psn.Next()
+	rs.inSend = isSendKind(k) && !last
+	rs.inWrite = isWriteKind(k) && !last
+	if last {
+		q.nextMSN()
+		if consumesRecv(k) {
+			wc := WC{Opcode: WCRecv, ByteLen: rs.roff}
+			if isWriteKind(k) {
+				wc.Opcode = WCRecvRDMAWithImm
+				wc.ByteLen = rs.wlen
+			}
+			if info.Headers&bth.HdrImmDt != 0 {
+				wc.Flags |= WCWithImm
+				wc.Imm = pkt.ImmDt().Value()
+			}
+			q.completeRecv(&wc, b.SE())
+		}
+	}
+}
+
+// --- UD -------------------------------------------------------------------
+
+func (q *QP) udRequest(pkt *bth.Packet) {
+	rs := &q.resp
+	pay := pkt.PayLen
+	if pay > q.portMTU.Bytes() || !q.takeRecv() {
+		q.cnt[CntRecvDropped]++
+		return
+	}
+	w := rs.rwqe
+	if w.length < uint64(GRHLen+pay) {
+		q.cnt[CntRecvDropped]++
+		if q.srq != nil {
+			wc := WC{Status: WCLocLenErr, Opcode: WCRecv}
+			q.completeRecv(&wc, false)
+		}
+		return
+	}
+	// The GRH space: the IPv6 header, or for IPv4 (RoCEv2 over IPv4, as
+	// rdma_rxe and hardware deliver it) 20 zero bytes then the IPv4 header.
+	g := rs.grh[:]
+	ip := pkt.Frame[pkt.L3:]
+	if pkt.IPv6 {
+		copy(g, ip[:GRHLen])
+	} else {
+		clear(g[:20])
+		copy(g[20:], ip[:20])
+	}
+	if _, err := q.pd.Scatter(w.sgl, 0, g); err == nil {
+		_, err = q.pd.Scatter(w.sgl, GRHLen, pkt.PayloadBytes())
+		if err != nil {
+			g = nil
+		}
+	} else {
+		g = nil
+	}
+	if g == nil {
+		// A bad receive buffer: rdma_rxe treats it as class A and fails
+		// the QP.
+		wc := WC{Status: WCLocProtErr, Opcode: WCRecv}
+		q.completeRecv(&wc, false)
+		q.toErr()
+		return
+	}
+	info := pkt.Info()
+	wc := WC{Opcode: WCRecv, ByteLen: uint32(GRHLen + pay), Flags: WCGRH, SrcQP: pkt.DETH().SrcQP()}
+	if info.Headers&bth.HdrImmDt != 0 {
+		wc.Flags |= WCWithImm
+		wc.Imm = pkt.ImmDt().Value()
+	}
+	q.cnt[CntRDMASends]++
+	q.completeRecv(&wc, pkt.BTH().SE())
+}

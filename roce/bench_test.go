@@ -1,0 +1,286 @@
+package roce_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/roce/memlink"
+)
+
+// The benchmarks run two devices in one process over the in-memory router
+// without loss. The stepped variants drive both devices from the benchmark
+// goroutine, so they measure the CPU cost of the whole path (requester,
+// both loops, responder, completer) on one core; the real-time variants
+// run each device's loop in its own goroutine.
+
+// report adds packets per second, GB/s and allocations per packet for a
+// run that started at start with memory statistics m0 and sent-packet
+// count s0.
+func report(b *testing.B, devs []*roce.Device, start time.Time, m0 *runtime.MemStats, s0 uint64, bytes float64) {
+	el := time.Since(start).Seconds()
+	var m1 runtime.MemStats
+	runtime.ReadMemStats(&m1)
+	pkts := sentPkts(devs) - s0
+	b.ReportMetric(float64(pkts)/el, "pkts/s")
+	if bytes > 0 {
+		b.ReportMetric(bytes/el/1e9, "GB/s")
+	}
+	b.ReportMetric(float64(m1.Mallocs-m0.Mallocs)/float64(max(pkts, 1)), "allocs/pkt")
+}
+
+func sentPkts(devs []*roce.Device) uint64 {
+	var n uint64
+	for _, d := range devs {
+		n += d.Counter(qp.CntSentPkts)
+	}
+	return n
+}
+
+// stepAll steps the devices until they are idle.
+func stepAll(b *testbed) {
+	now := b.clock.Now()
+	for busy := true; busy; {
+		busy = false
+		for _, n := range b.nodes {
+			if n.dev.Step(now) {
+				busy = true
+			}
+		}
+	}
+}
+
+func benchWrite(b *testing.B, size int, mtu roce.MTU, depth int) {
+	tb := newBed(b, bedOpts{})
+	qa, _ := tb.pairQPs(rcOpts{mtu: mtu, maxWR: 256})
+	a, c := tb.nodes[0], tb.nodes[1]
+	lm, _ := a.reg(b, size, 0, 1)
+	rm, _ := c.reg(b, size, 0, 2)
+	wr := roce.SendWR{Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, size)},
+		RemoteAddr: rm.Addr(), RKey: rm.RKey()}
+	var wcs [64]roce.WC
+	posted, done := 0, 0
+	run := func(n int) {
+		for done < n {
+			for posted < n && posted-done < depth {
+				wr.WRID = uint64(posted)
+				if err := qa.PostSend(&wr); err != nil {
+					b.Fatal(err)
+				}
+				posted++
+			}
+			stepAll(tb)
+			for {
+				k := a.scq.Poll(wcs[:])
+				if k == 0 {
+					break
+				}
+				for _, w := range wcs[:k] {
+					if w.Status != roce.WCSuccess {
+						b.Fatal(w.Status)
+					}
+				}
+				done += k
+			}
+		}
+	}
+	run(depth * 4) // warm up: buffers, rings
+	posted, done = 0, 0
+	devs := []*roce.Device{a.dev, c.dev}
+	var m0 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	s0 := sentPkts(devs)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	run(b.N)
+	b.StopTimer()
+	report(b, devs, start, &m0, s0, float64(b.N)*float64(size))
+}
+
+// BenchmarkRCWrite: RDMA WRITE throughput, 16 messages in flight.
+func BenchmarkRCWrite(b *testing.B) {
+	for _, size := range []int{4 << 10, 64 << 10} {
+		for _, mtu := range []roce.MTU{roce.MTU1024, roce.MTU4096} {
+			b.Run(fmt.Sprintf("%dKiB/mtu%d", size>>10, mtu.Bytes()), func(b *testing.B) {
+				benchWrite(b, size, mtu, 16)
+			})
+		}
+	}
+}
+
+// BenchmarkRCWrite8B: small-message rate, 64 WRITEs of 8 bytes in flight.
+func BenchmarkRCWrite8B(b *testing.B) {
+	benchWrite(b, 8, roce.MTU1024, 64)
+}
+
+// BenchmarkSendPingPong: one 8-byte SEND each way per iteration; ns/op is
+// the round trip.
+func BenchmarkSendPingPong(b *testing.B) {
+	b.Run("stepped", func(b *testing.B) {
+		tb := newBed(b, bedOpts{})
+		qa, qc := tb.pairQPs(rcOpts{maxWR: 64, maxInline: 64})
+		a, c := tb.nodes[0], tb.nodes[1]
+		lm, _ := a.reg(b, 64, 0, 1)
+		rm, _ := c.reg(b, 64, 0, 2)
+		sa := roce.SendWR{Opcode: roce.WROpSend, Flags: roce.Signaled | roce.Inline, InlineData: make([]byte, 8)}
+		sc := sa
+		ra := roce.RecvWR{SGL: []roce.SGE{lm.SGE(0, 64)}}
+		rc := roce.RecvWR{SGL: []roce.SGE{rm.SGE(0, 64)}}
+		var wcs [8]roce.WC
+		wait := func(cq *roce.CQ) {
+			for {
+				if cq.Poll(wcs[:1]) == 1 {
+					if wcs[0].Status != roce.WCSuccess {
+						b.Fatal(wcs[0].Status)
+					}
+					return
+				}
+				stepAll(tb)
+			}
+		}
+		round := func() {
+			must(qc.PostRecv(&rc))
+			must(qa.PostRecv(&ra))
+			must(qa.PostSend(&sa))
+			wait(c.rcq)
+			must(qc.PostSend(&sc))
+			wait(a.rcq)
+			wait(a.scq)
+			wait(c.scq)
+		}
+		for i := 0; i < 100; i++ {
+			round()
+		}
+		devs := []*roce.Device{a.dev, c.dev}
+		var m0 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		s0 := sentPkts(devs)
+		b.ReportAllocs()
+		b.ResetTimer()
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			round()
+		}
+		b.StopTimer()
+		report(b, devs, start, &m0, s0, 0)
+	})
+	b.Run("realtime", func(b *testing.B) {
+		rt := newRealTimePair(b, roce.MTU1024)
+		a, c := rt.nodes[0], rt.nodes[1]
+		qa, qc := rt.qa, rt.qc
+		lm, _ := a.reg(b, 64, 0, 1)
+		rm, _ := c.reg(b, 64, 0, 2)
+		sa := roce.SendWR{Opcode: roce.WROpSend, Flags: roce.Inline, InlineData: make([]byte, 8)}
+		sc := sa
+		ra := roce.RecvWR{SGL: []roce.SGE{lm.SGE(0, 64)}}
+		rc := roce.RecvWR{SGL: []roce.SGE{rm.SGE(0, 64)}}
+		// The echo side runs in its own goroutine, blocked in Wait.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			var wcs [4]roce.WC
+			for {
+				n, err := c.rcq.Wait(ctx, wcs[:1])
+				if err != nil {
+					return
+				}
+				for range n {
+					qc.PostRecv(&rc)
+					qc.PostSend(&sc)
+				}
+			}
+		}()
+		for i := 0; i < 8; i++ {
+			qc.PostRecv(&rc)
+			qa.PostRecv(&ra)
+		}
+		var wcs [4]roce.WC
+		round := func() {
+			must(qa.PostSend(&sa))
+			if _, err := a.rcq.Wait(ctx, wcs[:1]); err != nil {
+				b.Fatal(err)
+			}
+			must(qa.PostRecv(&ra))
+		}
+		for i := 0; i < 100; i++ {
+			round()
+		}
+		devs := []*roce.Device{a.dev, c.dev}
+		var m0 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		s0 := sentPkts(devs)
+		b.ReportAllocs()
+		b.ResetTimer()
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			round()
+		}
+		b.StopTimer()
+		report(b, devs, start, &m0, s0, 0)
+	})
+}
+
+type realTimePair struct {
+	nodes  []*node
+	qa, qc *roce.QP
+}
+
+// newRealTimePair starts two devices with real-time loops and connects an
+// RC pair.
+func newRealTimePair(b testing.TB, mtu roce.MTU) *realTimePair {
+	rt := &realTimePair{}
+	clock := roce.SystemClock()
+	router := memlink.NewRouter(clock, 1, memlink.Impairments{})
+	for i := 0; i < 2; i++ {
+		rt.nodes = append(rt.nodes, startNode(b, router, clock, i, 9000))
+	}
+	bed := &testbed{t: b, nodes: rt.nodes}
+	rt.qa, rt.qc = bed.pairQPs(rcOpts{mtu: mtu, maxWR: 256, maxInline: 64})
+	return rt
+}
+
+// BenchmarkRCWriteRealTime: WRITE throughput with both loops running in
+// real time (two cores).
+func BenchmarkRCWriteRealTime(b *testing.B) {
+	for _, size := range []int{4 << 10, 64 << 10} {
+		b.Run(fmt.Sprintf("%dKiB/mtu4096", size>>10), func(b *testing.B) {
+			rt := newRealTimePair(b, roce.MTU4096)
+			a, c := rt.nodes[0], rt.nodes[1]
+			lm, _ := a.reg(b, size, 0, 1)
+			rm, _ := c.reg(b, size, 0, 2)
+			wr := roce.SendWR{Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, size)},
+				RemoteAddr: rm.Addr(), RKey: rm.RKey()}
+			var wcs [64]roce.WC
+			posted, done := 0, 0
+			devs := []*roce.Device{a.dev, c.dev}
+			var m0 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			s0 := sentPkts(devs)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			for done < b.N {
+				for posted < b.N && posted-done < 32 {
+					if err := rt.qa.PostSend(&wr); err != nil {
+						b.Fatal(err)
+					}
+					posted++
+				}
+				k, err := a.scq.WaitTimeout(wcs[:], 10*time.Second)
+				if err != nil {
+					b.Fatal(err)
+				}
+				done += k
+			}
+			b.StopTimer()
+			report(b, devs, start, &m0, s0, float64(b.N)*float64(size))
+		})
+	}
+}

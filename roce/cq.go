@@ -1,0 +1,255 @@
+// Completion queues: the device loop appends completions (Push) while it
+// holds the device lock; application goroutines poll or wait on them. A CQ
+// has its own small lock, so polling never waits for the loop.
+
+package roce
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/sroce/sroce/qp"
+)
+
+// WC is a work completion (struct ibv_wc).
+type WC = qp.WC
+
+// CQ is a completion queue (struct ibv_cq). The device loop appends
+// completions; any goroutine polls them. A CQ that overflows loses the
+// completions that did not fit, reports an EventCQErr asynchronous event,
+// and the QPs whose completions were lost move to the error state.
+type CQ struct {
+	dev *Device
+
+	mu         sync.Mutex
+	buf        []WC
+	head, n    int
+	overflowed bool
+	armed      uint8 // armNone, armNext, armSolicited
+	ch         *CompChannel
+	nqp        int // QPs using the CQ (under the device lock)
+	dead       bool
+	wake       chan struct{}
+	Context    any // free for the application
+}
+
+const (
+	armNone uint8 = iota
+	armNext
+	armSolicited
+)
+
+// CreateCQ creates a completion queue that holds cqe completions
+// (ibv_create_cq). ch, if not nil, receives an event each time the CQ is
+// armed with ReqNotify and a completion arrives.
+func (d *Device) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
+	if cqe < 1 || cqe > MaxCQE {
+		return nil, ErrInvalid
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	return &CQ{dev: d, buf: make([]WC, cqe), ch: ch, wake: make(chan struct{}, 1)}, nil
+}
+
+// Cqe returns the capacity of the CQ.
+func (c *CQ) Cqe() int { return len(c.buf) }
+
+// Push appends a completion; it implements qp.CQ for the device loop.
+func (c *CQ) Push(wc qp.WC, solicited bool) bool {
+	c.mu.Lock()
+	if c.n == len(c.buf) {
+		first := !c.overflowed
+		c.overflowed = true
+		c.mu.Unlock()
+		if first {
+			c.dev.events.post(AsyncEvent{Type: qp.EventCQErr, CQ: c})
+		}
+		return false
+	}
+	c.buf[(c.head+c.n)%len(c.buf)] = wc
+	c.n++
+	notify := c.armed == armNext || (c.armed == armSolicited && (solicited || wc.Status != qp.WCSuccess))
+	if notify {
+		c.armed = armNone
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	if notify && c.ch != nil {
+		c.ch.post(c)
+	}
+	return true
+}
+
+// Poll moves up to len(wcs) completions into wcs and returns how many
+// (ibv_poll_cq). It never blocks.
+func (c *CQ) Poll(wcs []WC) int {
+	c.mu.Lock()
+	k := min(len(wcs), c.n)
+	for i := 0; i < k; i++ {
+		wcs[i] = c.buf[c.head]
+		c.head++
+		if c.head == len(c.buf) {
+			c.head = 0
+		}
+	}
+	c.n -= k
+	c.mu.Unlock()
+	return k
+}
+
+// Len returns the number of completions waiting.
+func (c *CQ) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// Overflowed reports whether completions were lost because the CQ was
+// full.
+func (c *CQ) Overflowed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.overflowed
+}
+
+// Wait blocks until at least one completion is available or ctx is done,
+// then polls like Poll. It needs the device loop running (Run or Start).
+func (c *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
+	for {
+		if n := c.Poll(wcs); n > 0 {
+			return n, nil
+		}
+		select {
+		case <-c.wake:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// WaitTimeout is Wait with a timeout instead of a context; it returns 0
+// and context.DeadlineExceeded when nothing arrived in time.
+func (c *CQ) WaitTimeout(wcs []WC, timeout time.Duration) (int, error) {
+	if n := c.Poll(wcs); n > 0 {
+		return n, nil
+	}
+	t := timerPool.Get().(*time.Timer)
+	t.Reset(timeout)
+	defer func() {
+		t.Stop()
+		timerPool.Put(t)
+	}()
+	for {
+		select {
+		case <-c.wake:
+		case <-t.C:
+			return c.Poll(wcs), context.DeadlineExceeded
+		}
+		if n := c.Poll(wcs); n > 0 {
+			return n, nil
+		}
+	}
+}
+
+// timerPool recycles the timers of WaitTimeout.
+var timerPool = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
+// ReqNotify arms the CQ (ibv_req_notify_cq): the next completion, or with
+// solicitedOnly the next solicited or failed completion, posts an event to
+// the CQ's completion channel.
+func (c *CQ) ReqNotify(solicitedOnly bool) error {
+	if c.ch == nil {
+		return ErrInvalid
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if solicitedOnly {
+		if c.armed != armNext {
+			c.armed = armSolicited
+		}
+	} else {
+		c.armed = armNext
+	}
+	return nil
+}
+
+// Destroy destroys the CQ (ibv_destroy_cq). It fails with ErrBusy while
+// QPs use it.
+func (c *CQ) Destroy() error {
+	d := c.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c.dead {
+		return ErrDestroyed
+	}
+	if c.nqp > 0 {
+		return ErrBusy
+	}
+	c.dead = true
+	return nil
+}
+
+// CompChannel delivers CQ events (struct ibv_comp_channel).
+type CompChannel struct {
+	mu     sync.Mutex
+	q      []*CQ
+	wake   chan struct{}
+	unack  map[*CQ]int
+	closed bool
+}
+
+// CreateCompChannel creates a completion channel (ibv_create_comp_channel).
+func (d *Device) CreateCompChannel() *CompChannel {
+	return &CompChannel{wake: make(chan struct{}, 1), unack: make(map[*CQ]int)}
+}
+
+func (ch *CompChannel) post(c *CQ) {
+	ch.mu.Lock()
+	ch.q = append(ch.q, c)
+	ch.mu.Unlock()
+	select {
+	case ch.wake <- struct{}{}:
+	default:
+	}
+}
+
+// GetEvent waits for the next CQ event (ibv_get_cq_event) and returns the
+// CQ. Each event must eventually be acknowledged with AckEvents.
+func (ch *CompChannel) GetEvent(ctx context.Context) (*CQ, error) {
+	for {
+		ch.mu.Lock()
+		if len(ch.q) > 0 {
+			c := ch.q[0]
+			ch.q = ch.q[1:]
+			ch.unack[c]++
+			ch.mu.Unlock()
+			return c, nil
+		}
+		ch.mu.Unlock()
+		select {
+		case <-ch.wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// AckEvents acknowledges n events of c (ibv_ack_cq_events).
+func (ch *CompChannel) AckEvents(c *CQ, n int) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.unack[c] -= n; ch.unack[c] <= 0 {
+		delete(ch.unack, c)
+	}
+}

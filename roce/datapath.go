@@ -1,0 +1,413 @@
+// Data path. One goroutine (Run, or the caller of Step) owns everything in
+// this file while holding the device lock: it reads frames from the link,
+// checks them (parse, ICRC, destination address, QPN) and hands them to
+// the QP they address; it fires QP timers from a heap ordered by deadline;
+// it pumps the QPs that have something to send into a batch of frame
+// buffers, adding the Ethernet/IP/UDP headers and the ICRC, and writes the
+// batch to the link. Application goroutines only ring doorbells (a
+// mutex-protected list of QPs with new work) and poll CQs.
+
+package roce
+
+import (
+	"errors"
+	"time"
+
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/qp"
+)
+
+// Budgets of one step.
+const (
+	pumpPerQP   = 64   // packets one QP sends before the next gets a turn
+	pumpPerStep = 1024 // packets all QPs send in one step
+	rxRounds    = 4    // link batches read in one step
+)
+
+// step processes n frames already in d.rx, then doorbells, more frames,
+// timers and transmission. It reports whether there is more to do at once.
+func (d *Device) step(now time.Duration, n int) bool {
+	did := n > 0
+	for i := 0; i < n; i++ {
+		d.receive(now, d.rx[i][:d.rxSizes[i]])
+	}
+	if d.doorbells() {
+		did = true
+	}
+	for round := 0; round < rxRounds; round++ {
+		k, err := d.link.ReadBatch(d.rx, d.rxSizes, 0)
+		if err != nil || k == 0 {
+			break
+		}
+		did = true
+		for i := 0; i < k; i++ {
+			d.receive(now, d.rx[i][:d.rxSizes[i]])
+		}
+		if k < len(d.rx) {
+			break
+		}
+	}
+	for len(d.timers) > 0 && d.timers[0].deadline <= now {
+		q := d.timers[0]
+		d.timers.remove(q)
+		q.qp.OnTimer(now)
+		d.touch(q)
+		did = true
+	}
+	more := d.pump(now)
+	d.flushTx()
+	return did || more || d.txN > 0
+}
+
+// receive handles one frame.
+func (d *Device) receive(now time.Duration, frame []byte) {
+	p := &d.pkt
+	if err := p.Parse(frame); err != nil {
+		if errors.Is(err, bth.ErrNotRoCE) {
+			d.cnt[qp.CntNotRoCE]++
+		} else {
+			d.cnt[qp.CntMalformed]++
+		}
+		return
+	}
+	if !p.VerifyICRC() {
+		d.cnt[qp.CntICRCError]++
+		return
+	}
+	dst := p.DstAddr()
+	local := false
+	for _, a := range d.gidAddrs {
+		if a == dst {
+			local = true
+			break
+		}
+	}
+	if !local {
+		d.cnt[qp.CntBadDGID]++
+		return
+	}
+	q := d.lookupQP(p.BTH().DestQP())
+	if q == nil {
+		d.cnt[qp.CntUnknownQPN]++
+		return
+	}
+	q.qp.Receive(now, p)
+	d.touch(q)
+}
+
+// lookupQP finds a live QP by number.
+func (d *Device) lookupQP(n bth.QPN) *QP {
+	if n == 1 {
+		return d.gsi
+	}
+	i := int(n) - firstQPN
+	if i < 0 || i >= len(d.qps) {
+		return nil
+	}
+	return d.qps[i]
+}
+
+// touch reschedules q after it changed: its timer and whether it has
+// something to send.
+func (d *Device) touch(q *QP) {
+	if q.dead {
+		return
+	}
+	d.retime(q)
+	if !q.queued && q.qp.HasWork() {
+		q.queued = true
+		d.runq = append(d.runq, q)
+	}
+}
+
+// retime moves q in the timer heap to its current deadline.
+func (d *Device) retime(q *QP) {
+	dl, ok := q.qp.NextDeadline()
+	switch {
+	case ok && q.heapIdx >= 0 && dl != q.deadline:
+		q.deadline = dl
+		d.timers.fix(q)
+	case ok && q.heapIdx < 0:
+		q.deadline = dl
+		d.timers.push(q)
+	case !ok && q.heapIdx >= 0:
+		d.timers.remove(q)
+	}
+}
+
+// doorbells takes the QPs whose queues got new work requests.
+func (d *Device) doorbells() bool {
+	d.dbMu.Lock()
+	list := d.db
+	d.db, d.dbSpare = d.dbSpare[:0], list
+	d.dbMu.Unlock()
+	for _, q := range list {
+		q.doorbell.Store(false)
+		d.touch(q)
+	}
+	clear(list)
+	return len(list) > 0
+}
+
+// ring notes that q has new work; called by posting goroutines.
+func (d *Device) ring(q *QP) {
+	if q.doorbell.CompareAndSwap(false, true) {
+		d.dbMu.Lock()
+		d.db = append(d.db, q)
+		d.dbMu.Unlock()
+		d.link.Wake()
+	}
+}
+
+// pump lets the queued QPs transmit, round robin. It reports whether some
+// QP still has more to send.
+func (d *Device) pump(now time.Duration) bool {
+	budget := pumpPerStep
+	for len(d.runq) > 0 && budget > 0 {
+		k := 0
+		for _, q := range d.runq {
+			if q.dead {
+				q.queued = false
+				continue
+			}
+			if budget <= 0 {
+				d.runq[k] = q
+				k++
+				continue
+			}
+			sent, more := q.qp.Pump(now, min(pumpPerQP, budget))
+			budget -= sent
+			if more {
+				d.runq[k] = q
+				k++
+			} else {
+				q.queued = false
+			}
+			d.retime(q)
+		}
+		clear(d.runq[k:])
+		d.runq = d.runq[:k]
+		if d.txN == len(d.tx) {
+			d.flushTx()
+			if d.txN == len(d.tx) {
+				// The link takes nothing now; try again later.
+				return true
+			}
+		}
+	}
+	return len(d.runq) > 0
+}
+
+// --- qp.Env -----------------------------------------------------------------
+
+// Frame implements qp.Env.
+func (d *Device) Frame(ah *qp.AH, n int) []byte {
+	if d.txN == len(d.tx) {
+		d.flushTx()
+		if d.txN == len(d.tx) {
+			return nil
+		}
+	}
+	hl := ah.Encap.Len()
+	f := d.tx[d.txN]
+	if hl+n > len(f) {
+		d.cnt[qp.CntSendErr]++
+		return nil
+	}
+	d.txHL = hl
+	return f[hl : hl+n]
+}
+
+// Send implements qp.Env.
+func (d *Device) Send(ah *qp.AH, src bth.QPN, pkt []byte) {
+	f := d.tx[d.txN]
+	d.enc = ah.Encap
+	e := &d.enc
+	e.SrcMAC = d.mac
+	e.SrcPort = UDPSourcePort(src)
+	d.ipID++
+	if d.ipID == 0 {
+		d.ipID = 1
+	}
+	e.ID = d.ipID
+	hl := d.txHL
+	l3, err := e.Encode(f, len(pkt))
+	if err != nil {
+		d.cnt[qp.CntSendErr]++
+		return
+	}
+	bth.PutICRC(f[l3:hl+len(pkt)], e.IPv6())
+	d.txLen[d.txN] = hl + len(pkt)
+	d.txN++
+}
+
+// UDPSourcePort returns the UDP source port of a QP's packets, as rdma_rxe
+// chooses it: 0xC000 plus a 14-bit hash of the QP number.
+func UDPSourcePort(qpn bth.QPN) uint16 {
+	return 0xc000 + uint16((uint32(qpn)*0x61c88647)>>18)&0x3fff
+}
+
+// flushTx writes the transmit batch to the link.
+func (d *Device) flushTx() {
+	if d.txN == 0 {
+		return
+	}
+	for i := 0; i < d.txN; i++ {
+		d.txView[i] = d.tx[i][:d.txLen[i]]
+	}
+	n, err := d.link.WriteBatch(d.txView[:d.txN])
+	if err != nil {
+		// The frames are lost; RC recovers by retransmission.
+		d.cnt[qp.CntSendErr] += uint64(d.txN - n)
+		n = d.txN
+	}
+	if n < d.txN {
+		// Keep what the link did not take, in order, at the front.
+		for i := n; i < d.txN; i++ {
+			d.tx[i-n], d.tx[i] = d.tx[i], d.tx[i-n]
+			d.txLen[i-n] = d.txLen[i]
+		}
+	}
+	d.txN -= n
+}
+
+// ResolveAH implements qp.Env: it fills in the headers that carry packets
+// to attr's destination.
+func (d *Device) ResolveAH(attr *qp.AHAttr, ah *qp.AH) error {
+	if attr.PortNum > 1 {
+		return errors.New("port does not exist")
+	}
+	if int(attr.SGIDIndex) >= GIDTableLen || d.gids[attr.SGIDIndex].IsZero() {
+		return ErrBadGIDIndex
+	}
+	if attr.DGID.IsZero() {
+		return errors.New("destination GID is zero")
+	}
+	sgid := d.gids[attr.SGIDIndex]
+	if sgid.IsIPv4() != attr.DGID.IsIPv4() {
+		return errors.New("source and destination GIDs are of different IP versions")
+	}
+	if attr.FlowLabel > 0xfffff {
+		return errors.New("flow label does not fit 20 bits")
+	}
+	ttl := attr.HopLimit
+	if ttl == 0 {
+		ttl = 64
+	}
+	*ah = qp.AH{Attr: *attr, SGID: sgid}
+	ah.Encap = bth.Encap{
+		DstMAC: attr.DMAC, SrcMAC: d.mac,
+		Src: sgid.Addr(), Dst: attr.DGID.Addr(),
+		TOS: attr.TrafficClass, TTL: ttl, FlowLabel: attr.FlowLabel,
+		DF: true, ID: 1, SrcPort: 0xc000,
+	}
+	return nil
+}
+
+// Invalidate implements qp.Env for SEND with invalidate: the MR whose key
+// is rkey, in the QP's PD, is deregistered so that the key is refused from
+// now on.
+func (d *Device) Invalidate(pd *mr.PD, rkey uint32) error {
+	m := d.mrs[rkey]
+	if m == nil || m.pd.pd != pd {
+		return mr.ErrBadKey
+	}
+	delete(d.mrs, rkey)
+	m.invalidated.Store(true)
+	return m.m.Dereg()
+}
+
+// Event implements qp.Env.
+func (d *Device) Event(t qp.EventType, q *qp.QP, srq *qp.SRQ) {
+	ev := AsyncEvent{Type: t}
+	if q != nil {
+		ev.QP, _ = q.Context.(*QP)
+	}
+	if srq != nil {
+		ev.SRQ, _ = srq.Context.(*SRQ)
+	}
+	d.events.post(ev)
+}
+
+// --- timers -------------------------------------------------------------------
+
+// timerHeap is a min-heap of QPs by deadline; each QP knows its index.
+type timerHeap []*QP
+
+func (h timerHeap) less(i, j int) bool { return h[i].deadline < h[j].deadline }
+
+func (h timerHeap) swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx = i
+	h[j].heapIdx = j
+}
+
+func (h *timerHeap) push(q *QP) {
+	q.heapIdx = len(*h)
+	*h = append(*h, q)
+	h.up(q.heapIdx)
+}
+
+func (h *timerHeap) remove(q *QP) {
+	i := q.heapIdx
+	if i < 0 {
+		return
+	}
+	n := len(*h) - 1
+	if i != n {
+		h.swap(i, n)
+	}
+	(*h)[n] = nil
+	*h = (*h)[:n]
+	q.heapIdx = -1
+	if i != n {
+		if !h.down(i) {
+			h.up(i)
+		}
+	}
+}
+
+func (h *timerHeap) fix(q *QP) {
+	if !h.down(q.heapIdx) {
+		h.up(q.heapIdx)
+	}
+}
+
+func (h timerHeap) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		j = i
+	}
+}
+
+func (h timerHeap) down(i0 int) bool {
+	i := i0
+	n := len(h)
+	for {
+		j := 2*i + 1
+		if j >= n {
+			break
+		}
+		if r := j + 1; r < n && h.less(r, j) {
+			j = r
+		}
+		if !h.less(j, i) {
+			break
+		}
+		h.swap(i, j)
+		i = j
+	}
+	return i > i0
+}
+
+func (d *Device) nextDeadline() (time.Duration, bool) {
+	if len(d.timers) == 0 {
+		return 0, false
+	}
+	return d.timers[0].deadline, true
+}

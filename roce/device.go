@@ -1,0 +1,387 @@
+package roce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/qp"
+)
+
+// Errors returned by the device's control operations.
+var (
+	ErrClosed       = errors.New("roce: device closed")
+	ErrRunning      = errors.New("roce: device loop already running")
+	ErrInvalid      = errors.New("roce: invalid argument")
+	ErrBusy         = errors.New("roce: resource in use")
+	ErrNoResources  = errors.New("roce: out of resources")
+	ErrBadGIDIndex  = errors.New("roce: GID index out of range or empty")
+	ErrDestroyed    = errors.New("roce: object destroyed")
+	ErrCQOverflow   = errors.New("roce: completion queue overflowed")
+	ErrNotSupported = errors.New("roce: not supported")
+)
+
+// Device limits, as rdma_rxe reports them.
+const (
+	MaxQP         = 1 << 16
+	MaxQPWR       = 1 << 14
+	MaxSGE        = 32
+	MaxInlineData = 400
+	MaxCQE        = 1<<15 - 1
+	MaxSRQWR      = 1 << 14
+	GIDTableLen   = 16
+	firstQPN      = 17 // rdma_rxe numbers QPs from 17; 0 and 1 are reserved
+)
+
+// Options configures a device.
+type Options struct {
+	// Name of the device, e.g. "sroce0".
+	Name string
+	// Clock gives the time; nil means SystemClock.
+	Clock Clock
+	// GIDs is the initial GID table: the IP addresses of the port.
+	GIDs []bth.GID
+	// Rand seeds memory keys and other random choices; nil means a random
+	// seed.
+	Rand rand.Source
+	// RxBatch and TxBatch size the frame batches (default 64).
+	RxBatch, TxBatch int
+}
+
+// DeviceAttr describes the device (a subset of struct ibv_device_attr).
+type DeviceAttr struct {
+	MaxQP            int
+	MaxQPWR          int
+	MaxSGE           int
+	MaxInlineData    int
+	MaxCQ            int
+	MaxCQE           int
+	MaxMR            int
+	MaxPD            int
+	MaxQPRdAtom      int
+	MaxQPInitRdAtom  int
+	MaxSRQ           int
+	MaxSRQWR         int
+	MaxMsgSize       uint64
+	PhysPortCnt      int
+	AtomicCapability string
+}
+
+// PortState is the state of the port (enum ibv_port_state).
+type PortState uint8
+
+// Port states.
+const (
+	PortDown   PortState = 1
+	PortActive PortState = 4
+)
+
+// PortAttr describes the port (a subset of struct ibv_port_attr).
+type PortAttr struct {
+	State      PortState
+	MaxMTU     qp.MTU
+	ActiveMTU  qp.MTU
+	GIDTblLen  int
+	PKeyTblLen int
+	LinkMTU    int // the interface MTU
+}
+
+// Device is an RDMA device over a Link: the GID table, the QP number space,
+// PDs, MRs, CQs, SRQs and QPs, and the loop that moves packets between the
+// link and the QPs.
+//
+// The loop runs either in real time (Run, or Start) or step by step under a
+// caller's control (Step), never both. It holds the device lock while it
+// processes a batch; control operations (create, modify, destroy, query)
+// take the same lock, so they never run concurrently with packet
+// processing. Posting work requests and polling CQs do not take it.
+type Device struct {
+	name    string
+	link    Link
+	clock   Clock
+	mac     [6]byte
+	linkMTU int
+	portMTU qp.MTU
+	attr    DeviceAttr
+
+	mu       sync.Mutex // the device lock
+	mrt      *mr.Table
+	rng      *rand.Rand
+	gids     [GIDTableLen]bth.GID
+	gidAddrs []netip.Addr // addresses of the non-empty GIDs
+	qps      []*QP        // by QPN - firstQPN
+	gsi      *QP          // QP1
+	nextQPN  int
+	nqp      int
+	mrs      map[uint32]*MR // by key, for SEND with invalidate
+	cnt      qp.Counters
+	closed   bool
+
+	// Loop state, used under mu.
+	rx      [][]byte
+	rxSizes []int
+	pkt     bth.Packet
+	tx      [][]byte
+	txView  [][]byte
+	txLen   []int
+	txN     int
+	txHL    int
+	enc     bth.Encap
+	runq    []*QP
+	timers  timerHeap
+	ipID    uint16
+
+	// Doorbells: QPs with newly posted work, from any goroutine.
+	dbMu    sync.Mutex
+	db      []*QP
+	dbSpare []*QP
+
+	events eventQueue
+
+	running atomic.Bool
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+// Open creates a device on link. The device is idle until Run, Start or
+// Step drives it.
+func Open(link Link, opts *Options) (*Device, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	d := &Device{name: opts.Name, link: link, clock: opts.Clock, linkMTU: link.MTU()}
+	if d.name == "" {
+		d.name = "sroce0"
+	}
+	if d.clock == nil {
+		d.clock = SystemClock()
+	}
+	copy(d.mac[:], link.HardwareAddr())
+	d.portMTU = qp.PortMTU(d.linkMTU)
+	if !d.portMTU.Valid() {
+		return nil, fmt.Errorf("roce: link MTU %d is too small for RoCE", d.linkMTU)
+	}
+	src := opts.Rand
+	if src == nil {
+		src = rand.NewPCG(rand.Uint64(), rand.Uint64())
+	}
+	d.rng = rand.New(src)
+	d.mrt = mr.NewTable(mr.Options{Rand: rand.NewPCG(d.rng.Uint64(), d.rng.Uint64())})
+	if len(opts.GIDs) > GIDTableLen {
+		return nil, fmt.Errorf("roce: %d GIDs, the table holds %d", len(opts.GIDs), GIDTableLen)
+	}
+	copy(d.gids[:], opts.GIDs)
+	d.refreshGIDs()
+	d.qps = make([]*QP, MaxQP)
+	d.nextQPN = firstQPN
+	d.mrs = make(map[uint32]*MR)
+	d.ipID = uint16(d.rng.Uint32())
+	rxb, txb := opts.RxBatch, opts.TxBatch
+	if rxb <= 0 {
+		rxb = 64
+	}
+	if txb <= 0 {
+		txb = 64
+	}
+	frame := d.linkMTU + bth.EthernetLen + bth.VLANTagLen + 64
+	d.rx = make([][]byte, rxb)
+	d.rxSizes = make([]int, rxb)
+	for i := range d.rx {
+		d.rx[i] = make([]byte, frame)
+	}
+	d.tx = make([][]byte, txb)
+	d.txView = make([][]byte, txb)
+	d.txLen = make([]int, txb)
+	for i := range d.tx {
+		d.tx[i] = make([]byte, frame)
+	}
+	d.runq = make([]*QP, 0, 64)
+	d.db = make([]*QP, 0, 64)
+	d.dbSpare = make([]*QP, 0, 64)
+	d.events.init()
+	d.attr = DeviceAttr{
+		MaxQP: MaxQP, MaxQPWR: MaxQPWR, MaxSGE: MaxSGE, MaxInlineData: MaxInlineData,
+		MaxCQ: 1 << 16, MaxCQE: MaxCQE, MaxMR: mr.DefaultMaxMR, MaxPD: 1 << 16,
+		MaxQPRdAtom: qp.MaxRdAtomic, MaxQPInitRdAtom: qp.MaxRdAtomic, MaxSRQ: 1 << 16,
+		MaxSRQWR: MaxSRQWR, MaxMsgSize: qp.MaxMsgSize, PhysPortCnt: 1,
+		AtomicCapability: "ATOMIC_HCA",
+	}
+	return d, nil
+}
+
+// Name returns the device name.
+func (d *Device) Name() string { return d.name }
+
+// Link returns the device's link.
+func (d *Device) Link() Link { return d.link }
+
+// Clock returns the device's clock.
+func (d *Device) Clock() Clock { return d.clock }
+
+// Query returns the device attributes (ibv_query_device).
+func (d *Device) Query() DeviceAttr { return d.attr }
+
+// QueryPort returns the attributes of port 1 (ibv_query_port).
+func (d *Device) QueryPort() PortAttr {
+	return PortAttr{State: PortActive, MaxMTU: qp.MTU4096, ActiveMTU: d.portMTU,
+		GIDTblLen: GIDTableLen, PKeyTblLen: 1, LinkMTU: d.linkMTU}
+}
+
+// SetGID sets entry index of the GID table; a zero GID clears it.
+func (d *Device) SetGID(index int, gid bth.GID) error {
+	if index < 0 || index >= GIDTableLen {
+		return ErrBadGIDIndex
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.gids[index] = gid
+	d.refreshGIDs()
+	return nil
+}
+
+// QueryGID returns entry index of the GID table (ibv_query_gid).
+func (d *Device) QueryGID(index int) (bth.GID, error) {
+	if index < 0 || index >= GIDTableLen {
+		return bth.GID{}, ErrBadGIDIndex
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.gids[index], nil
+}
+
+func (d *Device) refreshGIDs() {
+	d.gidAddrs = d.gidAddrs[:0]
+	for _, g := range d.gids {
+		if !g.IsZero() {
+			d.gidAddrs = append(d.gidAddrs, g.Addr())
+		}
+	}
+}
+
+// Counters returns a snapshot of the device's counters by name.
+func (d *Device) Counters() map[string]uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cnt.Map()
+}
+
+// Counter returns one counter.
+func (d *Device) Counter(c qp.Counter) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cnt[c]
+}
+
+// Start runs the device loop (Run) in a goroutine until Close.
+func (d *Device) Start() error {
+	if d.running.Load() {
+		return ErrRunning
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.mu.Lock()
+	d.stop = cancel
+	d.done = make(chan struct{})
+	done := d.done
+	d.mu.Unlock()
+	go func() {
+		defer close(done)
+		d.Run(ctx)
+	}()
+	return nil
+}
+
+// Close stops the loop started by Start, closes the link and refuses
+// further work. Objects are not destroyed; their memory is simply no
+// longer touched.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	d.closed = true
+	stop, done := d.stop, d.done
+	d.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+	d.events.close()
+	return d.link.Close()
+}
+
+// maxIdle bounds the loop's sleep when no timer is due.
+const maxIdle = 100 * time.Millisecond
+
+// Run is the device loop in real time: one goroutine that waits for frames
+// from the link, the earliest QP timer, or posted work, and processes them.
+// It returns when ctx is done or the link fails.
+func (d *Device) Run(ctx context.Context) error {
+	if !d.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer d.running.Store(false)
+	stop := context.AfterFunc(ctx, d.link.Wake)
+	defer stop()
+	n := 0
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		now := d.clock.Now()
+		d.mu.Lock()
+		if d.closed {
+			d.mu.Unlock()
+			return nil
+		}
+		busy := d.step(now, n)
+		dl, ok := d.nextDeadline()
+		d.mu.Unlock()
+		wait := time.Duration(0)
+		if !busy {
+			wait = maxIdle
+			if ok {
+				wait = min(wait, max(dl-d.clock.Now(), 0))
+			}
+		}
+		var err error
+		n, err = d.link.ReadBatch(d.rx, d.rxSizes, wait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			d.mu.Lock()
+			d.cnt[qp.CntLinkDowned]++
+			d.mu.Unlock()
+			return err
+		}
+	}
+}
+
+// Step runs the loop once at virtual time now without blocking: it takes
+// posted work, reads the frames the link has ready, fires the timers due
+// at now and transmits what the QPs have to send. It reports whether it
+// did anything; callers repeat it until it reports false, then advance
+// time to the earliest of NextDeadline and the link's next delivery.
+func (d *Device) Step(now time.Duration) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return false
+	}
+	return d.step(now, 0)
+}
+
+// NextDeadline returns the earliest QP timer, if any.
+func (d *Device) NextDeadline() (time.Duration, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.nextDeadline()
+}

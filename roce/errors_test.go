@@ -1,0 +1,518 @@
+package roce_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/roce/memlink"
+)
+
+// expectWC waits for k completions on n and checks their statuses in order.
+func (b *testbed) expectWC(n *node, want ...roce.WCStatus) []roce.WC {
+	b.t.Helper()
+	w := b.waitWCs(n, len(want))
+	if len(w) != len(want) {
+		b.t.Fatalf("got %d completions, want %d: %+v", len(w), len(want), w)
+	}
+	for i := range want {
+		if w[i].Status != want[i] {
+			b.t.Fatalf("completion %d: status %q, want %q (%+v)", i, w[i].Status, want[i], w[i])
+		}
+	}
+	return w
+}
+
+// settle runs the simulation until nothing is left to happen.
+func (b *testbed) settle() {
+	b.sim.RunFor(10 * time.Second)
+	for _, n := range b.nodes {
+		n.poll()
+	}
+}
+
+func TestRemoteAccessErrors(t *testing.T) {
+	cases := []struct {
+		name   string
+		access roce.Access // of the target MR
+		op     roce.WROpcode
+		rkey   func(m *roce.MR) uint32
+		off    int
+		n      int
+		want   roce.WCStatus
+	}{
+		{"bad rkey", 0, roce.WROpRDMAWrite, func(m *roce.MR) uint32 { return m.RKey() ^ 0x100 }, 0, 64, roce.WCRemAccessErr},
+		{"stale rkey", 0, roce.WROpRDMARead, func(m *roce.MR) uint32 { return m.RKey() + 1 }, 0, 64, roce.WCRemAccessErr},
+		{"no remote write", roce.AccessLocalWrite | roce.AccessRemoteRead, roce.WROpRDMAWrite, (*roce.MR).RKey, 0, 64, roce.WCRemAccessErr},
+		{"no remote read", roce.AccessLocalWrite | roce.AccessRemoteWrite, roce.WROpRDMARead, (*roce.MR).RKey, 0, 64, roce.WCRemAccessErr},
+		{"no remote atomic", roce.AccessLocalWrite | roce.AccessRemoteWrite, roce.WROpAtomicFetchAdd, (*roce.MR).RKey, 0, 8, roce.WCRemAccessErr},
+		{"write out of bounds", 0, roce.WROpRDMAWrite, (*roce.MR).RKey, 4000, 200, roce.WCRemAccessErr},
+		{"read before the region", 0, roce.WROpRDMARead, (*roce.MR).RKey, -8, 16, roce.WCRemAccessErr},
+		{"atomic out of bounds", 0, roce.WROpAtomicCmpSwp, (*roce.MR).RKey, 4096, 8, roce.WCRemAccessErr},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBed(t, bedOpts{})
+			qa, qb := b.pairQPs(rcOpts{})
+			a, c := b.nodes[0], b.nodes[1]
+			lm, _ := a.reg(t, 4096, 0, 1)
+			rm, rbuf := c.reg(t, 4096, tc.access, 2)
+			before := append([]byte(nil), rbuf...)
+			wr := roce.SendWR{WRID: 1, Opcode: tc.op, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, tc.n)},
+				RemoteAddr: uint64(int64(rm.Addr()) + int64(tc.off)), RKey: tc.rkey(rm), CompareAdd: 1}
+			if err := qa.PostSend(&wr); err != nil {
+				t.Fatal(err)
+			}
+			// A second request behind it is flushed.
+			wr2 := wr
+			wr2.WRID = 2
+			wr2.Opcode, wr2.RKey, wr2.RemoteAddr = roce.WROpRDMAWrite, rm.RKey(), rm.Addr()
+			if err := qa.PostSend(&wr2); err != nil {
+				t.Fatal(err)
+			}
+			w := b.expectWC(a, tc.want, roce.WCWRFlushErr)
+			if w[0].WRID != 1 || w[1].WRID != 2 {
+				t.Fatalf("completions %+v", w)
+			}
+			b.settle()
+			if qa.State() != roce.QPStateErr || qb.State() != roce.QPStateErr {
+				t.Fatalf("states %v %v, want both ERR", qa.State(), qb.State())
+			}
+			if string(before) != string(rbuf) {
+				t.Fatal("the target memory changed")
+			}
+			if c.dev.Counter(qp.CntNAKSent) != 1 {
+				t.Fatalf("nak_sent %d", c.dev.Counter(qp.CntNAKSent))
+			}
+		})
+	}
+}
+
+func TestQPAccessFlagsRefused(t *testing.T) {
+	b := newBed(t, bedOpts{})
+	qa, qb := b.pairQPs(rcOpts{noAccess: true})
+	a, c := b.nodes[0], b.nodes[1]
+	lm, _ := a.reg(t, 4096, 0, 1)
+	rm, _ := c.reg(t, 4096, 0, 2)
+	if err := qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpRDMARead, Flags: roce.Signaled,
+		SGL: []roce.SGE{lm.SGE(0, 64)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	b.expectWC(a, roce.WCRemInvReqErr)
+	b.settle()
+	if qb.State() != roce.QPStateErr {
+		t.Fatalf("responder state %v", qb.State())
+	}
+}
+
+func TestAtomicAlignmentAndPostErrors(t *testing.T) {
+	b := newBed(t, bedOpts{})
+	qa, _ := b.pairQPs(rcOpts{maxSGE: 2, maxInline: 16, maxWR: 2})
+	a, c := b.nodes[0], b.nodes[1]
+	lm, _ := a.reg(t, 4096, 0, 1)
+	rm, _ := c.reg(t, 4096, 0, 2)
+	big := roce.SGE{Addr: lm.Addr(), Length: 1 << 31, LKey: lm.LKey()}
+	for _, tc := range []struct {
+		name string
+		wr   roce.SendWR
+		err  error
+	}{
+		{"misaligned atomic", roce.SendWR{Opcode: roce.WROpAtomicFetchAdd, SGL: []roce.SGE{lm.SGE(0, 8)}, RemoteAddr: rm.Addr() + 4, RKey: rm.RKey()}, qp.ErrAtomicWR},
+		{"atomic of 4 bytes", roce.SendWR{Opcode: roce.WROpAtomicFetchAdd, SGL: []roce.SGE{lm.SGE(0, 4)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}, qp.ErrAtomicWR},
+		{"too many SGEs", roce.SendWR{Opcode: roce.WROpSend, SGL: []roce.SGE{lm.SGE(0, 1), lm.SGE(1, 1), lm.SGE(2, 1)}}, qp.ErrTooManySGE},
+		{"message too long", roce.SendWR{Opcode: roce.WROpRDMAWrite, SGL: []roce.SGE{big, lm.SGE(0, 1)}}, qp.ErrMsgTooBig},
+		{"inline too long", roce.SendWR{Opcode: roce.WROpSend, Flags: roce.Inline, InlineData: make([]byte, 17)}, qp.ErrInlineTooBig},
+		{"inline bad lkey", roce.SendWR{Opcode: roce.WROpSend, Flags: roce.Inline, SGL: []roce.SGE{{Addr: lm.Addr(), Length: 8, LKey: 12345}}}, qp.ErrInlineGather},
+		{"UD opcode on RC", roce.SendWR{Opcode: roce.WROpcode(7)}, qp.ErrOpcode},
+	} {
+		if err := qa.PostSend(&tc.wr); !errors.Is(err, tc.err) {
+			t.Errorf("%s: error %v, want %v", tc.name, err, tc.err)
+		}
+	}
+	// The queue holds two requests.
+	ok := roce.SendWR{Opcode: roce.WROpRDMAWrite, SGL: []roce.SGE{lm.SGE(0, 8)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}
+	qa.PostSend(&ok)
+	qa.PostSend(&ok)
+	if err := qa.PostSend(&ok); !errors.Is(err, qp.ErrQueueFull) {
+		t.Fatalf("third post: %v", err)
+	}
+	b.settle()
+	// A QP that is not in RTS refuses sends; one in RESET refuses receives.
+	q, _ := a.pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeRC, SendCQ: a.scq, RecvCQ: a.rcq, Cap: roce.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err := q.PostSend(&ok); !errors.Is(err, qp.ErrPostState) {
+		t.Fatalf("post send in RESET: %v", err)
+	}
+	if err := q.PostRecv(&roce.RecvWR{}); !errors.Is(err, qp.ErrPostState) {
+		t.Fatalf("post recv in RESET: %v", err)
+	}
+	// UC refuses READ; UD needs an address handle.
+	uc := b.createQP(a, rcOpts{qpType: roce.QPTypeUC, maxWR: 4, maxSGE: 1}, nil)
+	ud := b.createQP(a, rcOpts{qpType: roce.QPTypeUD, maxWR: 4, maxSGE: 1}, nil)
+	b.connect(uc, a, 99, c, rcOpts{qpType: roce.QPTypeUC, mtu: roce.MTU1024}, 0, 0)
+	toRTSUD(t, ud, 0x1234)
+	if err := uc.PostSend(&roce.SendWR{Opcode: roce.WROpRDMARead}); !errors.Is(err, qp.ErrOpcode) {
+		t.Fatalf("READ on UC: %v", err)
+	}
+	if err := ud.PostSend(&roce.SendWR{Opcode: roce.WROpSend}); !errors.Is(err, qp.ErrNoAH) {
+		t.Fatalf("UD without AH: %v", err)
+	}
+	if err := ud.PostSend(&roce.SendWR{Opcode: roce.WROpRDMAWrite}); !errors.Is(err, qp.ErrOpcode) {
+		t.Fatalf("WRITE on UD: %v", err)
+	}
+}
+
+func TestBadLKeyCompletesWithProtectionError(t *testing.T) {
+	b := newBed(t, bedOpts{})
+	qa, qb := b.pairQPs(rcOpts{})
+	a, c := b.nodes[0], b.nodes[1]
+	lm, _ := a.reg(t, 4096, 0, 1)
+	rm, _ := c.reg(t, 4096, 0, 2)
+	write := func(id uint64, sge roce.SGE) {
+		if err := qa.PostSend(&roce.SendWR{WRID: id, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled,
+			SGL: []roce.SGE{sge}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(1, lm.SGE(0, 100))
+	write(2, roce.SGE{Addr: lm.Addr(), Length: 100, LKey: lm.LKey() ^ 0x55})
+	write(3, lm.SGE(0, 100))
+	w := b.expectWC(a, roce.WCSuccess, roce.WCLocProtErr, roce.WCWRFlushErr)
+	if w[0].WRID != 1 || w[1].WRID != 2 || w[2].WRID != 3 {
+		t.Fatalf("%+v", w)
+	}
+	if qa.State() != roce.QPStateErr {
+		t.Fatalf("state %v", qa.State())
+	}
+	// Out of the local region's bounds, and a receive buffer without
+	// local write access, fail the same way.
+	b2 := newBed(t, bedOpts{})
+	qa2, qb2 := b2.pairQPs(rcOpts{})
+	a2, c2 := b2.nodes[0], b2.nodes[1]
+	lm2, _ := a2.reg(t, 4096, 0, 1)
+	ro, _ := c2.reg(t, 4096, roce.AccessRemoteRead, 2)
+	if err := qb2.PostRecv(&roce.RecvWR{WRID: 9, SGL: []roce.SGE{ro.SGE(0, 4096)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := qa2.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm2.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	b2.expectWC(a2, roce.WCRemOpErr)
+	b2.expectWC(c2, roce.WCLocProtErr)
+	_ = qb
+}
+
+func TestRNRRetry(t *testing.T) {
+	t.Run("limited", func(t *testing.T) {
+		b := newBed(t, bedOpts{})
+		qa, qb := b.pairQPs(rcOpts{rnr: 2, minRNR: 1})
+		a, c := b.nodes[0], b.nodes[1]
+		lm, _ := a.reg(t, 4096, 0, 1)
+		qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 100)}})
+		qa.PostSend(&roce.SendWR{WRID: 2, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 100)}})
+		b.expectWC(a, roce.WCRNRRetryExcErr, roce.WCWRFlushErr)
+		if got := a.dev.Counter(qp.CntRcvdRNRErr); got != 3 {
+			t.Fatalf("rcvd_rnr_err %d, want 3 (the first try and two retries)", got)
+		}
+		if got := c.dev.Counter(qp.CntSendRNRErr); got < 3 {
+			t.Fatalf("send_rnr_err %d", got)
+		}
+		if a.dev.Counter(qp.CntRetryRNRExceededErr) != 1 {
+			t.Fatal("retry_rnr_exceeded_err not counted")
+		}
+		b.settle()
+		if qa.State() != roce.QPStateErr || qb.State() != roce.QPStateRTS {
+			t.Fatalf("states %v %v", qa.State(), qb.State())
+		}
+	})
+	t.Run("unlimited", func(t *testing.T) {
+		b := newBed(t, bedOpts{})
+		qa, qb := b.pairQPs(rcOpts{rnr: 7, minRNR: 14}) // 1.28 ms
+		a, c := b.nodes[0], b.nodes[1]
+		lm, _ := a.reg(t, 4096, 0, 1)
+		rm, rbuf := c.reg(t, 4096, 0, 2)
+		qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 3000)}})
+		// Nobody posts a receive for a while: the requester keeps waiting.
+		b.sim.RunFor(50 * time.Millisecond)
+		if n := a.poll(); n != 0 {
+			t.Fatalf("completed early: %+v", a.wcs)
+		}
+		rnr := a.dev.Counter(qp.CntRcvdRNRErr)
+		if rnr < 30 {
+			t.Fatalf("only %d RNR NAKs in 50 ms with a 1.28 ms timer", rnr)
+		}
+		qb.PostRecv(&roce.RecvWR{WRID: 5, SGL: []roce.SGE{rm.SGE(0, 4096)}})
+		b.expectWC(a, roce.WCSuccess)
+		w := b.expectWC(c, roce.WCSuccess)
+		if w[0].ByteLen != 3000 || string(rbuf[:3000]) != string(lm.Buf()[:3000]) {
+			t.Fatal("data")
+		}
+	})
+}
+
+func TestRetryExceeded(t *testing.T) {
+	b := newBed(t, bedOpts{})
+	qa, _ := b.pairQPs(rcOpts{retry: 3, timeout: 10})
+	a, c := b.nodes[0], b.nodes[1]
+	lm, _ := a.reg(t, 4096, 0, 1)
+	rm, _ := c.reg(t, 4096, 0, 2)
+	b.router.SetImpairments(memlink.Impairments{Loss: 1})
+	start := b.clock.Now()
+	qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 3000)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+	qa.PostSend(&roce.SendWR{WRID: 2, Opcode: roce.WROpRDMAWrite, SGL: []roce.SGE{lm.SGE(0, 30)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+	b.expectWC(a, roce.WCRetryExcErr, roce.WCWRFlushErr)
+	el := b.clock.Now() - start
+	rto := 4096 * time.Nanosecond << 10
+	if el < 4*rto || el > 5*rto {
+		t.Fatalf("gave up after %v, want 4 timeouts of %v", el, rto)
+	}
+	if a.dev.Counter(qp.CntRetryExceededErr) != 1 || a.dev.Counter(qp.CntTimeouts) != 4 || a.dev.Counter(qp.CntCompleterRetryErr) != 3 {
+		t.Fatalf("counters %v", a.dev.Counters())
+	}
+	// The four packets, and three retransmissions of them.
+	if got := a.dev.Counter(qp.CntSentPkts); got != 4+3*4 {
+		t.Fatalf("sent_pkts %d", got)
+	}
+}
+
+func TestRetryCount7IsInfinite(t *testing.T) {
+	b := newBed(t, bedOpts{})
+	qa, _ := b.pairQPs(rcOpts{retry: 7, timeout: 4})
+	a, c := b.nodes[0], b.nodes[1]
+	lm, _ := a.reg(t, 4096, 0, 1)
+	rm, _ := c.reg(t, 4096, 0, 2)
+	b.router.SetImpairments(memlink.Impairments{Loss: 1})
+	qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 100)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+	b.sim.RunFor(100 * time.Millisecond)
+	if a.poll() != 0 || a.dev.Counter(qp.CntTimeouts) < 1000 {
+		t.Fatalf("wcs %+v timeouts %d", a.wcs, a.dev.Counter(qp.CntTimeouts))
+	}
+	b.router.SetImpairments(memlink.Impairments{})
+	b.expectWC(a, roce.WCSuccess)
+}
+
+func TestIllegalTransitions(t *testing.T) {
+	b := newBed(t, bedOpts{})
+	a := b.nodes[0]
+	q := b.createQP(a, rcOpts{maxWR: 4, maxSGE: 1, qpType: roce.QPTypeRC}, nil)
+	var me *qp.ModifyError
+	check := func(name string, attr roce.QPAttr, mask qp.AttrMask, want string) {
+		t.Helper()
+		err := q.Modify(&attr, mask)
+		if !errors.As(err, &me) {
+			t.Fatalf("%s: error %v", name, err)
+		}
+		t.Logf("%s: %v", name, err)
+		switch want {
+		case "missing":
+			if me.Missing == 0 {
+				t.Fatalf("%s: %v", name, err)
+			}
+		case "extra":
+			if me.Extra == 0 {
+				t.Fatalf("%s: %v", name, err)
+			}
+		default:
+			if me.Reason == "" {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+	}
+	check("RESET->RTR", roce.QPAttr{State: roce.QPStateRTR}, qp.AttrState, "illegal")
+	check("RESET->ERR", roce.QPAttr{State: roce.QPStateErr}, qp.AttrState, "illegal")
+	check("RESET->INIT without port", roce.QPAttr{State: roce.QPStateInit}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrAccessFlags, "missing")
+	check("RESET->INIT with Q_Key on RC", roce.QPAttr{State: roce.QPStateInit, PortNum: 1},
+		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags|qp.AttrQKey, "extra")
+	check("RESET->INIT port 2", roce.QPAttr{State: roce.QPStateInit, PortNum: 2},
+		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags, "value")
+	check("current state mismatch", roce.QPAttr{State: roce.QPStateInit, CurState: roce.QPStateRTS, PortNum: 1},
+		qp.AttrState|qp.AttrCurState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags, "value")
+	if err := q.Modify(&roce.QPAttr{State: roce.QPStateInit, PortNum: 1}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags); err != nil {
+		t.Fatal(err)
+	}
+	check("INIT->RTS", roce.QPAttr{State: roce.QPStateRTS}, qp.AttrState|qp.AttrSQPSN, "illegal")
+	check("INIT->RTR without MIN_RNR_TIMER", roce.QPAttr{State: roce.QPStateRTR, PathMTU: roce.MTU1024, AH: a.ahTo(b.nodes[1])},
+		qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN|qp.AttrMaxDestRdAtomic, "missing")
+	rtr := qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN | qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
+	check("path MTU above the port", roce.QPAttr{State: roce.QPStateRTR, PathMTU: 6, AH: a.ahTo(b.nodes[1])}, rtr, "value")
+	check("bad SGID index", roce.QPAttr{State: roce.QPStateRTR, PathMTU: roce.MTU1024, AH: qp.AHAttr{DGID: b.nodes[1].gid, SGIDIndex: 3}}, rtr, "value")
+	check("IPv6 to IPv4", roce.QPAttr{State: roce.QPStateRTR, PathMTU: roce.MTU1024, AH: qp.AHAttr{DGID: bth.GID{0xfd, 15: 1}}}, rtr, "value")
+	check("max_dest_rd_atomic 200", roce.QPAttr{State: roce.QPStateRTR, PathMTU: roce.MTU1024, AH: a.ahTo(b.nodes[1]), MaxDestRdAtomic: 200}, rtr, "value")
+	check("RQ PSN beyond 24 bits", roce.QPAttr{State: roce.QPStateRTR, PathMTU: roce.MTU1024, AH: a.ahTo(b.nodes[1]), RQPSN: 1 << 24}, rtr, "value")
+	if err := q.Modify(&roce.QPAttr{State: roce.QPStateRTR, PathMTU: roce.MTU1024, AH: a.ahTo(b.nodes[1]), DestQPN: 99, MaxDestRdAtomic: 4, MinRNRTimer: 12}, rtr); err != nil {
+		t.Fatal(err)
+	}
+	rts := qp.AttrState | qp.AttrSQPSN | qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
+	check("RTR->RTS retry_cnt 8", roce.QPAttr{State: roce.QPStateRTS, RetryCnt: 8}, rts, "value")
+	check("RTR->RTS timeout 32", roce.QPAttr{State: roce.QPStateRTS, Timeout: 32}, rts, "value")
+	check("RTR->RTS without timeout", roce.QPAttr{State: roce.QPStateRTS}, rts&^qp.AttrTimeout, "missing")
+	check("RTR->RTR", roce.QPAttr{State: roce.QPStateRTR}, qp.AttrState, "illegal")
+	if err := q.Modify(&roce.QPAttr{State: roce.QPStateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}, rts); err != nil {
+		t.Fatal(err)
+	}
+	check("RTS->RTS with path MTU", roce.QPAttr{PathMTU: roce.MTU512}, qp.AttrPathMTU, "extra")
+	check("RTS->SQE", roce.QPAttr{State: roce.QPStateSQE}, qp.AttrState, "illegal")
+	check("RTS->INIT", roce.QPAttr{State: roce.QPStateInit}, qp.AttrState, "illegal")
+	if err := q.Modify(&roce.QPAttr{MinRNRTimer: 3}, qp.AttrMinRNRTimer); err != nil {
+		t.Fatalf("RTS->RTS min_rnr_timer: %v", err)
+	}
+	if err := q.Modify(&roce.QPAttr{State: roce.QPStateErr}, qp.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	check("ERR->RTS", roce.QPAttr{State: roce.QPStateRTS}, qp.AttrState, "illegal")
+	if err := q.Modify(&roce.QPAttr{State: roce.QPStateReset}, qp.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	attr, _ := q.Query()
+	if attr.State != roce.QPStateReset {
+		t.Fatalf("state %v", attr.State)
+	}
+}
+
+func TestCQOverflow(t *testing.T) {
+	b := newBed(t, bedOpts{})
+	a, c := b.nodes[0], b.nodes[1]
+	small, _ := a.dev.CreateCQ(2, nil)
+	o := rcOpts{}
+	o.defaults()
+	q, _ := a.pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeRC, SendCQ: small, RecvCQ: a.rcq, Cap: roce.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	p := b.createQP(c, o, nil)
+	b.connect(q, a, p.QPN(), c, o, 0, 0)
+	b.connect(p, c, q.QPN(), a, o, 0, 0)
+	lm, _ := a.reg(t, 4096, 0, 1)
+	rm, _ := c.reg(t, 4096, 0, 2)
+	for i := 1; i <= 4; i++ {
+		q.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 10)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+	}
+	b.settle()
+	var wcs [8]roce.WC
+	n := small.Poll(wcs[:])
+	if n != 2 || wcs[0].WRID != 1 || wcs[1].WRID != 2 || !small.Overflowed() {
+		t.Fatalf("polled %d %+v overflowed %v", n, wcs[:n], small.Overflowed())
+	}
+	ev, ok := a.dev.PollAsyncEvent()
+	if !ok || ev.Type != qp.EventCQErr || ev.CQ != small {
+		t.Fatalf("event %+v %v", ev, ok)
+	}
+	if q.State() != roce.QPStateErr || a.dev.Counter(qp.CntCQOverflow) == 0 {
+		t.Fatalf("state %v counters %v", q.State(), a.dev.Counters())
+	}
+	if err := small.Destroy(); !errors.Is(err, roce.ErrBusy) {
+		t.Fatalf("destroying a CQ in use: %v", err)
+	}
+}
+
+func TestFlushAfterError(t *testing.T) {
+	b := newBed(t, bedOpts{})
+	qa, qb := b.pairQPs(rcOpts{})
+	a, c := b.nodes[0], b.nodes[1]
+	lm, _ := a.reg(t, 4096, 0, 1)
+	rm, _ := c.reg(t, 4096, 0, 2)
+	for i := 1; i <= 3; i++ {
+		qb.PostRecv(&roce.RecvWR{WRID: uint64(100 + i), SGL: []roce.SGE{rm.SGE(0, 100)}})
+		qa.PostRecv(&roce.RecvWR{WRID: uint64(200 + i), SGL: []roce.SGE{lm.SGE(0, 100)}})
+	}
+	// Unsignaled requests complete (with an error) when flushed.
+	for i := 1; i <= 3; i++ {
+		qa.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: roce.WROpRDMAWrite, SGL: []roce.SGE{lm.SGE(0, 10)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+	}
+	if err := qa.Modify(&roce.QPAttr{State: roce.QPStateErr}, qp.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	w := b.expectWC(a, roce.WCWRFlushErr, roce.WCWRFlushErr, roce.WCWRFlushErr, roce.WCWRFlushErr, roce.WCWRFlushErr, roce.WCWRFlushErr)
+	sends, recvs := 0, 0
+	for _, x := range w {
+		if x.Opcode == roce.WCRecv {
+			recvs++
+		} else {
+			sends++
+		}
+	}
+	if sends != 3 || recvs != 3 {
+		t.Fatalf("%+v", w)
+	}
+	// Posting to a QP in the error state is allowed and flushes at once.
+	if err := qa.PostSend(&roce.SendWR{WRID: 9, Opcode: roce.WROpSend}); err != nil {
+		t.Fatal(err)
+	}
+	if err := qa.PostRecv(&roce.RecvWR{WRID: 10}); err != nil {
+		t.Fatal(err)
+	}
+	w = b.expectWC(a, roce.WCWRFlushErr, roce.WCWRFlushErr)
+	if w[0].WRID+w[1].WRID != 19 {
+		t.Fatalf("%+v", w)
+	}
+	// RESET and back to RTS: the QP works again.
+	qa.Modify(&roce.QPAttr{State: roce.QPStateReset}, qp.AttrState)
+	qb.Modify(&roce.QPAttr{State: roce.QPStateReset}, qp.AttrState)
+	o := rcOpts{}
+	o.defaults()
+	b.connect(qa, a, qb.QPN(), c, o, 5, 6)
+	b.connect(qb, c, qa.QPN(), a, o, 6, 5)
+	qa.PostSend(&roce.SendWR{WRID: 11, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 10)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+	b.expectWC(a, roce.WCSuccess)
+}
+
+func TestDestroyWithWorkOutstanding(t *testing.T) {
+	b := newBed(t, bedOpts{imp: memlink.Impairments{Delay: 10 * time.Microsecond}})
+	qa, qb := b.pairQPs(rcOpts{timeout: 8, retry: 2})
+	a, c := b.nodes[0], b.nodes[1]
+	lm, _ := a.reg(t, 1<<20, 0, 1)
+	rm, _ := c.reg(t, 1<<20, 0, 2)
+	for i := 0; i < 8; i++ {
+		qa.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 1<<20)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+		qb.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: roce.WROpRDMARead, Flags: roce.Signaled, SGL: []roce.SGE{rm.SGE(0, 1<<20)}, RemoteAddr: lm.Addr(), RKey: lm.RKey()})
+	}
+	b.sim.RunFor(100 * time.Microsecond)
+	if err := qb.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := qb.Destroy(); !errors.Is(err, roce.ErrDestroyed) {
+		t.Fatalf("second destroy: %v", err)
+	}
+	if err := qb.PostSend(&roce.SendWR{}); !errors.Is(err, roce.ErrDestroyed) {
+		t.Fatalf("post to a destroyed QP: %v", err)
+	}
+	// The deregistration of memory under way is safe too.
+	if err := lm.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	b.settle()
+	if c.dev.Counter(qp.CntUnknownQPN) == 0 {
+		t.Fatal("no packets dropped for the destroyed QP")
+	}
+	// qa fails: its peer is gone (retries exhausted) or its memory is.
+	for _, w := range a.wcs {
+		if w.Status == roce.WCSuccess && w.WRID > 1 {
+			t.Fatalf("completion %+v", w)
+		}
+	}
+	if qa.State() != roce.QPStateErr {
+		t.Fatalf("state %v", qa.State())
+	}
+	if err := a.pd.Dealloc(); !errors.Is(err, roce.ErrBusy) {
+		t.Fatalf("dealloc of a PD with a QP: %v", err)
+	}
+	if err := qa.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.pd.Dealloc(); err != nil {
+		t.Fatalf("dealloc of an empty PD: %v", err)
+	}
+}
+
+// toRTSUD brings a UD QP to RTS.
+func toRTSUD(t testing.TB, q *roce.QP, qkey uint32) {
+	t.Helper()
+	if err := q.Modify(&roce.QPAttr{State: roce.QPStateInit, PortNum: 1, QKey: qkey}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrQKey); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Modify(&roce.QPAttr{State: roce.QPStateRTR}, qp.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Modify(&roce.QPAttr{State: roce.QPStateRTS, SQPSN: 0x123}, qp.AttrState|qp.AttrSQPSN); err != nil {
+		t.Fatal(err)
+	}
+}

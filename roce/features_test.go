@@ -1,0 +1,573 @@
+package roce_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/roce/memlink"
+)
+
+func TestPSNWraparound(t *testing.T) {
+	for _, loss := range []float64{0, 0.05} {
+		t.Run(fmt.Sprintf("loss=%v", loss), func(t *testing.T) {
+			b := newBed(t, bedOpts{seed: 7, imp: memlink.Impairments{Loss: loss, Reorder: loss, Duplicate: loss}})
+			qa, qb := b.pairQPs(rcOpts{mtu: roce.MTU256, psnA: bth.PSNMask - 20, psnB: bth.PSNMask - 3, timeout: 6})
+			a, c := b.nodes[0], b.nodes[1]
+			lm, lbuf := a.reg(t, 1<<18, 0, 1)
+			rm, rbuf := c.reg(t, 1<<18, 0, 2)
+			n := 64 << 10
+			qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, n)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+			qa.PostSend(&roce.SendWR{WRID: 2, Opcode: roce.WROpRDMARead, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(n, n)}, RemoteAddr: rm.Addr() + uint64(n), RKey: rm.RKey()})
+			qa.PostRecv(&roce.RecvWR{WRID: 4, SGL: []roce.SGE{lm.SGE(3*n, 4096)}})
+			qb.PostSend(&roce.SendWR{WRID: 5, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{rm.SGE(3*n, 3000)}})
+			qa.PostSend(&roce.SendWR{WRID: 6, Opcode: roce.WROpAtomicFetchAdd, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(8, 8)}, RemoteAddr: rm.Addr() + 8, RKey: rm.RKey(), CompareAdd: 1})
+			b.run(func() bool { return len(a.wcs) == 4 && len(c.wcs) == 1 })
+			for _, w := range append(a.wcs, c.wcs...) {
+				if w.Status != roce.WCSuccess {
+					t.Fatalf("%+v", w)
+				}
+			}
+			if !bytes.Equal(lbuf[16:n], rbuf[16:n]) || !bytes.Equal(lbuf[n:2*n], rbuf[n:2*n]) || !bytes.Equal(lbuf[3*n:3*n+3000], rbuf[3*n:3*n+3000]) {
+				t.Fatal("data differs")
+			}
+			aa, _ := qa.Query()
+			ba, _ := qb.Query()
+			if aa.SQPSN > 1000 || ba.RQPSN != aa.SQPSN || ba.SQPSN > 1000 || aa.RQPSN != ba.SQPSN {
+				t.Fatalf("PSNs did not wrap: %v %v %v %v", aa.SQPSN, ba.RQPSN, ba.SQPSN, aa.RQPSN)
+			}
+		})
+	}
+}
+
+// udBed makes a UD QP on each of two nodes.
+func udBed(t *testing.T, ipv6 bool) (*testbed, *roce.QP, *roce.QP) {
+	b := newBed(t, bedOpts{ipv6: ipv6, linkMTU: 1500})
+	o := rcOpts{qpType: roce.QPTypeUD, maxWR: 16, maxSGE: 2}
+	qa := b.createQP(b.nodes[0], o, nil)
+	qb := b.createQP(b.nodes[1], o, nil)
+	toRTSUD(t, qa, 0x11111111)
+	toRTSUD(t, qb, 0x11111111)
+	return b, qa, qb
+}
+
+func TestUDSendGRH(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ipv6=%v", v6), func(t *testing.T) {
+			b, qa, qb := udBed(t, v6)
+			a, c := b.nodes[0], b.nodes[1]
+			ah, err := a.pd.CreateAH(&qp.AHAttr{DGID: c.gid, DMAC: c.mac, HopLimit: 64, TrafficClass: 0})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lm, lbuf := a.reg(t, 4096, 0, 1)
+			rm, rbuf := c.reg(t, 4096, 0, 2)
+			qb.PostRecv(&roce.RecvWR{WRID: 1, SGL: []roce.SGE{rm.SGE(0, 40), rm.SGE(100, 2000)}})
+			qa.PostSend(&roce.SendWR{WRID: 2, Opcode: roce.WROpSendWithImm, Flags: roce.Signaled, Imm: 0xabcdef01,
+				SGL: []roce.SGE{lm.SGE(0, 1000)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x11111111})
+			b.expectWC(a, roce.WCSuccess)
+			w := b.expectWC(c, roce.WCSuccess)[0]
+			if w.ByteLen != 1040 || w.Flags != qp.WCGRH|qp.WCWithImm || w.Imm != 0xabcdef01 || w.SrcQP != qa.QPN() || w.Opcode != roce.WCRecv {
+				t.Fatalf("%+v", w)
+			}
+			if !bytes.Equal(rbuf[100:1100], lbuf[:1000]) {
+				t.Fatal("payload differs")
+			}
+			g := rbuf[:40]
+			if v6 {
+				if g[0]>>4 != 6 || g[6] != 17 || !bytes.Equal(g[8:24], a.gid[:]) || !bytes.Equal(g[24:40], c.gid[:]) {
+					t.Fatalf("GRH %x", g)
+				}
+			} else {
+				if !bytes.Equal(g[:20], make([]byte, 20)) || g[20] != 0x45 || g[29] != 17 ||
+					!bytes.Equal(g[32:36], a.gid[12:]) || !bytes.Equal(g[36:40], c.gid[12:]) {
+					t.Fatalf("GRH space %x", g)
+				}
+			}
+
+			// Wrong Q_Key: dropped and counted.
+			qb.PostRecv(&roce.RecvWR{WRID: 3, SGL: []roce.SGE{rm.SGE(0, 2048)}})
+			qa.PostSend(&roce.SendWR{WRID: 4, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 10)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x22})
+			b.expectWC(a, roce.WCSuccess)
+			b.settle()
+			if len(c.wcs) != 0 || c.dev.Counter(qp.CntBadQKey) != 1 {
+				t.Fatalf("wcs %+v bad_qkey %d", c.wcs, c.dev.Counter(qp.CntBadQKey))
+			}
+			// Longer than the port MTU (1024 on a 1500-byte link): not sent,
+			// completed successfully (IBTA C10-93.1.1).
+			sent := a.dev.Counter(qp.CntSentPkts)
+			qa.PostSend(&roce.SendWR{WRID: 5, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 1025)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x11111111})
+			b.expectWC(a, roce.WCSuccess)
+			if a.dev.Counter(qp.CntSentPkts) != sent {
+				t.Fatal("an oversized UD message was sent")
+			}
+			// A receive buffer without room for GRH and payload: the message
+			// is dropped and the buffer waits for the next one.
+			qb2 := b.createQP(c, rcOpts{qpType: roce.QPTypeUD, maxWR: 4, maxSGE: 1}, nil)
+			toRTSUD(t, qb2, 7)
+			qb2.PostRecv(&roce.RecvWR{WRID: 6, SGL: []roce.SGE{rm.SGE(0, 100)}})
+			qa.PostSend(&roce.SendWR{WRID: 7, Opcode: roce.WROpSend, SGL: []roce.SGE{lm.SGE(0, 61)}, AH: ah, RemoteQPN: qb2.QPN(), RemoteQKey: 7})
+			qa.PostSend(&roce.SendWR{WRID: 8, Opcode: roce.WROpSend, SGL: []roce.SGE{lm.SGE(0, 60)}, AH: ah, RemoteQPN: qb2.QPN(), RemoteQKey: 7})
+			w = b.expectWC(c, roce.WCSuccess)[0]
+			if w.WRID != 6 || w.ByteLen != 100 || c.dev.Counter(qp.CntRecvDropped) != 1 {
+				t.Fatalf("%+v dropped %d", w, c.dev.Counter(qp.CntRecvDropped))
+			}
+		})
+	}
+}
+
+func TestGSIQKey(t *testing.T) {
+	b := newBed(t, bedOpts{})
+	a, c := b.nodes[0], b.nodes[1]
+	mk := func(n *node) *roce.QP {
+		q, err := n.pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeGSI, SendCQ: n.scq, RecvCQ: n.rcq, Cap: roce.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q.QPN() != 1 {
+			t.Fatalf("GSI QPN %v", q.QPN())
+		}
+		if err := q.Modify(&roce.QPAttr{State: roce.QPStateInit, QKey: 5}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrQKey); err != nil {
+			t.Fatal(err)
+		}
+		q.Modify(&roce.QPAttr{State: roce.QPStateRTR}, qp.AttrState)
+		q.Modify(&roce.QPAttr{State: roce.QPStateRTS}, qp.AttrState|qp.AttrSQPSN)
+		return q
+	}
+	qa, qb := mk(a), mk(c)
+	if _, err := a.pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeGSI, SendCQ: a.scq, RecvCQ: a.rcq}); !errors.Is(err, roce.ErrBusy) {
+		t.Fatalf("second GSI QP: %v", err)
+	}
+	attr, _ := qa.Query()
+	if attr.QKey != qp.GSIQKey {
+		t.Fatalf("GSI Q_Key %#x", attr.QKey)
+	}
+	ah, _ := a.pd.CreateAH(&qp.AHAttr{DGID: c.gid, DMAC: c.mac})
+	lm, _ := a.reg(t, 256, 0, 1)
+	rm, _ := c.reg(t, 256, 0, 2)
+	qb.PostRecv(&roce.RecvWR{WRID: 1, SGL: []roce.SGE{rm.SGE(0, 256)}})
+	// Whatever the request says, QP1 sends with the GSI Q_Key.
+	qa.PostSend(&roce.SendWR{WRID: 2, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 100)}, AH: ah, RemoteQPN: 1, RemoteQKey: 99})
+	b.expectWC(a, roce.WCSuccess)
+	w := b.expectWC(c, roce.WCSuccess)[0]
+	if w.SrcQP != 1 || w.ByteLen != 140 {
+		t.Fatalf("%+v", w)
+	}
+}
+
+func TestUCDropsDamagedMessages(t *testing.T) {
+	b := newBed(t, bedOpts{seed: 11, imp: memlink.Impairments{Loss: 0.1}})
+	o := rcOpts{qpType: roce.QPTypeUC, mtu: roce.MTU256, maxWR: 512, maxSGE: 1}
+	qa, qb := b.pairQPs(o)
+	a, c := b.nodes[0], b.nodes[1]
+	const msgs, size = 300, 1000 // four packets each
+	lm, lbuf := a.reg(t, msgs*size, 0, 1)
+	rm, rbuf := c.reg(t, msgs*size, 0, 2)
+	for i := range lbuf {
+		lbuf[i] = byte(i / size)
+	}
+	clear(rbuf)
+	for i := 0; i < msgs; i++ {
+		qb.PostRecv(&roce.RecvWR{WRID: uint64(i), SGL: []roce.SGE{rm.SGE(i*size, size)}})
+	}
+	for i := 0; i < msgs; i++ {
+		qa.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(i*size, size)}})
+	}
+	b.settle()
+	if len(a.wcs) != msgs {
+		t.Fatalf("%d send completions", len(a.wcs))
+	}
+	got := len(c.wcs)
+	if got == 0 || got == msgs {
+		t.Fatalf("%d of %d messages arrived at 10%% loss", got, msgs)
+	}
+	// Receives are used in order; each holds one whole message.
+	for k, w := range c.wcs {
+		if w.Status != roce.WCSuccess || w.WRID != uint64(k) || w.ByteLen != size {
+			t.Fatalf("%+v", w)
+		}
+		m := rbuf[k*size : (k+1)*size]
+		for _, x := range m {
+			if x != m[0] {
+				t.Fatalf("receive %d holds parts of different messages", k)
+			}
+		}
+	}
+	t.Logf("%d of %d UC messages delivered, recv_dropped %d", got, msgs, c.dev.Counter(qp.CntRecvDropped))
+	// UC RDMA WRITE with immediate works on a clean link.
+	b.router.SetImpairments(memlink.Impairments{})
+	c.wcs = nil
+	qb.PostRecv(&roce.RecvWR{WRID: 999})
+	qa.PostSend(&roce.SendWR{WRID: 1000, Opcode: roce.WROpRDMAWriteWithImm, Imm: 42, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 3000)}, RemoteAddr: rm.Addr() + 7, RKey: rm.RKey()})
+	b.run(func() bool {
+		for _, w := range c.wcs {
+			if w.Opcode == roce.WCRecvRDMAWithImm {
+				return true
+			}
+		}
+		return false
+	})
+	if !bytes.Equal(rbuf[7:3007], lbuf[:3000]) {
+		t.Fatal("UC write data differs")
+	}
+}
+
+func TestSRQLimitEvent(t *testing.T) {
+	b := newBed(t, bedOpts{})
+	a, c := b.nodes[0], b.nodes[1]
+	srq, err := c.pd.CreateSRQ(16, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm, rbuf := c.reg(t, 16*256, 0, 2)
+	for i := 0; i < 8; i++ {
+		if err := srq.PostRecv(&roce.RecvWR{WRID: uint64(i), SGL: []roce.SGE{rm.SGE(i*256, 256)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srq.Arm(5)
+	o := rcOpts{}
+	o.defaults()
+	var reqs, resps []*roce.QP
+	for i := 0; i < 2; i++ {
+		q := b.createQP(a, o, nil)
+		p := b.createQP(c, o, srq)
+		b.connect(q, a, p.QPN(), c, o, 0, 0)
+		b.connect(p, c, q.QPN(), a, o, 0, 0)
+		reqs, resps = append(reqs, q), append(resps, p)
+	}
+	if err := resps[0].PostRecv(&roce.RecvWR{}); !errors.Is(err, qp.ErrHasSRQ) {
+		t.Fatalf("post to a QP with an SRQ: %v", err)
+	}
+	lm, lbuf := a.reg(t, 256, 0, 1)
+	for i := 0; i < 6; i++ {
+		reqs[i%2].PostSend(&roce.SendWR{WRID: uint64(i), Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 100+i)}})
+		b.expectWC(a, roce.WCSuccess)
+		w := b.expectWC(c, roce.WCSuccess)[0]
+		if w.WRID != uint64(i) || w.QPNum != resps[i%2].QPN() || w.ByteLen != uint32(100+i) {
+			t.Fatalf("%+v", w)
+		}
+		if !bytes.Equal(rbuf[i*256:i*256+100], lbuf[:100]) {
+			t.Fatal("data")
+		}
+		ev, ok := c.dev.PollAsyncEvent()
+		// 8 posted; after the 4th receive 4 are left, fewer than 5.
+		if i == 3 {
+			if !ok || ev.Type != qp.EventSRQLimitReached || ev.SRQ != srq {
+				t.Fatalf("after %d receives: event %+v %v", i+1, ev, ok)
+			}
+		} else if ok {
+			t.Fatalf("after %d receives: unexpected event %+v", i+1, ev)
+		}
+	}
+	if max, limit, posted := srq.Query(); max != 16 || limit != 0 || posted != 2 {
+		t.Fatalf("query %d %d %d", max, limit, posted)
+	}
+	if err := srq.Destroy(); !errors.Is(err, roce.ErrBusy) {
+		t.Fatalf("destroy SRQ in use: %v", err)
+	}
+}
+
+func TestFenceWaitsForRead(t *testing.T) {
+	for _, fence := range []bool{false, true} {
+		b := newBed(t, bedOpts{imp: memlink.Impairments{Delay: 10 * time.Microsecond}})
+		qa, _ := b.pairQPs(rcOpts{})
+		a, c := b.nodes[0], b.nodes[1]
+		lm, _ := a.reg(t, 1<<16, 0, 1)
+		rm, _ := c.reg(t, 1<<16, 0, 2)
+		var flags roce.SendFlags = roce.Signaled
+		if fence {
+			flags |= roce.Fence
+		}
+		qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpRDMARead, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 1<<15)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+		qa.PostSend(&roce.SendWR{WRID: 2, Opcode: roce.WROpRDMAWrite, Flags: flags, SGL: []roce.SGE{lm.SGE(1<<15, 8)}, RemoteAddr: rm.Addr() + 1<<15, RKey: rm.RKey()})
+		var readDone, writeDone time.Duration
+		b.run(func() bool {
+			for _, w := range a.wcs {
+				if w.WRID == 1 && readDone == 0 {
+					readDone = b.clock.Now()
+				}
+				if w.WRID == 2 && writeDone == 0 {
+					writeDone = b.clock.Now()
+				}
+			}
+			return writeDone != 0
+		})
+		// A fenced WRITE starts only after the READ completed: one more
+		// round trip.
+		if fence && writeDone-readDone < 20*time.Microsecond {
+			t.Fatalf("fenced write completed %v after the read", writeDone-readDone)
+		}
+		if !fence && writeDone-readDone > 5*time.Microsecond {
+			t.Fatalf("unfenced write completed %v after the read", writeDone-readDone)
+		}
+	}
+}
+
+func TestSQDDrain(t *testing.T) {
+	b := newBed(t, bedOpts{imp: memlink.Impairments{Delay: 5 * time.Microsecond}})
+	qa, _ := b.pairQPs(rcOpts{})
+	a, c := b.nodes[0], b.nodes[1]
+	lm, _ := a.reg(t, 1<<16, 0, 1)
+	rm, _ := c.reg(t, 1<<16, 0, 2)
+	wr := roce.SendWR{Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 1<<16)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}
+	wr.WRID = 1
+	qa.PostSend(&wr)
+	b.sim.RunFor(2 * time.Microsecond)
+	if err := qa.Modify(&roce.QPAttr{State: roce.QPStateSQD, EnSQDAsyncNotify: true}, qp.AttrState|qp.AttrEnSQDAsyncNotify); err != nil {
+		t.Fatal(err)
+	}
+	wr.WRID = 2
+	qa.PostSend(&wr) // waits in the queue while draining
+	b.run(func() bool { return len(a.wcs) == 1 })
+	b.settle()
+	ev, ok := a.dev.PollAsyncEvent()
+	if !ok || ev.Type != qp.EventSQDrained || ev.QP != qa {
+		t.Fatalf("event %+v %v", ev, ok)
+	}
+	if len(a.wcs) != 1 || a.wcs[0].WRID != 1 {
+		t.Fatalf("%+v", a.wcs)
+	}
+	attr, _ := qa.Query()
+	if attr.State != roce.QPStateSQD || attr.SQDraining {
+		t.Fatalf("%v draining %v", attr.State, attr.SQDraining)
+	}
+	if err := qa.Modify(&roce.QPAttr{State: roce.QPStateRTS}, qp.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	b.run(func() bool { return len(a.wcs) == 2 })
+}
+
+func TestSolicitedNotify(t *testing.T) {
+	b := newBed(t, bedOpts{})
+	a, c := b.nodes[0], b.nodes[1]
+	ch := c.dev.CreateCompChannel()
+	rcq, _ := c.dev.CreateCQ(16, ch)
+	o := rcOpts{}
+	o.defaults()
+	qa := b.createQP(a, o, nil)
+	qb, _ := c.pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeRC, SendCQ: c.scq, RecvCQ: rcq, Cap: roce.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	b.connect(qa, a, qb.QPN(), c, o, 0, 0)
+	b.connect(qb, c, qa.QPN(), a, o, 0, 0)
+	lm, _ := a.reg(t, 64, 0, 1)
+	rm, _ := c.reg(t, 64, 0, 2)
+	for i := 0; i < 3; i++ {
+		qb.PostRecv(&roce.RecvWR{WRID: uint64(i), SGL: []roce.SGE{rm.SGE(0, 64)}})
+	}
+	if err := rcq.ReqNotify(true); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	qa.PostSend(&roce.SendWR{Opcode: roce.WROpSend, SGL: []roce.SGE{lm.SGE(0, 8)}})
+	b.settle()
+	if _, err := ch.GetEvent(ctx); err == nil {
+		t.Fatal("event for an unsolicited message")
+	}
+	qa.PostSend(&roce.SendWR{Opcode: roce.WROpSend, Flags: roce.Solicited, SGL: []roce.SGE{lm.SGE(0, 8)}})
+	b.settle()
+	got, err := ch.GetEvent(context.Background())
+	if err != nil || got != rcq {
+		t.Fatalf("%v %v", got, err)
+	}
+	ch.AckEvents(got, 1)
+	var wcs [4]roce.WC
+	if n := rcq.Poll(wcs[:]); n != 2 {
+		t.Fatalf("%d completions", n)
+	}
+}
+
+func TestMaxRdAtomicLimit(t *testing.T) {
+	b := newBed(t, bedOpts{imp: memlink.Impairments{Delay: 5 * time.Microsecond}})
+	qa, _ := b.pairQPs(rcOpts{rdAtomic: 2})
+	a, c := b.nodes[0], b.nodes[1]
+	lm, _ := a.reg(t, 1<<16, 0, 1)
+	rm, _ := c.reg(t, 1<<16, 0, 2)
+	inflight, maxInflight := 0, 0
+	b.router.SetTap(func(from *memlink.Port, f []byte) {
+		p, err := bth.Parse(f)
+		if err != nil {
+			return
+		}
+		switch p.Opcode {
+		case bth.RCReadRequest, bth.RCFetchAdd:
+			inflight++
+			maxInflight = max(maxInflight, inflight)
+		case bth.RCReadResponseLast, bth.RCReadResponseOnly, bth.RCAtomicAcknowledge:
+			inflight--
+		}
+	})
+	for i := 0; i < 10; i++ {
+		op := roce.WROpRDMARead
+		n := 4096
+		if i%3 == 0 {
+			op, n = roce.WROpAtomicFetchAdd, 8
+		}
+		qa.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: op, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(i*4096, n)}, RemoteAddr: rm.Addr() + uint64(i*4096), RKey: rm.RKey(), CompareAdd: 1})
+	}
+	b.run(func() bool { return len(a.wcs) == 10 })
+	if maxInflight != 2 {
+		t.Fatalf("%d READs and atomics in flight, max_rd_atomic 2", maxInflight)
+	}
+}
+
+func TestInvalidatedKeyRefused(t *testing.T) {
+	b := newBed(t, bedOpts{})
+	qa, qb := b.pairQPs(rcOpts{})
+	a, c := b.nodes[0], b.nodes[1]
+	lm, _ := a.reg(t, 64, 0, 1)
+	rm, _ := c.reg(t, 64, 0, 2)
+	target, _ := c.reg(t, 64, 0, 3)
+	qb.PostRecv(&roce.RecvWR{WRID: 1, SGL: []roce.SGE{rm.SGE(0, 64)}})
+	qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpSendWithInv, InvalidateRKey: target.RKey(), Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 8)}})
+	b.expectWC(a, roce.WCSuccess)
+	if !target.Invalidated() {
+		t.Fatal("not invalidated")
+	}
+	qa.PostSend(&roce.SendWR{WRID: 2, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 8)}, RemoteAddr: target.Addr(), RKey: target.RKey()})
+	b.expectWC(a, roce.WCRemAccessErr)
+	if err := target.Dereg(); err != nil {
+		t.Fatalf("dereg of an invalidated MR: %v", err)
+	}
+	// An rkey that names nothing cannot be invalidated.
+	b2 := newBed(t, bedOpts{})
+	qa2, qb2 := b2.pairQPs(rcOpts{})
+	lm2, _ := b2.nodes[0].reg(t, 64, 0, 1)
+	rm2, _ := b2.nodes[1].reg(t, 64, 0, 2)
+	qb2.PostRecv(&roce.RecvWR{WRID: 1, SGL: []roce.SGE{rm2.SGE(0, 64)}})
+	qa2.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpSendWithInv, InvalidateRKey: 0x12345678, Flags: roce.Signaled, SGL: []roce.SGE{lm2.SGE(0, 8)}})
+	b2.expectWC(b2.nodes[0], roce.WCRemInvReqErr)
+	b2.expectWC(b2.nodes[1], roce.WCRemInvReqErr)
+}
+
+func TestDeregDuringRead(t *testing.T) {
+	b := newBed(t, bedOpts{})
+	qa, qb := b.pairQPs(rcOpts{mtu: roce.MTU256})
+	a, c := b.nodes[0], b.nodes[1]
+	lm, _ := a.reg(t, 1<<20, 0, 1)
+	rm, _ := c.reg(t, 1<<20, 0, 2)
+	qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpRDMARead, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 1<<20)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+	// Drive the devices by hand: the request goes out, the responder
+	// serves the first part of the READ (one step sends at most 1024
+	// packets of the 4096), and then the memory goes away.
+	now := b.clock.Now()
+	a.dev.Step(now)
+	c.dev.Step(now)
+	if err := rm.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	b.expectWC(a, roce.WCRemAccessErr)
+	b.settle()
+	if qb.State() != roce.QPStateErr {
+		t.Fatalf("responder %v", qb.State())
+	}
+}
+
+// TestWireFormat checks what goes on the wire against rdma_rxe's habits.
+func TestWireFormat(t *testing.T) {
+	b := newBed(t, bedOpts{})
+	qa, qb := b.pairQPs(rcOpts{mtu: roce.MTU256, psnA: 1000})
+	a, c := b.nodes[0], b.nodes[1]
+	lm, _ := a.reg(t, 1<<16, 0, 1)
+	rm, _ := c.reg(t, 1<<16, 0, 2)
+	var reqs, acks []*bth.Packet
+	var fail string
+	b.router.SetTap(func(from *memlink.Port, f []byte) {
+		p, err := bth.Parse(append([]byte(nil), f...))
+		if err != nil {
+			fail = err.Error()
+			return
+		}
+		ip := p.Frame[p.L3:]
+		if !p.VerifyICRC() || binary.BigEndian.Uint16(ip[6:])&0x4000 == 0 || binary.BigEndian.Uint16(ip[4:]) == 0 ||
+			ip[8] != 64 || binary.BigEndian.Uint16(p.Frame[p.L4+6:]) != 0 || p.BTH().PKey() != 0xffff {
+			fail = "bad IP/UDP/BTH fields"
+		}
+		src := qa.QPN()
+		if from == c.port {
+			src = qb.QPN()
+		}
+		if p.SrcPort() != roce.UDPSourcePort(src) {
+			fail = "UDP source port"
+		}
+		if p.Info().Request {
+			reqs = append(reqs, p)
+		} else {
+			acks = append(acks, p)
+		}
+	})
+	qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 200*256)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+	b.expectWC(a, roce.WCSuccess)
+	if fail != "" {
+		t.Fatal(fail)
+	}
+	if len(reqs) != 200 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	var ackReq []int
+	for i, p := range reqs {
+		if p.BTH().PSN() != bth.PSN(1000+i) {
+			t.Fatalf("packet %d PSN %v", i, p.BTH().PSN())
+		}
+		if p.BTH().AckReq() {
+			ackReq = append(ackReq, i)
+		}
+	}
+	// AckReq after 65 packets without it, and on the last.
+	if fmt.Sprint(ackReq) != "[65 131 197 199]" {
+		t.Fatalf("AckReq on packets %v", ackReq)
+	}
+	for _, p := range acks {
+		if p.Opcode != bth.RCAcknowledge || p.AETH().Syndrome() != bth.SyndromeACKUnlimited || p.AETH().MSN() > 1 {
+			t.Fatalf("ACK %v %v msn %v", p.Opcode, p.AETH().Syndrome(), p.AETH().MSN())
+		}
+	}
+	if last := acks[len(acks)-1]; last.BTH().PSN() != 1199 || last.AETH().MSN() != 1 {
+		t.Fatalf("last ACK psn %v msn %v", last.BTH().PSN(), last.AETH().MSN())
+	}
+}
+
+// TestUDSendQueueError: a UD send that cannot be gathered moves the QP to
+// SQE; requests posted there are flushed; SQE->RTS resumes sending while
+// receives go on working throughout.
+func TestUDSendQueueError(t *testing.T) {
+	b, qa, qb := udBed(t, false)
+	a, c := b.nodes[0], b.nodes[1]
+	ah, _ := a.pd.CreateAH(&qp.AHAttr{DGID: c.gid, DMAC: c.mac})
+	lm, _ := a.reg(t, 4096, 0, 1)
+	rm, _ := c.reg(t, 4096, 0, 2)
+	send := func(id uint64, sge roce.SGE) {
+		t.Helper()
+		if err := qa.PostSend(&roce.SendWR{WRID: id, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{sge},
+			AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x11111111}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(1, roce.SGE{Addr: lm.Addr(), Length: 10, LKey: 0xbad})
+	send(2, lm.SGE(0, 10))
+	b.expectWC(a, roce.WCLocProtErr, roce.WCWRFlushErr)
+	if qa.State() != roce.QPStateSQE {
+		t.Fatalf("state %v", qa.State())
+	}
+	send(3, lm.SGE(0, 10))
+	b.expectWC(a, roce.WCWRFlushErr)
+	// Receives still work in SQE.
+	qa.PostRecv(&roce.RecvWR{WRID: 4, SGL: []roce.SGE{lm.SGE(0, 100)}})
+	ahB, _ := c.pd.CreateAH(&qp.AHAttr{DGID: a.gid, DMAC: a.mac})
+	qb.PostSend(&roce.SendWR{WRID: 5, Opcode: roce.WROpSend, SGL: []roce.SGE{rm.SGE(0, 20)}, AH: ahB, RemoteQPN: qa.QPN(), RemoteQKey: 0x11111111})
+	b.expectWC(a, roce.WCSuccess)
+	if err := qa.Modify(&roce.QPAttr{State: roce.QPStateRTS}, qp.AttrState); err != nil {
+		t.Fatal(err)
+	}
+	qb.PostRecv(&roce.RecvWR{WRID: 6, SGL: []roce.SGE{rm.SGE(0, 100)}})
+	send(7, lm.SGE(0, 10))
+	b.expectWC(a, roce.WCSuccess)
+	b.expectWC(c, roce.WCSuccess)
+}

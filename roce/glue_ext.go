@@ -1,0 +1,63 @@
+package roce
+
+// Port events that come from outside the device loop: the network interface
+// under the port lost or regained its link. Package roce/iface calls these
+// from its watch on the interface (netif link events), the way rdma_rxe
+// reacts to NETDEV_DOWN / NETDEV_CHANGE of its netdev.
+
+import "github.com/sroce/sroce/qp"
+
+// PortDown tells the device that the interface under its port went down
+// (administratively down or no carrier). It counts link_downed, posts an
+// EventPortErr asynchronous event and moves every RC and UC QP that is past
+// RESET and not yet in ERR to the error state, so their outstanding work
+// requests complete at once with WR_FLUSH_ERR instead of retrying into a
+// dead link. UD and GSI QPs are left alone: they have no connection to
+// lose. It reports how many QPs it moved.
+func (d *Device) PortDown() int {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return 0
+	}
+	d.cnt[qp.CntLinkDowned]++
+	moved := 0
+	wake := false
+	for _, q := range d.qps {
+		if q == nil || q.dead {
+			continue
+		}
+		if t := q.qp.Type(); t != QPTypeRC && t != QPTypeUC {
+			continue
+		}
+		switch q.qp.State() {
+		case QPStateReset, QPStateErr:
+			continue
+		}
+		if err := q.qp.Modify(&QPAttr{State: QPStateErr}, qp.AttrState); err != nil {
+			continue
+		}
+		moved++
+		d.touch(q)
+		wake = wake || q.queued
+	}
+	d.mu.Unlock()
+	d.events.post(AsyncEvent{Type: qp.EventPortErr})
+	if wake {
+		d.link.Wake()
+	}
+	return moved
+}
+
+// PortUp tells the device that the interface under its port is up with
+// carrier again. It posts an EventPortActive asynchronous event; QPs moved
+// to ERR by PortDown stay there, as with rdma_rxe, and must be reset and
+// connected again.
+func (d *Device) PortUp() {
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if !closed {
+		d.events.post(AsyncEvent{Type: qp.EventPortActive})
+	}
+}

@@ -1,0 +1,43 @@
+package roce
+
+import (
+	"net"
+	"time"
+)
+
+// Link moves whole Ethernet frames. Implementations: an AF_XDP socket, a
+// UDP socket, and the in-memory router of package memlink.
+type Link interface {
+	// ReadBatch copies up to len(bufs) received frames into bufs and their
+	// lengths into sizes. It waits up to timeout for the first frame and
+	// returns 0, nil when none arrived; a zero timeout polls. It returns
+	// early, possibly with no frame, after Wake.
+	ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (n int, err error)
+	// WriteBatch transmits frames and returns how many it took. The link
+	// copies them: the caller reuses the buffers when it returns.
+	WriteBatch(frames [][]byte) (n int, err error)
+	// Wake makes a blocked ReadBatch return early. A Wake that comes while
+	// no ReadBatch is waiting makes the next one return at once.
+	Wake()
+	// MTU returns the interface MTU (the largest IP datagram).
+	MTU() int
+	// HardwareAddr returns the Ethernet address of the interface.
+	HardwareAddr() net.HardwareAddr
+	// Close releases the link; a blocked ReadBatch returns an error.
+	Close() error
+}
+
+// Clock tells the device the time, as a duration since an arbitrary
+// epoch. Tests drive devices with a virtual clock; SystemClock follows the
+// monotonic system clock.
+type Clock interface {
+	Now() time.Duration
+}
+
+type systemClock struct{ epoch time.Time }
+
+func (c systemClock) Now() time.Duration { return time.Since(c.epoch) }
+
+// SystemClock returns a clock that reads the monotonic system clock, with
+// its epoch at the call.
+func SystemClock() Clock { return systemClock{epoch: time.Now()} }

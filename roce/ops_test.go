@@ -1,0 +1,264 @@
+package roce_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/roce"
+)
+
+const canary = 64 // guard bytes around every transfer
+
+type opKind int
+
+const (
+	opSend opKind = iota
+	opSendImm
+	opSendInv
+	opWrite
+	opWriteImm
+	opRead
+	opSendInline
+	opWriteInline
+)
+
+var opNames = []string{"SEND", "SEND_IMM", "SEND_INV", "WRITE", "WRITE_IMM", "READ", "SEND_INLINE", "WRITE_INLINE"}
+
+// split cuts [off, off+n) of m into up to k SGEs of uneven lengths.
+func split(m *roce.MR, off, n, k int) []roce.SGE {
+	if n == 0 {
+		return nil
+	}
+	var sgl []roce.SGE
+	for i := 0; i < k-1 && n > 1; i++ {
+		l := n / (k - i) / 2
+		if l == 0 {
+			continue
+		}
+		if i == 1 {
+			l = n / 3
+		}
+		sgl = append(sgl, m.SGE(off, l))
+		off += l
+		n -= l
+	}
+	return append(sgl, m.SGE(off, n))
+}
+
+// xfer runs one operation of size bytes from node a (QP qa) to node c (QP
+// qc) and checks the data byte for byte, and that no byte around it
+// changed.
+type xfer struct {
+	b          *testbed
+	qa, qc     *roce.QP
+	aMR, cMR   *roce.MR
+	abuf, cbuf []byte
+	rng        *rand.Rand
+	wrid       uint64
+}
+
+func (x *xfer) run(t *testing.T, op opKind, size int) {
+	t.Helper()
+	b := x.b
+	a, c := b.nodes[0], b.nodes[1]
+	// Source and destination, with fresh contents.
+	var src, dst []byte
+	var srcMR, dstMR *roce.MR
+	if op == opRead {
+		src, dst, srcMR, dstMR = x.cbuf, x.abuf, x.cMR, x.aMR
+	} else {
+		src, dst, srcMR, dstMR = x.abuf, x.cbuf, x.aMR, x.cMR
+	}
+	_ = srcMR
+	region := canary + size + canary
+	for i := 0; i < region; i++ {
+		src[i] = byte(x.rng.Uint32())
+		dst[i] = 0xee
+	}
+	want := append([]byte(nil), src[canary:canary+size]...)
+	x.wrid++
+	wr := roce.SendWR{WRID: x.wrid, Flags: roce.Signaled, Imm: uint32(x.wrid) * 2654435761}
+	needRecv := false
+	var inv *roce.MR
+	switch op {
+	case opSend, opSendImm, opSendInv, opSendInline:
+		needRecv = true
+		wr.Opcode = roce.WROpSend
+		if op == opSendImm {
+			wr.Opcode = roce.WROpSendWithImm
+		}
+		if op == opSendInv {
+			wr.Opcode = roce.WROpSendWithInv
+			inv, _ = c.reg(t, 64, 0, 9)
+			wr.InvalidateRKey = inv.RKey()
+		}
+	case opWrite, opWriteImm, opWriteInline:
+		wr.Opcode = roce.WROpRDMAWrite
+		if op == opWriteImm {
+			wr.Opcode = roce.WROpRDMAWriteWithImm
+			needRecv = true
+		}
+		wr.RemoteAddr, wr.RKey = dstMR.Addr()+canary, dstMR.RKey()
+	case opRead:
+		wr.Opcode = roce.WROpRDMARead
+		wr.RemoteAddr, wr.RKey = x.cMR.Addr()+canary, x.cMR.RKey()
+	}
+	if op == opSendInline || op == opWriteInline {
+		wr.Flags |= roce.Inline
+		wr.InlineData = x.abuf[canary : canary+size]
+	} else if op == opRead {
+		wr.SGL = split(x.aMR, canary, size, 3)
+	} else {
+		wr.SGL = split(x.aMR, canary, size, 2)
+	}
+	if needRecv {
+		rwr := roce.RecvWR{WRID: 1000 + x.wrid}
+		if op != opWriteImm {
+			rwr.SGL = split(x.cMR, canary, size, 3)
+			if size == 0 {
+				rwr.SGL = []roce.SGE{x.cMR.SGE(canary, 0)}
+			}
+		}
+		if err := x.qc.PostRecv(&rwr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := x.qa.PostSend(&wr); err != nil {
+		t.Fatalf("%s %d: post: %v", opNames[op], size, err)
+	}
+	wcs := b.waitWCs(a, 1)
+	w := wcs[0]
+	if len(wcs) != 1 || w.Status != roce.WCSuccess || w.WRID != wr.WRID {
+		t.Fatalf("%s %d: send completions %+v", opNames[op], size, wcs)
+	}
+	if op == opRead && w.Opcode != roce.WCRDMARead || int(w.ByteLen) != size {
+		t.Fatalf("%s %d: send completion %+v", opNames[op], size, w)
+	}
+	if needRecv {
+		rw := b.waitWCs(c, 1)
+		r := rw[0]
+		if len(rw) != 1 || r.Status != roce.WCSuccess || r.WRID != 1000+x.wrid || int(r.ByteLen) != size || r.QPNum != x.qc.QPN() {
+			t.Fatalf("%s %d: recv completions %+v", opNames[op], size, rw)
+		}
+		wantOp := roce.WCRecv
+		if op == opWriteImm {
+			wantOp = roce.WCRecvRDMAWithImm
+		}
+		if r.Opcode != wantOp {
+			t.Fatalf("%s %d: recv opcode %v", opNames[op], size, r.Opcode)
+		}
+		hasImm := op == opSendImm || op == opWriteImm
+		if hasImm != (r.Flags&qp.WCWithImm != 0) || hasImm && r.Imm != wr.Imm {
+			t.Fatalf("%s %d: imm flags %v imm %#x want %#x", opNames[op], size, r.Flags, r.Imm, wr.Imm)
+		}
+		if op == opSendInv {
+			if r.Flags&qp.WCWithInv == 0 || r.InvalidatedRKey != inv.RKey() || !inv.Invalidated() {
+				t.Fatalf("SEND_INV: wc %+v, invalidated %v", r, inv.Invalidated())
+			}
+		}
+	}
+	if !bytes.Equal(dst[canary:canary+size], want) {
+		i := 0
+		for i < size && dst[canary+i] == want[i] {
+			i++
+		}
+		t.Fatalf("%s %d: data differs at byte %d", opNames[op], size, i)
+	}
+	for i := 0; i < canary; i++ {
+		if dst[i] != 0xee || dst[canary+size+i] != 0xee {
+			t.Fatalf("%s %d: byte outside the transfer changed", opNames[op], size)
+		}
+	}
+}
+
+// TestAllOperations runs every operation between two devices for sizes
+// from 0 to 1 MiB at every path MTU, checking the data byte for byte.
+func TestAllOperations(t *testing.T) {
+	for _, mtu := range []roce.MTU{roce.MTU256, roce.MTU512, roce.MTU1024, roce.MTU2048, roce.MTU4096} {
+		t.Run(fmt.Sprint(mtu), func(t *testing.T) {
+			t.Parallel()
+			b := newBed(t, bedOpts{})
+			qa, qc := b.pairQPs(rcOpts{mtu: mtu, maxWR: 16, maxSGE: 4, maxInline: 256})
+			const max = 1 << 20
+			aMR, abuf := b.nodes[0].reg(t, max+2*canary, 0, 1)
+			cMR, cbuf := b.nodes[1].reg(t, max+2*canary, 0, 2)
+			x := &xfer{b: b, qa: qa, qc: qc, aMR: aMR, cMR: cMR, abuf: abuf, cbuf: cbuf,
+				rng: rand.New(rand.NewPCG(uint64(mtu), 1))}
+			m := mtu.Bytes()
+			sizes := []int{0, 1, 3, 4, 255, m - 1, m, m + 1, 2 * m, 3*m + 5, 65536 + 13, max}
+			for _, size := range sizes {
+				for op := opSend; op <= opRead; op++ {
+					x.run(t, op, size)
+				}
+				if size <= 256 {
+					x.run(t, opSendInline, size)
+					x.run(t, opWriteInline, size)
+				}
+			}
+			// Atomics: a counter and a compare-and-swap word in the middle
+			// of c's region.
+			x.atomics(t)
+			ca, cc := b.nodes[0].dev.Counters(), b.nodes[1].dev.Counters()
+			if ca["retransmit_pkts"] != 0 || cc["duplicate_request"] != 0 || ca["bad_response"] != 0 {
+				t.Fatalf("unexpected retries on a clean link: %v %v", ca, cc)
+			}
+		})
+	}
+}
+
+func (x *xfer) atomics(t *testing.T) {
+	b := x.b
+	a := b.nodes[0]
+	word := x.cbuf[1024 : 1024+8]
+	binary.NativeEndian.PutUint64(word, 100)
+	res := x.abuf[2048 : 2048+8]
+	post := func(wr roce.SendWR) uint64 {
+		t.Helper()
+		x.wrid++
+		wr.WRID = x.wrid
+		wr.Flags = roce.Signaled
+		wr.SGL = []roce.SGE{x.aMR.SGE(2048, 8)}
+		wr.RKey = x.cMR.RKey()
+		wr.RemoteAddr = x.cMR.Addr() + 1024
+		if err := x.qa.PostSend(&wr); err != nil {
+			t.Fatal(err)
+		}
+		w := b.waitWCs(a, 1)
+		if w[0].Status != roce.WCSuccess || w[0].WRID != wr.WRID {
+			t.Fatalf("atomic completion %+v", w[0])
+		}
+		return binary.NativeEndian.Uint64(res)
+	}
+	if old := post(roce.SendWR{Opcode: roce.WROpAtomicFetchAdd, CompareAdd: 5}); old != 100 {
+		t.Fatalf("fetch_add returned %d", old)
+	}
+	if old := post(roce.SendWR{Opcode: roce.WROpAtomicCmpSwp, CompareAdd: 105, Swap: 7}); old != 105 {
+		t.Fatalf("cmp_swp returned %d", old)
+	}
+	if old := post(roce.SendWR{Opcode: roce.WROpAtomicCmpSwp, CompareAdd: 105, Swap: 9}); old != 7 {
+		t.Fatalf("failed cmp_swp returned %d", old)
+	}
+	if v := binary.NativeEndian.Uint64(word); v != 7 {
+		t.Fatalf("word is %d", v)
+	}
+}
+
+// TestLargeReadStreams checks that a READ larger than one step's transmit
+// budget streams to the end without waiting for a retransmission.
+func TestLargeReadStreams(t *testing.T) {
+	b := newBed(t, bedOpts{})
+	qa, _ := b.pairQPs(rcOpts{mtu: roce.MTU1024})
+	a, c := b.nodes[0], b.nodes[1]
+	lm, lbuf := a.reg(t, 4<<20, 0, 1)
+	rm, rbuf := c.reg(t, 4<<20, 0, 2)
+	qa.PostSend(&roce.SendWR{WRID: 7, Opcode: roce.WROpRDMARead, Flags: roce.Signaled,
+		SGL: []roce.SGE{lm.SGE(0, 4<<20)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+	b.expectWC(a, roce.WCSuccess)
+	if b.clock.Now() != 0 || a.dev.Counter(qp.CntTimeouts) != 0 || !bytes.Equal(lbuf, rbuf) {
+		t.Fatalf("virtual time %v, timeouts %d", b.clock.Now(), a.dev.Counter(qp.CntTimeouts))
+	}
+}

@@ -1,0 +1,166 @@
+package roce
+
+import (
+	"sync/atomic"
+
+	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/qp"
+)
+
+// Access is a set of access flags (enum ibv_access_flags).
+type Access = mr.Access
+
+// Access flags of memory regions and of a QP's remote operations (enum
+// ibv_access_flags).
+const (
+	AccessLocalWrite   = mr.AccessLocalWrite
+	AccessRemoteWrite  = mr.AccessRemoteWrite
+	AccessRemoteRead   = mr.AccessRemoteRead
+	AccessRemoteAtomic = mr.AccessRemoteAtomic
+)
+
+// PD is a protection domain (struct ibv_pd).
+type PD struct {
+	dev  *Device
+	pd   *mr.PD
+	nobj int // QPs, SRQs and AHs, under the device lock
+	dead bool
+}
+
+// AllocPD creates a protection domain (ibv_alloc_pd).
+func (d *Device) AllocPD() (*PD, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	return &PD{dev: d, pd: d.mrt.AllocPD()}, nil
+}
+
+// Device returns the device of the PD.
+func (pd *PD) Device() *Device { return pd.dev }
+
+// Dealloc destroys the PD (ibv_dealloc_pd). It fails with ErrBusy while
+// MRs, QPs, SRQs or AHs use it.
+func (pd *PD) Dealloc() error {
+	d := pd.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if pd.dead {
+		return ErrDestroyed
+	}
+	if pd.nobj > 0 {
+		return ErrBusy
+	}
+	if err := pd.pd.Dealloc(); err != nil {
+		if err == mr.ErrBusy {
+			return ErrBusy
+		}
+		return err
+	}
+	pd.dead = true
+	return nil
+}
+
+// MR is a registered memory region (struct ibv_mr).
+type MR struct {
+	pd          *PD
+	m           *mr.MR
+	buf         []byte
+	invalidated atomic.Bool
+}
+
+// RegMR registers buf (ibv_reg_mr). Its address for remote access is the
+// address of buf[0] (see MR.Addr); access selects what local and remote
+// operations may do with it.
+func (pd *PD) RegMR(buf []byte, access mr.Access) (*MR, error) {
+	return pd.RegMRRegion(mr.Slice(buf), mr.AddrOf(buf), access)
+}
+
+// RegMRRegion registers memory given as an mr.Region, such as memory
+// shared with another process, with its first byte at virtual address
+// iova (ibv_reg_mr_iova).
+func (pd *PD) RegMRRegion(r mr.Region, iova uint64, access mr.Access) (*MR, error) {
+	d := pd.dev
+	m, err := pd.pd.RegMRIOVA(r, iova, access)
+	if err != nil {
+		return nil, err
+	}
+	x := &MR{pd: pd, m: m, buf: r.Bytes()}
+	d.mu.Lock()
+	d.mrs[m.LKey()] = x
+	d.mu.Unlock()
+	return x, nil
+}
+
+// LKey returns the local key.
+func (m *MR) LKey() uint32 { return m.m.LKey() }
+
+// RKey returns the remote key.
+func (m *MR) RKey() uint32 { return m.m.RKey() }
+
+// Addr returns the virtual address of the first byte of the region.
+func (m *MR) Addr() uint64 { return m.m.IOVA() }
+
+// Len returns the length of the region.
+func (m *MR) Len() int { return len(m.buf) }
+
+// Buf returns the registered memory.
+func (m *MR) Buf() []byte { return m.buf }
+
+// PD returns the protection domain of the region.
+func (m *MR) PD() *PD { return m.pd }
+
+// SGE returns the scatter/gather element for n bytes at offset off of the
+// region.
+func (m *MR) SGE(off, n int) qp.SGE {
+	return qp.SGE{Addr: m.m.IOVA() + uint64(off), Length: uint32(n), LKey: m.m.LKey()}
+}
+
+// Invalidated reports whether a peer's SEND with invalidate revoked the
+// region's key.
+func (m *MR) Invalidated() bool { return m.invalidated.Load() }
+
+// Dereg deregisters the region (ibv_dereg_mr). When it returns no key of
+// the region is accepted and its memory is no longer touched. Work
+// requests that still name it complete with a protection error; peers
+// that still use its rkey get a remote access error.
+func (m *MR) Dereg() error {
+	d := m.pd.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.mrs[m.m.LKey()] == m {
+		delete(d.mrs, m.m.LKey())
+	}
+	if m.invalidated.Load() {
+		return nil
+	}
+	return m.m.Dereg()
+}
+
+// AH is an address handle: the path to a remote port for UD sends
+// (struct ibv_ah).
+type AH = qp.AH
+
+// CreateAH resolves attr into an address handle (ibv_create_ah).
+func (pd *PD) CreateAH(attr *qp.AHAttr) (*AH, error) {
+	d := pd.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ah := new(AH)
+	if err := d.ResolveAH(attr, ah); err != nil {
+		return nil, err
+	}
+	return ah, nil
+}
+
+// DestroyAH destroys an address handle (ibv_destroy_ah). Work requests
+// already posted keep their own copy of the path, so this releases
+// nothing the device still needs.
+func (pd *PD) DestroyAH(ah *AH) error {
+	if ah == nil {
+		return ErrInvalid
+	}
+	*ah = AH{}
+	return nil
+}

@@ -1,0 +1,445 @@
+// QPs as the application sees them. Control calls (Modify, Query,
+// Destroy) take the device lock; posting takes only the QP's own post lock
+// (one per queue), copies the request into the qp package's ring and rings
+// the device's doorbell, which wakes the loop.
+
+package roce
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/qp"
+)
+
+// Verbs types shared with package qp.
+type (
+	// QPType is the transport service of a QP (enum ibv_qp_type).
+	QPType = qp.Type
+	// QPState is a QP state (enum ibv_qp_state).
+	QPState = qp.State
+	// QPAttr holds QP attributes (struct ibv_qp_attr).
+	QPAttr = qp.Attr
+	// QPAttrMask selects attributes (enum ibv_qp_attr_mask).
+	QPAttrMask = qp.AttrMask
+	// QPCap holds queue sizes (struct ibv_qp_cap).
+	QPCap = qp.Cap
+	// AHAttr describes a path (struct ibv_ah_attr).
+	AHAttr = qp.AHAttr
+	// SendWR is a send work request (struct ibv_send_wr).
+	SendWR = qp.SendWR
+	// RecvWR is a receive work request (struct ibv_recv_wr).
+	RecvWR = qp.RecvWR
+	// SGE is a scatter/gather element (struct ibv_sge).
+	SGE = qp.SGE
+	// WCStatus is a completion status (enum ibv_wc_status).
+	WCStatus = qp.WCStatus
+	// WCOpcode is a completion opcode (enum ibv_wc_opcode).
+	WCOpcode = qp.WCOpcode
+	// WROpcode is a send opcode (enum ibv_wr_opcode).
+	WROpcode = qp.WROpcode
+	// SendFlags modify a send (enum ibv_send_flags).
+	SendFlags = qp.SendFlags
+	// MTU is a path MTU (enum ibv_mtu).
+	MTU = qp.MTU
+)
+
+// QP types, states, MTUs, opcodes, flags and statuses, re-exported from
+// package qp under their verbs names.
+const (
+	QPTypeRC  = qp.TypeRC
+	QPTypeUC  = qp.TypeUC
+	QPTypeUD  = qp.TypeUD
+	QPTypeGSI = qp.TypeGSI
+
+	QPStateReset = qp.StateReset
+	QPStateInit  = qp.StateInit
+	QPStateRTR   = qp.StateRTR
+	QPStateRTS   = qp.StateRTS
+	QPStateSQD   = qp.StateSQD
+	QPStateSQE   = qp.StateSQE
+	QPStateErr   = qp.StateErr
+
+	MTU256  = qp.MTU256
+	MTU512  = qp.MTU512
+	MTU1024 = qp.MTU1024
+	MTU2048 = qp.MTU2048
+	MTU4096 = qp.MTU4096
+
+	WROpRDMAWrite        = qp.WROpRDMAWrite
+	WROpRDMAWriteWithImm = qp.WROpRDMAWriteWithImm
+	WROpSend             = qp.WROpSend
+	WROpSendWithImm      = qp.WROpSendWithImm
+	WROpSendWithInv      = qp.WROpSendWithInv
+	WROpRDMARead         = qp.WROpRDMARead
+	WROpAtomicCmpSwp     = qp.WROpAtomicCmpSwp
+	WROpAtomicFetchAdd   = qp.WROpAtomicFetchAdd
+
+	Fence     = qp.Fence
+	Signaled  = qp.Signaled
+	Solicited = qp.Solicited
+	Inline    = qp.Inline
+
+	WCSuccess        = qp.WCSuccess
+	WCLocLenErr      = qp.WCLocLenErr
+	WCLocQPOpErr     = qp.WCLocQPOpErr
+	WCLocProtErr     = qp.WCLocProtErr
+	WCWRFlushErr     = qp.WCWRFlushErr
+	WCBadRespErr     = qp.WCBadRespErr
+	WCLocAccessErr   = qp.WCLocAccessErr
+	WCRemInvReqErr   = qp.WCRemInvReqErr
+	WCRemAccessErr   = qp.WCRemAccessErr
+	WCRemOpErr       = qp.WCRemOpErr
+	WCRetryExcErr    = qp.WCRetryExcErr
+	WCRNRRetryExcErr = qp.WCRNRRetryExcErr
+	WCFatalErr       = qp.WCFatalErr
+	WCGeneralErr     = qp.WCGeneralErr
+
+	WCSend            = qp.WCSend
+	WCRDMAWrite       = qp.WCRDMAWrite
+	WCRDMARead        = qp.WCRDMARead
+	WCCompSwap        = qp.WCCompSwap
+	WCFetchAdd        = qp.WCFetchAdd
+	WCRecv            = qp.WCRecv
+	WCRecvRDMAWithImm = qp.WCRecvRDMAWithImm
+)
+
+// QPInitAttr describes a QP to create (struct ibv_qp_init_attr).
+type QPInitAttr struct {
+	Type   QPType
+	SendCQ *CQ
+	RecvCQ *CQ
+	SRQ    *SRQ
+	Cap    QPCap
+	// SigAll makes every send request generate a completion
+	// (sq_sig_all).
+	SigAll bool
+	// Context is free for the application.
+	Context any
+}
+
+// QP is a queue pair (struct ibv_qp).
+type QP struct {
+	dev  *Device
+	pd   *PD
+	qp   *qp.QP
+	init QPInitAttr
+
+	sendMu   sync.Mutex
+	recvMu   sync.Mutex
+	doorbell atomic.Bool
+	gone     atomic.Bool // destroyed
+
+	// Loop state, under the device lock.
+	queued   bool
+	heapIdx  int
+	deadline time.Duration
+	dead     bool
+}
+
+// CreateQP creates a queue pair in the RESET state (ibv_create_qp). A
+// TypeGSI QP gets QP number 1; other QPs get numbers from 17 up.
+func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
+	d := pd.dev
+	c := attr.Cap
+	switch attr.Type {
+	case QPTypeRC, QPTypeUC, QPTypeUD, QPTypeGSI:
+	default:
+		return nil, ErrInvalid
+	}
+	if attr.SendCQ == nil || attr.RecvCQ == nil || attr.SendCQ.dev != d || attr.RecvCQ.dev != d {
+		return nil, ErrInvalid
+	}
+	if c.MaxSendWR > MaxQPWR || c.MaxSendSGE > MaxSGE || c.MaxInlineData > MaxInlineData {
+		return nil, ErrInvalid
+	}
+	if attr.SRQ == nil && (c.MaxRecvWR > MaxQPWR || c.MaxRecvSGE > MaxSGE) {
+		return nil, ErrInvalid
+	}
+	if attr.SRQ != nil && attr.SRQ.pd != pd {
+		return nil, ErrInvalid
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	if pd.dead || attr.SendCQ.dead || attr.RecvCQ.dead || (attr.SRQ != nil && attr.SRQ.dead) {
+		return nil, ErrDestroyed
+	}
+	var qpn bth.QPN
+	if attr.Type == QPTypeGSI {
+		if d.gsi != nil {
+			return nil, ErrBusy
+		}
+		qpn = 1
+	} else {
+		if d.nqp == len(d.qps) {
+			return nil, ErrNoResources
+		}
+		// Numbers are handed out cyclically, so that a number is not
+		// reused soon after its QP is destroyed.
+		for d.qps[d.nextQPN-firstQPN] != nil {
+			d.nextQPN++
+			if d.nextQPN-firstQPN == len(d.qps) {
+				d.nextQPN = firstQPN
+			}
+		}
+		qpn = bth.QPN(d.nextQPN)
+	}
+	q := &QP{dev: d, pd: pd, init: *attr, heapIdx: -1}
+	cfg := &qp.Config{
+		QPN: qpn, Type: attr.Type, PD: pd.pd, SendCQ: attr.SendCQ, RecvCQ: attr.RecvCQ,
+		Cap: c, SigAll: attr.SigAll, PortMTU: d.portMTU, Env: d, Counters: &d.cnt, Context: q,
+	}
+	if attr.SRQ != nil {
+		cfg.SRQ = attr.SRQ.srq
+		q.init.Cap.MaxRecvWR, q.init.Cap.MaxRecvSGE = 0, 0
+	}
+	q.qp = qp.New(cfg)
+	if qpn == 1 {
+		d.gsi = q
+	} else {
+		d.qps[int(qpn)-firstQPN] = q
+		d.nextQPN++
+		if d.nextQPN-firstQPN == len(d.qps) {
+			d.nextQPN = firstQPN
+		}
+	}
+	d.nqp++
+	pd.nobj++
+	attr.SendCQ.nqp++
+	attr.RecvCQ.nqp++
+	if attr.SRQ != nil {
+		attr.SRQ.nqp++
+	}
+	return q, nil
+}
+
+// QPN returns the QP number.
+func (q *QP) QPN() bth.QPN { return q.qp.QPN() }
+
+// PD returns the protection domain of the QP.
+func (q *QP) PD() *PD { return q.pd }
+
+// Type returns the transport service.
+func (q *QP) Type() QPType { return q.qp.Type() }
+
+// State returns the current state; the answer may be stale.
+func (q *QP) State() QPState { return q.qp.State() }
+
+// Context returns the application's context from QPInitAttr.
+func (q *QP) Context() any { return q.init.Context }
+
+// Modify changes attributes and state (ibv_modify_qp). Errors are
+// *qp.ModifyError values that name the transition and what is wrong.
+func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
+	d := q.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if q.dead {
+		return ErrDestroyed
+	}
+	if err := q.qp.Modify(attr, mask); err != nil {
+		return err
+	}
+	d.touch(q)
+	if q.queued {
+		d.link.Wake()
+	}
+	return nil
+}
+
+// Query returns the QP's attributes and creation attributes
+// (ibv_query_qp).
+func (q *QP) Query() (QPAttr, QPInitAttr) {
+	d := q.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return q.qp.Query(), q.init
+}
+
+// PostSend posts one send work request (ibv_post_send). The request is
+// copied; wr and its SGL may be reused when PostSend returns.
+func (q *QP) PostSend(wr *SendWR) error {
+	if q.gone.Load() {
+		return ErrDestroyed
+	}
+	q.sendMu.Lock()
+	err := q.qp.PostSend(wr)
+	q.sendMu.Unlock()
+	if err == nil {
+		q.dev.ring(q)
+	}
+	return err
+}
+
+// PostSendList posts work requests in order and returns how many were
+// posted; on error, wrs[n] is the request that was refused.
+func (q *QP) PostSendList(wrs []SendWR) (int, error) {
+	if q.gone.Load() {
+		return 0, ErrDestroyed
+	}
+	q.sendMu.Lock()
+	n := 0
+	var err error
+	for i := range wrs {
+		if err = q.qp.PostSend(&wrs[i]); err != nil {
+			break
+		}
+		n++
+	}
+	q.sendMu.Unlock()
+	if n > 0 {
+		q.dev.ring(q)
+	}
+	return n, err
+}
+
+// PostRecv posts one receive work request (ibv_post_recv).
+func (q *QP) PostRecv(wr *RecvWR) error {
+	if q.gone.Load() {
+		return ErrDestroyed
+	}
+	q.recvMu.Lock()
+	err := q.qp.PostRecv(wr)
+	q.recvMu.Unlock()
+	if err == nil {
+		q.dev.ring(q)
+	}
+	return err
+}
+
+// PostRecvList posts receive work requests in order and returns how many
+// were posted.
+func (q *QP) PostRecvList(wrs []RecvWR) (int, error) {
+	if q.gone.Load() {
+		return 0, ErrDestroyed
+	}
+	q.recvMu.Lock()
+	n := 0
+	var err error
+	for i := range wrs {
+		if err = q.qp.PostRecv(&wrs[i]); err != nil {
+			break
+		}
+		n++
+	}
+	q.recvMu.Unlock()
+	if n > 0 {
+		q.dev.ring(q)
+	}
+	return n, err
+}
+
+// Destroy destroys the QP (ibv_destroy_qp). Outstanding work requests are
+// discarded without completions, as in verbs; packets that arrive for the
+// QP afterwards are dropped as addressed to an unknown QP.
+func (q *QP) Destroy() error {
+	d := q.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if q.dead {
+		return ErrDestroyed
+	}
+	q.dead = true
+	q.gone.Store(true)
+	d.timers.remove(q)
+	if n := q.qp.QPN(); n == 1 {
+		d.gsi = nil
+	} else {
+		d.qps[int(n)-firstQPN] = nil
+	}
+	d.nqp--
+	q.pd.nobj--
+	q.init.SendCQ.nqp--
+	q.init.RecvCQ.nqp--
+	if q.init.SRQ != nil {
+		q.init.SRQ.nqp--
+	}
+	return nil
+}
+
+// SRQ is a shared receive queue (struct ibv_srq).
+type SRQ struct {
+	dev  *Device
+	pd   *PD
+	srq  *qp.SRQ
+	mu   sync.Mutex
+	nqp  int
+	dead bool
+	// Context is free for the application.
+	Context any
+}
+
+// CreateSRQ creates a shared receive queue for maxWR requests of up to
+// maxSGE elements (ibv_create_srq). limit arms the limit event at once
+// (0: not armed).
+func (pd *PD) CreateSRQ(maxWR, maxSGE, limit uint32) (*SRQ, error) {
+	d := pd.dev
+	if maxWR == 0 || maxWR > MaxSRQWR || maxSGE > MaxSGE || limit > maxWR {
+		return nil, ErrInvalid
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	s := &SRQ{dev: d, pd: pd, srq: qp.NewSRQ(maxWR, maxSGE)}
+	s.srq.Context = s
+	s.srq.Arm(limit)
+	pd.nobj++
+	return s, nil
+}
+
+// PostRecv posts a receive work request to the SRQ (ibv_post_srq_recv).
+func (s *SRQ) PostRecv(wr *RecvWR) error {
+	s.mu.Lock()
+	err := s.srq.PostRecv(wr)
+	s.mu.Unlock()
+	return err
+}
+
+// Arm sets the SRQ limit (ibv_modify_srq with IBV_SRQ_LIMIT): when fewer
+// than limit requests remain, an EventSRQLimitReached event is posted once.
+func (s *SRQ) Arm(limit uint32) error {
+	if limit > s.srq.MaxWR() {
+		return ErrInvalid
+	}
+	s.srq.Arm(limit)
+	return nil
+}
+
+// Query returns the capacity, the armed limit and the number of requests
+// waiting (ibv_query_srq).
+func (s *SRQ) Query() (maxWR, limit, posted uint32) {
+	return s.srq.MaxWR(), s.srq.Limit(), s.srq.Len()
+}
+
+// Destroy destroys the SRQ (ibv_destroy_srq); it fails with ErrBusy while
+// QPs use it.
+func (s *SRQ) Destroy() error {
+	d := s.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s.dead {
+		return ErrDestroyed
+	}
+	if s.nqp > 0 {
+		return ErrBusy
+	}
+	s.dead = true
+	s.pd.nobj--
+	return nil
+}
+
+// Outstanding reports the requester's PSNs in flight and the next PSNs of
+// the requester and responder, for diagnostics.
+func (q *QP) Outstanding() (inflight int32, sqPSN, rqPSN bth.PSN) {
+	d := q.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return q.qp.Outstanding()
+}
