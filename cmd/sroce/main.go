@@ -54,6 +54,9 @@ type command struct {
 // line here.
 var commands = []command{
 	{"dissect", "decode the RoCEv2 packets of a pcap or pcapng capture", runDissect},
+	{"demo", "two sroce engines doing RDMA with each other, explained (start here)", runDemo},
+	{"devinfo", "describe the sroce device on a network interface, like ibv_devinfo", runDevinfo},
+	{"stat", "counters of a sroce device on a network interface", runStat},
 }
 
 // main runs the command line and exits with its status.

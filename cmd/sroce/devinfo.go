@@ -1,0 +1,275 @@
+package main
+
+// sroce devinfo: what ibv_devinfo shows of an rdma_rxe device, for the
+// sroce device a tool would open on an interface. The device is opened
+// (roce/iface), described and closed again: sroce devices live inside the
+// process that uses them, so this is the device any sroce tool would get
+// on that interface at this moment.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+
+	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/roce/iface"
+	"github.com/sroce/sroce/roce/netif"
+)
+
+// devinfoAbout is the description printed by "sroce devinfo -h".
+const devinfoAbout = `
+Devinfo prints what ibv_devinfo prints for an rdma_rxe device, for the sroce
+device on a network interface: the node GUID rxe derives from the MAC
+address (EUI-64), the port state (ACTIVE when the interface is up with
+carrier), max_mtu and active_mtu (the path MTU: interface MTU - 80 rounded
+down to 256..4096, as rxe computes it), and the GID table with its indexes
+(the numbers -g / -x take) and types, all "RoCE v2". sroce adds the network
+interface, the link mode (XDP zero-copy or copy, with the attach mode of the
+steering program, or UDP) and why that mode was chosen.
+
+sroce has no daemon: a device exists inside the process that opened it.
+Devinfo opens one on the interface (as a tool would, with --mode), describes
+it and closes it. If the link cannot be opened right now (another sroce
+process holds the AF_XDP queue or UDP port 4791) it says so and shows what
+the interface alone tells.
+
+Without -d it describes the interface of the default route. -l lists the
+interfaces a device can be opened on. -v adds the device limits (max_qp,
+max_qp_wr, ...).`
+
+// runDevinfo implements "sroce devinfo".
+func runDevinfo(e *env, args []string) int {
+	f := newFlags(e, "devinfo", "sroce devinfo [-d IF] [-l] [-v] [--mode auto|xdp|udp]", devinfoAbout)
+	var dev string
+	f.StringVar(&dev, "d", "", "network `interface` (default: the one of the default route)")
+	f.StringVar(&dev, "ib-dev", "", "same as -d")
+	list := f.Bool("l", false, "list the interfaces a device can be opened on")
+	verbose := f.Bool("v", false, "also print the device limits")
+	mode := f.String("mode", "auto", "link to open: `auto`, xdp or udp")
+	pos, status, ok := f.parse(args)
+	if !ok {
+		return status
+	}
+	if len(pos) != 0 {
+		return f.usageError("devinfo takes no arguments")
+	}
+	m, err := iface.ParseMode(*mode)
+	if err != nil {
+		return f.usageError(err.Error())
+	}
+	if *list {
+		if err := listInterfaces(e.Stdout); err != nil {
+			fmt.Fprintf(e.Stderr, "sroce devinfo: %v\n", err)
+			return exitProblem
+		}
+		return exitOK
+	}
+	if dev == "" {
+		if dev, err = defaultRouteInterface(); err != nil {
+			fmt.Fprintf(e.Stderr, "sroce devinfo: %v\n", err)
+			return exitProblem
+		}
+	}
+	if err := devinfo(e.Stdout, dev, m, *verbose); err != nil {
+		fmt.Fprintf(e.Stderr, "sroce devinfo: %v\n", err)
+		return exitProblem
+	}
+	return exitOK
+}
+
+// defaultRouteInterface returns the interface of the default route.
+func defaultRouteInterface() (string, error) {
+	for _, probe := range []string{"192.0.2.1", "2001:db8::1"} {
+		name, _, err := netif.SourceFor(netip.MustParseAddr(probe))
+		if err == nil && name != "" && name != "lo" {
+			return name, nil
+		}
+	}
+	return "", errors.New("there is no default route to take the interface from; name one with -d (sroce devinfo -l lists them)")
+}
+
+// listInterfaces prints the interfaces with their state and first address.
+func listInterfaces(w io.Writer) error {
+	h, err := netif.NewHandle()
+	if err != nil {
+		return fmt.Errorf("cannot read the network interfaces: %v", err)
+	}
+	defer h.Close()
+	ifs, err := netInterfaces()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%d interfaces:\n", len(ifs))
+	for _, name := range ifs {
+		ifc, err := h.Lookup(name)
+		if err != nil {
+			continue
+		}
+		state := "PORT_DOWN"
+		if ifc.Active() {
+			state = "PORT_ACTIVE"
+		}
+		addr := "no address"
+		if a := ifc.IPv4(); a.IsValid() {
+			addr = a.String()
+		} else if len(ifc.Addrs) > 0 {
+			addr = ifc.Addrs[0].Prefix.Addr().String()
+		}
+		fmt.Fprintf(w, "    %-16s %-12s mtu %-5d active_mtu %-4d %s\n", name, state, ifc.MTU, ifc.PathMTU(), addr)
+	}
+	return nil
+}
+
+// devinfo opens a port on ifname and prints it as ibv_devinfo does.
+func devinfo(w io.Writer, ifname string, mode iface.Mode, verbose bool) error {
+	p, err := iface.Open(context.Background(), ifname, iface.Options{Mode: mode, AllowDown: true})
+	if errors.Is(err, iface.ErrNoInterface) || errors.Is(err, iface.ErrNotPermitted) {
+		return err
+	}
+	if err != nil {
+		// The link could not be opened (busy, no address): describe the
+		// interface alone.
+		ifc, lerr := netif.Lookup(ifname)
+		if lerr != nil {
+			return err
+		}
+		printDevinfo(w, devinfoData{name: "sroce_" + ifc.Name, ifc: ifc, linkErr: err}, verbose)
+		return nil
+	}
+	defer p.Close()
+	ifc, err := netif.Lookup(ifname)
+	if err != nil {
+		return err
+	}
+	printDevinfo(w, devinfoData{name: p.Device().Name(), ifc: ifc, port: p}, verbose)
+	return nil
+}
+
+// devinfoData is what printDevinfo prints: an open port, or an interface
+// whose link could not be opened.
+type devinfoData struct {
+	name    string
+	ifc     *netif.Interface
+	port    *iface.Port
+	linkErr error
+}
+
+// printDevinfo writes the ibv_devinfo-style description. Values line up
+// as ibv_devinfo's do: device fields at column 40, port fields at 48.
+func printDevinfo(w io.Writer, d devinfoData, verbose bool) {
+	var b strings.Builder
+	dev := func(k string, format string, args ...any) { kv(&b, 1, 40, k, fmt.Sprintf(format, args...)) }
+	port := func(k string, format string, args ...any) { kv(&b, 3, 48, k, fmt.Sprintf(format, args...)) }
+	guid := iface.FormatGUID(iface.NodeGUID(d.ifc.MAC))
+	fmt.Fprintf(&b, "hca_id:\t%s\n", d.name)
+	dev("transport", "InfiniBand (0)")
+	dev("fw_ver", "0.0.0")
+	dev("node_guid", "%s", guid)
+	dev("sys_image_guid", "%s", guid)
+	dev("vendor_id", "0xffffff")
+	dev("vendor_part_id", "0")
+	dev("hw_ver", "0x0")
+	dev("phys_port_cnt", "1")
+	dev("netdev", "%s (ifindex %d, mtu %d, mac %s)", d.ifc.Name, d.ifc.Index, d.ifc.MTU, d.ifc.MAC)
+	if d.port != nil {
+		lm := d.port.LinkMode()
+		if at := d.port.XDPAttach(); at != "" {
+			lm += ", " + at + " attach"
+		}
+		if a := d.port.LocalAddr(); a.IsValid() {
+			lm += fmt.Sprintf(", bound to %v port 4791", a)
+		}
+		dev("link_mode", "%s", lm)
+		dev("link_mode_reason", "%s", d.port.Reason())
+		if x := d.port.XDPLink(); x != nil {
+			if zc := x.Socket().Stats().ZeroCopyRefusal; zc != "" {
+				dev("zero_copy", "no (%s)", zc)
+			} else {
+				dev("zero_copy", "yes")
+			}
+		}
+	} else {
+		dev("link_mode", "unavailable (%v)", d.linkErr)
+	}
+	if verbose && d.port != nil {
+		a := d.port.Device().Query()
+		dev("max_mr_size", "0xffffffffffffffff")
+		dev("max_qp", "%d", a.MaxQP)
+		dev("max_qp_wr", "%d", a.MaxQPWR)
+		dev("max_sge", "%d", a.MaxSGE)
+		dev("max_cq", "%d", a.MaxCQ)
+		dev("max_cqe", "%d", a.MaxCQE)
+		dev("max_mr", "%d", a.MaxMR)
+		dev("max_pd", "%d", a.MaxPD)
+		dev("max_qp_rd_atom", "%d", a.MaxQPRdAtom)
+		dev("max_qp_init_rd_atom", "%d", a.MaxQPInitRdAtom)
+		dev("max_srq", "%d", a.MaxSRQ)
+		dev("max_srq_wr", "%d", a.MaxSRQWR)
+		dev("max_inline_data", "%d", a.MaxInlineData)
+		dev("max_msg_sz", "0x%x", a.MaxMsgSize)
+		dev("atomic_cap", "%s (1)", a.AtomicCapability)
+	}
+	fmt.Fprintf(&b, "\t\tport:\t1\n")
+	state := "PORT_DOWN (1)"
+	if d.ifc.Active() && (d.port == nil || d.port.State() == roce.PortActive) {
+		state = "PORT_ACTIVE (4)"
+	}
+	active := netif.PathMTUEnum(d.ifc.MTU)
+	if d.port != nil {
+		active = netif.MTU(d.port.ActiveMTU())
+	}
+	port("state", "%s", state)
+	port("max_mtu", "4096 (5)")
+	port("active_mtu", "%s (%d)", active, active)
+	port("sm_lid", "0")
+	port("port_lid", "0")
+	port("port_lmc", "0x00")
+	port("link_layer", "Ethernet")
+	gids := d.ifc.GIDs
+	if d.port != nil {
+		gids = d.port.GIDs()
+	}
+	for _, g := range gids {
+		port(fmt.Sprintf("GID[%3d]", g.Index), "%s, %s", netif.FormatGID(g.GID), g.Type)
+	}
+	if len(gids) == 0 {
+		port("GIDs", "none (the interface has no MAC address and no IP address)")
+	}
+	io.WriteString(w, b.String())
+}
+
+// kv writes "key:" after indent tabs and tabs up to column col (tab stops
+// every 8 columns, at least one tab), then the value, as ibv_devinfo does.
+func kv(b *strings.Builder, indent, col int, key, val string) {
+	b.WriteString(strings.Repeat("\t", indent))
+	b.WriteString(key)
+	b.WriteByte(':')
+	pos := indent*8 + len(key) + 1
+	for {
+		b.WriteByte('\t')
+		pos = (pos/8 + 1) * 8
+		if pos >= col {
+			break
+		}
+	}
+	b.WriteString(val)
+	b.WriteByte('\n')
+}
+
+// netInterfaces returns the names of the interfaces of the calling
+// thread's network namespace.
+func netInterfaces() ([]string, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("cannot list the network interfaces: %v", err)
+	}
+	names := make([]string, 0, len(ifs))
+	for _, ifc := range ifs {
+		names = append(names, ifc.Name)
+	}
+	return names, nil
+}

@@ -1,0 +1,166 @@
+package main
+
+// sroce stat: the counters of a sroce device. Without a daemon a device
+// lives in the process that opened it, so stat opens a fresh one on the
+// interface, optionally keeps it listening for a while, and prints its
+// port state, the engine's counters and the link's (see statAbout).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/roce/iface"
+)
+
+// statAbout is the description printed by "sroce stat -h".
+const statAbout = `
+Stat prints the counters of a sroce device: the engine's, named like
+rdma_rxe's hw_counters where rxe has the same one (sent_pkts, rcvd_pkts,
+duplicate_request, out_of_seq_request, rcvd_seq_err, retry_exceeded_err,
+link_downed, ...) plus what the engine drops for other reasons (icrc_error,
+unknown_qpn, bad_dgid, ...), and the link's: for AF_XDP the kernel's socket
+statistics (rx_dropped counts frames too large for a UMEM chunk or without a
+fill buffer) and the socket's own; for the UDP link its datagram counts.
+
+What it can and cannot show. sroce has no daemon yet: a device exists only
+inside the process that opened it, and its counters die with it. So stat
+opens a fresh device on the interface (the one a tool would get, with
+--mode), keeps it open for --for (default 0: just open it) counting whatever
+RoCEv2 traffic reaches it, for example packets a peer still sends to a QP
+that no longer exists (unknown_qpn), and prints the port state and the
+counters. It cannot show the counters of a device another process is using;
+"sroce demo" prints its devices' counters at the end of its run. While
+another sroce process holds the interface's AF_XDP queue or UDP port 4791,
+stat cannot open the device and says so.
+
+--json prints one JSON object instead of the table; --nonzero hides the
+counters that are zero.`
+
+// runStat implements "sroce stat".
+func runStat(e *env, args []string) int {
+	f := newFlags(e, "stat", "sroce stat [-d IF] [--mode auto|xdp|udp] [--for DURATION] [--json] [--nonzero]", statAbout)
+	var dev string
+	f.StringVar(&dev, "d", "", "network `interface` (default: the one of the default route)")
+	f.StringVar(&dev, "ib-dev", "", "same as -d")
+	mode := f.String("mode", "auto", "link to open: `auto`, xdp or udp")
+	listen := f.Duration("for", 0, "keep the device open this long, counting what arrives")
+	asJSON := f.Bool("json", false, "print one JSON object")
+	nonzero := f.Bool("nonzero", false, "print only counters that are not zero")
+	pos, status, ok := f.parse(args)
+	if !ok {
+		return status
+	}
+	if len(pos) != 0 {
+		return f.usageError("stat takes no arguments")
+	}
+	m, err := iface.ParseMode(*mode)
+	if err != nil {
+		return f.usageError(err.Error())
+	}
+	if *listen < 0 {
+		return f.usageError("--for must not be negative")
+	}
+	if dev == "" {
+		if dev, err = defaultRouteInterface(); err != nil {
+			fmt.Fprintf(e.Stderr, "sroce stat: %v\n", err)
+			return exitProblem
+		}
+	}
+	p, err := iface.Open(context.Background(), dev, iface.Options{Mode: m, AllowDown: true})
+	if err != nil {
+		fmt.Fprintf(e.Stderr, "sroce stat: %v\n", err)
+		return exitProblem
+	}
+	if *listen > 0 {
+		select {
+		case <-time.After(*listen):
+		case <-p.Lost():
+		}
+	}
+	snap := statSnapshot(p, *listen)
+	p.Close()
+	if *asJSON {
+		b, _ := json.MarshalIndent(snap, "", "  ")
+		e.Stdout.Write(append(b, '\n'))
+		return exitOK
+	}
+	printStat(e.Stdout, snap, *nonzero)
+	return exitOK
+}
+
+// statData is what stat prints; its JSON form is the --json output.
+type statData struct {
+	Device     string            `json:"device"`
+	Interface  string            `json:"interface"`
+	LinkMode   string            `json:"link_mode"`
+	Reason     string            `json:"link_mode_reason"`
+	PortState  string            `json:"port_state"`
+	ActiveMTU  int               `json:"active_mtu"`
+	Seconds    float64           `json:"seconds_open"`
+	Engine     []iface.Stat      `json:"-"`
+	Link       []iface.Stat      `json:"-"`
+	EngineMap  map[string]uint64 `json:"counters"`
+	LinkMap    map[string]uint64 `json:"link_counters"`
+	PortErr    string            `json:"port_error,omitempty"`
+	Limitation string            `json:"note"`
+}
+
+// statSnapshot reads a port's state and counters.
+func statSnapshot(p *iface.Port, open time.Duration) *statData {
+	st := "PORT_ACTIVE"
+	if p.State() != roce.PortActive {
+		st = "PORT_DOWN"
+	}
+	d := &statData{
+		Device: p.Device().Name(), Interface: p.Ifname(), LinkMode: p.LinkMode(), Reason: p.Reason(),
+		PortState: st, ActiveMTU: p.PathMTU(), Seconds: open.Seconds(),
+		Engine: p.Counters(), Link: p.LinkStats(),
+		EngineMap: map[string]uint64{}, LinkMap: map[string]uint64{},
+		Limitation: "a fresh device opened by sroce stat; devices of other processes are not visible",
+	}
+	if err := p.Err(); err != nil && err != iface.ErrClosed {
+		d.PortErr = err.Error()
+	}
+	for _, s := range d.Engine {
+		d.EngineMap[s.Name] = s.Value
+	}
+	for _, s := range d.Link {
+		d.LinkMap[s.Name] = s.Value
+	}
+	return d
+}
+
+// printStat prints the counters as a two-column table.
+func printStat(w io.Writer, d *statData, nonzero bool) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s on %s: %s, %s, active_mtu %d\n", d.Device, d.Interface, d.LinkMode, d.PortState, d.ActiveMTU)
+	if d.Seconds > 0 {
+		fmt.Fprintf(&b, "a fresh device, open for %gs; devices of other processes are not visible (see sroce help stat)\n", d.Seconds)
+	} else {
+		fmt.Fprintf(&b, "a fresh device; devices of other processes are not visible (see sroce help stat)\n")
+	}
+	if d.PortErr != "" {
+		fmt.Fprintf(&b, "port: %s\n", d.PortErr)
+	}
+	section := func(title string, stats []iface.Stat) {
+		fmt.Fprintf(&b, "\n%s:\n", title)
+		for _, s := range stats {
+			if nonzero && s.Value == 0 {
+				continue
+			}
+			fmt.Fprintf(&b, "  %-24s %d\n", s.Name, s.Value)
+		}
+	}
+	section("engine counters", d.Engine)
+	what := "UDP socket"
+	if d.LinkMode != iface.LinkUDP {
+		what = "AF_XDP socket"
+	}
+	section("link counters ("+what+")", d.Link)
+	io.WriteString(w, b.String())
+}

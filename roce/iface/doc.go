@@ -1,0 +1,75 @@
+// Package iface opens a sroce device (roce.Device) on a real network
+// interface, the way `rdma link add rxe0 type rxe netdev IF` creates an
+// rdma_rxe device on a netdev: the link, the GID table, the MAC and MTU,
+// the port state, the device loop, and address handles whose destination
+// MAC comes from the kernel's neighbour table.
+//
+// # Opening a port
+//
+//	port, err := iface.Open(ctx, "eth0", iface.Options{})
+//	if err != nil {
+//		return err // one sentence: "no network interface named eth9", ...
+//	}
+//	defer port.Close()
+//	dev := port.Device() // running: AllocPD, RegMR, CreateCQ, CreateQP ...
+//
+// Open looks the interface up in the network namespace of the calling
+// thread (run it inside nsutil.Namespace.Do, or under `ip netns exec`, to
+// use another namespace). Everything it creates (the AF_XDP socket or the UDP
+// socket, the netlink handle) stays bound to that namespace, so the Port is
+// then used from any goroutine.
+//
+// # Link modes
+//
+// Options.Mode picks how frames move:
+//
+//   - "xdp": an AF_XDP socket on queue Options.Queue with sroce's XDP
+//     steering program attached (xdp.OpenLink), which takes UDP port 4791
+//     and leaves every other frame to the kernel. Needs root (CAP_NET_ADMIN,
+//     CAP_NET_RAW and CAP_BPF). LinkMode is "XDP (zero-copy)" when the driver
+//     accepted zero-copy, "XDP (copy)" otherwise (always on veth).
+//   - "udp": a kernel UDP socket bound to port 4791 on one address of the
+//     interface (roce/udplink): the first IPv4 address, else the first
+//     global IPv6 address, or Options.Addr. No privileges needed. LinkMode is
+//     "UDP". The kernel builds the IP and UDP headers, so a received packet's
+//     ICRC can only be checked as far as udplink's documentation says, the
+//     UDP source port is the socket's, and only the bound address can be a
+//     source GID.
+//   - "auto" (or empty): "xdp" when the process has the privileges and the
+//     AF_XDP socket opens, otherwise "udp". Port.Reason says which was chosen
+//     and why (not root; loopback; the AF_XDP error).
+//
+// # Addressing like rxe
+//
+// The device's GID table is the interface's, as the kernel builds it for an
+// rxe device (package netif): index 0 the default GID from the MAC
+// (fe80::/64, modified EUI-64), then the IPv4 addresses as IPv4-mapped GIDs,
+// then the IPv6 addresses; all of type RoCE v2. The roce device holds
+// roce.GIDTableLen (16) entries; entries at higher indexes are not
+// installed. Addresses added to or removed from the interface while the port
+// is open update the table at the same indexes the kernel would use.
+// The port MTU is rxe's: the interface MTU less 80 bytes, rounded down to
+// 256..4096 (1500 gives 1024).
+//
+// Port.AHAttr builds the address vector of a destination GID: the source GID
+// index, hop limit and the next hop's MAC from the kernel's neighbour table,
+// resolved (ARP or neighbour discovery) when missing, within a timeout.
+// On the UDP link the MAC is not used (the kernel addresses the frame) and is
+// left zero.
+//
+// # Port state
+//
+// The port follows the interface's link events (netif.Watch): it is ACTIVE
+// while the interface is up with carrier, DOWN otherwise, as with rxe. When
+// it goes down the device is told (roce.Device.PortDown): link_downed is
+// counted, an EventPortErr asynchronous event is posted and the connected QPs
+// move to the error state, so their work requests complete with WR_FLUSH_ERR
+// instead of hanging. Port.Lost is closed and Port.Err says what happened.
+// The same happens when the interface is deleted or the link fails.
+//
+// # Closing
+//
+// Close stops the device loop, closes the link (the AF_XDP socket, its UMEM
+// and the steering program it attached, or the UDP socket), stops the watch
+// and releases the netlink handle. Nothing is left attached to the interface.
+package iface
