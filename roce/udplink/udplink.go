@@ -231,31 +231,12 @@ func (l *Link) Close() error {
 
 // ReadBatch receives up to len(bufs) datagrams, waiting at most timeout (a
 // negative timeout waits until a datagram arrives or Wake is called; zero
-// polls briefly). Each is stored in bufs[i] behind a
+// takes what is queued without waiting). Each is stored in bufs[i] behind a
 // synthetic Ethernet, IP and UDP header and sizes[i] is set to the frame
 // length. It returns 0, nil on timeout or wake-up.
 func (l *Link) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int, error) {
 	n := min(len(bufs), len(sizes), MaxBatch)
 	if n == 0 {
-		return 0, nil
-	}
-	if l.woken.Swap(false) {
-		return 0, nil
-	}
-	var dl time.Time
-	switch {
-	case timeout > 0:
-		dl = time.Now().Add(timeout)
-	case timeout == 0:
-		// A deadline already in the past fails before reading; give the
-		// read a moment to pick up what is queued.
-		dl = time.Now().Add(50 * time.Microsecond)
-	}
-	if err := l.conn.SetReadDeadline(dl); err != nil {
-		return 0, err
-	}
-	if l.woken.Load() { // Wake raced with the deadline we just set
-		l.woken.Store(false)
 		return 0, nil
 	}
 	ms := l.rxMsgs[:n]
@@ -267,15 +248,14 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int
 		ms[i].Buffers = l.rxBufs[i][:]
 		ms[i].OOB = nil
 	}
-	got, err := l.batch.ReadBatch(ms, 0)
-	if err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			l.woken.Store(false)
-			return 0, nil
-		}
-		if l.closed.Load() {
-			return 0, net.ErrClosed
-		}
+	var got int
+	var err error
+	if timeout == 0 {
+		got, err = l.poll(ms)
+	} else {
+		got, err = l.wait(ms, timeout)
+	}
+	if err != nil || got == 0 {
 		return 0, err
 	}
 	out := 0
@@ -299,6 +279,57 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int
 	}
 	atomic.AddUint64(&l.stats.RxPackets, uint64(out))
 	return out, nil
+}
+
+// poll reads what is queued without blocking.
+func (l *Link) poll(ms []ipv4.Message) (int, error) {
+	got, err := l.batch.ReadBatch(ms, unix.MSG_DONTWAIT)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// A Wake left a deadline in the past, which fails even a
+		// non-blocking read. Clear it; the wake-up itself stays pending in
+		// l.woken for the next blocking read.
+		if err = l.conn.SetReadDeadline(time.Time{}); err != nil {
+			return 0, err
+		}
+		got, err = l.batch.ReadBatch(ms, unix.MSG_DONTWAIT)
+	}
+	return got, l.readErr(err)
+}
+
+// wait blocks until datagrams arrive, the timeout passes (negative: no
+// timeout) or Wake is called.
+func (l *Link) wait(ms []ipv4.Message, timeout time.Duration) (int, error) {
+	if l.woken.Swap(false) {
+		return 0, nil
+	}
+	var dl time.Time
+	if timeout > 0 {
+		dl = time.Now().Add(timeout)
+	}
+	if err := l.conn.SetReadDeadline(dl); err != nil {
+		return 0, err
+	}
+	if l.woken.Swap(false) { // Wake raced with the deadline just set
+		return 0, nil
+	}
+	got, err := l.batch.ReadBatch(ms, 0)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		l.woken.Store(false)
+		return 0, nil
+	}
+	return got, l.readErr(err)
+}
+
+func (l *Link) readErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.EAGAIN):
+		return nil
+	case l.closed.Load():
+		return net.ErrClosed
+	}
+	return err
 }
 
 // synthesize writes Ethernet, IP and UDP headers for a datagram of n bytes

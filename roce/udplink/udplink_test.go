@@ -121,3 +121,42 @@ func TestMalformedNotSent(t *testing.T) {
 		t.Fatalf("stats %+v", a.Stats())
 	}
 }
+
+func TestPollTakesQueuedWithoutWaiting(t *testing.T) {
+	a, b := openPair(t)
+	bufs := [][]byte{make([]byte, 2000), make([]byte, 2000)}
+	sizes := []int{0, 0}
+	if n, err := b.ReadBatch(bufs, sizes, 0); n != 0 || err != nil {
+		t.Fatalf("empty poll: %d %v", n, err)
+	}
+	// A pending wake-up must not hide queued datagrams from a poll, and
+	// must still end the next blocking read.
+	b.Wake()
+	if _, err := a.WriteBatch([][]byte{frame(t, a.LocalAddr(), b.LocalAddr(), 7, []byte("x"))}); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for i := 0; i < 1000 && n == 0; i++ {
+		var err error
+		if n, err = b.ReadBatch(bufs, sizes, 0); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("poll read %d datagrams", n)
+	}
+	done := make(chan struct{})
+	go func() {
+		b.ReadBatch(bufs, sizes, -1)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		b.Close()
+		t.Fatal("the pending wake-up was lost")
+	}
+}
