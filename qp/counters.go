@@ -23,6 +23,7 @@ const (
 	CntRDMARecvs                          // rdma_recvs: receive completions
 	CntAckDeferred                        // ack_deferred: ACKs merged into a later one
 	CntICRCError                          // icrc_error: frame with a bad invariant CRC
+	CntICRCUnchecked                      // icrc_unchecked: ICRC not checkable on this link (UDP socket), accepted
 	CntMalformed                          // malformed: frame the parser rejected
 	CntNotRoCE                            // not_roce: frame that is not RoCEv2 (ignored)
 	CntBadDGID                            // bad_dgid: destination IP not in the GID table
@@ -48,7 +49,7 @@ var counterNames = [NumCounters]string{
 	"rcvd_seq_err", "rcvd_rnr_err", "send_rnr_err", "retry_exceeded_err",
 	"retry_rnr_exceeded_err", "completer_retry_err", "send_err", "link_downed",
 	"rdma_sends", "rdma_recvs", "ack_deferred",
-	"icrc_error", "malformed", "not_roce", "bad_dgid", "unknown_qpn", "bad_pkey",
+	"icrc_error", "icrc_unchecked", "malformed", "not_roce", "bad_dgid", "unknown_qpn", "bad_pkey",
 	"bad_qkey", "bad_addr", "wrong_type", "wrong_state", "bad_response",
 	"resp_queue_full", "recv_dropped", "nak_sent", "retransmit_pkts", "timeouts",
 	"cq_overflow", "tx_no_buf",

@@ -110,6 +110,9 @@ type Device struct {
 	linkMTU int
 	portMTU qp.MTU
 	attr    DeviceAttr
+	// icrcBlind is set for links that cannot show a received frame's IP
+	// header as it was on the wire (ICRCVerifier reporting false).
+	icrcBlind bool
 
 	mu       sync.Mutex // the device lock
 	mrt      *mr.Table
@@ -164,6 +167,9 @@ func Open(link Link, opts *Options) (*Device, error) {
 		d.clock = SystemClock()
 	}
 	copy(d.mac[:], link.HardwareAddr())
+	if v, ok := link.(ICRCVerifier); ok {
+		d.icrcBlind = !v.VerifiesICRC()
+	}
 	d.portMTU = qp.PortMTU(d.linkMTU)
 	if !d.portMTU.Valid() {
 		return nil, fmt.Errorf("roce: link MTU %d is too small for RoCE", d.linkMTU)

@@ -42,6 +42,8 @@ type bedOpts struct {
 	nodes   int
 	ipv6    bool
 	cqe     int
+	// link, when set, wraps node i's router port in another Link.
+	link func(i int, p *memlink.Port) roce.Link
 }
 
 func newBed(t testing.TB, o bedOpts) *testbed {
@@ -67,7 +69,11 @@ func newBed(t testing.TB, o bedOpts) *testbed {
 			addr = netip.MustParseAddr(fmt.Sprintf("fd00::%d", i+1))
 		}
 		gid := bth.GIDFromAddr(addr)
-		dev, err := roce.Open(port, &roce.Options{Name: fmt.Sprintf("sroce%d", i), Clock: clock,
+		var link roce.Link = port
+		if o.link != nil {
+			link = o.link(i, port)
+		}
+		dev, err := roce.Open(link, &roce.Options{Name: fmt.Sprintf("sroce%d", i), Clock: clock,
 			GIDs: []bth.GID{gid}, Rand: rand.NewPCG(router.Seed(), uint64(i))})
 		if err != nil {
 			t.Fatal(err)

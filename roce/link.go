@@ -5,6 +5,15 @@ import (
 	"time"
 )
 
+// ICRCVerifier is implemented by links that may be unable to check the ICRC
+// of what they receive. A UDP socket cannot: the ICRC covers IP header fields
+// the socket does not show. On such a link a frame whose ICRC does not match
+// is counted under icrc_unchecked and accepted, instead of being dropped as
+// icrc_error. Links that do not implement it are assumed to verify.
+type ICRCVerifier interface {
+	VerifiesICRC() bool
+}
+
 // Link moves whole Ethernet frames. Implementations: an AF_XDP socket, a
 // UDP socket, and the in-memory router of package memlink.
 type Link interface {
