@@ -54,6 +54,16 @@ type command struct {
 // line here.
 var commands = []command{
 	{"dissect", "decode the RoCEv2 packets of a pcap or pcapng capture", runDissect},
+	{"rc-pingpong", "ibv_rc_pingpong on a sroce device (RC SEND ping-pong)", runRCPingpong},
+	{"ud-pingpong", "ibv_ud_pingpong on a sroce device (UD SEND ping-pong)", runUDPingpong},
+	{"send-bw", "perftest's ib_send_bw on a sroce device (SEND bandwidth)", runSendBW},
+	{"write-bw", "perftest's ib_write_bw on a sroce device (RDMA WRITE bandwidth)", runWriteBW},
+	{"read-bw", "perftest's ib_read_bw on a sroce device (RDMA READ bandwidth)", runReadBW},
+	{"atomic-bw", "perftest's ib_atomic_bw on a sroce device (atomics bandwidth)", runAtomicBW},
+	{"send-lat", "perftest's ib_send_lat on a sroce device (SEND latency)", runSendLat},
+	{"write-lat", "perftest's ib_write_lat on a sroce device (RDMA WRITE latency)", runWriteLat},
+	{"read-lat", "perftest's ib_read_lat on a sroce device (RDMA READ latency)", runReadLat},
+	{"atomic-lat", "perftest's ib_atomic_lat on a sroce device (atomics latency)", runAtomicLat},
 	{"demo", "two sroce engines doing RDMA with each other, explained (start here)", runDemo},
 	{"devinfo", "describe the sroce device on a network interface, like ibv_devinfo", runDevinfo},
 	{"stat", "counters of a sroce device on a network interface", runStat},

@@ -1,0 +1,366 @@
+package main
+
+// Plumbing shared by the pingpong and perftest commands: the device named
+// by -d opened on its network interface (package roce/iface), the source
+// GID, completion waits bounded by a stall limit, and failures reported in
+// one sentence.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/cmd/sroce/internal/oob"
+	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/roce/iface"
+	"github.com/sroce/sroce/roce/netif"
+)
+
+// Environment variables the tools read. They tune what the reference tools
+// have no option for, so that the command lines stay the tools' own.
+const (
+	// envLink picks the link: "auto" (the default: AF_XDP as root, the
+	// UDP link otherwise or on loopback), "xdp" or "udp".
+	envLink = "SROCE_LINK"
+	// envStall is how long a run waits without any completion before it
+	// gives up (a Go duration, default defaultStall).
+	envStall = "SROCE_STALL_TIMEOUT"
+	// envStep bounds each message of the TCP exchange (a Go duration,
+	// default defaultStep).
+	envStep = "SROCE_EXCHANGE_TIMEOUT"
+)
+
+// Limits of a tool run.
+const (
+	// defaultStall is how long a run waits for the next completion. The
+	// tools' RC QPs retry forever (retry_cnt 7 and rnr_retry 7, as
+	// rdma_rxe treats them), so without this limit a peer that vanished
+	// mid-run would hang the tool; perftest's own server gives up after a
+	// minute without messages in the same way.
+	defaultStall = 60 * time.Second
+	// defaultStep bounds each message of the TCP exchange once connected.
+	defaultStep = 30 * time.Second
+	// openTimeout bounds opening the device on the interface.
+	openTimeout = 15 * time.Second
+	// resolveTimeout bounds resolving the peer's MAC address.
+	resolveTimeout = 5 * time.Second
+	// spinPolls is how many times a wait polls the CQ, yielding the
+	// processor in between, before it blocks: completions of a ping-pong
+	// come within microseconds.
+	spinPolls = 0
+)
+
+// devSpec is the value of -d: an interface name, optionally followed by
+// "@" and the local address the UDP link binds to (several engines on one
+// host, e.g. "lo@127.0.0.2").
+type devSpec struct {
+	ifname string
+	addr   netip.Addr
+}
+
+// parseDevSpec parses "IF" or "IF@ADDR".
+func parseDevSpec(s string) (devSpec, error) {
+	name, addr, ok := strings.Cut(s, "@")
+	d := devSpec{ifname: name}
+	if ok {
+		a, err := netip.ParseAddr(addr)
+		if err != nil {
+			return d, fmt.Errorf("%q after @ in the device %q is not an IP address", addr, s)
+		}
+		d.addr = a
+	}
+	if ok && name == "" {
+		return d, fmt.Errorf("the device %q names no interface before @", s)
+	}
+	return d, nil
+}
+
+// toolRun is one run of a tool command: where it prints and the device it
+// runs on.
+type toolRun struct {
+	e     *env
+	name  string // the subcommand, e.g. "write-bw"
+	port  *iface.Port
+	dev   *roce.Device
+	stall time.Duration
+	steps oob.Timeouts
+}
+
+// newToolRun returns a run of the command name that prints to e, with the
+// limits taken from the environment.
+func newToolRun(e *env, name string) (*toolRun, error) {
+	t := &toolRun{e: e, name: name, stall: defaultStall,
+		steps: oob.Timeouts{Step: defaultStep}}
+	if v := os.Getenv(envStall); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("%s=%q is not a positive duration such as 30s", envStall, v)
+		}
+		t.stall = d
+	}
+	if v := os.Getenv(envStep); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("%s=%q is not a positive duration such as 30s", envStep, v)
+		}
+		t.steps.Step = d
+		t.steps.Connect = d
+	}
+	return t, nil
+}
+
+// fail prints one sentence about why the run failed and returns
+// exitProblem.
+func (t *toolRun) fail(format string, args ...any) int {
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintf(t.e.Stderr, "sroce %s: %s\n", t.name, strings.TrimSuffix(msg, "\n"))
+	return exitProblem
+}
+
+// failErr is fail for an error.
+func (t *toolRun) failErr(err error) int { return t.fail("%s", errText(err)) }
+
+// open opens the device named by the -d value spec; peer, the server a
+// client connects to, chooses the interface when spec is empty.
+func (t *toolRun) open(ctx context.Context, spec, peer string) error {
+	d, err := parseDevSpec(spec)
+	if err != nil {
+		return err
+	}
+	if d.ifname == "" {
+		if d.ifname, err = defaultInterface(ctx, peer); err != nil {
+			return err
+		}
+	}
+	mode, err := iface.ParseMode(os.Getenv(envLink))
+	if err != nil {
+		return fmt.Errorf("%s: %v", envLink, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	port, err := iface.Open(ctx, d.ifname, iface.Options{Mode: mode, Addr: d.addr,
+		ResolveTimeout: resolveTimeout})
+	if err != nil {
+		return err
+	}
+	t.port, t.dev = port, port.Device()
+	return nil
+}
+
+// close releases the device.
+func (t *toolRun) close() {
+	if t.port != nil {
+		t.port.Close()
+	}
+}
+
+// ifname returns the interface the device runs on.
+func (t *toolRun) ifname() string { return t.port.Ifname() }
+
+// defaultInterface picks the interface when -d is not given, as the
+// reference tools pick the first RDMA device: a client takes the interface
+// of its route to the server, a server the first interface that is up,
+// not a loopback, and has an address.
+func defaultInterface(ctx context.Context, peer string) (string, error) {
+	if peer != "" {
+		if addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", peer); err == nil && len(addrs) > 0 {
+			if name, _, err := netif.SourceFor(addrs[0].Unmap()); err == nil {
+				return name, nil
+			}
+		}
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", fmt.Errorf("cannot list the network interfaces: %v", err)
+	}
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		if addrs, err := ifc.Addrs(); err == nil && len(addrs) > 0 {
+			return ifc.Name, nil
+		}
+	}
+	return "", errors.New("no network interface is up with an address: name one with -d")
+}
+
+// usableGID reports whether GID index i exists and can be a source on
+// this port (on the UDP link only the bound address can).
+func (t *toolRun) usableGID(i int) bool {
+	g, err := t.port.GID(i)
+	if err != nil {
+		return false
+	}
+	if t.port.UDPLink() != nil && g.Addr().Unmap() != t.port.LocalAddr() {
+		return false
+	}
+	return true
+}
+
+// gid returns the GID at index i, with an error naming the valid indexes.
+func (t *toolRun) gid(i int) (bth.GID, error) {
+	if i < 0 || i >= roce.GIDTableLen {
+		return bth.GID{}, fmt.Errorf("GID index %d is out of range (0..%d)", i, roce.GIDTableLen-1)
+	}
+	return t.port.GID(i)
+}
+
+// ahAttr returns the path from GID index sgid to the peer's GID.
+func (t *toolRun) ahAttr(ctx context.Context, dgid oob.GID, sgid int) (roce.AHAttr, error) {
+	if dgid == (oob.GID{}) {
+		return roce.AHAttr{}, errors.New("the peer announced no GID: RoCE needs one (run the peer with -g or -x)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	defer cancel()
+	return t.port.AHAttr(ctx, bth.GID(dgid), sgid)
+}
+
+// randomPSN returns a random initial packet sequence number, as the tools
+// draw it (lrand48() & 0xffffff).
+func randomPSN() uint32 { return rand.Uint32() & 0xffffff }
+
+// errStall is returned when no completion came within the stall limit.
+var errStall = errors.New("no completion arrived")
+
+// completions waits for work completions of one CQ, by polling or, with
+// events, on its completion channel, and gives up after the stall limit
+// without a completion or when the port is lost.
+type completions struct {
+	cq     *roce.CQ
+	ch     *roce.CompChannel // nil without events
+	stall  time.Duration
+	port   *iface.Port
+	buf    []roce.WC
+	unacks int // events taken and not yet acknowledged
+}
+
+// newCompletions creates a CQ of n entries on dev, with a completion
+// channel when events is set, and its waiter.
+func (t *toolRun) newCompletions(n int, events bool) (*completions, error) {
+	c := &completions{stall: t.stall, port: t.port, buf: make([]roce.WC, 64)}
+	if events {
+		c.ch = t.dev.CreateCompChannel()
+	}
+	cq, err := t.dev.CreateCQ(min(n, roce.MaxCQE), c.ch)
+	if err != nil {
+		return nil, fmt.Errorf("cannot create a CQ of %d entries: %v", n, err)
+	}
+	c.cq = cq
+	if events {
+		if err := cq.ReqNotify(false); err != nil {
+			return nil, fmt.Errorf("cannot request CQ notification: %v", err)
+		}
+	}
+	return c, nil
+}
+
+// poll returns the completions that are ready, without waiting; the slice
+// is valid until the next call.
+func (c *completions) poll() []roce.WC {
+	n := c.cq.Poll(c.buf)
+	return c.buf[:n]
+}
+
+// wait returns at least one completion, waiting up to the stall limit;
+// the slice is valid until the next call.
+func (c *completions) wait() ([]roce.WC, error) {
+	if wcs := c.poll(); len(wcs) > 0 {
+		return wcs, nil
+	}
+	if c.ch == nil {
+		for i := 0; i < spinPolls; i++ {
+			runtime.Gosched()
+			if wcs := c.poll(); len(wcs) > 0 {
+				return wcs, nil
+			}
+		}
+	}
+	deadline := time.Now().Add(c.stall)
+	for {
+		if err := c.lost(); err != nil {
+			return nil, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, errStall
+		}
+		slice := min(left, 30*time.Millisecond)
+		if c.ch != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), slice)
+			_, err := c.ch.GetEvent(ctx)
+			cancel()
+			if err == nil {
+				c.unacks++
+				if c.unacks >= 64 {
+					c.ch.AckEvents(c.cq, c.unacks)
+					c.unacks = 0
+				}
+				if err := c.cq.ReqNotify(false); err != nil {
+					return nil, fmt.Errorf("cannot request CQ notification: %v", err)
+				}
+			} else if !errors.Is(err, context.DeadlineExceeded) {
+				return nil, fmt.Errorf("waiting for a completion event: %v", err)
+			}
+			if wcs := c.poll(); len(wcs) > 0 {
+				return wcs, nil
+			}
+			continue
+		}
+		n, err := c.cq.WaitTimeout(c.buf, slice)
+		if n > 0 {
+			return c.buf[:n], nil
+		}
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("waiting for a completion: %v", err)
+		}
+	}
+}
+
+// lost returns why the port became unusable, or nil.
+func (c *completions) lost() error {
+	if c.port == nil {
+		return nil
+	}
+	select {
+	case <-c.port.Lost():
+		if err := c.port.Err(); err != nil {
+			return err
+		}
+		return errors.New("the device was closed")
+	default:
+		return nil
+	}
+}
+
+// done acknowledges the events taken, as the tools do before destroying
+// the CQ.
+func (c *completions) done() {
+	if c.ch != nil && c.unacks > 0 {
+		c.ch.AckEvents(c.cq, c.unacks)
+		c.unacks = 0
+	}
+}
+
+// syncMemory orders this goroutine after every packet the device loop has
+// processed so far: the loop places remote WRITEs, READ responses and
+// atomics in MR memory while it holds the device lock, which Counter takes
+// too. Memory read after syncMemory holds what those packets wrote.
+func (t *toolRun) syncMemory() uint64 { return t.dev.Counter(qp.CntRcvdPkts) }
+
+// statusText describes a work completion status as perftest's error
+// messages do: "status 12 (transport retry counter exceeded)".
+func statusText(s roce.WCStatus) string {
+	return fmt.Sprintf("status %d (%s)", int(s), s)
+}
+
+// errDeadline is what CQ.WaitTimeout returns when nothing arrived in time.
+var errDeadline = context.DeadlineExceeded

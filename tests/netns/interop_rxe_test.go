@@ -1,0 +1,247 @@
+package netns
+
+// First contact with the real thing: each sroce tool against its
+// counterpart (rdma-core's ibv_*_pingpong, perftest's ib_*) in an rdma_rxe
+// guest, with the real tool once as the server and once as the client.
+// sroce runs in a host namespace whose veth is a port of the guest's
+// bridge, on that veth over AF_XDP. Both sides must exit 0 and print their
+// result lines. One guest boot serves every subtest (TCG is slow: the runs
+// are short, the limits generous). When a pair fails, the RoCEv2 traffic
+// captured on the guest's tap is decoded with "sroce dissect" into the log.
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sroce/sroce/tests/netns/rxeguest"
+)
+
+// interopCase is one tool and the arguments both sides take (sroce's
+// device flags are added by the test).
+type interopCase struct {
+	name string // subtest name
+	cmd  string // sroce subcommand
+	real string // the reference tool
+	args string // common arguments
+}
+
+// interopCases are the tool pairs of the interop tests. Sizes of 4096 with
+// path MTU 1024 make every multi-packet message a first, middles and a
+// last; iteration counts stay small for TCG.
+var interopCases = []interopCase{
+	{"rc-pingpong", "rc-pingpong", "ibv_rc_pingpong", "-g 1 -n 10 -s 4096 -m 1024 -c"},
+	{"ud-pingpong", "ud-pingpong", "ibv_ud_pingpong", "-g 1 -n 10 -s 1024 -c"},
+	{"send-bw", "send-bw", "ib_send_bw", "-x 1 -n 10 -s 4096 -m 1024"},
+	{"send-bw-ud", "send-bw", "ib_send_bw", "-x 1 -n 10 -s 1024 -c UD"},
+	{"write-bw", "write-bw", "ib_write_bw", "-x 1 -n 10 -s 4096 -m 1024"},
+	{"read-bw", "read-bw", "ib_read_bw", "-x 1 -n 10 -s 4096 -m 1024"},
+	{"atomic-bw-fadd", "atomic-bw", "ib_atomic_bw", "-x 1 -n 10 -A FETCH_AND_ADD"},
+	{"atomic-bw-cmpswp", "atomic-bw", "ib_atomic_bw", "-x 1 -n 10 -A CMP_AND_SWAP"},
+	{"send-lat", "send-lat", "ib_send_lat", "-x 1 -n 10 -s 4096 -m 1024"},
+	{"write-lat", "write-lat", "ib_write_lat", "-x 1 -n 10 -s 4096 -m 1024"},
+	{"read-lat", "read-lat", "ib_read_lat", "-x 1 -n 10 -s 4096 -m 1024"},
+	{"atomic-lat", "atomic-lat", "ib_atomic_lat", "-x 1 -n 10"},
+	// Options that change the data path or the exchange.
+	{"rc-pingpong-events", "rc-pingpong", "ibv_rc_pingpong", "-g 1 -n 10 -s 2048 -e"},
+	{"send-bw-bidirectional", "send-bw", "ib_send_bw", "-x 1 -n 10 -s 4096 -m 1024 -b"},
+	{"send-bw-uc", "send-bw", "ib_send_bw", "-x 1 -n 10 -s 2048 -m 1024 -c UC"},
+	{"write-bw-bidirectional-qps", "write-bw", "ib_write_bw", "-x 1 -n 10 -s 4096 -m 1024 -b -q 2"},
+	{"write-bw-default-gid", "write-bw", "ib_write_bw", "-n 10 -s 4096 -m 1024"},
+	{"write-bw-ipv6-linklocal", "write-bw", "ib_write_bw", "-n 10 -s 4096 -m 1024 --ipv6"},
+	{"rc-pingpong-ipv6-linklocal", "rc-pingpong", "ibv_rc_pingpong", "-g 0 -n 10 -s 4096"},
+	{"read-bw-qps-events", "read-bw", "ib_read_bw", "-x 1 -n 10 -s 4096 -m 1024 -q 2 -e"},
+	{"atomic-bw-bidirectional", "atomic-bw", "ib_atomic_bw", "-x 1 -n 10 -b"},
+	{"send-lat-ud", "send-lat", "ib_send_lat", "-x 1 -n 10 -s 512 -c UD"},
+	// Longer runs: thousands of packets, every UD size, -D.
+	{"rc-pingpong-64k", "rc-pingpong", "ibv_rc_pingpong", "-g 1 -n 200 -s 65536 -c"},
+	{"write-bw-64k", "write-bw", "ib_write_bw", "-x 1 -n 300 -s 65536 -m 1024"},
+	{"atomic-bw-2000", "atomic-bw", "ib_atomic_bw", "-x 1 -n 2000"},
+	{"send-bw-all-ud", "send-bw", "ib_send_bw", "-x 1 -n 10 -a -c UD"},
+	{"write-bw-duration", "write-bw", "ib_write_bw", "-x 1 -D 4 -s 4096"},
+}
+
+// Addresses of the interop LAN.
+var (
+	interopGuestAddr = netip.MustParsePrefix("192.0.2.1/24")
+	interopHostAddr  = netip.MustParsePrefix("192.0.2.10/24")
+)
+
+// interopLAN is one rxe guest and a host namespace on its bridge.
+type interopLAN struct {
+	lan   *rxeguest.LAN
+	guest *rxeguest.Guest
+	host  *rxeguest.Host
+	bin   string // the sroce binary
+}
+
+// newInteropLAN boots the guest and adds the host namespace; t's cleanup
+// tears them down.
+func newInteropLAN(t *testing.T, ctx context.Context) *interopLAN {
+	t.Helper()
+	rxeguest.Skip(t)
+	img, err := rxeguest.ImageOptions{Logf: t.Logf}.Ensure(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lan, err := rxeguest.NewLAN(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lan.Close() })
+	g, err := lan.Boot(ctx, img, rxeguest.Config{Name: "rxe-interop", IP: interopGuestAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := lan.AddHost(ctx, rxeguest.HostConfig{IP: interopHostAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &interopLAN{lan: lan, guest: g, host: h, bin: buildSroce(t)}
+}
+
+// sroce returns the command that runs sroce with args in the host
+// namespace on its veth over AF_XDP.
+func (l *interopLAN) sroce(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := l.host.NS.Command(ctx, l.bin, args...)
+	cmd.Env = sroceEnv("xdp")
+	return cmd
+}
+
+// TestInteropRxe runs every tool pair against rdma_rxe, both ways.
+func TestInteropRxe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the rdma_rxe interop tests in -short mode")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the rdma_rxe interop tests need root (namespaces, AF_XDP, qemu)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	defer cancel()
+	l := newInteropLAN(t, ctx)
+	for _, c := range interopCases {
+		t.Run(c.name+"/real-server", func(t *testing.T) { l.runPair(t, ctx, c, true) })
+		t.Run(c.name+"/real-client", func(t *testing.T) { l.runPair(t, ctx, c, false) })
+	}
+}
+
+// runPair runs one pair: the real tool as the server (realServer) or as
+// the client, sroce as the other side, and checks both.
+func (l *interopLAN) runPair(t *testing.T, ctx context.Context, c interopCase, realServer bool) {
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	pcap := filepath.Join(t.TempDir(), "roce.pcap")
+	capt, err := rxeguest.StartCapture(ctx, l.lan.NS, l.guest.Tap(), pcap, "udp port 4791")
+	if err != nil {
+		t.Fatal(err)
+	}
+	realArgs := c.args
+	if strings.HasPrefix(c.real, "ib_") {
+		realArgs = "-d rxe0 " + realArgs
+	}
+	sroceArgs := append([]string{c.cmd, "-d", l.host.Ifname}, strings.Fields(c.args)...)
+
+	var real toolOutcome
+	var ours toolOutcome
+	if realServer {
+		srv, err := l.guest.Start(ctx, "exec stdbuf -oL -eL "+c.real+" "+realArgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := waitListening(ctx, l.guest, 18515, srv); err != nil {
+			t.Fatal(err)
+		}
+		p := startTool(t, l.sroce(ctx, append(sroceArgs, l.guest.IP().String())...), (*exec.Cmd).Start)
+		ours = p.wait(ctx)
+		real = l.guestOutcome(t, ctx, srv, !ours.ok())
+	} else {
+		p := startTool(t, l.sroce(ctx, sroceArgs...), (*exec.Cmd).Start)
+		err := waitFor(ctx, "sroce to listen", func() (bool, error) {
+			if p.exited() {
+				return false, fmt.Errorf("sroce server ended before listening:\n%v", p.wait(ctx))
+			}
+			out, err := l.host.NS.Exec(ctx, "ss", "-Hltn", "sport = :18515")
+			return strings.TrimSpace(string(out)) != "", err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cli, err := l.guest.Start(ctx, "exec stdbuf -oL -eL "+c.real+" "+realArgs+" "+interopHostAddr.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		real = l.guestOutcome(t, ctx, cli, false)
+		wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+		ours = p.wait(wctx)
+		wcancel()
+	}
+	capt.Stop()
+
+	failed := false
+	for _, side := range []struct {
+		who    string
+		o      toolOutcome
+		server bool
+	}{{c.real, real, realServer}, {"sroce " + c.cmd, ours, !realServer}} {
+		role := "client"
+		if side.server {
+			role = "server"
+		}
+		t.Logf("%s (%s): %v", side.who, role, side.o)
+		if !side.o.ok() {
+			t.Errorf("%s as %s exited with %d", side.who, role, side.o.exit)
+			failed = true
+			continue
+		}
+		if ok, what := printsResult(c.cmd, side.o.stdout, side.server); !ok {
+			t.Errorf("%s as %s did not print %s", side.who, role, what)
+			failed = true
+		}
+	}
+	if failed {
+		l.dissect(t, pcap)
+	}
+}
+
+// guestOutcome waits for a real tool; if kill is set (the sroce side has
+// already failed) it gives the tool a few seconds and then stops it.
+func (l *interopLAN) guestOutcome(t *testing.T, ctx context.Context, p *rxeguest.Proc, kill bool) toolOutcome {
+	t.Helper()
+	limit := 3 * time.Minute
+	if kill {
+		limit = 5 * time.Second
+	}
+	wctx, cancel := context.WithTimeout(ctx, limit)
+	res, err := p.Wait(wctx)
+	cancel()
+	if err != nil {
+		p.Kill(ctx)
+		kctx, cancel := context.WithTimeout(ctx, time.Minute)
+		res, err = p.Wait(kctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("collecting the guest tool's output: %v", err)
+		}
+		res.ExitCode = -1
+	}
+	return toolOutcome{exit: res.ExitCode, stdout: string(res.Stdout), stderr: string(res.Stderr)}
+}
+
+// dissect logs the decoded capture of a failed pair.
+func (l *interopLAN) dissect(t *testing.T, pcap string) {
+	out, err := exec.Command(l.bin, "dissect", pcap).CombinedOutput()
+	t.Logf("RoCEv2 traffic on the guest's tap (sroce dissect, %v):\n%s", err, out)
+	if dir := os.Getenv("SROCE_CAPTURE_DIR"); dir != "" {
+		data, err := os.ReadFile(pcap)
+		if err == nil {
+			name := strings.ReplaceAll(t.Name(), "/", "_") + ".pcap"
+			os.WriteFile(filepath.Join(dir, name), data, 0o644)
+		}
+	}
+}
