@@ -26,7 +26,9 @@ type Link interface {
 	// copies them: the caller reuses the buffers when it returns.
 	WriteBatch(frames [][]byte) (n int, err error)
 	// Wake makes a blocked ReadBatch return early. A Wake that comes while
-	// no ReadBatch is waiting makes the next one return at once.
+	// no ReadBatch is waiting makes the next waiting one return at once; a
+	// zero-timeout ReadBatch (a poll) must leave it pending, or the loop
+	// sleeps with work posted.
 	Wake()
 	// MTU returns the interface MTU (the largest IP datagram).
 	MTU() int
