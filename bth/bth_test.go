@@ -422,6 +422,7 @@ func FuzzParse(f *testing.F) {
 		f.Add(fr)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		checkFastPath(t, b)
 		var p Packet
 		if err := p.Parse(b); err != nil {
 			var e *Error
@@ -488,5 +489,40 @@ func TestCRCSlicing8MatchesHashCRC32(t *testing.T) {
 				t.Fatalf("len %d init %#x: %#x != %#x", n, init, got, want)
 			}
 		}
+	}
+}
+
+// checkFastPath requires the fast parser to agree with the general one.
+func checkFastPath(t *testing.T, b []byte) {
+	var fast, slow Packet
+	okFast := fast.parseFast(b)
+	err := slow.parse(b)
+	if okFast && err != nil {
+		t.Fatalf("fast path accepted what parse rejects (%v): %x", err, b)
+	}
+	if okFast && (fast.Opcode != slow.Opcode || fast.Payload != slow.Payload || fast.PayLen != slow.PayLen ||
+		len(fast.Frame) != len(slow.Frame) || fast.BTHOff != slow.BTHOff || fast.L4 != slow.L4) {
+		t.Fatalf("fast path disagrees: %+v vs %+v", fast, slow)
+	}
+}
+
+func TestFastPathAgrees(t *testing.T) {
+	hits := 0
+	for _, f := range testFrames(t) {
+		for n := 0; n <= len(f); n++ {
+			checkFastPath(t, f[:n])
+		}
+		var p Packet
+		if p.parseFast(f) {
+			hits++
+		}
+		for i := 0; i < len(f) && i < 80; i++ {
+			b := bytes.Clone(f)
+			b[i] ^= 0x5a
+			checkFastPath(t, b)
+		}
+	}
+	if hits == 0 {
+		t.Fatal("the fast path never ran")
 	}
 }

@@ -46,6 +46,55 @@ type Packet struct {
 // ICRC (see VerifyICRC). Frames that are not UDP to port 4791 give an error
 // matching ErrNotRoCE.
 func (p *Packet) Parse(frame []byte) error {
+	if p.parseFast(frame) {
+		return nil
+	}
+	return p.parse(frame)
+}
+
+// fastLen is the shortest frame the fast path looks at: Ethernet, a 20-byte
+// IPv4 header, UDP, BTH and ICRC.
+const fastLen = EthernetLen + IPv4MinLen + UDPLen + BTHLen + ICRCLen
+
+// parseFast handles the common case, an untagged IPv4 frame without IP
+// options, with the fixed offsets checked once. It accepts exactly what
+// parse accepts for such a frame and leaves everything else, including every
+// error, to parse.
+func (p *Packet) parseFast(frame []byte) bool {
+	if len(frame) < fastLen {
+		return false
+	}
+	h := (*[fastLen]byte)(frame)
+	if h[12] != 0x08 || h[13] != 0x00 || h[14] != 0x45 || h[23] != protoUDP ||
+		h[20]&0x3f != 0 || h[21] != 0 || // MF, fragment offset
+		h[36] != UDPPort>>8 || h[37] != UDPPort&0xff || h[43]&0x0f != 0 { // TVer
+		return false
+	}
+	tl := int(h[16])<<8 | int(h[17])
+	end := EthernetLen + tl
+	if end > len(frame) || tl < IPv4MinLen+UDPLen+BTHLen+ICRCLen ||
+		int(h[38])<<8|int(h[39]) != tl-IPv4MinLen {
+		return false
+	}
+	const bth = EthernetLen + IPv4MinLen + UDPLen
+	info := &opTable[h[bth]]
+	payload := bth + BTHLen + info.ExtLen
+	n := end - ICRCLen - payload
+	pad := int(h[bth+1]>>4) & 3
+	if !info.valid || n < pad || n&3 != 0 || (info.FixedPayload >= 0 && n-pad != info.FixedPayload) {
+		return false
+	}
+	p.Frame = frame[:end]
+	p.HasVLAN, p.IPv6, p.VLANTCI = false, false, 0
+	p.Opcode = Opcode(h[bth])
+	p.L3, p.L4, p.BTHOff, p.Payload, p.PayLen = EthernetLen, EthernetLen+IPv4MinLen, bth, payload, n-pad
+	p.info = info
+	return true
+}
+
+// parse is the general parser: VLAN tags, IPv4 options, IPv6, and the
+// precise error for whatever is wrong.
+func (p *Packet) parse(frame []byte) error {
 	if len(frame) < EthernetLen {
 		return errAt(LayerEthernet, KindTooShort)
 	}
