@@ -1,6 +1,10 @@
 package netif
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/sroce/sroce/qp"
+)
 
 // HeaderRoom is what rxe subtracts from the netdev MTU before rounding down
 // to an InfiniBand MTU (RXE_MAX_HDR_LENGTH): room for the IP, UDP and
@@ -11,33 +15,18 @@ const HeaderRoom = 80
 const MaxPathMTU = 4096
 
 // MTU is an InfiniBand MTU as the verbs enum (enum ibv_mtu): MTU256 = 1 up
-// to MTU4096 = 5. ibv_devinfo prints it as "1024 (3)".
-type MTU uint8
+// to MTU4096 = 5. ibv_devinfo prints it as "1024 (3)". It is the engine's
+// path MTU type.
+type MTU = qp.MTU
 
 // InfiniBand MTUs.
 const (
-	MTU256  MTU = 1
-	MTU512  MTU = 2
-	MTU1024 MTU = 3
-	MTU2048 MTU = 4
-	MTU4096 MTU = 5
+	MTU256  = qp.MTU256
+	MTU512  = qp.MTU512
+	MTU1024 = qp.MTU1024
+	MTU2048 = qp.MTU2048
+	MTU4096 = qp.MTU4096
 )
-
-// Bytes returns the MTU in bytes (256 << (m-1)), or 0 for an invalid value.
-func (m MTU) Bytes() int {
-	if m < MTU256 || m > MTU4096 {
-		return 0
-	}
-	return 256 << (m - 1)
-}
-
-// String returns the MTU in bytes, e.g. "1024".
-func (m MTU) String() string {
-	if b := m.Bytes(); b != 0 {
-		return fmt.Sprint(b)
-	}
-	return fmt.Sprintf("MTU(%d)", uint8(m))
-}
 
 // MTUFromBytes returns the enum value of an MTU given in bytes, which must
 // be exactly 256, 512, 1024, 2048 or 4096 (what tools accept for -m).
