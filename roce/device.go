@@ -126,6 +126,7 @@ type Device struct {
 	mrs      map[uint32]*MR // by key, for SEND with invalidate
 	cnt      qp.Counters
 	closed   bool
+	portDown bool // PortDown was called and PortUp not since
 
 	// Loop state, used under mu.
 	rx      [][]byte
@@ -236,7 +237,13 @@ func (d *Device) Query() DeviceAttr { return d.attr }
 
 // QueryPort returns the attributes of port 1 (ibv_query_port).
 func (d *Device) QueryPort() PortAttr {
-	return PortAttr{State: PortActive, MaxMTU: qp.MTU4096, ActiveMTU: d.portMTU,
+	d.mu.Lock()
+	state := PortActive
+	if d.portDown {
+		state = PortDown
+	}
+	d.mu.Unlock()
+	return PortAttr{State: state, MaxMTU: qp.MTU4096, ActiveMTU: d.portMTU,
 		GIDTblLen: GIDTableLen, PKeyTblLen: 1, LinkMTU: d.linkMTU}
 }
 

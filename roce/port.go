@@ -21,6 +21,7 @@ func (d *Device) PortDown() int {
 		return 0
 	}
 	d.cnt[qp.CntLinkDowned]++
+	d.portDown = true
 	moved := 0
 	wake := false
 	for _, q := range d.qps {
@@ -56,6 +57,7 @@ func (d *Device) PortDown() int {
 func (d *Device) PortUp() {
 	d.mu.Lock()
 	closed := d.closed
+	d.portDown = false
 	d.mu.Unlock()
 	if !closed {
 		d.events.post(AsyncEvent{Type: qp.EventPortActive})
