@@ -48,7 +48,7 @@ func StartCapture(ctx context.Context, ns *Netns, ifname, path, filter string) (
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	pr, pw := io.Pipe()
 	c.cmd.Stderr = pw
-	if err := c.cmd.Start(); err != nil {
+	if err := startCmd(c.cmd); err != nil {
 		return nil, err
 	}
 	listening := make(chan struct{})

@@ -200,7 +200,7 @@ func Boot(ctx context.Context, img *Image, cfg Config) (g *Guest, err error) {
 	g.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	// TMPDIR holds qemu's snapshot overlay.
 	g.cmd.Env = append(os.Environ(), "TMPDIR="+g.dir)
-	if err = g.cmd.Start(); err != nil {
+	if err = startCmd(g.cmd); err != nil {
 		return g, err
 	}
 	go func() {

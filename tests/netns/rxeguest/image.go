@@ -375,7 +375,7 @@ func runCmd(ctx context.Context, w io.Writer, name string, args ...string) error
 	cmd.Stdout = w
 	cmd.Stderr = w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := startCmd(cmd); err != nil {
 		return err
 	}
 	done := make(chan error, 1)
