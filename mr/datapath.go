@@ -66,17 +66,7 @@ func (pd *PD) LookupRKey(rkey uint32, access Access) (*MR, error) {
 // CheckLocal checks a local access of length bytes at va through lkey:
 // key, PD, the flags in access, and bounds. Zero-length accesses always pass.
 func (pd *PD) CheckLocal(lkey uint32, va, length uint64, access Access) error {
-	if length == 0 {
-		return nil
-	}
-	m, err := pd.get(lkey, access, false)
-	if err != nil {
-		return err
-	}
-	if _, ok := m.offset(va, length); !ok {
-		return ErrBounds
-	}
-	return nil
+	return pd.check(lkey, va, length, access, false)
 }
 
 // CheckRemote checks a remote access of length bytes at va through rkey:
@@ -84,10 +74,15 @@ func (pd *PD) CheckLocal(lkey uint32, va, length uint64, access Access) error {
 // with the RETH's DMA length on the first packet of an RDMA WRITE or READ.
 // Zero-length accesses always pass (IBTA C9-88).
 func (pd *PD) CheckRemote(rkey uint32, va, length uint64, access Access) error {
+	return pd.check(rkey, va, length, access, true)
+}
+
+// check is CheckLocal (remote false) and CheckRemote (remote true).
+func (pd *PD) check(key uint32, va, length uint64, access Access, remote bool) error {
 	if length == 0 {
 		return nil
 	}
-	m, err := pd.get(rkey, access, true)
+	m, err := pd.get(key, access, remote)
 	if err != nil {
 		return err
 	}
