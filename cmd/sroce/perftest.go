@@ -691,13 +691,32 @@ func (pt *perftest) completionError(wc *roce.WC, scnt, ccnt uint64) error {
 		side, statusText(wc.Status), q, wc.VendorErr, scnt, ccnt)
 }
 
+// qpState describes the first QP and the device's recovery counters, for
+// a run that stalled: whether requests are still unacknowledged and
+// whether the device kept retransmitting them.
+func (pt *perftest) qpState() string {
+	if len(pt.qps) == 0 {
+		return "no QP"
+	}
+	return pt.toolRun.qpState(pt.qps[0])
+}
+
+// qpState describes q and the device's recovery counters.
+func (t *toolRun) qpState(q *roce.QP) string {
+	inflight, sq, rq := q.Outstanding()
+	c := t.dev.Counters()
+	return fmt.Sprintf("QP %#06x %v: %d packets unacknowledged, next PSN %#06x, expecting PSN %#06x; %d timeouts, %d packets retransmitted, %d NAKs sent, %d sent, %d received",
+		uint32(q.QPN()), q.State(), inflight, uint32(sq), uint32(rq),
+		c["timeouts"], c["retransmit_pkts"], c["nak_sent"], c["sent_pkts"], c["rcvd_pkts"])
+}
+
 // stallError describes a wait that gave up.
 func (pt *perftest) stallError(err error, what string, done, total uint64) error {
 	if errors.Is(err, errStall) {
 		if total > 0 {
-			return runErrorf("no completion for %v after %d of %d %s: the peer stopped answering", pt.stall, done, total, what)
+			return runErrorf("no completion for %v after %d of %d %s: the peer stopped answering (%s)", pt.stall, done, total, what, pt.qpState())
 		}
-		return runErrorf("no completion for %v after %d %s: the peer stopped answering", pt.stall, done, what)
+		return runErrorf("no completion for %v after %d %s: the peer stopped answering (%s)", pt.stall, done, what, pt.qpState())
 	}
 	return runErrorf("%s (after %d %s)", errText(err), done, what)
 }

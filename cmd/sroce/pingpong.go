@@ -450,7 +450,7 @@ func (pp *pingpong) loop() int {
 // stalled reports a wait that gave up.
 func (pp *pingpong) stalled(err error, scnt, rcnt int) int {
 	if errors.Is(err, errStall) {
-		return pp.fail("no completion for %v after %d of %d exchanges: the peer stopped answering", pp.stall, rcnt, pp.p.Iters)
+		return pp.fail("no completion for %v after %d of %d exchanges: the peer stopped answering (%s)", pp.stall, rcnt, pp.p.Iters, pp.qpState(pp.qp))
 	}
 	return pp.fail("%s (after %d of %d exchanges)", errText(err), rcnt, pp.p.Iters)
 }

@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -230,7 +231,13 @@ func TestToolStall(t *testing.T) {
 	port := newFakeWriteBWServer(t, func(*oob.KeyMsg) {}, false)
 	start := time.Now()
 	r := runClient(t, "write-bw", port, "-n", "20", "-s", "4096")
-	wantFailure(t, "silent QP", r, "no completion for 1.5s after 0 of 20 completions: the peer stopped answering")
+	wantFailure(t, "silent QP", r, "no completion for 1.5s after 0 of 20 completions: the peer stopped answering (QP 0x")
+	// The sentence says what the requester was doing meanwhile: requests
+	// unacknowledged and retransmitted after each timeout.
+	t.Logf("%s", r.stderr)
+	if m := regexp.MustCompile(`RTS: (\d+) packets unacknowledged.*; (\d+) timeouts, (\d+) packets retransmitted`).FindStringSubmatch(r.stderr); m == nil || m[1] == "0" || m[2] == "0" || m[3] == "0" {
+		t.Errorf("the stall does not show the requester retrying: %q", r.stderr)
+	}
 	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("the client took %v to give up", d)
 	}
