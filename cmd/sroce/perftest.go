@@ -299,6 +299,7 @@ func (pt *perftest) run() int {
 	if pt.full() {
 		pt.out(oob.ResultLine)
 	}
+	pt.linger(pt.qps)
 	pt.cq.done()
 	if err := pt.check.err; err != nil {
 		return pt.fail("data check failed: %v", err)

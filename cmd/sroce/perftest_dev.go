@@ -156,6 +156,49 @@ func (t *toolRun) open(ctx context.Context, spec, peer string) error {
 	return nil
 }
 
+// Bounds of linger.
+const (
+	minQuiet  = 20 * time.Millisecond
+	maxLinger = 2 * time.Second
+)
+
+// linger keeps the device answering after a run that succeeded, until no
+// packet has arrived for a quiet period. The peer may still be
+// retransmitting its last request because the ACK for it was lost (a run
+// ends on this side when the data is seen, which can be before the peer
+// has its ACK); a QP destroyed at once would leave those retransmissions
+// unanswered and the peer's last work request without a completion. This
+// is RC's TIME_WAIT. The quiet period is twice the longest retransmit
+// timeout of the RC QPs (the tools give both sides the same), at least
+// minQuiet; the whole wait is bounded by maxLinger.
+func (t *toolRun) linger(qps []*roce.QP) {
+	var longest time.Duration
+	for _, q := range qps {
+		if q == nil || q.Type() != roce.QPTypeRC {
+			continue
+		}
+		attr, _ := q.Query()
+		if attr.Timeout == 0 {
+			continue
+		}
+		longest = max(longest, time.Duration(4096<<min(attr.Timeout, 31))*time.Nanosecond)
+	}
+	if longest == 0 {
+		return
+	}
+	quiet := max(2*longest, minQuiet)
+	end := time.Now().Add(maxLinger)
+	tick := min(quiet/4, 10*time.Millisecond)
+	last := t.dev.Counter(qp.CntRcvdPkts)
+	calm := time.Now()
+	for now := time.Now(); now.Before(end) && now.Sub(calm) < quiet; now = time.Now() {
+		time.Sleep(tick)
+		if c := t.dev.Counter(qp.CntRcvdPkts); c != last {
+			last, calm = c, time.Now()
+		}
+	}
+}
+
 // close releases the device.
 func (t *toolRun) close() {
 	if t.port != nil {

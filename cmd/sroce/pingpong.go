@@ -196,6 +196,7 @@ func (pp *pingpong) run() int {
 	}
 	elapsed := time.Since(start)
 	io.WriteString(pp.e.Stdout, oob.PingpongResultLines(p.Size, p.Iters, elapsed))
+	pp.linger([]*roce.QP{pp.qp})
 	pp.cq.done()
 	if pp.badIter >= 0 {
 		for _, page := range pp.badPages {
