@@ -74,7 +74,7 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 		if psn.Diff(w.lastPSN) <= 0 {
 			break
 		}
-		if w.state != wqePending {
+		if !w.awaitingAck() {
 			return progress
 		}
 		if w.wr.Opcode.isRdAtomic() {
@@ -95,7 +95,7 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 	rdAtomic := w.wr.Opcode.isRdAtomic()
 	if d < 0 {
 		// A duplicate of a response already handled.
-		if psn == w.lastPSN && w.state == wqePending && !rdAtomic && op == bth.RCAcknowledge &&
+		if psn == w.lastPSN && w.awaitingAck() && !rdAtomic && op == bth.RCAcknowledge &&
 			pkt.AETH().Syndrome().IsACK() {
 			q.finishWQE(w)
 			return true
@@ -151,7 +151,7 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 		}
 		q.resetRetry()
 		r.compPSN = psn.Next()
-		if psn == w.lastPSN && w.state == wqePending {
+		if psn == w.lastPSN && w.awaitingAck() {
 			q.finishWQE(w)
 		}
 		return true
@@ -224,6 +224,18 @@ func (q *QP) readResponse(pkt *bth.Packet, w *sendWQE, psn bth.PSN) bool {
 		q.finishWQE(w)
 	}
 	return true
+}
+
+// awaitingAck reports whether an acknowledgement can finish w: all of it
+// was sent (pending), or it was sent and the requester has rewound it for
+// a retry and is part way through sending it again (sending). A response
+// covering its last PSN proves the responder has the whole message, which
+// ends the resend too (completeSends moves the requester past it). A
+// request still in its first transmission is also "sending", but no
+// response can cover its last PSN, which was never sent (response checks
+// every PSN against maxPSN).
+func (w *sendWQE) awaitingAck() bool {
+	return w.state == wqePending || w.state == wqeSending
 }
 
 // finishWQE marks a request acknowledged.

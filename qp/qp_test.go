@@ -486,3 +486,88 @@ func TestHostileMisalignedAtomic(t *testing.T) {
 		t.Fatal("misaligned atomic executed or QP not in error")
 	}
 }
+
+// TestLateACKDuringResend: the ACK of a whole WRITE comes late, after the
+// retransmit timer has rewound the request and while only part of it has
+// been sent again. That ACK completes the request; and if it is lost, the
+// ACK of the resent last packet (a duplicate at the responder) does.
+func TestLateACKDuringResend(t *testing.T) {
+	for _, lateLost := range []bool{false, true} {
+		a, b := pair(t, MTU256)
+		if err := a.q.PostSend(&SendWR{WRID: 7, Opcode: WROpRDMAWrite, Flags: Signaled, SGL: []SGE{a.sge(0, 256*4)},
+			RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		req := pump(a, 0)
+		if len(req) != 4 {
+			t.Fatalf("%d packets", len(req))
+		}
+		deliver(t, b, 0, req...)
+		late := pump(b, 0) // the ACK of PSN 103, held back
+		if len(late) != 1 || !parse(t, late[0]).AETH().Syndrome().IsACK() || parse(t, late[0]).BTH().PSN() != 103 {
+			t.Fatalf("responder sent %v", opcodes(t, late))
+		}
+		// The timer fires; the requester sends two packets again before
+		// the late ACK arrives.
+		dl, _ := a.q.NextDeadline()
+		a.q.OnTimer(dl)
+		a.q.Pump(dl, 2)
+		resent := a.env.take()
+		if len(resent) != 2 || parse(t, resent[0]).BTH().PSN() != 100 {
+			t.Fatalf("resent %d", len(resent))
+		}
+		if !lateLost {
+			deliver(t, a, dl, late...)
+			if len(a.cq.wcs) != 1 || a.cq.wcs[0].WRID != 7 || a.cq.wcs[0].Status != WCSuccess {
+				t.Fatalf("late ACK: completions %+v", a.cq.wcs)
+			}
+			if rest := pump(a, dl); len(rest) != 0 {
+				t.Fatalf("the completed request was sent on: %v", opcodes(t, rest))
+			}
+			continue
+		}
+		// The late ACK is lost: the rest is resent, the responder answers
+		// the duplicates, and that answer completes the request.
+		deliver(t, b, dl, resent...)
+		rest := pump(a, dl)
+		if len(rest) != 2 || parse(t, rest[1]).BTH().PSN() != 103 {
+			t.Fatalf("rest %d", len(rest))
+		}
+		deliver(t, b, dl, rest...)
+		deliver(t, a, dl, pump(b, dl)...)
+		if len(a.cq.wcs) != 1 || a.cq.wcs[0].WRID != 7 || a.cq.wcs[0].Status != WCSuccess {
+			t.Fatalf("duplicate ACK: completions %+v", a.cq.wcs)
+		}
+	}
+}
+
+// TestACKWhileRewoundThenLost: the late ACK of the last PSN arrives while
+// the request is partly resent, then every further answer is lost. The
+// request must not hang with nothing outstanding: it completes at once.
+func TestACKWhileRewoundThenLost(t *testing.T) {
+	a, b := pair(t, MTU256)
+	a.q.PostSend(&SendWR{WRID: 9, Opcode: WROpRDMAWrite, Flags: Signaled, SGL: []SGE{a.sge(0, 256*4)},
+		RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+	deliver(t, b, 0, pump(a, 0)...)
+	late := pump(b, 0)
+	dl, _ := a.q.NextDeadline()
+	a.q.OnTimer(dl)
+	a.q.Pump(dl, 2)
+	a.env.take()
+	deliver(t, a, dl, late...)
+	a.q.Pump(dl, 100)
+	a.env.take()
+	for i := 0; i < 10 && len(a.cq.wcs) == 0; i++ {
+		next, ok := a.q.NextDeadline()
+		if !ok {
+			break
+		}
+		a.q.OnTimer(next)
+		a.q.Pump(next, 100)
+		a.env.take() // lost
+	}
+	if len(a.cq.wcs) != 1 || a.cq.wcs[0].Status != WCSuccess {
+		inflight, _, _ := a.q.Outstanding()
+		t.Fatalf("completions %+v with %d PSNs outstanding", a.cq.wcs, inflight)
+	}
+}
