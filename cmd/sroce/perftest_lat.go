@@ -228,9 +228,9 @@ func (r *latRun) send() error {
 }
 
 // write is run_iter_lat_write: each side waits until the peer's WRITE set
-// the last byte of its region to the iteration count (the server before
-// each of its WRITEs, the client before each but the first), then WRITEs
-// the next count into the peer's.
+// the last byte of its region to the iteration count (the client before
+// each of its WRITEs, the server before each but the first: the server
+// writes first), then WRITEs the next count into the peer's.
 func (r *latRun) write() error {
 	pt := r.pt
 	size := int(r.size)
