@@ -131,9 +131,9 @@ func TestInteropRxe(t *testing.T) {
 	}
 }
 
-// calibrationAttempts bounds the runs of a pair whose perftest tool could
-// not calibrate its clock (see perftestUncalibrated).
-const calibrationAttempts = 3
+// pairAttempts bounds the runs of a pair that failed for a reason that
+// lies wholly on the rdma_rxe side (see notSroce).
+const pairAttempts = 3
 
 // perftestUncalibrated reports whether a perftest tool gave up because it
 // could not measure its CPU's cycle rate: before its report it times a
@@ -145,17 +145,40 @@ func perftestUncalibrated(o toolOutcome) bool {
 	return !o.ok() && strings.Contains(o.stderr, "Correlation coefficient r^2:")
 }
 
+// notSroce says why a failed run of a pair says nothing about sroce, or
+// returns "": the real tool failed its clock calibration, or rxe's
+// requester stalled after a spurious retransmission with everything it
+// sent acknowledged (rxeRequesterStalled).
+func (l *interopLAN) notSroce(c interopCase, real, ours toolOutcome, pcap string) string {
+	if perftestUncalibrated(real) {
+		return fmt.Sprintf("%s could not calibrate its cycle counter in the guest (%q)", c.real, strings.TrimSpace(real.stderr))
+	}
+	if real.ok() || ours.ok() {
+		return ""
+	}
+	frames, _, err := rxeguest.ReadPcapFile(pcap)
+	if err != nil {
+		return ""
+	}
+	if why, ok := rxeRequesterStalled(real, ours, frames, l.guest.IP()); ok {
+		return why
+	}
+	return ""
+}
+
 // runPair runs one pair: the real tool as the server (realServer) or as
-// the client, sroce as the other side, and checks both. A run in which
-// the real tool failed only its clock calibration is repeated, up to
-// calibrationAttempts runs in all, and logged.
+// the client, sroce as the other side, and checks both. A run that failed
+// for a reason on the rxe side alone is logged, with the end of its
+// capture, and repeated, up to pairAttempts runs in all.
 func (l *interopLAN) runPair(t *testing.T, ctx context.Context, c interopCase, realServer bool) {
 	for attempt := 1; ; attempt++ {
 		real, ours, pcap := l.runPairOnce(t, ctx, c, realServer)
-		if perftestUncalibrated(real) && attempt < calibrationAttempts {
-			t.Logf("run %d: %s could not calibrate its cycle counter in the guest (%q); running the pair again\nsroce's side: %v",
-				attempt, c.real, strings.TrimSpace(real.stderr), ours)
-			continue
+		if attempt < pairAttempts {
+			if why := l.notSroce(c, real, ours, pcap); why != "" {
+				t.Logf("run %d: %s; running the pair again\n%s: %v\nsroce's side: %v\nend of the capture:\n%s",
+					attempt, why, c.real, real, ours, l.dissectTail(pcap, 12))
+				continue
+			}
 		}
 		l.judge(t, c, realServer, real, ours, pcap)
 		return
@@ -278,6 +301,14 @@ func (l *interopLAN) guestOutcome(t *testing.T, ctx context.Context, p *rxeguest
 		res.ExitCode = -1
 	}
 	return toolOutcome{exit: res.ExitCode, stdout: string(res.Stdout), stderr: string(res.Stderr)}
+}
+
+// dissectTail returns the last n lines of the decoded capture before its
+// summary line.
+func (l *interopLAN) dissectTail(pcap string, n int) string {
+	out, _ := exec.Command(l.bin, "dissect", pcap).CombinedOutput()
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n-1):], "\n")
 }
 
 // dissect logs the decoded capture of a failed pair.
