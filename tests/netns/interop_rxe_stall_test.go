@@ -24,6 +24,7 @@ import (
 	"net/netip"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/sroce/sroce/bth"
@@ -35,24 +36,13 @@ var unackedRE = regexp.MustCompile(`: (\d+) packets unacknowledged`)
 
 // rxeRequesterStalled reports whether a failed pair shows rxe's requester
 // stalling after a spurious retransmission (see the file comment), and
-// describes what the capture shows. real and ours are the two sides'
-// outcomes, frames the capture of the guest's tap, guest the rxe side's
-// address.
-func rxeRequesterStalled(real, ours toolOutcome, frames []rxeguest.Frame, guest netip.Addr) (string, bool) {
-	if real.ok() || ours.ok() {
+// describes what the capture shows. cmd is the sroce tool, real and ours
+// the two sides' outcomes, frames the capture of the guest's tap, guest
+// the rxe side's address.
+func rxeRequesterStalled(cmd string, real, ours toolOutcome, frames []rxeguest.Frame, guest netip.Addr) (string, bool) {
+	if real.ok() || ours.ok() || !sroceWaitedOnPeer(cmd, ours) {
 		return "", false
 	}
-	// sroce stalled with everything of its own acknowledged.
-	counts := unackedRE.FindAllStringSubmatch(ours.stderr, -1)
-	if len(counts) == 0 {
-		return "", false
-	}
-	for _, m := range counts {
-		if n, _ := strconv.Atoi(m[1]); n != 0 {
-			return "", false
-		}
-	}
-
 	type req struct {
 		psn bth.PSN
 		idx int
@@ -66,6 +56,10 @@ func rxeRequesterStalled(real, ours toolOutcome, frames []rxeguest.Frame, guest 
 		haveAck   bool
 		lastAck   int = -1 // index of sroce's last ACK
 		lastAckTo bth.PSN
+		ourHigh   bth.PSN // sroce's highest request PSN
+		ourReqs   bool
+		answered  bth.PSN // the highest PSN rxe answered with other than a NAK
+		haveAns   bool
 	)
 	var p bth.Packet
 	for i, f := range frames {
@@ -84,7 +78,20 @@ func rxeRequesterStalled(real, ours toolOutcome, frames []rxeguest.Frame, guest 
 				highest = h.BTH.PSN
 			}
 			reqs = append(reqs, req{h.BTH.PSN, i})
-		case !fromRxe && (p.Opcode == bth.RCAcknowledge || p.Opcode == bth.RCAtomicAcknowledge) && h.AETH.Syndrome.IsACK():
+		case !fromRxe && p.Info().Request:
+			if !ourReqs || ourHigh.LessThan(h.BTH.PSN) {
+				ourHigh = h.BTH.PSN
+			}
+			ourReqs = true
+		case fromRxe:
+			if p.Info().Headers&bth.HdrAETH != 0 && !h.AETH.Syndrome.IsACK() {
+				continue
+			}
+			if !haveAns || answered.LessThan(h.BTH.PSN) {
+				answered = h.BTH.PSN
+			}
+			haveAns = true
+		case (p.Opcode == bth.RCAcknowledge || p.Opcode == bth.RCAtomicAcknowledge) && h.AETH.Syndrome.IsACK():
 			if haveAck && h.BTH.DestQP != ackQPN {
 				return "", false
 			}
@@ -97,6 +104,10 @@ func rxeRequesterStalled(real, ours toolOutcome, frames []rxeguest.Frame, guest 
 		}
 	}
 	if len(reqs) < 2 || !haveAck {
+		return "", false
+	}
+	// rxe answered every request sroce sent.
+	if ourReqs && (!haveAns || answered.LessThan(ourHigh)) {
 		return "", false
 	}
 	// Every PSN rxe sent is acknowledged.
@@ -123,6 +134,24 @@ func rxeRequesterStalled(real, ours toolOutcome, frames []rxeguest.Frame, guest 
 		"rxe resent PSN %#06x (frame %d, a spurious retransmission), sroce acknowledged up to %#06x again (frame %d), "+
 		"and rxe sent no request after that while its tool waited",
 		uint32(highest), uint32(last.psn), last.idx+1, uint32(lastAckTo), lastAck+1), true
+}
+
+// sroceWaitedOnPeer reports whether sroce's side failed only by waiting
+// for its peer: it reported a stall with nothing of its own
+// unacknowledged, or, in a bandwidth test, where the peer's completions
+// never wait on sroce's application, the test stopped it (exit -1) after
+// the real tool hung.
+func sroceWaitedOnPeer(cmd string, ours toolOutcome) bool {
+	counts := unackedRE.FindAllStringSubmatch(ours.stderr, -1)
+	if len(counts) == 0 {
+		return ours.exit == -1 && strings.HasSuffix(cmd, "-bw") && strings.TrimSpace(ours.stderr) == ""
+	}
+	for _, m := range counts {
+		if n, _ := strconv.Atoi(m[1]); n != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // rcFrame builds one RC frame from src to dst for the detector's tests.
@@ -168,32 +197,43 @@ func TestRxeRequesterStalled(t *testing.T) {
 	stuckSroce := toolOutcome{exit: 1, stderr: "sroce rc-pingpong: no completion for 1m30s after 50 of 200 exchanges: the peer stopped answering (QP 0x000011 RTS: 0 packets unacknowledged, next PSN 0x001b59)"}
 	busySroce := toolOutcome{exit: 1, stderr: "sroce rc-pingpong: no completion (QP 0x000011 RTS: 3 packets unacknowledged, next PSN 0x001b59)"}
 
-	why, ok := rxeRequesterStalled(failedReal, stuckSroce, stalled, guest)
+	why, ok := rxeRequesterStalled("rc-pingpong", failedReal, stuckSroce, stalled, guest)
 	if !ok {
 		t.Fatal("the CI capture's pattern was not recognised")
 	}
 	t.Log(why)
+	// A passive bandwidth server that the test stopped after the real
+	// client hung.
+	killed := toolOutcome{exit: -1}
+	if _, ok := rxeRequesterStalled("write-bw", failedReal, killed, stalled, guest); !ok {
+		t.Error("a stopped write-bw server was not recognised")
+	}
+	unanswered := append(append([]rxeguest.Frame(nil), stalled...), fromSroce(bth.RCSendOnly, 7001))
 
 	cases := []struct {
 		name       string
+		cmd        string
 		real, ours toolOutcome
 		frames     []rxeguest.Frame
 	}{
-		{"real tool succeeded", toolOutcome{}, stuckSroce, stalled},
-		{"sroce has unacknowledged packets", failedReal, busySroce, stalled},
-		{"sroce failed otherwise", failedReal, toolOutcome{exit: 1, stderr: "sroce rc-pingpong: exchange timeout"}, stalled},
-		{"sroce never acknowledged the last PSN", failedReal, stuckSroce, []rxeguest.Frame{
+		{"real tool succeeded", "rc-pingpong", toolOutcome{}, stuckSroce, stalled},
+		{"sroce's last request unanswered", "rc-pingpong", failedReal, stuckSroce, unanswered},
+		{"sroce stopped in a ping-pong", "rc-pingpong", failedReal, killed, stalled},
+		{"sroce stopped with something to say", "write-bw", failedReal, toolOutcome{exit: -1, stderr: "data check failed"}, stalled},
+		{"sroce has unacknowledged packets", "rc-pingpong", failedReal, busySroce, stalled},
+		{"sroce failed otherwise", "rc-pingpong", failedReal, toolOutcome{exit: 1, stderr: "sroce rc-pingpong: exchange timeout"}, stalled},
+		{"sroce never acknowledged the last PSN", "rc-pingpong", failedReal, stuckSroce, []rxeguest.Frame{
 			fromRxe(bth.RCSendFirst, 100), fromRxe(bth.RCSendMiddle, 101), fromRxe(bth.RCSendLast, 102),
 			ack(101), fromRxe(bth.RCSendFirst, 100), ack(101)}},
-		{"no acknowledgement after the resend", failedReal, stuckSroce, stalled[:len(stalled)-1]},
-		{"rxe's last request is new", failedReal, stuckSroce, []rxeguest.Frame{
+		{"no acknowledgement after the resend", "rc-pingpong", failedReal, stuckSroce, stalled[:len(stalled)-1]},
+		{"rxe's last request is new", "rc-pingpong", failedReal, stuckSroce, []rxeguest.Frame{
 			fromRxe(bth.RCSendFirst, 100), fromRxe(bth.RCSendMiddle, 101), fromRxe(bth.RCSendLast, 102), ack(102)}},
-		{"two QPs", failedReal, stuckSroce, append([]rxeguest.Frame{
+		{"two QPs", "rc-pingpong", failedReal, stuckSroce, append([]rxeguest.Frame{
 			rcFrame(t, guest, host, bth.RCSendOnly, sroceQP+1, 5, 8)}, stalled...)},
-		{"empty capture", failedReal, stuckSroce, nil},
+		{"empty capture", "rc-pingpong", failedReal, stuckSroce, nil},
 	}
 	for _, c := range cases {
-		if why, ok := rxeRequesterStalled(c.real, c.ours, c.frames, guest); ok {
+		if why, ok := rxeRequesterStalled(c.cmd, c.real, c.ours, c.frames, guest); ok {
 			t.Errorf("%s: recognised as rxe's stall: %s", c.name, why)
 		}
 	}

@@ -160,7 +160,7 @@ func (l *interopLAN) notSroce(c interopCase, real, ours toolOutcome, pcap string
 	if err != nil {
 		return ""
 	}
-	if why, ok := rxeRequesterStalled(real, ours, frames, l.guest.IP()); ok {
+	if why, ok := rxeRequesterStalled(c.cmd, real, ours, frames, l.guest.IP()); ok {
 		return why
 	}
 	return ""
