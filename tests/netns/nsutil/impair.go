@@ -33,6 +33,9 @@ import (
 // vnetHdrLen is sizeof(struct virtio_net_hdr).
 const vnetHdrLen = 10
 
+// forwarderRcvBuf is the receive buffer of each forwarder socket.
+const forwarderRcvBuf = 16 << 20
+
 // ForwarderStats counts what a forwarder did, over both directions.
 type ForwarderStats struct {
 	Received   uint64 // frames read
@@ -42,7 +45,11 @@ type ForwarderStats struct {
 	Corrupted  uint64 // frames with a flipped bit
 	Reordered  uint64 // frames sent ahead of delayed ones
 	QueueDrops uint64 // dropped because Limit frames were waiting
-	Errors     uint64 // failed writes
+	// SocketDrops are frames the kernel dropped because the forwarder's
+	// receive queue was full (PACKET_STATISTICS): losses of the stand-in
+	// itself, on top of Loss.
+	SocketDrops uint64
+	Errors      uint64 // failed writes
 }
 
 // Forwarder is the user-space impairment between two interfaces of one
@@ -56,6 +63,7 @@ type Forwarder struct {
 	once  sync.Once
 
 	received, sent, lost, duplicated, corrupted, reordered, queueDrops, errs atomic.Uint64
+	socketDrops                                                              atomic.Uint64
 }
 
 // NewForwarder starts forwarding frames between interfaces ifA and ifB of
@@ -118,6 +126,12 @@ func openPacketSocket(ifname string) (*os.File, error) {
 			return nil, fmt.Errorf("packet socket option %d: %w", o.opt, err)
 		}
 	}
+	// Room for bursts: a full receive queue drops frames the impairment
+	// never chose to drop (still counted, in SocketDrops). FORCE passes
+	// net.core.rmem_max as root; the plain option is the fallback.
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, forwarderRcvBuf) != nil {
+		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, forwarderRcvBuf)
+	}
 	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: proto, Ifindex: ifi}); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("bind packet socket: %w", err)
@@ -150,15 +164,32 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // Stats returns the counters so far.
 func (f *Forwarder) Stats() ForwarderStats {
+	f.collectSocketDrops()
 	return ForwarderStats{
-		Received:   f.received.Load(),
-		Sent:       f.sent.Load(),
-		Lost:       f.lost.Load(),
-		Duplicated: f.duplicated.Load(),
-		Corrupted:  f.corrupted.Load(),
-		Reordered:  f.reordered.Load(),
-		QueueDrops: f.queueDrops.Load(),
-		Errors:     f.errs.Load(),
+		Received:    f.received.Load(),
+		Sent:        f.sent.Load(),
+		Lost:        f.lost.Load(),
+		Duplicated:  f.duplicated.Load(),
+		Corrupted:   f.corrupted.Load(),
+		Reordered:   f.reordered.Load(),
+		QueueDrops:  f.queueDrops.Load(),
+		SocketDrops: f.socketDrops.Load(),
+		Errors:      f.errs.Load(),
+	}
+}
+
+// collectSocketDrops adds the kernel's drop counts of both sockets since
+// the last call (reading PACKET_STATISTICS resets them).
+func (f *Forwarder) collectSocketDrops() {
+	for _, rc := range f.rcs {
+		if rc == nil {
+			continue
+		}
+		rc.Control(func(fd uintptr) {
+			if st, err := unix.GetsockoptTpacketStats(int(fd), unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
+				f.socketDrops.Add(uint64(st.Drops))
+			}
+		})
 	}
 }
 
@@ -166,6 +197,7 @@ func (f *Forwarder) Stats() ForwarderStats {
 // dropped.
 func (f *Forwarder) Close() error {
 	f.once.Do(func() {
+		f.collectSocketDrops()
 		close(f.done)
 		f.closeSockets()
 		f.wg.Wait()
