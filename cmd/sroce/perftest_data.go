@@ -240,33 +240,32 @@ func (pt *perftest) writtenSlots(size, iters uint64) []int {
 // checkReadData checks what the READs of one run left in the areas: each
 // slot read holds the owner's pattern at the slot's offset.
 func (pt *perftest) checkReadData(size, iters uint64) {
-	pt.syncMemory()
-	inc := pt.incr(size)
-	for i := range pt.qps {
-		seed := keySeed(pt.peer[i])
-		for _, k := range pt.writtenSlots(size, iters) {
-			off := pt.areaOff(i) + k*inc
-			pt.check.compare(i, "the data read", pt.buf[off:off+int(size)], seed, k*inc)
-		}
-	}
+	pt.checkSlots(size, iters, pt.areaOff, "the data read")
 }
 
 // checkWriteTarget checks the regions after the peer's WRITEs of size
 // bytes, iters per QP: each slot hit holds the writer's pattern.
 func (pt *perftest) checkWriteTarget(size, iters uint64) {
+	pt.checkSlots(size, iters, pt.regionOff, "the written region")
+}
+
+// checkSlots checks, for every QP i, the slots that iters size-byte
+// transfers hit in the buffer at base(i): each holds the peer's pattern at
+// the slot's offset.
+func (pt *perftest) checkSlots(size, iters uint64, base func(int) int, what string) {
 	pt.syncMemory()
 	inc := pt.incr(size)
+	slots := pt.writtenSlots(size, iters)
 	for i := range pt.qps {
 		seed := keySeed(pt.peer[i])
-		for _, k := range pt.writtenSlots(size, iters) {
-			off := pt.regionOff(i) + k*inc
-			pt.check.compare(i, "the written region", pt.buf[off:off+int(size)], seed, k*inc)
+		for _, k := range slots {
+			off := base(i) + k*inc
+			pt.check.compare(i, what, pt.buf[off:off+int(size)], seed, k*inc)
 		}
 	}
 }
 
-// checkAtomicResult checks the value the seq-th atomic of QP i fetched
-// from slot k.
+// checkAtomicResult checks the value an atomic of QP i fetched from slot k.
 func (pt *perftest) checkAtomicResult(i, k int, val uint64) {
 	c := &pt.check
 	if !c.on {
@@ -282,26 +281,17 @@ func (pt *perftest) checkAtomicResult(i, k int, val uint64) {
 			c.fail("QP %d: an atomic fetched %#x from slot %d, which held %#x before", i, val, k, want)
 		}
 	} else {
-		inc := pt.incr(oob.DefSizeAtomic)
+		off := k * pt.incr(oob.DefSizeAtomic)
 		var b [8]byte
 		binary.NativeEndian.PutUint64(b[:], val)
 		seed := keySeed(pt.peer[i])
-		if c.seen[i] != peerForeign {
-			if c.seen[i] == peerUnknown {
-				if patternMismatch(b[:], seed, k*inc) >= 0 {
-					c.seen[i] = peerForeign
-				} else {
-					c.seen[i] = peerSroce
-				}
-			}
-			if c.seen[i] == peerSroce {
-				c.atomics++
-				if j := patternMismatch(b[:], seed, k*inc); j >= 0 {
-					var w [8]byte
-					fillPattern(w[:], seed, k*inc)
-					c.fail("QP %d: the first atomic on slot %d fetched %#x, the peer's memory held %#x",
-						i, k, val, binary.NativeEndian.Uint64(w[:]))
-				}
+		if c.gate(i, b[:], seed, off) {
+			c.atomics++
+			if patternMismatch(b[:], seed, off) >= 0 {
+				var w [8]byte
+				fillPattern(w[:], seed, off)
+				c.fail("QP %d: the first atomic on slot %d fetched %#x, the peer's memory held %#x",
+					i, k, val, binary.NativeEndian.Uint64(w[:]))
 			}
 		}
 	}

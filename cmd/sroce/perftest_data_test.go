@@ -159,3 +159,46 @@ func TestCheckAtomics(t *testing.T) {
 		t.Error("a missing FETCH_ADD went unnoticed")
 	}
 }
+
+// TestCheckReadData checks the READ check: what landed in the areas must be
+// the owner's pattern at the offsets read.
+func TestCheckReadData(t *testing.T) {
+	peer := oob.KeyMsg{QPN: 18, PSN: 0x999, RKey: 0x2000}
+	const size = 100
+	read := func(pt *perftest) {
+		inc := pt.incr(size)
+		for _, k := range pt.writtenSlots(size, 1000) {
+			fillPattern(pt.buf[pt.areaOff(0)+k*inc:pt.areaOff(0)+k*inc+size], keySeed(peer), k*inc)
+		}
+	}
+	pt := testPerftest(t, oob.ReadBW, []string{"-s", "100"}, peer)
+	read(pt)
+	pt.checkReadData(size, 1000)
+	if pt.check.err != nil || pt.check.bytes != uint64(pt.slots(size)*size) || pt.check.seen[0] != peerSroce {
+		t.Errorf("clean reads: err %v, %d bytes checked, peer %d", pt.check.err, pt.check.bytes, pt.check.seen[0])
+	}
+	pt = testPerftest(t, oob.ReadBW, []string{"-s", "100"}, peer)
+	read(pt)
+	pt.buf[pt.areaOff(0)+2*pt.incr(size)+99] ^= 1
+	pt.checkReadData(size, 1000)
+	if pt.check.err == nil || !strings.Contains(pt.check.err.Error(), "of the data read") {
+		t.Errorf("damaged read: err %v", pt.check.err)
+	}
+}
+
+// TestCheckAtomicFirstValue: against a sroce owner, the first value
+// fetched from each slot must be the owner's pattern there.
+func TestCheckAtomicFirstValue(t *testing.T) {
+	peer := oob.KeyMsg{QPN: 18, PSN: 0x999, RKey: 0x2000}
+	first := func(k int) uint64 {
+		var b [8]byte
+		fillPattern(b[:], keySeed(peer), k*64)
+		return binary.NativeEndian.Uint64(b[:])
+	}
+	pt := testPerftest(t, oob.AtomicBW, nil, peer)
+	pt.checkAtomicResult(0, 0, first(0))
+	pt.checkAtomicResult(0, 5, first(5)^1)
+	if pt.check.err == nil || !strings.Contains(pt.check.err.Error(), "the first atomic on slot 5") {
+		t.Errorf("a wrong first value went unnoticed: err %v", pt.check.err)
+	}
+}

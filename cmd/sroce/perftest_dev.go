@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"strings"
 	"time"
 
@@ -53,10 +52,6 @@ const (
 	openTimeout = 15 * time.Second
 	// resolveTimeout bounds resolving the peer's MAC address.
 	resolveTimeout = 5 * time.Second
-	// spinPolls is how many times a wait polls the CQ, yielding the
-	// processor in between, before it blocks: completions of a ping-pong
-	// come within microseconds.
-	spinPolls = 0
 )
 
 // devSpec is the value of -d: an interface name, optionally followed by
@@ -319,14 +314,6 @@ func (c *completions) wait() ([]roce.WC, error) {
 	if wcs := c.poll(); len(wcs) > 0 {
 		return wcs, nil
 	}
-	if c.ch == nil {
-		for i := 0; i < spinPolls; i++ {
-			runtime.Gosched()
-			if wcs := c.poll(); len(wcs) > 0 {
-				return wcs, nil
-			}
-		}
-	}
 	deadline := time.Now().Add(c.stall)
 	for {
 		if err := c.lost(); err != nil {
@@ -404,6 +391,3 @@ func (t *toolRun) syncMemory() uint64 { return t.dev.Counter(qp.CntRcvdPkts) }
 func statusText(s roce.WCStatus) string {
 	return fmt.Sprintf("status %d (%s)", int(s), s)
 }
-
-// errDeadline is what CQ.WaitTimeout returns when nothing arrived in time.
-var errDeadline = context.DeadlineExceeded

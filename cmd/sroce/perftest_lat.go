@@ -9,6 +9,7 @@ package main
 // make the report.
 
 import (
+	"context"
 	"errors"
 	"runtime"
 	"slices"
@@ -129,7 +130,7 @@ func (r *latRun) next() error {
 				return nil
 			}
 			n, werr := pt.cq.cq.WaitTimeout(pt.cq.buf, 10*time.Millisecond)
-			if werr != nil && !errors.Is(werr, errDeadline) {
+			if werr != nil && !errors.Is(werr, context.DeadlineExceeded) {
 				return werr
 			}
 			wcs = pt.cq.buf[:n]

@@ -144,7 +144,7 @@ func rxeRequesterStalled(cmd string, real, ours toolOutcome, frames []rxeguest.F
 func sroceWaitedOnPeer(cmd string, ours toolOutcome) bool {
 	counts := unackedRE.FindAllStringSubmatch(ours.stderr, -1)
 	if len(counts) == 0 {
-		return ours.exit == -1 && strings.HasSuffix(cmd, "-bw") && strings.TrimSpace(ours.stderr) == ""
+		return ours.exit == -1 && kindOf(cmd) == kindBW && strings.TrimSpace(ours.stderr) == ""
 	}
 	for _, m := range counts {
 		if n, _ := strconv.Atoi(m[1]); n != 0 {

@@ -254,14 +254,9 @@ func (l *interopLAN) judge(t *testing.T, c interopCase, realServer bool, real, o
 		o      toolOutcome
 		server bool
 	}{{c.real, real, realServer}, {"sroce " + c.cmd, ours, !realServer}} {
-		v := verdict{who: side.who, role: "client", o: side.o}
+		v := verdict{who: side.who, role: "client", o: side.o, problem: sideProblem(c.cmd, side.o, side.server)}
 		if side.server {
 			v.role = "server"
-		}
-		if !side.o.ok() {
-			v.problem = fmt.Sprintf("exited with %d", side.o.exit)
-		} else if ok, what := printsResult(c.cmd, side.o.stdout, side.server); !ok {
-			v.problem = "did not print " + what
 		}
 		failed = failed || v.problem != ""
 		verdicts = append(verdicts, v)

@@ -77,7 +77,6 @@ type toolProc struct {
 	cmd            *exec.Cmd
 	stdout, stderr lockedBuffer
 	done           chan struct{}
-	waitErr        error
 }
 
 // startTool starts cmd with start (which forks it inside the namespace)
@@ -93,7 +92,7 @@ func startTool(t *testing.T, cmd *exec.Cmd, start func(*exec.Cmd) error) *toolPr
 		t.Fatalf("starting %v: %v", cmd.Args, err)
 	}
 	go func() {
-		p.waitErr = cmd.Wait()
+		cmd.Wait()
 		close(p.done)
 	}()
 	t.Cleanup(func() {
@@ -181,6 +180,18 @@ func printsResult(cmd string, out string, server bool) (bool, string) {
 		return true, ""
 	}
 	return latRow.MatchString(out), "a latency table row"
+}
+
+// sideProblem says what is wrong with one side of a run of cmd (server
+// or client), or returns "": it must exit 0 and print its result.
+func sideProblem(cmd string, o toolOutcome, server bool) string {
+	if !o.ok() {
+		return fmt.Sprintf("exited with %d", o.exit)
+	}
+	if ok, what := printsResult(cmd, o.stdout, server); !ok {
+		return "did not print " + what
+	}
+	return ""
 }
 
 // waitFor polls cond every 100ms until it holds or ctx ends.
