@@ -234,6 +234,9 @@ func (l *interopLAN) runPairOnce(t *testing.T, ctx context.Context, c interopCas
 		wcancel()
 	}
 	capt.Stop()
+	if err := capt.Complete(); err != nil {
+		t.Logf("the capture %s is not the whole exchange: %v", pcap, err)
+	}
 	return real, ours, pcap
 }
 

@@ -2,7 +2,14 @@ package rxeguest
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -55,5 +62,97 @@ func TestPcapRoundTrip(t *testing.T) {
 func TestRecipeKeyStable(t *testing.T) {
 	if a, b := RecipeKey(), RecipeKey(); a != b || len(a) < 10 {
 		t.Errorf("RecipeKey: %q, %q", a, b)
+	}
+}
+
+func TestCaptureStats(t *testing.T) {
+	c := &Capture{}
+	c.stderr.WriteString("tcpdump: listening on tap0, link-type EN10MB (Ethernet), snapshot length 65535 bytes\n" +
+		"12 packets captured\n42 packets received by filter\n0 packets dropped by kernel\n")
+	s, err := c.Stats()
+	if err != nil || s != (Stats{Captured: 12, Received: 42}) {
+		t.Fatalf("got %+v, %v", s, err)
+	}
+	if err := c.Complete(); !errors.Is(err, ErrIncomplete) || !strings.Contains(err.Error(), "12 frames of the 42") {
+		t.Fatalf("a capture that wrote 12 of 42 frames: %v", err)
+	}
+	c.stderr.Reset()
+	c.stderr.WriteString("1 packet captured\n1 packet received by filter\n0 packets dropped by kernel\n")
+	if err := c.Complete(); err != nil {
+		t.Fatalf("a whole capture: %v", err)
+	}
+	c.stderr.Reset()
+	c.stderr.WriteString("40 packets captured\n41 packets received by filter\n1 packet dropped by kernel\n")
+	if err := c.Complete(); !errors.Is(err, ErrIncomplete) {
+		t.Fatalf("a capture with a kernel drop: %v", err)
+	}
+	c.stderr.Reset()
+	c.stderr.WriteString("tcpdump: bad filter\n")
+	if err := c.Complete(); err == nil || errors.Is(err, ErrIncomplete) {
+		t.Fatalf("no statistics: %v", err)
+	}
+}
+
+// TestCaptureBurst captures a burst sent the moment before Stop: every
+// frame the filter received must be in the file, whatever the speed of the
+// machine.
+func TestCaptureBurst(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates a network namespace and runs tcpdump")
+	}
+	if _, err := exec.LookPath("tcpdump"); err != nil {
+		t.Skip("needs tcpdump (apt-get install tcpdump)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns, err := NewNetns(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	// A veth pair: each frame sent on v0 arrives once on v1 (on lo the
+	// filter would see every packet twice, going out and coming in).
+	for _, args := range [][]string{
+		{"link", "add", "v0", "mtu", "9000", "type", "veth", "peer", "name", "v1", "mtu", "9000"},
+		{"link", "set", "v0", "up"}, {"link", "set", "v1", "up"},
+	} {
+		if out, err := ns.IP(ctx, args...); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	for round := 0; round < 3; round++ {
+		path := filepath.Join(t.TempDir(), "burst.pcap")
+		c, err := StartCapture(ctx, ns, "v1", path, "udp dst port 4791")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 200
+		// 4 KiB frames, the size of the frames that went missing, sent
+		// raw out of v0 as fast as the socket takes them.
+		script := fmt.Sprintf(`import socket,struct
+s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW)
+s.bind(("v0",0))
+pay=bytes(4096)
+udp=struct.pack("!HHHH",49152,4791,8+len(pay),0)
+ip=struct.pack("!BBHHHBBH4s4s",0x45,0,20+len(udp)+len(pay),0,0x4000,64,17,0,bytes([10,9,0,1]),bytes([10,9,0,2]))
+eth=bytes([2,0,0,0,0,2,2,0,0,0,0,1,8,0])
+for i in range(%d): s.send(eth+ip+udp+pay)`, n)
+		if out, err := ns.Exec(ctx, "python3", "-c", script); err != nil {
+			c.Stop()
+			t.Fatalf("sending: %v: %s", err, out)
+		}
+		if err := c.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Complete(); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		frames, _, err := ReadPcapFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(frames) != n {
+			t.Fatalf("round %d: %d frames in the file, sent %d (%s)", round, len(frames), n, c.Summary())
+		}
 	}
 }

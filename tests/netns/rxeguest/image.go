@@ -58,9 +58,6 @@ const (
 	ImmTool = "/usr/local/bin/sroce-imm"
 )
 
-// DefaultMirror is the Debian mirror used when SROCE_DEBIAN_MIRROR is unset.
-const DefaultMirror = "http://deb.debian.org/debian"
-
 // DefaultCacheDir is where images are cached when SROCE_CACHE is unset.
 const DefaultCacheDir = "/var/cache/sroce/rxe-guest"
 
@@ -86,7 +83,7 @@ type Image struct {
 // (SROCE_CACHE, SROCE_DEBIAN_MIRROR) and the defaults.
 type ImageOptions struct {
 	CacheDir string               // default $SROCE_CACHE or DefaultCacheDir
-	Mirror   string               // default $SROCE_DEBIAN_MIRROR or DefaultMirror
+	Mirror   string               // default $SROCE_DEBIAN_MIRROR, else apt's own (FindMirror)
 	Logf     func(string, ...any) // progress messages; nil for none
 	Log      io.Writer            // debootstrap output; nil for none
 }
@@ -133,9 +130,6 @@ func (o ImageOptions) Ensure(ctx context.Context) (*Image, error) {
 	if o.Mirror == "" {
 		o.Mirror = os.Getenv("SROCE_DEBIAN_MIRROR")
 	}
-	if o.Mirror == "" {
-		o.Mirror = DefaultMirror
-	}
 	logf := o.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -144,6 +138,13 @@ func (o ImageOptions) Ensure(ctx context.Context) (*Image, error) {
 	dir := filepath.Join(o.CacheDir, key)
 	if img, err := loadImage(dir); err == nil {
 		return img, nil
+	}
+	if o.Mirror == "" {
+		m, err := FindMirror(suite)
+		if err != nil {
+			return nil, fmt.Errorf("rxeguest: building image %s: %w", key, err)
+		}
+		o.Mirror = m
 	}
 	if err := os.MkdirAll(o.CacheDir, 0o755); err != nil {
 		return nil, err
@@ -164,7 +165,7 @@ func (o ImageOptions) Ensure(ctx context.Context) (*Image, error) {
 			os.RemoveAll(d)
 		}
 	}
-	logf("rxeguest: building guest image %s in %s", key, o.CacheDir)
+	logf("rxeguest: building guest image %s in %s from %s", key, o.CacheDir, o.Mirror)
 	start := time.Now()
 	if err := build(ctx, o, key, dir); err != nil {
 		return nil, fmt.Errorf("rxeguest: building image %s: %w", key, err)
