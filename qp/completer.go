@@ -23,8 +23,9 @@ func (q *QP) resetRetry() {
 func (q *QP) response(now time.Duration, pkt *bth.Packet) {
 	r := &q.req
 	psn := pkt.BTH().PSN()
-	// A response must be for a PSN this requester has transmitted.
-	if psn.Diff(r.maxPSN) >= 0 || psn.Diff(r.compPSN) < -(1<<22) {
+	// A response must be for a PSN this requester has transmitted: in the
+	// window, or a duplicate of one at most 2^22 PSNs before it.
+	if !r.sentBefore(psn) && (r.compPSN-psn)&bth.PSNMask > 1<<22 {
 		q.cnt[CntBadResponse]++
 		return
 	}
@@ -71,8 +72,8 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 			}
 			continue
 		}
-		if psn.Diff(w.lastPSN) <= 0 {
-			break
+		if !r.sentBefore(psn) || r.ahead(psn) <= r.ahead(w.lastPSN) {
+			break // a duplicate, or a response within w
 		}
 		if !w.awaitingAck() {
 			return progress
@@ -84,6 +85,11 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 			return progress
 		}
 		q.finishWQE(w)
+		// Progress, whatever the response is (an implied ACK of a
+		// sequence or RNR NAK too): the retry budgets start again, as
+		// rdma_rxe's completer resets them for every ACK that completes
+		// a request.
+		q.resetRetry()
 		progress = true
 		q.completeSends()
 		if q.state == StateErr {
@@ -91,7 +97,11 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 		}
 	}
 
-	d := psn.Diff(r.compPSN)
+	// d: where psn lies relative to compPSN, negative for a duplicate.
+	d := int64(r.ahead(psn))
+	if !r.sentBefore(psn) {
+		d = -int64((r.compPSN - psn) & bth.PSNMask)
+	}
 	rdAtomic := w.wr.Opcode.isRdAtomic()
 	if d < 0 {
 		// A duplicate of a response already handled.

@@ -41,6 +41,8 @@ const (
 	CntTimeouts                           // timeouts: retransmit timer expiries with work outstanding
 	CntCQOverflow                         // cq_overflow: completions lost to a full CQ
 	CntTxNoBuf                            // tx_no_buf: transmit batch full, QP deferred
+	CntRdAtomicExceeded                   // rd_atomic_exceeded: READ/atomic beyond the responder resources (NAKed)
+	CntDupNoResource                      // dup_no_resource: duplicate READ/atomic matching no responder resource, dropped
 	NumCounters
 )
 
@@ -52,7 +54,7 @@ var counterNames = [NumCounters]string{
 	"icrc_error", "icrc_unchecked", "malformed", "not_roce", "bad_dgid", "unknown_qpn", "bad_pkey",
 	"bad_qkey", "bad_addr", "wrong_type", "wrong_state", "bad_response",
 	"resp_queue_full", "recv_dropped", "nak_sent", "retransmit_pkts", "timeouts",
-	"cq_overflow", "tx_no_buf",
+	"cq_overflow", "tx_no_buf", "rd_atomic_exceeded", "dup_no_resource",
 }
 
 // String returns the counter's name.

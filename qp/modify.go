@@ -223,11 +223,12 @@ func (q *QP) Modify(attr *Attr, mask AttrMask) error {
 	if mask&AttrRQPSN != 0 {
 		a.RQPSN = attr.RQPSN
 		q.resp.psn = attr.RQPSN
+		q.resp.ackPSN = attr.RQPSN
 	}
 	if mask&AttrMaxDestRdAtomic != 0 {
 		a.MaxDestRdAtomic = attr.MaxDestRdAtomic
-		q.resp.res = make([]resource, attr.MaxDestRdAtomic)
-		q.resp.resHead = 0
+		q.resp.res = make([]resource, ResourcesFor(attr.MaxDestRdAtomic))
+		q.resp.resHead, q.resp.resBusy = 0, 0
 	}
 	if mask&AttrMinRNRTimer != 0 {
 		a.MinRNRTimer = attr.MinRNRTimer
@@ -298,7 +299,7 @@ func (q *QP) reset() {
 	q.attr.SQDraining = false
 	q.resp.res = nil
 	q.resetResponder()
-	q.resp.psn = 0
+	q.resp.psn, q.resp.ackPSN = 0, 0
 }
 
 // Query returns the QP's attributes (ibv_query_qp).
@@ -318,5 +319,5 @@ func (q *QP) Query() Attr {
 // Outstanding returns the number of PSNs the requester has in flight and
 // the next PSNs of the requester and responder; for tests and diagnostics.
 func (q *QP) Outstanding() (inflight int32, sqPSN, rqPSN bth.PSN) {
-	return q.req.maxPSN.Diff(q.req.compPSN), q.req.psn, q.resp.psn
+	return int32(q.req.ahead(q.req.maxPSN)), q.req.psn, q.resp.psn
 }

@@ -27,6 +27,10 @@ const (
 	MaxRdAtomic = 128
 	// GSIQKey is the Q_Key of QP1.
 	GSIQKey = 0x80010000
+	// ControlledQKey is the high bit of a Q_Key. A UD send request whose
+	// Q_Key has it set is sent with the QP's own Q_Key instead (IBTA
+	// C10-15).
+	ControlledQKey = 0x80000000
 	// GRHLen is the space at the start of a UD receive buffer that receives
 	// the GRH (or, for IPv4, the IP header in its last 20 bytes).
 	GRHLen = 40
@@ -450,6 +454,7 @@ func (q *QP) toErr() {
 	q.req.retransArmed = false
 	q.req.waitRNR = false
 	q.resp.out.dropReads()
+	q.releaseAll()
 	q.flush()
 }
 

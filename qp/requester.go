@@ -36,6 +36,18 @@ type requester struct {
 // outstanding reports whether transmitted PSNs await acknowledgement.
 func (q *QP) outstanding() bool { return q.req.maxPSN != q.req.compPSN }
 
+// ahead returns how far p lies past the oldest unacknowledged PSN, in
+// [0, 2^24). The requester's window (compPSN to maxPSN) can span more than
+// 2^23 PSNs: one READ of 2^31 bytes at path MTU 256 takes 2^23 response
+// PSNs, and a signed 24-bit comparison would see such a window as
+// negative. So positions inside it are compared as unsigned offsets from
+// compPSN, which the window never exceeds (at most 2^23 + MaxUnackedPSNs).
+func (r *requester) ahead(p bth.PSN) uint32 { return uint32(p-r.compPSN) & bth.PSNMask }
+
+// sentBefore reports whether p lies in the window of PSNs already
+// transmitted and not acknowledged: [compPSN, maxPSN).
+func (r *requester) sentBefore(p bth.PSN) bool { return r.ahead(p) < r.ahead(r.maxPSN) }
+
 func (q *QP) armRetrans(now time.Duration) {
 	if q.rto > 0 {
 		q.req.retransArmed = true
@@ -81,7 +93,7 @@ func (q *QP) pumpSend(now time.Duration, budget int) (int, bool) {
 				w.hasRd = true
 			}
 		}
-		if q.typ == TypeRC && r.psn.Diff(r.compPSN) > MaxUnackedPSNs {
+		if q.typ == TypeRC && r.ahead(r.psn) > MaxUnackedPSNs {
 			return n, false
 		}
 		ok := q.sendPacket(now, w)
@@ -170,8 +182,10 @@ func (q *QP) sendPacket(now time.Duration, w *sendWQE) bool {
 			ah = &w.ah
 			h.BTH.DestQP = w.wr.RemoteQPN
 			h.DETH = bth.DETHFields{QKey: w.wr.RemoteQKey, SrcQP: q.qpn}
-			if q.typ == TypeGSI {
-				h.DETH.QKey = GSIQKey
+			if q.typ == TypeGSI || w.wr.RemoteQKey&ControlledQKey != 0 {
+				// IBTA C10-15: a Q_Key with the high bit set in the work
+				// request means "use the QP's own Q_Key"; QP1's is fixed.
+				h.DETH.QKey = q.qkey
 			}
 		}
 	}
@@ -205,7 +219,7 @@ func (q *QP) sendPacket(now time.Duration, w *sendWQE) bool {
 	}
 	q.env.Send(ah, q.qpn, buf[:tl])
 	q.cnt[CntSentPkts]++
-	if r.psn.Diff(r.maxPSN) < 0 {
+	if r.sentBefore(r.psn) {
 		q.cnt[CntRetransmitPkts]++
 	}
 
@@ -216,7 +230,7 @@ func (q *QP) sendPacket(now time.Duration, w *sendWQE) bool {
 	} else {
 		r.psn = r.psn.Next()
 	}
-	if r.psn.Diff(r.maxPSN) > 0 {
+	if r.ahead(r.psn) > r.ahead(r.maxPSN) {
 		r.maxPSN = r.psn
 	}
 	w.sent += payload
@@ -384,7 +398,8 @@ func (q *QP) completeSends() {
 			// The requester was rewound to this request and had not sent
 			// it again when the original answer came: skip past it.
 			r.reqIdx = r.compIdx
-			if w.started && w.lastPSN.Next().Diff(r.psn) > 0 {
+			if span := uint32(w.lastPSN-w.firstPSN)&bth.PSNMask + 1; w.started &&
+				uint32(r.psn-w.firstPSN)&bth.PSNMask < span {
 				r.psn = w.lastPSN.Next()
 			}
 		}

@@ -57,6 +57,7 @@ type resource struct {
 	rkey     uint32
 	length   uint32
 	orig     uint64
+	queued   int // responses of this request still in the response queue
 }
 
 type outKind uint8
@@ -70,7 +71,8 @@ const (
 // outEntry is a queued response.
 type outEntry struct {
 	kind  outKind
-	first bool // READ: the next packet opens a response (FIRST or ONLY)
+	res   int16 // READ and atomic ACK: index of the responder resource, or -1
+	first bool  // READ: the next packet opens a response (FIRST or ONLY)
 	syn   bth.Syndrome
 	psn   bth.PSN
 	msn   uint32
@@ -118,8 +120,68 @@ func (o *outQueue) dropReads() {
 	o.n = k
 }
 
+// popOut removes the front response and releases its claim on a
+// responder resource.
+func (q *QP) popOut() {
+	rs := &q.resp
+	if i := rs.out.front().res; i >= 0 && int(i) < len(rs.res) {
+		r := &rs.res[i]
+		if r.queued--; r.queued == 0 {
+			rs.resBusy--
+		}
+	}
+	rs.out.pop()
+}
+
+// claim records a queued response of resource i.
+func (q *QP) claim(i int16) {
+	rs := &q.resp
+	r := &rs.res[i]
+	if r.queued == 0 {
+		rs.resBusy++
+	}
+	r.queued++
+}
+
+// releaseAll forgets every resource's queued responses (the queue was
+// emptied or its READ responses dropped).
+func (q *QP) releaseAll() {
+	rs := &q.resp
+	for i := range rs.res {
+		rs.res[i].queued = 0
+	}
+	rs.resBusy = 0
+	for i := 0; i < rs.out.n; i++ {
+		if e := rs.out.at(i); e.res >= 0 && int(e.res) < len(rs.res) {
+			q.claim(e.res)
+		}
+	}
+}
+
+// ResourcesFor returns the READ/atomic responder resources kept for a
+// max_dest_rd_atomic of n: n rounded up to a power of two, as rdma_rxe
+// does on both sides. An rxe requester set to 3 keeps 4 requests
+// outstanding, and the duplicate of the oldest must still find its
+// resource.
+func ResourcesFor(n uint8) int {
+	if n == 0 {
+		return 0
+	}
+	k := 1
+	for k < int(n) {
+		k <<= 1
+	}
+	return k
+}
+
 type responder struct {
-	psn     bth.PSN // next expected PSN
+	psn bth.PSN // next expected PSN
+	// ackPSN is one past the last SEND, WRITE or atomic packet executed. A
+	// duplicate SEND or WRITE is acknowledged again with ackPSN-1, never
+	// with the PSN of a READ that followed it: an rxe requester takes an
+	// ACK naming a pending READ's last PSN as completing the READ, with
+	// no data placed.
+	ackPSN  bth.PSN
 	msn     uint32
 	inSend  bool // in the middle of a multi-packet SEND
 	inWrite bool // in the middle of a multi-packet RDMA WRITE
@@ -137,6 +199,7 @@ type responder struct {
 
 	res     []resource
 	resHead int
+	resBusy int // resources with responses still queued
 	out     outQueue
 	grh     [GRHLen]byte
 }
@@ -151,6 +214,7 @@ func (q *QP) resetResponder() {
 		rs.res[i] = resource{}
 	}
 	rs.resHead = 0
+	rs.resBusy = 0
 	rs.out.reset()
 }
 
@@ -205,8 +269,11 @@ func (q *QP) queueAck(syn bth.Syndrome, psn bth.PSN) {
 	o := &rs.out
 	if syn == bth.SyndromeACKUnlimited && o.n > 0 {
 		if t := o.back(); t.kind == outAck && t.syn == bth.SyndromeACKUnlimited {
-			// ACK coalescing: one ACK for the latest PSN covers the earlier.
-			t.psn, t.msn = psn, rs.msn
+			// ACK coalescing: one ACK for the latest PSN covers the
+			// earlier; an ACK for an earlier PSN adds nothing to it.
+			if psn.Diff(t.psn) >= 0 {
+				t.psn, t.msn = psn, rs.msn
+			}
 			q.cnt[CntAckDeferred]++
 			return
 		}
@@ -214,43 +281,54 @@ func (q *QP) queueAck(syn bth.Syndrome, psn bth.PSN) {
 	if syn.IsNAK() {
 		q.cnt[CntNAKSent]++
 	}
-	e := outEntry{kind: outAck, syn: syn, psn: psn, msn: rs.msn}
+	e := outEntry{kind: outAck, res: -1, syn: syn, psn: psn, msn: rs.msn}
 	if !o.push(&e) {
 		q.cnt[CntRespQueueFull]++
 	}
 }
 
-func (q *QP) queueAtomicAck(psn bth.PSN, orig uint64) {
-	e := outEntry{kind: outAtomicAck, syn: bth.SyndromeACKUnlimited, psn: psn, msn: q.resp.msn, orig: orig}
+func (q *QP) queueAtomicAck(res int16, psn bth.PSN, orig uint64) {
+	e := outEntry{kind: outAtomicAck, res: res, syn: bth.SyndromeACKUnlimited, psn: psn, msn: q.resp.msn, orig: orig}
 	if !q.resp.out.push(&e) {
 		q.cnt[CntRespQueueFull]++
+		return
 	}
+	q.claim(res)
 }
 
-func (q *QP) queueRead(psn bth.PSN, va uint64, rkey, n uint32, first bool) {
-	e := outEntry{kind: outRead, first: first, psn: psn, msn: q.resp.msn, va: va, rkey: rkey, resid: n}
+func (q *QP) queueRead(res int16, psn bth.PSN, va uint64, rkey, n uint32, first bool) {
+	e := outEntry{kind: outRead, res: res, first: first, psn: psn, msn: q.resp.msn, va: va, rkey: rkey, resid: n}
 	if !q.resp.out.push(&e) {
 		q.cnt[CntRespQueueFull]++
+		return
 	}
+	q.claim(res)
 }
 
-func (q *QP) newResource(kind uint8, first, last bth.PSN) *resource {
+// newResource takes the oldest resource whose responses have all been
+// sent. The caller has checked that one is free (resBusy < len(res)).
+func (q *QP) newResource(kind uint8, first, last bth.PSN) int16 {
 	rs := &q.resp
-	r := &rs.res[rs.resHead]
-	rs.resHead = (rs.resHead + 1) % len(rs.res)
-	*r = resource{kind: kind, firstPSN: first, lastPSN: last}
-	return r
+	n := len(rs.res)
+	i := rs.resHead
+	for k := 0; k < n && rs.res[i].queued != 0; k++ {
+		i = (i + 1) % n
+	}
+	rs.resHead = (i + 1) % n
+	rs.res[i] = resource{kind: kind, firstPSN: first, lastPSN: last}
+	return int16(i)
 }
 
-func (q *QP) findResource(kind uint8, psn bth.PSN) *resource {
+// findResource returns the index of the resource holding psn, or -1.
+func (q *QP) findResource(kind uint8, psn bth.PSN) int16 {
 	rs := &q.resp
 	for i := range rs.res {
 		r := &rs.res[i]
 		if r.kind == kind && psn.Diff(r.firstPSN) >= 0 && psn.Diff(r.lastPSN) <= 0 {
-			return r
+			return int16(i)
 		}
 	}
-	return nil
+	return -1
 }
 
 // nextMSN advances the message sequence number.
@@ -331,7 +409,12 @@ func (q *QP) rcRequest(pkt *bth.Packet) {
 		q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
 		return
 	}
-	if (k == kRead || isAtomicKind(k)) && len(rs.res) == 0 {
+	if (k == kRead || isAtomicKind(k)) && rs.resBusy >= len(rs.res) {
+		// More READ/atomic requests outstanding than max_dest_rd_atomic
+		// (rounded up) allows: the IBTA's invalid request NAK. Without
+		// this check one packet could make the responder queue any
+		// number of READs at once.
+		q.cnt[CntRdAtomicExceeded]++
 		q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
 		return
 	}
@@ -410,9 +493,10 @@ func (q *QP) rcRequest(pkt *bth.Packet) {
 		}
 		q.nextMSN() // C9-148: a READ counts when it is accepted
 		npkts := max((n+mtu-1)/mtu, 1)
-		r := q.newResource(resRead, psn, psn.Add(npkts-1))
+		i := q.newResource(resRead, psn, psn.Add(npkts-1))
+		r := &rs.res[i]
 		r.va, r.rkey, r.length = va, rkey, n
-		q.queueRead(psn, va, rkey, n, true)
+		q.queueRead(i, psn, va, rkey, n, true)
 		rs.psn = psn.Add(npkts)
 		rs.inSend, rs.inWrite = false, false
 		return
@@ -438,10 +522,11 @@ func (q *QP) rcRequest(pkt *bth.Packet) {
 			return
 		}
 		q.nextMSN()
-		r := q.newResource(resAtomic, psn, psn)
-		r.orig = orig
-		q.queueAtomicAck(psn, orig)
+		i := q.newResource(resAtomic, psn, psn)
+		rs.res[i].orig = orig
+		q.queueAtomicAck(i, psn, orig)
 		rs.psn = psn.Next()
+		rs.ackPSN = rs.psn
 		rs.inSend, rs.inWrite = false, false
 		return
 	default: // SEND
@@ -471,6 +556,7 @@ func (q *QP) rcRequest(pkt *bth.Packet) {
 		q.nextMSN()
 	}
 	rs.psn = psn.Next()
+	rs.ackPSN = rs.psn
 	rs.inSend = isSendKind(k) && !last
 	rs.inWrite = isWriteKind(k) && !last
 	if last && consumesRecv(k) {
@@ -508,24 +594,39 @@ func (q *QP) duplicate(pkt *bth.Packet, psn bth.PSN) {
 	k := opKind(pkt.Opcode)
 	switch {
 	case isSendKind(k) || isWriteKind(k):
-		q.queueAck(bth.SyndromeACKUnlimited, rs.psn.Add(bth.PSNMask))
+		// The PSN of the last SEND, WRITE or atomic executed: never a
+		// READ's, which would complete that READ at an rxe requester.
+		q.queueAck(bth.SyndromeACKUnlimited, rs.ackPSN.Add(bth.PSNMask))
 	case k == kRead:
-		r := q.findResource(resRead, psn)
-		if r == nil {
+		i := q.findResource(resRead, psn)
+		if i < 0 {
+			q.cnt[CntDupNoResource]++
 			return
 		}
+		r := &rs.res[i]
 		reth := pkt.RETH()
 		va, n := reth.VA(), uint64(reth.DMALen())
 		if reth.RKey() != r.rkey || va < r.va || n > uint64(r.length) || va-r.va > uint64(r.length)-n {
+			q.cnt[CntDupNoResource]++
 			return
 		}
-		q.queueRead(psn, va, r.rkey, uint32(n), psn == r.firstPSN)
+		if r.queued > 0 {
+			// Its responses are still queued: they answer this
+			// duplicate too, and queueing them again would let a peer
+			// multiply one READ.
+			return
+		}
+		q.queueRead(i, psn, va, r.rkey, uint32(n), psn == r.firstPSN)
 	case isAtomicKind(k):
-		r := q.findResource(resAtomic, psn)
-		if r == nil {
+		i := q.findResource(resAtomic, psn)
+		if i < 0 {
+			q.cnt[CntDupNoResource]++
 			return
 		}
-		q.queueAtomicAck(psn, r.orig)
+		if rs.res[i].queued > 0 {
+			return
+		}
+		q.queueAtomicAck(i, psn, rs.res[i].orig)
 	}
 }
 
@@ -580,7 +681,7 @@ func (q *QP) pumpResp(budget int) (int, bool) {
 		if err != nil {
 			// The memory went away while the READ was being served.
 			psn := e.psn
-			o.pop()
+			q.popOut()
 			q.classC(bth.NAKRemoteAccessError, WCRemAccessErr, psn)
 			continue
 		}
@@ -593,10 +694,10 @@ func (q *QP) pumpResp(budget int) (int, bool) {
 			e.psn = e.psn.Next()
 			e.first = false
 			if e.resid == 0 {
-				o.pop()
+				q.popOut()
 			}
 		} else {
-			o.pop()
+			q.popOut()
 		}
 	}
 	return n, false

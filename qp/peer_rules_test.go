@@ -1,0 +1,356 @@
+package qp
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/mr"
+)
+
+// These tests replay situations in which a peer that follows rdma_rxe's
+// rules would go wrong because of what sroce sends, or in which sroce gave
+// up where rxe carries on. Each failed on the code before its fix.
+
+// readSpans collects the PSN spans of the READ requests in frames, for a
+// path MTU of mtu bytes.
+func readSpans(t *testing.T, frames [][]byte, mtu uint32) [][2]bth.PSN {
+	var spans [][2]bth.PSN
+	for _, f := range frames {
+		p := parse(t, f)
+		if p.Opcode != bth.RCReadRequest {
+			continue
+		}
+		n := max((p.RETH().DMALen()+mtu-1)/mtu, 1)
+		spans = append(spans, [2]bth.PSN{p.BTH().PSN(), p.BTH().PSN().Add(n - 1)})
+	}
+	return spans
+}
+
+// checkNoACKInRead fails if a plain ACK among frames names a PSN inside
+// a READ request's span: rxe's completer takes an ACK naming a pending
+// READ's last PSN as the READ's completion, with no data placed, and one
+// naming a PSN inside it as progress past part of it.
+func checkNoACKInRead(t *testing.T, spans [][2]bth.PSN, frames [][]byte) {
+	t.Helper()
+	for _, f := range frames {
+		p := parse(t, f)
+		if p.Opcode != bth.RCAcknowledge || !p.AETH().Syndrome().IsACK() {
+			continue
+		}
+		psn := p.BTH().PSN()
+		for _, s := range spans {
+			if psn.Diff(s[0]) >= 0 && psn.Diff(s[1]) <= 0 {
+				t.Fatalf("ACK with PSN %v names the READ request spanning %v-%v: an rxe requester completes that READ with no data", psn, s[0], s[1])
+			}
+		}
+	}
+}
+
+// F1: a duplicate SEND followed by a READ is re-acknowledged with the
+// SEND's PSN, not the READ's.
+func TestDuplicateSendAckNeverNamesRead(t *testing.T) {
+	a, b := pair(t, MTU1024)
+	for i := range b.mem[4096:8192] {
+		b.mem[4096+i] = byte(i * 7)
+	}
+	b.q.PostRecv(&RecvWR{WRID: 9, SGL: []SGE{b.sge(0, 100)}})
+	a.q.PostSend(&SendWR{WRID: 1, Opcode: WROpSend, Flags: Signaled, SGL: []SGE{a.sge(0, 10)}})
+	a.q.PostSend(&SendWR{WRID: 2, Opcode: WROpRDMARead, Flags: Signaled, SGL: []SGE{a.sge(4096, 1000)},
+		RemoteAddr: b.mr.IOVA() + 4096, RKey: b.mr.RKey()})
+	req := pump(a, 0)
+	if got := opcodes(t, req); len(got) != 2 || got[1] != bth.RCReadRequest || parse(t, req[1]).BTH().PSN() != 101 {
+		t.Fatalf("requests %v", got)
+	}
+	spans := readSpans(t, req, 1024)
+	deliver(t, b, 0, req...)
+	lost := pump(b, 0) // the ACK of the SEND and the READ response are lost
+	checkNoACKInRead(t, spans, lost)
+	dl, _ := a.q.NextDeadline()
+	a.q.OnTimer(dl)
+	again := pump(a, dl)
+	if len(again) != 2 {
+		t.Fatalf("%d packets resent", len(again))
+	}
+	spans = append(spans, readSpans(t, again, 1024)...)
+	deliver(t, b, dl, again...)
+	resp := pump(b, dl)
+	checkNoACKInRead(t, spans, resp)
+	var ack *bth.Packet
+	for _, f := range resp {
+		if p := parse(t, f); p.Opcode == bth.RCAcknowledge {
+			ack = p
+		}
+	}
+	if ack == nil || ack.BTH().PSN() != 100 {
+		t.Fatalf("duplicate SEND not re-acknowledged with its own PSN 100: %v", opcodes(t, resp))
+	}
+	deliver(t, a, dl, resp...)
+	if len(a.cq.wcs) != 2 || a.cq.wcs[0].Status != WCSuccess || a.cq.wcs[1].Status != WCSuccess {
+		t.Fatalf("%+v", a.cq.wcs)
+	}
+	if !bytes.Equal(a.mem[4096:5096], b.mem[4096:5096]) {
+		t.Fatal("READ data not placed")
+	}
+}
+
+// F2: an RNR NAK that implicitly acknowledges an earlier request restores
+// the RNR retry budget, as every acknowledgement that makes progress does.
+func TestImpliedAckRestoresRNRBudget(t *testing.T) {
+	a, b := pair(t, MTU1024) // rnr_retry 2, min_rnr_timer 3 (30 us)
+	a.q.PostSend(&SendWR{WRID: 1, Opcode: WROpSend, Flags: Signaled, SGL: []SGE{a.sge(0, 10)}})
+	now := time.Duration(0)
+	// Two RNR NAKs for the first SEND spend the budget.
+	for i := 0; i < 2; i++ {
+		deliver(t, b, now, pump(a, now)...)
+		deliver(t, a, now, pump(b, now)...)
+		now, _ = a.q.NextDeadline()
+		a.q.OnTimer(now)
+	}
+	// Now it is taken, and its ACK is lost.
+	b.q.PostRecv(&RecvWR{WRID: 9, SGL: []SGE{b.sge(0, 100)}})
+	deliver(t, b, now, pump(a, now)...)
+	pump(b, now)
+	// The second SEND meets an empty receive queue: its RNR NAK implies
+	// the first SEND's ACK.
+	a.q.PostSend(&SendWR{WRID: 2, Opcode: WROpSend, Flags: Signaled, SGL: []SGE{a.sge(0, 10)}})
+	deliver(t, b, now, pump(a, now)...)
+	nak := pump(b, now)
+	if p := parse(t, nak[0]); !p.AETH().Syndrome().IsRNR() || p.BTH().PSN() != 101 {
+		t.Fatalf("%v psn %v", p.AETH().Syndrome(), p.BTH().PSN())
+	}
+	deliver(t, a, now, nak...)
+	if len(a.cq.wcs) != 1 || a.cq.wcs[0].WRID != 1 || a.cq.wcs[0].Status != WCSuccess {
+		t.Fatalf("first SEND: %+v", a.cq.wcs)
+	}
+	if a.q.State() != StateRTS {
+		t.Fatalf("the implied ACK left no RNR budget: QP %v, completions %+v", a.q.State(), a.cq.wcs)
+	}
+	now, _ = a.q.NextDeadline()
+	a.q.OnTimer(now)
+	b.q.PostRecv(&RecvWR{WRID: 10, SGL: []SGE{b.sge(0, 100)}})
+	deliver(t, b, now, pump(a, now)...)
+	deliver(t, a, now, pump(b, now)...)
+	if len(a.cq.wcs) != 2 || a.cq.wcs[1].Status != WCSuccess {
+		t.Fatalf("%+v", a.cq.wcs)
+	}
+}
+
+// F2: a sequence NAK that implicitly acknowledges earlier requests
+// restores the transport retry budget.
+func TestImpliedAckRestoresRetryBudget(t *testing.T) {
+	a, b := pair(t, MTU1024) // retry_cnt 3
+	wr := func(id uint64) *SendWR {
+		return &SendWR{WRID: id, Opcode: WROpRDMAWrite, Flags: Signaled, SGL: []SGE{a.sge(0, 10)},
+			RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}
+	}
+	a.q.PostSend(wr(1))
+	first := pump(a, 0)
+	// Three timeouts: everything lost, the budget is spent.
+	now := time.Duration(0)
+	for i := 0; i < 3; i++ {
+		now, _ = a.q.NextDeadline()
+		a.q.OnTimer(now)
+		first = pump(a, now)
+	}
+	if a.q.req.retryLeft != 0 {
+		t.Fatalf("retry budget %d after three timeouts", a.q.req.retryLeft)
+	}
+	// The last copy arrives, its ACK is lost; the next WRITE's first
+	// packet is lost too, so its second brings a sequence NAK that
+	// implies the first WRITE's ACK.
+	deliver(t, b, now, first...)
+	pump(b, now)
+	a.q.PostSend(&SendWR{WRID: 2, Opcode: WROpRDMAWrite, Flags: Signaled, SGL: []SGE{a.sge(0, 2048)},
+		RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+	two := pump(a, now)
+	deliver(t, b, now, two[1])
+	nak := pump(b, now)
+	if p := parse(t, nak[0]); p.AETH().Syndrome().Value() != bth.NAKPSNSeqError || p.BTH().PSN() != 101 {
+		t.Fatalf("%v psn %v", p.AETH().Syndrome(), p.BTH().PSN())
+	}
+	deliver(t, a, now, nak...)
+	if len(a.cq.wcs) != 1 || a.cq.wcs[0].Status != WCSuccess {
+		t.Fatalf("first WRITE: %+v", a.cq.wcs)
+	}
+	if a.q.State() != StateRTS {
+		t.Fatalf("the implied ACK left no retry budget: QP %v, completions %+v", a.q.State(), a.cq.wcs)
+	}
+	deliver(t, b, now, pump(a, now)...)
+	deliver(t, a, now, pump(b, now)...)
+	if len(a.cq.wcs) != 2 || a.cq.wcs[1].Status != WCSuccess {
+		t.Fatalf("%+v", a.cq.wcs)
+	}
+}
+
+// connectRd connects a to b with the given READ/atomic limits.
+func connectRd(t *testing.T, a, b *end, sq, rq bth.PSN, maxRd, maxDestRd uint8) {
+	t.Helper()
+	for _, s := range []struct {
+		attr Attr
+		mask AttrMask
+	}{
+		{Attr{State: StateInit, PortNum: 1, AccessFlags: mr.AccessRemoteWrite | mr.AccessRemoteRead | mr.AccessRemoteAtomic},
+			AttrState | AttrPKeyIndex | AttrPort | AttrAccessFlags},
+		{Attr{State: StateRTR, PathMTU: MTU1024, DestQPN: b.q.QPN(), RQPSN: rq, MaxDestRdAtomic: maxDestRd, MinRNRTimer: 3,
+			AH: AHAttr{DGID: bth.GIDFromAddr(b.env.addr)}},
+			AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer},
+		{Attr{State: StateRTS, SQPSN: sq, Timeout: 10, RetryCnt: 3, RNRRetry: 2, MaxRdAtomic: maxRd},
+			AttrState | AttrSQPSN | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic},
+	} {
+		if err := a.q.Modify(&s.attr, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// F3: with max_dest_rd_atomic 3, the responder keeps four READ
+// resources, because an rxe requester set to 3 keeps four READs
+// outstanding; the duplicate of the oldest must still be answered.
+func TestReadResourcesRoundedUp(t *testing.T) {
+	a := newEnd(t, TypeRC, 20, "10.0.0.1")
+	b := newEnd(t, TypeRC, 30, "10.0.0.2")
+	connectRd(t, a, b, 100, 500, 4, 4) // the rxe requester: 3 rounded up to 4
+	connectRd(t, b, a, 500, 100, 3, 3)
+	for i := 0; i < 4; i++ {
+		a.q.PostSend(&SendWR{WRID: uint64(i), Opcode: WROpRDMARead, Flags: Signaled,
+			SGL: []SGE{a.sge(i*1000, 1000)}, RemoteAddr: b.mr.IOVA() + uint64(i*1000), RKey: b.mr.RKey()})
+	}
+	req := pump(a, 0)
+	if len(req) != 4 {
+		t.Fatalf("%d READ requests", len(req))
+	}
+	deliver(t, b, 0, req...)
+	if got := len(pump(b, 0)); got != 4 || b.q.State() != StateRTS {
+		t.Fatalf("%d responses for four outstanding READs, QP %v", got, b.q.State())
+	}
+	// All responses lost; the oldest READ comes again.
+	deliver(t, b, 0, req[0])
+	if got := pump(b, 0); len(got) != 1 || parse(t, got[0]).Opcode != bth.RCReadResponseOnly {
+		t.Fatalf("duplicate of the oldest READ answered with %v (dup_no_resource %d)", opcodes(t, got), b.cnt[CntDupNoResource])
+	}
+}
+
+// Amplification: a requester that ignores max_dest_rd_atomic gets the
+// invalid request NAK for the first READ beyond it, not every READ served.
+func TestReadsBeyondResourcesRefused(t *testing.T) {
+	a := newEnd(t, TypeRC, 20, "10.0.0.1")
+	b := newEnd(t, TypeRC, 30, "10.0.0.2")
+	connectRd(t, a, b, 100, 500, 64, 64) // a hostile requester
+	connectRd(t, b, a, 500, 100, 1, 1)
+	for i := 0; i < 64; i++ {
+		a.q.PostSend(&SendWR{WRID: uint64(i), Opcode: WROpRDMARead, Flags: Signaled,
+			SGL: []SGE{a.sge(0, 1024)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+	}
+	req := pump(a, 0)
+	if len(req) != 64 {
+		t.Fatalf("%d READ requests", len(req))
+	}
+	deliver(t, b, 0, req...)
+	resp := pump(b, 0)
+	var data, naks int
+	for _, f := range resp {
+		p := parse(t, f)
+		data += p.PayLen
+		if p.Opcode == bth.RCAcknowledge && p.AETH().Syndrome() == bth.NAKSyndrome(bth.NAKInvalidRequest) {
+			naks++
+			if p.BTH().PSN() != 101 {
+				t.Errorf("NAK for PSN %v, want the second READ's 101", p.BTH().PSN())
+			}
+		}
+	}
+	if data > 1024 || naks != 1 || b.q.State() != StateErr || b.cnt[CntRdAtomicExceeded] != 1 {
+		t.Fatalf("%d bytes served for 64 READs with max_dest_rd_atomic 1, %d NAKs, QP %v", data, naks, b.q.State())
+	}
+}
+
+// A READ longer than its MR is refused, not served up to the MR's end.
+func TestReadPastMRRefused(t *testing.T) {
+	a, b := pair(t, MTU1024)
+	a.q.PostSend(&SendWR{WRID: 1, Opcode: WROpRDMARead, Flags: Signaled, SGL: []SGE{a.sge(0, 8192)},
+		RemoteAddr: b.mr.IOVA() + uint64(len(b.mem)) - 4096, RKey: b.mr.RKey()})
+	deliver(t, b, 0, pump(a, 0)...)
+	resp := pump(b, 0)
+	if len(resp) != 1 || parse(t, resp[0]).AETH().Syndrome() != bth.NAKSyndrome(bth.NAKRemoteAccessError) {
+		t.Fatalf("%v", opcodes(t, resp))
+	}
+}
+
+// F4: one READ of 2^31 bytes at path MTU 256 spans 2^23 PSNs, half the
+// PSN space; the requester must still see it outstanding, arm its timer
+// and take its responses.
+func TestReadSpanningHalfThePSNSpace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("maps 4 GiB of address space")
+	}
+	a, b := pair(t, MTU256)
+	const size = 1 << 31
+	reg := func(e *end) *mr.MR {
+		m, err := e.pd.RegMR(mr.Slice(make([]byte, size)), mr.AccessLocalWrite|mr.AccessRemoteRead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	am, bm := reg(a), reg(b)
+	if err := a.q.PostSend(&SendWR{WRID: 1, Opcode: WROpRDMARead, Flags: Signaled,
+		SGL: []SGE{{Addr: am.IOVA(), Length: size, LKey: am.LKey()}}, RemoteAddr: bm.IOVA(), RKey: bm.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	req := pump(a, 0)
+	if len(req) != 1 {
+		t.Fatalf("%d requests", len(req))
+	}
+	if n, _, _ := a.q.Outstanding(); n != 1<<23 {
+		t.Fatalf("%d PSNs outstanding, want 2^23", n)
+	}
+	if _, ok := a.q.NextDeadline(); !ok {
+		t.Fatal("no retransmit timer armed for the READ")
+	}
+	deliver(t, b, 0, req...)
+	b.q.Pump(0, 300)
+	resp := b.env.take()
+	deliver(t, a, 0, resp...)
+	if a.cnt[CntBadResponse] != 0 || a.q.sq.at(a.q.req.compIdx).rdDone != 300*256 {
+		t.Fatalf("bad_response %d, %d bytes placed", a.cnt[CntBadResponse], a.q.sq.at(a.q.req.compIdx).rdDone)
+	}
+	if _, ok := a.q.NextDeadline(); !ok {
+		t.Fatal("no retransmit timer armed after progress")
+	}
+}
+
+// F5: a UD send whose Q_Key has the high bit set uses the QP's own Q_Key
+// (IBTA C10-15).
+func TestControlledQKey(t *testing.T) {
+	a := newEnd(t, TypeUD, 40, "10.0.0.3")
+	for _, s := range []struct {
+		attr Attr
+		mask AttrMask
+	}{
+		{Attr{State: StateInit, PortNum: 1, QKey: 0x1234}, AttrState | AttrPKeyIndex | AttrPort | AttrQKey},
+		{Attr{State: StateRTR}, AttrState},
+		{Attr{State: StateRTS, SQPSN: 7}, AttrState | AttrSQPSN},
+	} {
+		if err := a.q.Modify(&s.attr, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ah AH
+	if err := a.env.ResolveAH(&AHAttr{DGID: bth.GIDFromAddr(a.env.addr)}, &ah); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ wr, want uint32 }{{0x11111111, 0x11111111}, {0x80000000, 0x1234}, {0xdeadbeef, 0x1234}} {
+		if err := a.q.PostSend(&SendWR{WRID: 1, Opcode: WROpSend, SGL: []SGE{a.sge(0, 8)}, AH: &ah,
+			RemoteQPN: 41, RemoteQKey: c.wr}); err != nil {
+			t.Fatal(err)
+		}
+		f := pump(a, 0)
+		if len(f) != 1 {
+			t.Fatalf("%d packets", len(f))
+		}
+		if got := parse(t, f[0]).DETH().QKey(); got != c.want {
+			t.Errorf("work request Q_Key %#x sent as %#x, want %#x", c.wr, got, c.want)
+		}
+	}
+}
