@@ -76,8 +76,8 @@ func (d *Device) receive(now time.Duration, frame []byte) {
 			d.cnt[qp.CntICRCError]++
 			return
 		}
-		// The link cannot show the IP header as it was on the wire (a
-		// UDP socket), so a mismatch proves nothing: count and accept.
+		// The link cannot show the IP header as it was on the wire
+		// (ICRCVerifier), so a mismatch proves nothing: count and accept.
 		d.cnt[qp.CntICRCUnchecked]++
 	}
 	dst := p.DstAddr()

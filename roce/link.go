@@ -6,10 +6,12 @@ import (
 )
 
 // ICRCVerifier is implemented by links that may be unable to check the ICRC
-// of what they receive. A UDP socket cannot: the ICRC covers IP header fields
-// the socket does not show. On such a link a frame whose ICRC does not match
-// is counted under icrc_unchecked and accepted, instead of being dropped as
-// icrc_error. Links that do not implement it are assumed to verify.
+// of what they receive, because it covers IP header fields they do not
+// show. On a link that reports false a frame whose ICRC does not match is
+// counted under icrc_unchecked and accepted, instead of being dropped as
+// icrc_error. Links that do not implement it are assumed to verify. The UDP
+// link (package udplink) verifies: it recovers the one hidden field, the
+// IPv4 Identification, from the ICRC.
 type ICRCVerifier interface {
 	VerifiesICRC() bool
 }

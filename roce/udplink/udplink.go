@@ -17,10 +17,19 @@
 //     unconnected socket that sets DF sends Identification 0, so the link
 //     rewrites the IP ID, DF bit and UDP source port of each frame to what
 //     the kernel will send and recomputes the ICRC before sending.
-//   - On receive the IP header is not visible (TTL, ID, TOS, flags), so the
-//     ICRC of an arriving packet cannot be checked in general. The link
-//     reports this through VerifiesICRC() == false and the engine counts such
-//     packets instead of checking them.
+//   - On receive the IP header is not visible. The link builds one with
+//     what the socket does show (addresses, lengths, the UDP source port);
+//     TOS, TTL and the checksum are masked out of the ICRC, and DF is taken
+//     as set, as rxe, RoCE NICs and this link send it. The destination is
+//     the bound address: a socket bound to one unicast address only
+//     receives datagrams sent to it. Over IPv6 nothing the ICRC covers is
+//     missing, so the engine checks it as on any link. Over IPv4 the
+//     Identification is missing: the header says 0, which matches what
+//     another sroce UDP link sends, and when the ICRC does not match the
+//     link solves for the Identification that makes it match (see
+//     icrc.go) and writes it into the header. A datagram for which none
+//     exists keeps ID 0 and a mismatching ICRC, and the engine drops it
+//     under icrc_error. A forged ICRC survives this with probability 2^-16.
 //   - IPv6 peers that send a zero UDP checksum (rxe does) are accepted by
 //     enabling UDP_NO_CHECK6_RX.
 package udplink
@@ -48,6 +57,14 @@ type Stats struct {
 	TxPackets   uint64 // datagrams sent
 	RxTruncated uint64 // datagrams larger than the caller's buffer
 	TxMalformed uint64 // frames the link could not parse and did not send
+	// RxIPIDRecovered counts IPv4 datagrams whose ICRC matched only with a
+	// nonzero IP Identification, which the link solved for (traffic from
+	// rxe or a NIC). Such a match is worth 16 bits, not 32.
+	RxIPIDRecovered uint64
+	// RxICRCMismatch counts IPv4 datagrams whose ICRC no Identification
+	// explains; they are handed up unchanged and the engine drops them
+	// under icrc_error.
+	RxICRCMismatch uint64
 }
 
 // Link is a RoCEv2 link over a UDP socket. ReadBatch is called by one
@@ -87,6 +104,11 @@ func Open(addr netip.Addr, port int, mtu int) (*Link, error) {
 	addr = addr.Unmap()
 	if !addr.IsValid() {
 		return nil, errors.New("udplink: no local address")
+	}
+	if addr.IsUnspecified() || addr.IsMulticast() {
+		// The destination address is covered by the ICRC and the socket
+		// does not report it: bound to one unicast address, it is that.
+		return nil, fmt.Errorf("udplink: %v is not a unicast address", addr)
 	}
 	if port == 0 {
 		port = bth.UDPPort
@@ -201,8 +223,11 @@ func (l *Link) MTU() int { return l.mtu }
 func (l *Link) HardwareAddr() net.HardwareAddr { return l.mac }
 
 // VerifiesICRC reports whether frames from ReadBatch carry enough of the
-// real IP header to check their ICRC. It is false for a UDP socket.
-func (l *Link) VerifiesICRC() bool { return false }
+// real IP header to check their ICRC. It is true: the IPv4 Identification,
+// the one covered field a UDP socket hides, is recovered from the ICRC
+// itself (to 16 bits), so the engine checks every frame and drops those
+// that do not match.
+func (l *Link) VerifiesICRC() bool { return true }
 
 // Stats returns a snapshot of the link's counters.
 func (l *Link) Stats() Stats {
@@ -211,6 +236,9 @@ func (l *Link) Stats() Stats {
 		TxPackets:   atomic.LoadUint64(&l.stats.TxPackets),
 		RxTruncated: atomic.LoadUint64(&l.stats.RxTruncated),
 		TxMalformed: atomic.LoadUint64(&l.stats.TxMalformed),
+
+		RxIPIDRecovered: atomic.LoadUint64(&l.stats.RxIPIDRecovered),
+		RxICRCMismatch:  atomic.LoadUint64(&l.stats.RxICRCMismatch),
 	}
 }
 
@@ -258,7 +286,7 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int
 	if err != nil || got == 0 {
 		return 0, err
 	}
-	out := 0
+	out, recovered, mismatched := 0, 0, 0
 	for i := 0; i < got; i++ {
 		m := &ms[i]
 		if m.Flags&unix.MSG_TRUNC != 0 || m.N >= len(bufs[i])-l.hdrLen {
@@ -275,9 +303,23 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int
 		}
 		l.synthesize(bufs[out], src, m.N)
 		sizes[out] = l.hdrLen + m.N
+		if !l.v6 {
+			switch ok, rec := checkIPv4(bufs[out][:sizes[out]]); {
+			case !ok:
+				mismatched++
+			case rec:
+				recovered++
+			}
+		}
 		out++
 	}
 	atomic.AddUint64(&l.stats.RxPackets, uint64(out))
+	if recovered > 0 {
+		atomic.AddUint64(&l.stats.RxIPIDRecovered, uint64(recovered))
+	}
+	if mismatched > 0 {
+		atomic.AddUint64(&l.stats.RxICRCMismatch, uint64(mismatched))
+	}
 	return out, nil
 }
 
