@@ -240,7 +240,7 @@ func newRealTimePair(b testing.TB, mtu roce.MTU) *realTimePair {
 	for i := 0; i < 2; i++ {
 		rt.nodes = append(rt.nodes, startNode(b, router, clock, i, 9000))
 	}
-	bed := &testbed{t: b, nodes: rt.nodes}
+	bed := &testbed{t: b, nodes: rt.nodes, rules: newPeerRules(b)}
 	rt.qa, rt.qc = bed.pairQPs(rcOpts{mtu: mtu, maxWR: 256, maxInline: 64})
 	return rt
 }

@@ -391,7 +391,7 @@ func TestMaxRdAtomicLimit(t *testing.T) {
 	lm, _ := a.reg(t, 1<<16, 0, 1)
 	rm, _ := c.reg(t, 1<<16, 0, 2)
 	inflight, maxInflight := 0, 0
-	b.router.SetTap(func(from *memlink.Port, f []byte) {
+	b.setTap(func(from *memlink.Port, f []byte) {
 		p, err := bth.Parse(f)
 		if err != nil {
 			return
@@ -479,7 +479,7 @@ func TestWireFormat(t *testing.T) {
 	rm, _ := c.reg(t, 1<<16, 0, 2)
 	var reqs, acks []*bth.Packet
 	var fail string
-	b.router.SetTap(func(from *memlink.Port, f []byte) {
+	b.setTap(func(from *memlink.Port, f []byte) {
 		p, err := bth.Parse(append([]byte(nil), f...))
 		if err != nil {
 			fail = err.Error()

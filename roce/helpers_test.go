@@ -33,6 +33,17 @@ type testbed struct {
 	router *memlink.Router
 	sim    *memlink.Sim
 	nodes  []*node
+	rules  *peerRules // checks every frame sent against rdma_rxe's rules
+}
+
+// setTap makes fn see every frame sent, after the peer rules check it.
+func (b *testbed) setTap(fn func(from *memlink.Port, f []byte)) {
+	b.router.SetTap(func(from *memlink.Port, f []byte) {
+		b.rules.frame(f)
+		if fn != nil {
+			fn(from, f)
+		}
+	})
 }
 
 type bedOpts struct {
@@ -59,8 +70,9 @@ func newBed(t testing.TB, o bedOpts) *testbed {
 	}
 	clock := new(memlink.VirtualClock)
 	router := memlink.NewRouter(clock, o.seed, o.imp)
-	b := &testbed{t: t, clock: clock, router: router}
+	b := &testbed{t: t, clock: clock, router: router, rules: newPeerRules(t)}
 	b.sim = &memlink.Sim{Clock: clock, Router: router}
+	b.setTap(nil)
 	for i := 0; i < o.nodes; i++ {
 		mac := net.HardwareAddr{0x02, 0, 0, 0, 0, byte(i + 1)}
 		port := router.NewPort(mac, o.linkMTU)
@@ -194,6 +206,7 @@ func (b *testbed) connect(q *roce.QP, n *node, rqpn bth.QPN, peer *node, o rcOpt
 		RetryCnt: o.retry, RNRRetry: o.rnr, MaxRdAtomic: o.rdAtomic}, rts); err != nil {
 		b.t.Fatal(err)
 	}
+	b.rules.connected(qpAddr{n.gid.Addr(), q.QPN()}, qpAddr{peer.gid.Addr(), rqpn}, o.mtu.Bytes())
 }
 
 // pairQPs creates a connected pair of QPs between nodes 0 and 1.

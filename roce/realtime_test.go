@@ -40,7 +40,7 @@ func TestRealTimeConcurrent(t *testing.T) {
 		copy(n.mac[:], mac)
 		nodes = append(nodes, n)
 	}
-	b := &testbed{t: t, nodes: nodes}
+	b := &testbed{t: t, nodes: nodes, rules: newPeerRules(t)}
 	const pairs, msgs, size = 4, 400, 3000
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -173,7 +173,7 @@ func TestCompChannelRealTime(t *testing.T) {
 		copy(n.mac[:], mac)
 		nodes = append(nodes, n)
 	}
-	b := &testbed{t: t, nodes: nodes}
+	b := &testbed{t: t, nodes: nodes, rules: newPeerRules(t)}
 	a, c := nodes[0], nodes[1]
 	ch := a.dev.CreateCompChannel()
 	a.scq, _ = a.dev.CreateCQ(64, ch)
