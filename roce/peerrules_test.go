@@ -21,8 +21,8 @@ import (
 type peerRules struct {
 	t     testing.TB
 	mu    sync.Mutex
-	peers map[qpAddr]qpLink     // responder end -> requester end
-	flows map[qpAddr]*flow // by requester end
+	peers map[qpAddr]qpLink // responder end -> requester end
+	flows map[qpAddr]*flow  // by requester end
 }
 
 // qpAddr names a QP on the wire.
