@@ -309,9 +309,14 @@ func (pt *perftest) checkAtomicTarget(iters uint64) {
 	inc := pt.incr(size)
 	for i := range pt.qps {
 		hits := make([]uint64, n)
-		if pt.p.PostList > 1 {
-			for s := uint64(0); s < iters; s++ {
-				hits[pt.slotOf(s, size)]++
+		if l := uint64(pt.p.PostList); l > 1 {
+			// Slots repeat with every post list: count one list and
+			// scale, so that the peer's count sets no loop's length.
+			for s := uint64(0); s < min(iters, l); s++ {
+				hits[pt.slotOf(s, size)] += iters / l
+				if s < iters%l {
+					hits[pt.slotOf(s, size)]++
+				}
 			}
 		} else {
 			for k := uint64(0); k < n; k++ {
@@ -341,6 +346,10 @@ func (pt *perftest) checkAtomicTarget(iters uint64) {
 // iteration count says how many work requests hit the regions.
 func (c *dataCheck) afterPeerRun(pt *perftest, size uint64, remote *oob.BWReport) {
 	if !c.on || remote == nil || pt.p.DurationMode {
+		return
+	}
+	if size > pt.p.Size {
+		c.fail("the peer reported %d-byte messages, larger than the %d bytes this side's buffers were set up for", size, pt.p.Size)
 		return
 	}
 	iters := remote.Iters / uint64(max(pt.p.NumQPs, 1))

@@ -27,6 +27,9 @@ var (
 	ErrVersion = errors.New("peer speaks a different perftest exchange")
 	// ErrConnect: the TCP connection could not be set up.
 	ErrConnect = errors.New("could not connect to the peer")
+	// ErrLimit: the peer sent a size or count larger than this side
+	// accepts (it would size an allocation or a loop).
+	ErrLimit = errors.New("peer sent a value beyond this side's limit")
 )
 
 // ExchangeError is the error type of every failed step. Error() is one
@@ -62,6 +65,8 @@ func (e *ExchangeError) Error() string {
 		return fmt.Sprintf("peer speaks a different perftest exchange: %s", e.Detail)
 	case ErrConnect:
 		return fmt.Sprintf("could not connect to %s: %s", e.Step, e.Detail)
+	case ErrLimit:
+		return fmt.Sprintf("peer sent a %s beyond this side's limit: %s", e.Step, e.Detail)
 	}
 	if e.Err != nil {
 		return fmt.Sprintf("exchanging the %s failed: %v", e.Step, e.Err)
@@ -74,6 +79,14 @@ func (e *ExchangeError) Is(target error) bool { return target == e.Kind }
 
 // Unwrap returns the underlying I/O error.
 func (e *ExchangeError) Unwrap() error { return e.Err }
+
+// overLimit returns an ErrLimit error about step: field says what the
+// value is, unit follows the numbers, limit is the most this side takes
+// and why says where the limit comes from.
+func overLimit(step, field string, got, limit uint64, unit, why string) error {
+	return &ExchangeError{Kind: ErrLimit, Step: step, Detail: fmt.Sprintf(
+		"%s %d%s, above the limit of %d%s (%s)", field, got, unit, limit, unit, why)}
+}
 
 // malformed returns an ErrMalformed error about step.
 func malformed(step, format string, args ...any) error {

@@ -133,7 +133,8 @@ func (c *Conn) ExchangeVersions(ctx context.Context) (string, error) {
 
 // ExchangeSysData swaps the cycle buffer and cache line sizes (perftest's
 // check_sys_data: two 4-byte exchanges) and returns the peer's values;
-// both sides continue with local.Max(remote).
+// both sides continue with local.Max(remote). Values above
+// MaxPeerCycleBuffer or MaxPeerCacheLine fail the step (ErrLimit).
 func (c *Conn) ExchangeSysData(ctx context.Context, local SysData) (SysData, error) {
 	var remote SysData
 	in := make([]byte, 4)
@@ -145,7 +146,7 @@ func (c *Conn) ExchangeSysData(ctx context.Context, local SysData) (SysData, err
 		return remote, err
 	}
 	remote.CacheLineSize = int32(uint32(in[0])<<24 | uint32(in[1])<<16 | uint32(in[2])<<8 | uint32(in[3]))
-	return remote, nil
+	return remote, c.fail(remote.CheckPeer())
 }
 
 // ExchangeMTU swaps the MTU enums (perftest's check_mtu) and returns the
@@ -202,7 +203,8 @@ func (c *Conn) exchangeKeys(ctx context.Context, limit time.Duration, local KeyM
 // exchange per field; four more fields with perPort) and returns the
 // peer's. A perftest server that did not run (unidirectional write, read
 // and atomic tests) sends whatever its stack held; only the client's
-// report means anything there.
+// report means anything there, and only a client's report is checked
+// against MaxMessageSize and MaxReportIters (ErrLimit).
 func (c *Conn) ExchangeReports(ctx context.Context, local BWReport, perPort bool) (BWReport, error) {
 	items := local.reportItems(perPort)
 	in := make([][]byte, len(items))
@@ -212,7 +214,11 @@ func (c *Conn) ExchangeReports(ctx context.Context, local BWReport, perPort bool
 			return BWReport{}, err
 		}
 	}
-	return reportFromItems(in), nil
+	r := reportFromItems(in)
+	if c.role == Server {
+		return r, c.fail(r.CheckPeer())
+	}
+	return r, nil
 }
 
 // Finish is perftest's ctx_close_connection: one last key exchange (which

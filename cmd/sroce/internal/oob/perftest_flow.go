@@ -466,7 +466,8 @@ func (c *Conn) exchangeReportsAfterRun(ctx context.Context, local BWReport, perP
 			return BWReport{}, err
 		}
 	}
-	return reportFromItems(in), nil
+	r := reportFromItems(in)
+	return r, c.fail(r.CheckPeer())
 }
 
 // CheckGIDCompatibility is perftest's ctx_check_gid_compatibility, which

@@ -138,6 +138,55 @@ func (s SysData) Max(o SysData) SysData {
 	return SysData{CycleBuffer: max(s.CycleBuffer, o.CycleBuffer), CacheLineSize: max(s.CacheLineSize, o.CacheLineSize)}
 }
 
+// Limits on the sizes and counts a peer's messages carry. Whoever connects
+// first is the peer, so nothing it sends may make this side allocate or
+// loop beyond what its own command line could ask for.
+const (
+	// MaxPeerCycleBuffer bounds the peer's cycle buffer: a page size (the
+	// largest base page Linux has is 256 KiB). Both sides size every QP's
+	// two buffer areas by the larger of it and -s.
+	MaxPeerCycleBuffer = 1 << 20
+	// MaxPeerCacheLine bounds the peer's cache line size, which rounds
+	// every area and address step (no CPU has lines above 256 bytes).
+	MaxPeerCacheLine = 4096
+	// MaxMessageSize is the largest -s perftest accepts (UINT_MAX / 2),
+	// the bound of a report's message size.
+	MaxMessageSize = math.MaxUint32 / 2
+	// MaxReportIters bounds a report's iteration count: the most
+	// iterations (-n) times the most QPs (-q) perftest accepts.
+	MaxReportIters = maxIter * maxQP
+)
+
+// CheckPeer reports whether s, as a peer sent it, is within
+// MaxPeerCycleBuffer and MaxPeerCacheLine (an ErrLimit naming the field
+// and the limit if not).
+func (s SysData) CheckPeer() error {
+	if s.CycleBuffer > MaxPeerCycleBuffer {
+		return overLimit("cycle buffer size", "a page size of", uint64(s.CycleBuffer), MaxPeerCycleBuffer,
+			" bytes", "no page is larger")
+	}
+	if s.CacheLineSize > MaxPeerCacheLine {
+		return overLimit("cache line size", "a cache line of", uint64(s.CacheLineSize), MaxPeerCacheLine,
+			" bytes", "no CPU has longer lines")
+	}
+	return nil
+}
+
+// CheckPeer reports whether r, as a peer sent it, is within
+// MaxMessageSize and MaxReportIters (an ErrLimit naming the field and
+// the limit if not).
+func (r BWReport) CheckPeer() error {
+	if r.Size > MaxMessageSize {
+		return overLimit("result report", "a message size of", r.Size, MaxMessageSize,
+			" bytes", "the largest -s perftest takes")
+	}
+	if r.Iters > MaxReportIters {
+		return overLimit("result report", "an iteration count of", r.Iters, MaxReportIters,
+			"", "the largest -n times the largest -q perftest takes")
+	}
+	return nil
+}
+
 // marshalInt32 encodes v big-endian (perftest's hton_int).
 func marshalInt32(v int32) []byte { return binary.BigEndian.AppendUint32(nil, uint32(v)) }
 
