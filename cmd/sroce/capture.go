@@ -1,19 +1,24 @@
 package main
 
 // Reading capture files: classic pcap and pcapng (optionally gzip
-// compressed), streamed frame by frame through gopacket's pcapgo, and the
-// link-layer adapters that present every frame as Ethernet to bth.Parse.
+// compressed), streamed frame by frame, and the link-layer adapters that
+// present every frame as Ethernet to bth.Parse.
+//
+// Memory stays bounded whatever the input: the file is read through fixed
+// buffers (gzip decompresses into a 64 KiB window as it is read), one
+// frame at a time, a frame longer than maxRecordLen is a damaged capture,
+// and blocks that are not packets are skipped without being held.
 
 import (
 	"bufio"
 	"compress/gzip"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 
 	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
 )
 
 // Magic numbers at the start of capture files, read little-endian.
@@ -25,10 +30,25 @@ const (
 	magicPcapngSHB     = 0x0a0d0d0a // pcapng section header block type
 	pcapngByteOrder    = 0x1a2b3c4d // pcapng byte-order magic
 	pcapFileHeaderLen  = 24
+	pcapRecordHdrLen   = 16
 	pcapngMinSHBLen    = 28
 	gzipMagic0         = 0x1f
 	gzipMagic1         = 0x8b
 	captureReadBufSize = 1 << 16
+)
+
+// maxRecordLen is the longest frame a capture may hold: libpcap's and
+// Wireshark's largest snap length (262144). A record claiming more is
+// damaged (or built to make the reader allocate), whatever the file
+// header's snap length says.
+const maxRecordLen = 256 << 10
+
+// pcapng block types.
+const (
+	ngBlockIDB = 0x00000001 // interface description
+	ngBlockPB  = 0x00000002 // packet (obsolete)
+	ngBlockSPB = 0x00000003 // simple packet
+	ngBlockEPB = 0x00000006 // enhanced packet
 )
 
 // Link types beyond those gopacket names: BSD's DLT_RAW values, which some
@@ -48,30 +68,236 @@ func (e *inputError) Error() string { return e.msg }
 type frameReader interface {
 	// next returns the next frame's captured bytes (valid until the next
 	// call), its link type and its length on the wire. At the end of the
-	// capture it returns io.EOF.
+	// capture it returns io.EOF; a capture that ends inside a record or
+	// block returns io.ErrUnexpectedEOF.
 	next() (data []byte, link layers.LinkType, wireLen int, err error)
 }
 
-// pcapFrames reads a classic pcap file.
-type pcapFrames struct{ r *pcapgo.Reader }
-
-func (p pcapFrames) next() ([]byte, layers.LinkType, int, error) {
-	data, ci, err := p.r.ZeroCopyReadPacketData()
-	return data, p.r.LinkType(), ci.Length, err
+// frameBuf returns buf resized to n bytes (n <= maxRecordLen), reusing
+// its storage when it is large enough.
+func frameBuf(buf []byte, n int) []byte {
+	if cap(buf) < n {
+		buf = make([]byte, n, max(n, 2048))
+	}
+	return buf[:n]
 }
 
-// ngFrames reads a pcapng file. Interfaces may differ in link type, so the
-// reader is asked for each frame's own; frame numbers then count every
-// packet block, as Wireshark's frame.number does.
-type ngFrames struct{ r *pcapgo.NgReader }
+// readFull is io.ReadFull, with a clean end of input inside the read
+// reported as io.ErrUnexpectedEOF.
+func readFull(r io.Reader, b []byte) error {
+	_, err := io.ReadFull(r, b)
+	if err == io.EOF && len(b) > 0 {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
 
-func (p ngFrames) next() ([]byte, layers.LinkType, int, error) {
-	data, ci, err := p.r.ZeroCopyReadPacketData()
-	if err != nil {
+// skip discards n bytes of r without holding them.
+func skip(r *bufio.Reader, n int64) error {
+	for n > 0 {
+		k := int(min(n, 1<<30))
+		d, err := r.Discard(k)
+		n -= int64(d)
+		if err != nil {
+			if err == io.EOF {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// pcapFrames reads a classic pcap file.
+type pcapFrames struct {
+	r    *bufio.Reader
+	bo   binary.ByteOrder
+	link layers.LinkType
+	hdr  [pcapRecordHdrLen]byte
+	buf  []byte
+}
+
+// newPcapFrames reads the 24-byte file header of a classic pcap file.
+func newPcapFrames(r *bufio.Reader) (*pcapFrames, error) {
+	var h [pcapFileHeaderLen]byte
+	if err := readFull(r, h[:]); err != nil {
+		return nil, err
+	}
+	p := &pcapFrames{r: r, bo: binary.LittleEndian}
+	switch binary.LittleEndian.Uint32(h[:]) {
+	case magicPcapMicroBE, magicPcapNanoBE:
+		p.bo = binary.BigEndian
+	}
+	if major, minor := p.bo.Uint16(h[4:]), p.bo.Uint16(h[6:]); major != 2 {
+		return nil, fmt.Errorf("version %d.%d, where 2.4 was expected", major, minor)
+	}
+	// The link type is the low 16 bits; the FCS flags above them are
+	// ignored, as by libpcap.
+	p.link = layers.LinkType(p.bo.Uint32(h[20:]) & 0xffff)
+	return p, nil
+}
+
+func (p *pcapFrames) next() ([]byte, layers.LinkType, int, error) {
+	if _, err := io.ReadFull(p.r, p.hdr[:]); err != nil {
+		if err == io.EOF {
+			return nil, 0, 0, io.EOF // the capture ends between records
+		}
 		return nil, 0, 0, err
 	}
-	link, _ := ci.AncillaryData[0].(layers.LinkType)
-	return data, link, ci.Length, nil
+	caplen, wireLen := p.bo.Uint32(p.hdr[8:]), p.bo.Uint32(p.hdr[12:])
+	if caplen > maxRecordLen {
+		return nil, 0, 0, fmt.Errorf("the record claims %d captured bytes, more than any capture holds (%d)", caplen, maxRecordLen)
+	}
+	if caplen > wireLen {
+		return nil, 0, 0, fmt.Errorf("the record claims %d captured bytes of a %d-byte packet", caplen, wireLen)
+	}
+	p.buf = frameBuf(p.buf, int(caplen))
+	if err := readFull(p.r, p.buf); err != nil {
+		return nil, 0, 0, err
+	}
+	return p.buf, p.link, int(wireLen), nil
+}
+
+// ngFrames reads a pcapng file, section by section. Interfaces may differ
+// in link type, so each frame carries its interface's; frame numbers count
+// every packet block, as Wireshark's frame.number does. Blocks other than
+// section headers, interface descriptions and packets are skipped.
+type ngFrames struct {
+	r        *bufio.Reader
+	bo       binary.ByteOrder
+	links    []layers.LinkType // per interface of the current section
+	snaplens []uint32
+	hdr      [20]byte
+	buf      []byte
+}
+
+// maxInterfaces bounds the interfaces of one pcapng section (each costs a
+// few bytes; a capture has a handful).
+const maxInterfaces = 1 << 16
+
+// readSHB reads a section header block whose 4-byte type was read: it
+// takes the section's byte order and forgets the previous section's
+// interfaces.
+func (p *ngFrames) readSHB() error {
+	var h [12]byte // length, byte-order magic, major and minor version
+	if err := readFull(p.r, h[:]); err != nil {
+		return err
+	}
+	switch {
+	case binary.BigEndian.Uint32(h[4:]) == pcapngByteOrder:
+		p.bo = binary.BigEndian
+	case binary.LittleEndian.Uint32(h[4:]) == pcapngByteOrder:
+		p.bo = binary.LittleEndian
+	default:
+		return errors.New("a section header has a bad byte-order magic")
+	}
+	n := p.bo.Uint32(h[0:])
+	if n < pcapngMinSHBLen || n%4 != 0 {
+		return fmt.Errorf("a section header has a bad length (%d)", n)
+	}
+	if major := p.bo.Uint16(h[8:]); major != 1 {
+		return fmt.Errorf("section version %d.%d, where 1.0 was expected", major, p.bo.Uint16(h[10:]))
+	}
+	p.links, p.snaplens = p.links[:0], p.snaplens[:0]
+	return skip(p.r, int64(n)-16)
+}
+
+func (p *ngFrames) next() ([]byte, layers.LinkType, int, error) {
+	for {
+		var typ [4]byte
+		if _, err := io.ReadFull(p.r, typ[:]); err != nil {
+			if err == io.EOF {
+				return nil, 0, 0, io.EOF // the capture ends between blocks
+			}
+			return nil, 0, 0, err
+		}
+		if binary.LittleEndian.Uint32(typ[:]) == magicPcapngSHB {
+			if err := p.readSHB(); err != nil {
+				return nil, 0, 0, err
+			}
+			continue
+		}
+		if err := readFull(p.r, p.hdr[:4]); err != nil {
+			return nil, 0, 0, err
+		}
+		t, n := p.bo.Uint32(typ[:]), int64(p.bo.Uint32(p.hdr[:4]))
+		if n < 12 || n%4 != 0 {
+			return nil, 0, 0, fmt.Errorf("a block of type %#x has a bad length (%d)", t, n)
+		}
+		body := n - 12 // without type, length and the trailing length
+		switch t {
+		case ngBlockIDB:
+			if body < 8 {
+				return nil, 0, 0, fmt.Errorf("an interface description block is too short (%d bytes)", n)
+			}
+			if len(p.links) >= maxInterfaces {
+				return nil, 0, 0, fmt.Errorf("a section describes more than %d interfaces", maxInterfaces)
+			}
+			if err := readFull(p.r, p.hdr[:8]); err != nil {
+				return nil, 0, 0, err
+			}
+			p.links = append(p.links, layers.LinkType(p.bo.Uint16(p.hdr[0:])))
+			p.snaplens = append(p.snaplens, p.bo.Uint32(p.hdr[4:]))
+			if err := skip(p.r, body-8+4); err != nil {
+				return nil, 0, 0, err
+			}
+		case ngBlockEPB, ngBlockPB:
+			if body < 20 {
+				return nil, 0, 0, fmt.Errorf("a packet block is too short (%d bytes)", n)
+			}
+			if err := readFull(p.r, p.hdr[:20]); err != nil {
+				return nil, 0, 0, err
+			}
+			var ifc uint32
+			if t == ngBlockEPB {
+				ifc = p.bo.Uint32(p.hdr[0:])
+			} else {
+				ifc = uint32(p.bo.Uint16(p.hdr[0:]))
+			}
+			caplen, wireLen := int64(p.bo.Uint32(p.hdr[12:])), p.bo.Uint32(p.hdr[16:])
+			return p.packet(ifc, caplen, wireLen, body-20)
+		case ngBlockSPB:
+			if body < 4 {
+				return nil, 0, 0, fmt.Errorf("a simple packet block is too short (%d bytes)", n)
+			}
+			if err := readFull(p.r, p.hdr[:4]); err != nil {
+				return nil, 0, 0, err
+			}
+			wireLen := p.bo.Uint32(p.hdr[0:])
+			caplen := min(int64(wireLen), body-4)
+			if len(p.snaplens) > 0 && p.snaplens[0] > 0 {
+				caplen = min(caplen, int64(p.snaplens[0]))
+			}
+			return p.packet(0, caplen, wireLen, body-4)
+		default:
+			if err := skip(p.r, body+4); err != nil {
+				return nil, 0, 0, err
+			}
+		}
+	}
+}
+
+// packet reads the captured bytes of a packet block from interface ifc,
+// then skips the rest of the block (rest bytes of it remain before the
+// trailing length).
+func (p *ngFrames) packet(ifc uint32, caplen int64, wireLen uint32, rest int64) ([]byte, layers.LinkType, int, error) {
+	if int(ifc) >= len(p.links) {
+		return nil, 0, 0, fmt.Errorf("a packet names interface %d, which the section does not describe", ifc)
+	}
+	if caplen > maxRecordLen {
+		return nil, 0, 0, fmt.Errorf("the packet block claims %d captured bytes, more than any capture holds (%d)", caplen, maxRecordLen)
+	}
+	if padded := (caplen + 3) &^ 3; padded > rest {
+		return nil, 0, 0, fmt.Errorf("the packet block is too short for its %d captured bytes", caplen)
+	}
+	p.buf = frameBuf(p.buf, int(caplen))
+	if err := readFull(p.r, p.buf); err != nil {
+		return nil, 0, 0, err
+	}
+	if err := skip(p.r, rest-caplen+4); err != nil {
+		return nil, 0, 0, err
+	}
+	return p.buf, p.links[ifc], int(wireLen), nil
 }
 
 // openCapture recognises a pcap or pcapng stream (gzip-compressed or not)
@@ -103,11 +329,11 @@ func openCapture(r io.Reader, name string) (frameReader, error) {
 			return nil, &inputError{fmt.Sprintf("%s: the pcap file header is truncated (%d of %d bytes)",
 				name, len(h), pcapFileHeaderLen)}
 		}
-		pr, err := pcapgo.NewReader(br)
+		pr, err := newPcapFrames(br)
 		if err != nil {
-			return nil, &inputError{fmt.Sprintf("%s: unusable pcap file header: %v", name, err)}
+			return nil, &inputError{fmt.Sprintf("%s: unusable pcap file header: %s", name, errText(err))}
 		}
-		return pcapFrames{pr}, nil
+		return pr, nil
 	case magicPcapngSHB:
 		h, _ := br.Peek(12)
 		if len(h) < 12 {
@@ -123,15 +349,16 @@ func openCapture(r io.Reader, name string) (frameReader, error) {
 		if n < pcapngMinSHBLen {
 			return nil, &inputError{fmt.Sprintf("%s: the pcapng section header has a bad length (%d)", name, n)}
 		}
-		if h, _ := br.Peek(n); len(h) < n {
+		if h, _ := br.Peek(min(n, captureReadBufSize)); len(h) < min(n, captureReadBufSize) {
 			return nil, &inputError{fmt.Sprintf("%s: the pcapng section header is truncated (%d of %d bytes)",
 				name, len(h), n)}
 		}
-		nr, err := pcapgo.NewNgReader(br, pcapgo.NgReaderOptions{WantMixedLinkType: true})
-		if err != nil {
-			return nil, &inputError{fmt.Sprintf("%s: unusable pcapng section header: %v", name, err)}
+		nr := &ngFrames{r: br}
+		br.Discard(4) // the block type
+		if err := nr.readSHB(); err != nil {
+			return nil, &inputError{fmt.Sprintf("%s: unusable pcapng section header: %s", name, errText(err))}
 		}
-		return ngFrames{nr}, nil
+		return nr, nil
 	}
 	return nil, &inputError{fmt.Sprintf("%s is not a pcap or pcapng capture (it starts with % x)", name, head)}
 }

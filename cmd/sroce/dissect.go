@@ -44,7 +44,9 @@ error.
 
 Exit status: 0 when every RoCEv2 packet decoded and its ICRC verified, 1 when
 an ICRC was wrong or a RoCEv2 packet was malformed, 2 when the input could
-not be read (no such file, not a capture, a damaged file).`
+not be read (no such file, not a capture, a damaged file, a record longer
+than 262144 bytes). The capture is read as a stream, so memory stays small
+whatever its size or compression ratio.`
 
 // runDissect implements "sroce dissect".
 func runDissect(e *env, args []string) int {
