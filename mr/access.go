@@ -24,11 +24,14 @@ const (
 	// AccessRemoteAtomic lets peers perform atomic operations
 	// (IBV_ACCESS_REMOTE_ATOMIC). Requires AccessLocalWrite.
 	AccessRemoteAtomic Access = 1 << 3
+	// AccessMWBind lets memory windows be bound to the MR
+	// (IBV_ACCESS_MW_BIND).
+	AccessMWBind Access = 1 << 4
 )
 
 const (
 	accessRemote = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
-	accessAll    = AccessLocalWrite | accessRemote
+	accessAll    = AccessLocalWrite | accessRemote | AccessMWBind
 )
 
 // valid reports whether a is a permitted registration access set: no unknown
@@ -50,7 +53,7 @@ func (a Access) String() string {
 		return "0"
 	}
 	var b strings.Builder
-	names := [...]string{"LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC"}
+	names := [...]string{"LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC", "MW_BIND"}
 	for i, n := range names {
 		if a&(1<<i) != 0 {
 			if b.Len() > 0 {
@@ -114,4 +117,16 @@ var (
 	ErrInvalid = errors.New("mr: invalid argument")
 	// ErrNoResources means the table has no free MR slot (ENOMEM).
 	ErrNoResources = errors.New("mr: out of memory region slots")
+	// ErrNotInvalidatable means a key names a memory region or window
+	// that no invalidation may revoke: an MR registered with RegMR, a
+	// type 1 memory window, or (for a remote invalidation) a
+	// fast-registration MR without remote access.
+	ErrNotInvalidatable = errors.New("mr: key cannot be invalidated")
+	// ErrNotFree means a REG_MR names a fast-registration MR that is still
+	// registered, or a BIND_MW a type 2 window that is still bound: it
+	// must be invalidated first.
+	ErrNotFree = errors.New("mr: fast-registration MR or type 2 window is still valid")
+	// ErrWindowsBound means memory windows are still bound to the MR, which
+	// can therefore not be deregistered, re-registered or invalidated.
+	ErrWindowsBound = errors.New("mr: memory windows are bound to the region")
 )

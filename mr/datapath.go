@@ -19,9 +19,11 @@ type SGE struct {
 }
 
 // get returns the MR of pd registered under key, checking that it has every
-// flag in need and, for remote accesses, at least one remote flag. It takes
-// no lock. This is the hot path of every check, so the inverse key
-// permutation (feistel.inverse) is written out here to keep it to one call.
+// flag in need and, for remote accesses, at least one remote flag. A memory
+// window's binding is found for remote accesses only, and a type 2 window's
+// only through the view of the QP that bound it. It takes no lock. This is
+// the hot path of every check, so the inverse key permutation
+// (feistel.inverse) is written out here to keep it to one call.
 func (pd *PD) get(key uint32, need Access, remote bool) (*MR, error) {
 	t := pd.t
 	k := &t.perm.k
@@ -39,8 +41,11 @@ func (pd *PD) get(key uint32, need Access, remote bool) (*MR, error) {
 	if m == nil || m.key != key {
 		return nil, ErrBadKey
 	}
-	if m.pd != pd {
+	if m.pd != pd.root {
 		return nil, ErrPD
+	}
+	if m.kind.window() && (!remote || m.qp != nil && m.qp != pd) {
+		return nil, ErrBadKey
 	}
 	if m.access&need != need || remote && m.access&accessRemote == 0 {
 		return nil, ErrAccess

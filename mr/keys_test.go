@@ -85,20 +85,25 @@ func TestKeysUnguessable(t *testing.T) {
 }
 
 func TestKeysDependOnSeed(t *testing.T) {
+	// The seed fixes the key indices (the permutation of slots), not the
+	// key bytes, which come from crypto/rand.
 	first := func(seed uint64) []uint32 {
 		tab := NewTable(Options{Rand: rand.NewPCG(seed, seed)})
 		pd := tab.AllocPD()
 		var ks []uint32
-		for range 8 {
+		for range 16 {
 			ks = append(ks, mustReg(t, pd, make([]byte, 8), 0, 0).LKey())
 		}
 		return ks
 	}
 	a, b, c := first(1), first(1), first(2)
-	same := 0
+	same, sameByte := 0, 0
 	for i := range a {
-		if a[i] != b[i] {
-			t.Fatalf("same seed, different keys: %#08x vs %#08x", a[i], b[i])
+		if a[i]>>8 != b[i]>>8 {
+			t.Fatalf("same seed, different indices: %#08x vs %#08x", a[i], b[i])
+		}
+		if a[i]&0xff == b[i]&0xff {
+			sameByte++
 		}
 		if a[i]>>8 == c[i]>>8 {
 			same++
@@ -107,43 +112,162 @@ func TestKeysDependOnSeed(t *testing.T) {
 	if same > 1 {
 		t.Errorf("different seeds produced %d equal indices out of %d", same, len(a))
 	}
+	// Equal key bytes have probability 1/256 each.
+	if sameByte > 3 {
+		t.Errorf("same seed produced %d equal key bytes out of %d: key bytes follow the seed", sameByte, len(a))
+	}
 }
 
-func TestKeyByteAdvancesOnRereg(t *testing.T) {
-	tab := newTestTable(t, 0)
-	pd := tab.AllocPD()
-	m := mustReg(t, pd, make([]byte, 8), 0, AccessLocalWrite)
-	keys := map[uint32]bool{m.LKey(): true}
-	for i := range 255 {
-		n, err := m.Rereg(0, nil, nil, 0, 0)
+// rekeys returns the keys of n successive registrations of one slot, made
+// by re-registration, by deregistration and registration in a table of one
+// slot, by fast registration with NewKey, and by type 1 window binds with
+// NewKey: every way a slot gets its next key.
+func rekeys(t *testing.T, how string, n int) []uint32 {
+	t.Helper()
+	buf := alignedBuf(64)
+	keys := make([]uint32, 0, n+1)
+	switch how {
+	case "rereg":
+		pd := newTestTable(t, 0).AllocPD()
+		m := mustReg(t, pd, buf, 0x1000, AccessLocalWrite)
+		keys = append(keys, m.LKey())
+		for range n {
+			next, err := m.Rereg(0, nil, nil, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m = next
+			keys = append(keys, m.LKey())
+		}
+	case "reuse":
+		pd := newTestTable(t, 1).AllocPD()
+		m := mustReg(t, pd, buf, 0x1000, 0)
+		keys = append(keys, m.LKey())
+		for range n {
+			m.Dereg()
+			m = mustReg(t, pd, buf, 0x1000, 0)
+			keys = append(keys, m.LKey())
+		}
+	case "fastreg":
+		pd := newTestTable(t, 0).AllocPD()
+		f, err := pd.AllocMR(64)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := m.LKey()&^0xff | (m.LKey()+1)&0xff
-		if want == 0 {
-			want = 1
+		if err := f.Map(Slice(buf), 0x1000); err != nil {
+			t.Fatal(err)
 		}
-		if n.LKey() != want {
-			t.Fatalf("rereg %d: key %#08x after %#08x, want %#08x", i, n.LKey(), m.LKey(), want)
+		keys = append(keys, f.LKey())
+		for range n {
+			k := f.NewKey()
+			if err := pd.RegFast(k, AccessRemoteRead); err != nil {
+				t.Fatal(err)
+			}
+			if err := pd.Invalidate(k, false); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, f.LKey())
 		}
-		if keys[n.LKey()] {
-			t.Fatalf("rereg %d: key %#08x repeated within 256 re-registrations", i, n.LKey())
+	case "bind":
+		pd := newTestTable(t, 0).AllocPD()
+		m := mustReg(t, pd, buf, 0x1000, AccessLocalWrite|AccessMWBind)
+		w, err := pd.AllocMW(MWType1)
+		if err != nil {
+			t.Fatal(err)
 		}
-		keys[n.LKey()] = true
-		for k := range keys {
-			if k != n.LKey() {
-				if _, err := pd.LookupLKey(k, 0); err != ErrBadKey {
-					t.Fatalf("stale key %#08x: %v", k, err)
+		keys = append(keys, w.RKey())
+		for range n {
+			b := MWBind{LKey: m.LKey(), Addr: 0x1000, Length: 8, Access: AccessRemoteRead}
+			if err := pd.BindMW(w.NewKey(), &b); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, w.RKey())
+		}
+	}
+	return keys
+}
+
+func TestKeyByteFresh(t *testing.T) {
+	// Every way a slot gets a new key draws the key byte from crypto/rand:
+	// never the previous byte, uniformly distributed, and unrelated to the
+	// previous one. An increment (the old scheme, and ibv_inc_rkey) fails
+	// every check.
+	const n = 255 * 60
+	for _, how := range []string{"rereg", "reuse", "fastreg", "bind"} {
+		t.Run(how, func(t *testing.T) {
+			keys := rekeys(t, how, n)
+			var bytes [256]int
+			var deltas [256]int
+			for i := 1; i < len(keys); i++ {
+				prev, k := keys[i-1], keys[i]
+				if k>>8 != prev>>8 {
+					t.Fatalf("key %#08x after %#08x: index changed", k, prev)
 				}
+				if k == prev {
+					t.Fatalf("key %#08x issued twice in a row", k)
+				}
+				bytes[k&0xff]++
+				deltas[uint8(k-prev)]++
+			}
+			// Chi-square against the uniform distribution: about 255
+			// (or 254) with a standard deviation of about 22.5.
+			chi := func(c []int, total int) float64 {
+				e := float64(total) / float64(len(c))
+				x := 0.0
+				for _, v := range c {
+					x += (float64(v) - e) * (float64(v) - e) / e
+				}
+				return x
+			}
+			if x := chi(bytes[:], n); x > 400 {
+				t.Errorf("key bytes not uniform: chi-square %.0f over 256 values", x)
+			}
+			if x := chi(deltas[1:], n); x > 400 {
+				t.Errorf("successor key bytes not uniform given the previous: chi-square %.0f over 255 steps", x)
+			}
+			// The best fixed step (successor = stale + d) is right about
+			// once in 255.
+			best := 0
+			for d := 1; d < 256; d++ {
+				best = max(best, deltas[d])
+			}
+			if best > 2*n/255 {
+				t.Errorf("step %d guesses %d of %d successors", best, best, n)
+			}
+		})
+	}
+}
+
+func TestStaleKeySuccessorGuesses(t *testing.T) {
+	// A blind attacker holds a stale key and tries the candidates for its
+	// successor in some order. It needs on average 128 guesses (the
+	// successor is uniform over the 255 other key bytes), as the package
+	// documentation says; with an incrementing key byte it needs one.
+	const n = 4000
+	keys := rekeys(t, "rereg", n)
+	total := 0
+	for i := 1; i < len(keys); i++ {
+		stale, next := keys[i-1], keys[i]
+		guesses := 0
+		for d := uint32(1); d < 256; d++ {
+			guesses++
+			if stale&^0xff|(stale+d)&0xff == next {
+				break
 			}
 		}
-		m = n
+		total += guesses
+	}
+	// Uniform on 1..255: mean 128, standard deviation 73.6, so the mean
+	// of 4000 has a standard deviation of about 1.2.
+	if avg := float64(total) / n; avg < 120 || avg > 136 {
+		t.Errorf("a blind attacker needs %.1f guesses on average, want about 128", avg)
 	}
 }
 
 func TestStaleKeyAfterSlotReuse(t *testing.T) {
 	// Churning registrations: a deregistered key stays invalid, because the
-	// freed slot is reused late and with the next key byte.
+	// freed slot is reused late and with another key byte. (A later
+	// occupation may draw the stale byte again, with probability 1/255.)
 	tab := newTestTable(t, 0)
 	pd := tab.AllocPD()
 	buf := make([]byte, 8)
@@ -153,13 +277,13 @@ func TestStaleKeyAfterSlotReuse(t *testing.T) {
 	reused := 0
 	for range 4 * (reuseDelay + 1) {
 		m := mustReg(t, pd, buf, 0, 0)
-		if m.LKey() == key {
-			t.Fatalf("stale key %#08x issued again", key)
-		}
 		if m.LKey()>>8 == key>>8 {
 			reused++
+			if reused == 1 && m.LKey() == key {
+				t.Fatalf("stale key %#08x issued again at the next occupation of its slot", key)
+			}
 		}
-		if _, err := pd.LookupLKey(key, 0); err != ErrBadKey {
+		if _, err := pd.LookupLKey(key, 0); err != ErrBadKey && m.LKey() != key {
 			t.Fatalf("stale key: %v", err)
 		}
 		m.Dereg()
@@ -168,18 +292,20 @@ func TestStaleKeyAfterSlotReuse(t *testing.T) {
 		t.Errorf("slot of the stale key reused %d times in %d registrations", reused, 4*(reuseDelay+1))
 	}
 
-	// With a tiny table the slot is reused at once, but the key byte still
-	// differs for 255 re-occupations.
+	// With a tiny table the slot is reused at once, but never with the key
+	// byte it just had.
 	tab = newTestTable(t, 1)
 	pd = tab.AllocPD()
 	m := mustReg(t, pd, buf, 0, 0)
-	seen := map[uint32]bool{m.LKey(): true}
-	for range 255 {
+	for range 1000 {
+		prev := m.LKey()
 		m.Dereg()
 		m = mustReg(t, pd, buf, 0, 0)
-		if seen[m.LKey()] {
-			t.Fatalf("key %#08x reissued within 256 registrations of one slot", m.LKey())
+		if m.LKey() == prev {
+			t.Fatalf("key %#08x reissued at once", prev)
 		}
-		seen[m.LKey()] = true
+		if _, err := pd.LookupLKey(prev, 0); err != ErrBadKey {
+			t.Fatalf("stale key %#08x: %v", prev, err)
+		}
 	}
 }

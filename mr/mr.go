@@ -47,14 +47,36 @@ type MR struct {
 	// once the MR has been invalidated.
 	refs atomic.Int64
 
-	pd     *PD
+	pd     *PD // the PD itself, never a QP's view
 	key    uint32
 	access Access
 	iova   uint64
 	mem    []byte // mem[0] is at iova
 	slot   uint32
 	region Region
+	kind   kind
+
+	// Memory window bindings only: the MR the window is bound to, and for
+	// type 2 windows the view of the QP that bound it.
+	parent *MR
+	qp     *PD
+
+	nmw int // windows bound to this registration, guarded by the table lock
 }
+
+// kind says what registered a key: RegMR, a REG_MR work request, or a
+// memory window binding.
+type kind uint8
+
+const (
+	kindMR   kind = iota // PD.RegMR, PD.RegMRIOVA, MR.Rereg
+	kindFast             // a registration of a fast-registration MR
+	kindMW1              // a binding of a type 1 memory window
+	kindMW2              // a binding of a type 2 memory window
+)
+
+// window reports whether k is a memory window binding.
+func (k kind) window() bool { return k >= kindMW1 }
 
 const deadBit = 1 << 48
 
@@ -81,6 +103,7 @@ func (pd *PD) RegMRIOVA(r Region, iova uint64, access Access) (*MR, error) {
 	if err := checkReg(mem, iova, access); err != nil {
 		return nil, err
 	}
+	pd = pd.root
 	t := pd.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -117,13 +140,23 @@ func checkReg(mem []byte, iova uint64, access Access) error {
 // Dereg deregisters the MR (ibv_dereg_mr). When it returns, no lookup by the
 // MR's key succeeds, methods on m fail with ErrDeregistered, and data
 // movement that was in progress on m has finished, so the memory may be
-// reused. It fails with ErrDeregistered if m is no longer registered.
+// reused. It fails with ErrDeregistered if m is no longer registered, with
+// ErrWindowsBound while memory windows are bound to it, and with ErrInvalid
+// for registrations made by a REG_MR work request or a window binding
+// (they end with FastMR.Dealloc and MW.Dealloc).
 func (m *MR) Dereg() error {
 	t := m.pd.t
+	if m.kind != kindMR {
+		return ErrInvalid
+	}
 	t.mu.Lock()
 	if m.refs.Load()&deadBit != 0 {
 		t.mu.Unlock()
 		return ErrDeregistered
+	}
+	if m.nmw > 0 {
+		t.mu.Unlock()
+		return ErrWindowsBound
 	}
 	t.publish(m.slot, nil)
 	m.refs.Add(deadBit)
@@ -137,7 +170,7 @@ func (m *MR) Dereg() error {
 
 // Rereg re-registers the MR (ibv_rereg_mr) and returns the new registration,
 // which keeps the slot and therefore the upper 24 bits of the key, and gets
-// the next key byte. flags selects what changes: with
+// a new key byte from crypto/rand, never the one it had. flags selects what changes: with
 // ReregChangeTranslation, the memory becomes r at virtual address iova (use
 // AddrOf(r.Bytes()) for the default); with ReregChangePD, the PD becomes pd;
 // with ReregChangeAccess, the access flags become access. Arguments not
@@ -145,11 +178,12 @@ func (m *MR) Dereg() error {
 //
 // On success m is invalidated as by Dereg: when Rereg returns, the old key is
 // refused and no data movement on m is in progress. On failure m is
-// unchanged. Errors are those of RegMRIOVA, and ErrDeregistered if m is no
-// longer registered.
+// unchanged. Errors are those of RegMRIOVA, ErrDeregistered if m is no
+// longer registered, and ErrWindowsBound while memory windows are bound to
+// m. Only MRs registered with RegMR or RegMRIOVA can be re-registered.
 func (m *MR) Rereg(flags ReregFlags, pd *PD, r Region, iova uint64, access Access) (*MR, error) {
 	t := m.pd.t
-	if flags&^reregAll != 0 {
+	if flags&^reregAll != 0 || m.kind != kindMR {
 		return nil, ErrInvalid
 	}
 	n := &MR{pd: m.pd, access: m.access, iova: m.iova, mem: m.mem, slot: m.slot, region: m.region}
@@ -163,7 +197,7 @@ func (m *MR) Rereg(flags ReregFlags, pd *PD, r Region, iova uint64, access Acces
 		if pd == nil || pd.t != t {
 			return nil, ErrInvalid
 		}
-		n.pd = pd
+		n.pd = pd.root
 	}
 	if flags&ReregChangeAccess != 0 {
 		n.access = access
@@ -180,6 +214,10 @@ func (m *MR) Rereg(flags ReregFlags, pd *PD, r Region, iova uint64, access Acces
 	if n.pd.dead {
 		t.mu.Unlock()
 		return nil, ErrInvalid
+	}
+	if m.nmw > 0 {
+		t.mu.Unlock()
+		return nil, ErrWindowsBound
 	}
 	n.key = t.nextKey(n.slot)
 	t.publish(n.slot, n)

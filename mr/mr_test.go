@@ -38,8 +38,8 @@ func TestAccessString(t *testing.T) {
 		{0, "0"},
 		{AccessLocalWrite, "LOCAL_WRITE"},
 		{AccessLocalWrite | AccessRemoteRead, "LOCAL_WRITE|REMOTE_READ"},
-		{accessAll, "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC"},
-		{AccessRemoteRead | 0x30, "REMOTE_READ|0x30"},
+		{accessAll, "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC|MW_BIND"},
+		{AccessRemoteRead | 0x30, "REMOTE_READ|MW_BIND|0x20"},
 	} {
 		if got := tc.a.String(); got != tc.want {
 			t.Errorf("Access(%#x).String() = %q, want %q", uint32(tc.a), got, tc.want)
@@ -92,7 +92,7 @@ func TestRegValidation(t *testing.T) {
 		access Access
 		want   error
 	}{
-		{"unknown access bit", pd, buf, 0x1000, AccessLocalWrite | 1<<4, ErrInvalid},
+		{"unknown access bit", pd, buf, 0x1000, AccessLocalWrite | 1<<5, ErrInvalid},
 		{"nil region", pd, nil, 0x1000, 0, ErrInvalid},
 		{"empty region", pd, buf[:0], 0x1000, 0, ErrInvalid},
 		{"iova wraps", pd, buf, math.MaxUint64 - 4094, 0, ErrInvalid},
@@ -500,13 +500,13 @@ func TestRereg(t *testing.T) {
 	buf := alignedBuf(64)
 	m := mustReg(t, pdA, buf, 0x1000, AccessLocalWrite)
 
-	// Flags 0: new key, same slot, next key byte.
+	// Flags 0: new key, same slot, another key byte.
 	n, err := m.Rereg(0, nil, nil, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.LKey()>>8 != m.LKey()>>8 || n.LKey()&0xff != (m.LKey()+1)&0xff {
-		t.Errorf("rereg key %#08x after %#08x: want same index, next key byte", n.LKey(), m.LKey())
+	if n.LKey()>>8 != m.LKey()>>8 || n.LKey() == m.LKey() {
+		t.Errorf("rereg key %#08x after %#08x: want same index, another key byte", n.LKey(), m.LKey())
 	}
 	if m.Valid() || !n.Valid() {
 		t.Fatal("old MR valid or new MR invalid after Rereg")

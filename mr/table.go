@@ -27,19 +27,21 @@ const (
 	DefaultMaxMR = 1 << 20
 
 	// reuseDelay is how many freed slots must be queued before the oldest
-	// one is reused (while fresh slots remain). A stale key can only come
-	// back once its slot has been occupied 256 more times; with this delay
-	// that takes at least reuseDelay*256 deregistrations, unless the table
-	// is full or the same MR is re-registered in place 256 times.
+	// one is reused (while fresh slots remain). Every occupation of a slot
+	// draws a new key byte, so a stale key comes back only if a later
+	// occupation of its slot draws its byte again (probability 1/255 each
+	// time); with this delay a slot is occupied again only after at least
+	// reuseDelay other deregistrations, unless the table is full.
 	reuseDelay = 256
 )
 
 // Options configures a [Table].
 type Options struct {
-	// Rand is the random source for key generation. If nil, a ChaCha8
-	// generator seeded from crypto/rand is used. Tests inject a seeded
-	// source for reproducible keys. The table calls it only while holding
-	// its lock.
+	// Rand is the random source of the key permutation (the upper 24 bits
+	// of keys). If nil, a ChaCha8 generator seeded from crypto/rand is
+	// used. Tests inject a seeded source for reproducible key indices. Key
+	// bytes (the low 8 bits) always come from crypto/rand. The table calls
+	// it only while holding its lock.
 	Rand rand.Source
 	// MaxMR bounds the number of MRs registered at once. Zero means
 	// DefaultMaxMR; values above MaxMR are clamped to MaxMR.
@@ -58,7 +60,12 @@ type Table struct {
 	next   uint32   // first never-used slot
 	free   []uint32 // freed slots; free[head:] is the queue, oldest first
 	head   int
-	active int // registered MRs
+	active int // occupied slots: MRs, fast-registration MRs, memory windows
+	// owners maps the slots of fast-registration MRs and memory windows
+	// to their *FastMR or *MW, for invalidation by key.
+	owners map[uint32]any
+	kbuf   [64]byte // key bytes from crypto/rand; kbuf[:kleft] unused
+	kleft  int
 }
 
 // chunk is a block of slots. mrs is read without locking by lookups; keys
@@ -70,7 +77,7 @@ type chunk struct {
 
 // NewTable returns an empty table.
 func NewTable(opts Options) *Table {
-	t := &Table{rnd: opts.Rand, max: DefaultMaxMR}
+	t := &Table{rnd: opts.Rand, max: DefaultMaxMR, owners: make(map[uint32]any)}
 	if t.rnd == nil {
 		var seed [32]byte
 		crand.Read(seed[:])
@@ -87,10 +94,13 @@ func NewTable(opts Options) *Table {
 
 // AllocPD creates a protection domain (ibv_alloc_pd).
 func (t *Table) AllocPD() *PD {
-	return &PD{t: t}
+	pd := &PD{t: t}
+	pd.root = pd
+	return pd
 }
 
-// NumMR returns the number of MRs currently registered in the table.
+// NumMR returns the number of key slots in use in the table: registered
+// MRs, fast-registration MRs and memory windows.
 func (t *Table) NumMR() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -130,18 +140,53 @@ func (t *Table) freeSlot(s uint32) {
 	t.free = append(t.free, s)
 }
 
-// nextKey advances the key byte of slot s and returns the slot's new key.
-// Called with t.mu held.
-func (t *Table) nextKey(s uint32) uint32 {
-	c := t.chunks[s>>chunkShift].Load()
-	idx := t.perm.forward(s) << (32 - indexBits)
-	b := c.keys[s&chunkMask] + 1
-	if idx|uint32(b) == 0 {
-		b++
+// keyByte returns a byte from crypto/rand, read in batches. Called with
+// t.mu held.
+func (t *Table) keyByte() uint8 {
+	if t.kleft == 0 {
+		crand.Read(t.kbuf[:])
+		t.kleft = len(t.kbuf)
 	}
-	c.keys[s&chunkMask] = b
-	return idx | uint32(b)
+	t.kleft--
+	b := t.kbuf[t.kleft]
+	t.kbuf[t.kleft] = 0
+	return b
 }
+
+// nextKey gives slot s a new key and returns it: the slot's index bits and a
+// key byte drawn from crypto/rand, uniformly among the 255 values that
+// differ from the slot's previous key byte (one fewer for the slot whose
+// index bits are 0, as key 0 is never issued). Called with t.mu held.
+func (t *Table) nextKey(s uint32) uint32 {
+	k := t.freshKey(s)
+	t.setKey(s, k)
+	return k
+}
+
+// freshKey returns a key that nextKey could issue for slot s, without
+// issuing it. Called with t.mu held.
+func (t *Table) freshKey(s uint32) uint32 {
+	c := t.chunks[s>>chunkShift].Load()
+	idx := t.index(s)
+	prev := c.keys[s&chunkMask]
+	for {
+		if b := t.keyByte(); b != prev && idx|uint32(b) != 0 {
+			return idx | uint32(b)
+		}
+	}
+}
+
+// setKey records key, chosen by a consumer for slot s, as the slot's
+// current key. Called with t.mu held.
+func (t *Table) setKey(s, key uint32) {
+	t.chunks[s>>chunkShift].Load().keys[s&chunkMask] = uint8(key)
+}
+
+// index returns the upper 24 bits of slot s's keys.
+func (t *Table) index(s uint32) uint32 { return t.perm.forward(s) << (32 - indexBits) }
+
+// slotOf returns the slot that key names.
+func (t *Table) slotOf(key uint32) uint32 { return t.perm.inverse(key >> (32 - indexBits)) }
 
 // publish stores m (or nil) in slot s. Called with t.mu held.
 func (t *Table) publish(s uint32, m *MR) {
@@ -187,19 +232,36 @@ func (f *feistel) inverse(x uint32) uint32 {
 
 // PD is a protection domain. MRs belong to exactly one PD, and an access
 // through a PD succeeds only for MRs of that PD.
+//
+// A PD value is either the PD itself, as AllocPD returns it, or a view of
+// it for one QP (ForQP). A view reaches the same MRs and passes the same
+// checks; it also identifies its QP, which type 2 memory windows are bound
+// to.
 type PD struct {
 	t    *Table
-	nmr  int  // registered MRs, guarded by t.mu
+	root *PD  // the PD itself; a QP's view points to the PD it was made from
+	nmr  int  // MRs, fast-registration MRs and windows, guarded by t.mu
 	dead bool // deallocated, guarded by t.mu
 }
 
 // Table returns the table the PD was allocated from.
 func (pd *PD) Table() *Table { return pd.t }
 
+// ForQP returns a new view of pd for one QP. The device gives every QP its
+// own view and makes all of the QP's accesses through it: a type 2 memory
+// window bound by the QP can then be reached through that QP only
+// (IBTA type 2B windows), while everything else behaves as with pd.
+func (pd *PD) ForQP() *PD {
+	return &PD{t: pd.t, root: pd.root}
+}
+
 // Dealloc deallocates the PD (ibv_dealloc_pd). It fails with ErrBusy while
-// MRs are registered in the PD, and with ErrInvalid if the PD was already
-// deallocated.
+// MRs, fast-registration MRs or memory windows are in the PD, and with
+// ErrInvalid if the PD was already deallocated or pd is a QP's view.
 func (pd *PD) Dealloc() error {
+	if pd.root != pd {
+		return ErrInvalid
+	}
 	t := pd.t
 	t.mu.Lock()
 	defer t.mu.Unlock()

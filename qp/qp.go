@@ -198,13 +198,14 @@ func (q *QP) PostSend(wr *SendWR) error {
 	case TypeRC:
 		switch wr.Opcode {
 		case WROpSend, WROpSendWithImm, WROpSendWithInv, WROpRDMAWrite,
-			WROpRDMAWriteWithImm, WROpRDMARead, WROpAtomicCmpSwp, WROpAtomicFetchAdd:
+			WROpRDMAWriteWithImm, WROpRDMARead, WROpAtomicCmpSwp, WROpAtomicFetchAdd,
+			WROpLocalInv, WROpBindMW, WROpRegMR:
 		default:
 			return ErrOpcode
 		}
 	case TypeUC:
 		switch wr.Opcode {
-		case WROpSend, WROpSendWithImm, WROpRDMAWrite, WROpRDMAWriteWithImm:
+		case WROpSend, WROpSendWithImm, WROpRDMAWrite, WROpRDMAWriteWithImm, WROpBindMW:
 		default:
 			return ErrOpcode
 		}
@@ -215,6 +216,9 @@ func (q *QP) PostSend(wr *SendWR) error {
 		if wr.AH == nil {
 			return ErrNoAH
 		}
+	}
+	if err := checkLocalWR(wr); err != nil {
+		return err
 	}
 	var total uint64
 	inline := wr.Flags&Inline != 0 && (wr.Opcode.isSend() || wr.Opcode.isWrite())
@@ -244,7 +248,8 @@ func (q *QP) PostSend(wr *SendWR) error {
 	// escape to the heap, and posting would allocate.
 	s.wr = SendWR{WRID: wr.WRID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm,
 		InvalidateRKey: wr.InvalidateRKey, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey,
-		CompareAdd: wr.CompareAdd, Swap: wr.Swap, RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey}
+		CompareAdd: wr.CompareAdd, Swap: wr.Swap, RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey,
+		Bind: wr.Bind, RegAccess: wr.RegAccess}
 	if wr.AH != nil {
 		s.ah = *wr.AH // by value, for the same reason
 	}

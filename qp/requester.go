@@ -85,6 +85,10 @@ func (q *QP) pumpSend(now time.Duration, budget int) (int, bool) {
 			if w.wr.Flags&Fence != 0 && r.reqIdx != r.compIdx {
 				return n, false
 			}
+			if w.wr.Opcode.isLocal() {
+				q.localOp(w)
+				continue
+			}
 			if q.typ == TypeRC && w.wr.Opcode.isRdAtomic() && !w.hasRd {
 				if r.rdAvail <= 0 {
 					return n, false
@@ -329,6 +333,9 @@ func (q *QP) goBack() {
 	mtu := uint32(q.mtu)
 	for i := r.compIdx; i != prod; i++ {
 		w := q.sq.at(i)
+		if w.wr.Opcode.isLocal() && w.state == wqeDone {
+			continue // executed already, and it sends no packets
+		}
 		if !w.started || w.state == wqePosted || w.state == wqeDone || w.state == wqeError {
 			// Finished requests at the head are completed by
 			// completeSends; an unstarted or failed one ends the rewind.

@@ -548,7 +548,7 @@ func (q *QP) rcRequest(pkt *bth.Packet) {
 	if info.Headers&bth.HdrIETH != 0 {
 		inv = pkt.IETH().RKey()
 		if err := q.env.Invalidate(q.pd, inv); err != nil {
-			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+			q.invalidateFailed(psn, b.AckReq())
 			return
 		}
 	}

@@ -241,7 +241,10 @@ const (
 	WROpRDMARead         WROpcode = 4
 	WROpAtomicCmpSwp     WROpcode = 5
 	WROpAtomicFetchAdd   WROpcode = 6
+	WROpLocalInv         WROpcode = 7
+	WROpBindMW           WROpcode = 8
 	WROpSendWithInv      WROpcode = 9
+	WROpRegMR            WROpcode = 0x20 // the kernel's IB_WR_REG_MR; libibverbs has none
 )
 
 // String returns the opcode's verbs name without the IBV_WR_ prefix.
@@ -263,6 +266,12 @@ func (o WROpcode) String() string {
 		return "ATOMIC_FETCH_AND_ADD"
 	case WROpSendWithInv:
 		return "SEND_WITH_INV"
+	case WROpLocalInv:
+		return "LOCAL_INV"
+	case WROpBindMW:
+		return "BIND_MW"
+	case WROpRegMR:
+		return "REG_MR"
 	}
 	return "WROpcode(" + strconv.Itoa(int(o)) + ")"
 }
@@ -311,12 +320,22 @@ type SendWR struct {
 	// Imm is the immediate data of the *_WITH_IMM opcodes: the 32-bit value
 	// carried on the wire, as a number (imm_data without the byte swap).
 	Imm uint32
-	// InvalidateRKey is the R_Key a SEND_WITH_INV invalidates at the peer.
+	// InvalidateRKey is the R_Key a SEND_WITH_INV invalidates at the peer,
+	// and the key a LOCAL_INV invalidates.
 	InvalidateRKey uint32
 	// RemoteAddr and RKey name the remote memory of RDMA and atomic
-	// operations.
+	// operations. For BIND_MW, RKey is the window's new key and for
+	// REG_MR the fast-registration MR's new key: its upper 24 bits name
+	// the window or MR, its key byte is the binder's choice (see
+	// mr.IncKey, MW.NewKey and FastMR.NewKey).
 	RemoteAddr uint64
 	RKey       uint32
+	// Bind is the binding a BIND_MW makes (the bind_info of struct
+	// ibv_send_wr's bind_mw member).
+	Bind mr.MWBind
+	// RegAccess is the access flags a REG_MR gives the MR (ib_reg_wr's
+	// access); the memory is what FastMR.Map mapped (ib_map_mr_sg).
+	RegAccess mr.Access
 	// CompareAdd is the compare value of COMPARE_SWAP and the addend of
 	// FETCH_ADD; Swap is the swap value of COMPARE_SWAP.
 	CompareAdd uint64
@@ -410,6 +429,9 @@ const (
 	WCRDMARead        WCOpcode = 2
 	WCCompSwap        WCOpcode = 3
 	WCFetchAdd        WCOpcode = 4
+	WCBindMW          WCOpcode = 5
+	WCLocalInv        WCOpcode = 6
+	WCRegMR           WCOpcode = 10 // the kernel's IB_WC_REG_MR; libibverbs has none
 	WCRecv            WCOpcode = 128
 	WCRecvRDMAWithImm WCOpcode = 129
 )
@@ -427,6 +449,12 @@ func (o WCOpcode) String() string {
 		return "COMP_SWAP"
 	case WCFetchAdd:
 		return "FETCH_ADD"
+	case WCBindMW:
+		return "BIND_MW"
+	case WCLocalInv:
+		return "LOCAL_INV"
+	case WCRegMR:
+		return "REG_MR"
 	case WCRecv:
 		return "RECV"
 	case WCRecvRDMAWithImm:
@@ -446,6 +474,12 @@ func wcOpcode(o WROpcode) WCOpcode {
 		return WCCompSwap
 	case WROpAtomicFetchAdd:
 		return WCFetchAdd
+	case WROpBindMW:
+		return WCBindMW
+	case WROpLocalInv:
+		return WCLocalInv
+	case WROpRegMR:
+		return WCRegMR
 	}
 	return WCSend
 }

@@ -310,17 +310,12 @@ func (d *Device) ResolveAH(attr *qp.AHAttr, ah *qp.AH) error {
 	return nil
 }
 
-// Invalidate implements qp.Env for SEND with invalidate: the MR whose key
-// is rkey, in the QP's PD, is deregistered so that the key is refused from
-// now on.
+// Invalidate implements qp.Env for SEND with invalidate: it revokes rkey
+// for the QP whose view of its PD is pd, which only a fast-registration MR
+// with remote access or a type 2 memory window bound by that QP allows
+// (mr.PD.Invalidate). Any other key is refused and stays as it was.
 func (d *Device) Invalidate(pd *mr.PD, rkey uint32) error {
-	m := d.mrs[rkey]
-	if m == nil || m.pd.pd != pd {
-		return mr.ErrBadKey
-	}
-	delete(d.mrs, rkey)
-	m.invalidated.Store(true)
-	return m.m.Dereg()
+	return pd.Invalidate(rkey, true)
 }
 
 // Event implements qp.Env.

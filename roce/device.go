@@ -123,7 +123,6 @@ type Device struct {
 	gsi      *QP          // QP1
 	nextQPN  int
 	nqp      int
-	mrs      map[uint32]*MR // by key, for SEND with invalidate
 	cnt      qp.Counters
 	closed   bool
 	portDown bool // PortDown was called and PortUp not since
@@ -188,7 +187,6 @@ func Open(link Link, opts *Options) (*Device, error) {
 	d.refreshGIDs()
 	d.qps = make([]*QP, MaxQP)
 	d.nextQPN = firstQPN
-	d.mrs = make(map[uint32]*MR)
 	d.ipID = uint16(d.rng.Uint32())
 	rxb, txb := opts.RxBatch, opts.TxBatch
 	if rxb <= 0 {

@@ -16,6 +16,11 @@
 //	ibv_poll_cq           CQ.Poll                (blocking)          CQ.Wait, CQ.WaitTimeout
 //	ibv_req_notify_cq     CQ.ReqNotify           ibv_get_cq_event    CompChannel.GetEvent
 //	ibv_get_async_event   Device.GetAsyncEvent   ibv_query_gid       Device.QueryGID
+//	ibv_alloc_mw          PD.AllocMW             ibv_dealloc_mw      MW.Dealloc
+//	ibv_bind_mw           QP.BindMW              IBV_WR_BIND_MW      WROpBindMW
+//	ib_alloc_mr           PD.AllocMR             ib_dereg_mr         FastMR.Dealloc
+//	ib_map_mr_sg          FastMR.Map             IB_WR_REG_MR        WROpRegMR
+//	IBV_WR_LOCAL_INV      WROpLocalInv           ibv_inc_rkey        mr.IncKey
 //
 // Work completion statuses are named after ibv_wc_status (WCSuccess,
 // WCRemAccessErr, WCRetryExcErr, ...) and print as ibv_wc_status_str does;
@@ -41,10 +46,19 @@
 //
 // # Differences from rdma_rxe
 //
-// A SEND with invalidate may name any MR of the receiving QP's PD (there
-// are no fast-registration MRs or memory windows yet); invalidation
-// deregisters it, and an rkey that names nothing is answered with an
-// invalid request NAK. FLUSH and ATOMIC_WRITE requests are refused as
-// unsupported opcodes. The responder merges the ACKs of requests taken in
+// A SEND with invalidate or LOCAL_INV revokes only a fast-registration MR
+// or a type 2 memory window, as with rdma_rxe; sroce checks more than rxe
+// does before it invalidates: the MR or window must be of the QP's PD, a
+// fast-registration MR must have remote rights for a peer to revoke it, and
+// a type 2 window must have been bound by the QP the SEND arrives on. A
+// refused SEND with invalidate is handled as rxe does (its class J): the
+// SEND is acknowledged, the receive completes with WCRemInvReqErr, the QP
+// moves to the error state. Binds check the PDs of the QP, the window and
+// the MR for both window types (rxe checks the QP's for type 2 only). Key
+// bytes of registrations, re-registrations and type 1 binds come from
+// crypto/rand (rxe's type 1 bind increments the key byte), and a REG_MR or
+// BIND_MW must change the key. WROpRegMR and WCRegMR have the kernel's
+// values (IB_WR_REG_MR, IB_WC_REG_MR): libibverbs has no REG_MR. FLUSH and
+// ATOMIC_WRITE requests are refused as unsupported opcodes. The responder merges the ACKs of requests taken in
 // one batch into one (ACK coalescing).
 package roce

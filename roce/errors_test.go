@@ -126,7 +126,7 @@ func TestAtomicAlignmentAndPostErrors(t *testing.T) {
 		{"message too long", roce.SendWR{Opcode: roce.WROpRDMAWrite, SGL: []roce.SGE{big, lm.SGE(0, 1)}}, qp.ErrMsgTooBig},
 		{"inline too long", roce.SendWR{Opcode: roce.WROpSend, Flags: roce.Inline, InlineData: make([]byte, 17)}, qp.ErrInlineTooBig},
 		{"inline bad lkey", roce.SendWR{Opcode: roce.WROpSend, Flags: roce.Inline, SGL: []roce.SGE{{Addr: lm.Addr(), Length: 8, LKey: 12345}}}, qp.ErrInlineGather},
-		{"UD opcode on RC", roce.SendWR{Opcode: roce.WROpcode(7)}, qp.ErrOpcode},
+		{"UD opcode on RC", roce.SendWR{Opcode: roce.WROpcode(10)}, qp.ErrOpcode},
 	} {
 		if err := qa.PostSend(&tc.wr); !errors.Is(err, tc.err) {
 			t.Errorf("%s: error %v, want %v", tc.name, err, tc.err)

@@ -83,7 +83,8 @@ func (x *xfer) run(t *testing.T, op opKind, size int) {
 	x.wrid++
 	wr := roce.SendWR{WRID: x.wrid, Flags: roce.Signaled, Imm: uint32(x.wrid) * 2654435761}
 	needRecv := false
-	var inv *roce.MR
+	var inv *roce.FastMR
+	var invKey uint32
 	switch op {
 	case opSend, opSendImm, opSendInv, opSendInline:
 		needRecv = true
@@ -93,8 +94,8 @@ func (x *xfer) run(t *testing.T, op opKind, size int) {
 		}
 		if op == opSendInv {
 			wr.Opcode = roce.WROpSendWithInv
-			inv, _ = c.reg(t, 64, 0, 9)
-			wr.InvalidateRKey = inv.RKey()
+			inv, _, invKey = b.fastReg(c, x.qc, 64, allAccess)
+			wr.InvalidateRKey = invKey
 		}
 	case opWrite, opWriteImm, opWriteInline:
 		wr.Opcode = roce.WROpRDMAWrite
@@ -156,9 +157,11 @@ func (x *xfer) run(t *testing.T, op opKind, size int) {
 			t.Fatalf("%s %d: imm flags %v imm %#x want %#x", opNames[op], size, r.Flags, r.Imm, wr.Imm)
 		}
 		if op == opSendInv {
-			if r.Flags&qp.WCWithInv == 0 || r.InvalidatedRKey != inv.RKey() || !inv.Invalidated() {
-				t.Fatalf("SEND_INV: wc %+v, invalidated %v", r, inv.Invalidated())
+			_, _, _, valid := inv.Registered()
+			if r.Flags&qp.WCWithInv == 0 || r.InvalidatedRKey != invKey || valid {
+				t.Fatalf("SEND_INV: wc %+v, still registered %v", r, valid)
 			}
+			inv.Dealloc()
 		}
 	}
 	if !bytes.Equal(dst[canary:canary+size], want) {

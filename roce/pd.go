@@ -1,8 +1,6 @@
 package roce
 
 import (
-	"sync/atomic"
-
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
 )
@@ -17,6 +15,7 @@ const (
 	AccessRemoteWrite  = mr.AccessRemoteWrite
 	AccessRemoteRead   = mr.AccessRemoteRead
 	AccessRemoteAtomic = mr.AccessRemoteAtomic
+	AccessMWBind       = mr.AccessMWBind
 )
 
 // PD is a protection domain (struct ibv_pd).
@@ -64,10 +63,9 @@ func (pd *PD) Dealloc() error {
 
 // MR is a registered memory region (struct ibv_mr).
 type MR struct {
-	pd          *PD
-	m           *mr.MR
-	buf         []byte
-	invalidated atomic.Bool
+	pd  *PD
+	m   *mr.MR
+	buf []byte
 }
 
 // RegMR registers buf (ibv_reg_mr). Its address for remote access is the
@@ -81,16 +79,11 @@ func (pd *PD) RegMR(buf []byte, access mr.Access) (*MR, error) {
 // shared with another process, with its first byte at virtual address
 // iova (ibv_reg_mr_iova).
 func (pd *PD) RegMRRegion(r mr.Region, iova uint64, access mr.Access) (*MR, error) {
-	d := pd.dev
 	m, err := pd.pd.RegMRIOVA(r, iova, access)
 	if err != nil {
 		return nil, err
 	}
-	x := &MR{pd: pd, m: m, buf: r.Bytes()}
-	d.mu.Lock()
-	d.mrs[m.LKey()] = x
-	d.mu.Unlock()
-	return x, nil
+	return &MR{pd: pd, m: m, buf: r.Bytes()}, nil
 }
 
 // LKey returns the local key.
@@ -117,25 +110,52 @@ func (m *MR) SGE(off, n int) qp.SGE {
 	return qp.SGE{Addr: m.m.IOVA() + uint64(off), Length: uint32(n), LKey: m.m.LKey()}
 }
 
-// Invalidated reports whether a peer's SEND with invalidate revoked the
-// region's key.
-func (m *MR) Invalidated() bool { return m.invalidated.Load() }
-
 // Dereg deregisters the region (ibv_dereg_mr). When it returns no key of
 // the region is accepted and its memory is no longer touched. Work
 // requests that still name it complete with a protection error; peers
-// that still use its rkey get a remote access error.
+// that still use its rkey get a remote access error. It fails with
+// mr.ErrWindowsBound while memory windows are bound to the region.
 func (m *MR) Dereg() error {
-	d := m.pd.dev
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.mrs[m.m.LKey()] == m {
-		delete(d.mrs, m.m.LKey())
-	}
-	if m.invalidated.Load() {
-		return nil
-	}
 	return m.m.Dereg()
+}
+
+// Memory windows and fast-registration MRs (package mr's types).
+type (
+	// MW is a memory window (struct ibv_mw).
+	MW = mr.MW
+	// MWType is a memory window type (enum ibv_mw_type).
+	MWType = mr.MWType
+	// MWBind describes a window binding (struct ibv_mw_bind_info).
+	MWBind = mr.MWBind
+	// FastMR is a fast-registration MR (ib_alloc_mr).
+	FastMR = mr.FastMR
+)
+
+// Memory window types.
+const (
+	MWType1 = mr.MWType1
+	MWType2 = mr.MWType2
+)
+
+// AllocMW allocates a memory window of type typ (ibv_alloc_mw). MW.Dealloc
+// frees it (ibv_dealloc_mw). A type 1 window is bound with QP.BindMW, a
+// type 2 window with a WROpBindMW work request on a QP of the PD; either
+// grants peers access to part of an MR registered with AccessMWBind, with
+// the rights of the binding, through the window's rkey.
+func (pd *PD) AllocMW(typ MWType) (*MW, error) {
+	return pd.pd.AllocMW(typ)
+}
+
+// AllocMR allocates a fast-registration MR for up to maxLen bytes
+// (ib_alloc_mr). FastMR.Map gives it memory, a WROpRegMR work request on a
+// QP of the PD makes it valid with a new key and access flags, and
+// WROpLocalInv or a peer's SEND with invalidate revokes it; FastMR.Dealloc
+// frees it.
+func (pd *PD) AllocMR(maxLen int) (*FastMR, error) {
+	if maxLen <= 0 {
+		return nil, ErrInvalid
+	}
+	return pd.pd.AllocMR(uint64(maxLen))
 }
 
 // AH is an address handle: the path to a remote port for UD sends

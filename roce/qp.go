@@ -76,6 +76,9 @@ const (
 	WROpRDMARead         = qp.WROpRDMARead
 	WROpAtomicCmpSwp     = qp.WROpAtomicCmpSwp
 	WROpAtomicFetchAdd   = qp.WROpAtomicFetchAdd
+	WROpLocalInv         = qp.WROpLocalInv
+	WROpBindMW           = qp.WROpBindMW
+	WROpRegMR            = qp.WROpRegMR
 
 	Fence     = qp.Fence
 	Signaled  = qp.Signaled
@@ -87,6 +90,7 @@ const (
 	WCLocQPOpErr     = qp.WCLocQPOpErr
 	WCLocProtErr     = qp.WCLocProtErr
 	WCWRFlushErr     = qp.WCWRFlushErr
+	WCMWBindErr      = qp.WCMWBindErr
 	WCBadRespErr     = qp.WCBadRespErr
 	WCLocAccessErr   = qp.WCLocAccessErr
 	WCRemInvReqErr   = qp.WCRemInvReqErr
@@ -102,6 +106,9 @@ const (
 	WCRDMARead        = qp.WCRDMARead
 	WCCompSwap        = qp.WCCompSwap
 	WCFetchAdd        = qp.WCFetchAdd
+	WCBindMW          = qp.WCBindMW
+	WCLocalInv        = qp.WCLocalInv
+	WCRegMR           = qp.WCRegMR
 	WCRecv            = qp.WCRecv
 	WCRecvRDMAWithImm = qp.WCRecvRDMAWithImm
 )
@@ -191,7 +198,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	}
 	q := &QP{dev: d, pd: pd, init: *attr, heapIdx: -1}
 	cfg := &qp.Config{
-		QPN: qpn, Type: attr.Type, PD: pd.pd, SendCQ: attr.SendCQ, RecvCQ: attr.RecvCQ,
+		QPN: qpn, Type: attr.Type, PD: pd.pd.ForQP(), SendCQ: attr.SendCQ, RecvCQ: attr.RecvCQ,
 		Cap: c, SigAll: attr.SigAll, PortMTU: d.portMTU, Env: d, Counters: &d.cnt, Context: q,
 	}
 	if attr.SRQ != nil {
@@ -296,6 +303,31 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 		q.dev.ring(q)
 	}
 	return n, err
+}
+
+// MWBindWR is a binding of a type 1 memory window, for QP.BindMW (struct
+// ibv_mw_bind).
+type MWBindWR struct {
+	WRID  uint64
+	Flags SendFlags // Signaled, Fence
+	Bind  MWBind
+}
+
+// BindMW binds a type 1 memory window (ibv_bind_mw): it posts a WROpBindMW
+// work request that binds w to b.Bind.Length bytes at b.Bind.Addr of the
+// MR whose local key is b.Bind.LKey, with the remote rights b.Bind.Access
+// (a zero length unbinds the window), and returns the rkey the window gets
+// when the request executes: the window's index bits and a key byte from
+// crypto/rand. The request completes with WCBindMW, or with WCMWBindErr if
+// the binding is refused, which also moves the QP to the error state. Type
+// 2 windows are bound by posting WROpBindMW with PostSend.
+func (q *QP) BindMW(w *MW, b *MWBindWR) (uint32, error) {
+	if w == nil || w.Type() != MWType1 {
+		return 0, ErrInvalid
+	}
+	key := w.NewKey()
+	err := q.PostSend(&SendWR{WRID: b.WRID, Opcode: WROpBindMW, Flags: b.Flags, RKey: key, Bind: b.Bind})
+	return key, err
 }
 
 // PostRecv posts one receive work request (ibv_post_recv).
