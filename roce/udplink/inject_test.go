@@ -137,8 +137,14 @@ func forgedICRC(t *testing.T, devAddr, peerAddr netip.Addr) {
 
 	// The same WRITE with the ICRC a real sender would compute goes in:
 	// whoever knows QPN, PSN and rkey can still write.
+	// (The device's counters are read under its lock, which orders the
+	// memory it wrote before them; reading buf while it may still write
+	// would race.)
 	send(write(0, 16, 'g', func([]byte) {}))
-	waitFor("the WRITE with a correct ICRC", func() bool { return buf[16] == 'g' })
+	waitFor("the WRITE with a correct ICRC", func() bool { return dev.Counters()["rcvd_pkts"] >= 1 })
+	if buf[16] != 'g' {
+		t.Fatalf("the WRITE with a correct ICRC was taken but its data is not in memory: % x", buf[:24])
+	}
 	if c := dev.Counters(); c["icrc_error"] != 2 {
 		t.Fatalf("icrc_error=%d after a correct packet", c["icrc_error"])
 	}
