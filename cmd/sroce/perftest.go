@@ -57,9 +57,12 @@ real peer sroce checks what it can tell: the atomics).
 Environment: SROCE_LINK=auto|xdp|udp chooses the link (default auto: AF_XDP
 as root, the UDP link otherwise); SROCE_STALL_TIMEOUT (default 60s) is how
 long a run waits for a completion before it gives up;
-SROCE_EXCHANGE_TIMEOUT (default 30s) bounds each message of the exchange.
+SROCE_EXCHANGE_TIMEOUT (default 30s) bounds each message of the exchange;
+SROCE_ACCEPT_TIMEOUT (default 10m) is how long a server waits for a client.
+SIGINT and SIGTERM end a run with what it was waiting for.
 
-Exit status: 0 on success, 1 when the run failed, 2 for a bad command line.
+Exit status: 0 on success, 1 when the run failed or was interrupted, 2 for a
+bad command line.
 
 `
 
@@ -219,7 +222,8 @@ func (pt *perftest) now() uint64 { return uint64(time.Since(pt.t0)) }
 // run is the whole tool: the device, the exchange, the test and the
 // report.
 func (pt *perftest) run() int {
-	ctx := context.Background()
+	defer pt.watchSignals()()
+	ctx := pt.ctx
 	p := &pt.p
 	peer := ""
 	if pt.client() {
@@ -249,17 +253,20 @@ func (pt *perftest) run() int {
 		if pt.full() {
 			pt.out(oob.WaitingBanner)
 		}
+		pt.waitingFor("waiting for a client to connect on TCP port %d", p.Port)
 		if pt.conn, err = oob.AcceptPerftest(ctx, ln, pt.steps); err != nil {
 			return pt.failErr(err)
 		}
 	} else {
 		var err error
 		addr := net.JoinHostPort(p.ServerName, strconv.Itoa(p.Port))
+		pt.waitingFor("connecting to %s", addr)
 		if pt.conn, err = oob.DialPerftest(ctx, addr, pt.steps); err != nil {
 			return pt.failErr(err)
 		}
 	}
 	defer pt.conn.Close()
+	pt.waitingFor("in the TCP exchange with %s", pt.conn.NetConn().RemoteAddr())
 	var err error
 	if pt.pro, err = pt.conn.Prologue(ctx, oob.LocalSysData(), mtu); err != nil {
 		return pt.failErr(err)
@@ -301,6 +308,9 @@ func (pt *perftest) run() int {
 	}
 	pt.linger(pt.qps)
 	pt.cq.done()
+	if pt.interrupted() != nil {
+		return pt.failErr(context.Cause(pt.ctx))
+	}
 	if err := pt.check.err; err != nil {
 		return pt.fail("data check failed: %v", err)
 	}
@@ -535,6 +545,7 @@ func (pt *perftest) setup() error {
 			return fmt.Errorf("Failed to modify QP to INIT: %v", err)
 		}
 		pt.qps = append(pt.qps, q)
+		pt.watch = pt.qps[0]
 		pt.local = append(pt.local, oob.KeyMsg{OutReads: uint16(pt.outReads), QPN: uint32(q.QPN()),
 			PSN: randomPSN(), RKey: pt.mr.RKey(), VAddr: pt.mr.Addr() + uint64((n+i)*pt.area), GID: oob.GID(pt.sgid)})
 	}
@@ -711,13 +722,19 @@ func (t *toolRun) qpState(q *roce.QP) string {
 		c["timeouts"], c["retransmit_pkts"], c["nak_sent"], c["sent_pkts"], c["rcvd_pkts"])
 }
 
-// stallError describes a wait that gave up.
+// stallError describes a wait that gave up: no completion within the
+// stall limit, a signal, or another error.
 func (pt *perftest) stallError(err error, what string, done, total uint64) error {
-	if errors.Is(err, errStall) {
-		if total > 0 {
-			return runErrorf("no completion for %v after %d of %d %s: the peer stopped answering (%s)", pt.stall, done, total, what, pt.qpState())
-		}
-		return runErrorf("no completion for %v after %d %s: the peer stopped answering (%s)", pt.stall, done, what, pt.qpState())
+	progress := fmt.Sprintf("%d %s", done, what)
+	if total > 0 {
+		progress = fmt.Sprintf("%d of %d %s", done, total, what)
 	}
-	return runErrorf("%s (after %d %s)", errText(err), done, what)
+	var se *signalError
+	switch {
+	case errors.Is(err, errStall):
+		return runErrorf("no completion for %v after %s: the peer stopped answering (%s)", pt.stall, progress, pt.qpState())
+	case errors.As(err, &se):
+		return runErrorf("%s while waiting for a completion after %s (%s)", se, progress, pt.qpState())
+	}
+	return runErrorf("%s (after %s)", errText(err), progress)
 }

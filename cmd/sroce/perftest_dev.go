@@ -13,7 +13,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sroce/sroce/bth"
@@ -36,6 +38,9 @@ const (
 	// envStep bounds each message of the TCP exchange (a Go duration,
 	// default defaultStep).
 	envStep = "SROCE_EXCHANGE_TIMEOUT"
+	// envAccept bounds a server's wait for its client (a Go duration,
+	// default defaultAccept).
+	envAccept = "SROCE_ACCEPT_TIMEOUT"
 )
 
 // Limits of a tool run.
@@ -48,6 +53,9 @@ const (
 	defaultStall = 60 * time.Second
 	// defaultStep bounds each message of the TCP exchange once connected.
 	defaultStep = 30 * time.Second
+	// defaultAccept bounds a server's wait for a client (the reference
+	// servers wait as long as they run).
+	defaultAccept = 10 * time.Minute
 	// openTimeout bounds opening the device on the interface.
 	openTimeout = 15 * time.Second
 	// resolveTimeout bounds resolving the peer's MAC address.
@@ -79,8 +87,12 @@ func parseDevSpec(s string) (devSpec, error) {
 	return d, nil
 }
 
-// toolRun is one run of a tool command: where it prints and the device it
-// runs on.
+// toolRun is one run of a tool command: where it prints, the device it
+// runs on, and what it is waiting for.
+//
+// Every wait of a run is bounded (the limits above) and ends, when its
+// limit passes or SIGINT or SIGTERM arrives, with one sentence naming what
+// it waited for and the state of the run's QP.
 type toolRun struct {
 	e     *env
 	name  string // the subcommand, e.g. "write-bw"
@@ -88,29 +100,105 @@ type toolRun struct {
 	dev   *roce.Device
 	stall time.Duration
 	steps oob.Timeouts
+
+	// ctx is cancelled, with a *signalError as its cause, when SIGINT or
+	// SIGTERM arrives during the run (see watchSignals).
+	ctx context.Context
+	// phase says what the run is doing while it waits, e.g. "waiting for
+	// a client to connect on TCP port 18515".
+	phase string
+	// watch is the QP whose state a failed wait describes (nil before
+	// the QPs exist).
+	watch *roce.QP
 }
 
 // newToolRun returns a run of the command name that prints to e, with the
 // limits taken from the environment.
 func newToolRun(e *env, name string) (*toolRun, error) {
 	t := &toolRun{e: e, name: name, stall: defaultStall,
-		steps: oob.Timeouts{Step: defaultStep}}
-	if v := os.Getenv(envStall); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("%s=%q is not a positive duration such as 30s", envStall, v)
+		steps: oob.Timeouts{Step: defaultStep, Accept: defaultAccept}, ctx: context.Background()}
+	for _, v := range []struct {
+		name string
+		dst  []*time.Duration
+	}{
+		{envStall, []*time.Duration{&t.stall}},
+		{envStep, []*time.Duration{&t.steps.Step, &t.steps.Connect}},
+		{envAccept, []*time.Duration{&t.steps.Accept}},
+	} {
+		s := os.Getenv(v.name)
+		if s == "" {
+			continue
 		}
-		t.stall = d
-	}
-	if v := os.Getenv(envStep); v != "" {
-		d, err := time.ParseDuration(v)
+		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("%s=%q is not a positive duration such as 30s", envStep, v)
+			return nil, fmt.Errorf("%s=%q is not a positive duration such as 30s", v.name, s)
 		}
-		t.steps.Step = d
-		t.steps.Connect = d
+		for _, p := range v.dst {
+			*p = d
+		}
 	}
 	return t, nil
+}
+
+// signalError is the cause of a run's context when a signal ended it.
+type signalError struct{ sig os.Signal }
+
+// Error returns "interrupted by SIGTERM" or "interrupted by SIGINT".
+func (e *signalError) Error() string {
+	name := e.sig.String()
+	switch e.sig {
+	case syscall.SIGINT:
+		name = "SIGINT"
+	case syscall.SIGTERM:
+		name = "SIGTERM"
+	}
+	return "interrupted by " + name
+}
+
+// watchSignals makes SIGINT and SIGTERM cancel t.ctx until the returned
+// function is called. Every wait of the run watches t.ctx, so that a
+// signal ends the run with a sentence on what it was waiting for.
+func (t *toolRun) watchSignals() (stop func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t.ctx = ctx
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-ch:
+			cancel(&signalError{sig})
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(ch)
+		close(done)
+		cancel(nil)
+	}
+}
+
+// interrupted returns the signal that ended the run, or nil.
+func (t *toolRun) interrupted() *signalError {
+	var se *signalError
+	if errors.As(context.Cause(t.ctx), &se) {
+		return se
+	}
+	return nil
+}
+
+// waitingFor notes what the run waits for next (format and args make a
+// phrase such as "waiting for a client to connect on TCP port 18515").
+func (t *toolRun) waitingFor(format string, args ...any) {
+	t.phase = fmt.Sprintf(format, args...)
+}
+
+// watchedState describes the watched QP, or says that there is none yet.
+func (t *toolRun) watchedState() string {
+	if t.watch == nil {
+		return "no QP yet"
+	}
+	return t.qpState(t.watch)
 }
 
 // fail prints one sentence about why the run failed and returns
@@ -121,8 +209,24 @@ func (t *toolRun) fail(format string, args ...any) int {
 	return exitProblem
 }
 
-// failErr is fail for an error.
-func (t *toolRun) failErr(err error) int { return t.fail("%s", errText(err)) }
+// failErr is fail for an error. A wait that a signal interrupted or that
+// timed out is described with what the run was doing and the state of
+// its QP.
+func (t *toolRun) failErr(err error) int {
+	if se := t.interrupted(); se != nil {
+		msg := fmt.Sprintf("%s while %s", se, t.phase)
+		// oob names the message it was exchanging: "exchanging the key
+		// message: interrupted by SIGTERM".
+		if text := errText(err); strings.HasPrefix(text, "exchanging ") && strings.HasSuffix(text, ": "+se.Error()) {
+			msg += ", " + strings.TrimSuffix(text, ": "+se.Error())
+		}
+		return t.fail("%s (%s)", msg, t.watchedState())
+	}
+	if errors.Is(err, oob.ErrTimeout) {
+		return t.fail("%s (%s)", errText(err), t.watchedState())
+	}
+	return t.fail("%s", errText(err))
+}
 
 // open opens the device named by the -d value spec; peer, the server a
 // client connects to, chooses the interface when spec is empty.
@@ -140,6 +244,7 @@ func (t *toolRun) open(ctx context.Context, spec, peer string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %v", envLink, err)
 	}
+	t.waitingFor("opening the device on %s", d.ifname)
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
 	port, err := iface.Open(ctx, d.ifname, iface.Options{Mode: mode, Addr: d.addr,
@@ -186,7 +291,8 @@ func (t *toolRun) linger(qps []*roce.QP) {
 	tick := min(quiet/4, 10*time.Millisecond)
 	last := t.dev.Counter(qp.CntRcvdPkts)
 	calm := time.Now()
-	for now := time.Now(); now.Before(end) && now.Sub(calm) < quiet; now = time.Now() {
+	t.waitingFor("answering the peer's last packets after the run")
+	for now := time.Now(); now.Before(end) && now.Sub(calm) < quiet && t.ctx.Err() == nil; now = time.Now() {
 		time.Sleep(tick)
 		if c := t.dev.Counter(qp.CntRcvdPkts); c != last {
 			last, calm = c, time.Now()
@@ -271,8 +377,10 @@ var errStall = errors.New("no completion arrived")
 
 // completions waits for work completions of one CQ, by polling or, with
 // events, on its completion channel, and gives up after the stall limit
-// without a completion or when the port is lost.
+// without a completion, when the port is lost or when the run's context
+// is cancelled (by a signal: the error is then its cause).
 type completions struct {
+	ctx    context.Context
 	cq     *roce.CQ
 	ch     *roce.CompChannel // nil without events
 	stall  time.Duration
@@ -284,7 +392,7 @@ type completions struct {
 // newCompletions creates a CQ of n entries on dev, with a completion
 // channel when events is set, and its waiter.
 func (t *toolRun) newCompletions(n int, events bool) (*completions, error) {
-	c := &completions{stall: t.stall, port: t.port, buf: make([]roce.WC, 64)}
+	c := &completions{ctx: t.ctx, stall: t.stall, port: t.port, buf: make([]roce.WC, 64)}
 	if events {
 		c.ch = t.dev.CreateCompChannel()
 	}
@@ -318,6 +426,9 @@ func (c *completions) wait() ([]roce.WC, error) {
 	for {
 		if err := c.lost(); err != nil {
 			return nil, err
+		}
+		if c.ctx.Err() != nil {
+			return nil, context.Cause(c.ctx)
 		}
 		left := time.Until(deadline)
 		if left <= 0 {

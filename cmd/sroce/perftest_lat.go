@@ -118,16 +118,27 @@ func (r *latRun) stamp(scnt uint64) {
 
 // next waits for completions and sorts them: receives are counted in
 // pendingRx, signaled sends in sendsDone. It returns errStall, or in -D
-// mode nil when the time is up.
+// mode nil when the time is up. Before a -D run's clock starts (a server
+// waiting for the first message) the stall limit bounds the wait.
 func (r *latRun) next() error {
 	pt := r.pt
 	var wcs []roce.WC
 	var err error
 	if r.dur.on {
+		since := time.Now()
 		for len(wcs) == 0 {
 			r.dur.update()
 			if r.dur.ended() {
 				return nil
+			}
+			if err := pt.cq.lost(); err != nil {
+				return err
+			}
+			if pt.ctx.Err() != nil {
+				return context.Cause(pt.ctx)
+			}
+			if !r.dur.started && time.Since(since) > pt.stall {
+				return errStall
 			}
 			n, werr := pt.cq.cq.WaitTimeout(pt.cq.buf, 10*time.Millisecond)
 			if werr != nil && !errors.Is(werr, context.DeadlineExceeded) {
@@ -311,6 +322,9 @@ func (r *latRun) awaitByte(off int, want byte) error {
 		}
 		if err := pt.cq.lost(); err != nil {
 			return err
+		}
+		if pt.ctx.Err() != nil {
+			return context.Cause(pt.ctx)
 		}
 		if waited > pt.stall {
 			return errStall

@@ -45,9 +45,13 @@ interface's first IPv4 GID, where the real tools would fail on RoCE.
 
 Environment: SROCE_LINK=auto|xdp|udp chooses the link (default auto: AF_XDP
 as root, the UDP link otherwise); SROCE_STALL_TIMEOUT (default 60s) is how
-long a run waits for a completion before it gives up.
+long a run waits for a completion before it gives up;
+SROCE_EXCHANGE_TIMEOUT (default 30s) bounds each message of the exchange;
+SROCE_ACCEPT_TIMEOUT (default 10m) is how long a server waits for a client.
+SIGINT and SIGTERM end a run with what it was waiting for.
 
-Exit status: 0 on success, 1 when the run failed, 2 for a bad command line.
+Exit status: 0 on success, 1 when the run failed or was interrupted, 2 for a
+bad command line.
 
 `
 
@@ -147,7 +151,8 @@ func runPingpong(e *env, ud bool, args []string) int {
 
 // run sets up, exchanges addresses, ping-pongs and prints the results.
 func (pp *pingpong) run() int {
-	ctx := context.Background()
+	defer pp.watchSignals()()
+	ctx := pp.ctx
 	p := pp.p
 	if err := pp.open(ctx, p.IBDev, p.ServerName); err != nil {
 		return pp.failErr(err)
@@ -179,11 +184,25 @@ func (pp *pingpong) run() int {
 		io.WriteString(pp.e.Stdout, oob.PingpongLocalLine(local))
 	}
 	connect := func(remote oob.Dest) error { return pp.connect(ctx, local, remote) }
+	var nc net.Conn
 	if pp.client {
 		addr := net.JoinHostPort(p.ServerName, strconv.Itoa(p.Port))
-		pp.remote, err = oob.DialPingpong(ctx, addr, pp.steps, local, connect)
+		pp.waitingFor("connecting to %s", addr)
+		nc, err = oob.Dial(ctx, addr, pp.steps.Connect)
 	} else {
-		pp.remote, err = oob.ServePingpong(ctx, ln, pp.steps, local, connect)
+		pp.waitingFor("waiting for a client to connect on TCP port %d", p.Port)
+		actx, cancel := context.WithTimeout(ctx, pp.steps.Accept)
+		nc, err = oob.AcceptOne(actx, ln)
+		cancel()
+	}
+	if err != nil {
+		return pp.failErr(err)
+	}
+	pp.waitingFor("in the TCP exchange with %s", nc.RemoteAddr())
+	if pp.client {
+		pp.remote, err = oob.PingpongClient(ctx, nc, pp.steps, local, connect)
+	} else {
+		pp.remote, err = oob.PingpongServer(ctx, nc, pp.steps, local, connect)
 	}
 	if err != nil {
 		return pp.failErr(err)
@@ -198,6 +217,9 @@ func (pp *pingpong) run() int {
 	io.WriteString(pp.e.Stdout, oob.PingpongResultLines(p.Size, p.Iters, elapsed))
 	pp.linger([]*roce.QP{pp.qp})
 	pp.cq.done()
+	if pp.interrupted() != nil {
+		return pp.failErr(context.Cause(pp.ctx))
+	}
 	if pp.badIter >= 0 {
 		for _, page := range pp.badPages {
 			fmt.Fprintf(pp.e.Stdout, "invalid data in page %d\n", page)
@@ -262,6 +284,7 @@ func (pp *pingpong) setup() error {
 	if err != nil {
 		return fmt.Errorf("Couldn't create QP: %v", err)
 	}
+	pp.watch = pp.qp
 	attr := roce.QPAttr{State: roce.QPStateInit, PortNum: 1}
 	mask := qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort
 	if p.UD {
@@ -448,10 +471,15 @@ func (pp *pingpong) loop() int {
 	return exitOK
 }
 
-// stalled reports a wait that gave up.
+// stalled reports a wait that gave up: no completion within the stall
+// limit, a signal, or another error.
 func (pp *pingpong) stalled(err error, scnt, rcnt int) int {
-	if errors.Is(err, errStall) {
+	var se *signalError
+	switch {
+	case errors.Is(err, errStall):
 		return pp.fail("no completion for %v after %d of %d exchanges: the peer stopped answering (%s)", pp.stall, rcnt, pp.p.Iters, pp.qpState(pp.qp))
+	case errors.As(err, &se):
+		return pp.fail("%s while waiting for a completion after %d of %d exchanges (%s)", se, rcnt, pp.p.Iters, pp.qpState(pp.qp))
 	}
 	return pp.fail("%s (after %d of %d exchanges)", errText(err), rcnt, pp.p.Iters)
 }

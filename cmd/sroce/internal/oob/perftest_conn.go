@@ -68,10 +68,12 @@ func DialPerftest(ctx context.Context, addr string, t Timeouts) (*Conn, error) {
 	return c, nil
 }
 
-// AcceptPerftest waits on ln for one client (until ctx is done), closes ln
-// and returns the server side of the connection.
+// AcceptPerftest waits on ln for one client (until ctx is done, or up to
+// t.Accept), closes ln and returns the server side of the connection.
 func AcceptPerftest(ctx context.Context, ln net.Listener, t Timeouts) (*Conn, error) {
-	nc, err := AcceptOne(ctx, ln)
+	actx, cancel := t.acceptContext(ctx)
+	nc, err := AcceptOne(actx, ln)
+	cancel()
 	if err != nil {
 		return nil, err
 	}

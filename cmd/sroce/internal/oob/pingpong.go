@@ -203,10 +203,12 @@ func DialPingpong(ctx context.Context, addr string, t Timeouts, local Dest, read
 	return PingpongClient(ctx, nc, t, local, ready)
 }
 
-// ServePingpong waits on ln for one client (until ctx is done), closes ln
-// and runs PingpongServer.
+// ServePingpong waits on ln for one client (until ctx is done, or up to
+// t.Accept), closes ln and runs PingpongServer.
 func ServePingpong(ctx context.Context, ln net.Listener, t Timeouts, local Dest, connect func(remote Dest) error) (Dest, error) {
-	nc, err := AcceptOne(ctx, ln)
+	actx, cancel := t.acceptContext(ctx)
+	nc, err := AcceptOne(actx, ln)
+	cancel()
 	if err != nil {
 		return Dest{}, err
 	}

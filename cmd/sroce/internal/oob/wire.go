@@ -33,6 +33,18 @@ type Timeouts struct {
 	// handshake after a run). Besides this limit, TCP keepalive notices a
 	// peer host that vanished within about 20 seconds.
 	PeerRun time.Duration
+	// Accept bounds a server's wait for its client (AcceptPerftest,
+	// ServePingpong); zero waits until the context is done, as the
+	// reference servers wait for as long as they run.
+	Accept time.Duration
+}
+
+// acceptContext returns ctx bounded by the Accept limit, if any.
+func (t Timeouts) acceptContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if t.Accept > 0 {
+		return context.WithTimeout(ctx, t.Accept)
+	}
+	return ctx, func() {}
 }
 
 // connect, step and peerRun return the limits with defaults applied.
