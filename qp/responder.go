@@ -348,201 +348,307 @@ func (q *QP) classC(code uint8, status WCStatus, psn bth.PSN) {
 
 // --- RC -------------------------------------------------------------------
 
+// fault is why the responder refuses an RC request, and so what it
+// answers: every fault but faultRNR is class C (rdma_rxe's
+// do_class_ac_error): a NAK, the receive in progress completed with an
+// error, and the QP moved to the error state.
+type fault uint8
+
+const (
+	faultNone      fault = iota
+	faultInvalid         // invalid request NAK, REM_INV_REQ_ERR
+	faultAccess          // remote access error NAK, REM_ACCESS_ERR
+	faultLength          // invalid request NAK, LOC_LEN_ERR: the receive buffer is too small
+	faultLocalProt       // remote operational error NAK, LOC_PROT_ERR: the receive buffer is bad
+	faultRNR             // RNR NAK: no receive request posted; nothing fails
+)
+
+// refuse answers a request that failed with f.
+func (q *QP) refuse(f fault, psn bth.PSN) {
+	switch f {
+	case faultRNR:
+		q.cnt[CntSendRNRErr]++
+		q.queueAck(bth.RNRSyndrome(q.attr.MinRNRTimer), psn)
+	case faultAccess:
+		q.classC(bth.NAKRemoteAccessError, WCRemAccessErr, psn)
+	case faultLength:
+		q.classC(bth.NAKInvalidRequest, WCLocLenErr, psn)
+	case faultLocalProt:
+		q.classC(bth.NAKRemoteOpError, WCLocProtErr, psn)
+	default:
+		q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+	}
+}
+
+// rcRequest executes an RC request packet, in the order of rdma_rxe's
+// responder: PSN, opcode sequence, opcode and QP access, resources,
+// length, then the operation itself.
 func (q *QP) rcRequest(pkt *bth.Packet) {
+	if !q.checkPSN(pkt) {
+		return
+	}
+	psn := pkt.BTH().PSN()
+	k := opKind(pkt.Opcode)
+	pos := pkt.Info().Position
+	f := q.checkOpSeq(k, pos)
+	if f == faultNone {
+		f = q.checkOpValid(k)
+	}
+	if f == faultNone {
+		f = q.checkResource(k)
+	}
+	if f == faultNone {
+		f = q.checkLength(pos, uint32(pkt.PayLen))
+	}
+	if f == faultNone {
+		switch {
+		case isWriteKind(k):
+			f = q.executeWrite(pkt, pos)
+		case k == kRead:
+			f = q.executeRead(pkt)
+			if f == faultNone {
+				return // a READ completes nothing here and is not ACKed
+			}
+		case isAtomicKind(k):
+			f = q.executeAtomic(pkt, k)
+			if f == faultNone {
+				return // answered by its atomic ACK
+			}
+		default:
+			f = q.executeSend(pkt)
+		}
+	}
+	if f != faultNone {
+		q.refuse(f, psn)
+		return
+	}
+	q.completeRequest(pkt, k, pos)
+}
+
+// checkPSN takes the packet's PSN: it reports true for the expected PSN.
+// A PSN ahead gets one sequence NAK per gap; an older one is a duplicate,
+// answered again.
+func (q *QP) checkPSN(pkt *bth.Packet) bool {
 	rs := &q.resp
-	b := pkt.BTH()
-	psn := b.PSN()
+	psn := pkt.BTH().PSN()
 	if d := psn.Diff(rs.psn); d > 0 {
 		if !rs.sentNak {
 			rs.sentNak = true
 			q.cnt[CntOutOfSeqRequest]++
 			q.queueAck(bth.NAKSyndrome(bth.NAKPSNSeqError), rs.psn)
 		}
-		return
+		return false
 	} else if d < 0 {
 		q.cnt[CntDuplicateRequest]++
 		q.duplicate(pkt, psn)
-		return
+		return false
 	}
 	rs.sentNak = false
+	return true
+}
 
-	info := pkt.Info()
-	k := opKind(pkt.Opcode)
-	pos := info.Position
+// checkOpSeq checks that the opcode may follow the previous packet: the
+// middle and last packets of a message continue one of the same kind, and
+// nothing else interrupts a message.
+func (q *QP) checkOpSeq(k uint8, pos bth.Position) fault {
+	rs := &q.resp
 	cont := pos == bth.PosMiddle || pos == bth.PosLast
 	switch {
 	case rs.inSend:
 		if !isSendKind(k) || !cont {
-			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
-			return
+			return faultInvalid
 		}
 	case rs.inWrite:
 		if !isWriteKind(k) || !cont {
-			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
-			return
+			return faultInvalid
 		}
 	case cont:
-		q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
-		return
+		return faultInvalid
 	}
+	return faultNone
+}
 
+// checkOpValid checks that the QP allows the operation: its remote access
+// flags, and an opcode this responder executes (FLUSH and ATOMIC_WRITE are
+// not supported).
+func (q *QP) checkOpValid(k uint8) fault {
 	acc := q.attr.AccessFlags
 	switch {
 	case isSendKind(k):
+		return faultNone
 	case isWriteKind(k):
-		if acc&mr.AccessRemoteWrite == 0 {
-			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
-			return
+		if acc&mr.AccessRemoteWrite != 0 {
+			return faultNone
 		}
 	case k == kRead:
-		if acc&mr.AccessRemoteRead == 0 {
-			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
-			return
+		if acc&mr.AccessRemoteRead != 0 {
+			return faultNone
 		}
 	case isAtomicKind(k):
-		if acc&mr.AccessRemoteAtomic == 0 {
-			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
-			return
+		if acc&mr.AccessRemoteAtomic != 0 {
+			return faultNone
 		}
-	default:
-		// FLUSH and ATOMIC_WRITE are not supported.
-		q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
-		return
 	}
+	return faultInvalid
+}
+
+// checkResource checks that the request has what it consumes: a
+// READ/atomic responder resource, or a receive request.
+func (q *QP) checkResource(k uint8) fault {
+	rs := &q.resp
 	if (k == kRead || isAtomicKind(k)) && rs.resBusy >= len(rs.res) {
 		// More READ/atomic requests outstanding than max_dest_rd_atomic
 		// (rounded up) allows: the IBTA's invalid request NAK. Without
 		// this check one packet could make the responder queue any
 		// number of READs at once.
 		q.cnt[CntRdAtomicExceeded]++
-		q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
-		return
+		return faultInvalid
 	}
 	if consumesRecv(k) && !q.takeRecv() {
-		q.cnt[CntSendRNRErr]++
-		q.queueAck(bth.RNRSyndrome(q.attr.MinRNRTimer), psn)
-		return
+		return faultRNR
 	}
+	return faultNone
+}
 
-	pay := uint32(pkt.PayLen)
+// checkLength checks the payload against the path MTU: first and middle
+// packets carry exactly one MTU, last packets 1 to MTU bytes.
+func (q *QP) checkLength(pos bth.Position, pay uint32) fault {
 	mtu := uint32(q.mtu)
 	switch pos {
 	case bth.PosOnly:
 		if pay > mtu {
-			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
-			return
+			return faultInvalid
 		}
 	case bth.PosFirst, bth.PosMiddle:
 		if pay != mtu {
-			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
-			return
+			return faultInvalid
 		}
 	case bth.PosLast:
 		if pay == 0 || pay > mtu {
-			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
-			return
+			return faultInvalid
 		}
 	}
+	return faultNone
+}
 
-	switch {
-	case isWriteKind(k):
-		if pos == bth.PosFirst || pos == bth.PosOnly {
-			reth := pkt.RETH()
-			n := reth.DMALen()
-			if n > MaxMsgSize {
-				q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
-				return
-			}
-			rs.wva, rs.wrkey, rs.wresid, rs.wlen = reth.VA(), reth.RKey(), n, n
-			if n != 0 {
-				if err := q.pd.CheckRemote(rs.wrkey, rs.wva, uint64(n), mr.AccessRemoteWrite); err != nil {
-					q.classC(bth.NAKRemoteAccessError, WCRemAccessErr, psn)
-					return
-				}
-			}
-		}
-		if rs.wresid > mtu {
-			if pay != mtu || b.PadCnt() != 0 {
-				q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
-				return
-			}
-		} else if pay != rs.wresid || (pos != bth.PosLast && pos != bth.PosOnly) {
-			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
-			return
-		}
-		if pay > 0 {
-			if err := q.pd.WriteRemote(rs.wrkey, rs.wva, pkt.PayloadBytes()); err != nil {
-				q.classC(bth.NAKRemoteAccessError, WCRemAccessErr, psn)
-				return
-			}
-		}
-		rs.wva += uint64(pay)
-		rs.wresid -= pay
-	case k == kRead:
+// executeWrite places one RDMA WRITE packet; the first packet's RETH is
+// checked against the R_Key for the whole message.
+func (q *QP) executeWrite(pkt *bth.Packet, pos bth.Position) fault {
+	rs := &q.resp
+	pay, mtu := uint32(pkt.PayLen), uint32(q.mtu)
+	if pos == bth.PosFirst || pos == bth.PosOnly {
 		reth := pkt.RETH()
-		va, rkey, n := reth.VA(), reth.RKey(), reth.DMALen()
+		n := reth.DMALen()
 		if n > MaxMsgSize {
-			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
-			return
+			return faultInvalid
 		}
+		rs.wva, rs.wrkey, rs.wresid, rs.wlen = reth.VA(), reth.RKey(), n, n
 		if n != 0 {
-			if err := q.pd.CheckRemote(rkey, va, uint64(n), mr.AccessRemoteRead); err != nil {
-				q.classC(bth.NAKRemoteAccessError, WCRemAccessErr, psn)
-				return
+			if err := q.pd.CheckRemote(rs.wrkey, rs.wva, uint64(n), mr.AccessRemoteWrite); err != nil {
+				return faultAccess
 			}
 		}
-		q.nextMSN() // C9-148: a READ counts when it is accepted
-		npkts := max((n+mtu-1)/mtu, 1)
-		i := q.newResource(resRead, psn, psn.Add(npkts-1))
-		r := &rs.res[i]
-		r.va, r.rkey, r.length = va, rkey, n
-		q.queueRead(i, psn, va, rkey, n, true)
-		rs.psn = psn.Add(npkts)
-		rs.inSend, rs.inWrite = false, false
-		return
-	case isAtomicKind(k):
-		a := pkt.AtomicETH()
-		va := a.VA()
-		if va&7 != 0 {
-			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
-			return
-		}
-		var orig uint64
-		var err error
-		if k == kCmpSwap {
-			orig, err = q.pd.CompareSwap(a.RKey(), va, a.Compare(), a.SwapAdd())
-		} else {
-			orig, err = q.pd.FetchAdd(a.RKey(), va, a.SwapAdd())
-		}
-		if err == mr.ErrAlignment {
-			q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
-			return
-		} else if err != nil {
-			q.classC(bth.NAKRemoteAccessError, WCRemAccessErr, psn)
-			return
-		}
-		q.nextMSN()
-		i := q.newResource(resAtomic, psn, psn)
-		rs.res[i].orig = orig
-		q.queueAtomicAck(i, psn, orig)
-		rs.psn = psn.Next()
-		rs.ackPSN = rs.psn
-		rs.inSend, rs.inWrite = false, false
-		return
-	default: // SEND
-		if pay > 0 {
-			if _, err := q.pd.Scatter(rs.rwqe.sgl, uint64(rs.roff), pkt.PayloadBytes()); err != nil {
-				if err == mr.ErrLength {
-					q.classC(bth.NAKInvalidRequest, WCLocLenErr, psn)
-				} else {
-					q.classC(bth.NAKRemoteOpError, WCLocProtErr, psn)
-				}
-				return
-			}
-		}
-		rs.roff += pay
 	}
+	if rs.wresid > mtu {
+		if pay != mtu || pkt.BTH().PadCnt() != 0 {
+			return faultInvalid
+		}
+	} else if pay != rs.wresid || (pos != bth.PosLast && pos != bth.PosOnly) {
+		return faultInvalid
+	}
+	if pay > 0 {
+		if err := q.pd.WriteRemote(rs.wrkey, rs.wva, pkt.PayloadBytes()); err != nil {
+			return faultAccess
+		}
+	}
+	rs.wva += uint64(pay)
+	rs.wresid -= pay
+	return faultNone
+}
 
+// executeRead accepts an RDMA READ request: it takes a responder resource
+// and queues the response, which Pump reads from memory as it sends.
+func (q *QP) executeRead(pkt *bth.Packet) fault {
+	rs := &q.resp
+	psn := pkt.BTH().PSN()
+	reth := pkt.RETH()
+	va, rkey, n := reth.VA(), reth.RKey(), reth.DMALen()
+	if n > MaxMsgSize {
+		return faultInvalid
+	}
+	if n != 0 {
+		if err := q.pd.CheckRemote(rkey, va, uint64(n), mr.AccessRemoteRead); err != nil {
+			return faultAccess
+		}
+	}
+	q.nextMSN() // C9-148: a READ counts when it is accepted
+	mtu := uint32(q.mtu)
+	npkts := max((n+mtu-1)/mtu, 1)
+	i := q.newResource(resRead, psn, psn.Add(npkts-1))
+	r := &rs.res[i]
+	r.va, r.rkey, r.length = va, rkey, n
+	q.queueRead(i, psn, va, rkey, n, true)
+	rs.psn = psn.Add(npkts)
+	rs.inSend, rs.inWrite = false, false
+	return faultNone
+}
+
+// executeAtomic executes a COMPARE_SWAP or FETCH_ADD once and queues its
+// atomic ACK; the original value is kept for a duplicate.
+func (q *QP) executeAtomic(pkt *bth.Packet, k uint8) fault {
+	rs := &q.resp
+	psn := pkt.BTH().PSN()
+	a := pkt.AtomicETH()
+	va := a.VA()
+	if va&7 != 0 {
+		return faultInvalid
+	}
+	var orig uint64
+	var err error
+	if k == kCmpSwap {
+		orig, err = q.pd.CompareSwap(a.RKey(), va, a.Compare(), a.SwapAdd())
+	} else {
+		orig, err = q.pd.FetchAdd(a.RKey(), va, a.SwapAdd())
+	}
+	if err == mr.ErrAlignment {
+		return faultInvalid
+	} else if err != nil {
+		return faultAccess
+	}
+	q.nextMSN()
+	i := q.newResource(resAtomic, psn, psn)
+	rs.res[i].orig = orig
+	q.queueAtomicAck(i, psn, orig)
+	rs.psn = psn.Next()
+	rs.ackPSN = rs.psn
+	rs.inSend, rs.inWrite = false, false
+	return faultNone
+}
+
+// executeSend scatters one SEND packet into the receive request.
+func (q *QP) executeSend(pkt *bth.Packet) fault {
+	rs := &q.resp
+	pay := uint32(pkt.PayLen)
+	if pay > 0 {
+		if _, err := q.pd.Scatter(rs.rwqe.sgl, uint64(rs.roff), pkt.PayloadBytes()); err != nil {
+			if err == mr.ErrLength {
+				return faultLength
+			}
+			return faultLocalProt
+		}
+	}
+	rs.roff += pay
+	return faultNone
+}
+
+// completeRequest finishes a SEND or WRITE packet that was executed: the
+// invalidation a SEND carries, the message and receive completion at its
+// last packet, and the ACK its AckReq asks for.
+func (q *QP) completeRequest(pkt *bth.Packet, k uint8, pos bth.Position) {
+	rs := &q.resp
+	b := pkt.BTH()
+	psn := b.PSN()
+	info := pkt.Info()
 	last := pos == bth.PosLast || pos == bth.PosOnly
 	var inv uint32
 	if info.Headers&bth.HdrIETH != 0 {
