@@ -23,7 +23,7 @@ const (
 	CntRDMARecvs                          // rdma_recvs: receive completions
 	CntAckDeferred                        // ack_deferred: ACKs merged into a later one
 	CntICRCError                          // icrc_error: frame with a bad invariant CRC
-	CntICRCUnchecked                      // icrc_unchecked: ICRC not checkable on this link (UDP socket), accepted
+	CntICRCUnchecked                      // icrc_unchecked: ICRC not checkable by a link that says so, accepted (no link in the tree)
 	CntMalformed                          // malformed: frame the parser rejected
 	CntNotRoCE                            // not_roce: frame that is not RoCEv2 (ignored)
 	CntBadDGID                            // bad_dgid: destination IP not in the GID table

@@ -59,6 +59,26 @@
 // crypto/rand (rxe's type 1 bind increments the key byte), and a REG_MR or
 // BIND_MW must change the key. WROpRegMR and WCRegMR have the kernel's
 // values (IB_WR_REG_MR, IB_WC_REG_MR): libibverbs has no REG_MR. FLUSH and
-// ATOMIC_WRITE requests are refused as unsupported opcodes. The responder merges the ACKs of requests taken in
-// one batch into one (ACK coalescing).
+// ATOMIC_WRITE requests are refused as unsupported opcodes.
+//
+// The responder keeps max_dest_rd_atomic READ/atomic resources rounded up
+// to a power of two, as rxe does, but unlike rxe it enforces them: a READ
+// or atomic that arrives while every resource still has responses queued
+// gets the invalid request NAK the IBTA names for too many outstanding
+// READ/atomic requests, and the QP moves to the error state. A duplicate
+// READ or atomic whose responses are still queued is answered by them, not
+// queued again. A duplicate SEND or WRITE is acknowledged with the PSN of
+// the last SEND, WRITE or atomic executed, as rxe's responder does since
+// 2018 (never a READ's PSN, which an rxe requester would take as that
+// READ's completion); rxe's own requester rules are checked on every frame
+// of the in-memory tests. The responder merges the ACKs of requests taken
+// in one batch into one (ACK coalescing), never moving an ACK to an
+// earlier PSN. The requester compares PSNs in its window as offsets from
+// the oldest unacknowledged one, so one READ may span 2^23 PSNs (2 GiB at
+// path MTU 256), where rxe's signed comparisons fail; it keeps exactly
+// max_rd_atomic READs/atomics outstanding (rxe rounds it up). Every
+// acknowledgement that completes a request, including the implied one of
+// a sequence or RNR NAK, restores the retry and RNR retry budgets, as in
+// rxe. A UD send whose Q_Key has the high bit set goes out with the QP's
+// own Q_Key (IBTA C10-15).
 package roce

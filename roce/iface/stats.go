@@ -38,6 +38,7 @@ func (p *Port) LinkStats() []Stat {
 		return []Stat{
 			{"rx_packets", s.RxPackets}, {"tx_packets", s.TxPackets},
 			{"rx_truncated", s.RxTruncated}, {"tx_malformed", s.TxMalformed},
+			{"rx_ip_id_recovered", s.RxIPIDRecovered}, {"rx_icrc_mismatch", s.RxICRCMismatch},
 		}
 	}
 	s := p.xsk.Socket().Stats()
