@@ -58,8 +58,15 @@ func (d *Device) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 // Cqe returns the capacity of the CQ.
 func (c *CQ) Cqe() int { return len(c.buf) }
 
-// Push appends a completion; it implements qp.CQ for the device loop.
-func (c *CQ) Push(wc qp.WC, solicited bool) bool {
+// cqSink is a CQ as the QPs of the loop see it: it implements qp.CQ on an
+// unexported type, so pushing completions is not part of the verbs API.
+type cqSink CQ
+
+func (s *cqSink) Push(wc qp.WC, solicited bool) bool { return (*CQ)(s).push(wc, solicited) }
+
+// push appends a completion from the device loop; it reports false when
+// the CQ is full (the completion is lost and the CQ is in error).
+func (c *CQ) push(wc qp.WC, solicited bool) bool {
 	c.mu.Lock()
 	if c.n == len(c.buf) {
 		first := !c.overflowed

@@ -206,8 +206,23 @@ func (d *Device) pump(now time.Duration) bool {
 
 // --- qp.Env -----------------------------------------------------------------
 
-// Frame implements qp.Env.
-func (d *Device) Frame(ah *qp.AH, n int) []byte {
+// env is the device as the QPs of its loop see it: it implements qp.Env on
+// an unexported type, so the loop's callbacks are not part of the verbs
+// API.
+type env Device
+
+func (e *env) Frame(ah *qp.AH, n int) []byte              { return (*Device)(e).frame(ah, n) }
+func (e *env) Send(ah *qp.AH, src bth.QPN, pkt []byte)    { (*Device)(e).send(ah, src, pkt) }
+func (e *env) ResolveAH(attr *qp.AHAttr, ah *qp.AH) error { return (*Device)(e).resolveAH(attr, ah) }
+func (e *env) Invalidate(pd *mr.PD, rkey uint32) error    { return pd.Invalidate(rkey, true) }
+func (e *env) Event(t qp.EventType, q *qp.QP, srq *qp.SRQ) {
+	(*Device)(e).event(t, q, srq)
+}
+
+// frame returns the next transmit buffer's room for a transport packet of
+// n bytes toward ah, or nil when the batch is full and the link takes
+// nothing. send completes the frame in that same buffer.
+func (d *Device) frame(ah *qp.AH, n int) []byte {
 	if d.txN == len(d.tx) {
 		d.flushTx()
 		if d.txN == len(d.tx) {
@@ -224,8 +239,9 @@ func (d *Device) Frame(ah *qp.AH, n int) []byte {
 	return f[hl : hl+n]
 }
 
-// Send implements qp.Env.
-func (d *Device) Send(ah *qp.AH, src bth.QPN, pkt []byte) {
+// send adds the Ethernet, IP and UDP headers and the ICRC around pkt, the
+// packet built in the buffer frame returned, and queues the frame.
+func (d *Device) send(ah *qp.AH, src bth.QPN, pkt []byte) {
 	f := d.tx[d.txN]
 	d.enc = ah.Encap
 	e := &d.enc
@@ -277,9 +293,8 @@ func (d *Device) flushTx() {
 	d.txN -= n
 }
 
-// ResolveAH implements qp.Env: it fills in the headers that carry packets
-// to attr's destination.
-func (d *Device) ResolveAH(attr *qp.AHAttr, ah *qp.AH) error {
+// resolveAH fills in the headers that carry packets to attr's destination.
+func (d *Device) resolveAH(attr *qp.AHAttr, ah *qp.AH) error {
 	if attr.PortNum > 1 {
 		return errors.New("port does not exist")
 	}
@@ -310,16 +325,8 @@ func (d *Device) ResolveAH(attr *qp.AHAttr, ah *qp.AH) error {
 	return nil
 }
 
-// Invalidate implements qp.Env for SEND with invalidate: it revokes rkey
-// for the QP whose view of its PD is pd, which only a fast-registration MR
-// with remote access or a type 2 memory window bound by that QP allows
-// (mr.PD.Invalidate). Any other key is refused and stays as it was.
-func (d *Device) Invalidate(pd *mr.PD, rkey uint32) error {
-	return pd.Invalidate(rkey, true)
-}
-
-// Event implements qp.Env.
-func (d *Device) Event(t qp.EventType, q *qp.QP, srq *qp.SRQ) {
+// event posts an asynchronous event about a QP or SRQ of the loop.
+func (d *Device) event(t qp.EventType, q *qp.QP, srq *qp.SRQ) {
 	ev := AsyncEvent{Type: t}
 	if q != nil {
 		ev.QP, _ = q.Context.(*QP)

@@ -168,7 +168,7 @@ func (pd *PD) CreateAH(attr *qp.AHAttr) (*AH, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ah := new(AH)
-	if err := d.ResolveAH(attr, ah); err != nil {
+	if err := d.resolveAH(attr, ah); err != nil {
 		return nil, err
 	}
 	return ah, nil

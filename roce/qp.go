@@ -198,8 +198,8 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	}
 	q := &QP{dev: d, pd: pd, init: *attr, heapIdx: -1}
 	cfg := &qp.Config{
-		QPN: qpn, Type: attr.Type, PD: pd.pd.ForQP(), SendCQ: attr.SendCQ, RecvCQ: attr.RecvCQ,
-		Cap: c, SigAll: attr.SigAll, PortMTU: d.portMTU, Env: d, Counters: &d.cnt, Context: q,
+		QPN: qpn, Type: attr.Type, PD: pd.pd.ForQP(), SendCQ: (*cqSink)(attr.SendCQ), RecvCQ: (*cqSink)(attr.RecvCQ),
+		Cap: c, SigAll: attr.SigAll, PortMTU: d.portMTU, Env: (*env)(d), Counters: &d.cnt, Context: q,
 	}
 	if attr.SRQ != nil {
 		cfg.SRQ = attr.SRQ.srq
