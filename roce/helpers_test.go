@@ -186,24 +186,9 @@ func (b *testbed) connect(q *roce.QP, n *node, rqpn bth.QPN, peer *node, o rcOpt
 	if o.noAccess {
 		acc = 0
 	}
-	if err := q.Modify(&roce.QPAttr{State: roce.QPStateInit, PortNum: 1, AccessFlags: acc},
-		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags); err != nil {
-		b.t.Fatal(err)
-	}
-	rtr := qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
-	if o.qpType == roce.QPTypeRC {
-		rtr |= qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
-	}
-	if err := q.Modify(&roce.QPAttr{State: roce.QPStateRTR, AH: n.ahTo(peer), PathMTU: o.mtu,
-		DestQPN: rqpn, RQPSN: rqPSN, MaxDestRdAtomic: o.rdAtomic, MinRNRTimer: o.minRNR}, rtr); err != nil {
-		b.t.Fatal(err)
-	}
-	rts := qp.AttrState | qp.AttrSQPSN
-	if o.qpType == roce.QPTypeRC {
-		rts |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
-	}
-	if err := q.Modify(&roce.QPAttr{State: roce.QPStateRTS, SQPSN: sqPSN, Timeout: o.timeout,
-		RetryCnt: o.retry, RNRRetry: o.rnr, MaxRdAtomic: o.rdAtomic}, rts); err != nil {
+	if err := q.Connect(&roce.ConnectAttr{Access: acc, AH: n.ahTo(peer), PathMTU: o.mtu, DestQPN: rqpn,
+		RQPSN: rqPSN, MaxDestRdAtomic: o.rdAtomic, MinRNRTimer: o.minRNR, SQPSN: sqPSN, Timeout: o.timeout,
+		RetryCnt: o.retry, RNRRetry: o.rnr, MaxRdAtomic: o.rdAtomic}); err != nil {
 		b.t.Fatal(err)
 	}
 	b.rules.connected(qpAddr{n.gid.Addr(), q.QPN()}, qpAddr{peer.gid.Addr(), rqpn}, o.mtu.Bytes())

@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/tests/netns/nsutil"
@@ -533,24 +532,12 @@ func (s *demoSide) connect(ctx context.Context, peer *demoSide, cfg *demoConfig)
 	if err != nil {
 		return fmt.Errorf("%s cannot address %s: %v", s.name, peer.name, err)
 	}
-	mtu := min(s.mtu, peer.mtu)
-	steps := []struct {
-		attr roce.QPAttr
-		mask roce.QPAttrMask
-	}{
-		{roce.QPAttr{State: roce.QPStateInit, PortNum: 1,
-			AccessFlags: roce.AccessRemoteWrite | roce.AccessRemoteRead | roce.AccessRemoteAtomic},
-			qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrAccessFlags},
-		{roce.QPAttr{State: roce.QPStateRTR, PathMTU: mtu, DestQPN: peer.qp.QPN(), RQPSN: peer.psn, AH: ah,
-			MaxDestRdAtomic: 16, MinRNRTimer: 12},
-			qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN | qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer},
-		{roce.QPAttr{State: roce.QPStateRTS, SQPSN: s.psn, Timeout: 12, RetryCnt: retry, RNRRetry: 7, MaxRdAtomic: 16},
-			qp.AttrState | qp.AttrSQPSN | qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic},
-	}
-	for _, st := range steps {
-		if err := s.qp.Modify(&st.attr, st.mask); err != nil {
-			return fmt.Errorf("%s: cannot move the QP to %v: %v", s.name, st.attr.State, err)
-		}
+	c := roce.ConnectAttr{Access: roce.AccessRemoteWrite | roce.AccessRemoteRead | roce.AccessRemoteAtomic,
+		AH: ah, PathMTU: min(s.mtu, peer.mtu), DestQPN: peer.qp.QPN(), RQPSN: peer.psn,
+		MaxDestRdAtomic: 16, MinRNRTimer: 12,
+		SQPSN: s.psn, Timeout: 12, RetryCnt: retry, RNRRetry: 7, MaxRdAtomic: 16}
+	if err := s.qp.Connect(&c); err != nil {
+		return fmt.Errorf("%s: %v", s.name, err)
 	}
 	return nil
 }

@@ -577,31 +577,20 @@ func (pt *perftest) connect(ctx context.Context, remote []oob.KeyMsg) error {
 			return err
 		}
 		av.TrafficClass = p.TClass
-		rtr := roce.QPAttr{State: roce.QPStateRTR}
-		mask := qp.AttrState
-		if p.Conn != oob.UD {
-			rtr.AH, rtr.PathMTU = av, roce.MTU(pt.pro.MTU)
-			rtr.DestQPN, rtr.RQPSN = bth.QPN(r.QPN), bth.PSN(r.PSN)
-			mask |= qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
-			if p.Conn == oob.RC {
-				rtr.MaxDestRdAtomic, rtr.MinRNRTimer = uint8(l.OutReads), oob.DefMinRNRTimer
-				mask |= qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
+		c := roce.ConnectAttr{AH: av, PathMTU: roce.MTU(pt.pro.MTU), DestQPN: bth.QPN(r.QPN), RQPSN: bth.PSN(r.PSN),
+			MaxDestRdAtomic: uint8(l.OutReads), MinRNRTimer: oob.DefMinRNRTimer, SQPSN: bth.PSN(l.PSN),
+			Timeout: p.QPTimeout, RetryCnt: oob.DefRetryCnt, RNRRetry: oob.DefRNRRetry,
+			MaxRdAtomic: uint8(min(int(r.OutReads), qp.MaxRdAtomic)), StayRTR: !toRTS}
+		if err := q.Connect(&c); err != nil {
+			var ce *roce.ConnectError
+			if errors.As(err, &ce) && ce.State == roce.QPStateRTR {
+				return fmt.Errorf("Failed to modify QP %d to RTR: %v", q.QPN(), ce.Err)
+			} else if errors.As(err, &ce) {
+				return fmt.Errorf("Failed to modify QP to RTS: %v", ce.Err)
 			}
-		}
-		if err := q.Modify(&rtr, mask); err != nil {
-			return fmt.Errorf("Failed to modify QP %d to RTR: %v", q.QPN(), err)
+			return err
 		}
 		if toRTS {
-			rts := roce.QPAttr{State: roce.QPStateRTS, SQPSN: bth.PSN(l.PSN)}
-			mask := qp.AttrState | qp.AttrSQPSN
-			if p.Conn == oob.RC {
-				rts.Timeout, rts.RetryCnt, rts.RNRRetry = p.QPTimeout, oob.DefRetryCnt, oob.DefRNRRetry
-				rts.MaxRdAtomic = uint8(min(int(r.OutReads), qp.MaxRdAtomic))
-				mask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
-			}
-			if err := q.Modify(&rts, mask); err != nil {
-				return fmt.Errorf("Failed to modify QP to RTS: %v", err)
-			}
 			if p.Conn == oob.UD {
 				ah, err := pt.pd.CreateAH(&av)
 				if err != nil {

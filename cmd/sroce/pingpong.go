@@ -321,30 +321,20 @@ func (pp *pingpong) connect(ctx context.Context, local, remote oob.Dest) error {
 	if err != nil {
 		return err
 	}
+	c := roce.ConnectAttr{AH: av, PathMTU: pp.mtu, DestQPN: bth.QPN(remote.QPN), RQPSN: bth.PSN(remote.PSN),
+		MaxDestRdAtomic: oob.RCMaxDestRdAtomic, MinRNRTimer: oob.RCMinRNRTimer, SQPSN: bth.PSN(local.PSN),
+		Timeout: oob.RCTimeout, RetryCnt: oob.RCRetryCnt, RNRRetry: oob.RCRNRRetry, MaxRdAtomic: oob.RCMaxRdAtomic}
+	if err := pp.qp.Connect(&c); err != nil {
+		var ce *roce.ConnectError
+		if errors.As(err, &ce) {
+			return fmt.Errorf("Failed to modify QP to %v: %v", ce.State, ce.Err)
+		}
+		return err
+	}
 	if pp.p.UD {
-		if err := pp.qp.Modify(&roce.QPAttr{State: roce.QPStateRTR}, qp.AttrState); err != nil {
-			return fmt.Errorf("Failed to modify QP to RTR: %v", err)
-		}
-		if err := pp.qp.Modify(&roce.QPAttr{State: roce.QPStateRTS, SQPSN: bth.PSN(local.PSN)},
-			qp.AttrState|qp.AttrSQPSN); err != nil {
-			return fmt.Errorf("Failed to modify QP to RTS: %v", err)
-		}
 		if pp.ah, err = pp.pd.CreateAH(&av); err != nil {
 			return fmt.Errorf("Failed to create AH: %v", err)
 		}
-		return nil
-	}
-	rtr := roce.QPAttr{State: roce.QPStateRTR, PathMTU: pp.mtu, DestQPN: bth.QPN(remote.QPN),
-		RQPSN: bth.PSN(remote.PSN), MaxDestRdAtomic: oob.RCMaxDestRdAtomic, MinRNRTimer: oob.RCMinRNRTimer, AH: av}
-	if err := pp.qp.Modify(&rtr, qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN|
-		qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer); err != nil {
-		return fmt.Errorf("Failed to modify QP to RTR: %v", err)
-	}
-	rts := roce.QPAttr{State: roce.QPStateRTS, Timeout: oob.RCTimeout, RetryCnt: oob.RCRetryCnt,
-		RNRRetry: oob.RCRNRRetry, SQPSN: bth.PSN(local.PSN), MaxRdAtomic: oob.RCMaxRdAtomic}
-	if err := pp.qp.Modify(&rts, qp.AttrState|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|
-		qp.AttrSQPSN|qp.AttrMaxQPRdAtomic); err != nil {
-		return fmt.Errorf("Failed to modify QP to RTS: %v", err)
 	}
 	return nil
 }

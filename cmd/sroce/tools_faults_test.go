@@ -164,9 +164,8 @@ func (f *fakePeer) toRTR(remote oob.KeyMsg) error {
 	if err != nil {
 		return err
 	}
-	return f.qp.Modify(&roce.QPAttr{State: roce.QPStateRTR, AH: av, PathMTU: roce.MTU1024,
-		DestQPN: bth.QPN(remote.QPN), RQPSN: bth.PSN(remote.PSN), MaxDestRdAtomic: 1, MinRNRTimer: 12},
-		qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN|qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer)
+	return f.qp.Connect(&roce.ConnectAttr{AH: av, PathMTU: roce.MTU1024, DestQPN: bth.QPN(remote.QPN),
+		RQPSN: bth.PSN(remote.PSN), MaxDestRdAtomic: 1, MinRNRTimer: 12, StayRTR: true})
 }
 
 // serveWriteBW runs the server side of ib_write_bw's exchange with key k

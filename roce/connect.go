@@ -1,0 +1,100 @@
+package roce
+
+import (
+	"fmt"
+
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/qp"
+)
+
+// ConnectAttr is what a QP needs to move from RESET or INIT to RTS: the
+// attributes ibv_modify_qp takes on the way, for every transport. Fields a
+// transport does not use are ignored: UD takes none of the path fields and
+// UC none of the READ/atomic, RNR and retry ones.
+type ConnectAttr struct {
+	// INIT (a QP already in INIT keeps its own).
+	Access    Access
+	PKeyIndex uint16
+	// QKey is the UD QP's own Q_Key.
+	QKey uint32
+
+	// RTR: the path to the peer and what the responder allows.
+	AH              AHAttr
+	PathMTU         MTU
+	DestQPN         bth.QPN
+	RQPSN           bth.PSN
+	MaxDestRdAtomic uint8
+	MinRNRTimer     uint8
+
+	// RTS: the requester.
+	SQPSN       bth.PSN
+	Timeout     uint8
+	RetryCnt    uint8
+	RNRRetry    uint8
+	MaxRdAtomic uint8
+
+	// StayRTR leaves the QP in RTR, as a side that only receives may.
+	StayRTR bool
+}
+
+// ConnectError is the error of Connect: the state the QP was refused.
+type ConnectError struct {
+	QPN   bth.QPN
+	State QPState
+	Err   error
+}
+
+func (e *ConnectError) Error() string {
+	return fmt.Sprintf("cannot move QP %v to %v: %v", e.QPN, e.State, e.Err)
+}
+
+func (e *ConnectError) Unwrap() error { return e.Err }
+
+// Connect moves q through INIT, RTR and RTS with the attributes each
+// transition requires for q's transport (one ibv_modify_qp per state, as
+// verbs programs do). The error is a *ConnectError naming the state that
+// was refused.
+func (q *QP) Connect(c *ConnectAttr) error {
+	typ := q.Type()
+	datagram := typ == QPTypeUD || typ == qp.TypeGSI
+	if q.State() == QPStateReset {
+		init := QPAttr{State: QPStateInit, PKeyIndex: c.PKeyIndex, PortNum: 1}
+		mask := qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort
+		if datagram {
+			init.QKey = c.QKey
+			mask |= qp.AttrQKey
+		} else {
+			init.AccessFlags = c.Access
+			mask |= qp.AttrAccessFlags
+		}
+		if err := q.Modify(&init, mask); err != nil {
+			return &ConnectError{q.QPN(), QPStateInit, err}
+		}
+	}
+	rtr := QPAttr{State: QPStateRTR}
+	mask := qp.AttrState
+	if !datagram {
+		rtr.AH, rtr.PathMTU, rtr.DestQPN, rtr.RQPSN = c.AH, c.PathMTU, c.DestQPN, c.RQPSN
+		mask |= qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
+		if typ == QPTypeRC {
+			rtr.MaxDestRdAtomic, rtr.MinRNRTimer = c.MaxDestRdAtomic, c.MinRNRTimer
+			mask |= qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
+		}
+	}
+	if err := q.Modify(&rtr, mask); err != nil {
+		return &ConnectError{q.QPN(), QPStateRTR, err}
+	}
+	if c.StayRTR {
+		return nil
+	}
+	rts := QPAttr{State: QPStateRTS, SQPSN: c.SQPSN}
+	mask = qp.AttrState | qp.AttrSQPSN
+	if typ == QPTypeRC {
+		rts.Timeout, rts.RetryCnt, rts.RNRRetry, rts.MaxRdAtomic = c.Timeout, c.RetryCnt, c.RNRRetry, c.MaxRdAtomic
+		mask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
+	}
+	if err := q.Modify(&rts, mask); err != nil {
+		return &ConnectError{q.QPN(), QPStateRTS, err}
+	}
+	return nil
+}
