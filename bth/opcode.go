@@ -152,6 +152,7 @@ func (p Position) String() string {
 // OpInfo describes one opcode.
 type OpInfo struct {
 	Name     string   // IBTA name, e.g. RC_RDMA_WRITE_FIRST
+	Op       Op       // what the packet does
 	Service  Service  // RC, UC, UD or CNP
 	Headers  Hdr      // extended headers present
 	Order    []Hdr    // the extended headers in wire order after the BTH
@@ -165,6 +166,28 @@ type OpInfo struct {
 	valid        bool
 	off          [numHdr]uint8 // offset of each header after the BTH
 }
+
+// Op is what an opcode does, whatever its transport and its position in a
+// message: the one classification of opcodes that the transport uses.
+type Op uint8
+
+// Operations.
+const (
+	OpSend         Op = iota + 1 // SEND, with or without immediate or invalidate
+	OpWrite                      // RDMA WRITE, with or without immediate
+	OpReadRequest                // RDMA READ request
+	OpReadResponse               // RDMA READ response
+	OpAck                        // ACKNOWLEDGE (ACK, RNR NAK, NAK)
+	OpAtomicAck                  // ATOMIC ACKNOWLEDGE
+	OpCompareSwap                // COMPARE_SWAP
+	OpFetchAdd                   // FETCH_ADD
+	OpFlush                      // FLUSH
+	OpAtomicWrite                // ATOMIC_WRITE
+	OpCNP                        // congestion notification
+)
+
+// Atomic reports whether o is COMPARE_SWAP or FETCH_ADD.
+func (o Op) Atomic() bool { return o == OpCompareSwap || o == OpFetchAdd }
 
 // Valid reports whether the table knows this opcode.
 func (o Opcode) Valid() bool { return opTable[o].valid }
@@ -191,8 +214,8 @@ func (i *OpInfo) Offset(h Hdr) (int, bool) {
 
 var opTable [256]OpInfo
 
-func def(op Opcode, name string, svc Service, pos Position, req, payload bool, hdrs ...Hdr) {
-	info := OpInfo{Name: name, Service: svc, Position: pos, Request: req, Payload: payload, Order: hdrs, FixedPayload: -1, valid: true}
+func def(op Opcode, name string, what Op, svc Service, pos Position, req, payload bool, hdrs ...Hdr) {
+	info := OpInfo{Name: name, Op: what, Service: svc, Position: pos, Request: req, Payload: payload, Order: hdrs, FixedPayload: -1, valid: true}
 	if !payload {
 		info.FixedPayload = 0
 	}
@@ -212,36 +235,36 @@ func init() {
 		p    string
 	}{{serviceRC, ServiceRC, "RC_"}, {serviceUC, ServiceUC, "UC_"}} {
 		b, s, p := svc.base, svc.s, svc.p
-		def(b|0x00, p+"SEND_FIRST", s, PosFirst, true, true)
-		def(b|0x01, p+"SEND_MIDDLE", s, PosMiddle, true, true)
-		def(b|0x02, p+"SEND_LAST", s, PosLast, true, true)
-		def(b|0x03, p+"SEND_LAST_WITH_IMMEDIATE", s, PosLast, true, true, HdrImmDt)
-		def(b|0x04, p+"SEND_ONLY", s, PosOnly, true, true)
-		def(b|0x05, p+"SEND_ONLY_WITH_IMMEDIATE", s, PosOnly, true, true, HdrImmDt)
-		def(b|0x06, p+"RDMA_WRITE_FIRST", s, PosFirst, true, true, HdrRETH)
-		def(b|0x07, p+"RDMA_WRITE_MIDDLE", s, PosMiddle, true, true)
-		def(b|0x08, p+"RDMA_WRITE_LAST", s, PosLast, true, true)
-		def(b|0x09, p+"RDMA_WRITE_LAST_WITH_IMMEDIATE", s, PosLast, true, true, HdrImmDt)
-		def(b|0x0a, p+"RDMA_WRITE_ONLY", s, PosOnly, true, true, HdrRETH)
-		def(b|0x0b, p+"RDMA_WRITE_ONLY_WITH_IMMEDIATE", s, PosOnly, true, true, HdrRETH, HdrImmDt)
+		def(b|0x00, p+"SEND_FIRST", OpSend, s, PosFirst, true, true)
+		def(b|0x01, p+"SEND_MIDDLE", OpSend, s, PosMiddle, true, true)
+		def(b|0x02, p+"SEND_LAST", OpSend, s, PosLast, true, true)
+		def(b|0x03, p+"SEND_LAST_WITH_IMMEDIATE", OpSend, s, PosLast, true, true, HdrImmDt)
+		def(b|0x04, p+"SEND_ONLY", OpSend, s, PosOnly, true, true)
+		def(b|0x05, p+"SEND_ONLY_WITH_IMMEDIATE", OpSend, s, PosOnly, true, true, HdrImmDt)
+		def(b|0x06, p+"RDMA_WRITE_FIRST", OpWrite, s, PosFirst, true, true, HdrRETH)
+		def(b|0x07, p+"RDMA_WRITE_MIDDLE", OpWrite, s, PosMiddle, true, true)
+		def(b|0x08, p+"RDMA_WRITE_LAST", OpWrite, s, PosLast, true, true)
+		def(b|0x09, p+"RDMA_WRITE_LAST_WITH_IMMEDIATE", OpWrite, s, PosLast, true, true, HdrImmDt)
+		def(b|0x0a, p+"RDMA_WRITE_ONLY", OpWrite, s, PosOnly, true, true, HdrRETH)
+		def(b|0x0b, p+"RDMA_WRITE_ONLY_WITH_IMMEDIATE", OpWrite, s, PosOnly, true, true, HdrRETH, HdrImmDt)
 	}
-	def(RCReadRequest, "RC_RDMA_READ_REQUEST", ServiceRC, PosOnly, true, false, HdrRETH)
-	def(RCReadResponseFirst, "RC_RDMA_READ_RESPONSE_FIRST", ServiceRC, PosFirst, false, true, HdrAETH)
-	def(RCReadResponseMiddle, "RC_RDMA_READ_RESPONSE_MIDDLE", ServiceRC, PosMiddle, false, true)
-	def(RCReadResponseLast, "RC_RDMA_READ_RESPONSE_LAST", ServiceRC, PosLast, false, true, HdrAETH)
-	def(RCReadResponseOnly, "RC_RDMA_READ_RESPONSE_ONLY", ServiceRC, PosOnly, false, true, HdrAETH)
-	def(RCAcknowledge, "RC_ACKNOWLEDGE", ServiceRC, PosOnly, false, false, HdrAETH)
-	def(RCAtomicAcknowledge, "RC_ATOMIC_ACKNOWLEDGE", ServiceRC, PosOnly, false, false, HdrAETH, HdrAtomicAckETH)
-	def(RCCompareSwap, "RC_COMPARE_SWAP", ServiceRC, PosOnly, true, false, HdrAtomicETH)
-	def(RCFetchAdd, "RC_FETCH_ADD", ServiceRC, PosOnly, true, false, HdrAtomicETH)
-	def(RCSendLastInvalidate, "RC_SEND_LAST_WITH_INVALIDATE", ServiceRC, PosLast, true, true, HdrIETH)
-	def(RCSendOnlyInvalidate, "RC_SEND_ONLY_WITH_INVALIDATE", ServiceRC, PosOnly, true, true, HdrIETH)
-	def(RCFlush, "RC_FLUSH", ServiceRC, PosOnly, true, false, HdrFETH, HdrRETH)
-	def(RCAtomicWrite, "RC_ATOMIC_WRITE", ServiceRC, PosOnly, true, true, HdrRETH)
+	def(RCReadRequest, "RC_RDMA_READ_REQUEST", OpReadRequest, ServiceRC, PosOnly, true, false, HdrRETH)
+	def(RCReadResponseFirst, "RC_RDMA_READ_RESPONSE_FIRST", OpReadResponse, ServiceRC, PosFirst, false, true, HdrAETH)
+	def(RCReadResponseMiddle, "RC_RDMA_READ_RESPONSE_MIDDLE", OpReadResponse, ServiceRC, PosMiddle, false, true)
+	def(RCReadResponseLast, "RC_RDMA_READ_RESPONSE_LAST", OpReadResponse, ServiceRC, PosLast, false, true, HdrAETH)
+	def(RCReadResponseOnly, "RC_RDMA_READ_RESPONSE_ONLY", OpReadResponse, ServiceRC, PosOnly, false, true, HdrAETH)
+	def(RCAcknowledge, "RC_ACKNOWLEDGE", OpAck, ServiceRC, PosOnly, false, false, HdrAETH)
+	def(RCAtomicAcknowledge, "RC_ATOMIC_ACKNOWLEDGE", OpAtomicAck, ServiceRC, PosOnly, false, false, HdrAETH, HdrAtomicAckETH)
+	def(RCCompareSwap, "RC_COMPARE_SWAP", OpCompareSwap, ServiceRC, PosOnly, true, false, HdrAtomicETH)
+	def(RCFetchAdd, "RC_FETCH_ADD", OpFetchAdd, ServiceRC, PosOnly, true, false, HdrAtomicETH)
+	def(RCSendLastInvalidate, "RC_SEND_LAST_WITH_INVALIDATE", OpSend, ServiceRC, PosLast, true, true, HdrIETH)
+	def(RCSendOnlyInvalidate, "RC_SEND_ONLY_WITH_INVALIDATE", OpSend, ServiceRC, PosOnly, true, true, HdrIETH)
+	def(RCFlush, "RC_FLUSH", OpFlush, ServiceRC, PosOnly, true, false, HdrFETH, HdrRETH)
+	def(RCAtomicWrite, "RC_ATOMIC_WRITE", OpAtomicWrite, ServiceRC, PosOnly, true, true, HdrRETH)
 	opTable[RCAtomicWrite].FixedPayload = atomicWritePayloadLen
-	def(UDSendOnly, "UD_SEND_ONLY", ServiceUD, PosOnly, true, true, HdrDETH)
-	def(UDSendOnlyImm, "UD_SEND_ONLY_WITH_IMMEDIATE", ServiceUD, PosOnly, true, true, HdrDETH, HdrImmDt)
-	def(CNP, "CNP", ServiceCNP, PosOnly, false, false, HdrCNPResv)
+	def(UDSendOnly, "UD_SEND_ONLY", OpSend, ServiceUD, PosOnly, true, true, HdrDETH)
+	def(UDSendOnlyImm, "UD_SEND_ONLY_WITH_IMMEDIATE", OpSend, ServiceUD, PosOnly, true, true, HdrDETH, HdrImmDt)
+	def(CNP, "CNP", OpCNP, ServiceCNP, PosOnly, false, false, HdrCNPResv)
 }
 
 // Syndrome is the AETH syndrome byte: bits 7:5 give the kind (ACK, RNR NAK,

@@ -14,33 +14,11 @@ import (
 	"github.com/sroce/sroce/mr"
 )
 
-// Low five bits of RC and UC opcodes.
-const (
-	kSendFirst   = 0x00
-	kSendMiddle  = 0x01
-	kSendLast    = 0x02
-	kSendLastImm = 0x03
-	kSendOnly    = 0x04
-	kSendOnlyImm = 0x05
-	kWriteFirst  = 0x06
-	kWriteLast   = 0x08
-	kWriteLImm   = 0x09
-	kWriteOnly   = 0x0a
-	kWriteOImm   = 0x0b
-	kRead        = 0x0c
-	kCmpSwap     = 0x13
-	kFetchAdd    = 0x14
-	kSendLastInv = 0x16
-	kSendOnlyInv = 0x17
-)
-
-func opKind(op bth.Opcode) uint8 { return uint8(op) & 0x1f }
-func isSendKind(k uint8) bool    { return k <= kSendOnlyImm || k == kSendLastInv || k == kSendOnlyInv }
-func isWriteKind(k uint8) bool   { return k >= kWriteFirst && k <= kWriteOImm }
-func isAtomicKind(k uint8) bool  { return k == kCmpSwap || k == kFetchAdd }
-
-// consumesRecv reports whether an opcode takes a receive work request.
-func consumesRecv(k uint8) bool { return isSendKind(k) || k == kWriteLImm || k == kWriteOImm }
+// consumesRecv reports whether a request takes a receive work request: a
+// SEND, or an RDMA WRITE with immediate.
+func consumesRecv(info *bth.OpInfo) bool {
+	return info.Op == bth.OpSend || info.Op == bth.OpWrite && info.Headers&bth.HdrImmDt != 0
+}
 
 const (
 	resRead   = 1
@@ -388,28 +366,28 @@ func (q *QP) rcRequest(pkt *bth.Packet) {
 		return
 	}
 	psn := pkt.BTH().PSN()
-	k := opKind(pkt.Opcode)
+	k := pkt.Info().Op
 	pos := pkt.Info().Position
 	f := q.checkOpSeq(k, pos)
 	if f == faultNone {
 		f = q.checkOpValid(k)
 	}
 	if f == faultNone {
-		f = q.checkResource(k)
+		f = q.checkResource(pkt.Info())
 	}
 	if f == faultNone {
 		f = q.checkLength(pos, uint32(pkt.PayLen))
 	}
 	if f == faultNone {
 		switch {
-		case isWriteKind(k):
+		case k == bth.OpWrite:
 			f = q.executeWrite(pkt, pos)
-		case k == kRead:
+		case k == bth.OpReadRequest:
 			f = q.executeRead(pkt)
 			if f == faultNone {
 				return // a READ completes nothing here and is not ACKed
 			}
-		case isAtomicKind(k):
+		case k.Atomic():
 			f = q.executeAtomic(pkt, k)
 			if f == faultNone {
 				return // answered by its atomic ACK
@@ -450,16 +428,16 @@ func (q *QP) checkPSN(pkt *bth.Packet) bool {
 // checkOpSeq checks that the opcode may follow the previous packet: the
 // middle and last packets of a message continue one of the same kind, and
 // nothing else interrupts a message.
-func (q *QP) checkOpSeq(k uint8, pos bth.Position) fault {
+func (q *QP) checkOpSeq(k bth.Op, pos bth.Position) fault {
 	rs := &q.resp
 	cont := pos == bth.PosMiddle || pos == bth.PosLast
 	switch {
 	case rs.inSend:
-		if !isSendKind(k) || !cont {
+		if k != bth.OpSend || !cont {
 			return faultInvalid
 		}
 	case rs.inWrite:
-		if !isWriteKind(k) || !cont {
+		if k != bth.OpWrite || !cont {
 			return faultInvalid
 		}
 	case cont:
@@ -471,20 +449,20 @@ func (q *QP) checkOpSeq(k uint8, pos bth.Position) fault {
 // checkOpValid checks that the QP allows the operation: its remote access
 // flags, and an opcode this responder executes (FLUSH and ATOMIC_WRITE are
 // not supported).
-func (q *QP) checkOpValid(k uint8) fault {
+func (q *QP) checkOpValid(k bth.Op) fault {
 	acc := q.attr.AccessFlags
 	switch {
-	case isSendKind(k):
+	case k == bth.OpSend:
 		return faultNone
-	case isWriteKind(k):
+	case k == bth.OpWrite:
 		if acc&mr.AccessRemoteWrite != 0 {
 			return faultNone
 		}
-	case k == kRead:
+	case k == bth.OpReadRequest:
 		if acc&mr.AccessRemoteRead != 0 {
 			return faultNone
 		}
-	case isAtomicKind(k):
+	case k.Atomic():
 		if acc&mr.AccessRemoteAtomic != 0 {
 			return faultNone
 		}
@@ -494,9 +472,10 @@ func (q *QP) checkOpValid(k uint8) fault {
 
 // checkResource checks that the request has what it consumes: a
 // READ/atomic responder resource, or a receive request.
-func (q *QP) checkResource(k uint8) fault {
+func (q *QP) checkResource(info *bth.OpInfo) fault {
+	k := info.Op
 	rs := &q.resp
-	if (k == kRead || isAtomicKind(k)) && rs.resBusy >= len(rs.res) {
+	if (k == bth.OpReadRequest || k.Atomic()) && rs.resBusy >= len(rs.res) {
 		// More READ/atomic requests outstanding than max_dest_rd_atomic
 		// (rounded up) allows: the IBTA's invalid request NAK. Without
 		// this check one packet could make the responder queue any
@@ -504,7 +483,7 @@ func (q *QP) checkResource(k uint8) fault {
 		q.cnt[CntRdAtomicExceeded]++
 		return faultInvalid
 	}
-	if consumesRecv(k) && !q.takeRecv() {
+	if consumesRecv(info) && !q.takeRecv() {
 		return faultRNR
 	}
 	return faultNone
@@ -595,7 +574,7 @@ func (q *QP) executeRead(pkt *bth.Packet) fault {
 
 // executeAtomic executes a COMPARE_SWAP or FETCH_ADD once and queues its
 // atomic ACK; the original value is kept for a duplicate.
-func (q *QP) executeAtomic(pkt *bth.Packet, k uint8) fault {
+func (q *QP) executeAtomic(pkt *bth.Packet, k bth.Op) fault {
 	rs := &q.resp
 	psn := pkt.BTH().PSN()
 	a := pkt.AtomicETH()
@@ -605,7 +584,7 @@ func (q *QP) executeAtomic(pkt *bth.Packet, k uint8) fault {
 	}
 	var orig uint64
 	var err error
-	if k == kCmpSwap {
+	if k == bth.OpCompareSwap {
 		orig, err = q.pd.CompareSwap(a.RKey(), va, a.Compare(), a.SwapAdd())
 	} else {
 		orig, err = q.pd.FetchAdd(a.RKey(), va, a.SwapAdd())
@@ -644,7 +623,7 @@ func (q *QP) executeSend(pkt *bth.Packet) fault {
 // completeRequest finishes a SEND or WRITE packet that was executed: the
 // invalidation a SEND carries, the message and receive completion at its
 // last packet, and the ACK its AckReq asks for.
-func (q *QP) completeRequest(pkt *bth.Packet, k uint8, pos bth.Position) {
+func (q *QP) completeRequest(pkt *bth.Packet, k bth.Op, pos bth.Position) {
 	rs := &q.resp
 	b := pkt.BTH()
 	psn := b.PSN()
@@ -663,11 +642,11 @@ func (q *QP) completeRequest(pkt *bth.Packet, k uint8, pos bth.Position) {
 	}
 	rs.psn = psn.Next()
 	rs.ackPSN = rs.psn
-	rs.inSend = isSendKind(k) && !last
-	rs.inWrite = isWriteKind(k) && !last
-	if last && consumesRecv(k) {
+	rs.inSend = k == bth.OpSend && !last
+	rs.inWrite = k == bth.OpWrite && !last
+	if last && consumesRecv(pkt.Info()) {
 		wc := WC{Opcode: WCRecv, ByteLen: rs.roff}
-		if isWriteKind(k) {
+		if k == bth.OpWrite {
 			wc.Opcode = WCRecvRDMAWithImm
 			wc.ByteLen = rs.wlen
 		}
@@ -679,7 +658,7 @@ func (q *QP) completeRequest(pkt *bth.Packet, k uint8, pos bth.Position) {
 			wc.Flags |= WCWithInv
 			wc.InvalidatedRKey = inv
 		}
-		if isSendKind(k) {
+		if k == bth.OpSend {
 			q.cnt[CntRDMASends]++
 		}
 		q.completeRecv(&wc, b.SE())
@@ -697,13 +676,13 @@ func (q *QP) completeRequest(pkt *bth.Packet, k uint8, pos bth.Position) {
 // atomics return the saved original value without executing again.
 func (q *QP) duplicate(pkt *bth.Packet, psn bth.PSN) {
 	rs := &q.resp
-	k := opKind(pkt.Opcode)
+	k := pkt.Info().Op
 	switch {
-	case isSendKind(k) || isWriteKind(k):
+	case k == bth.OpSend || k == bth.OpWrite:
 		// The PSN of the last SEND, WRITE or atomic executed: never a
 		// READ's, which would complete that READ at an rxe requester.
 		q.queueAck(bth.SyndromeACKUnlimited, rs.ackPSN.Add(bth.PSNMask))
-	case k == kRead:
+	case k == bth.OpReadRequest:
 		i := q.findResource(resRead, psn)
 		if i < 0 {
 			q.cnt[CntDupNoResource]++
@@ -723,7 +702,7 @@ func (q *QP) duplicate(pkt *bth.Packet, psn bth.PSN) {
 			return
 		}
 		q.queueRead(i, psn, va, r.rkey, uint32(n), psn == r.firstPSN)
-	case isAtomicKind(k):
+	case k.Atomic():
 		i := q.findResource(resAtomic, psn)
 		if i < 0 {
 			q.cnt[CntDupNoResource]++
@@ -826,7 +805,7 @@ func (q *QP) ucRequest(pkt *bth.Packet) {
 	b := pkt.BTH()
 	psn := b.PSN()
 	info := pkt.Info()
-	k := opKind(pkt.Opcode)
+	k := pkt.Info().Op
 	pos := info.Position
 	start := pos == bth.PosFirst || pos == bth.PosOnly
 	if rs.dropMsg || psn != rs.psn {
@@ -845,15 +824,15 @@ func (q *QP) ucRequest(pkt *bth.Packet) {
 			rs.inSend, rs.inWrite = false, false
 			rs.roff = 0
 		}
-	} else if !(rs.inSend && isSendKind(k) || rs.inWrite && isWriteKind(k)) {
+	} else if !(rs.inSend && k == bth.OpSend || rs.inWrite && k == bth.OpWrite) {
 		q.ucDrop()
 		return
 	}
-	if isWriteKind(k) && q.attr.AccessFlags&mr.AccessRemoteWrite == 0 {
+	if k == bth.OpWrite && q.attr.AccessFlags&mr.AccessRemoteWrite == 0 {
 		q.ucDrop()
 		return
 	}
-	if consumesRecv(k) && !q.takeRecv() {
+	if consumesRecv(pkt.Info()) && !q.takeRecv() {
 		q.ucDrop()
 		return
 	}
@@ -866,7 +845,7 @@ func (q *QP) ucRequest(pkt *bth.Packet) {
 		q.ucDrop()
 		return
 	}
-	if isWriteKind(k) {
+	if k == bth.OpWrite {
 		if start {
 			reth := pkt.RETH()
 			n := reth.DMALen()
@@ -895,13 +874,13 @@ func (q *QP) ucRequest(pkt *bth.Packet) {
 	}
 	last := pos == bth.PosLast || pos == bth.PosOnly
 	rs.psn = psn.Next()
-	rs.inSend = isSendKind(k) && !last
-	rs.inWrite = isWriteKind(k) && !last
+	rs.inSend = k == bth.OpSend && !last
+	rs.inWrite = k == bth.OpWrite && !last
 	if last {
 		q.nextMSN()
-		if consumesRecv(k) {
+		if consumesRecv(pkt.Info()) {
 			wc := WC{Opcode: WCRecv, ByteLen: rs.roff}
-			if isWriteKind(k) {
+			if k == bth.OpWrite {
 				wc.Opcode = WCRecvRDMAWithImm
 				wc.ByteLen = rs.wlen
 			}
