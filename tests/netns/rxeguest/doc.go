@@ -3,10 +3,11 @@
 // (rdma-core, perftest) over real RoCEv2 traffic.
 //
 // The guest image is a Debian bookworm root made with debootstrap (6.1
-// kernel, rdma-core, perftest, ibverbs-utils and a small libibverbs program,
-// ImmTool), turned into an ext4 image with mkfs.ext4 -d and cached outside
-// the repository in CacheDir (/var/cache/sroce/rxe-guest, or $SROCE_CACHE)
-// under a hash of the recipe:
+// kernel, rdma-core, perftest, ibverbs-utils, a small libibverbs program,
+// ImmTool, and an LD_PRELOAD library, LingerLib), turned into an ext4
+// image with mkfs.ext4 -d and cached outside the repository in CacheDir
+// (/var/cache/sroce/rxe-guest, or $SROCE_CACHE) under a hash of the
+// recipe:
 //
 //	img, err := rxeguest.EnsureImage(ctx) // first time: ~2-3 minutes
 //
@@ -30,7 +31,9 @@
 // LAN is a namespace with a bridge, LAN.Boot adds guests to it and
 // LAN.AddHost adds a host namespace with a veth on the bridge, where a
 // host-side program (sroce) can run next to the guests. StartCapture runs
-// tcpdump on any interface of these namespaces.
+// tcpdump on any interface of these namespaces. Config.Share mounts a host
+// directory in the guest (9p) for host-built programs; Guest.Pause stops
+// a guest's qemu for a while, as a starved host would.
 //
 // Everything here needs root, qemu-system-x86_64, debootstrap, mkfs.ext4,
 // ip and (for captures) tcpdump: tests call Skip first. Close methods kill

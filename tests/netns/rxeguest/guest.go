@@ -46,7 +46,13 @@ type Config struct {
 	Timeout   time.Duration // boot timeout (default 4 minutes)
 	// Append is added to the kernel command line.
 	Append string
+	// Share, if set, is a host directory the guest mounts read-only on
+	// SharePath (virtio 9p), e.g. to run host-built binaries in the guest.
+	Share string
 }
+
+// SharePath is where a guest mounts Config.Share.
+const SharePath = "/mnt/host"
 
 // Guest is a running qemu guest with rdma_rxe device rxe0 on eth0.
 type Guest struct {
@@ -167,6 +173,9 @@ func Boot(ctx context.Context, img *Image, cfg Config) (g *Guest, err error) {
 	if cfg.IP.IsValid() {
 		appendLine = append(appendLine, "sroce.ip="+cfg.IP.String())
 	}
+	if cfg.Share != "" {
+		appendLine = append(appendLine, "sroce.share=sroce")
+	}
 	if cfg.Append != "" {
 		appendLine = append(appendLine, cfg.Append)
 	}
@@ -182,6 +191,11 @@ func Boot(ctx context.Context, img *Image, cfg Config) (g *Guest, err error) {
 		"-device", "virtio-net-pci,netdev=n0,mac=" + cfg.MAC.String() + ",romfile=",
 		"-serial", "file:" + filepath.Join(g.dir, "console.log"),
 		"-device", "virtio-serial-pci,id=vser0",
+	}
+	if cfg.Share != "" {
+		args = append(args,
+			"-fsdev", "local,id=share0,path="+cfg.Share+",security_model=none,readonly=on",
+			"-device", "virtio-9p-pci,fsdev=share0,mount_tag=sroce")
 	}
 	for i := 0; i < cfg.Ports; i++ {
 		args = append(args,
@@ -271,6 +285,31 @@ func (g *Guest) logTail() string {
 		fmt.Fprintf(&b, "\n--- %s (tail) ---\n%s", f, data)
 	}
 	return b.String()
+}
+
+// Pause stops the guest's qemu process (SIGSTOP) for d and then lets it
+// run again (SIGCONT), as a host that starves the guest of its processor
+// would: the guest's clocks go on, so its timers find d passed at once,
+// and frames sent to it meanwhile wait in the tap's queue (or are dropped
+// when it is full). Pause returns when the guest runs again.
+func (g *Guest) Pause(d time.Duration) error {
+	if g.cmd == nil || g.cmd.Process == nil {
+		return errors.New("rxeguest: guest not started")
+	}
+	select {
+	case <-g.exited:
+		return fmt.Errorf("rxeguest: qemu exited: %v", g.exitErr)
+	default:
+	}
+	pgid := g.cmd.Process.Pid
+	if err := syscall.Kill(-pgid, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("rxeguest: stopping qemu: %w", err)
+	}
+	time.Sleep(d)
+	if err := syscall.Kill(-pgid, syscall.SIGCONT); err != nil {
+		return fmt.Errorf("rxeguest: continuing qemu: %w", err)
+	}
+	return nil
 }
 
 // Close kills qemu and removes the tap device and, if Boot made it, the

@@ -23,7 +23,7 @@ import (
 // Recipe of the guest image. Everything that changes the image's content
 // goes into the cache key (see recipeKey), so editing any of it rebuilds.
 const (
-	recipeVersion = "3"
+	recipeVersion = "4"
 	suite         = "bookworm"
 	imageSize     = "2G"
 )
@@ -37,7 +37,7 @@ var packages = []string{
 
 // Files copied into the guest root.
 //
-//go:embed guest/init.sh guest/agent.sh guest/sroce-imm.c
+//go:embed guest/init.sh guest/agent.sh guest/sroce-imm.c guest/linger.c
 var guestFiles embed.FS
 
 // guestInstall maps embedded files to their place in the guest.
@@ -48,6 +48,7 @@ var guestInstall = []struct {
 	{"guest/init.sh", "sbin/sroce-init", 0o755},
 	{"guest/agent.sh", "sbin/sroce-agent", 0o755},
 	{"guest/sroce-imm.c", "usr/local/src/sroce-imm.c", 0o644},
+	{"guest/linger.c", "usr/local/src/sroce-linger.c", 0o644},
 }
 
 // Tools in the guest that the image provides beyond the Debian packages.
@@ -56,6 +57,12 @@ const (
 	// program (source in guest/sroce-imm.c) that sends RC SEND with
 	// immediate and RDMA WRITE with immediate messages.
 	ImmTool = "/usr/local/bin/sroce-imm"
+	// LingerLib is the path in the guest of sroce-linger.so, an
+	// LD_PRELOAD library (source in guest/linger.c) that holds each RC
+	// QP for SROCE_LINGER_MS milliseconds (default 1000) before
+	// ibv_destroy_qp destroys it, so that the peer's retransmissions of
+	// its last message are still answered.
+	LingerLib = "/usr/local/lib/sroce-linger.so"
 )
 
 // DefaultCacheDir is where images are cached when SROCE_CACHE is unset.
@@ -266,6 +273,11 @@ func build(ctx context.Context, o ImageOptions, key, dir string) (err error) {
 	if err := runCmd(ctx, io.MultiWriter(logw, &tail), "chroot", root,
 		"gcc", "-O2", "-Wall", "-o", ImmTool, "/usr/local/src/sroce-imm.c", "-libverbs"); err != nil {
 		return fmt.Errorf("compiling sroce-imm: %w\n%s", err, tail.String())
+	}
+	tail.Reset()
+	if err := runCmd(ctx, io.MultiWriter(logw, &tail), "chroot", root,
+		"gcc", "-O2", "-Wall", "-shared", "-fPIC", "-o", LingerLib, "/usr/local/src/sroce-linger.c", "-ldl"); err != nil {
+		return fmt.Errorf("compiling sroce-linger.so: %w\n%s", err, tail.String())
 	}
 	// Downloaded packages are not needed in the image.
 	debs, _ := filepath.Glob(filepath.Join(root, "var/cache/apt/archives/*.deb"))

@@ -6,6 +6,7 @@
 #   sroce.name=NAME  hostname
 #   sroce.ip=PREFIX  IPv4 (or IPv6) address of eth0 with prefix length
 #   sroce.mtu=N      MTU of eth0 (default 1500)
+#   sroce.share=TAG  a 9p share (virtio) to mount read-only on /mnt/host
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root LANG=C
 
@@ -30,9 +31,18 @@ param() {
 NAME=$(param sroce.name)
 IP=$(param sroce.ip)
 MTU=$(param sroce.mtu)
+SHARE=$(param sroce.share)
 
 [ -n "$NAME" ] && hostname "$NAME"
 modprobe -a virtio_net virtio_console rdma_rxe ib_uverbs
+# What the tests impair eth0 with: netem under a prio qdisc for egress, an
+# ingress qdisc with u32 filters and gact actions for ingress.
+modprobe -a sch_netem sch_prio sch_ingress cls_u32 act_gact || log "traffic control modules missing"
+if [ -n "$SHARE" ]; then
+	mkdir -p /mnt/host
+	modprobe -a 9pnet_virtio 9p
+	mount -t 9p -o trans=virtio,version=9p2000.L,ro "$SHARE" /mnt/host || log "mounting the share $SHARE failed"
+fi
 
 ip link set lo up
 i=0
