@@ -7,7 +7,8 @@ package netns
 // bridge, on that veth over AF_XDP. Both sides must exit 0 and print their
 // result lines. One guest boot serves every subtest (TCG is slow: the runs
 // are short, the limits generous). When a pair fails, the RoCEv2 traffic
-// captured on the guest's tap is decoded with "sroce dissect" into the log.
+// captured on the guest's tap is decoded with "sroce dissect" into the log,
+// with the guest's interface, qdisc and rxe counters and its kernel log.
 
 import (
 	"context"
@@ -126,13 +127,13 @@ func TestInteropRxe(t *testing.T) {
 	defer cancel()
 	l := newInteropLAN(t, ctx)
 	for _, c := range interopCases {
-		t.Run(c.name+"/real-server", func(t *testing.T) { l.runPair(t, ctx, c, true) })
-		t.Run(c.name+"/real-client", func(t *testing.T) { l.runPair(t, ctx, c, false) })
+		t.Run(c.name+"/real-server", func(t *testing.T) { l.runPair(t, ctx, c, true, nil) })
+		t.Run(c.name+"/real-client", func(t *testing.T) { l.runPair(t, ctx, c, false, nil) })
 	}
 }
 
-// pairAttempts bounds the runs of a pair that failed for a reason that
-// lies wholly on the rdma_rxe side (see notSroce).
+// pairAttempts bounds the runs of a pair whose real tool failed for a
+// reason that has nothing to do with the wire (see offWire).
 const pairAttempts = 3
 
 // perftestUncalibrated reports whether a perftest tool gave up because it
@@ -145,49 +146,54 @@ func perftestUncalibrated(o toolOutcome) bool {
 	return !o.ok() && strings.Contains(o.stderr, "Correlation coefficient r^2:")
 }
 
-// notSroce says why a failed run of a pair says nothing about sroce, or
-// returns "": the real tool failed its clock calibration, or rxe's
-// requester stalled after a spurious retransmission with everything it
-// sent acknowledged (rxeRequesterStalled).
-func (l *interopLAN) notSroce(c interopCase, real, ours toolOutcome, pcap string) string {
+// offWire says why a failed run of a pair says nothing about the traffic
+// between the two sides, or returns "". The only such failure is the real
+// tool's clock calibration; everything else, stalls included, is judged.
+func offWire(c interopCase, real toolOutcome) string {
 	if perftestUncalibrated(real) {
 		return fmt.Sprintf("%s could not calibrate its cycle counter in the guest (%q)", c.real, strings.TrimSpace(real.stderr))
-	}
-	if real.ok() || ours.ok() {
-		return ""
-	}
-	frames, _, err := rxeguest.ReadPcapFile(pcap)
-	if err != nil {
-		return ""
-	}
-	if why, ok := rxeRequesterStalled(c.cmd, real, ours, frames, l.guest.IP()); ok {
-		return why
 	}
 	return ""
 }
 
+// pairOpts are what an impaired run of a pair adds: an environment for
+// the real tool, and an impairment that runs while both sides do.
+type pairOpts struct {
+	// realEnv is put before the real tool's command line (VAR=value ...).
+	realEnv func(c interopCase) string
+	// impair starts the impairment of one run, whose RoCEv2 traffic is
+	// being captured into pcap; the function it returns stops it and
+	// describes what it did.
+	impair func(t *testing.T, ctx context.Context, pcap string) (stop func() string)
+}
+
 // runPair runs one pair: the real tool as the server (realServer) or as
-// the client, sroce as the other side, and checks both. A run that failed
-// for a reason on the rxe side alone is logged, with the end of its
-// capture, and repeated, up to pairAttempts runs in all.
-func (l *interopLAN) runPair(t *testing.T, ctx context.Context, c interopCase, realServer bool) {
+// the client, sroce as the other side, and checks both. A run whose real
+// tool failed off the wire is logged, with the end of its capture, and
+// repeated, up to pairAttempts runs in all. opts, if not nil, impairs the
+// runs.
+func (l *interopLAN) runPair(t *testing.T, ctx context.Context, c interopCase, realServer bool, opts *pairOpts) {
 	for attempt := 1; ; attempt++ {
-		real, ours, pcap := l.runPairOnce(t, ctx, c, realServer)
+		real, ours, pcap, impaired := l.runPairOnce(t, ctx, c, realServer, opts)
+		if impaired != "" {
+			t.Logf("run %d: %s", attempt, impaired)
+		}
 		if attempt < pairAttempts {
-			if why := l.notSroce(c, real, ours, pcap); why != "" {
+			if why := offWire(c, real); why != "" {
 				t.Logf("run %d: %s; running the pair again\n%s: %v\nsroce's side: %v\nend of the capture:\n%s",
 					attempt, why, c.real, real, ours, l.dissectTail(pcap, 12))
 				continue
 			}
 		}
-		l.judge(t, c, realServer, real, ours, pcap)
+		l.judge(t, ctx, c, realServer, real, ours, pcap)
 		return
 	}
 }
 
-// runPairOnce runs the pair once and returns both outcomes and the
-// capture of the guest's tap.
-func (l *interopLAN) runPairOnce(t *testing.T, ctx context.Context, c interopCase, realServer bool) (real, ours toolOutcome, pcap string) {
+// runPairOnce runs the pair once and returns both outcomes, the capture
+// of the guest's tap and, for an impaired run, what the impairment and the
+// capture say about it.
+func (l *interopLAN) runPairOnce(t *testing.T, ctx context.Context, c interopCase, realServer bool, opts *pairOpts) (real, ours toolOutcome, pcap, impaired string) {
 	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
 	pcap = filepath.Join(t.TempDir(), "roce.pcap")
@@ -200,15 +206,37 @@ func (l *interopLAN) runPairOnce(t *testing.T, ctx context.Context, c interopCas
 		realArgs = "-d rxe0 " + realArgs
 	}
 	sroceArgs := append([]string{c.cmd, "-d", l.host.Ifname}, strings.Fields(c.args)...)
+	realCmd := "exec stdbuf -oL -eL " + c.real + " " + realArgs
+	var stop func() string
+	if opts != nil {
+		if opts.realEnv != nil {
+			if env := opts.realEnv(c); env != "" {
+				realCmd = "exec env " + env + " stdbuf -oL -eL " + c.real + " " + realArgs
+			}
+		}
+		if opts.impair != nil {
+			defer func() {
+				if stop != nil {
+					stop()
+				}
+			}()
+		}
+	}
+	startImpairment := func() {
+		if opts != nil && opts.impair != nil {
+			stop = opts.impair(t, ctx, pcap)
+		}
+	}
 
 	if realServer {
-		srv, err := l.guest.Start(ctx, "exec stdbuf -oL -eL "+c.real+" "+realArgs)
+		srv, err := l.guest.Start(ctx, realCmd)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := waitListening(ctx, l.guest, 18515, srv); err != nil {
 			t.Fatal(err)
 		}
+		startImpairment()
 		p := startTool(t, l.sroce(ctx, append(sroceArgs, l.guest.IP().String())...), (*exec.Cmd).Start)
 		ours = p.wait(ctx)
 		real = l.guestOutcome(t, ctx, srv, !ours.ok())
@@ -224,7 +252,8 @@ func (l *interopLAN) runPairOnce(t *testing.T, ctx context.Context, c interopCas
 		if err != nil {
 			t.Fatal(err)
 		}
-		cli, err := l.guest.Start(ctx, "exec stdbuf -oL -eL "+c.real+" "+realArgs+" "+interopHostAddr.Addr().String())
+		startImpairment()
+		cli, err := l.guest.Start(ctx, realCmd+" "+interopHostAddr.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,16 +262,23 @@ func (l *interopLAN) runPairOnce(t *testing.T, ctx context.Context, c interopCas
 		ours = p.wait(wctx)
 		wcancel()
 	}
+	if stop != nil {
+		impaired = stop()
+		stop = nil
+	}
 	capt.Stop()
 	if err := capt.Complete(); err != nil {
 		t.Logf("the capture %s is not the whole exchange: %v", pcap, err)
 	}
-	return real, ours, pcap
+	if opts != nil {
+		impaired += "; " + resentInCapture(pcap, l.guest.IP())
+	}
+	return real, ours, pcap, impaired
 }
 
 // judge checks both sides of a pair and, when one failed, logs the
 // decoded capture.
-func (l *interopLAN) judge(t *testing.T, c interopCase, realServer bool, real, ours toolOutcome, pcap string) {
+func (l *interopLAN) judge(t *testing.T, ctx context.Context, c interopCase, realServer bool, real, ours toolOutcome, pcap string) {
 	// The verdicts come after the decoded capture, so that the end of a
 	// long log says what failed.
 	type verdict struct {
@@ -266,6 +302,7 @@ func (l *interopLAN) judge(t *testing.T, c interopCase, realServer bool, real, o
 	}
 	if failed {
 		l.dissect(t, pcap)
+		t.Logf("the guest after the run:\n%s", l.guestState(ctx))
 	}
 	for _, v := range verdicts {
 		t.Logf("%s (%s): %v", v.who, v.role, v.o)
@@ -299,6 +336,22 @@ func (l *interopLAN) guestOutcome(t *testing.T, ctx context.Context, p *rxeguest
 		res.ExitCode = -1
 	}
 	return toolOutcome{exit: res.ExitCode, stdout: string(res.Stdout), stderr: string(res.Stderr)}
+}
+
+// guestState describes the guest's side of a failed run: eth0's
+// counters, its qdiscs, rxe0's counters and the end of the kernel log, so
+// that a guest whose network or rxe stopped shows it.
+func (l *interopLAN) guestState(ctx context.Context) string {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	res, err := l.guest.Run(ctx, `ip -s link show dev eth0
+tc -s qdisc show dev eth0
+cd /sys/class/infiniband/rxe0/ports/1/hw_counters 2>/dev/null && for f in *; do printf '%s=%s ' "$f" "$(cat $f)"; done; echo
+dmesg | tail -n 20`)
+	if err != nil {
+		return fmt.Sprintf("(the guest did not answer within a minute: %v)", err)
+	}
+	return strings.TrimRight(string(res.Stdout)+string(res.Stderr), "\n")
 }
 
 // dissectTail returns the last n lines of the decoded capture before its
