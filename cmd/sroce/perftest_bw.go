@@ -72,6 +72,14 @@ func (d *durationClock) update() {
 	}
 }
 
+// end returns when a -D run that has started ends, or the zero time.
+func (d *durationClock) end() time.Time {
+	if !d.on || !d.started {
+		return time.Time{}
+	}
+	return d.begin.Add(time.Duration(d.pt.p.Duration) * time.Second)
+}
+
 // sampling reports whether completions count now.
 func (d *durationClock) sampling() bool { return d.on && d.state == durSample }
 
@@ -204,9 +212,15 @@ func (r *bwRun) loop() error {
 		}
 		var wcs []roce.WC
 		if blocked {
+			// A -D run ends on time, as perftest's loop, which never
+			// blocks, leaves at END_STATE with work requests still
+			// outstanding: a peer that stops answering near the end
+			// cannot hold it up. Before the end, a peer silent for the
+			// stall limit fails the run.
 			var err error
-			if wcs, err = pt.cq.wait(); err != nil {
-				if r.dur.on && r.dur.ended() {
+			if wcs, err = pt.cq.waitUntil(r.dur.end()); err != nil {
+				r.dur.update()
+				if r.dur.ended() {
 					break
 				}
 				return r.stalled(err)

@@ -418,7 +418,12 @@ func (c *completions) poll() []roce.WC {
 
 // wait returns at least one completion, waiting up to the stall limit;
 // the slice is valid until the next call.
-func (c *completions) wait() ([]roce.WC, error) {
+func (c *completions) wait() ([]roce.WC, error) { return c.waitUntil(time.Time{}) }
+
+// waitUntil is wait that also gives up at end, unless end is zero,
+// returning no completion and no error: the end of a -D run, which no
+// completion outstanding may hold up.
+func (c *completions) waitUntil(end time.Time) ([]roce.WC, error) {
 	if wcs := c.poll(); len(wcs) > 0 {
 		return wcs, nil
 	}
@@ -430,11 +435,17 @@ func (c *completions) wait() ([]roce.WC, error) {
 		if c.ctx.Err() != nil {
 			return nil, context.Cause(c.ctx)
 		}
+		if !end.IsZero() && !time.Now().Before(end) {
+			return nil, nil
+		}
 		left := time.Until(deadline)
 		if left <= 0 {
 			return nil, errStall
 		}
 		slice := min(left, 30*time.Millisecond)
+		if !end.IsZero() {
+			slice = max(min(slice, time.Until(end)), time.Millisecond)
+		}
 		if c.ch != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), slice)
 			_, err := c.ch.GetEvent(ctx)

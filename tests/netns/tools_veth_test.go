@@ -210,6 +210,41 @@ func TestToolsVethFailures(t *testing.T) {
 		}
 	})
 
+	t.Run("peer-stands-still-at-the-end", func(t *testing.T) {
+		// The server stops answering (its process is stopped) shortly
+		// before a -D run ends and runs again after it: the client ends
+		// on time with requests still outstanding, as perftest does,
+		// rather than waiting for them until its stall limit; the closing
+		// exchange then completes and both sides report.
+		env := append(sroceEnv("xdp"), "SROCE_STALL_TIMEOUT=5s")
+		s := v.start(t, ctx, true, env, "write-bw", "-x", "1", "-D", "6", "-s", "4096")
+		if err := v.waitServer(ctx, s, 18515); err != nil {
+			t.Fatal(err)
+		}
+		c := v.start(t, ctx, false, env, "write-bw", "-x", "1", "-D", "6", "-s", "4096", v.serverAddr())
+		time.Sleep(3 * time.Second)
+		if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+		defer wcancel()
+		co := c.wait(wctx)
+		so := s.wait(wctx)
+		for _, side := range []struct {
+			name   string
+			o      toolOutcome
+			server bool
+		}{{"server", so, true}, {"client", co, false}} {
+			if problem := sideProblem("write-bw", side.o, side.server); problem != "" {
+				t.Errorf("write-bw %s %s: %v", side.name, problem, side.o)
+			}
+		}
+	})
+
 	t.Run("interface-down", func(t *testing.T) {
 		// The client's interface goes down mid-run: its QPs are flushed
 		// and it says why.
