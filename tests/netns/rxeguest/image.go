@@ -37,7 +37,7 @@ var packages = []string{
 
 // Files copied into the guest root.
 //
-//go:embed guest/init.sh guest/agent.sh guest/sroce-imm.c guest/linger.c
+//go:embed guest/init.sh guest/agent.sh guest/sroce-imm.c guest/linger.c guest/sroce-mw.c
 var guestFiles embed.FS
 
 // guestInstall maps embedded files to their place in the guest.
@@ -49,6 +49,7 @@ var guestInstall = []struct {
 	{"guest/agent.sh", "sbin/sroce-agent", 0o755},
 	{"guest/sroce-imm.c", "usr/local/src/sroce-imm.c", 0o644},
 	{"guest/linger.c", "usr/local/src/sroce-linger.c", 0o644},
+	{"guest/sroce-mw.c", "usr/local/src/sroce-mw.c", 0o644},
 }
 
 // Tools in the guest that the image provides beyond the Debian packages.
@@ -273,6 +274,11 @@ func build(ctx context.Context, o ImageOptions, key, dir string) (err error) {
 	if err := runCmd(ctx, io.MultiWriter(logw, &tail), "chroot", root,
 		"gcc", "-O2", "-Wall", "-o", ImmTool, "/usr/local/src/sroce-imm.c", "-libverbs"); err != nil {
 		return fmt.Errorf("compiling sroce-imm: %w\n%s", err, tail.String())
+	}
+	tail.Reset()
+	if err := runCmd(ctx, io.MultiWriter(logw, &tail), "chroot", root,
+		"gcc", "-O2", "-Wall", "-o", "/usr/local/bin/sroce-mw", "/usr/local/src/sroce-mw.c", "-libverbs"); err != nil {
+		return fmt.Errorf("compiling sroce-mw: %w\n%s", err, tail.String())
 	}
 	tail.Reset()
 	if err := runCmd(ctx, io.MultiWriter(logw, &tail), "chroot", root,
