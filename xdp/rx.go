@@ -214,6 +214,9 @@ func (s *Socket) Wait(timeout time.Duration) (bool, error) {
 	return s.wait(timeout)
 }
 
+// txRetry bounds a wait while transmit descriptors are stuck on the ring.
+const txRetry = time.Millisecond
+
 func (s *Socket) wait(timeout time.Duration) (bool, error) {
 	if s.rx.available() > 0 {
 		return true, nil
@@ -222,6 +225,14 @@ func (s *Socket) wait(timeout time.Duration) (bool, error) {
 		return false, nil
 	}
 	s.c.waits.Add(1)
+	if s.mode != ModeZeroCopy && s.tx.outstanding() > 0 && (timeout < 0 || timeout > txRetry) {
+		// Frames wait on the tx ring because the kernel stopped taking
+		// them (its send buffer was full). In copy mode poll(2) makes the
+		// kernel transmit, and nothing else would: no frame may arrive
+		// until these are sent. So poll again soon.
+		timeout = txRetry
+		s.c.txRetries.Add(1)
+	}
 	var start time.Time
 	if timeout > 0 {
 		start = time.Now()

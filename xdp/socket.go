@@ -149,6 +149,7 @@ type Stats struct {
 	TxKicks         uint64 // sendto calls that kicked the kernel
 	TxKickErrors    uint64 // kicks answered with an error other than EAGAIN
 	TxStalls        uint64 // kicks after which the kernel consumed nothing
+	TxRetries       uint64 // waits shortened because frames were stuck on the tx ring
 	FillWakeups     uint64 // fill ring kicks (need-wakeup set)
 	Waits           uint64 // Wait calls that blocked
 	Wakeups         uint64 // Wait calls ended by Wake
@@ -159,6 +160,7 @@ type Stats struct {
 type counters struct {
 	rxFrames, rxBytes, rxMulti, rxTooLarge, rxShort, rxNoGather, rxBad atomic.Uint64
 	txFrames, txBytes, txCompleted, txKicks, txKickErr, txStalls       atomic.Uint64
+	txRetries                                                          atomic.Uint64
 	fillWakeups, waits, wakeups                                        atomic.Uint64
 }
 
@@ -413,6 +415,7 @@ func (s *Socket) setupSocket(flags uint16) error {
 		return fmt.Errorf("socket(AF_XDP): %w", err)
 	}
 	s.fd = fd
+	s.sizeSendBuffer()
 	reg := unix.XDPUmemReg{
 		Addr: uint64(uintptr(unsafe.Pointer(&s.umem[0]))),
 		Len:  uint64(s.numFrames) * s.chunkSize,
@@ -471,6 +474,21 @@ func (s *Socket) setupSocket(flags uint16) error {
 		return fmt.Errorf("bind: %w", err)
 	}
 	return nil
+}
+
+// sizeSendBuffer makes the socket's send buffer hold every transmit
+// chunk. In copy mode each frame handed to the driver is charged to it
+// until the driver frees the frame; with the default (net.core.wmem_default,
+// 208 KiB: about 90 frames on virtio-net) the kernel stops taking frames
+// from the tx ring while a burst is in flight, which a slow guest turns
+// into stalls. SO_SNDBUFFORCE needs CAP_NET_ADMIN; without it SO_SNDBUF
+// is capped at net.core.wmem_max. Both failing leaves the default, and
+// the stall is then bounded by Wait's transmit retry.
+func (s *Socket) sizeSendBuffer() {
+	want := (s.numFrames - s.rxFrames) * int(s.chunkSize) * 2
+	if unix.SetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, want) != nil {
+		unix.SetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_SNDBUF, want)
+	}
 }
 
 func (s *Socket) teardownSocket() {
@@ -553,6 +571,7 @@ func (s *Socket) Stats() Stats {
 		TxKicks:         s.c.txKicks.Load(),
 		TxKickErrors:    s.c.txKickErr.Load(),
 		TxStalls:        s.c.txStalls.Load(),
+		TxRetries:       s.c.txRetries.Load(),
 		FillWakeups:     s.c.fillWakeups.Load(),
 		Waits:           s.c.waits.Load(),
 		Wakeups:         s.c.wakeups.Load(),

@@ -698,3 +698,51 @@ func TestConcurrentRxTx(t *testing.T) {
 		t.Errorf("echoed %d of %d; A %+v; B %+v", got, total, a.Stats(), b.Stats())
 	}
 }
+
+// TestWaitTransmitsStuckFrames leaves frames on the tx ring without a kick,
+// as when the kernel stopped taking them for lack of send buffer, and
+// waits for a frame that cannot come: the wait must drive them out (in
+// copy mode poll(2) transmits) instead of sleeping until something
+// arrives, which on a peer waiting for those very frames is never.
+func TestWaitTransmitsStuckFrames(t *testing.T) {
+	p := newVethPair(t, 1500, 1)
+	a := openIn(t, p.nsA, p.ifA, 0, Options{})
+	b := openIn(t, p.nsB, p.ifB, 0, Options{})
+	if a.Mode() != ModeCopy {
+		t.Skipf("mode %s: the stall is a copy-mode one", a.Mode())
+	}
+	if !a.tx.needWakeup() {
+		t.Skip("the kernel does not ask for tx wake-ups here")
+	}
+	var want [][]byte
+	a.mu.Lock()
+	for i := 0; i < 5; i++ {
+		f := p.frameAtoB(100+i, byte(i))
+		want = append(want, f)
+		addr := a.txFree[len(a.txFree)-1]
+		a.txFree = a.txFree[:len(a.txFree)-1]
+		a.owner[a.chunkIndex(addr)] = ownKernelTx
+		n := copy(a.umem[addr:addr+a.chunkSize], f)
+		d := &a.tx.descs[a.tx.local&a.tx.mask]
+		d.Addr, d.Len, d.Options = addr, uint32(n), 0
+		a.tx.local++
+	}
+	a.tx.submit() // on the ring, not kicked
+	a.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.Wait(2 * time.Second) // nothing will arrive at A
+	}()
+	got := recvN(t, b, len(want), 5*time.Second)
+	checkFrames(t, "frames stuck on A's tx ring", got, want)
+	<-done
+	if a.Stats().TxRetries == 0 {
+		t.Error("the wait was not shortened for the stuck frames")
+	}
+	// As root the send buffer holds every transmit chunk.
+	sb, err := unix.GetsockoptInt(a.fd, unix.SOL_SOCKET, unix.SO_SNDBUF)
+	if want := (a.numFrames - a.rxFrames) * int(a.chunkSize) * 2; err != nil || sb < want {
+		t.Errorf("SO_SNDBUF %d (%v), want at least %d", sb, err, want)
+	}
+}
