@@ -63,6 +63,9 @@ while [ $i -lt 100 ]; do
 done
 log "eth0 $IP rxe0 gid1 ${g:-none}"
 
+# Ready before the agents start: the host takes the first answer of an
+# agent to mean the guest is set up, and reads this file then.
+echo ok > /run/sroce/ready
 i=0
 while [ -z "$(ls /sys/class/virtio-ports 2>/dev/null)" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 for p in /sys/class/virtio-ports/*; do
@@ -70,7 +73,6 @@ for p in /sys/class/virtio-ports/*; do
 	sroce.agent.*) /sbin/sroce-agent "/dev/${p##*/}" </dev/null >/dev/null 2>&1 & ;;
 	esac
 done
-echo ok > /run/sroce/ready
 log ready
 
 while :; do
