@@ -1,15 +1,12 @@
 package bth
 
-import (
-	"encoding/binary"
-	"net/netip"
-)
+import "net/netip"
 
 // Encap holds what goes in front of the BTH: Ethernet, an optional 802.1Q
 // tag, IPv4 or IPv6, and UDP to port 4791. Src and Dst must both be IPv4 or
 // both IPv6 (an IPv4-mapped IPv6 address counts as IPv4).
 type Encap struct {
-	DstMAC, SrcMAC [6]byte
+	DstMAC, SrcMAC [MACLen]byte
 	HasVLAN        bool
 	VLANTCI        uint16
 	Src, Dst       netip.Addr
@@ -46,13 +43,22 @@ func (e *Encap) Encode(frame []byte, transportLen int) (l3 int, err error) {
 	if !src.IsValid() || !dst.IsValid() || v6 == dst.Is4() || e.FlowLabel > 0xfffff {
 		return 0, errAt(LayerAny, KindOutOfRange)
 	}
-	copy(frame[0:6], e.DstMAC[:])
-	copy(frame[6:12], e.SrcMAC[:])
+	eth := Ethernet(frame[:EthernetLen])
+	eth.SetDstMAC(e.DstMAC)
+	eth.SetSrcMAC(e.SrcMAC)
+	et := uint16(EtherTypeIPv4)
+	if v6 {
+		et = EtherTypeIPv6
+	}
 	l3 = EthernetLen
 	if e.HasVLAN {
-		binary.BigEndian.PutUint16(frame[12:], EtherTypeVLAN)
-		binary.BigEndian.PutUint16(frame[14:], e.VLANTCI)
+		eth.SetEtherType(EtherTypeVLAN)
+		tag := VLAN(frame[EthernetLen : EthernetLen+VLANTagLen])
+		tag.SetTCI(e.VLANTCI)
+		tag.SetEtherType(et)
 		l3 += VLANTagLen
+	} else {
+		eth.SetEtherType(et)
 	}
 	udpLen := UDPLen + transportLen
 	var l4 int
@@ -60,76 +66,57 @@ func (e *Encap) Encode(frame []byte, transportLen int) (l3 int, err error) {
 		if udpLen > 0xffff {
 			return 0, errAt(LayerIPv6, KindOutOfRange)
 		}
-		binary.BigEndian.PutUint16(frame[l3-2:], EtherTypeIPv6)
-		ip := frame[l3 : l3+IPv6Len]
-		binary.BigEndian.PutUint32(ip[0:], 6<<28|uint32(e.TOS)<<20|e.FlowLabel)
-		binary.BigEndian.PutUint16(ip[4:], uint16(udpLen))
-		ip[6] = protoUDP
-		ip[7] = e.TTL
-		a, b := src.As16(), dst.As16()
-		copy(ip[8:24], a[:])
-		copy(ip[24:40], b[:])
+		ip := IPv6(frame[l3 : l3+IPv6Len])
+		ip.SetVersionTrafficClassFlowLabel(e.TOS, e.FlowLabel)
+		ip.SetPayloadLen(uint16(udpLen))
+		ip.SetNextHeader(IPProtocolUDP)
+		ip.SetHopLimit(e.TTL)
+		ip.SetSrc(src)
+		ip.SetDst(dst)
 		l4 = l3 + IPv6Len
 	} else {
 		tl := IPv4MinLen + udpLen
 		if tl > 0xffff {
 			return 0, errAt(LayerIPv4, KindOutOfRange)
 		}
-		binary.BigEndian.PutUint16(frame[l3-2:], EtherTypeIPv4)
-		ip := frame[l3 : l3+IPv4MinLen]
-		ip[0] = 0x45
-		ip[1] = e.TOS
-		binary.BigEndian.PutUint16(ip[2:], uint16(tl))
-		binary.BigEndian.PutUint16(ip[4:], e.ID)
-		var frag uint16
+		var flags uint8
 		if e.DF {
-			frag = 0x4000
+			flags = IPv4FlagDF
 		}
-		binary.BigEndian.PutUint16(ip[6:], frag)
-		ip[8] = e.TTL
-		ip[9] = protoUDP
-		ip[10], ip[11] = 0, 0
-		a, b := src.As4(), dst.As4()
-		copy(ip[12:16], a[:])
-		copy(ip[16:20], b[:])
-		binary.BigEndian.PutUint16(ip[10:], IPv4Checksum(ip))
+		ip := IPv4(frame[l3 : l3+IPv4MinLen])
+		ip.SetVersionIHL(IPv4MinLen)
+		ip.SetTOS(e.TOS)
+		ip.SetTotalLen(uint16(tl))
+		ip.SetID(e.ID)
+		ip.SetFlagsFragmentOffset(flags, 0)
+		ip.SetTTL(e.TTL)
+		ip.SetProtocol(IPProtocolUDP)
+		ip.SetSrc(src)
+		ip.SetDst(dst)
+		ip.SetChecksum(0)
+		ip.SetChecksum(IPv4Checksum(ip))
 		l4 = l3 + IPv4MinLen
 	}
-	udp := frame[l4 : l4+UDPLen]
-	binary.BigEndian.PutUint16(udp[0:], e.SrcPort)
-	binary.BigEndian.PutUint16(udp[2:], UDPPort)
-	binary.BigEndian.PutUint16(udp[4:], uint16(udpLen))
-	udp[6], udp[7] = 0, 0
+	udp := UDPFields{SrcPort: e.SrcPort, DstPort: UDPPort, Length: uint16(udpLen)}
+	udp.Encode(UDP(frame[l4 : l4+UDPLen]))
 	return l3, nil
-}
-
-// IPv4Checksum returns the Internet checksum of an IPv4 header whose
-// checksum field is zero.
-func IPv4Checksum(h []byte) uint16 {
-	var s uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		s += uint32(h[i])<<8 | uint32(h[i+1])
-	}
-	for s > 0xffff {
-		s = s&0xffff + s>>16
-	}
-	return ^uint16(s)
 }
 
 // Encap decodes the headers in front of the BTH of a parsed packet.
 func (p *Packet) Encap() Encap {
-	f := p.Frame
-	e := Encap{HasVLAN: p.HasVLAN, VLANTCI: p.VLANTCI, Src: p.SrcAddr(), Dst: p.DstAddr(), SrcPort: p.SrcPort()}
-	copy(e.DstMAC[:], f[0:6])
-	copy(e.SrcMAC[:], f[6:12])
-	ip := f[p.L3:]
+	eth := p.Ethernet()
+	e := Encap{
+		DstMAC: eth.DstMAC(), SrcMAC: eth.SrcMAC(), HasVLAN: p.HasVLAN, VLANTCI: p.VLANTCI,
+		Src: p.SrcAddr(), Dst: p.DstAddr(), SrcPort: p.SrcPort(),
+	}
 	if p.IPv6 {
-		w := binary.BigEndian.Uint32(ip)
-		e.TOS, e.FlowLabel, e.TTL = uint8(w>>20), w&0xfffff, ip[7]
+		ip := IPv6(p.Frame[p.L3:])
+		e.TOS, e.FlowLabel, e.TTL = ip.TrafficClass(), ip.FlowLabel(), ip.HopLimit()
 	} else {
-		e.TOS, e.TTL = ip[1], ip[8]
-		e.ID = binary.BigEndian.Uint16(ip[4:])
-		e.DF = ip[6]&0x40 != 0
+		ip := IPv4(p.Frame[p.L3:])
+		e.TOS, e.TTL = ip.TOS(), ip.TTL()
+		e.ID = ip.ID()
+		e.DF = ip.DF()
 	}
 	return e
 }

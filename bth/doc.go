@@ -13,7 +13,9 @@
 //
 // Header types are accessors over []byte in the style of gVisor's
 // pkg/tcpip/header: a BTH is a []byte of at least BTHLen bytes with getters
-// and setters, and BTHFields is the decoded form with an Encode method.
+// and setters, and BTHFields is the decoded form with an Encode method. The
+// encapsulation headers are the same kind of type: Ethernet, VLAN (the
+// 802.1Q tag), IPv4, IPv6 and UDP.
 // Accessors do not check lengths; Parse does, once, for the whole frame, and
 // returns a Packet that locates every header and the payload without copying
 // or allocating.

@@ -1,26 +1,6 @@
 package bth
 
-import (
-	"encoding/binary"
-	"net/netip"
-)
-
-// UDPPort is the RoCEv2 destination port.
-const UDPPort = 4791
-
-// Ethernet and IP constants used by the encapsulation.
-const (
-	EthernetLen   = 14
-	VLANTagLen    = 4
-	IPv4MinLen    = 20
-	IPv6Len       = 40
-	UDPLen        = 8
-	EtherTypeIPv4 = 0x0800
-	EtherTypeIPv6 = 0x86dd
-	EtherTypeVLAN = 0x8100
-	EtherTypeQinQ = 0x88a8
-	protoUDP      = 17
-)
+import "net/netip"
 
 // Packet locates the layers of one RoCEv2 frame. Parse fills it in without
 // copying or allocating; its accessors return views into Frame. A Packet can
@@ -65,29 +45,33 @@ func (p *Packet) parseFast(frame []byte) bool {
 		return false
 	}
 	h := (*[fastLen]byte)(frame)
-	if h[12] != 0x08 || h[13] != 0x00 || h[14] != 0x45 || h[23] != protoUDP ||
-		h[20]&0x3f != 0 || h[21] != 0 || // MF, fragment offset
-		h[36] != UDPPort>>8 || h[37] != UDPPort&0xff || h[43]&0x0f != 0 { // TVer
+	const l4 = EthernetLen + IPv4MinLen
+	const bthOff = l4 + UDPLen
+	eth := Ethernet(h[:EthernetLen])
+	ip := IPv4(h[EthernetLen:l4])
+	udp := UDP(h[l4:bthOff])
+	b := BTH(h[bthOff : bthOff+BTHLen])
+	if eth.EtherType() != EtherTypeIPv4 || ip.Version() != 4 || ip.HeaderLen() != IPv4MinLen ||
+		ip.Protocol() != IPProtocolUDP || ip.IsFragment() || udp.DstPort() != UDPPort || b.TVer() != 0 {
 		return false
 	}
-	tl := int(h[16])<<8 | int(h[17])
+	tl := int(ip.TotalLen())
 	end := EthernetLen + tl
-	if end > len(frame) || tl < IPv4MinLen+UDPLen+BTHLen+ICRCLen ||
-		int(h[38])<<8|int(h[39]) != tl-IPv4MinLen {
+	if end > len(frame) || tl < IPv4MinLen+UDPLen+BTHLen+ICRCLen || int(udp.Length()) != tl-IPv4MinLen {
 		return false
 	}
-	const bth = EthernetLen + IPv4MinLen + UDPLen
-	info := &opTable[h[bth]]
-	payload := bth + BTHLen + info.ExtLen
+	op := b.Opcode()
+	info := &opTable[op]
+	payload := bthOff + BTHLen + info.ExtLen
 	n := end - ICRCLen - payload
-	pad := int(h[bth+1]>>4) & 3
+	pad := b.PadCnt()
 	if !info.valid || n < pad || n&3 != 0 || (info.FixedPayload >= 0 && n-pad != info.FixedPayload) {
 		return false
 	}
 	p.Frame = frame[:end]
 	p.HasVLAN, p.IPv6, p.VLANTCI = false, false, 0
-	p.Opcode = Opcode(h[bth])
-	p.L3, p.L4, p.BTHOff, p.Payload, p.PayLen = EthernetLen, EthernetLen+IPv4MinLen, bth, payload, n-pad
+	p.Opcode = op
+	p.L3, p.L4, p.BTHOff, p.Payload, p.PayLen = EthernetLen, l4, bthOff, payload, n-pad
 	p.info = info
 	return true
 }
@@ -98,7 +82,7 @@ func (p *Packet) parse(frame []byte) error {
 	if len(frame) < EthernetLen {
 		return errAt(LayerEthernet, KindTooShort)
 	}
-	et := binary.BigEndian.Uint16(frame[12:])
+	et := Ethernet(frame).EtherType()
 	l3 := EthernetLen
 	p.HasVLAN = false
 	p.VLANTCI = 0
@@ -106,9 +90,10 @@ func (p *Packet) parse(frame []byte) error {
 		if len(frame) < EthernetLen+VLANTagLen {
 			return errAt(LayerVLAN, KindTooShort)
 		}
+		tag := VLAN(frame[EthernetLen:])
 		p.HasVLAN = true
-		p.VLANTCI = binary.BigEndian.Uint16(frame[14:])
-		et = binary.BigEndian.Uint16(frame[16:])
+		p.VLANTCI = tag.TCI()
+		et = tag.EtherType()
 		l3 += VLANTagLen
 	}
 	var l4, end int
@@ -117,21 +102,21 @@ func (p *Packet) parse(frame []byte) error {
 		if len(frame) < l3+IPv4MinLen {
 			return errAt(LayerIPv4, KindTooShort)
 		}
-		ip := frame[l3:]
-		ihl := int(ip[0]&0x0f) * 4
-		if ip[0]>>4 != 4 || ihl < IPv4MinLen {
+		ip := IPv4(frame[l3:])
+		ihl := ip.HeaderLen()
+		if ip.Version() != 4 || ihl < IPv4MinLen {
 			return errAt(LayerIPv4, KindBadIPHeader)
 		}
 		if len(ip) < ihl {
 			return errAt(LayerIPv4, KindTooShort)
 		}
-		if ip[9] != protoUDP {
+		if ip.Protocol() != IPProtocolUDP {
 			return errAt(LayerIPv4, KindNotRoCE)
 		}
-		if binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 { // MF or fragment offset
+		if ip.IsFragment() {
 			return errAt(LayerIPv4, KindBadIPHeader)
 		}
-		tl := int(binary.BigEndian.Uint16(ip[2:]))
+		tl := int(ip.TotalLen())
 		if tl < ihl+UDPLen {
 			return errAt(LayerIPv4, KindIPLengthMismatch)
 		}
@@ -144,14 +129,14 @@ func (p *Packet) parse(frame []byte) error {
 		if len(frame) < l3+IPv6Len {
 			return errAt(LayerIPv6, KindTooShort)
 		}
-		ip := frame[l3:]
-		if ip[0]>>4 != 6 {
+		ip := IPv6(frame[l3:])
+		if ip.Version() != 6 {
 			return errAt(LayerIPv6, KindBadIPHeader)
 		}
-		if ip[6] != protoUDP {
+		if ip.NextHeader() != IPProtocolUDP {
 			return errAt(LayerIPv6, KindNotRoCE)
 		}
-		pl := int(binary.BigEndian.Uint16(ip[4:]))
+		pl := int(ip.PayloadLen())
 		if pl < UDPLen {
 			return errAt(LayerIPv6, KindIPLengthMismatch)
 		}
@@ -163,14 +148,14 @@ func (p *Packet) parse(frame []byte) error {
 	default:
 		return errAt(LayerEthernet, KindNotRoCE)
 	}
-	udp := frame[l4:end]
+	udp := UDP(frame[l4:end])
 	if len(udp) < UDPLen {
 		return errAt(LayerUDP, KindTooShort)
 	}
-	if binary.BigEndian.Uint16(udp[2:]) != UDPPort {
+	if udp.DstPort() != UDPPort {
 		return errAt(LayerUDP, KindNotRoCE)
 	}
-	if int(binary.BigEndian.Uint16(udp[4:])) != len(udp) {
+	if int(udp.Length()) != len(udp) {
 		return errAt(LayerUDP, KindIPLengthMismatch)
 	}
 	bth := l4 + UDPLen
@@ -254,27 +239,58 @@ func (p *Packet) DETH() DETH { return DETH(p.ext(HdrDETH, DETHLen)) }
 // FETH returns the FETH, or nil.
 func (p *Packet) FETH() FETH { return FETH(p.ext(HdrFETH, FETHLen)) }
 
+// Ethernet returns the Ethernet header.
+func (p *Packet) Ethernet() Ethernet { return Ethernet(p.Frame[:EthernetLen]) }
+
+// VLAN returns the 802.1Q tag, or nil if the frame has none.
+func (p *Packet) VLAN() VLAN {
+	if !p.HasVLAN {
+		return nil
+	}
+	return VLAN(p.Frame[EthernetLen : EthernetLen+VLANTagLen])
+}
+
+// IPv4Header returns the IPv4 header, options included, or nil if the
+// datagram is IPv6. (The name keeps clear of the IPv6 field.)
+func (p *Packet) IPv4Header() IPv4 {
+	if p.IPv6 {
+		return nil
+	}
+	return IPv4(p.Frame[p.L3:p.L4])
+}
+
+// IPv6Header returns the IPv6 header, or nil if the datagram is IPv4.
+func (p *Packet) IPv6Header() IPv6 {
+	if !p.IPv6 {
+		return nil
+	}
+	return IPv6(p.Frame[p.L3:p.L4])
+}
+
+// UDP returns the UDP header.
+func (p *Packet) UDP() UDP { return UDP(p.Frame[p.L4 : p.L4+UDPLen]) }
+
 // SrcAddr returns the IP source address.
 func (p *Packet) SrcAddr() netip.Addr {
 	if p.IPv6 {
-		return netip.AddrFrom16([16]byte(p.Frame[p.L3+8 : p.L3+24]))
+		return IPv6(p.Frame[p.L3:]).Src()
 	}
-	return netip.AddrFrom4([4]byte(p.Frame[p.L3+12 : p.L3+16]))
+	return IPv4(p.Frame[p.L3:]).Src()
 }
 
 // DstAddr returns the IP destination address.
 func (p *Packet) DstAddr() netip.Addr {
 	if p.IPv6 {
-		return netip.AddrFrom16([16]byte(p.Frame[p.L3+24 : p.L3+40]))
+		return IPv6(p.Frame[p.L3:]).Dst()
 	}
-	return netip.AddrFrom4([4]byte(p.Frame[p.L3+16 : p.L3+20]))
+	return IPv4(p.Frame[p.L3:]).Dst()
 }
 
 // SrcPort returns the UDP source port.
-func (p *Packet) SrcPort() uint16 { return binary.BigEndian.Uint16(p.Frame[p.L4:]) }
+func (p *Packet) SrcPort() uint16 { return UDP(p.Frame[p.L4:]).SrcPort() }
 
 // ICRC returns the ICRC carried by the frame.
-func (p *Packet) ICRC() uint32 { return binary.LittleEndian.Uint32(p.Frame[len(p.Frame)-ICRCLen:]) }
+func (p *Packet) ICRC() uint32 { return CarriedICRC(p.Frame) }
 
 // ComputeICRC computes the ICRC the frame should carry.
 func (p *Packet) ComputeICRC() uint32 { return ICRC(p.Frame[p.L3:], p.IPv6) }

@@ -91,6 +91,10 @@ func (b BTH) SetFECN(v bool) { b[bthFB] = setBit(b[bthFB], 0x80, v) }
 // SetBECN sets or clears the BECN bit.
 func (b BTH) SetBECN(v bool) { b[bthFB] = setBit(b[bthFB], 0x40, v) }
 
+// maskICRC sets the byte the ICRC masks (FECN, BECN and the reserved bits
+// after them) to ones.
+func (b BTH) maskICRC() { b[bthFB] = 0xff }
+
 func setBit(x, bit byte, v bool) byte {
 	if v {
 		return x | bit
@@ -195,11 +199,16 @@ func (f *RETHFields) Encode(b RETH) {
 //	+---------------+-----------------------------------------------+
 type AETH []byte
 
+const (
+	aethSyndrome = 0
+	aethMSN      = 1
+)
+
 // Syndrome returns the raw syndrome byte.
-func (b AETH) Syndrome() Syndrome { return Syndrome(b[0]) }
+func (b AETH) Syndrome() Syndrome { return Syndrome(b[aethSyndrome]) }
 
 // MSN returns the message sequence number.
-func (b AETH) MSN() MSN { return MSN(get24(b[1:])) }
+func (b AETH) MSN() MSN { return MSN(get24(b[aethMSN:])) }
 
 // AETHFields is the decoded form of an AETH.
 type AETHFields struct {
@@ -215,8 +224,8 @@ func (f *AETHFields) Encode(b AETH) error {
 	if !f.MSN.Valid() {
 		return errAt(LayerExt, KindOutOfRange)
 	}
-	b[0] = byte(f.Syndrome)
-	put24(b[1:], uint32(f.MSN))
+	b[aethSyndrome] = byte(f.Syndrome)
+	put24(b[aethMSN:], uint32(f.MSN))
 	return nil
 }
 
@@ -312,11 +321,17 @@ func (b IETH) SetRKey(v uint32) { binary.BigEndian.PutUint32(b, v) }
 //	+---------------+-----------------------------------------------+
 type DETH []byte
 
+const (
+	dethQKey  = 0
+	dethResv  = 4
+	dethSrcQP = 5
+)
+
 // QKey returns the queue key.
-func (b DETH) QKey() uint32 { return binary.BigEndian.Uint32(b) }
+func (b DETH) QKey() uint32 { return binary.BigEndian.Uint32(b[dethQKey:]) }
 
 // SrcQP returns the source QP number.
-func (b DETH) SrcQP() QPN { return QPN(get24(b[5:])) }
+func (b DETH) SrcQP() QPN { return QPN(get24(b[dethSrcQP:])) }
 
 // DETHFields is the decoded form of a DETH.
 type DETHFields struct {
@@ -332,9 +347,9 @@ func (f *DETHFields) Encode(b DETH) error {
 	if !f.SrcQP.Valid() {
 		return errAt(LayerExt, KindOutOfRange)
 	}
-	binary.BigEndian.PutUint32(b, f.QKey)
-	b[4] = 0
-	put24(b[5:], uint32(f.SrcQP))
+	binary.BigEndian.PutUint32(b[dethQKey:], f.QKey)
+	b[dethResv] = 0
+	put24(b[dethSrcQP:], uint32(f.SrcQP))
 	return nil
 }
 

@@ -18,7 +18,11 @@ import (
 // The CRC is CRC-32 (IEEE) and is written to the wire least significant byte
 // first.
 
-const maxMaskedLen = 8 + 60 + UDPLen + BTHLen
+// icrcLRHLen is the number of 0xff bytes that stand in for the LRH at the
+// start of the ICRC input.
+const icrcLRHLen = 8
+
+const maxMaskedLen = icrcLRHLen + IPv4MaxLen + UDPLen + BTHLen
 
 // ICRC computes the invariant CRC of a RoCEv2 datagram. ip runs from the
 // first byte of the IP header to the end of the ICRC field; the last four
@@ -26,27 +30,29 @@ const maxMaskedLen = 8 + 60 + UDPLen + BTHLen
 // (as located by Packet.Parse or built by Build).
 func ICRC(ip []byte, ipv6 bool) uint32 {
 	var buf [maxMaskedLen]byte
-	for i := 0; i < 8; i++ {
+	for i := 0; i < icrcLRHLen; i++ {
 		buf[i] = 0xff
 	}
 	var hl int
 	if ipv6 {
 		hl = IPv6Len
-		copy(buf[8:], ip[:hl])
-		buf[8] |= 0x0f // traffic class and flow label
-		buf[9], buf[10], buf[11] = 0xff, 0xff, 0xff
-		buf[8+7] = 0xff // hop limit
+		h := IPv6(buf[icrcLRHLen : icrcLRHLen+IPv6Len])
+		copy(h, ip[:hl])
+		h.SetTrafficClass(0xff)
+		h.SetFlowLabel(0xfffff)
+		h.SetHopLimit(0xff)
 	} else {
-		hl = int(ip[0]&0x0f) * 4
-		copy(buf[8:], ip[:hl])
-		buf[8+1] = 0xff                   // TOS
-		buf[8+8] = 0xff                   // TTL
-		buf[8+10], buf[8+11] = 0xff, 0xff // header checksum
+		hl = IPv4(ip).HeaderLen()
+		h := IPv4(buf[icrcLRHLen : icrcLRHLen+IPv4MinLen])
+		copy(buf[icrcLRHLen:], ip[:hl])
+		h.SetTOS(0xff)
+		h.SetTTL(0xff)
+		h.SetChecksum(0xffff)
 	}
-	n := 8 + hl
+	n := icrcLRHLen + hl
 	copy(buf[n:], ip[hl:hl+UDPLen+BTHLen])
-	buf[n+6], buf[n+7] = 0xff, 0xff // UDP checksum
-	buf[n+UDPLen+bthFB] = 0xff      // FECN, BECN, reserved
+	UDP(buf[n : n+UDPLen]).SetChecksum(0xffff)
+	BTH(buf[n+UDPLen : n+UDPLen+BTHLen]).maskICRC()
 	n += UDPLen + BTHLen
 	// The masked headers are hashed here, on the stack, with a slicing-by-8
 	// loop: handing buf to hash/crc32 would move it to the heap. The rest of
@@ -82,6 +88,10 @@ func crcSlicing8(crc uint32, p []byte) uint32 {
 	}
 	return ^crc
 }
+
+// CarriedICRC returns the ICRC stored in the last four bytes of b, a
+// datagram or frame that ends with its ICRC field.
+func CarriedICRC(b []byte) uint32 { return binary.LittleEndian.Uint32(b[len(b)-ICRCLen:]) }
 
 // PutICRC computes the ICRC of the datagram ip (see ICRC) and stores it in
 // its last four bytes.
