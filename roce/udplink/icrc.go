@@ -26,11 +26,7 @@ package udplink
 // Polynomials are 32-bit words in the reflected order hash/crc32 uses: bit 31
 // is the coefficient of x^0, bit 0 that of x^31.
 
-import (
-	"encoding/binary"
-
-	"github.com/sroce/sroce/bth"
-)
+import "github.com/sroce/sroce/bth"
 
 const (
 	crcPoly = 0xedb88320 // CRC-32 (IEEE), reflected, without the x^32 term
@@ -86,12 +82,9 @@ func init() {
 	}
 }
 
-// Offsets in the ICRC input: 8 bytes standing for the LRH, then the IPv4
-// header, whose Identification is at bytes 4-5.
-const (
-	icrcLRHLen = 8
-	ipv4IDOff  = 4
-)
+// The ICRC input starts with 8 bytes standing for the LRH, then the IPv4
+// header, whose Identification is at bth.IPv4IDOffset.
+const icrcLRHLen = 8
 
 // solveIPv4ID returns the IPv4 Identification that explains a syndrome
 // (the received ICRC xor the ICRC computed with Identification 0) of a
@@ -103,7 +96,7 @@ func solveIPv4ID(syndrome uint32, payLen int) (uint16, bool) {
 	// without the ICRC. t counts the bytes after the two ID bytes; the
 	// exponent is 8*t + 32 bits, a whole number t+4 of bytes.
 	n := icrcLRHLen + bth.IPv4MinLen + bth.UDPLen + payLen - bth.ICRCLen
-	k := n - (icrcLRHLen + ipv4IDOff + 2) + 4
+	k := n - (icrcLRHLen + bth.IPv4IDOffset + 2) + 4
 	if k < 0 || k >= 1<<16 {
 		return 0, false
 	}
@@ -129,7 +122,7 @@ func checkIPv4(frame []byte) (ok, recovered bool) {
 	if payLen < bth.BTHLen+bth.ICRCLen {
 		return true, false
 	}
-	got := binary.LittleEndian.Uint32(ip[len(ip)-bth.ICRCLen:])
+	got := bth.CarriedICRC(ip)
 	want := bth.ICRC(ip, false)
 	if got == want {
 		return true, false
@@ -138,8 +131,9 @@ func checkIPv4(frame []byte) (ok, recovered bool) {
 	if !ok {
 		return false, false
 	}
-	binary.BigEndian.PutUint16(ip[ipv4IDOff:], id)
-	ip[10], ip[11] = 0, 0
-	binary.BigEndian.PutUint16(ip[10:], bth.IPv4Checksum(ip[:bth.IPv4MinLen]))
+	h := bth.IPv4(ip[:bth.IPv4MinLen])
+	h.SetID(id)
+	h.SetChecksum(0)
+	h.SetChecksum(bth.IPv4Checksum(h))
 	return true, true
 }

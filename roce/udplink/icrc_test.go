@@ -53,12 +53,12 @@ func TestMulModIsZeroExtension(t *testing.T) {
 // replaced as the link fills it in: Identification 0, DF, TOS 0, TTL 64.
 func stripID(f []byte) []byte {
 	g := bytes.Clone(f)
-	ip := g[bth.EthernetLen:]
-	ip[1] = 0
-	ip[4], ip[5], ip[6], ip[7] = 0, 0, 0x40, 0
-	ip[8] = 64
-	ip[10], ip[11] = 0, 0
-	binary.BigEndian.PutUint16(ip[10:], bth.IPv4Checksum(ip[:bth.IPv4MinLen]))
+	ip := bth.IPv4(g[bth.EthernetLen : bth.EthernetLen+bth.IPv4MinLen])
+	ip.SetTOS(0)
+	ip.SetID(0)
+	ip.SetFlagsFragmentOffset(bth.IPv4FlagDF, 0)
+	ip.SetTTL(64)
+	ip.SetChecksum(ip.CalculateChecksum())
 	return g
 }
 
@@ -93,14 +93,14 @@ func TestCheckIPv4RecoversID(t *testing.T) {
 		if !ok || rec != (id != 0) {
 			t.Fatalf("ID %#04x, %d bytes: ok=%v recovered=%v", id, len(f), ok, rec)
 		}
-		if gotID := binary.BigEndian.Uint16(g[bth.EthernetLen+4:]); gotID != id {
+		if gotID := bth.IPv4(g[bth.EthernetLen:]).ID(); gotID != id {
 			t.Fatalf("recovered ID %#04x, sent %#04x", gotID, id)
 		}
 		p, err := bth.Parse(g)
 		if err != nil || !p.VerifyICRC() {
 			t.Fatalf("repaired frame: %v, ICRC verifies %v", err, err == nil && p.VerifyICRC())
 		}
-		if bth.IPv4Checksum(g[bth.EthernetLen:bth.EthernetLen+bth.IPv4MinLen]) != 0 {
+		if !bth.IPv4(g[bth.EthernetLen:]).IsChecksumValid() {
 			t.Fatal("IPv4 header checksum not fixed")
 		}
 	}
@@ -120,10 +120,13 @@ func TestCheckIPv4RejectsForgeries(t *testing.T) {
 			off := bth.EthernetLen + bth.IPv4MinLen + bth.UDPLen + bth.BTHLen
 			f[off+rng.IntN(len(f)-bth.ICRCLen-off)] ^= 1 << rng.IntN(8)
 		},
-		"other destination QP": func(f []byte) { f[bth.EthernetLen+bth.IPv4MinLen+bth.UDPLen+7] ^= 0x40 },
+		"other destination QP": func(f []byte) {
+			b := bth.BTH(f[bth.EthernetLen+bth.IPv4MinLen+bth.UDPLen:])
+			b.SetDestQP(b.DestQP() ^ 0x40)
+		},
 		"DF clear at the sender": func(f []byte) {
-			ip := f[bth.EthernetLen:]
-			ip[6] &^= 0x40
+			ip := bth.IPv4(f[bth.EthernetLen:])
+			ip.SetFlagsFragmentOffset(ip.Flags()&^bth.IPv4FlagDF, ip.FragmentOffset())
 			bth.PutICRC(ip, false)
 		},
 	}
@@ -135,7 +138,7 @@ func TestCheckIPv4RejectsForgeries(t *testing.T) {
 			if ok, _ := checkIPv4(g); ok {
 				t.Fatalf("%s (try %d) accepted", name, i)
 			}
-			if !bytes.Equal(g[bth.EthernetLen+4:bth.EthernetLen+6], []byte{0, 0}) {
+			if bth.IPv4(g[bth.EthernetLen:]).ID() != 0 {
 				t.Fatalf("%s: header changed on a mismatch", name)
 			}
 		}
@@ -181,11 +184,11 @@ func TestGoldenRxeFramesThroughTheLink(t *testing.T) {
 		if !p.IPv6 {
 			n4++
 			ok, rec := checkIPv4(buf)
-			wantID := binary.BigEndian.Uint16(frame[p.L3+4:])
+			wantID := p.IPv4Header().ID()
 			if !ok || rec != (wantID != 0) {
 				t.Fatalf("%s: ok=%v recovered=%v", label, ok, rec)
 			}
-			if id := binary.BigEndian.Uint16(buf[bth.EthernetLen+4:]); id != wantID {
+			if id := bth.IPv4(buf[bth.EthernetLen:]).ID(); id != wantID {
 				t.Fatalf("%s: recovered ID %#04x, rxe sent %#04x", label, id, wantID)
 			}
 		}
@@ -246,7 +249,7 @@ func BenchmarkICRC(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(rxe)))
 			for b.Loop() {
-				rxe[bth.EthernetLen+4], rxe[bth.EthernetLen+5] = 0, 0
+				bth.IPv4(rxe[bth.EthernetLen:]).SetID(0)
 				if ok, rec := checkIPv4(rxe); !ok || !rec {
 					b.Fatal("not recovered")
 				}

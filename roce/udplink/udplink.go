@@ -35,7 +35,6 @@
 package udplink
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -377,35 +376,26 @@ func (l *Link) readErr(err error) error {
 // synthesize writes Ethernet, IP and UDP headers for a datagram of n bytes
 // from src to the local address in front of it.
 func (l *Link) synthesize(b []byte, src netip.AddrPort, n int) {
-	copy(b[0:6], l.mac)
-	peer := syntheticMAC(src.Addr().Unmap())
-	copy(b[6:12], peer)
-	ip := b[bth.EthernetLen:]
+	eth := bth.EthernetFields{DstMAC: [bth.MACLen]byte(l.mac), SrcMAC: [bth.MACLen]byte(syntheticMAC(src.Addr().Unmap()))}
+	l3 := b[bth.EthernetLen:]
+	var udp bth.UDP
 	if l.v6 {
-		binary.BigEndian.PutUint16(b[12:], bth.EtherTypeIPv6)
-		binary.BigEndian.PutUint32(ip[0:], 6<<28)
-		binary.BigEndian.PutUint16(ip[4:], uint16(bth.UDPLen+n))
-		ip[6], ip[7] = 17, 64
-		s, d := src.Addr().As16(), l.local.As16()
-		copy(ip[8:24], s[:])
-		copy(ip[24:40], d[:])
-		ip = ip[bth.IPv6Len:]
+		eth.EtherType = bth.EtherTypeIPv6
+		ip := bth.IPv6Fields{PayloadLen: uint16(bth.UDPLen + n), NextHeader: bth.IPProtocolUDP, HopLimit: 64,
+			Src: netip.AddrFrom16(src.Addr().As16()), Dst: l.local}
+		_ = ip.Encode(bth.IPv6(l3))
+		udp = bth.UDP(l3[bth.IPv6Len:])
 	} else {
-		binary.BigEndian.PutUint16(b[12:], bth.EtherTypeIPv4)
-		ip[0], ip[1] = 0x45, 0
-		binary.BigEndian.PutUint16(ip[2:], uint16(bth.IPv4MinLen+bth.UDPLen+n))
-		binary.BigEndian.PutUint32(ip[4:], 0x4000) // ID unknown, DF
-		ip[8], ip[9], ip[10], ip[11] = 64, 17, 0, 0
-		s, d := src.Addr().Unmap().As4(), l.local.As4()
-		copy(ip[12:16], s[:])
-		copy(ip[16:20], d[:])
-		binary.BigEndian.PutUint16(ip[10:], bth.IPv4Checksum(ip[:bth.IPv4MinLen]))
-		ip = ip[bth.IPv4MinLen:]
+		eth.EtherType = bth.EtherTypeIPv4
+		// ID unknown (see checkIPv4), DF.
+		ip := bth.IPv4Fields{TotalLen: uint16(bth.IPv4MinLen + bth.UDPLen + n), Flags: bth.IPv4FlagDF,
+			TTL: 64, Protocol: bth.IPProtocolUDP, Src: src.Addr().Unmap(), Dst: l.local}
+		_ = ip.Encode(bth.IPv4(l3))
+		udp = bth.UDP(l3[bth.IPv4MinLen:])
 	}
-	binary.BigEndian.PutUint16(ip[0:], src.Port())
-	binary.BigEndian.PutUint16(ip[2:], bth.UDPPort)
-	binary.BigEndian.PutUint16(ip[4:], uint16(bth.UDPLen+n))
-	ip[6], ip[7] = 0, 0
+	eth.Encode(bth.Ethernet(b))
+	u := bth.UDPFields{SrcPort: src.Port(), DstPort: bth.UDPPort, Length: uint16(bth.UDPLen + n)}
+	u.Encode(udp)
 }
 
 // WriteBatch sends frames. Each must be a well-formed RoCEv2 frame from this
@@ -429,10 +419,10 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 				atomic.AddUint64(&l.stats.TxMalformed, 1)
 				continue
 			}
-			binary.BigEndian.PutUint16(p.Frame[p.L4:], l.port)
-			if !p.IPv6 {
-				binary.BigEndian.PutUint16(p.Frame[p.L3+4:], 0)
-				binary.BigEndian.PutUint16(p.Frame[p.L3+6:], 0x4000)
+			p.UDP().SetSrcPort(l.port)
+			if ip := p.IPv4Header(); ip != nil {
+				ip.SetID(0)
+				ip.SetFlagsFragmentOffset(bth.IPv4FlagDF, 0)
 			}
 			bth.PutICRC(p.Frame[p.L3:], p.IPv6)
 			k := len(ms)
