@@ -914,12 +914,11 @@ func (q *QP) udRequest(pkt *bth.Packet) {
 	// The GRH space: the IPv6 header, or for IPv4 (RoCEv2 over IPv4, as
 	// rdma_rxe and hardware deliver it) 20 zero bytes then the IPv4 header.
 	g := rs.grh[:]
-	ip := pkt.Frame[pkt.L3:]
 	if pkt.IPv6 {
-		copy(g, ip[:GRHLen])
+		copy(g, pkt.IPv6Header())
 	} else {
-		clear(g[:20])
-		copy(g[20:], ip[:20])
+		clear(g[:GRHLen-bth.IPv4MinLen])
+		copy(g[GRHLen-bth.IPv4MinLen:], pkt.IPv4Header()[:bth.IPv4MinLen])
 	}
 	if _, err := q.pd.Scatter(w.sgl, 0, g); err == nil {
 		_, err = q.pd.Scatter(w.sgl, GRHLen, pkt.PayloadBytes())

@@ -19,6 +19,7 @@ import (
 	"net/netip"
 
 	"github.com/gopacket/gopacket/layers"
+	"github.com/sroce/sroce/bth"
 )
 
 // Magic numbers at the start of capture files, read little-endian.
@@ -415,23 +416,20 @@ func (a *linkAdapter) ethernet(data []byte, link layers.LinkType) (frame []byte,
 // scratch buffer. A packet that is not IPv4 or IPv6 gets EtherType 0, which
 // Parse reports as not RoCE.
 func (a *linkAdapter) wrapIP(ip []byte) []byte {
-	n := 14 + len(ip)
+	n := bth.EthernetLen + len(ip)
 	if cap(a.scratch) < n {
 		a.scratch = make([]byte, n, max(n, 2048))
 	}
 	f := a.scratch[:n]
-	clear(f[:12])
-	var et uint16
-	if len(ip) > 0 {
-		switch ip[0] >> 4 {
-		case 4:
-			et = 0x0800
-		case 6:
-			et = 0x86dd
-		}
+	var eth bth.EthernetFields
+	switch bth.IPVersion(ip) {
+	case 4:
+		eth.EtherType = bth.EtherTypeIPv4
+	case 6:
+		eth.EtherType = bth.EtherTypeIPv6
 	}
-	binary.BigEndian.PutUint16(f[12:], et)
-	copy(f[14:], ip)
+	eth.Encode(bth.Ethernet(f))
+	copy(f[bth.EthernetLen:], ip)
 	return f
 }
 
@@ -442,6 +440,9 @@ type udpView struct {
 	sport, dport uint16
 }
 
+// udpPortsLen is how much of a UDP header peekUDP needs: the two ports.
+const udpPortsLen = 4
+
 // peekUDP finds the UDP header of an Ethernet frame without bth.Parse's
 // checks: at most one 802.1Q tag, IPv4 (not a later fragment) or IPv6 with
 // UDP as the next header, and enough bytes to read the ports. dissect uses
@@ -450,43 +451,43 @@ type udpView struct {
 // fragmented or cut-short datagram of another protocol, and to say where a
 // malformed packet came from.
 func peekUDP(f []byte) (u udpView, ok bool) {
-	if len(f) < 14 {
+	if len(f) < bth.EthernetLen {
 		return u, false
 	}
-	l3 := 14
-	et := binary.BigEndian.Uint16(f[12:])
-	if et == 0x8100 || et == 0x88a8 {
-		if len(f) < 18 {
+	l3 := bth.EthernetLen
+	et := bth.Ethernet(f).EtherType()
+	if et == bth.EtherTypeVLAN || et == bth.EtherTypeQinQ {
+		if len(f) < bth.EthernetLen+bth.VLANTagLen {
 			return u, false
 		}
-		et, l3 = binary.BigEndian.Uint16(f[16:]), 18
+		et, l3 = bth.VLAN(f[bth.EthernetLen:]).EtherType(), bth.EthernetLen+bth.VLANTagLen
 	}
 	var l4 int
 	switch et {
-	case 0x0800:
-		if len(f) < l3+20 || f[l3]>>4 != 4 || f[l3+9] != 17 {
+	case bth.EtherTypeIPv4:
+		ip := bth.IPv4(f[l3:])
+		if len(ip) < bth.IPv4MinLen || ip.Version() != 4 || ip.Protocol() != bth.IPProtocolUDP {
 			return u, false
 		}
-		if binary.BigEndian.Uint16(f[l3+6:])&0x1fff != 0 { // a later fragment: no UDP header
+		if ip.FragmentOffset() != 0 { // a later fragment: no UDP header
 			return u, false
 		}
-		u.src = netip.AddrFrom4([4]byte(f[l3+12 : l3+16]))
-		u.dst = netip.AddrFrom4([4]byte(f[l3+16 : l3+20]))
-		l4 = l3 + int(f[l3]&0x0f)*4
-	case 0x86dd:
-		if len(f) < l3+40 || f[l3+6] != 17 {
+		u.src, u.dst = ip.Src(), ip.Dst()
+		l4 = l3 + ip.HeaderLen()
+	case bth.EtherTypeIPv6:
+		ip := bth.IPv6(f[l3:])
+		if len(ip) < bth.IPv6Len || ip.NextHeader() != bth.IPProtocolUDP {
 			return u, false
 		}
-		u.src = netip.AddrFrom16([16]byte(f[l3+8 : l3+24]))
-		u.dst = netip.AddrFrom16([16]byte(f[l3+24 : l3+40]))
-		l4 = l3 + 40
+		u.src, u.dst = ip.Src(), ip.Dst()
+		l4 = l3 + bth.IPv6Len
 	default:
 		return u, false
 	}
-	if len(f) < l4+4 {
+	if len(f) < l4+udpPortsLen {
 		return u, false
 	}
-	u.sport = binary.BigEndian.Uint16(f[l4:])
-	u.dport = binary.BigEndian.Uint16(f[l4+2:])
+	udp := bth.UDP(f[l4:])
+	u.sport, u.dport = udp.SrcPort(), udp.DstPort()
 	return u, true
 }

@@ -20,6 +20,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sroce/sroce/bth"
 )
 
 // Clock tells the router the time (the same interface as roce.Clock).
@@ -397,21 +399,22 @@ func (p *Port) WriteBatch(frames [][]byte) (int, error) {
 		if r.tap != nil {
 			r.tap(p, f)
 		}
-		if len(f) < 14 {
+		if len(f) < bth.EthernetLen {
 			r.stats.NoRoute++
 			continue
 		}
-		group := f[0]&1 != 0
+		dst := bth.Ethernet(f).DstMAC()
+		group := dst[0]&1 != 0 // the I/G bit: broadcast or multicast
 		found := false
 		for _, q := range r.ports {
 			if q == p || q.closed {
 				continue
 			}
-			if !group && [6]byte(f[0:6]) != q.mac {
+			if !group && dst != q.mac {
 				continue
 			}
 			found = true
-			if len(f) > q.mtu+18 {
+			if len(f) > q.mtu+bth.EthernetLen+bth.VLANTagLen {
 				r.stats.Oversize++
 				continue
 			}
