@@ -368,9 +368,9 @@ func (d *Device) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			d.mu.Lock()
-			d.cnt[qp.CntLinkDowned]++
-			d.mu.Unlock()
+			// The link is gone: the port is down for good, counted and
+			// reported once, in PortDown, and its connections fail.
+			d.PortDown()
 			return err
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/netif"
 	"github.com/sroce/sroce/roce/udplink"
@@ -172,13 +173,12 @@ type Port struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	mu         sync.Mutex
-	gidt       *netif.GIDTable
-	active     bool
-	linkDowned uint64
-	lost       chan struct{}
-	lostErr    error
-	watchErr   error
+	mu       sync.Mutex
+	gidt     *netif.GIDTable
+	active   bool
+	lost     chan struct{}
+	lostErr  error
+	watchErr error
 }
 
 // Open opens a sroce device on the network interface ifname of the calling
@@ -410,9 +410,6 @@ func (p *Port) watch(events <-chan netif.LinkEvent) {
 			p.mu.Lock()
 			was := p.active
 			p.active = false
-			if was {
-				p.linkDowned++
-			}
 			p.mu.Unlock()
 			if was {
 				p.dev.PortDown()
@@ -432,9 +429,6 @@ func (p *Port) setActive(ev netif.LinkEvent) {
 	p.mu.Lock()
 	was := p.active
 	p.active = now
-	if was && !now {
-		p.linkDowned++
-	}
 	p.mu.Unlock()
 	switch {
 	case was && !now:
@@ -597,13 +591,9 @@ func (p *Port) State() roce.PortState {
 }
 
 // LinkDowned returns how many times the port went from ACTIVE to DOWN
-// since Open (rxe's link_downed; the device counts the same, plus link
-// failures).
-func (p *Port) LinkDowned() uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.linkDowned
-}
+// since Open, or its link failed: the device's link_downed counter, which
+// Device.PortDown counts.
+func (p *Port) LinkDowned() uint64 { return p.dev.Counter(qp.CntLinkDowned) }
 
 // Lost is closed when the port becomes unusable: the interface went down,
 // lost its carrier or was deleted, the link failed, or Close was called.
