@@ -4,9 +4,9 @@
 // interface, the path MTU from the interface MTU, the peer's MAC from the
 // kernel's neighbour table, and link up/down events for the port state.
 //
-// Everything is read through routing netlink (package rtnl) in one network
-// namespace: a Handle is bound to the namespace it was opened in (NewHandle:
-// the calling thread's; NewHandleAt: a namespace file such as
+// Everything is read through routing netlink (github.com/vishvananda/netlink)
+// in one network namespace: a Handle is bound to the namespace it was opened
+// in (NewHandle: the calling thread's; NewHandleAt: a namespace file such as
 // /run/netns/NAME) and keeps working there whichever goroutine calls it. The
 // package-level functions (Lookup, ResolveNeighbor, Watch, SourceFor) open a
 // short-lived Handle in the calling thread's namespace.

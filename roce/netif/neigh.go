@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
-
-	"github.com/sroce/sroce/roce/netif/rtnl"
 )
 
 // DefaultResolveTimeout bounds ResolveNeighbor when its context has no
@@ -105,7 +105,7 @@ func roundWait(d time.Duration) time.Duration {
 	return d.Round(time.Millisecond)
 }
 
-func neighFamily(ip netip.Addr) uint8 {
+func neighFamily(ip netip.Addr) int {
 	if ip.Is4() {
 		return unix.AF_INET
 	}
@@ -117,33 +117,44 @@ func neighFamily(ip netip.Addr) uint8 {
 // there is no entry.
 func (h *Handle) Neighbor(ifindex int, ip netip.Addr) (n Neighbor, found bool, err error) {
 	ip = ip.Unmap()
-	var e rtnl.Encoder
-	e.Header(rtnl.NdMsg{Family: neighFamily(ip), Index: int32(ifindex)}.Encode())
-	e.Addr(unix.NDA_DST, ip)
-	msgs, err := h.c.Request(unix.RTM_GETNEIGH, 0, e.Encode())
+	var e *netlink.Neigh
+	err = h.do(func(*netlink.Handle) (err error) {
+		e, err = h.getNeigh(ifindex, ip)
+		return err
+	})
 	if errors.Is(err, unix.ENOENT) {
 		return Neighbor{}, false, nil
 	}
 	if err != nil {
 		return Neighbor{}, false, fmt.Errorf("netif: neighbour %v: %w", ip, err)
 	}
-	for _, m := range msgs {
-		if m.Type != unix.RTM_NEWNEIGH {
-			continue
-		}
-		hdr, attrs, err := rtnl.ParseNdMsg(m.Data)
-		if err != nil {
-			return Neighbor{}, false, err
-		}
-		n := Neighbor{IP: ip, State: NeighState(hdr.State), Ifindex: int(hdr.Index)}
-		for _, a := range attrs {
-			if a.Type == unix.NDA_LLADDR {
-				n.MAC = append(net.HardwareAddr(nil), a.Data...)
-			}
-		}
-		return n, true, nil
+	n = Neighbor{IP: ip, State: NeighState(e.State), Ifindex: e.LinkIndex}
+	if len(e.HardwareAddr) > 0 {
+		n.MAC = append(net.HardwareAddr(nil), e.HardwareAddr...)
 	}
-	return Neighbor{}, false, nil
+	return n, true, nil
+}
+
+// getNeigh reads the one entry for ip with an RTM_GETNEIGH request naming
+// it (the kernel's neigh_get, Linux 4.20 and later), built with the
+// library's request layer; ENOENT means there is none. The library itself
+// only dumps the whole table (NeighList): with 1000 neighbours in the
+// namespace that is 1.2-1.5 ms and 1.2 MB allocated per lookup against
+// 6-12 us here, and ResolveNeighbor repeats the lookup every 1-50 ms while
+// it waits (go test -bench Neighbor, as root). The caller holds h.mu.
+func (h *Handle) getNeigh(ifindex int, ip netip.Addr) (*netlink.Neigh, error) {
+	req := nl.NewNetlinkRequest(unix.RTM_GETNEIGH, 0)
+	req.Sockets = h.get
+	req.AddData(&netlink.Ndmsg{Family: uint8(neighFamily(ip)), Index: uint32(ifindex)})
+	req.AddData(nl.NewRtAttr(unix.NDA_DST, ip.AsSlice()))
+	msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWNEIGH)
+	if err != nil {
+		return nil, err
+	}
+	if len(msgs) == 0 {
+		return nil, unix.ENOENT
+	}
+	return netlink.NeighDeserialize(msgs[0])
 }
 
 // triggerResolution asks the kernel to resolve ip on the interface. The
@@ -155,10 +166,9 @@ func (h *Handle) Neighbor(ifindex int, ip netip.Addr) (n Neighbor, found bool, e
 // resolve the address before sending it.
 func (h *Handle) triggerResolution(ifname string, ifindex int, ip netip.Addr) error {
 	if !h.noNTFUse {
-		var e rtnl.Encoder
-		e.Header(rtnl.NdMsg{Family: neighFamily(ip), Index: int32(ifindex), Flags: unix.NTF_USE}.Encode())
-		e.Addr(unix.NDA_DST, ip)
-		_, err := h.c.Request(unix.RTM_NEWNEIGH, unix.NLM_F_CREATE, e.Encode())
+		err := h.do(func(nh *netlink.Handle) error {
+			return nh.NeighSet(&netlink.Neigh{LinkIndex: ifindex, Family: neighFamily(ip), Flags: unix.NTF_USE, IP: ip.AsSlice()})
+		})
 		if err == nil {
 			return nil
 		}
@@ -175,7 +185,12 @@ func (h *Handle) triggerResolution(ifname string, ifindex int, ip netip.Addr) er
 // sendProbe sends a one-byte UDP datagram to ip port 9 (discard) out of
 // the interface, from a socket in the handle's namespace.
 func (h *Handle) sendProbe(ifname string, ifindex int, ip netip.Addr) error {
-	return rtnl.InNetns(h.nsfd, func() error {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.nl == nil {
+		return errClosed
+	}
+	return inNetns(h.ns, func() error {
 		var (
 			fam int
 			sa  unix.Sockaddr

@@ -6,66 +6,154 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync"
 
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/roce/netif/rtnl"
 )
 
 // ErrNoInterface is returned (wrapped) when no interface has the given
 // name in the handle's network namespace.
 var ErrNoInterface = errors.New("no such network interface")
 
+// errClosed is returned by the methods of a closed Handle.
+var errClosed = errors.New("handle is closed")
+
 // Handle reads interfaces, neighbours and routes of one network namespace.
 // Its methods may be called from any goroutine.
 type Handle struct {
-	c     *rtnl.Conn
-	nsfd  int // the namespace, for sockets made later (Watch)
-	close sync.Once
+	mu  sync.RWMutex // held for reading by requests, for writing by Close
+	nl  *netlink.Handle
+	get map[int]*nl.SocketHandle // for requests the library lacks (getNeigh)
+	ns  netns.NsHandle           // the namespace, for sockets made later (Watch, probes)
 
 	noNTFUse bool // tests: resolve as an unprivileged process would
 }
 
 // NewHandle opens a Handle on the calling thread's network namespace.
 func NewHandle() (*Handle, error) {
-	fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	ns, err := netns.Get()
 	if err != nil {
 		return nil, fmt.Errorf("netif: open own network namespace: %w", err)
 	}
-	return newHandle(fd)
+	return newHandle(ns)
 }
 
 // NewHandleAt opens a Handle on the network namespace at path (for example
 // /run/netns/NAME, nsutil.Namespace.Path, or /proc/PID/ns/net). A
 // namespace other than the caller's needs CAP_SYS_ADMIN.
 func NewHandleAt(path string) (*Handle, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	ns, err := netns.GetFromPath(path)
 	if err != nil {
 		return nil, fmt.Errorf("netif: open network namespace: %w", &os.PathError{Op: "open", Path: path, Err: err})
 	}
-	return newHandle(fd)
+	return newHandle(ns)
 }
 
-func newHandle(nsfd int) (*Handle, error) {
-	c, err := rtnl.DialNetns(nsfd)
+func newHandle(ns netns.NsHandle) (*Handle, error) {
+	var (
+		nh  *netlink.Handle
+		get *nl.NetlinkSocket
+	)
+	err := inNetns(ns, func() (err error) {
+		if nh, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
+			return err
+		}
+		if get, err = nl.GetNetlinkSocketAt(netns.None(), netns.None(), unix.NETLINK_ROUTE); err != nil {
+			nh.Close()
+		}
+		return err
+	})
 	if err != nil {
-		unix.Close(nsfd)
-		return nil, fmt.Errorf("netif: %w", err)
+		ns.Close()
+		return nil, fmt.Errorf("netif: netlink socket: %w", err)
 	}
-	return &Handle{c: c, nsfd: nsfd}, nil
+	return &Handle{nl: nh, get: map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: {Socket: get}}, ns: ns}, nil
 }
 
 // Close releases the handle. Watches started from it keep running until
 // their context ends.
 func (h *Handle) Close() error {
-	var err error
-	h.close.Do(func() {
-		err = h.c.Close()
-		unix.Close(h.nsfd)
-	})
-	return err
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.nl == nil {
+		return nil
+	}
+	h.nl.Close()
+	h.nl = nil
+	h.get[unix.NETLINK_ROUTE].Close()
+	return h.ns.Close()
+}
+
+// do runs fn with the netlink handle, unless the Handle is closed (a
+// closed netlink.Handle would quietly open sockets in the calling thread's
+// namespace instead).
+func (h *Handle) do(fn func(nh *netlink.Handle) error) error {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.nl == nil {
+		return errClosed
+	}
+	return fn(h.nl)
+}
+
+// inNetns runs fn on a thread in the network namespace ns, for creating
+// sockets there: sockets stay in the namespace they were created in. When
+// ns is the namespace the process's threads are in, fn runs on a helper
+// thread without any switch (and without privileges); otherwise the helper
+// thread enters ns (which needs CAP_SYS_ADMIN) and leaves it again
+// afterwards, and is discarded if leaving fails.
+func inNetns(ns netns.NsHandle, fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("open own network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
+		if orig.Equal(ns) {
+			err := fn()
+			runtime.UnlockOSThread()
+			done <- err
+			return
+		}
+		if err := netns.Set(ns); err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("enter network namespace: %w", err)
+			return
+		}
+		err = fn()
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		} // else: the goroutine exits locked and the runtime ends the thread.
+		done <- err
+	}()
+	return <-done
+}
+
+// dumpAttempts bounds how often a dump is repeated while the kernel flags
+// it as interrupted (NLM_F_DUMP_INTR: the table changed while it was read).
+const dumpAttempts = 5
+
+// retryDump runs the dump fn again while its result is interrupted.
+func retryDump[T any](fn func() ([]T, error)) ([]T, error) {
+	for attempt := 1; ; attempt++ {
+		r, err := fn()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return r, err
+		}
+		if attempt == dumpAttempts {
+			return nil, fmt.Errorf("dump interrupted by concurrent changes %d times: %w", attempt, err)
+		}
+	}
 }
 
 // OperState is an interface's operational state (RFC 2863, IF_OPER_*), as
@@ -74,13 +162,13 @@ type OperState uint8
 
 // Operational states.
 const (
-	OperUnknown        OperState = rtnl.OperUnknown
-	OperNotPresent     OperState = rtnl.OperNotPresent
-	OperDown           OperState = rtnl.OperDown
-	OperLowerLayerDown OperState = rtnl.OperLowerLayerDown
-	OperTesting        OperState = rtnl.OperTesting
-	OperDormant        OperState = rtnl.OperDormant
-	OperUp             OperState = rtnl.OperUp
+	OperUnknown        OperState = netlink.OperUnknown
+	OperNotPresent     OperState = netlink.OperNotPresent
+	OperDown           OperState = netlink.OperDown
+	OperLowerLayerDown OperState = netlink.OperLowerLayerDown
+	OperTesting        OperState = netlink.OperTesting
+	OperDormant        OperState = netlink.OperDormant
+	OperUp             OperState = netlink.OperUp
 )
 
 // String returns the state as `ip link` prints it (UP, DOWN,
@@ -119,8 +207,24 @@ func (a Addr) Tentative() bool { return a.Flags&unix.IFA_F_TENTATIVE != 0 }
 // String returns the address with its prefix length.
 func (a Addr) String() string { return a.Prefix.String() }
 
-func addrFrom(a rtnl.Address) Addr {
-	return Addr{Prefix: a.Prefix, Scope: a.Scope, Flags: a.Flags}
+// addrFrom converts an address as the netlink library reads it: IP is the
+// interface's own address (IFA_LOCAL when the kernel sent it, else
+// IFA_ADDRESS), and on a point-to-point link Peer carries the prefix
+// length.
+func addrFrom(a netlink.Addr) (Addr, error) {
+	if a.IPNet == nil {
+		return Addr{}, errors.New("netif: address message without an address")
+	}
+	ip, ok := netip.AddrFromSlice(a.IP)
+	if !ok {
+		return Addr{}, fmt.Errorf("netif: address of %d bytes", len(a.IP))
+	}
+	mask := a.Mask
+	if a.Peer != nil {
+		mask = a.Peer.Mask
+	}
+	bits, _ := mask.Size()
+	return Addr{Prefix: netip.PrefixFrom(ip, bits), Scope: uint8(a.Scope), Flags: uint32(a.Flags)}, nil
 }
 
 // Interface is a network interface with what the RoCE engine needs of it.
@@ -208,44 +312,122 @@ func (h *Handle) Lookup(ifname string) (*Interface, error) {
 	if err != nil {
 		return nil, err
 	}
-	ifc := interfaceFrom(l)
-	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		addrs, err := h.c.Addrs(fam, l.Index)
-		if err != nil {
-			return nil, fmt.Errorf("netif: addresses of %s: %w", ifname, err)
-		}
-		for _, a := range addrs {
-			ifc.Addrs = append(ifc.Addrs, addrFrom(a))
-		}
-	}
-	ifc.GIDs = ifc.GIDTable().Entries()
-	return ifc, nil
-}
-
-func interfaceFrom(l rtnl.Link) *Interface {
-	return &Interface{
+	ifc := &Interface{
 		Name:      l.Name,
 		Index:     l.Index,
 		MAC:       l.MAC,
 		MTU:       l.MTU,
 		Up:        l.Flags&unix.IFF_UP != 0,
 		Carrier:   l.Flags&unix.IFF_LOWER_UP != 0,
-		OperState: OperState(l.OperState),
+		OperState: l.OperState,
 		Kind:      l.Kind,
 		RxQueues:  l.RxQueues,
+	}
+	if ifc.Addrs, err = h.addrs(l.Index); err != nil {
+		return nil, fmt.Errorf("netif: addresses of %s: %w", ifname, err)
+	}
+	ifc.GIDs = ifc.GIDTable().Entries()
+	return ifc, nil
+}
+
+// addrs returns the IPv4 then the IPv6 addresses of the interface, each
+// in the kernel's list order.
+func (h *Handle) addrs(index int) ([]Addr, error) {
+	var all []Addr
+	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+		var as []netlink.Addr
+		err := h.do(func(nh *netlink.Handle) (err error) {
+			as, err = retryDump(func() ([]netlink.Addr, error) {
+				return nh.AddrList(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: index}}, fam)
+			})
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range as {
+			addr, err := addrFrom(a)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, addr)
+		}
+	}
+	return all, nil
+}
+
+// link is what sroce reads of a network interface.
+type link struct {
+	Index     int
+	Name      string
+	Flags     uint32 // IFF_*, including IFF_LOWER_UP (carrier)
+	MTU       int
+	MAC       net.HardwareAddr
+	OperState OperState
+	Kind      string // IFLA_INFO_KIND; empty for physical NICs
+	RxQueues  int
+}
+
+// linkFrom converts a link as the netlink library reads it.
+func linkFrom(l netlink.Link) link {
+	a := l.Attrs()
+	mac := a.HardwareAddr
+	if mac == nil && (a.EncapType == "ether" || a.EncapType == "loopback") {
+		// The library leaves an all-zero hardware address out (lo has
+		// one); these types always carry six bytes, and the default GID
+		// and node GUID are made from them as rxe makes them.
+		mac = make(net.HardwareAddr, 6)
+	}
+	kind := l.Type()
+	switch l.(type) {
+	case *netlink.Device: // no IFLA_INFO_KIND
+		kind = ""
+	case *netlink.Tuntap:
+		kind = "tun"
+	}
+	return link{
+		Index:     a.Index,
+		Name:      a.Name,
+		Flags:     a.RawFlags,
+		MTU:       a.MTU,
+		MAC:       mac,
+		OperState: OperState(a.OperState),
+		Kind:      kind,
+		RxQueues:  a.NumRxQueues,
 	}
 }
 
 // link returns the link named ifname with an error that names it.
-func (h *Handle) link(ifname string) (rtnl.Link, error) {
-	l, err := h.c.LinkByName(ifname)
-	if errors.Is(err, rtnl.ErrNoLink) {
-		return l, fmt.Errorf("netif: %w %q in this network namespace", ErrNoInterface, ifname)
+func (h *Handle) link(ifname string) (link, error) {
+	var l netlink.Link
+	err := h.do(func(nh *netlink.Handle) (err error) {
+		l, err = nh.LinkByName(ifname)
+		return err
+	})
+	if errors.As(err, &netlink.LinkNotFoundError{}) {
+		return link{}, fmt.Errorf("netif: %w %q in this network namespace", ErrNoInterface, ifname)
 	}
 	if err != nil {
-		return l, fmt.Errorf("netif: %s: %w", ifname, err)
+		return link{}, fmt.Errorf("netif: %s: %w", ifname, err)
 	}
-	return l, nil
+	return linkFrom(l), nil
+}
+
+// linkByIndex returns the link with the given index; found is false when
+// there is none.
+func (h *Handle) linkByIndex(index int) (l link, found bool, err error) {
+	var got netlink.Link
+	err = h.do(func(nh *netlink.Handle) (err error) {
+		got, err = nh.LinkByIndex(index)
+		return err
+	})
+	if errors.As(err, &netlink.LinkNotFoundError{}) {
+		return link{}, false, nil
+	}
+	if err != nil {
+		return link{}, false, err
+	}
+	return linkFrom(got), true, nil
 }
 
 // Lookup returns the interface named ifname in the calling thread's

@@ -30,7 +30,7 @@ type topo struct {
 }
 
 // newTopo builds the pair; extra addresses go on A after the defaults.
-func newTopo(t *testing.T, cfg nsutil.VethConfig) *topo {
+func newTopo(t testing.TB, cfg nsutil.VethConfig) *topo {
 	t.Helper()
 	nsutil.Skip(t)
 	n := byte(topoSeq.Add(1))
@@ -555,6 +555,20 @@ func TestHandleAtErrors(t *testing.T) {
 	}
 	if !ifc.Up || ifc.IPv4() != netip.MustParseAddr("127.0.0.1") {
 		t.Errorf("lo: %+v", ifc)
+	}
+	// lo's all-zero MAC is a MAC: rxe makes the default GID from it.
+	if ifc.MAC.String() != "00:00:00:00:00:00" || len(ifc.GIDs) == 0 || FormatGID(ifc.GIDs[0].GID) != "fe80::200:ff:fe00:0" {
+		t.Errorf("lo: MAC %v, GIDs %s", ifc.MAC, table(ifc.GIDs))
+	}
+	// A closed handle refuses, rather than asking another namespace.
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Lookup("lo"); err == nil {
+		t.Error("Lookup on a closed handle succeeded")
+	}
+	if err := h.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
 	}
 }
 

@@ -7,9 +7,8 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-
-	"github.com/sroce/sroce/roce/netif/rtnl"
 )
 
 // Route is the kernel's answer to "how do I reach Dst" (ip route get).
@@ -36,49 +35,34 @@ func (h *Handle) RouteTo(dst netip.Addr) (Route, error) {
 	if !dst.IsValid() {
 		return Route{}, errors.New("netif: route to an invalid address")
 	}
-	fam, bits := uint8(unix.AF_INET), uint8(32)
-	if dst.Is6() {
-		fam, bits = unix.AF_INET6, 128
-	}
-	var e rtnl.Encoder
-	e.Header(rtnl.RtMsg{Family: fam, DstLen: bits}.Encode())
-	e.Addr(unix.RTA_DST, dst)
-	msgs, err := h.c.Request(unix.RTM_GETROUTE, 0, e.Encode())
+	var rs []netlink.Route
+	err := h.do(func(nh *netlink.Handle) (err error) {
+		rs, err = nh.RouteGet(dst.AsSlice())
+		return err
+	})
 	if err != nil {
 		if errors.Is(err, unix.ENETUNREACH) || errors.Is(err, unix.EHOSTUNREACH) {
 			return Route{}, fmt.Errorf("netif: no route to %v", dst)
 		}
 		return Route{}, fmt.Errorf("netif: route to %v: %w", dst, err)
 	}
-	for _, m := range msgs {
-		if m.Type != unix.RTM_NEWROUTE {
-			continue
-		}
-		_, attrs, err := rtnl.ParseRtMsg(m.Data)
-		if err != nil {
-			return Route{}, err
-		}
-		r := Route{Dst: dst}
-		for _, a := range attrs {
-			switch a.Type {
-			case unix.RTA_OIF:
-				r.Ifindex = int(a.Uint32())
-			case unix.RTA_PREFSRC:
-				r.Src = a.Addr()
-			case unix.RTA_GATEWAY:
-				r.Gateway = a.Addr()
-			}
-		}
-		if r.Ifindex != 0 {
-			l, err := h.c.LinkByIndex(r.Ifindex)
-			if err != nil {
-				return Route{}, fmt.Errorf("netif: route to %v: %w", dst, err)
-			}
-			r.Ifname = l.Name
-		}
-		return r, nil
+	if len(rs) == 0 {
+		return Route{}, fmt.Errorf("netif: no route to %v", dst)
 	}
-	return Route{}, fmt.Errorf("netif: no route to %v", dst)
+	r := Route{Dst: dst, Ifindex: rs[0].LinkIndex}
+	r.Src, _ = netip.AddrFromSlice(rs[0].Src)
+	r.Gateway, _ = netip.AddrFromSlice(rs[0].Gw)
+	if r.Ifindex != 0 {
+		l, found, err := h.linkByIndex(r.Ifindex)
+		if err == nil && !found {
+			err = fmt.Errorf("%w: index %d", ErrNoInterface, r.Ifindex)
+		}
+		if err != nil {
+			return Route{}, fmt.Errorf("netif: route to %v: %w", dst, err)
+		}
+		r.Ifname = l.Name
+	}
+	return r, nil
 }
 
 // SourceFor returns the interface and source address the kernel would use

@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"syscall"
 
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
-
-	"github.com/sroce/sroce/roce/netif/rtnl"
 )
 
 // EventKind says what a LinkEvent reports.
@@ -102,7 +103,7 @@ func (e LinkEvent) String() string {
 // does.
 func (h *Handle) Watch(ctx context.Context, ifname string) (<-chan LinkEvent, error) {
 	// Subscribe first, then read the state, so no change falls in between.
-	sub, err := rtnl.DialNetns(h.nsfd, unix.RTNLGRP_LINK, unix.RTNLGRP_IPV4_IFADDR, unix.RTNLGRP_IPV6_IFADDR)
+	sub, err := h.subscribe()
 	if err != nil {
 		return nil, fmt.Errorf("netif: watch %s: %w", ifname, err)
 	}
@@ -116,12 +117,12 @@ func (h *Handle) Watch(ctx context.Context, ifname string) (<-chan LinkEvent, er
 	addrs, err := h.addrs(l.Index)
 	if err != nil {
 		sub.Close()
-		return nil, err
+		return nil, fmt.Errorf("netif: addresses: %w", err)
 	}
 	for _, a := range addrs {
 		w.addrs[a.Prefix] = a
 	}
-	stop := context.AfterFunc(ctx, func() { sub.Close() })
+	stop := context.AfterFunc(ctx, sub.Close)
 	go func() {
 		defer stop()
 		defer sub.Close()
@@ -162,26 +163,70 @@ func Watch(ctx context.Context, ifname string) (<-chan LinkEvent, error) {
 	return out, nil
 }
 
-// addrs returns the IPv4 then IPv6 addresses of the interface.
-func (h *Handle) addrs(index int) ([]Addr, error) {
-	var all []Addr
-	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		as, err := h.c.Addrs(fam, index)
-		if err != nil {
-			return nil, fmt.Errorf("netif: addresses: %w", err)
-		}
-		for _, a := range as {
-			all = append(all, addrFrom(a))
+// subscribe opens a netlink socket in the handle's namespace that
+// receives link changes and IPv4 and IPv6 address changes. One socket for
+// all three groups keeps the notifications in the order the kernel sent
+// them (a link going down before its IPv6 addresses go), which the
+// library's separate LinkSubscribe and AddrSubscribe channels do not; and
+// a receive error, ENOBUFS included, reaches the watcher as the errno.
+func (h *Handle) subscribe() (*nl.NetlinkSocket, error) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.nl == nil {
+		return nil, errClosed
+	}
+	var s *nl.NetlinkSocket
+	err := inNetns(h.ns, func() (err error) {
+		s, err = nl.Subscribe(unix.NETLINK_ROUTE, unix.RTNLGRP_LINK, unix.RTNLGRP_IPV4_IFADDR, unix.RTNLGRP_IPV6_IFADDR)
+		return err
+	})
+	return s, err
+}
+
+// parseAddrMsg reads an RTM_NEWADDR or RTM_DELADDR notification as
+// addrFrom reads the netlink library's AddrList results (the library's own
+// parser is not exported): the interface's own address is IFA_LOCAL when
+// present (IFA_ADDRESS is the peer on point-to-point links), else
+// IFA_ADDRESS.
+func parseAddrMsg(b []byte) (ifindex int, a Addr, err error) {
+	if len(b) < unix.SizeofIfAddrmsg {
+		return 0, Addr{}, fmt.Errorf("netif: address message of %d bytes", len(b))
+	}
+	hdr := nl.DeserializeIfAddrmsg(b)
+	attrs, err := nl.ParseRouteAttr(b[unix.SizeofIfAddrmsg:])
+	if err != nil {
+		return 0, Addr{}, err
+	}
+	a = Addr{Scope: hdr.Scope, Flags: uint32(hdr.Flags)}
+	var local, addr netip.Addr
+	for _, at := range attrs {
+		switch at.Attr.Type {
+		case unix.IFA_LOCAL:
+			local, _ = netip.AddrFromSlice(at.Value)
+		case unix.IFA_ADDRESS:
+			addr, _ = netip.AddrFromSlice(at.Value)
+		case unix.IFA_FLAGS:
+			if len(at.Value) >= 4 {
+				a.Flags = nl.NativeEndian().Uint32(at.Value)
+			}
 		}
 	}
-	return all, nil
+	ip := addr
+	if local.IsValid() {
+		ip = local
+	}
+	if !ip.IsValid() {
+		return 0, Addr{}, errors.New("netif: address message without an address")
+	}
+	a.Prefix = netip.PrefixFrom(ip, int(hdr.Prefixlen))
+	return int(hdr.Index), a, nil
 }
 
 type watcher struct {
 	h     *Handle
-	sub   *rtnl.Conn
+	sub   *nl.NetlinkSocket
 	ch    chan LinkEvent
-	link  rtnl.Link
+	link  link
 	addrs map[netip.Prefix]Addr
 }
 
@@ -192,7 +237,7 @@ func (w *watcher) event(kind EventKind) LinkEvent {
 		Index:     w.link.Index,
 		Up:        w.link.Flags&unix.IFF_UP != 0,
 		Carrier:   w.link.Flags&unix.IFF_LOWER_UP != 0,
-		OperState: OperState(w.link.OperState),
+		OperState: w.link.OperState,
 		MTU:       w.link.MTU,
 		MAC:       w.link.MAC,
 	}
@@ -222,7 +267,7 @@ func (w *watcher) run(ctx context.Context) {
 		return
 	}
 	for {
-		msgs, err := w.sub.Receive()
+		msgs, _, err := w.sub.Receive()
 		if errors.Is(err, unix.ENOBUFS) {
 			if !w.resync(ctx) {
 				return
@@ -242,25 +287,32 @@ func (w *watcher) run(ctx context.Context) {
 }
 
 // handle processes one notification; false ends the watch.
-func (w *watcher) handle(ctx context.Context, m rtnl.Message) bool {
-	switch m.Type {
+func (w *watcher) handle(ctx context.Context, m syscall.NetlinkMessage) bool {
+	switch m.Header.Type {
 	case unix.RTM_NEWLINK, unix.RTM_DELLINK:
-		l, err := rtnl.ParseLink(m)
-		if err != nil || l.Index != w.link.Index {
+		if len(m.Data) < unix.SizeofIfInfomsg {
 			return true
 		}
-		if m.Type == unix.RTM_DELLINK {
+		hdr := unix.NlMsghdr(m.Header)
+		nlink, err := netlink.LinkDeserialize(&hdr, m.Data)
+		if err != nil {
+			return true
+		}
+		l := linkFrom(nlink)
+		if l.Index != w.link.Index {
+			return true
+		}
+		if m.Header.Type == unix.RTM_DELLINK {
 			w.send(ctx, w.event(EventRemoved))
 			return false
 		}
 		return w.updateLink(ctx, l)
 	case unix.RTM_NEWADDR, unix.RTM_DELADDR:
-		ra, err := rtnl.ParseAddress(m)
-		if err != nil || ra.Index != w.link.Index {
+		index, a, err := parseAddrMsg(m.Data)
+		if err != nil || index != w.link.Index {
 			return true
 		}
-		a := addrFrom(ra)
-		if m.Type == unix.RTM_NEWADDR {
+		if m.Header.Type == unix.RTM_NEWADDR {
 			_, known := w.addrs[a.Prefix]
 			w.addrs[a.Prefix] = a
 			if known {
@@ -282,7 +334,7 @@ func (w *watcher) handle(ctx context.Context, m rtnl.Message) bool {
 }
 
 // updateLink records a new link state and reports a change that matters.
-func (w *watcher) updateLink(ctx context.Context, l rtnl.Link) bool {
+func (w *watcher) updateLink(ctx context.Context, l link) bool {
 	const mask = unix.IFF_UP | unix.IFF_LOWER_UP
 	old := w.link
 	if l.Name == "" {
@@ -305,13 +357,13 @@ func (w *watcher) updateLink(ctx context.Context, l rtnl.Link) bool {
 // resync re-reads the link and its addresses after lost notifications and
 // reports what changed.
 func (w *watcher) resync(ctx context.Context) bool {
-	l, err := w.h.c.LinkByIndex(w.link.Index)
-	if errors.Is(err, rtnl.ErrNoLink) {
-		w.send(ctx, w.event(EventRemoved))
-		return false
-	}
+	l, found, err := w.h.linkByIndex(w.link.Index)
 	if err != nil {
 		w.fail(ctx, fmt.Errorf("netif: watch %s: re-reading state: %w", w.link.Name, err))
+		return false
+	}
+	if !found {
+		w.send(ctx, w.event(EventRemoved))
 		return false
 	}
 	if !w.updateLink(ctx, l) {

@@ -68,6 +68,7 @@ package nsutil
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -77,9 +78,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-
-	"github.com/sroce/sroce/roce/netif/rtnl"
 )
 
 // DefaultPrefix is the name prefix of namespaces made by New with an empty
@@ -212,7 +212,7 @@ func (ns *Namespace) setup() error {
 			return err
 		}
 	}
-	c, err := rtnl.Dial()
+	c, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return err
 	}
@@ -221,7 +221,7 @@ func (ns *Namespace) setup() error {
 	if err != nil {
 		return err
 	}
-	return c.SetLinkUp(lo.Index, true)
+	return c.LinkSetUp(lo)
 }
 
 // Open returns the existing namespace /run/netns/NAME (made by anyone, for
@@ -353,18 +353,18 @@ func (ns *Namespace) Go(fn func()) error {
 	return <-started
 }
 
-// Dial opens a routing netlink socket inside the namespace.
-func (ns *Namespace) Dial() (*rtnl.Conn, error) {
-	var c *rtnl.Conn
+// Dial opens a routing netlink handle inside the namespace.
+func (ns *Namespace) Dial() (*netlink.Handle, error) {
+	var c *netlink.Handle
 	err := ns.Do(func() (err error) {
-		c, err = rtnl.Dial()
+		c, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 		return err
 	})
 	return c, err
 }
 
-// withConn runs fn with a netlink socket in the namespace.
-func (ns *Namespace) withConn(fn func(c *rtnl.Conn) error) error {
+// withConn runs fn with a netlink handle in the namespace.
+func (ns *Namespace) withConn(fn func(c *netlink.Handle) error) error {
 	c, err := ns.Dial()
 	if err != nil {
 		return err
@@ -375,12 +375,16 @@ func (ns *Namespace) withConn(fn func(c *rtnl.Conn) error) error {
 
 // SetLinkUp brings the interface up or down (ip link set IFNAME up|down).
 func (ns *Namespace) SetLinkUp(ifname string, up bool) error {
-	return ns.withConn(func(c *rtnl.Conn) error {
+	return ns.withConn(func(c *netlink.Handle) error {
 		l, err := c.LinkByName(ifname)
 		if err != nil {
 			return fmt.Errorf("nsutil: %s: %w", ns.name, err)
 		}
-		if err := c.SetLinkUp(l.Index, up); err != nil {
+		set := c.LinkSetDown
+		if up {
+			set = c.LinkSetUp
+		}
+		if err := set(l); err != nil {
 			return fmt.Errorf("nsutil: %s: set %s up=%v: %w", ns.name, ifname, up, err)
 		}
 		return nil
@@ -389,12 +393,12 @@ func (ns *Namespace) SetLinkUp(ifname string, up bool) error {
 
 // SetMTU sets the interface's MTU.
 func (ns *Namespace) SetMTU(ifname string, mtu int) error {
-	return ns.withConn(func(c *rtnl.Conn) error {
+	return ns.withConn(func(c *netlink.Handle) error {
 		l, err := c.LinkByName(ifname)
 		if err != nil {
 			return fmt.Errorf("nsutil: %s: %w", ns.name, err)
 		}
-		if err := c.SetMTU(l.Index, mtu); err != nil {
+		if err := c.LinkSetMTU(l, mtu); err != nil {
 			return fmt.Errorf("nsutil: %s: set %s mtu %d: %w", ns.name, ifname, mtu, err)
 		}
 		return nil
@@ -404,7 +408,7 @@ func (ns *Namespace) SetMTU(ifname string, mtu int) error {
 // AddAddr adds an address with prefix length to the interface. IPv6
 // addresses are added without duplicate address detection.
 func (ns *Namespace) AddAddr(ifname string, p netip.Prefix) error {
-	return ns.withConn(func(c *rtnl.Conn) error {
+	return ns.withConn(func(c *netlink.Handle) error {
 		l, err := c.LinkByName(ifname)
 		if err != nil {
 			return fmt.Errorf("nsutil: %s: %w", ns.name, err)
@@ -415,27 +419,38 @@ func (ns *Namespace) AddAddr(ifname string, p netip.Prefix) error {
 
 // DelAddr removes an address from the interface.
 func (ns *Namespace) DelAddr(ifname string, p netip.Prefix) error {
-	return ns.withConn(func(c *rtnl.Conn) error {
+	return ns.withConn(func(c *netlink.Handle) error {
 		l, err := c.LinkByName(ifname)
 		if err != nil {
 			return fmt.Errorf("nsutil: %s: %w", ns.name, err)
 		}
-		if err := c.DelAddr(l.Index, p); err != nil {
+		if err := c.AddrDel(l, nlAddr(p, 0)); err != nil {
 			return fmt.Errorf("nsutil: %s: del %s from %s: %w", ns.name, p, ifname, err)
 		}
 		return nil
 	})
 }
 
-func addAddr(c *rtnl.Conn, nsName string, l rtnl.Link, p netip.Prefix) error {
-	var flags uint32
+func addAddr(c *netlink.Handle, nsName string, l netlink.Link, p netip.Prefix) error {
+	var flags int
 	if !p.Addr().Unmap().Is4() {
 		flags = unix.IFA_F_NODAD
 	}
-	if err := c.AddAddr(l.Index, p, flags); err != nil {
-		return fmt.Errorf("nsutil: %s: add %s to %s: %w", nsName, p, l.Name, err)
+	if err := c.AddrAdd(l, nlAddr(p, flags)); err != nil {
+		return fmt.Errorf("nsutil: %s: add %s to %s: %w", nsName, p, l.Attrs().Name, err)
 	}
 	return nil
+}
+
+// nlAddr is p as an address to add or delete, without a broadcast address
+// (as `ip addr add` without brd).
+func nlAddr(p netip.Prefix, flags int) *netlink.Addr {
+	ip := p.Addr().Unmap()
+	return &netlink.Addr{
+		IPNet:     &net.IPNet{IP: ip.AsSlice(), Mask: net.CIDRMask(p.Bits(), ip.BitLen())},
+		Flags:     flags,
+		Broadcast: net.IPv4zero,
+	}
 }
 
 // parsePid returns the pid in a name "<prefix>-<pid>-<n>".

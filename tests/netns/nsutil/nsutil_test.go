@@ -17,12 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
-
-	"github.com/sroce/sroce/roce/netif/rtnl"
 )
 
 // The helper modes re-run this test binary as a child process that
@@ -364,21 +363,22 @@ func TestVethPing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.Kind != "veth" || l.Flags&unix.IFF_UP == 0 || l.RxQueues != 2 {
-			t.Errorf("%s/%s: kind %q flags %#x rx queues %d", end.ns, end.name, l.Kind, l.Flags, l.RxQueues)
+		if l.Type() != "veth" || l.Attrs().RawFlags&unix.IFF_UP == 0 || l.Attrs().NumRxQueues != 2 {
+			t.Errorf("%s/%s: kind %q flags %#x rx queues %d", end.ns, end.name, l.Type(), l.Attrs().RawFlags, l.Attrs().NumRxQueues)
 		}
 		var got []netip.Prefix
-		for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
-			as, err := c.Addrs(fam, l.Index)
+		for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
+			as, err := c.AddrList(l, fam)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, a := range as {
+				prefix := netip.MustParsePrefix(a.IPNet.String())
 				if a.Scope == unix.RT_SCOPE_UNIVERSE {
-					got = append(got, a.Prefix)
+					got = append(got, prefix)
 				}
 				if a.Flags&unix.IFA_F_TENTATIVE != 0 {
-					t.Errorf("%s: %v is tentative (DAD should be off)", end.ns, a.Prefix)
+					t.Errorf("%s: %v is tentative (DAD should be off)", end.ns, prefix)
 				}
 			}
 		}
@@ -469,7 +469,7 @@ func TestVethClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Flags&unix.IFF_UP != 0 {
+	if l.Attrs().RawFlags&unix.IFF_UP != 0 {
 		t.Error("Down: the end is up")
 	}
 	if err := v.Close(); err != nil {
@@ -480,7 +480,7 @@ func TestVethClose(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.LinkByName("x0"); !errors.Is(err, rtnl.ErrNoLink) {
+		if _, err := c.LinkByName("x0"); !errors.As(err, &netlink.LinkNotFoundError{}) {
 			t.Errorf("%s: after Close, x0: %v", ns, err)
 		}
 		c.Close()
@@ -576,7 +576,7 @@ func TestCloseRemovesEverything(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, err := c.LinkByName("fromb")
-		if errors.Is(err, rtnl.ErrNoLink) {
+		if errors.As(err, &netlink.LinkNotFoundError{}) {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -11,9 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-
-	"github.com/sroce/sroce/roce/netif/rtnl"
 )
 
 // VethConfig describes a veth pair between two namespaces. Zero fields get
@@ -72,13 +71,17 @@ func NewVeth(a, b *Namespace, cfg VethConfig) (*Veth, error) {
 		return nil, err
 	}
 	v := &Veth{A: a, B: b, NameA: cfg.NameA, NameB: cfg.NameB}
-	err = a.withConn(func(c *rtnl.Conn) error {
+	err = a.withConn(func(c *netlink.Handle) error {
 		// Sent from inside A: the first end is created there, the peer
 		// directly in B (IFLA_NET_NS_FD), so names only need to be
 		// unique within each namespace.
-		err := c.AddVeth(
-			rtnl.VethEnd{Name: cfg.NameA, MTU: cfg.MTU, MAC: cfg.MACA, Queues: cfg.Queues, NetnsFD: -1},
-			rtnl.VethEnd{Name: cfg.NameB, MTU: cfg.MTUB, MAC: cfg.MACB, Queues: cfg.Queues, NetnsFD: int(fb.Fd())})
+		attrs := netlink.NewLinkAttrs()
+		attrs.Name, attrs.MTU, attrs.HardwareAddr = cfg.NameA, cfg.MTU, cfg.MACA
+		attrs.NumTxQueues, attrs.NumRxQueues = cfg.Queues, cfg.Queues
+		veth := netlink.NewVeth(attrs)
+		veth.PeerName, veth.PeerMTU, veth.PeerHardwareAddr = cfg.NameB, uint32(cfg.MTUB), cfg.MACB
+		veth.PeerNamespace = netlink.NsFd(fb.Fd())
+		err := c.LinkAdd(veth)
 		if err != nil {
 			return fmt.Errorf("nsutil: create veth %s/%s <-> %s/%s: %w", a.name, cfg.NameA, b.name, cfg.NameB, err)
 		}
@@ -88,19 +91,19 @@ func NewVeth(a, b *Namespace, cfg VethConfig) (*Veth, error) {
 		return nil, err
 	}
 	setup := func(ns *Namespace, name string, addrs []netip.Prefix, index *int, mac *net.HardwareAddr, mtu *int) error {
-		return ns.withConn(func(c *rtnl.Conn) error {
+		return ns.withConn(func(c *netlink.Handle) error {
 			l, err := c.LinkByName(name)
 			if err != nil {
 				return fmt.Errorf("nsutil: %s: %w", ns.name, err)
 			}
-			*index, *mac, *mtu = l.Index, l.MAC, l.MTU
+			*index, *mac, *mtu = l.Attrs().Index, l.Attrs().HardwareAddr, l.Attrs().MTU
 			for _, p := range addrs {
 				if err := addAddr(c, ns.name, l, p); err != nil {
 					return err
 				}
 			}
 			if !cfg.Down {
-				if err := c.SetLinkUp(l.Index, true); err != nil {
+				if err := c.LinkSetUp(l); err != nil {
 					return fmt.Errorf("nsutil: %s: set %s up: %w", ns.name, name, err)
 				}
 			}
@@ -138,22 +141,24 @@ func waitReady(ns *Namespace, name string) error {
 	}); err != nil {
 		return err
 	}
-	return ns.withConn(func(c *rtnl.Conn) error {
+	return ns.withConn(func(c *netlink.Handle) error {
 		deadline := time.Now().Add(readyTimeout)
 		for {
 			l, err := c.LinkByName(name)
 			if err != nil {
 				return fmt.Errorf("nsutil: %s: %w", ns.name, err)
 			}
-			ready := l.Flags&unix.IFF_LOWER_UP != 0
+			ready := l.Attrs().RawFlags&unix.IFF_LOWER_UP != 0
 			if ready && ipv6 {
-				addrs, err := c.Addrs(unix.AF_INET6, l.Index)
-				if err != nil {
+				addrs, err := c.AddrList(l, unix.AF_INET6)
+				if errors.Is(err, netlink.ErrDumpInterrupted) {
+					addrs = nil // the list changed while it was read: poll again
+				} else if err != nil {
 					return fmt.Errorf("nsutil: %s: %w", ns.name, err)
 				}
 				ready = false
 				for _, a := range addrs {
-					if a.Prefix.Addr().IsLinkLocalUnicast() && a.Flags&unix.IFA_F_TENTATIVE == 0 {
+					if a.IP.IsLinkLocalUnicast() && a.Flags&unix.IFA_F_TENTATIVE == 0 {
 						ready = true
 					}
 				}
@@ -182,15 +187,15 @@ func (v *Veth) Close() error {
 			err = errors.Join(errs...)
 			return
 		}
-		err = v.A.withConn(func(c *rtnl.Conn) error {
+		err = v.A.withConn(func(c *netlink.Handle) error {
 			l, err := c.LinkByName(v.NameA)
-			if errors.Is(err, rtnl.ErrNoLink) {
+			if errors.As(err, &netlink.LinkNotFoundError{}) {
 				return nil
 			}
 			if err != nil {
 				return err
 			}
-			return c.DelLink(l.Index)
+			return c.LinkDel(l)
 		})
 		if err != nil && v.A.isClosed() {
 			err = nil
