@@ -12,12 +12,12 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"strings"
 
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/roce/netif"
+	"github.com/sroce/sroce/tools/device"
 )
 
 // devinfoAbout is the description printed by "sroce devinfo -h".
@@ -69,7 +69,7 @@ func runDevinfo(e *env, args []string) int {
 		return exitOK
 	}
 	if dev == "" {
-		if dev, err = defaultRouteInterface(); err != nil {
+		if dev, err = device.DefaultRouteInterface(); err != nil {
 			fmt.Fprintf(e.Stderr, "sroce devinfo: %v\n", err)
 			return exitProblem
 		}
@@ -79,17 +79,6 @@ func runDevinfo(e *env, args []string) int {
 		return exitProblem
 	}
 	return exitOK
-}
-
-// defaultRouteInterface returns the interface of the default route.
-func defaultRouteInterface() (string, error) {
-	for _, probe := range []string{"192.0.2.1", "2001:db8::1"} {
-		name, _, err := netif.SourceFor(netip.MustParseAddr(probe))
-		if err == nil && name != "" && name != "lo" {
-			return name, nil
-		}
-	}
-	return "", errors.New("there is no default route to take the interface from; name one with -d (sroce devinfo -l lists them)")
 }
 
 // listInterfaces prints the interfaces with their state and first address.

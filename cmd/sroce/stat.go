@@ -15,6 +15,7 @@ import (
 
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
+	"github.com/sroce/sroce/tools/device"
 )
 
 // statAbout is the description printed by "sroce stat -h".
@@ -66,7 +67,7 @@ func runStat(e *env, args []string) int {
 		return f.usageError("--for must not be negative")
 	}
 	if dev == "" {
-		if dev, err = defaultRouteInterface(); err != nil {
+		if dev, err = device.DefaultRouteInterface(); err != nil {
 			fmt.Fprintf(e.Stderr, "sroce stat: %v\n", err)
 			return exitProblem
 		}

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/cmd/sroce/internal/oob"
 	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
+	"github.com/sroce/sroce/tools/oob"
 )
 
 // runClient runs "sroce cmd args... -p port host" on the client address

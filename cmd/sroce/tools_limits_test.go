@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/cmd/sroce/internal/oob"
+	"github.com/sroce/sroce/tools/oob"
 )
 
 // startServer runs "sroce cmd -d lo@server -p port args..." and waits

@@ -146,3 +146,10 @@ func runToolPair(t *testing.T, cmd, ready string, serverArgs, clientArgs []strin
 	}
 	return server, client
 }
+
+// Environment variables of the tools' limits (see package tools/perftest).
+const (
+	envStall  = "SROCE_STALL_TIMEOUT"
+	envStep   = "SROCE_EXCHANGE_TIMEOUT"
+	envAccept = "SROCE_ACCEPT_TIMEOUT"
+)

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/cmd/sroce/internal/oob"
+	"github.com/sroce/sroce/tools/oob"
 )
 
 // sigterm sends SIGTERM to this process, which runs the tool in-process.

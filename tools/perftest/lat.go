@@ -1,4 +1,4 @@
-package main
+package perftest
 
 // The latency loops of the perftest tools, after perftest 4.5's
 // run_iter_lat_send (send-lat: the client sends, the server answers each
@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/cmd/sroce/internal/oob"
 	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/tools/oob"
 )
 
 // latRun is the state of one latency run of one size.

@@ -1,4 +1,4 @@
-package main
+package perftest
 
 // Data patterns and checks of the perftest tools. perftest fills its
 // buffers with random bytes and never looks at what arrives; sroce fills
@@ -29,7 +29,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sroce/sroce/cmd/sroce/internal/oob"
+	"github.com/sroce/sroce/tools/oob"
 )
 
 // gateLen is how many leading bytes must match a peer's pattern for the

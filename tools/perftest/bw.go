@@ -1,4 +1,4 @@
-package main
+package perftest
 
 // The bandwidth loops of the perftest tools, after perftest 4.5's
 // run_iter_bw (a side that posts: WRITE, READ, atomics, SEND clients, both
@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/cmd/sroce/internal/oob"
 	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/tools/oob"
 )
 
 // Duration states of -D, as perftest's alarm handler moves them.

@@ -1,4 +1,4 @@
-package main
+package perftest
 
 // Plumbing shared by the pingpong and perftest commands: the device named
 // by -d opened on its network interface (package roce/iface), the source
@@ -10,8 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -19,19 +17,16 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/cmd/sroce/internal/oob"
 	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
-	"github.com/sroce/sroce/roce/netif"
+	"github.com/sroce/sroce/tools/device"
+	"github.com/sroce/sroce/tools/oob"
 )
 
 // Environment variables the tools read. They tune what the reference tools
 // have no option for, so that the command lines stay the tools' own.
 const (
-	// envLink picks the link: "auto" (the default: AF_XDP as root, the
-	// UDP link otherwise or on loopback), "xdp" or "udp".
-	envLink = "SROCE_LINK"
 	// envStall is how long a run waits without any completion before it
 	// gives up (a Go duration, default defaultStall).
 	envStall = "SROCE_STALL_TIMEOUT"
@@ -59,33 +54,8 @@ const (
 	// openTimeout bounds opening the device on the interface.
 	openTimeout = 15 * time.Second
 	// resolveTimeout bounds resolving the peer's MAC address.
-	resolveTimeout = 5 * time.Second
+	resolveTimeout = device.ResolveTimeout
 )
-
-// devSpec is the value of -d: an interface name, optionally followed by
-// "@" and the local address the UDP link binds to (several engines on one
-// host, e.g. "lo@127.0.0.2").
-type devSpec struct {
-	ifname string
-	addr   netip.Addr
-}
-
-// parseDevSpec parses "IF" or "IF@ADDR".
-func parseDevSpec(s string) (devSpec, error) {
-	name, addr, ok := strings.Cut(s, "@")
-	d := devSpec{ifname: name}
-	if ok {
-		a, err := netip.ParseAddr(addr)
-		if err != nil {
-			return d, fmt.Errorf("%q after @ in the device %q is not an IP address", addr, s)
-		}
-		d.addr = a
-	}
-	if ok && name == "" {
-		return d, fmt.Errorf("the device %q names no interface before @", s)
-	}
-	return d, nil
-}
 
 // toolRun is one run of a tool command: where it prints, the device it
 // runs on, and what it is waiting for.
@@ -114,9 +84,9 @@ type toolRun struct {
 
 // newToolRun returns a run of the command name that prints to e, with the
 // limits taken from the environment.
-func newToolRun(e *env, name string) (*toolRun, error) {
+func newToolRun(ctx context.Context, e *env, name string) (*toolRun, error) {
 	t := &toolRun{e: e, name: name, stall: defaultStall,
-		steps: oob.Timeouts{Step: defaultStep, Accept: defaultAccept}, ctx: context.Background()}
+		steps: oob.Timeouts{Step: defaultStep, Accept: defaultAccept}, ctx: ctx}
 	for _, v := range []struct {
 		name string
 		dst  []*time.Duration
@@ -159,7 +129,7 @@ func (e *signalError) Error() string {
 // function is called. Every wait of the run watches t.ctx, so that a
 // signal ends the run with a sentence on what it was waiting for.
 func (t *toolRun) watchSignals() (stop func()) {
-	ctx, cancel := context.WithCancelCause(context.Background())
+	ctx, cancel := context.WithCancelCause(t.ctx)
 	t.ctx = ctx
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
@@ -229,26 +199,21 @@ func (t *toolRun) failErr(err error) int {
 }
 
 // open opens the device named by the -d value spec; peer, the server a
-// client connects to, chooses the interface when spec is empty.
+// client connects to, chooses the interface when spec is empty (see
+// package device).
 func (t *toolRun) open(ctx context.Context, spec, peer string) error {
-	d, err := parseDevSpec(spec)
+	d, err := device.Resolve(ctx, spec, peer)
 	if err != nil {
 		return err
 	}
-	if d.ifname == "" {
-		if d.ifname, err = defaultInterface(ctx, peer); err != nil {
-			return err
-		}
-	}
-	mode, err := iface.ParseMode(os.Getenv(envLink))
+	mode, err := device.LinkMode()
 	if err != nil {
-		return fmt.Errorf("%s: %v", envLink, err)
+		return err
 	}
-	t.waitingFor("opening the device on %s", d.ifname)
+	t.waitingFor("opening the device on %s", d.Ifname)
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
-	port, err := iface.Open(ctx, d.ifname, iface.Options{Mode: mode, Addr: d.addr,
-		ResolveTimeout: resolveTimeout})
+	port, err := device.Open(ctx, d, mode)
 	if err != nil {
 		return err
 	}
@@ -309,33 +274,6 @@ func (t *toolRun) close() {
 
 // ifname returns the interface the device runs on.
 func (t *toolRun) ifname() string { return t.port.Ifname() }
-
-// defaultInterface picks the interface when -d is not given, as the
-// reference tools pick the first RDMA device: a client takes the interface
-// of its route to the server, a server the first interface that is up,
-// not a loopback, and has an address.
-func defaultInterface(ctx context.Context, peer string) (string, error) {
-	if peer != "" {
-		if addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", peer); err == nil && len(addrs) > 0 {
-			if name, _, err := netif.SourceFor(addrs[0].Unmap()); err == nil {
-				return name, nil
-			}
-		}
-	}
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return "", fmt.Errorf("cannot list the network interfaces: %v", err)
-	}
-	for _, ifc := range ifs {
-		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		if addrs, err := ifc.Addrs(); err == nil && len(addrs) > 0 {
-			return ifc.Name, nil
-		}
-	}
-	return "", errors.New("no network interface is up with an address: name one with -d")
-}
 
 // usableGID reports whether GID index i exists and can be a source on
 // this port (on the UDP link only the bound address can).

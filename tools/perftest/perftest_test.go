@@ -1,4 +1,4 @@
-package main
+package perftest
 
 // The perftest tools, server and client in this process over the UDP link
 // on loopback: every tool and the options that change its data path, with
@@ -6,13 +6,12 @@ package main
 // and the data checks of both sides looked at through perftestHook.
 
 import (
-	"fmt"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/sroce/sroce/cmd/sroce/internal/oob"
+	"github.com/sroce/sroce/tools/oob"
 )
 
 // Lines of a perftest run.
@@ -322,12 +321,4 @@ func TestPerftestCommandLine(t *testing.T) {
 			t.Errorf("%q: first line %q is not one sentence about the command", c.args, first)
 		}
 	}
-}
-
-// ExampleBWRow shows the shape of the rows the tests look for.
-func ExampleBWRow() {
-	p, _ := oob.ParsePerftest(oob.WriteBW, nil)
-	fmt.Print(oob.BWRow(p, oob.BWReport{Size: 4096, Iters: 100, BWPeak: 50.5, BWAvg: 42.25, MsgRate: 0.0108}))
-	// Output:
-	//  4096       100              50.50              42.25  		   0.010800
 }

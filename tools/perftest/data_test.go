@@ -1,4 +1,4 @@
-package main
+package perftest
 
 // The data patterns and checks of the perftest tools on hand-made buffers:
 // a sroce peer's data is checked to the byte, another implementation's is
@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sroce/sroce/cmd/sroce/internal/oob"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/memlink"
+	"github.com/sroce/sroce/tools/oob"
 )
 
 // TestPatternFill checks that any slice of a pattern is the same bytes,
