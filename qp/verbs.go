@@ -94,21 +94,34 @@ func (m MTU) String() string {
 	return strconv.Itoa(m.Bytes())
 }
 
-// MTUFromBytes returns the largest MTU not above n bytes, or 0 if n is below
-// 256.
-func MTUFromBytes(n int) MTU {
-	for m := MTU4096; m >= MTU256; m-- {
-		if m.Bytes() <= n {
-			return m
+// MTUFromBytes returns the MTU of exactly n bytes (256, 512, 1024, 2048 or
+// 4096, what tools accept for -m), and whether n is one of them.
+func MTUFromBytes(n int) (MTU, bool) {
+	for m := MTU256; m <= MTU4096; m++ {
+		if m.Bytes() == n {
+			return m, true
 		}
 	}
-	return 0
+	return 0, false
 }
 
-// PortMTU returns the port MTU of a network interface whose MTU is
-// ifaceMTU, as rdma_rxe computes it: the interface MTU less 80 bytes of
-// RoCEv2 headers, rounded down to an IBTA MTU (1500 gives 1024).
-func PortMTU(ifaceMTU int) MTU { return MTUFromBytes(ifaceMTU - 80) }
+// PortHeaderRoom is what rdma_rxe subtracts from the netdev MTU before
+// rounding down to an IBTA MTU (RXE_MAX_HDR_LENGTH): room for the IP, UDP
+// and transport headers and the ICRC around a full-MTU payload.
+const PortHeaderRoom = 80
+
+// PortMTU returns the active MTU of a port on a network interface whose
+// MTU is ifaceMTU, as rdma_rxe computes it: the interface MTU less
+// PortHeaderRoom, rounded down to an IBTA MTU, never below 256 (1500 gives
+// 1024, 9000 gives 4096).
+func PortMTU(ifaceMTU int) MTU {
+	n := ifaceMTU - PortHeaderRoom
+	m := MTU4096
+	for m > MTU256 && m.Bytes() > n {
+		m--
+	}
+	return m
+}
 
 // AttrMask selects the fields of Attr that ModifyQP applies and that a
 // transition requires. The bits are those of enum ibv_qp_attr_mask.

@@ -14,6 +14,7 @@ import (
 	"net"
 	"strings"
 
+	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/roce/netif"
@@ -207,9 +208,9 @@ func printDevinfo(w io.Writer, d devinfoData, verbose bool) {
 	if d.ifc.Active() && (d.port == nil || d.port.State() == roce.PortActive) {
 		state = "PORT_ACTIVE (4)"
 	}
-	active := netif.PathMTUEnum(d.ifc.MTU)
+	active := qp.PortMTU(d.ifc.MTU)
 	if d.port != nil {
-		active = netif.MTU(d.port.ActiveMTU())
+		active = qp.MTU(d.port.ActiveMTU())
 	}
 	port("state", "%s", state)
 	port("max_mtu", "4096 (5)")

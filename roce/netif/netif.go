@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/sroce/sroce/qp"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
@@ -253,7 +254,7 @@ type Interface struct {
 func (i *Interface) Active() bool { return i.Up && i.Carrier }
 
 // PathMTU returns the path MTU rxe would use on this interface.
-func (i *Interface) PathMTU() int { return PathMTU(i.MTU) }
+func (i *Interface) PathMTU() int { return qp.PortMTU(i.MTU).Bytes() }
 
 // GID returns the GID at index, with an error naming the valid indexes
 // when there is none.

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sroce/sroce/qp"
 	"net/netip"
 	"os/exec"
 	"strings"
@@ -403,8 +404,8 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev = next(t, ch, "MTU", func(e LinkEvent) bool { return e.Kind == EventLink && e.MTU == 4000 })
-	if PathMTU(ev.MTU) != 2048 {
-		t.Errorf("path MTU at 4000 = %d", PathMTU(ev.MTU))
+	if qp.PortMTU(ev.MTU) != qp.MTU2048 {
+		t.Errorf("path MTU at 4000 = %v", qp.PortMTU(ev.MTU))
 	}
 	extra := netip.MustParsePrefix("198.51.100.7/24")
 	if err := tp.A.AddAddr("veth0", extra); err != nil {

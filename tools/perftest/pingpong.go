@@ -240,7 +240,7 @@ func (pp *pingpong) setup() error {
 			return fmt.Errorf("Requested size larger than port MTU (%d)", mtu)
 		}
 	} else {
-		pp.mtu = qp.MTUFromBytes(p.MTU)
+		pp.mtu, _ = qp.MTUFromBytes(p.MTU) // checked with the flags
 	}
 	pp.gidIdx = p.GIDIndex
 	if pp.gidIdx < 0 {
