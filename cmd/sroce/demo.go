@@ -31,7 +31,7 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
-	"github.com/sroce/sroce/tests/netns/nsutil"
+	"github.com/sroce/sroce/internal/nsutil"
 )
 
 // demoAbout is the description printed by "sroce demo -h".

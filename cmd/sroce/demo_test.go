@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sroce/sroce/tests/netns/nsutil"
+	"github.com/sroce/sroce/internal/nsutil"
 )
 
 // TestDemoFlags checks that bad command lines print the usage on stderr

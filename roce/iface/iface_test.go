@@ -14,7 +14,7 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/roce"
-	"github.com/sroce/sroce/tests/netns/nsutil"
+	"github.com/sroce/sroce/internal/nsutil"
 )
 
 func TestParseMode(t *testing.T) {

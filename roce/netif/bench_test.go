@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sroce/sroce/tests/netns/nsutil"
+	"github.com/sroce/sroce/internal/nsutil"
 )
 
 // benchTopo is the pair of netns_test.go with B's MAC in A's neighbour

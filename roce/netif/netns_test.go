@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/tests/netns/nsutil"
+	"github.com/sroce/sroce/internal/nsutil"
 )
 
 var topoSeq atomic.Int32

@@ -26,7 +26,7 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
-	"github.com/sroce/sroce/tests/netns/nsutil"
+	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/xdp"
 )
 

@@ -53,7 +53,7 @@ import (
 	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
-	"github.com/sroce/sroce/tests/netns/nsutil"
+	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/tests/netns/rxeguest"
 )
 

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sroce/sroce/tests/netns/nsutil"
+	"github.com/sroce/sroce/internal/nsutil"
 )
 
 // srBuild builds cmd/sroce into the test's temporary directory (the build

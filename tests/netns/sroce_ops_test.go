@@ -13,7 +13,7 @@ import (
 
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
-	"github.com/sroce/sroce/tests/netns/nsutil"
+	"github.com/sroce/sroce/internal/nsutil"
 )
 
 func TestSroceOps(t *testing.T) {

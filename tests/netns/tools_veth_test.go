@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sroce/sroce/tests/netns/nsutil"
+	"github.com/sroce/sroce/internal/nsutil"
 )
 
 // vethPair is two namespaces joined by a veth pair, with the sroce binary.

@@ -2,7 +2,8 @@
 // tests and for `sroce demo`, runs Go code and programs inside them, and
 // removes them reliably.
 //
-// It lives under tests/ but is an ordinary importable package. Everything
+// It is internal: the demo and the tests share it, and product code never
+// imports tests/. Everything
 // here needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN); Available reports
 // whether the process has what it takes, and tests call Skip first.
 //
