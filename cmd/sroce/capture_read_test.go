@@ -8,24 +8,25 @@ import (
 	"testing"
 
 	"github.com/gopacket/gopacket/layers"
+	"github.com/sroce/sroce/capture"
 )
 
 // readAll returns the frames of a capture (copied) and the error that
 // ended it (nil at a clean end).
 func readAll(b []byte) (frames [][]byte, links []layers.LinkType, err error) {
-	fr, err := openCapture(bytes.NewReader(b), "x")
+	fr, err := capture.Open(bytes.NewReader(b), "x")
 	if err != nil {
 		return nil, nil, err
 	}
 	for {
-		data, link, wireLen, err := fr.next()
+		data, link, wireLen, err := fr.Next()
 		if err == io.EOF {
 			return frames, links, nil
 		}
 		if err != nil {
 			return frames, links, err
 		}
-		if len(data) > maxRecordLen || len(data) > wireLen {
+		if len(data) > capture.MaxRecordLen || len(data) > wireLen {
 			return frames, links, errors.New("a frame longer than a record may be")
 		}
 		frames = append(frames, bytes.Clone(data))
@@ -115,7 +116,7 @@ func TestCaptureTruncation(t *testing.T) {
 					t.Fatalf("%s, %d bytes: frame %d differs", name, n, i)
 				}
 			}
-			var ie *inputError
+			var ie *capture.InputError
 			if err != nil && !errors.As(err, &ie) && !errors.Is(err, io.ErrUnexpectedEOF) {
 				t.Fatalf("%s, %d bytes: %v", name, n, err)
 			}
@@ -124,7 +125,7 @@ func TestCaptureTruncation(t *testing.T) {
 }
 
 // FuzzCapture feeds arbitrary bytes to the capture readers: no panic, and
-// no frame longer than maxRecordLen.
+// no frame longer than capture.MaxRecordLen.
 func FuzzCapture(f *testing.F) {
 	cs, _ := captures(f)
 	for _, b := range cs {
@@ -132,16 +133,16 @@ func FuzzCapture(f *testing.F) {
 		f.Add(gzipped(f, b))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fr, err := openCapture(bytes.NewReader(b), "x")
+		fr, err := capture.Open(bytes.NewReader(b), "x")
 		if err != nil {
 			return
 		}
 		for i := 0; i < 1000; i++ {
-			data, _, _, err := fr.next()
+			data, _, _, err := fr.Next()
 			if err != nil {
 				return
 			}
-			if len(data) > maxRecordLen {
+			if len(data) > capture.MaxRecordLen {
 				t.Fatalf("a %d-byte frame", len(data))
 			}
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/capture"
 )
 
 // TestPeekUDP checks how frames that bth.Parse rejects are told apart:
@@ -53,12 +54,12 @@ func TestPeekUDP(t *testing.T) {
 // TestLinkAdapterShortFrames checks that frames too short for their link
 // header reach bth.Parse (which rejects them) without a panic.
 func TestLinkAdapterShortFrames(t *testing.T) {
-	var a linkAdapter
+	var a capture.LinkAdapter
 	var p bth.Packet
 	for _, link := range []layers.LinkType{layers.LinkTypeEthernet, layers.LinkTypeLinuxSLL, layers.LinkTypeLinuxSLL2,
 		layers.LinkTypeRaw, layers.LinkTypeNull, layers.LinkTypeLoop} {
 		for n := 0; n < 24; n++ {
-			f, ok := a.ethernet(make([]byte, n), link)
+			f, ok := a.Ethernet(make([]byte, n), link)
 			if !ok {
 				t.Fatalf("link %v refused", link)
 			}
@@ -67,7 +68,7 @@ func TestLinkAdapterShortFrames(t *testing.T) {
 			}
 		}
 	}
-	if _, ok := a.ethernet([]byte{1, 2, 3}, layers.LinkTypeIEEE802_11); ok {
+	if _, ok := a.Ethernet([]byte{1, 2, 3}, layers.LinkTypeIEEE802_11); ok {
 		t.Errorf("802.11 accepted")
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/capture"
 )
 
 // dissectAbout is the description printed by "sroce dissect -h".
@@ -65,7 +66,7 @@ func runDissect(e *env, args []string) int {
 		return exitUsage
 	}
 	defer in.Close()
-	fr, err := openCapture(in, name)
+	fr, err := capture.Open(in, name)
 	if err != nil {
 		fmt.Fprintf(e.Stderr, "sroce dissect: %s\n", errText(err))
 		return exitUsage
@@ -184,7 +185,7 @@ type dissector struct {
 	json bool
 	t    tally
 	pkt  bth.Packet
-	link linkAdapter
+	link capture.LinkAdapter
 	line []byte // the output line being built
 
 	// Column widths of the text output. They start at a width that suits
@@ -203,10 +204,10 @@ const (
 
 // run dissects every frame of fr. It returns the error that stopped reading
 // before the end of the capture, if any, and the first output error.
-func (d *dissector) run(fr frameReader) (readErr, writeErr error) {
+func (d *dissector) run(fr capture.Reader) (readErr, writeErr error) {
 	d.wEndpoints, d.wOpcode, d.wFlags = minEndpointsWidth, minOpcodeWidth, minFlagsWidth
 	for {
-		data, link, wireLen, err := fr.next()
+		data, link, wireLen, err := fr.Next()
 		if err == io.EOF {
 			return nil, nil
 		}
@@ -227,7 +228,7 @@ func (d *dissector) run(fr frameReader) (readErr, writeErr error) {
 // frames that are not RoCEv2) to b.
 func (d *dissector) frame(b, data []byte, link layers.LinkType, wireLen int) []byte {
 	n := d.t.packets
-	f, ok := d.link.ethernet(data, link)
+	f, ok := d.link.Ethernet(data, link)
 	if !ok {
 		d.t.skipped++
 		if d.t.unsupported == nil {
