@@ -4,11 +4,9 @@ package main
 // byte by byte (package capture reads them).
 
 const (
-	magicPcapMicro    = 0xa1b2c3d4 // classic pcap, microseconds, little-endian
-	magicPcapngSHB    = 0x0a0d0d0a // pcapng section header block type
-	pcapngByteOrder   = 0x1a2b3c4d // pcapng byte-order magic
-	pcapFileHeaderLen = 24
-	pcapRecordHdrLen  = 16
-	ngBlockIDB        = 0x00000001 // interface description
-	ngBlockEPB        = 0x00000006 // enhanced packet
+	magicPcapMicro  = 0xa1b2c3d4 // classic pcap, microseconds, little-endian
+	magicPcapngSHB  = 0x0a0d0d0a // pcapng section header block type
+	pcapngByteOrder = 0x1a2b3c4d // pcapng byte-order magic
+	ngBlockIDB      = 0x00000001 // interface description
+	ngBlockEPB      = 0x00000006 // enhanced packet
 )

@@ -1,20 +1,27 @@
-package main
+package capture
+
+// Reading every format back, every prefix of a capture, and a fuzz target
+// over the readers.
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"errors"
 	"io"
+	"strconv"
 	"testing"
+	"time"
 
+	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
-	"github.com/sroce/sroce/capture"
+	"github.com/gopacket/gopacket/pcapgo"
 )
 
 // readAll returns the frames of a capture (copied) and the error that
 // ended it (nil at a clean end).
 func readAll(b []byte) (frames [][]byte, links []layers.LinkType, err error) {
-	fr, err := capture.Open(bytes.NewReader(b), "x")
+	fr, err := Open(bytes.NewReader(b), "x")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -26,7 +33,7 @@ func readAll(b []byte) (frames [][]byte, links []layers.LinkType, err error) {
 		if err != nil {
 			return frames, links, err
 		}
-		if len(data) > capture.MaxRecordLen || len(data) > wireLen {
+		if len(data) > MaxRecordLen || len(data) > wireLen {
 			return frames, links, errors.New("a frame longer than a record may be")
 		}
 		frames = append(frames, bytes.Clone(data))
@@ -37,7 +44,7 @@ func readAll(b []byte) (frames [][]byte, links []layers.LinkType, err error) {
 // captures returns the same frames as classic pcap (both byte orders) and
 // pcapng (with two interfaces), and the frames with their link types.
 func captures(t testing.TB) (map[string][]byte, [][]byte) {
-	fs := frames(fixtures(t)[:4])
+	fs := testFrames()
 	rs := records(fs)
 	le := pcapBytes(t, layers.LinkTypeEthernet, rs)
 	be := bytes.Clone(le)
@@ -116,7 +123,7 @@ func TestCaptureTruncation(t *testing.T) {
 					t.Fatalf("%s, %d bytes: frame %d differs", name, n, i)
 				}
 			}
-			var ie *capture.InputError
+			var ie *InputError
 			if err != nil && !errors.As(err, &ie) && !errors.Is(err, io.ErrUnexpectedEOF) {
 				t.Fatalf("%s, %d bytes: %v", name, n, err)
 			}
@@ -125,7 +132,7 @@ func TestCaptureTruncation(t *testing.T) {
 }
 
 // FuzzCapture feeds arbitrary bytes to the capture readers: no panic, and
-// no frame longer than capture.MaxRecordLen.
+// no frame longer than MaxRecordLen.
 func FuzzCapture(f *testing.F) {
 	cs, _ := captures(f)
 	for _, b := range cs {
@@ -133,7 +140,7 @@ func FuzzCapture(f *testing.F) {
 		f.Add(gzipped(f, b))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fr, err := capture.Open(bytes.NewReader(b), "x")
+		fr, err := Open(bytes.NewReader(b), "x")
 		if err != nil {
 			return
 		}
@@ -142,9 +149,101 @@ func FuzzCapture(f *testing.F) {
 			if err != nil {
 				return
 			}
-			if len(data) > capture.MaxRecordLen {
+			if len(data) > MaxRecordLen {
 				t.Fatalf("a %d-byte frame", len(data))
 			}
 		}
 	})
+}
+
+// testFrames returns four frames of different lengths: an Ethernet header
+// (IPv4) and a payload that numbers its bytes.
+func testFrames() [][]byte {
+	var fs [][]byte
+	for i, n := range []int{60, 1078, 14, 300} {
+		f := make([]byte, n)
+		for j := range f {
+			f[j] = byte(i + j)
+		}
+		f[12], f[13] = 0x08, 0x00
+		fs = append(fs, f)
+	}
+	return fs
+}
+
+// record is one frame of a capture file to write.
+type record struct {
+	data  []byte
+	iface int // pcapng interface
+}
+
+// records returns the frames as whole-frame records on interface 0.
+func records(frames [][]byte) []record {
+	rs := make([]record, len(frames))
+	for i, f := range frames {
+		rs[i] = record{data: f}
+	}
+	return rs
+}
+
+// ci returns the capture info of the i-th record r.
+func ci(i int, r record) gopacket.CaptureInfo {
+	return gopacket.CaptureInfo{
+		Timestamp:      time.Unix(1700000000, int64(i)*1000).UTC(),
+		CaptureLength:  len(r.data),
+		Length:         len(r.data),
+		InterfaceIndex: r.iface,
+	}
+}
+
+// pcapBytes returns a classic pcap file with link type link.
+func pcapBytes(t testing.TB, link layers.LinkType, rs []record) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	w := pcapgo.NewWriter(&b)
+	if err := w.WriteFileHeader(65536, link); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rs {
+		if err := w.WritePacket(ci(i, r), r.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.Bytes()
+}
+
+// pcapngBytes returns a pcapng file with one interface per link type.
+func pcapngBytes(t testing.TB, links []layers.LinkType, rs []record) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	w, err := pcapgo.NewNgWriterInterface(&b, pcapgo.NgInterface{Name: "eth0", LinkType: links[0], SnapLength: 65536},
+		pcapgo.DefaultNgWriterOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range links[1:] {
+		if _, err := w.AddInterface(pcapgo.NgInterface{Name: "if" + strconv.Itoa(i+1), LinkType: l, SnapLength: 65536}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, r := range rs {
+		if err := w.WritePacket(ci(i, r), r.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// gzipped returns p as one gzip member.
+func gzipped(t testing.TB, p []byte) []byte {
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	zw.Write(p)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }
