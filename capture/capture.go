@@ -1,6 +1,8 @@
-// Package capture reads capture files, classic pcap and pcapng (either
-// optionally gzip-compressed), as a stream of frames, and presents frames of
-// the common link types as Ethernet frames for bth.Packet.Parse.
+// Package capture reads and writes capture files. Open reads classic pcap
+// and pcapng (either optionally gzip-compressed) as a stream of frames,
+// LinkAdapter presents frames of the common link types as Ethernet frames
+// for bth.Packet.Parse, and Writer writes classic pcap through gopacket's
+// pcapgo.
 //
 // Memory stays bounded whatever the input: the file is read through fixed
 // buffers (gzip decompresses into a 64 KiB window as it is read), one frame
@@ -26,8 +28,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"time"
 
+	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
 	"github.com/sroce/sroce/bth"
 )
 
@@ -451,4 +456,36 @@ func errText(err error) string {
 		return pe.Err.Error()
 	}
 	return err.Error()
+}
+
+// Writer writes a classic pcap file (little-endian, microsecond
+// timestamps) through gopacket's pcapgo.
+type Writer struct {
+	w *pcapgo.Writer
+}
+
+// NewWriter writes the pcap file header for link type link and snap length
+// snaplen (MaxRecordLen when 0) to w and returns a writer of its records.
+func NewWriter(w io.Writer, link layers.LinkType, snaplen uint32) (*Writer, error) {
+	if snaplen == 0 {
+		snaplen = MaxRecordLen
+	}
+	pw := pcapgo.NewWriter(w)
+	if err := pw.WriteFileHeader(snaplen, link); err != nil {
+		return nil, err
+	}
+	return &Writer{w: pw}, nil
+}
+
+// WriteFrame writes one record: data, captured at t, of a frame that was
+// wireLen bytes long on the wire (len(data) when wireLen is smaller).
+func (w *Writer) WriteFrame(t time.Time, data []byte, wireLen int) error {
+	if len(data) > MaxRecordLen {
+		return fmt.Errorf("a %d-byte record is longer than a capture holds (%d)", len(data), MaxRecordLen)
+	}
+	return w.w.WritePacket(gopacket.CaptureInfo{
+		Timestamp:     t,
+		CaptureLength: len(data),
+		Length:        max(wireLen, len(data)),
+	}, data)
 }

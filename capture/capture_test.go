@@ -247,3 +247,31 @@ func gzipped(t testing.TB, p []byte) []byte {
 	}
 	return b.Bytes()
 }
+
+// TestWriter: what Writer writes reads back, and an oversized record is
+// refused.
+func TestWriter(t *testing.T) {
+	var b bytes.Buffer
+	w, err := NewWriter(&b, layers.LinkTypeEthernet, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := testFrames()
+	for i, f := range fs {
+		if err := w.WriteFrame(time.Unix(1700000000, int64(i)), f, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.WriteFrame(time.Now(), make([]byte, MaxRecordLen+1), 0); err == nil {
+		t.Fatal("an oversized record was written")
+	}
+	got, links, err := readAll(b.Bytes())
+	if err != nil || len(got) != len(fs) {
+		t.Fatalf("%d frames, %v", len(got), err)
+	}
+	for i := range fs {
+		if !bytes.Equal(got[i], fs[i]) || links[i] != layers.LinkTypeEthernet {
+			t.Errorf("frame %d differs", i)
+		}
+	}
+}
