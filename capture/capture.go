@@ -12,12 +12,13 @@
 //
 // The reader is written here rather than taken from gopacket's pcapgo
 // (v1.7.7), because pcapgo accepts a record as long as the file header's
-// snap length, which the file itself sets (up to 4 GiB): a pcap file with
-// snap length 0xffffffff and a 1 GiB record of zeros (about a megabyte
-// gzip-compressed) makes pcapgo.Reader.ZeroCopyReadPacketData allocate and
-// fill the whole 1 GiB record, where this reader stops at 256 KiB with an
-// error; pcapgo's NgReader likewise reads a whole packet block of any
-// length into memory.
+// snap length, which the file itself sets (up to 4 GiB), and reads the whole
+// record into memory: measured, a pcap file with snap length 0xffffffff and
+// one 64 MiB record of zeros (64 KiB gzip-compressed) makes
+// pcapgo.Reader.ZeroCopyReadPacketData return the record after allocating
+// 256 MiB, and the allocation grows with the record, where this reader
+// stops at MaxRecordLen with an error. pcapgo's NgReader likewise reads a
+// packet block of any captured length whole (readLarge).
 package capture
 
 import (
