@@ -29,9 +29,9 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
-	"github.com/sroce/sroce/internal/nsutil"
 )
 
 // demoAbout is the description printed by "sroce demo -h".
