@@ -55,4 +55,3 @@ func TestMTUEnum(t *testing.T) {
 		t.Error("invalid enum values")
 	}
 }
-

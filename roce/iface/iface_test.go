@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/roce"
-	"github.com/sroce/sroce/internal/nsutil"
 )
 
 func TestParseMode(t *testing.T) {

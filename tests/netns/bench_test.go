@@ -24,9 +24,9 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
-	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/xdp"
 )
 

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
-	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/xdp"
 )
 

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
-	"github.com/sroce/sroce/internal/nsutil"
 )
 
 func TestSroceOps(t *testing.T) {
