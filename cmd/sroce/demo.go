@@ -119,11 +119,22 @@ func runDemo(e *env, args []string) int {
 		cfg.netem = &n
 	}
 	if err := demo(e, &cfg); err != nil {
+		if demoInterrupted.Load() {
+			// The signal handler is removing what the demo made and then
+			// exits with 128+signal; an operation that failed because its
+			// port was closed under it is not the demo's result.
+			time.Sleep(30 * time.Second)
+			fmt.Fprintln(e.Stderr, "sroce demo: interrupted, and the cleanup did not finish within 30s")
+			return 130
+		}
 		fmt.Fprintf(e.Stderr, "sroce demo: %v\n", err)
 		return exitProblem
 	}
 	return exitOK
 }
+
+// demoInterrupted is set when SIGINT or SIGTERM starts the demo's cleanup.
+var demoInterrupted atomic.Bool
 
 // parseNetem parses netem options as tc writes them: "loss 2%",
 // "delay 1ms 200us reorder 25%", "duplicate 1% corrupt 0.1% limit 1000".
@@ -309,6 +320,7 @@ func demo(e *env, cfg *demoConfig) (err error) {
 	}
 	dn := &demoNet{}
 	stop := nsutil.HandleSignals(func() {
+		demoInterrupted.Store(true)
 		fmt.Fprintln(e.Stderr, "sroce demo: interrupted; removing the namespaces, XDP programs and sockets")
 		dn.close()
 	})
