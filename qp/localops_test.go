@@ -13,38 +13,6 @@ import (
 // with an Env whose Invalidate is the memory table's: BIND_MW, REG_MR and
 // LOCAL_INV on the requester, SEND with invalidate on the responder.
 
-type loEnv struct {
-	addr netip.Addr
-	buf  []byte
-	hl   int
-	sent [][]byte
-}
-
-func (e *loEnv) Frame(ah *AH, n int) []byte {
-	e.hl = ah.Encap.Len()
-	e.buf = make([]byte, e.hl+n)
-	return e.buf[e.hl:]
-}
-
-func (e *loEnv) Send(ah *AH, src bth.QPN, pkt []byte) {
-	enc := ah.Encap
-	l3, err := enc.Encode(e.buf, len(pkt))
-	if err != nil {
-		panic(err)
-	}
-	bth.PutICRC(e.buf[l3:e.hl+len(pkt)], enc.IPv6())
-	e.sent = append(e.sent, e.buf)
-}
-
-func (e *loEnv) ResolveAH(attr *AHAttr, ah *AH) error {
-	*ah = AH{Attr: *attr, SGID: bth.GIDFromAddr(e.addr)}
-	ah.Encap = bth.Encap{DstMAC: attr.DMAC, Src: e.addr, Dst: attr.DGID.Addr(), TTL: 64, DF: true, ID: 1, SrcPort: 0xc000}
-	return nil
-}
-
-func (e *loEnv) Invalidate(pd *mr.PD, rkey uint32) error { return pd.Invalidate(rkey, true) }
-func (e *loEnv) Event(EventType, *QP, *SRQ)              {}
-
 type loCQ struct{ wcs []WC }
 
 func (c *loCQ) Push(wc WC, solicited bool) bool { c.wcs = append(c.wcs, wc); return true }
@@ -53,7 +21,7 @@ func (c *loCQ) Push(wc WC, solicited bool) bool { c.wcs = append(c.wcs, wc); ret
 // (for data) and an MR that windows can be bound to.
 type loSide struct {
 	q    *QP
-	env  *loEnv
+	env  *fakeEnv
 	cq   *loCQ
 	pd   *mr.PD // the PD
 	view *mr.PD // the QP's view of it
@@ -66,7 +34,7 @@ type loSide struct {
 
 func newLoSide(t *testing.T, qpn bth.QPN, ip string) *loSide {
 	t.Helper()
-	s := &loSide{env: &loEnv{addr: netip.MustParseAddr(ip)}, cq: &loCQ{}}
+	s := &loSide{env: &fakeEnv{addr: netip.MustParseAddr(ip), invalidate: true}, cq: &loCQ{}}
 	s.pd = mr.NewTable(mr.Options{}).AllocPD()
 	s.view = s.pd.ForQP()
 	s.mem, s.wmem = make([]byte, 1<<16), make([]byte, 1<<12)

@@ -22,6 +22,9 @@ type fakeEnv struct {
 	sent [][]byte
 	free [][]byte
 	evs  []EventType
+	// invalidate makes Invalidate the memory table's; otherwise it
+	// refuses every key.
+	invalidate bool
 }
 
 func (e *fakeEnv) Frame(ah *AH, n int) []byte {
@@ -57,7 +60,12 @@ func (e *fakeEnv) ResolveAH(attr *AHAttr, ah *AH) error {
 	return nil
 }
 
-func (e *fakeEnv) Invalidate(*mr.PD, uint32) error    { return mr.ErrBadKey }
+func (e *fakeEnv) Invalidate(pd *mr.PD, rkey uint32) error {
+	if e.invalidate {
+		return pd.Invalidate(rkey, true)
+	}
+	return mr.ErrBadKey
+}
 func (e *fakeEnv) Event(t EventType, q *QP, srq *SRQ) { e.evs = append(e.evs, t) }
 func (e *fakeEnv) take() [][]byte                     { s := e.sent; e.sent = nil; return s }
 
