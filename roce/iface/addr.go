@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"strings"
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/roce"
@@ -69,7 +68,7 @@ func (p *Port) AHAttr(ctx context.Context, dgid bth.GID, sgidIndex int) (roce.AH
 	if !dst.IsLinkLocalUnicast() {
 		r, err := p.h.RouteTo(dst)
 		if err != nil {
-			return roce.AHAttr{}, errorf(ErrUnreachable, err, "cannot reach %v: %s", dst, strings.TrimPrefix(err.Error(), "netif: "))
+			return roce.AHAttr{}, errorf(ErrUnreachable, err, "cannot reach %v: %v", dst, err)
 		}
 		if r.Ifindex != p.ifindex {
 			via := r.Ifname
@@ -87,7 +86,7 @@ func (p *Port) AHAttr(ctx context.Context, dgid bth.GID, sgidIndex int) (roce.AH
 	}
 	mac, err := p.h.ResolveNeighbor(ctx, p.ifname, hop)
 	if err != nil {
-		return roce.AHAttr{}, errorf(ErrUnreachable, err, "%s", strings.TrimPrefix(err.Error(), "netif: "))
+		return roce.AHAttr{}, errorf(ErrUnreachable, err, "%v", err)
 	}
 	copy(attr.DMAC[:], mac)
 	return attr, nil

@@ -215,7 +215,7 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 		return nil, errorf(ErrNoInterface, err, "there is no network interface named %q", ifname)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cannot read interface %s: %s", ifname, strings.TrimPrefix(err.Error(), "netif: "))
+		return nil, fmt.Errorf("cannot read interface %s: %w", ifname, err)
 	}
 	if !ifc.Active() && !opts.AllowDown {
 		if !ifc.Up {
@@ -276,7 +276,7 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 		GIDs: gidArray(p.gidt)})
 	if err != nil {
 		p.link.Close()
-		return nil, fmt.Errorf("cannot open the device on %s: %s", ifname, strings.TrimPrefix(err.Error(), "roce: "))
+		return nil, fmt.Errorf("cannot open the device on %s: %w", ifname, err)
 	}
 	p.dev = dev
 
@@ -286,7 +286,7 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 	if err != nil {
 		cancel()
 		dev.Close()
-		return nil, fmt.Errorf("cannot follow the link state of %s: %s", ifname, strings.TrimPrefix(err.Error(), "netif: "))
+		return nil, fmt.Errorf("cannot follow the link state of %s: %w", ifname, err)
 	}
 	p.loopDone = make(chan struct{})
 	p.watchDone = make(chan struct{})
@@ -302,7 +302,7 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 func (p *Port) openXDP(opts *Options) error {
 	l, err := xdp.OpenLink(p.ifname, opts.Queue, opts.XDP)
 	if err != nil {
-		return errorf(ErrXDP, err, "AF_XDP on %s queue %d failed: %s", p.ifname, opts.Queue, strings.TrimPrefix(err.Error(), "xdp: "))
+		return errorf(ErrXDP, err, "AF_XDP on %s queue %d failed: %v", p.ifname, opts.Queue, err)
 	}
 	p.xsk, p.link = l, l
 	p.linkMode = LinkXDPCopy
@@ -321,7 +321,7 @@ func (p *Port) openUDP(ifc *netif.Interface, opts *Options) error {
 	}
 	l, err := udplink.Open(a, 0, ifc.MTU)
 	if err != nil {
-		return fmt.Errorf("cannot open the UDP link on %s (%v port 4791): %s", ifc.Name, a, strings.TrimPrefix(err.Error(), "udplink: "))
+		return fmt.Errorf("cannot open the UDP link on %s (%v port 4791): %w", ifc.Name, a, err)
 	}
 	p.udp, p.link, p.local = l, l, a
 	p.linkMode = LinkUDP
