@@ -95,8 +95,19 @@ func (c *CQ) push(wc qp.WC, solicited bool) bool {
 }
 
 // Poll moves up to len(wcs) completions into wcs and returns how many
-// (ibv_poll_cq). It never blocks.
+// (ibv_poll_cq). It never blocks. On an inline device an empty CQ runs a
+// step of the loop first (Device.Progress).
 func (c *CQ) Poll(wcs []WC) int {
+	if k := c.poll(wcs); k > 0 || c.dev.mode != EngineInline {
+		return k
+	}
+	if !c.dev.Progress() {
+		return 0
+	}
+	return c.poll(wcs)
+}
+
+func (c *CQ) poll(wcs []WC) int {
 	c.mu.Lock()
 	k := min(len(wcs), c.n)
 	for i := 0; i < k; i++ {

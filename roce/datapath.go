@@ -155,13 +155,17 @@ func (d *Device) doorbells() bool {
 	return len(list) > 0
 }
 
-// ring notes that q has new work; called by posting goroutines.
+// ring notes that q has new work; called by posting goroutines. An
+// inline device transmits it at once on the caller's goroutine.
 func (d *Device) ring(q *QP) {
 	if q.doorbell.CompareAndSwap(false, true) {
 		d.dbMu.Lock()
 		d.db = append(d.db, q)
 		d.dbMu.Unlock()
-		d.link.Wake()
+		d.kick()
+	}
+	if d.mode == EngineInline {
+		d.Progress()
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,12 @@ type Options struct {
 	Rand rand.Source
 	// RxBatch and TxBatch size the frame batches (default 64).
 	RxBatch, TxBatch int
+	// Engine is how the loop waits for work (see EngineMode); the zero
+	// value picks by the CPUs the process may use.
+	Engine EngineMode
+	// SpinFor is how long an adaptive loop spins after its last activity
+	// before it blocks; zero means DefaultSpinFor.
+	SpinFor time.Duration
 }
 
 // DeviceAttr describes the device (a subset of struct ibv_device_attr).
@@ -149,8 +156,13 @@ type Device struct {
 	events eventQueue
 
 	running atomic.Bool
-	stop    context.CancelFunc
-	done    chan struct{}
+	mode    EngineMode    // resolved: never EngineAuto
+	spinFor time.Duration // adaptive mode's spin after the last activity
+	parked  atomic.Bool   // the loop blocks (or is about to) in the link
+	// parkUntil is when the blocked loop wakes by itself (clock time).
+	parkUntil atomic.Int64
+	stop      context.CancelFunc
+	done      chan struct{}
 }
 
 // Open creates a device on link. The device is idle until Run, Start or
@@ -206,6 +218,14 @@ func Open(link Link, opts *Options) (*Device, error) {
 	d.txLen = make([]int, txb)
 	for i := range d.tx {
 		d.tx[i] = make([]byte, frame)
+	}
+	d.mode = resolveEngine(opts.Engine)
+	if d.mode > EngineInline {
+		return nil, fmt.Errorf("roce: unknown engine mode %d", opts.Engine)
+	}
+	d.spinFor = opts.SpinFor
+	if d.spinFor <= 0 {
+		d.spinFor = DefaultSpinFor
 	}
 	d.runq = make([]*QP, 0, 64)
 	d.db = make([]*QP, 0, 64)
@@ -333,17 +353,28 @@ const maxIdle = 100 * time.Millisecond
 
 // Run is the device loop in real time: one goroutine that waits for frames
 // from the link, the earliest QP timer, or posted work, and processes them.
-// It returns when ctx is done or the link fails.
+// How it waits is the device's EngineMode; spinning modes lock the
+// goroutine to its OS thread. It returns when ctx is done or the link
+// fails.
 func (d *Device) Run(ctx context.Context) error {
 	if !d.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
 	defer d.running.Store(false)
-	stop := context.AfterFunc(ctx, d.link.Wake)
+	if d.mode == EngineSpin || d.mode == EngineAdaptive {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
+	var stopping atomic.Bool
+	stop := context.AfterFunc(ctx, func() {
+		stopping.Store(true)
+		d.link.Wake()
+	})
 	defer stop()
 	n := 0
+	last := d.clock.Now()
 	for {
-		if ctx.Err() != nil {
+		if stopping.Load() {
 			return nil
 		}
 		now := d.clock.Now()
@@ -356,14 +387,24 @@ func (d *Device) Run(ctx context.Context) error {
 		dl, ok := d.nextDeadline()
 		d.mu.Unlock()
 		wait := time.Duration(0)
-		if !busy {
+		if busy {
+			last = now
+		} else if !d.spins(now, last) {
 			wait = maxIdle
 			if ok {
 				wait = min(wait, max(dl-d.clock.Now(), 0))
 			}
 		}
+		if wait > 0 {
+			d.parkUntil.Store(int64(now + wait))
+			d.parked.Store(true)
+			if d.doorbellPending() {
+				wait = 0
+			}
+		}
 		var err error
 		n, err = d.link.ReadBatch(d.rx, d.rxSizes, wait)
+		d.parked.Store(false)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

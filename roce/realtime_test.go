@@ -19,7 +19,9 @@ import (
 // TestRealTimeConcurrent runs the devices' real-time loops while several
 // goroutines per QP post, poll and query at once: the handoffs between
 // application goroutines and the loop must be race-free (go test -race).
-func TestRealTimeConcurrent(t *testing.T) {
+func TestRealTimeConcurrent(t *testing.T) { forEachEngine(t, testRealTimeConcurrent) }
+
+func testRealTimeConcurrent(t *testing.T, engine roce.EngineMode) {
 	clock := roce.SystemClock()
 	router := memlink.NewRouter(clock, 3, memlink.Impairments{})
 	var nodes []*node
@@ -27,7 +29,7 @@ func TestRealTimeConcurrent(t *testing.T) {
 		mac := net.HardwareAddr{2, 0, 0, 0, 1, byte(i)}
 		port := router.NewPort(mac, 9000)
 		gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 1, 0, byte(i + 1)}))
-		dev, err := roce.Open(port, &roce.Options{Clock: clock, GIDs: []bth.GID{gid}})
+		dev, err := roce.Open(port, &roce.Options{Clock: clock, GIDs: []bth.GID{gid}, Engine: engine})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +157,9 @@ func TestRealTimeConcurrent(t *testing.T) {
 
 // TestCompChannelRealTime waits for completions through a completion
 // channel, as an event-driven verbs program does.
-func TestCompChannelRealTime(t *testing.T) {
+func TestCompChannelRealTime(t *testing.T) { forEachEngine(t, testCompChannelRealTime) }
+
+func testCompChannelRealTime(t *testing.T, engine roce.EngineMode) {
 	clock := roce.SystemClock()
 	router := memlink.NewRouter(clock, 3, memlink.Impairments{Delay: 50 * time.Microsecond})
 	var nodes []*node
@@ -163,7 +167,7 @@ func TestCompChannelRealTime(t *testing.T) {
 		mac := net.HardwareAddr{2, 0, 0, 0, 2, byte(i)}
 		port := router.NewPort(mac, 1500)
 		gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 2, 0, byte(i + 1)}))
-		dev, _ := roce.Open(port, &roce.Options{Clock: clock, GIDs: []bth.GID{gid}})
+		dev, _ := roce.Open(port, &roce.Options{Clock: clock, GIDs: []bth.GID{gid}, Engine: engine})
 		dev.Start()
 		defer dev.Close()
 		pd, _ := dev.AllocPD()
@@ -216,4 +220,11 @@ func startNode(t testing.TB, router *memlink.Router, clock roce.Clock, i, mtu in
 	n.rcq, _ = dev.CreateCQ(4096, nil)
 	copy(n.mac[:], mac)
 	return n
+}
+
+// forEachEngine runs a real-time test once per engine mode.
+func forEachEngine(t *testing.T, f func(*testing.T, roce.EngineMode)) {
+	for _, m := range []roce.EngineMode{roce.EngineSleep, roce.EngineSpin, roce.EngineAdaptive, roce.EngineInline} {
+		t.Run(m.String(), func(t *testing.T) { f(t, m) })
+	}
 }

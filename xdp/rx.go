@@ -5,16 +5,18 @@
 // Receive hands them out as Frames (a frame spread over several chunks is
 // gathered into a per-socket buffer and its chunks go straight back) ->
 // the caller processes them in place -> Release puts the chunks back on the
-// fill ring. Wait blocks in ppoll(2) on the socket and the wake-up eventfd.
+// fill ring. Wait parks the goroutine in the runtime's network poller on
+// the socket; Wake ends it by moving the poller's deadline.
 // The receiving goroutine owns the fill and rx rings, the receive chunks
 // and the gather buffers.
 
 package xdp
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -227,50 +229,57 @@ func (s *Socket) wait(timeout time.Duration) (bool, error) {
 	s.c.waits.Add(1)
 	if s.mode != ModeZeroCopy && s.tx.outstanding() > 0 && (timeout < 0 || timeout > txRetry) {
 		// Frames wait on the tx ring because the kernel stopped taking
-		// them (its send buffer was full). In copy mode poll(2) makes the
-		// kernel transmit, and nothing else would: no frame may arrive
-		// until these are sent. So poll again soon.
+		// them (its send buffer was full). In copy mode only a kick makes
+		// the kernel transmit, and no frame may arrive until these are
+		// sent. So kick, and look again soon.
 		timeout = txRetry
 		s.c.txRetries.Add(1)
-	}
-	var start time.Time
-	if timeout > 0 {
-		start = time.Now()
-	}
-	for {
-		s.rxPoll[0] = unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN}
-		s.rxPoll[1] = unix.PollFd{Fd: int32(s.efd), Events: unix.POLLIN}
-		var tsp uintptr
-		if timeout > 0 {
-			left := timeout - time.Since(start)
-			if left <= 0 {
-				return false, nil
-			}
-			s.rxTS = unix.NsecToTimespec(int64(left))
-			tsp = uintptr(unsafe.Pointer(&s.rxTS))
+		if err := s.kick(); err != nil {
+			return false, err
 		}
-		_, _, e := unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&s.rxPoll[0])), 2, tsp, 0, 0, 0)
-		if e == unix.EINTR {
-			// A signal (the Go runtime preempts goroutines with SIGURG):
-			// wait out the rest of the timeout.
-			if s.closed.Load() {
-				return false, ErrClosed
-			}
-			continue
-		}
-		if e != 0 {
-			return false, fmt.Errorf("xdp: ppoll: %w", e)
-		}
-		break
 	}
-	if s.rxPoll[1].Revents&unix.POLLIN != 0 {
+	// The goroutine waits in the runtime's network poller, not in a
+	// blocking system call: a frame's arrival then costs a goroutine
+	// switch instead of an OS thread wake-up, and a one-CPU process does
+	// not wait for the runtime to take its processor back from a thread
+	// blocked in the kernel.
+	if s.woken.Swap(false) {
 		s.c.wakeups.Add(1)
-		unix.Syscall(unix.SYS_READ, uintptr(s.efd), uintptr(unsafe.Pointer(&s.efdBuf[0])), 8)
+		return s.rx.available() > 0, nil
 	}
-	if s.closed.Load() {
+	var dl time.Time
+	if timeout > 0 {
+		dl = time.Now().Add(timeout)
+	}
+	if err := s.pf.SetReadDeadline(dl); err != nil {
+		return false, s.pollErr(err)
+	}
+	if s.woken.Swap(false) { // Wake raced with the deadline just set
+		s.c.wakeups.Add(1)
+		return s.rx.available() > 0, nil
+	}
+	err := s.rc.Read(s.readyFn)
+	switch {
+	case s.closed.Load():
 		return false, ErrClosed
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		if s.woken.Swap(false) {
+			s.c.wakeups.Add(1)
+		}
+	case err != nil:
+		return false, s.pollErr(err)
 	}
 	return s.rx.available() > 0, nil
+}
+
+// ready is the poller's test: a frame on the rx ring, or a Wake.
+func (s *Socket) ready(uintptr) bool { return s.rx.available() > 0 || s.woken.Load() }
+
+func (s *Socket) pollErr(err error) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return fmt.Errorf("xdp: wait for frames: %w", err)
 }
 
 // Wake makes a blocked (or the next) Wait return early. It may be called
@@ -286,7 +295,10 @@ func (s *Socket) Wake() {
 	}
 }
 
-// wake writes the eventfd; the caller keeps it open.
+// wake ends a wait in the poller by moving its deadline into the past;
+// the caller keeps the socket open.
 func (s *Socket) wake() {
-	unix.Syscall(unix.SYS_WRITE, uintptr(s.efd), uintptr(unsafe.Pointer(&s.wakeVal[0])), 8)
+	if !s.woken.Swap(true) && s.pf != nil {
+		_ = s.pf.SetReadDeadline(time.Unix(1, 0))
+	}
 }

@@ -12,7 +12,6 @@
 package xdp
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -20,6 +19,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -167,7 +167,10 @@ type counters struct {
 // Socket is an AF_XDP socket bound to one queue of one interface.
 type Socket struct {
 	fd      int
-	efd     int // eventfd that Wake writes
+	pf      *os.File        // a duplicate of fd in the runtime's poller
+	rc      syscall.RawConn // pf's raw access, where Wait blocks
+	woken   atomic.Bool     // Wake was called; the next or current Wait ends
+	readyFn func(uintptr) bool
 	ifname  string
 	ifindex int
 	queue   int
@@ -194,9 +197,6 @@ type Socket struct {
 	gatherFree []int32
 	gatherUsed []bool
 	rxTmp      []Frame
-	rxPoll     [2]unix.PollFd
-	rxTS       unix.Timespec
-	efdBuf     [8]byte
 
 	// Transmit side.
 	txFree []uint64
@@ -208,7 +208,6 @@ type Socket struct {
 
 	mu          sync.RWMutex // held shared by every operation, exclusively by Close
 	closed      atomic.Bool
-	wakeVal     [8]byte
 	bindRetries uint64
 	zcRefusal   string
 	c           counters
@@ -232,7 +231,7 @@ func Open(ifname string, queue int, opts Options) (*Socket, error) {
 	if err != nil {
 		return nil, fmt.Errorf("xdp: %w", err)
 	}
-	s := &Socket{fd: -1, efd: -1, ifname: ifname, ifindex: ifi.Index, queue: queue}
+	s := &Socket{fd: -1, ifname: ifname, ifindex: ifi.Index, queue: queue}
 	if err := s.open(opts); err != nil {
 		s.release()
 		return nil, fmt.Errorf("xdp: open %s queue %d: %w", ifname, queue, err)
@@ -267,14 +266,10 @@ func (s *Socket) open(opts Options) error {
 	s.rxTmp = make([]Frame, rxBatch)
 	s.txFree = make([]uint64, 0, s.numFrames-s.rxFrames)
 
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return fmt.Errorf("eventfd: %w", err)
-	}
-	s.efd = efd
-	binary.NativeEndian.PutUint64(s.wakeVal[:], 1)
-
 	if err := s.bind(opts); err != nil {
+		return err
+	}
+	if err := s.openPoller(); err != nil {
 		return err
 	}
 	if s.sg {
@@ -491,6 +486,30 @@ func (s *Socket) sizeSendBuffer() {
 	}
 }
 
+// openPoller registers a duplicate of the bound socket's descriptor with
+// the runtime's network poller, where Wait blocks (the socket is set
+// non-blocking; AF_XDP's poll reports POLLIN while the rx ring holds
+// frames).
+func (s *Socket) openPoller() error {
+	fd, err := unix.FcntlInt(uintptr(s.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("dup: %w", err)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("non-blocking: %w", err)
+	}
+	s.pf = os.NewFile(uintptr(fd), "xsk")
+	if err := s.pf.SetReadDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("the runtime poller does not take the socket: %w", err)
+	}
+	if s.rc, err = s.pf.SyscallConn(); err != nil {
+		return fmt.Errorf("the runtime poller does not take the socket: %w", err)
+	}
+	s.readyFn = s.ready
+	return nil
+}
+
 func (s *Socket) teardownSocket() {
 	s.fill.unmap()
 	s.comp.unmap()
@@ -626,9 +645,9 @@ func (s *Socket) release() error {
 		errs = append(errs, unix.Munmap(s.umem))
 		s.umem = nil
 	}
-	if s.efd >= 0 {
-		unix.Close(s.efd)
-		s.efd = -1
+	if s.pf != nil {
+		s.pf.Close()
+		s.pf = nil
 	}
 	return errors.Join(errs...)
 }

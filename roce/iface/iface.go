@@ -147,6 +147,10 @@ type Options struct {
 	// seed).
 	Clock roce.Clock
 	Rand  rand.Source
+	// Engine and SpinFor are passed to roce.Open: how the device loop
+	// waits for work (zero: chosen by the CPUs the process may use).
+	Engine  roce.EngineMode
+	SpinFor time.Duration
 }
 
 // Port is a roce.Device running on a network interface, with what it needs
@@ -273,6 +277,7 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 		name = "sroce_" + ifc.Name
 	}
 	dev, err := roce.Open(link, &roce.Options{Name: name, Clock: opts.Clock, Rand: opts.Rand,
+		Engine: opts.Engine, SpinFor: opts.SpinFor,
 		GIDs: gidArray(p.gidt)})
 	if err != nil {
 		p.link.Close()

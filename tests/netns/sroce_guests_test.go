@@ -28,7 +28,7 @@ import (
 
 // buildStaticSroce builds cmd/sroce without cgo into dir, for guests whose
 // libraries are not the host's.
-func buildStaticSroce(t *testing.T, dir string) {
+func buildStaticSroce(t testing.TB, dir string) {
 	t.Helper()
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {

@@ -3,7 +3,8 @@
 // "@" and the local address the UDP link binds to ("veth0",
 // "lo@127.0.0.2"). Without -d a client takes the interface of its route to
 // the server and a server the first interface that is up; the environment
-// variable SROCE_LINK picks the link (auto, xdp or udp).
+// variable SROCE_LINK picks the link (auto, xdp or udp) and SROCE_ENGINE
+// the engine mode (auto, sleep, spin, adaptive or inline).
 package device
 
 import (
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/roce/netif"
 )
@@ -24,6 +26,12 @@ import (
 // default: AF_XDP as root, the UDP link otherwise or on loopback), "xdp"
 // or "udp".
 const EnvLink = "SROCE_LINK"
+
+// EnvEngine names the environment variable that picks the engine mode
+// (roce.ParseEngineMode): "auto" (the default: inline when the process may
+// use one CPU, adaptive otherwise), "sleep", "spin", "adaptive" or
+// "inline".
+const EnvEngine = "SROCE_ENGINE"
 
 // ResolveTimeout bounds resolving a peer's MAC address, both while the
 // device opens and when a tool builds a path to its peer.
@@ -109,10 +117,29 @@ func LinkMode() (iface.Mode, error) {
 	return mode, nil
 }
 
-// Open opens the device on the interface of d with the link mode, within
-// ctx.
+// Engine returns the engine mode SROCE_ENGINE asks for, with an error that
+// names the variable.
+func Engine() (roce.EngineMode, error) {
+	v := os.Getenv(EnvEngine)
+	if v == "" {
+		return roce.EngineAuto, nil
+	}
+	m, err := roce.ParseEngineMode(v)
+	if err != nil {
+		return m, fmt.Errorf("%s: %v", EnvEngine, err)
+	}
+	return m, nil
+}
+
+// Open opens the device on the interface of d with the link mode and the
+// engine mode of SROCE_ENGINE, within ctx.
 func Open(ctx context.Context, d Spec, mode iface.Mode) (*iface.Port, error) {
-	return iface.Open(ctx, d.Ifname, iface.Options{Mode: mode, Addr: d.Addr, ResolveTimeout: ResolveTimeout})
+	engine, err := Engine()
+	if err != nil {
+		return nil, err
+	}
+	return iface.Open(ctx, d.Ifname, iface.Options{Mode: mode, Addr: d.Addr, ResolveTimeout: ResolveTimeout,
+		Engine: engine})
 }
 
 // DefaultRouteInterface returns the interface of the default route (IPv4,

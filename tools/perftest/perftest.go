@@ -55,7 +55,9 @@ what a READ returned and what the atomics fetched and left behind (against a
 real peer sroce checks what it can tell: the atomics).
 
 Environment: SROCE_LINK=auto|xdp|udp chooses the link (default auto: AF_XDP
-as root, the UDP link otherwise); SROCE_STALL_TIMEOUT (default 60s) is how
+as root, the UDP link otherwise); SROCE_ENGINE=auto|sleep|spin|adaptive|inline
+how the engine waits for work (default auto: inline on one CPU, adaptive
+otherwise); SROCE_STALL_TIMEOUT (default 60s) is how
 long a run waits for a completion before it gives up;
 SROCE_EXCHANGE_TIMEOUT (default 30s) bounds each message of the exchange;
 SROCE_ACCEPT_TIMEOUT (default 10m) is how long a server waits for a client.

@@ -44,7 +44,9 @@ interface's first IPv4 GID, where the real tools would fail on RoCE.
 -c makes the client check every byte it gets back.
 
 Environment: SROCE_LINK=auto|xdp|udp chooses the link (default auto: AF_XDP
-as root, the UDP link otherwise); SROCE_STALL_TIMEOUT (default 60s) is how
+as root, the UDP link otherwise); SROCE_ENGINE=auto|sleep|spin|adaptive|inline
+how the engine waits for work (default auto: inline on one CPU, adaptive
+otherwise); SROCE_STALL_TIMEOUT (default 60s) is how
 long a run waits for a completion before it gives up;
 SROCE_EXCHANGE_TIMEOUT (default 30s) bounds each message of the exchange;
 SROCE_ACCEPT_TIMEOUT (default 10m) is how long a server waits for a client.

@@ -443,8 +443,13 @@ func (c *completions) done() {
 // syncMemory orders this goroutine after every packet the device loop has
 // processed so far: the loop places remote WRITEs, READ responses and
 // atomics in MR memory while it holds the device lock, which Counter takes
-// too. Memory read after syncMemory holds what those packets wrote.
-func (t *toolRun) syncMemory() uint64 { return t.dev.Counter(qp.CntRcvdPkts) }
+// too. Memory read after syncMemory holds what those packets wrote. On an
+// inline device it first runs the loop (Progress): nothing else receives
+// while this goroutine watches memory.
+func (t *toolRun) syncMemory() uint64 {
+	t.dev.Progress()
+	return t.dev.Counter(qp.CntRcvdPkts)
+}
 
 // statusText describes a work completion status as perftest's error
 // messages do: "status 12 (transport retry counter exceeded)".

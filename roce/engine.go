@@ -1,0 +1,141 @@
+// Engine modes: how the device loop (Run) waits for work, and who else may
+// run it. Whatever the mode, one goroutine at a time runs the loop's step
+// under the device lock; the modes differ in what a goroutine does when
+// the step found nothing to do.
+//
+//	sleep     Run blocks in the link until a frame, the earliest QP timer
+//	          or a doorbell; posting wakes it.
+//	spin      Run never blocks: it polls the link and the doorbells on a
+//	          locked OS thread, and posting wakes nobody. A core stays busy
+//	          while the device runs.
+//	adaptive  spin for SpinFor after the last activity, then sleep.
+//	inline    Run sleeps as in sleep mode, but the goroutine that posts a
+//	          work request or polls an empty CQ runs a step itself: it
+//	          transmits on post and receives and completes on poll, so a
+//	          round trip crosses no goroutine boundary. Run takes over
+//	          whenever nobody drives.
+//
+// The need-wakeup rule: Run sets parked before it blocks in the link and
+// checks the doorbells after; ring appends a doorbell and wakes the link
+// only when parked is set. One of the two always sees the other.
+
+package roce
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+)
+
+// EngineMode says how a device's loop waits for work (Options.Engine).
+type EngineMode uint8
+
+// Engine modes.
+const (
+	// EngineAuto is inline when the process may use a single CPU
+	// (GOMAXPROCS 1: a one-CPU machine, affinity mask or container quota)
+	// and adaptive otherwise.
+	EngineAuto EngineMode = iota
+	// EngineSleep blocks in the link whenever there is nothing to do.
+	EngineSleep
+	// EngineSpin busy-polls on a locked OS thread and never blocks.
+	EngineSpin
+	// EngineAdaptive spins for Options.SpinFor after the last activity,
+	// then blocks like EngineSleep.
+	EngineAdaptive
+	// EngineInline lets posting and polling goroutines run the loop
+	// themselves; Run blocks like EngineSleep when nobody drives.
+	EngineInline
+)
+
+var engineNames = [...]string{"auto", "sleep", "spin", "adaptive", "inline"}
+
+// String returns the mode's name as ParseEngineMode takes it.
+func (m EngineMode) String() string {
+	if int(m) < len(engineNames) {
+		return engineNames[m]
+	}
+	return fmt.Sprintf("EngineMode(%d)", int(m))
+}
+
+// ParseEngineMode reads a mode name: auto, sleep, spin, adaptive or inline.
+func ParseEngineMode(s string) (EngineMode, error) {
+	for i, n := range engineNames {
+		if s == n {
+			return EngineMode(i), nil
+		}
+	}
+	return 0, fmt.Errorf("roce: unknown engine mode %q (auto, sleep, spin, adaptive or inline)", s)
+}
+
+// DefaultSpinFor is how long an adaptive loop spins after its last
+// activity when Options.SpinFor is zero: a little more than a round trip
+// between two hosts through a software switch.
+const DefaultSpinFor = 200 * time.Microsecond
+
+// resolveEngine picks the mode for EngineAuto.
+func resolveEngine(m EngineMode) EngineMode {
+	if m != EngineAuto {
+		return m
+	}
+	if runtime.GOMAXPROCS(0) == 1 {
+		return EngineInline
+	}
+	return EngineAdaptive
+}
+
+// Engine returns the mode the device runs in (never EngineAuto).
+func (d *Device) Engine() EngineMode { return d.mode }
+
+// spins reports whether the loop polls instead of blocking, now is the
+// current time and last the time of its last activity.
+func (d *Device) spins(now, last time.Duration) bool {
+	switch d.mode {
+	case EngineSpin:
+		return true
+	case EngineAdaptive:
+		return now-last < d.spinFor
+	}
+	return false
+}
+
+// doorbellPending reports whether a doorbell rang since the last step.
+func (d *Device) doorbellPending() bool {
+	d.dbMu.Lock()
+	defer d.dbMu.Unlock()
+	return len(d.db) > 0
+}
+
+// kick wakes the loop if it is blocked in the link (or about to be).
+func (d *Device) kick() {
+	if d.parked.Load() {
+		d.link.Wake()
+	}
+}
+
+// Progress runs one step of the loop on the calling goroutine when the
+// device runs inline and no other goroutine is running it, and reports
+// whether it did anything. In other modes, or while the loop is busy
+// elsewhere, it does nothing: the loop makes progress by itself. A
+// program that waits for memory an RDMA WRITE will fill (as perftest's
+// write_lat does) calls it while it waits; posting and polling call it
+// already.
+func (d *Device) Progress() bool {
+	if d.mode != EngineInline || !d.running.Load() || !d.mu.TryLock() {
+		return false
+	}
+	if d.closed {
+		d.mu.Unlock()
+		return false
+	}
+	now := d.clock.Now()
+	busy := d.step(now, 0)
+	dl, ok := d.nextDeadline()
+	d.mu.Unlock()
+	// The blocked loop does not know what this step left behind: more to
+	// send than one step's budget, or a timer earlier than its wake-up.
+	if busy || (ok && dl < time.Duration(d.parkUntil.Load())) {
+		d.kick()
+	}
+	return busy
+}

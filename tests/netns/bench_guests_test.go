@@ -1,0 +1,182 @@
+package netns
+
+// The side-by-side table of the data-path issue: two guests of the rxe
+// image on one bridge, rxe's perftest between them first, then sroce's
+// tools with the same flags inside the same guests over AF_XDP on eth0.
+// It is a benchmark, not a test: the guests are emulated (TCG, one vCPU)
+// and shared machines are noisy, so it prints numbers and asserts none.
+//
+//	go test -run '^$' -bench GuestTable -benchtime 1x ./tests/netns/
+//
+// SROCE_BENCH_ENGINES (comma separated, default "auto") runs sroce once per
+// engine mode and prints a column for each.
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sroce/sroce/tests/netns/rxeguest"
+)
+
+// guestFigure is one row of the table: a tool, its flags, and which
+// column of its result row is the figure.
+type guestFigure struct {
+	name  string // row label
+	tool  string // perftest tool name; sroce's is the suffix after "ib_"
+	args  string
+	unit  string
+	value func(row []string) (float64, bool)
+	// lower says a smaller figure is better (latency).
+	lower bool
+}
+
+// bwAvg reads the average bandwidth (MB/s) of a BW result row.
+func bwAvg(f []string) (float64, bool) { return parseField(f, 3, 1) }
+
+// bwRate reads the message rate (Mpps, printed as msg/s) of a BW row.
+func bwRate(f []string) (float64, bool) { return parseField(f, 4, 1e6) }
+
+// latTypical reads t_typical (µs) of a latency result row.
+func latTypical(f []string) (float64, bool) { return parseField(f, 4, 1) }
+
+func parseField(f []string, i int, scale float64) (float64, bool) {
+	if i >= len(f) {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(f[i], 64)
+	return v * scale, err == nil
+}
+
+// guestFigures are the five figures the data-path issue names.
+var guestFigures = []guestFigure{
+	{"write_bw 64 KiB x3000", "ib_write_bw", "-x 1 -s 65536 -n 3000 -F", "MB/s", bwAvg, false},
+	{"write_bw 8 B x20000", "ib_write_bw", "-x 1 -s 8 -n 20000 -F", "msg/s", bwRate, false},
+	{"write_lat 8 B typical", "ib_write_lat", "-x 1 -s 8 -n 1000 -F", "us", latTypical, true},
+	{"send_lat 8 B typical", "ib_send_lat", "-x 1 -s 8 -n 1000 -F", "us", latTypical, true},
+	{"read_bw 64 KiB x1000", "ib_read_bw", "-x 1 -s 65536 -n 1000 -F", "MB/s", bwAvg, false},
+}
+
+// BenchmarkGuestTable prints rxe against sroce for the five figures.
+func BenchmarkGuestTable(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("skipping: the guest table needs root (namespaces, qemu)")
+	}
+	rxeguest.Skip(b)
+	engines := strings.Split(os.Getenv("SROCE_BENCH_ENGINES"), ",")
+	if engines[0] == "" {
+		engines = []string{"auto"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	share := b.TempDir()
+	if err := os.Chmod(share, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	buildStaticSroce(b, share)
+	img, err := rxeguest.ImageOptions{Logf: b.Logf}.Ensure(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lan, err := rxeguest.NewLAN(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { lan.Close() })
+	var guests [2]*rxeguest.Guest
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i, name := range []string{"bench-a", "bench-b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			guests[i], errs[i] = lan.Boot(ctx, img, rxeguest.Config{Name: name,
+				IP: netip.MustParsePrefix(fmt.Sprintf("192.0.2.%d/24", i+1)), Share: share})
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	a, c := guests[0], guests[1]
+	for i := 0; i < b.N; i++ {
+		var out strings.Builder
+		tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "figure\tunit\trxe")
+		for _, e := range engines {
+			fmt.Fprintf(tw, "\tsroce %s\tsroce/rxe", e)
+		}
+		fmt.Fprintln(tw)
+		for _, fig := range guestFigures {
+			rxe := guestFigureRun(b, ctx, a, c, fig, fig.tool+" -d rxe0 "+fig.args)
+			fmt.Fprintf(tw, "%s\t%s\t%s", fig.name, fig.unit, fmtFigure(rxe))
+			for _, e := range engines {
+				cmd := "SROCE_LINK=xdp SROCE_STALL_TIMEOUT=60s SROCE_ENGINE=" + e + " " + rxeguest.SharePath +
+					"/sroce " + strings.ReplaceAll(strings.TrimPrefix(fig.tool, "ib_"), "_", "-") + " -d eth0 " + fig.args
+				ours := guestFigureRun(b, ctx, a, c, fig, cmd)
+				ratio := "-"
+				if rxe > 0 && ours > 0 {
+					r := ours / rxe
+					if fig.lower {
+						r = rxe / ours
+					}
+					ratio = fmt.Sprintf("%.2f", r)
+				}
+				fmt.Fprintf(tw, "\t%s\t%s", fmtFigure(ours), ratio)
+			}
+			fmt.Fprintln(tw)
+		}
+		tw.Flush()
+		// The table goes to standard output: the benchmark log keeps only
+		// its first lines.
+		fmt.Printf("\nTwo TCG guests (one vCPU each) on one bridge, %s; sroce/rxe above 1 means sroce is better.\n\n%s\n",
+			time.Now().UTC().Format("2006-01-02"), out.String())
+	}
+}
+
+// guestFigureRun runs one tool pair (server on a, client on c) and returns
+// the client's figure, or 0 after logging why there is none.
+func guestFigureRun(b *testing.B, ctx context.Context, a, c *rxeguest.Guest, fig guestFigure, cmd string) float64 {
+	start := time.Now()
+	srv, cli, err := runToolPair(ctx, a, c, 18515, cmd, cmd)
+	if err != nil {
+		b.Logf("%s: %v (after %v)\nserver: %s%s\nclient: %s%s", cmd, err, time.Since(start).Round(time.Millisecond),
+			srv.Stdout, srv.Stderr, cli.Stdout, cli.Stderr)
+		return 0
+	}
+	row := bwRow
+	if fig.lower {
+		row = latRow
+	}
+	line := row.FindString(string(cli.Stdout))
+	if line == "" {
+		b.Logf("%s printed no result row:\n%s", cmd, cli.Stdout)
+		return 0
+	}
+	v, ok := fig.value(strings.Fields(line))
+	if !ok {
+		b.Logf("%s: unreadable result row %q", cmd, line)
+		return 0
+	}
+	b.Logf("%s: %v, %.1f %s", cmd, time.Since(start).Round(time.Millisecond), v, fig.unit)
+	return v
+}
+
+func fmtFigure(v float64) string {
+	switch {
+	case v == 0:
+		return "failed"
+	case v >= 1000:
+		return fmt.Sprintf("%.1f k", v/1000)
+	}
+	return fmt.Sprintf("%.1f", v)
+}
