@@ -371,8 +371,13 @@ func TestMalformedErrors(t *testing.T) {
 	if err := p.Parse(ack); !errors.Is(err, ErrBadPadCount) {
 		t.Errorf("ack pad: %v", err)
 	}
-	if err := p.Parse(ack); err.Error() != "bth: payload: bad pad count" {
+	err := p.Parse(ack)
+	if err.Error() != "bth: payload: bad pad count" {
 		t.Errorf("message %q", err)
+	}
+	var be *Error
+	if !errors.As(err, &be) || be.Reason() != "payload: bad pad count" {
+		t.Errorf("reason of %q: %v", err, be)
 	}
 }
 

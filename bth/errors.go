@@ -69,8 +69,16 @@ type Error struct {
 	Layer Layer
 }
 
+// Error returns "bth: " followed by Reason.
 func (e *Error) Error() string {
-	return "bth: " + layerText[e.Layer] + ": " + kindText[e.Kind]
+	return "bth: " + e.Reason()
+}
+
+// Reason returns the message without the package prefix: the layer and
+// what is wrong in it, such as "ipv4: bad IP header", for callers that
+// print errors in a sentence of their own.
+func (e *Error) Reason() string {
+	return layerText[e.Layer] + ": " + kindText[e.Kind]
 }
 
 // Is matches e against a sentinel of the same kind whose layer is LayerAny

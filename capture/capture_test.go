@@ -5,17 +5,15 @@ package capture
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/binary"
 	"errors"
 	"io"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/internal/capturetest"
 )
 
 // readAll returns the frames of a capture (copied) and the error that
@@ -45,8 +43,7 @@ func readAll(b []byte) (frames [][]byte, links []layers.LinkType, err error) {
 // pcapng (with two interfaces), and the frames with their link types.
 func captures(t testing.TB) (map[string][]byte, [][]byte) {
 	fs := testFrames()
-	rs := records(fs)
-	le := pcapBytes(t, layers.LinkTypeEthernet, rs)
+	le := capturetest.Pcap(t, layers.LinkTypeEthernet, capturetest.Records(fs))
 	be := bytes.Clone(le)
 	for off := 0; off < len(be); {
 		if off == 0 {
@@ -64,15 +61,15 @@ func captures(t testing.TB) (map[string][]byte, [][]byte) {
 		}
 		off += pcapRecordHdrLen + int(binary.BigEndian.Uint32(be[off+8:]))
 	}
-	var ngRecs []record
+	var ngRecs []capturetest.Record
 	for i, f := range fs {
 		if i%2 == 1 {
-			ngRecs = append(ngRecs, record{data: f[14:], iface: 1})
+			ngRecs = append(ngRecs, capturetest.Record{Data: f[14:], Iface: 1})
 		} else {
-			ngRecs = append(ngRecs, record{data: f})
+			ngRecs = append(ngRecs, capturetest.Record{Data: f})
 		}
 	}
-	ng := pcapngBytes(t, []layers.LinkType{layers.LinkTypeEthernet, layers.LinkTypeRaw}, ngRecs)
+	ng := capturetest.Pcapng(t, []layers.LinkType{layers.LinkTypeEthernet, layers.LinkTypeRaw}, ngRecs)
 	return map[string][]byte{"pcap": le, "pcap big-endian": be, "pcapng": ng, "pcapng twice": append(bytes.Clone(ng), ng...)}, fs
 }
 
@@ -137,7 +134,7 @@ func FuzzCapture(f *testing.F) {
 	cs, _ := captures(f)
 	for _, b := range cs {
 		f.Add(b)
-		f.Add(gzipped(f, b))
+		f.Add(capturetest.Gzip(f, b))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fr, err := Open(bytes.NewReader(b), "x")
@@ -171,83 +168,6 @@ func testFrames() [][]byte {
 	return fs
 }
 
-// record is one frame of a capture file to write.
-type record struct {
-	data  []byte
-	iface int // pcapng interface
-}
-
-// records returns the frames as whole-frame records on interface 0.
-func records(frames [][]byte) []record {
-	rs := make([]record, len(frames))
-	for i, f := range frames {
-		rs[i] = record{data: f}
-	}
-	return rs
-}
-
-// ci returns the capture info of the i-th record r.
-func ci(i int, r record) gopacket.CaptureInfo {
-	return gopacket.CaptureInfo{
-		Timestamp:      time.Unix(1700000000, int64(i)*1000).UTC(),
-		CaptureLength:  len(r.data),
-		Length:         len(r.data),
-		InterfaceIndex: r.iface,
-	}
-}
-
-// pcapBytes returns a classic pcap file with link type link.
-func pcapBytes(t testing.TB, link layers.LinkType, rs []record) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	w := pcapgo.NewWriter(&b)
-	if err := w.WriteFileHeader(65536, link); err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range rs {
-		if err := w.WritePacket(ci(i, r), r.data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b.Bytes()
-}
-
-// pcapngBytes returns a pcapng file with one interface per link type.
-func pcapngBytes(t testing.TB, links []layers.LinkType, rs []record) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	w, err := pcapgo.NewNgWriterInterface(&b, pcapgo.NgInterface{Name: "eth0", LinkType: links[0], SnapLength: 65536},
-		pcapgo.DefaultNgWriterOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, l := range links[1:] {
-		if _, err := w.AddInterface(pcapgo.NgInterface{Name: "if" + strconv.Itoa(i+1), LinkType: l, SnapLength: 65536}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i, r := range rs {
-		if err := w.WritePacket(ci(i, r), r.data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
-// gzipped returns p as one gzip member.
-func gzipped(t testing.TB, p []byte) []byte {
-	var b bytes.Buffer
-	zw := gzip.NewWriter(&b)
-	zw.Write(p)
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
 // TestWriter: what Writer writes reads back, and an oversized record is
 // refused.
 func TestWriter(t *testing.T) {
@@ -273,5 +193,27 @@ func TestWriter(t *testing.T) {
 		if !bytes.Equal(got[i], fs[i]) || links[i] != layers.LinkTypeEthernet {
 			t.Errorf("frame %d differs", i)
 		}
+	}
+}
+
+// TestLinkAdapterShortFrames checks that frames too short for their link
+// header reach bth.Parse (which rejects them) without a panic.
+func TestLinkAdapterShortFrames(t *testing.T) {
+	var a LinkAdapter
+	var p bth.Packet
+	for _, link := range []layers.LinkType{layers.LinkTypeEthernet, layers.LinkTypeLinuxSLL, layers.LinkTypeLinuxSLL2,
+		layers.LinkTypeRaw, layers.LinkTypeNull, layers.LinkTypeLoop} {
+		for n := 0; n < 24; n++ {
+			f, ok := a.Ethernet(make([]byte, n), link)
+			if !ok {
+				t.Fatalf("link %v refused", link)
+			}
+			if err := p.Parse(f); err == nil {
+				t.Errorf("link %v: %d-byte frame accepted", link, n)
+			}
+		}
+	}
+	if _, ok := a.Ethernet([]byte{1, 2, 3}, layers.LinkTypeIEEE802_11); ok {
+		t.Errorf("802.11 accepted")
 	}
 }

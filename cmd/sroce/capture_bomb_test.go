@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/gopacket/gopacket/layers"
+	"github.com/sroce/sroce/internal/capturetest"
 )
 
 // zeroMember returns one gzip member holding 1 MiB of zeros (about 1 KiB).
@@ -27,22 +28,11 @@ func zeroMember(t testing.TB) []byte {
 	return b.Bytes()
 }
 
-// gzipped returns p as one gzip member.
-func gzipped(t testing.TB, p []byte) []byte {
-	var b bytes.Buffer
-	zw := gzip.NewWriter(&b)
-	zw.Write(p)
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
 // bomb streams head, then mib MiB of zeros, then tail, gzip-compressed (a
 // gzip file may hold several members, read as one stream), into a pipe.
 func bomb(t testing.TB, head []byte, mib int, tail []byte) *io.PipeReader {
 	zero := zeroMember(t)
-	h, tl := gzipped(t, head), gzipped(t, tail)
+	h, tl := capturetest.Gzip(t, head), capturetest.Gzip(t, tail)
 	pr, pw := io.Pipe()
 	go func() {
 		if _, err := pw.Write(h); err != nil {
@@ -160,7 +150,7 @@ func TestDissectGzipBombs(t *testing.T) {
 		head := ngStart()
 		head = binary.LittleEndian.AppendUint32(head, 0x0bad)
 		head = binary.LittleEndian.AppendUint32(head, gib+12)
-		tail := epb(fixtures(t)[0].frame)
+		tail := epb(goldenFrames(t)[0])
 		code, out, errOut := dissectBounded(t, bomb(t, head, 1024, append([]byte{0, 0, 0, 0}, tail...)), limit)
 		if code != exitOK || !strings.HasSuffix(out, "1 packet: 1 RoCEv2, 0 skipped (not RoCEv2), 0 malformed, 0 ICRC failures\n") {
 			t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/dissect"
 	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
@@ -271,7 +272,8 @@ func (t *demoTap) tap(dir iface.Direction, frame []byte) {
 type demoPrinter struct {
 	mu   sync.Mutex
 	w    *bufio.Writer
-	d    dissector
+	pr   dissect.Printer
+	pkt  bth.Packet
 	n    int
 	line []byte
 }
@@ -280,7 +282,7 @@ func newDemoPrinter(w io.Writer) *demoPrinter {
 	p := &demoPrinter{w: bufio.NewWriter(w)}
 	// Wide enough for RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, so the columns do
 	// not shift in the middle of the run.
-	p.d.wEndpoints, p.d.wOpcode, p.d.wFlags = minEndpointsWidth, len("RC_RDMA_WRITE_LAST_WITH_IMMEDIATE"), minFlagsWidth
+	p.pr.OpcodeWidth = len("RC_RDMA_WRITE_LAST_WITH_IMMEDIATE")
 	return p
 }
 
@@ -288,12 +290,12 @@ func newDemoPrinter(w io.Writer) *demoPrinter {
 func (p *demoPrinter) packet(side string, frame []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.d.pkt.Parse(frame) != nil {
+	if p.pkt.Parse(frame) != nil {
 		return
 	}
 	p.n++
 	p.line = append(p.line[:0], side...)
-	p.line = p.d.appendText(p.line, p.n, p.d.pkt.VerifyICRC())
+	p.line = p.pr.AppendPacket(p.line, p.n, &p.pkt, p.pkt.VerifyICRC())
 	p.w.Write(p.line)
 	p.w.Flush()
 }

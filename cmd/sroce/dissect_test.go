@@ -1,11 +1,13 @@
 package main
 
+// The command line of sroce dissect: arguments, standard input, what goes
+// to stdout and stderr, exit statuses and messages. What the lines say is
+// package dissect's, and tested there; here the command must print exactly
+// what the package writes.
+
 import (
-	"bufio"
 	"bytes"
-	"compress/gzip"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -14,335 +16,143 @@ import (
 	"testing"
 
 	"github.com/gopacket/gopacket/layers"
+	"github.com/sroce/sroce/capture"
+	"github.com/sroce/sroce/dissect"
+	"github.com/sroce/sroce/internal/capturetest"
 )
 
-// fixtureCounts returns the summary line dissect must print for fs.
-func fixtureCounts(fs []fixture) (roce, skipped, malformed, bad int) {
-	for _, f := range fs {
-		switch f.kind {
-		case kindRoCE:
-			roce++
-		case kindBadICRC:
-			roce++
-			bad++
-		case kindSkipped:
-			skipped++
-		case kindMalformed:
-			malformed++
-		}
-	}
-	return
-}
+// goldenCapture is an rdma_rxe capture committed with the repository:
+// IPv4 RoCEv2 frames without a VLAN tag.
+const goldenCapture = "../../bth/testdata/rxe/read_bw.pcap"
 
-// wantSummary returns the summary line for fs.
-func wantSummary(fs []fixture) string {
-	roce, skipped, malformed, bad := fixtureCounts(fs)
-	return fmt.Sprintf("%d packets: %d RoCEv2, %d skipped (not RoCEv2), %d malformed, %d ICRC %s",
-		len(fs), roce, skipped, malformed, bad, plural(bad, "failure", "failures"))
-}
-
-// checkText checks dissect's text output for the fixtures fs.
-func checkText(t *testing.T, fs []fixture, out string) {
+// goldenFrames returns the frames of goldenCapture.
+func goldenFrames(t testing.TB) [][]byte {
 	t.Helper()
-	lines, summary := textLines(t, out)
-	if want := wantSummary(fs); summary != want {
-		t.Errorf("summary:\n got %q\nwant %q", summary, want)
+	f, err := os.Open(goldenCapture)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for i, f := range fs {
-		n := i + 1
-		l, ok := lines[n]
-		if f.kind == kindSkipped {
-			if ok {
-				t.Errorf("frame %d (%s) is not RoCEv2 but has a line: %q", n, f.name, l)
-			}
-			continue
+	defer f.Close()
+	r, err := capture.Open(f, goldenCapture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var frames [][]byte
+	for {
+		data, _, _, err := r.Next()
+		if err == io.EOF {
+			return frames
 		}
-		if !ok {
-			t.Errorf("frame %d (%s): no line", n, f.name)
-			continue
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, s := range f.text {
-			if !strings.Contains(l, s) {
-				t.Errorf("frame %d (%s): line lacks %q:\n%s", n, f.name, s, l)
-			}
-		}
-		if strings.HasSuffix(l, " ") {
-			t.Errorf("frame %d (%s): trailing space: %q", n, f.name, l)
-		}
-		if f.kind == kindRoCE && !strings.Contains(l, "icrc=ok") {
-			t.Errorf("frame %d (%s): ICRC not ok: %s", n, f.name, l)
-		}
+		frames = append(frames, bytes.Clone(data))
 	}
 }
 
-// checkJSON checks dissect's JSON output for the fixtures fs.
-func checkJSON(t *testing.T, fs []fixture, out string) {
+// goldenPcap returns rs as a classic pcap file.
+func goldenPcap(t testing.TB, rs []capturetest.Record) []byte {
 	t.Helper()
-	objs := jsonObjects(t, out)
-	for i, f := range fs {
-		n := i + 1
-		o, ok := objs[n]
-		if f.kind == kindSkipped {
-			if ok {
-				t.Errorf("frame %d (%s) is not RoCEv2 but has an object: %v", n, f.name, o)
-			}
-			continue
-		}
-		if !ok {
-			t.Errorf("frame %d (%s): no object", n, f.name)
-			continue
-		}
-		want := f.json
-		if f.kind == kindMalformed {
-			if _, ok := o["error"]; !ok || len(o) != 5 {
-				t.Errorf("frame %d (%s): want frame.number, addresses, port and error only, got %v", n, f.name, o)
-			}
-		} else if f.kind == kindRoCE && o["icrc_ok"] != true {
-			t.Errorf("frame %d (%s): icrc_ok = %v", n, f.name, o["icrc_ok"])
-		}
-		for k, v := range want {
-			got, ok := o[k]
-			if !ok {
-				t.Errorf("frame %d (%s): no %s", n, f.name, k)
-				continue
-			}
-			if fmt.Sprint(got) != fmt.Sprint(v) {
-				t.Errorf("frame %d (%s): %s = %v, want %v", n, f.name, k, got, v)
-			}
-		}
-		for _, k := range f.not {
-			if _, ok := o[k]; ok {
-				t.Errorf("frame %d (%s): unexpected %s", n, f.name, k)
-			}
-		}
-	}
+	return capturetest.Pcap(t, layers.LinkTypeEthernet, rs)
 }
 
-// TestDissectFixtures runs dissect over the fixture frames written as classic
-// pcap, pcapng and gzip-compressed pcap, in text and in JSON, and checks every
-// line, the summary and the exit status.
-func TestDissectFixtures(t *testing.T) {
-	fs := fixtures(t)
-	rs := records(frames(fs))
-	pcap := pcapBytes(t, layers.LinkTypeEthernet, rs)
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	zw.Write(pcap)
-	zw.Close()
-	files := map[string][]byte{
-		"fixtures.pcap":    pcap,
-		"fixtures.pcapng":  pcapngBytes(t, []layers.LinkType{layers.LinkTypeEthernet}, rs),
-		"fixtures.pcap.gz": gz.Bytes(),
+// packageOutput returns what package dissect writes for the capture b in
+// format, and its summary line.
+func packageOutput(t *testing.T, b []byte, format dissect.Format) (out, summary string) {
+	t.Helper()
+	r, err := capture.Open(bytes.NewReader(b), "x")
+	if err != nil {
+		t.Fatal(err)
 	}
-	var firstText string
-	for name, b := range files {
-		t.Run(name, func(t *testing.T) {
-			path := writeFile(t, name, b)
-			code, out, errOut := runSroce(t, nil, "dissect", path)
-			if code != exitProblem {
-				t.Errorf("exit status %d, want %d (a bad ICRC and malformed packets)", code, exitProblem)
-			}
-			if errOut != "" {
-				t.Errorf("stderr: %q", errOut)
-			}
-			checkText(t, fs, out)
-			if firstText == "" {
-				firstText = out
-			} else if out != firstText {
-				t.Errorf("output differs between file formats:\n%s\nvs\n%s", out, firstText)
-			}
+	var buf bytes.Buffer
+	d := dissect.New(&buf, format)
+	if err := d.Run(r); err != nil {
+		t.Fatal(err)
+	}
+	return buf.String(), d.Tally.Summary()
+}
 
-			code, out, errOut = runSroce(t, nil, "dissect", "--json", path)
-			if code != exitProblem {
-				t.Errorf("--json: exit status %d, want %d", code, exitProblem)
+// TestDissectOutputs checks where the lines and the summary go: in text
+// both to stdout, the summary last; with --json the objects to stdout and
+// the summary to stderr. The capture comes from a file or, as "-", from
+// standard input, and the exit status says whether every packet was fine:
+// 1 for a bad ICRC or a malformed packet, 0 otherwise (a packet cut short
+// by the snap length included).
+func TestDissectOutputs(t *testing.T) {
+	frames := goldenFrames(t)
+	badICRC := bytes.Clone(frames[1])
+	badICRC[len(badICRC)-1] ^= 0xff
+	malformed := bytes.Clone(frames[1])
+	malformed[14+20+8] = 0x1f // the BTH opcode (IPv4, no tag): a reserved RC opcode
+	captures := []struct {
+		name string
+		rs   []capturetest.Record
+		want int
+	}{
+		{"good", capturetest.Records(frames), exitOK},
+		{"bad icrc", capturetest.Records([][]byte{frames[0], badICRC, frames[2]}), exitProblem},
+		{"malformed", capturetest.Records([][]byte{frames[0], malformed}), exitProblem},
+		{"cut by the snap length", []capturetest.Record{{Data: frames[0][:60], WireLen: len(frames[0])}, {Data: frames[1]}}, exitOK},
+	}
+	for _, c := range captures {
+		t.Run(c.name, func(t *testing.T) {
+			pcap := goldenPcap(t, c.rs)
+			path := capturetest.WriteFile(t, "x.pcap", pcap)
+			text, summary := packageOutput(t, pcap, dissect.Text)
+			objs, _ := packageOutput(t, pcap, dissect.JSON)
+			runs := []struct {
+				stdin          []byte
+				args           []string
+				stdout, stderr string
+			}{
+				{nil, []string{"dissect", path}, text + summary + "\n", ""},
+				{pcap, []string{"dissect", "-"}, text + summary + "\n", ""},
+				{nil, []string{"dissect", "--json", path}, objs, summary + "\n"},
+				{nil, []string{"dissect", path, "--json"}, objs, summary + "\n"},
+				{pcap, []string{"dissect", "--json", "--", "-"}, objs, summary + "\n"},
 			}
-			if want := wantSummary(fs) + "\n"; errOut != want {
-				t.Errorf("--json: stderr %q, want the summary %q", errOut, want)
+			for _, r := range runs {
+				code, out, errOut := runSroce(t, r.stdin, r.args...)
+				if code != c.want || out != r.stdout || errOut != r.stderr {
+					t.Errorf("%q: exit %d (want %d)\nstdout:\n%s\nwant:\n%s\nstderr %q, want %q",
+						r.args, code, c.want, out, r.stdout, errOut, r.stderr)
+				}
 			}
-			checkJSON(t, fs, out)
 		})
 	}
 }
 
-// TestDissectTextLayout pins the exact text of a few lines: the columns line
-// up and nothing trails.
-func TestDissectTextLayout(t *testing.T) {
-	fs := fixtures(t)
-	path := writeFile(t, "x.pcap", pcapBytes(t, layers.LinkTypeEthernet, records(frames(fs[:2]))))
-	_, out, _ := runSroce(t, nil, "dissect", path)
-	want := "" +
-		"     1  192.0.2.1:49153 > 192.0.2.2  RC_SEND_ONLY                  destqp=0x000011  psn=0x5f8c2d  ackreq  payload=64    icrc=ok\n" +
-		"     2  192.0.2.2:49154 > 192.0.2.1  RC_ACKNOWLEDGE                destqp=0x000012  psn=0x5f8c2d          payload=0     icrc=ok   AETH ACK credits=31 msn=1\n" +
-		"2 packets: 2 RoCEv2, 0 skipped (not RoCEv2), 0 malformed, 0 ICRC failures\n"
-	if out != want {
-		t.Errorf("got:\n%s\nwant:\n%s", out, want)
-	}
-}
-
-// TestDissectAllGood checks exit status 0 when every packet is fine, with
-// non-RoCEv2 traffic mixed in.
-func TestDissectAllGood(t *testing.T) {
-	var good []fixture
-	for _, f := range fixtures(t) {
-		if f.kind == kindRoCE || f.kind == kindSkipped {
-			good = append(good, f)
-		}
-	}
-	path := writeFile(t, "good.pcap", pcapBytes(t, layers.LinkTypeEthernet, records(frames(good))))
-	for _, args := range [][]string{{"dissect", path}, {"dissect", "--json", path}, {"dissect", path, "--json"}} {
-		code, out, errOut := runSroce(t, nil, args...)
-		if code != exitOK {
-			t.Errorf("%q: exit status %d, want 0\n%s%s", args, code, out, errOut)
-		}
-	}
-	_, out, _ := runSroce(t, nil, "dissect", path)
-	checkText(t, good, out)
-}
-
 // TestDissectEmptyCapture checks a capture with no packets at all.
 func TestDissectEmptyCapture(t *testing.T) {
-	path := writeFile(t, "none.pcap", pcapBytes(t, layers.LinkTypeEthernet, nil))
+	path := capturetest.WriteFile(t, "none.pcap", goldenPcap(t, nil))
 	code, out, errOut := runSroce(t, nil, "dissect", path)
 	if code != exitOK || out != "0 packets: 0 RoCEv2, 0 skipped (not RoCEv2), 0 malformed, 0 ICRC failures\n" || errOut != "" {
 		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
 
-// TestDissectStdin reads the capture from standard input ("-").
-func TestDissectStdin(t *testing.T) {
-	fs := fixtures(t)
-	pcap := pcapBytes(t, layers.LinkTypeEthernet, records(frames(fs)))
-	code, out, _ := runSroce(t, pcap, "dissect", "-")
-	if code != exitProblem {
+// TestDissectUnsupportedLink checks the note on stderr about frames of a
+// link type dissect does not decode.
+func TestDissectUnsupportedLink(t *testing.T) {
+	pcap := capturetest.Pcap(t, layers.LinkTypeIEEE802_11, capturetest.Records(goldenFrames(t)[:3]))
+	code, out, errOut := runSroce(t, nil, "dissect", capturetest.WriteFile(t, "wifi.pcap", pcap))
+	if code != exitOK {
 		t.Errorf("exit status %d", code)
 	}
-	checkText(t, fs, out)
-	code, out, _ = runSroce(t, pcap, "dissect", "--json", "--", "-")
-	if code != exitProblem {
-		t.Errorf("--json: exit status %d", code)
+	if want := "3 packets: 0 RoCEv2, 3 skipped (not RoCEv2), 0 malformed, 0 ICRC failures\n"; out != want {
+		t.Errorf("stdout %q, want %q", out, want)
 	}
-	checkJSON(t, fs, out)
-}
-
-// TestDissectLinkTypes checks that Linux cooked captures (SLL, SLL2), raw
-// IP and BSD loopback give the same JSON as Ethernet, and that a pcapng
-// file mixing interfaces of different link types numbers frames as
-// Wireshark does.
-func TestDissectLinkTypes(t *testing.T) {
-	var fs []fixture
-	for _, f := range fixtures(t) {
-		if f.kind == kindRoCE && binary.BigEndian.Uint16(f.frame[12:]) != 0x8100 { // untagged only
-			fs = append(fs, f)
-		}
-	}
-	eth := frames(fs)
-	_, want, _ := runSroce(t, nil, "dissect", "--json", writeFile(t, "eth.pcap", pcapBytes(t, layers.LinkTypeEthernet, records(eth))))
-
-	convert := map[layers.LinkType]func([]byte) []byte{
-		layers.LinkTypeLinuxSLL: func(f []byte) []byte {
-			h := make([]byte, 16)
-			binary.BigEndian.PutUint16(h[0:], 0) // sent to us
-			binary.BigEndian.PutUint16(h[2:], 1) // ARPHRD_ETHER
-			binary.BigEndian.PutUint16(h[4:], 6) // address length
-			copy(h[6:12], f[6:12])               // source MAC
-			copy(h[14:16], f[12:14])             // protocol
-			return append(h, f[14:]...)
-		},
-		layers.LinkTypeLinuxSLL2: func(f []byte) []byte {
-			h := make([]byte, 20)
-			copy(h[0:2], f[12:14])               // protocol
-			binary.BigEndian.PutUint32(h[4:], 2) // interface index
-			binary.BigEndian.PutUint16(h[8:], 1) // ARPHRD_ETHER
-			h[10], h[11] = 0, 6                  // packet type, address length
-			copy(h[12:18], f[6:12])
-			return append(h, f[14:]...)
-		},
-		layers.LinkTypeRaw: func(f []byte) []byte { return bytes.Clone(f[14:]) },
-		layers.LinkTypeNull: func(f []byte) []byte {
-			af := uint32(2) // AF_INET
-			if f[12] == 0x86 {
-				af = 10 // AF_INET6 on Linux
-			}
-			return append(binary.LittleEndian.AppendUint32(nil, af), f[14:]...)
-		},
-	}
-	for link, conv := range convert {
-		t.Run(link.String(), func(t *testing.T) {
-			var in [][]byte
-			for _, f := range eth {
-				in = append(in, conv(f))
-			}
-			code, got, errOut := runSroce(t, nil, "dissect", "--json", writeFile(t, "x.pcap", pcapBytes(t, link, records(in))))
-			if code != exitOK || got != want {
-				t.Errorf("exit %d, stderr %q\ngot:\n%s\nwant:\n%s", code, errOut, got, want)
-			}
-		})
-	}
-
-	t.Run("pcapng mixed", func(t *testing.T) {
-		var rs []record
-		for i, f := range eth {
-			if i%2 == 0 {
-				rs = append(rs, record{data: f})
-			} else {
-				rs = append(rs, record{data: f[14:], iface: 1})
-			}
-		}
-		ng := pcapngBytes(t, []layers.LinkType{layers.LinkTypeEthernet, layers.LinkTypeRaw}, rs)
-		code, got, errOut := runSroce(t, nil, "dissect", "--json", writeFile(t, "mixed.pcapng", ng))
-		if code != exitOK || got != want {
-			t.Errorf("exit %d, stderr %q\ngot:\n%s\nwant:\n%s", code, errOut, got, want)
-		}
-	})
-
-	t.Run("unsupported", func(t *testing.T) {
-		path := writeFile(t, "wifi.pcap", pcapBytes(t, layers.LinkTypeIEEE802_11, records(eth[:3])))
-		code, out, errOut := runSroce(t, nil, "dissect", path)
-		if code != exitOK {
-			t.Errorf("exit status %d", code)
-		}
-		if want := "3 packets: 0 RoCEv2, 3 skipped (not RoCEv2), 0 malformed, 0 ICRC failures\n"; out != want {
-			t.Errorf("stdout %q, want %q", out, want)
-		}
-		if !strings.Contains(errOut, "skipped 3 packets of link type 105") {
-			t.Errorf("stderr %q does not name the link type", errOut)
-		}
-	})
-}
-
-// TestDissectSnapLength checks frames cut short by the capture's snap
-// length: RoCEv2 ones are reported as truncated (not malformed), others are
-// skipped, and the exit status stays 0.
-func TestDissectSnapLength(t *testing.T) {
-	fs := fixtures(t)
-	roce, tcp := fs[0].frame, tcpFrame()
-	rs := []record{
-		{data: roce[:60], wireLen: len(roce)},
-		{data: tcp[:40], wireLen: len(tcp)},
-		{data: roce},
-	}
-	path := writeFile(t, "snap.pcap", pcapBytes(t, layers.LinkTypeEthernet, rs))
-	code, out, _ := runSroce(t, nil, "dissect", path)
-	if code != exitOK {
-		t.Errorf("exit status %d, want 0", code)
-	}
-	lines, summary := textLines(t, out)
-	if want := "3 packets: 1 RoCEv2, 1 skipped (not RoCEv2), 0 malformed, 0 ICRC failures, 1 cut short by the snap length"; summary != want {
-		t.Errorf("summary %q, want %q", summary, want)
-	}
-	if l := lines[1]; !strings.Contains(l, "192.0.2.1:49153 > 192.0.2.2  TRUNCATED: ") || !strings.Contains(l, fmt.Sprintf("captured 60 of %d bytes", len(roce))) {
-		t.Errorf("line 1: %q", l)
-	}
-	if _, ok := lines[2]; ok {
-		t.Errorf("TCP frame has a line: %q", lines[2])
+	if want := "sroce dissect: note: skipped 3 packets of link type 105 (802.11), which dissect does not decode\n"; errOut != want {
+		t.Errorf("stderr %q, want %q", errOut, want)
 	}
 }
 
 // TestDissectUnreadable checks exit status 2 and a one-sentence message for
 // input that is not a readable capture.
 func TestDissectUnreadable(t *testing.T) {
-	pcap := pcapBytes(t, layers.LinkTypeEthernet, records(frames(fixtures(t)[:3])))
-	ng := pcapngBytes(t, []layers.LinkType{layers.LinkTypeEthernet}, records(frames(fixtures(t)[:3])))
+	rs := capturetest.Records(goldenFrames(t)[:3])
+	pcap := goldenPcap(t, rs)
+	ng := capturetest.Pcapng(t, []layers.LinkType{layers.LinkTypeEthernet}, rs)
 	dir := t.TempDir()
 	cases := []struct {
 		name string
@@ -366,7 +176,7 @@ func TestDissectUnreadable(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			path := c.path
 			if path == "" {
-				path = writeFile(t, "in", c.data)
+				path = capturetest.WriteFile(t, "in", c.data)
 			}
 			code, out, errOut := runSroce(t, nil, "dissect", path)
 			if code != exitUsage {
@@ -386,7 +196,7 @@ func TestDissectUnreadable(t *testing.T) {
 	// then the damage is reported and the status is 2.
 	for name, b := range map[string][]byte{"pcap": pcap, "pcapng": ng} {
 		t.Run("cut "+name, func(t *testing.T) {
-			path := writeFile(t, "cut", b[:len(b)-30])
+			path := capturetest.WriteFile(t, "cut", b[:len(b)-30])
 			code, out, errOut := runSroce(t, nil, "dissect", path)
 			if code != exitUsage {
 				t.Errorf("exit status %d, want %d", code, exitUsage)
@@ -394,10 +204,26 @@ func TestDissectUnreadable(t *testing.T) {
 			if !strings.HasSuffix(out, "2 packets: 2 RoCEv2, 0 skipped (not RoCEv2), 0 malformed, 0 ICRC failures\n") {
 				t.Errorf("stdout %q", out)
 			}
-			if !strings.Contains(errOut, "the capture is damaged or cut short in packet 3") || strings.Count(errOut, "\n") != 1 {
-				t.Errorf("stderr %q", errOut)
+			if want := "sroce dissect: " + path + ": the capture is damaged or cut short in packet 3: unexpected EOF\n"; errOut != want {
+				t.Errorf("stderr %q, want %q", errOut, want)
 			}
 		})
+	}
+}
+
+// failingWriter fails every write, as a full disk or a closed pipe does.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, os.ErrClosed }
+
+// TestDissectWriteError checks exit status 1 and one message when the
+// output cannot be written.
+func TestDissectWriteError(t *testing.T) {
+	path := capturetest.WriteFile(t, "x.pcap", goldenPcap(t, capturetest.Records(goldenFrames(t))))
+	var errOut bytes.Buffer
+	code := run([]string{"dissect", path}, &env{Stdout: failingWriter{}, Stderr: &errOut})
+	if want := "sroce dissect: writing the output: " + os.ErrClosed.Error() + "\n"; code != exitProblem || errOut.String() != want {
+		t.Errorf("exit %d, stderr %q, want %d and %q", code, errOut.String(), exitProblem, want)
 	}
 }
 
@@ -413,77 +239,5 @@ func TestDissectUsage(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "usage: sroce dissect [--json] FILE") ||
 		!strings.Contains(out, "--json") || !strings.Contains(out, "Exit status") || errOut != "" {
 		t.Errorf("-h: exit %d, stdout %q, stderr %q", code, out, errOut)
-	}
-}
-
-// TestDissectFrameDoesNotAllocate checks that decoding and printing a
-// RoCEv2 packet allocates nothing once the buffers have grown.
-func TestDissectFrameDoesNotAllocate(t *testing.T) {
-	fs := fixtures(t)
-	for _, asJSON := range []bool{false, true} {
-		d := &dissector{out: bufio.NewWriter(io.Discard), json: asJSON}
-		d.wEndpoints, d.wOpcode, d.wFlags = minEndpointsWidth, minOpcodeWidth, minFlagsWidth
-		d.t.packets = 123456 // frame numbers of several digits
-		var buf []byte
-		for _, f := range fs {
-			if f.kind != kindRoCE {
-				continue
-			}
-			buf = d.frame(buf[:0], f.frame, layers.LinkTypeEthernet, len(f.frame))
-			allocs := testing.AllocsPerRun(100, func() {
-				buf = d.frame(buf[:0], f.frame, layers.LinkTypeEthernet, len(f.frame))
-			})
-			if allocs != 0 {
-				t.Errorf("json=%v %s: %v allocations per packet", asJSON, f.name, allocs)
-			}
-		}
-	}
-}
-
-// BenchmarkDissect measures dissect over a capture of 10,000 write packets
-// (1 KiB payloads) and ACKs, text and JSON, file reading included.
-func BenchmarkDissect(b *testing.B) {
-	fs := fixtures(b)
-	var rs []record
-	for len(rs) < 10000 {
-		rs = append(rs, record{data: fs[3].frame}, record{data: fs[1].frame})
-	}
-	path := writeFile(b, "bench.pcap", pcapBytes(b, layers.LinkTypeEthernet, rs))
-	size, _ := os.Stat(path)
-	for _, mode := range []string{"text", "json"} {
-		b.Run(mode, func(b *testing.B) {
-			args := []string{"dissect", path}
-			if mode == "json" {
-				args = []string{"dissect", "--json", path}
-			}
-			b.SetBytes(size.Size())
-			b.ReportAllocs()
-			for b.Loop() {
-				if code := run(args, &env{Stdout: io.Discard, Stderr: io.Discard}); code != exitOK {
-					b.Fatalf("exit status %d", code)
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(rs)), "ns/packet")
-		})
-	}
-}
-
-// Make sure the JSON output of every fixture is valid JSON as a whole
-// stream, as jq would read it.
-func TestDissectJSONStream(t *testing.T) {
-	path := writeFile(t, "x.pcap", pcapBytes(t, layers.LinkTypeEthernet, records(frames(fixtures(t)))))
-	_, out, _ := runSroce(t, nil, "dissect", "--json", path)
-	d := json.NewDecoder(strings.NewReader(out))
-	n := 0
-	for d.More() {
-		var v map[string]any
-		if err := d.Decode(&v); err != nil {
-			t.Fatalf("object %d: %v", n+1, err)
-		}
-		n++
-	}
-	roce, _, malformed, _ := fixtureCounts(fixtures(t))
-	if n != roce+malformed {
-		t.Errorf("%d objects, want %d", n, roce+malformed)
 	}
 }

@@ -1,9 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 )
+
+// runSroce runs the command line args in-process with stdin as standard
+// input and returns the exit status and what was printed.
+func runSroce(t *testing.T, stdin []byte, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(args, &env{Stdin: bytes.NewReader(stdin), Stdout: &out, Stderr: &errOut})
+	return code, out.String(), errOut.String()
+}
 
 // TestUsage checks the top-level command line: usage on request (stdout,
 // status 0) and on error (stderr, status 2).

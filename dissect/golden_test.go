@@ -1,9 +1,11 @@
-package main
+package dissect
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"maps"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -11,12 +13,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gopacket/gopacket/layers"
+	"github.com/sroce/sroce/internal/capturetest"
 )
 
 // goldenDir holds the rdma_rxe captures committed with the repository
 // (made by tests/netns, TestCaptureGoldens).
-const goldenDir = "../../bth/testdata/rxe"
+const goldenDir = "../bth/testdata/rxe"
 
 // goldenRegenerate says how the golden captures are made.
 const goldenRegenerate = "go test ./tests/netns -run TestCaptureGoldens -update -v -timeout 30m (as root)"
@@ -64,9 +66,10 @@ func TestDissectGoldenCaptures(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(path), ".pcap")
 		have[name] = true
 		t.Run(name, func(t *testing.T) {
-			code, out, errOut := runSroce(t, nil, "dissect", path)
-			if code != exitOK || errOut != "" {
-				t.Errorf("exit status %d, stderr %q\n%s", code, errOut, out)
+			b := readFile(t, path)
+			out, d := dissectBytes(t, b, Text)
+			if !d.Tally.OK() || d.Tally.Notes() != nil {
+				t.Errorf("%+v, notes %q\n%s", d.Tally, d.Tally.Notes(), out)
 			}
 			lines, summary := textLines(t, out)
 			n := len(lines)
@@ -78,9 +81,9 @@ func TestDissectGoldenCaptures(t *testing.T) {
 				t.Errorf("summary %q, want %q", summary, want)
 			}
 
-			code, out, _ = runSroce(t, nil, "dissect", "--json", path)
-			if code != exitOK {
-				t.Errorf("--json: exit status %d", code)
+			out, d = dissectBytes(t, b, JSON)
+			if !d.Tally.OK() {
+				t.Errorf("JSON: %+v", d.Tally)
 			}
 			objs := jsonObjects(t, out)
 			if len(objs) != n {
@@ -112,6 +115,49 @@ func TestDissectGoldenCaptures(t *testing.T) {
 	}
 }
 
+// update rewrites the expected outputs in testdata instead of comparing.
+var update = flag.Bool("update", false, "rewrite the expected outputs in testdata from what dissect prints now")
+
+// readFile returns the contents of the file at path.
+func readFile(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestDissectOutput pins the output byte for byte: text (summary line
+// included, as sroce dissect prints it) and JSON for every golden capture
+// and for the fixture frames, against testdata/NAME.txt and NAME.json.
+// After a deliberate change of the output, rewrite them with
+// go test ./dissect -run TestDissectOutput -update and review the diff.
+func TestDissectOutput(t *testing.T) {
+	inputs := map[string][]byte{"fixtures": fixturePcap(t, fixtures(t))}
+	for _, path := range goldenCaptures(t) {
+		inputs[strings.TrimSuffix(filepath.Base(path), ".pcap")] = readFile(t, path)
+	}
+	for name, b := range inputs {
+		for ext, format := range map[string]Format{".txt": Text, ".json": JSON} {
+			t.Run(name+ext, func(t *testing.T) {
+				got, _ := dissectBytes(t, b, format)
+				file := filepath.Join("testdata", name+ext)
+				if *update {
+					if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				want := string(readFile(t, file))
+				if got != want {
+					t.Errorf("output differs from %s (rewrite it with -update after a deliberate change):\ngot:\n%s\nwant:\n%s", file, got, want)
+				}
+			})
+		}
+	}
+}
+
 // tsharkFields are the fields compared with tshark, frame.number first.
 var tsharkFields = []string{
 	"frame.number", "vlan.id", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "udp.srcport",
@@ -138,7 +184,7 @@ var tsharkPayloadDissectors = []string{
 // and what lies in front of it are compared for them.
 var tsharkUndecoded = map[uint64]bool{0x1c: true, 0x1d: true, 0x81: true} // FLUSH, ATOMIC_WRITE, CNP
 
-// TestDissectMatchesTshark compares dissect --json with tshark field by
+// TestDissectMatchesTshark compares dissect's JSON with tshark field by
 // field, over the golden rxe captures and over the test frames (every
 // opcode, IPv4, IPv6, 802.1Q). It is skipped when tshark is not installed.
 func TestDissectMatchesTshark(t *testing.T) {
@@ -146,7 +192,7 @@ func TestDissectMatchesTshark(t *testing.T) {
 	if err != nil {
 		t.Skip("skipping: tshark is not on PATH (apt-get install tshark) to compare dissect with Wireshark")
 	}
-	fix := writeFile(t, "fixtures.pcap", pcapBytes(t, layers.LinkTypeEthernet, records(frames(fixtures(t)))))
+	fix := capturetest.WriteFile(t, "fixtures.pcap", fixturePcap(t, fixtures(t)))
 	files := append([]string{fix}, goldenCaptures(t)...)
 	for _, path := range files {
 		t.Run(filepath.Base(path), func(t *testing.T) {
@@ -172,7 +218,7 @@ func compareWithTshark(t *testing.T, tshark, path string) {
 	if err != nil {
 		t.Fatalf("tshark: %v\n%s", err, stderr.String())
 	}
-	_, ours, _ := runSroce(t, nil, "dissect", "--json", path)
+	ours, _ := dissectBytes(t, readFile(t, path), JSON)
 	objs := jsonObjects(t, ours)
 
 	rows := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")

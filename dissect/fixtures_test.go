@@ -1,35 +1,43 @@
-package main
+package dissect
 
 // Test fixtures: frames built with bth.Build for many opcodes (IPv4, IPv6,
 // 802.1Q), frames that are not RoCEv2, one with a bad ICRC and malformed
-// ones; writers for pcap and pcapng files; and a helper that runs the
-// command in-process.
+// ones, with what dissect must say about each; and a helper that dissects
+// a capture file held in memory.
 
 import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/capture"
+	"github.com/sroce/sroce/internal/capturetest"
 )
 
-// runSroce runs the command line args in-process with stdin as standard
-// input and returns the exit status and what was printed.
-func runSroce(t *testing.T, stdin []byte, args ...string) (code int, stdout, stderr string) {
+// dissectBytes runs a Dissector in format over the capture file b and
+// returns what it wrote, in text followed by the summary line (as sroce
+// dissect prints it), and the Dissector, whose Tally holds the counts.
+func dissectBytes(t testing.TB, b []byte, format Format) (string, *Dissector) {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	code = run(args, &env{Stdin: bytes.NewReader(stdin), Stdout: &out, Stderr: &errOut})
-	return code, out.String(), errOut.String()
+	r, err := capture.Open(bytes.NewReader(b), "capture")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	d := New(&out, format)
+	if err := d.Run(r); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if format == Text {
+		out.WriteString(d.Tally.Summary() + "\n")
+	}
+	return out.String(), d
 }
 
 // Addresses of the fixture frames.
@@ -302,86 +310,10 @@ func frames(fs []fixture) [][]byte {
 	return out
 }
 
-// record is one frame of a capture file to write.
-type record struct {
-	data    []byte
-	wireLen int // 0: len(data)
-	iface   int // pcapng interface
-}
-
-// records returns the frames as whole-frame records on interface 0.
-func records(frames [][]byte) []record {
-	rs := make([]record, len(frames))
-	for i, f := range frames {
-		rs[i] = record{data: f}
-	}
-	return rs
-}
-
-// ci returns the capture info of the i-th record r.
-func ci(i int, r record) gopacket.CaptureInfo {
-	wl := r.wireLen
-	if wl == 0 {
-		wl = len(r.data)
-	}
-	return gopacket.CaptureInfo{
-		Timestamp:      time.Unix(1700000000, int64(i)*1000).UTC(),
-		CaptureLength:  len(r.data),
-		Length:         wl,
-		InterfaceIndex: r.iface,
-	}
-}
-
-// pcapBytes returns a classic pcap file with link type link.
-func pcapBytes(t testing.TB, link layers.LinkType, rs []record) []byte {
+// fixturePcap returns the frames of fs as a classic pcap file.
+func fixturePcap(t testing.TB, fs []fixture) []byte {
 	t.Helper()
-	var b bytes.Buffer
-	w := pcapgo.NewWriter(&b)
-	if err := w.WriteFileHeader(65536, link); err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range rs {
-		if err := w.WritePacket(ci(i, r), r.data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b.Bytes()
-}
-
-// pcapngBytes returns a pcapng file with one interface per link type.
-func pcapngBytes(t testing.TB, links []layers.LinkType, rs []record) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	w, err := pcapgo.NewNgWriterInterface(&b, pcapgo.NgInterface{Name: "eth0", LinkType: links[0], SnapLength: 65536},
-		pcapgo.DefaultNgWriterOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, l := range links[1:] {
-		if _, err := w.AddInterface(pcapgo.NgInterface{Name: "if" + strconv.Itoa(i+1), LinkType: l, SnapLength: 65536}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i, r := range rs {
-		if err := w.WritePacket(ci(i, r), r.data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
-// writeFile writes b to a file called name in a temporary directory and
-// returns its path.
-func writeFile(t testing.TB, name string, b []byte) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return capturetest.Pcap(t, layers.LinkTypeEthernet, capturetest.Records(frames(fs)))
 }
 
 // textLines maps frame numbers to the lines of dissect's text output; the
