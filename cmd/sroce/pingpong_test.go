@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sroce/sroce/internal/testpair"
 )
 
 // Lines of a pingpong run.
@@ -35,33 +37,33 @@ func TestPingpongPairs(t *testing.T) {
 			if cargs == nil {
 				cargs = c.server
 			}
-			srv, cli := runToolPair(t, c.cmd, "local address", c.server, cargs)
-			if srv.code != 0 || cli.code != 0 {
+			srv, cli := pairs.RunPair(t, c.cmd, "local address", c.server, cargs)
+			if srv.Code != 0 || cli.Code != 0 {
 				t.Fatalf("server: %v\nclient: %v", srv, cli)
 			}
-			for _, r := range []toolResult{srv, cli} {
-				m := ppResult.FindStringSubmatch(r.stdout)
+			for _, r := range []testpair.Result{srv, cli} {
+				m := ppResult.FindStringSubmatch(r.Stdout)
 				if m == nil || m[1] != c.bytes || m[2] != c.iters {
-					t.Errorf("result lines %q, want %s bytes and %s iters in:\n%s", m, c.bytes, c.iters, r.stdout)
+					t.Errorf("result lines %q, want %s bytes and %s iters in:\n%s", m, c.bytes, c.iters, r.Stdout)
 				}
-				if r.stderr != "" {
-					t.Errorf("stderr: %q", r.stderr)
+				if r.Stderr != "" {
+					t.Errorf("stderr: %q", r.Stderr)
 				}
 			}
 			// What each side announced is what the other printed.
-			sl, cl := ppLocal.FindStringSubmatch(srv.stdout), ppLocal.FindStringSubmatch(cli.stdout)
-			sr, cr := ppRemote.FindStringSubmatch(srv.stdout), ppRemote.FindStringSubmatch(cli.stdout)
+			sl, cl := ppLocal.FindStringSubmatch(srv.Stdout), ppLocal.FindStringSubmatch(cli.Stdout)
+			sr, cr := ppRemote.FindStringSubmatch(srv.Stdout), ppRemote.FindStringSubmatch(cli.Stdout)
 			if sl == nil || cl == nil || sr == nil || cr == nil {
-				t.Fatalf("address lines missing:\n%s\n%s", srv.stdout, cli.stdout)
+				t.Fatalf("address lines missing:\n%s\n%s", srv.Stdout, cli.Stdout)
 			}
 			if strings.Join(sl[1:], " ") != strings.Join(cr[1:], " ") || strings.Join(cl[1:], " ") != strings.Join(sr[1:], " ") {
 				t.Errorf("addresses do not match: server %q/%q, client %q/%q", sl, sr, cl, cr)
 			}
-			if sl[3] != "::ffff:"+pairServerAddr.String() || cl[3] != "::ffff:"+pairClientAddr.String() {
+			if sl[3] != "::ffff:"+pairs.Server.String() || cl[3] != "::ffff:"+pairs.Client.String() {
 				t.Errorf("GIDs %s and %s", sl[3], cl[3])
 			}
 			ud := c.cmd == "ud-pingpong"
-			if strings.Contains(srv.stdout, ": GID") != ud {
+			if strings.Contains(srv.Stdout, ": GID") != ud {
 				t.Errorf("local line format of %s: %q", c.cmd, sl[0])
 			}
 		})

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/internal/testpair"
 	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
@@ -24,27 +25,27 @@ import (
 
 // runClient runs "sroce cmd args... -p port host" on the client address
 // and returns the result.
-func runClient(t *testing.T, cmd string, port int, args ...string) toolResult {
+func runClient(t *testing.T, cmd string, port int, args ...string) testpair.Result {
 	t.Helper()
-	all := append([]string{cmd, "-d", "lo@" + pairClientAddr.String(), "-p", strconv.Itoa(port)}, args...)
-	all = append(all, pairServerAddr.String())
-	_, done := startTool(all)
+	all := append([]string{cmd, "-d", "lo@" + pairs.Client.String(), "-p", strconv.Itoa(port)}, args...)
+	all = append(all, pairs.Server.String())
+	_, done := pairs.Start(all)
 	select {
 	case r := <-done:
 		return r
 	case <-time.After(time.Minute):
 		t.Fatalf("%q did not end within a minute", all)
 	}
-	return toolResult{}
+	return testpair.Result{}
 }
 
 // wantFailure checks that r failed with status 1 and one line on stderr
 // that contains want.
-func wantFailure(t *testing.T, what string, r toolResult, want string) {
+func wantFailure(t *testing.T, what string, r testpair.Result, want string) {
 	t.Helper()
-	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	lines := strings.Split(strings.TrimSuffix(r.Stderr, "\n"), "\n")
 	last := lines[len(lines)-1]
-	if r.code != exitProblem || !strings.Contains(last, want) || !strings.HasPrefix(last, "sroce ") {
+	if r.Code != exitProblem || !strings.Contains(last, want) || !strings.HasPrefix(last, "sroce ") {
 		t.Errorf("%s: want exit 1 and a last line with %q, got %v", what, want, r)
 	}
 }
@@ -53,7 +54,7 @@ func wantFailure(t *testing.T, what string, r toolResult, want string) {
 // to serve.
 func fakeListener(t *testing.T, serve func(nc net.Conn)) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(pairServerAddr.String(), "0"))
+	ln, err := net.Listen("tcp", net.JoinHostPort(pairs.Server.String(), "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,10 +84,10 @@ func TestToolFailures(t *testing.T) {
 	}
 
 	// Nobody listens: the connection is refused.
-	port := pairPort(t)
+	port := pairs.Port(t)
 	for _, cmd := range []string{"write-bw", "rc-pingpong", "ud-pingpong", "read-lat"} {
 		r := runClient(t, cmd, port)
-		wantFailure(t, cmd+" without a server", r, "could not connect to "+net.JoinHostPort(pairServerAddr.String(), strconv.Itoa(port)))
+		wantFailure(t, cmd+" without a server", r, "could not connect to "+net.JoinHostPort(pairs.Server.String(), strconv.Itoa(port)))
 	}
 
 	// A server that accepts and never says anything: the exchange times out.
@@ -134,12 +135,12 @@ type fakePeer struct {
 // newFakePeer opens the device and creates an RC QP in INIT.
 func newFakePeer(t *testing.T) *fakePeer {
 	t.Helper()
-	port, err := iface.Open(context.Background(), "lo", iface.Options{Mode: iface.ModeUDP, Addr: pairServerAddr})
+	port, err := iface.Open(context.Background(), "lo", iface.Options{Mode: iface.ModeUDP, Addr: pairs.Server})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { port.Close() })
-	f := &fakePeer{port: port, gid: bth.GIDFromAddr(pairServerAddr)}
+	f := &fakePeer{port: port, gid: bth.GIDFromAddr(pairs.Server)}
 	dev := port.Device()
 	f.pd, _ = dev.AllocPD()
 	f.cq, _ = dev.CreateCQ(64, nil)
@@ -201,7 +202,7 @@ func newFakeWriteBWServer(t *testing.T, edit func(*oob.KeyMsg), connect bool) in
 	key := oob.KeyMsg{OutReads: 1, QPN: uint32(f.qp.QPN()), PSN: 0x123456, RKey: f.mr.RKey(),
 		VAddr: f.mr.Addr(), GID: oob.GID(f.gid)}
 	edit(&key)
-	ln, err := oob.Listen(context.Background(), net.JoinHostPort(pairServerAddr.String(), "0"))
+	ln, err := oob.Listen(context.Background(), net.JoinHostPort(pairs.Server.String(), "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,8 +218,8 @@ func TestToolRemoteAccessError(t *testing.T) {
 	port := newFakeWriteBWServer(t, func(k *oob.KeyMsg) { k.RKey ^= 0x5a5a00 }, true)
 	r := runClient(t, "write-bw", port, "-n", "20", "-s", "4096")
 	wantFailure(t, "bad rkey", r, "Completion with error at client: status 10 (remote access error)")
-	if !strings.Contains(r.stdout, "RDMA_Write BW Test") {
-		t.Errorf("no banner before the failure:\n%s", r.stdout)
+	if !strings.Contains(r.Stdout, "RDMA_Write BW Test") {
+		t.Errorf("no banner before the failure:\n%s", r.Stdout)
 	}
 }
 
@@ -233,9 +234,9 @@ func TestToolStall(t *testing.T) {
 	wantFailure(t, "silent QP", r, "no completion for 1.5s after 0 of 20 completions: the peer stopped answering (QP 0x")
 	// The sentence says what the requester was doing meanwhile: requests
 	// unacknowledged and retransmitted after each timeout.
-	t.Logf("%s", r.stderr)
-	if m := regexp.MustCompile(`RTS: (\d+) packets unacknowledged.*; (\d+) timeouts, (\d+) packets retransmitted`).FindStringSubmatch(r.stderr); m == nil || m[1] == "0" || m[2] == "0" || m[3] == "0" {
-		t.Errorf("the stall does not show the requester retrying: %q", r.stderr)
+	t.Logf("%s", r.Stderr)
+	if m := regexp.MustCompile(`RTS: (\d+) packets unacknowledged.*; (\d+) timeouts, (\d+) packets retransmitted`).FindStringSubmatch(r.Stderr); m == nil || m[1] == "0" || m[2] == "0" || m[3] == "0" {
+		t.Errorf("the stall does not show the requester retrying: %q", r.Stderr)
 	}
 	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("the client took %v to give up", d)
@@ -245,7 +246,7 @@ func TestToolStall(t *testing.T) {
 // TestPingpongPeerWithoutGID checks a pingpong peer run without -g (the
 // real tools then send a zero GID, with which RoCE cannot work).
 func TestPingpongPeerWithoutGID(t *testing.T) {
-	ln, err := oob.Listen(context.Background(), net.JoinHostPort(pairServerAddr.String(), "0"))
+	ln, err := oob.Listen(context.Background(), net.JoinHostPort(pairs.Server.String(), "0"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,18 +18,19 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/internal/testpair"
 	"github.com/sroce/sroce/tools/oob"
 )
 
 // startServer runs "sroce cmd -d lo@server -p port args..." and waits
 // until it listens.
-func startServer(t *testing.T, cmd string, args ...string) (int, <-chan toolResult) {
+func startServer(t *testing.T, cmd string, args ...string) (int, <-chan testpair.Result) {
 	t.Helper()
-	port := pairPort(t)
-	all := append([]string{cmd, "-d", "lo@" + pairServerAddr.String(), "-p", strconv.Itoa(port)}, args...)
-	_, done := startTool(all)
+	port := pairs.Port(t)
+	all := append([]string{cmd, "-d", "lo@" + pairs.Server.String(), "-p", strconv.Itoa(port)}, args...)
+	_, done := pairs.Start(all)
 	deadline := time.Now().Add(20 * time.Second)
-	for !listening(port) {
+	for !testpair.Listening(port) {
 		select {
 		case r := <-done:
 			t.Fatalf("%q ended before listening: %v", all, r)
@@ -44,7 +45,7 @@ func startServer(t *testing.T, cmd string, args ...string) (int, <-chan toolResu
 }
 
 // waitTool returns the result of a tool, failing the test after a minute.
-func waitTool(t *testing.T, done <-chan toolResult) toolResult {
+func waitTool(t *testing.T, done <-chan testpair.Result) testpair.Result {
 	t.Helper()
 	select {
 	case r := <-done:
@@ -52,7 +53,7 @@ func waitTool(t *testing.T, done <-chan toolResult) toolResult {
 	case <-time.After(time.Minute):
 		t.Fatal("the tool did not end within a minute")
 	}
-	return toolResult{}
+	return testpair.Result{}
 }
 
 // TestToolPeerSysDataLimits: a client announces a huge page or cache line
@@ -74,7 +75,7 @@ func TestToolPeerSysDataLimits(t *testing.T) {
 			port, done := startServer(t, "write-bw", "-q", "4")
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
-			nc, err := net.Dial("tcp", net.JoinHostPort(pairServerAddr.String(), strconv.Itoa(port)))
+			nc, err := net.Dial("tcp", net.JoinHostPort(pairs.Server.String(), strconv.Itoa(port)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +134,7 @@ func TestToolPeerReportLimits(t *testing.T) {
 			}
 			port, done := startServer(t, cmd, args...)
 			ctx := context.Background()
-			c, err := oob.DialPerftest(ctx, net.JoinHostPort(pairServerAddr.String(), strconv.Itoa(port)), oob.Timeouts{Step: 5 * time.Second})
+			c, err := oob.DialPerftest(ctx, net.JoinHostPort(pairs.Server.String(), strconv.Itoa(port)), oob.Timeouts{Step: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +143,7 @@ func TestToolPeerReportLimits(t *testing.T) {
 				if _, err := c.Prologue(ctx, oob.LocalSysData(), oob.MTU1024); err != nil {
 					return
 				}
-				gid := bth.GIDFromAddr(netip.MustParseAddr(pairClientAddr.String()))
+				gid := bth.GIDFromAddr(netip.MustParseAddr(pairs.Client.String()))
 				key := oob.KeyMsg{OutReads: 1, QPN: 0x77, PSN: 0x1000, RKey: 0x1234, VAddr: 0x10000, GID: oob.GID(gid)}
 				c.Run(ctx, oob.Flow{Test: tc.test, Sizes: []uint64{size}}, []oob.KeyMsg{key}, oob.Hooks{
 					Connect: func([]oob.KeyMsg) error { return nil },
@@ -151,8 +152,8 @@ func TestToolPeerReportLimits(t *testing.T) {
 			}()
 			r := waitTool(t, done)
 			wantFailure(t, tc.name, r, tc.want)
-			if strings.Contains(r.stderr, "panic") {
-				t.Errorf("the server panicked: %s", r.stderr)
+			if strings.Contains(r.Stderr, "panic") {
+				t.Errorf("the server panicked: %s", r.Stderr)
 			}
 		})
 	}

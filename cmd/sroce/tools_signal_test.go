@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/internal/testpair"
 	"github.com/sroce/sroce/tools/oob"
 )
 
@@ -54,17 +55,17 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 // wantInterrupted checks that r ended on the signal within a few seconds
 // with status 1 and a last line matching re.
-func wantInterrupted(t *testing.T, done <-chan toolResult, re string) {
+func wantInterrupted(t *testing.T, done <-chan testpair.Result, re string) {
 	t.Helper()
-	var r toolResult
+	var r testpair.Result
 	select {
 	case r = <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the tool did not end within 10s of SIGTERM")
 	}
-	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	lines := strings.Split(strings.TrimSuffix(r.Stderr, "\n"), "\n")
 	last := lines[len(lines)-1]
-	if r.code != exitProblem || !regexp.MustCompile(re).MatchString(last) {
+	if r.Code != exitProblem || !regexp.MustCompile(re).MatchString(last) {
 		t.Errorf("want exit 1 and a last line matching %q, got %v", re, r)
 	}
 	t.Logf("%s", last)
@@ -72,8 +73,8 @@ func wantInterrupted(t *testing.T, done <-chan toolResult, re string) {
 
 // clientArgs returns the arguments of a client run of cmd against port.
 func clientArgs(cmd string, port int, args ...string) []string {
-	all := append([]string{cmd, "-d", "lo@" + pairClientAddr.String(), "-p", strconv.Itoa(port)}, args...)
-	return append(all, pairServerAddr.String())
+	all := append([]string{cmd, "-d", "lo@" + pairs.Client.String(), "-p", strconv.Itoa(port)}, args...)
+	return append(all, pairs.Server.String())
 }
 
 // qpRE matches the state of a QP in the given state.
@@ -110,7 +111,7 @@ func TestToolSignalInExchange(t *testing.T) {
 				time.Sleep(30 * time.Second)
 				nc.Close()
 			})
-			_, done := startTool(clientArgs(tc.cmd, port))
+			_, done := pairs.Start(clientArgs(tc.cmd, port))
 			select {
 			case <-connected:
 			case r := <-done:
@@ -119,7 +120,7 @@ func TestToolSignalInExchange(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 			sigterm(t)
 			wantInterrupted(t, done, `^sroce `+tc.cmd+`: interrupted by SIGTERM while in the TCP exchange with `+
-				regexp.QuoteMeta(net.JoinHostPort(pairServerAddr.String(), strconv.Itoa(port)))+`, exchanging the `+tc.msg+` `+tc.state)
+				regexp.QuoteMeta(net.JoinHostPort(pairs.Server.String(), strconv.Itoa(port)))+`, exchanging the `+tc.msg+` `+tc.state)
 		})
 	}
 }
@@ -128,26 +129,26 @@ func TestToolSignalWaitingForCompletions(t *testing.T) {
 	t.Setenv(envStall, "60s")
 	t.Run("write-bw", func(t *testing.T) {
 		port := newFakeWriteBWServer(t, func(*oob.KeyMsg) {}, false)
-		out, done := startTool(clientArgs("write-bw", port, "-n", "20", "-s", "4096"))
+		out, done := pairs.Start(clientArgs("write-bw", port, "-n", "20", "-s", "4096"))
 		eventually(t, "the BW table header", func() bool { return strings.Contains(out.String(), "#bytes") })
 		time.Sleep(200 * time.Millisecond)
 		sigterm(t)
 		wantInterrupted(t, done, `^sroce write-bw: interrupted by SIGTERM while waiting for a completion after 0 of 20 completions `+qpRE("RTS"))
 	})
 	t.Run("rc-pingpong", func(t *testing.T) {
-		ln, err := oob.Listen(context.Background(), net.JoinHostPort(pairServerAddr.String(), "0"))
+		ln, err := oob.Listen(context.Background(), net.JoinHostPort(pairs.Server.String(), "0"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		port := ln.Addr().(*net.TCPAddr).Port
 		exchanged := make(chan struct{})
-		gid := bth.GIDFromAddr(pairServerAddr)
+		gid := bth.GIDFromAddr(pairs.Server)
 		go func() {
 			oob.ServePingpong(context.Background(), ln, oob.Timeouts{Step: 5 * time.Second},
 				oob.Dest{QPN: 0x11, PSN: 0x1234, GID: oob.GID(gid)}, nil)
 			close(exchanged)
 		}()
-		_, done := startTool(clientArgs("rc-pingpong", port, "-n", "5"))
+		_, done := pairs.Start(clientArgs("rc-pingpong", port, "-n", "5"))
 		select {
 		case <-exchanged:
 		case r := <-done:
@@ -171,10 +172,10 @@ func TestToolAcceptTimeout(t *testing.T) {
 			start := time.Now()
 			_, done := startServer(t, tc.cmd)
 			r := waitTool(t, done)
-			lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+			lines := strings.Split(strings.TrimSuffix(r.Stderr, "\n"), "\n")
 			last := lines[len(lines)-1]
 			re := `^sroce ` + tc.cmd + `: exchange timed out after 300ms waiting for a client to connect ` + tc.state
-			if r.code != exitProblem || !regexp.MustCompile(re).MatchString(last) {
+			if r.Code != exitProblem || !regexp.MustCompile(re).MatchString(last) {
 				t.Errorf("want exit 1 and %q, got %v", re, r)
 			}
 			if d := time.Since(start); d > 10*time.Second {
@@ -191,7 +192,7 @@ func TestToolDurationServerWithoutMessages(t *testing.T) {
 	t.Setenv(envStall, "1s")
 	port, done := startServer(t, "send-lat", "-D", "4")
 	ctx := context.Background()
-	c, err := oob.DialPerftest(ctx, net.JoinHostPort(pairServerAddr.String(), strconv.Itoa(port)), oob.Timeouts{Step: 5 * time.Second})
+	c, err := oob.DialPerftest(ctx, net.JoinHostPort(pairs.Server.String(), strconv.Itoa(port)), oob.Timeouts{Step: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func TestToolDurationServerWithoutMessages(t *testing.T) {
 		if _, err := c.Prologue(ctx, oob.LocalSysData(), oob.MTU1024); err != nil {
 			return
 		}
-		gid := bth.GIDFromAddr(netip.MustParseAddr(pairClientAddr.String()))
+		gid := bth.GIDFromAddr(netip.MustParseAddr(pairs.Client.String()))
 		key := oob.KeyMsg{OutReads: 1, QPN: 0x77, PSN: 0x1000, RKey: 0x1234, VAddr: 0x10000, GID: oob.GID(gid)}
 		c.Run(ctx, oob.Flow{Test: oob.SendLat, Sizes: []uint64{2}}, []oob.KeyMsg{key}, oob.Hooks{
 			Connect: func([]oob.KeyMsg) error { return nil },

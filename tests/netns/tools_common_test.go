@@ -5,7 +5,6 @@ package netns
 // output collected, and the checks both sides of a tool pair must pass.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -14,10 +13,11 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sroce/sroce/internal/testpair"
 )
 
 // buildSroce builds cmd/sroce into a temporary directory of t and returns
@@ -38,26 +38,6 @@ func buildSroce(t *testing.T) string {
 	return bin
 }
 
-// lockedBuffer collects a process's output while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-// Write appends p.
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// String returns what was written so far.
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // toolOutcome is how one side of a tool pair ended.
 type toolOutcome struct {
 	exit           int
@@ -75,7 +55,7 @@ func (o toolOutcome) String() string {
 // toolProc is a sroce process started in a namespace.
 type toolProc struct {
 	cmd            *exec.Cmd
-	stdout, stderr lockedBuffer
+	stdout, stderr testpair.Buffer
 	done           chan struct{}
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sroce/sroce/internal/testpair"
 	"github.com/sroce/sroce/tools/oob"
 )
 
@@ -119,8 +120,8 @@ func runPtCase(t *testing.T, c ptCase) {
 	if cargs == nil {
 		cargs = c.server
 	}
-	srv, cli := runToolPair(t, c.cmd, "Waiting for client to connect", c.server, cargs)
-	if srv.code != 0 || cli.code != 0 {
+	srv, cli := pairs.RunPair(t, c.cmd, "Waiting for client to connect", c.server, cargs)
+	if srv.Code != 0 || cli.Code != 0 {
 		t.Fatalf("server: %v\nclient: %v", srv, cli)
 	}
 	test := ptTest(t, c.cmd)
@@ -132,10 +133,10 @@ func runPtCase(t *testing.T, c ptCase) {
 	}
 	for _, s := range []struct {
 		name   string
-		r      toolResult
+		r      testpair.Result
 		client bool
 	}{{"server", srv, false}, {"client", cli, true}} {
-		out := s.r.stdout
+		out := s.r.Stdout
 		if !strings.Contains(out, oob.ResultLine) {
 			t.Errorf("%s: no result rule:\n%s", s.name, out)
 		}
@@ -172,10 +173,10 @@ func runPtCase(t *testing.T, c ptCase) {
 		}
 	}
 	// Each side announces its QPs; the other prints them as remote.
-	if l, r := addresses(cli.stdout, "local"), addresses(srv.stdout, "remote"); strings.Join(l, ",") != strings.Join(r, ",") || len(l) != p.NumQPs {
+	if l, r := addresses(cli.Stdout, "local"), addresses(srv.Stdout, "remote"); strings.Join(l, ",") != strings.Join(r, ",") || len(l) != p.NumQPs {
 		t.Errorf("client's local addresses %v, server's remote %v", l, r)
 	}
-	if l, r := addresses(srv.stdout, "local"), addresses(cli.stdout, "remote"); strings.Join(l, ",") != strings.Join(r, ",") || len(l) != p.NumQPs {
+	if l, r := addresses(srv.Stdout, "local"), addresses(cli.Stdout, "remote"); strings.Join(l, ",") != strings.Join(r, ",") || len(l) != p.NumQPs {
 		t.Errorf("server's local addresses %v, client's remote %v", l, r)
 	}
 	// The data checks ran where the data arrives, and found no fault.
@@ -249,13 +250,13 @@ func TestPerftestDuration(t *testing.T) {
 	}{{"write-bw", ptBWRow, nil}, {"send-lat", ptDurRow, nil}, {"send-bw", ptBWRow, []string{"-b", "-c", "UD"}}} {
 		t.Run(c.cmd, func(t *testing.T) {
 			args := append([]string{"-D", "2", "-f", "0", "-s", "1024"}, c.args...)
-			srv, cli := runToolPair(t, c.cmd, "Waiting for client", args, args)
-			if srv.code != 0 || cli.code != 0 {
+			srv, cli := pairs.RunPair(t, c.cmd, "Waiting for client", args, args)
+			if srv.Code != 0 || cli.Code != 0 {
 				t.Fatalf("server: %v\nclient: %v", srv, cli)
 			}
-			m := c.row.FindStringSubmatch(cli.stdout)
+			m := c.row.FindStringSubmatch(cli.Stdout)
 			if m == nil || m[2] == "0" {
-				t.Errorf("client row: %q in\n%s", m, cli.stdout)
+				t.Errorf("client row: %q in\n%s", m, cli.Stdout)
 			}
 		})
 	}
@@ -263,22 +264,22 @@ func TestPerftestDuration(t *testing.T) {
 
 // TestPerftestOutputOptions checks --output, -U, -H and --report_gbits.
 func TestPerftestOutputOptions(t *testing.T) {
-	srv, cli := runToolPair(t, "write-bw", "", []string{"-n", "20", "--output=bandwidth"},
+	srv, cli := pairs.RunPair(t, "write-bw", "", []string{"-n", "20", "--output=bandwidth"},
 		[]string{"-n", "20", "--output=bandwidth"})
-	for _, r := range []toolResult{srv, cli} {
-		if r.code != 0 || !regexp.MustCompile(`^[\d.]+\n$`).MatchString(r.stdout) {
+	for _, r := range []testpair.Result{srv, cli} {
+		if r.Code != 0 || !regexp.MustCompile(`^[\d.]+\n$`).MatchString(r.Stdout) {
 			t.Errorf("--output=bandwidth: %v", r)
 		}
 	}
-	srv, cli = runToolPair(t, "read-lat", "Waiting", []string{"-n", "8", "-U"}, []string{"-n", "8", "-U", "-H"})
-	if srv.code != 0 || cli.code != 0 {
+	srv, cli = pairs.RunPair(t, "read-lat", "Waiting", []string{"-n", "8", "-U"}, []string{"-n", "8", "-U", "-H"})
+	if srv.Code != 0 || cli.Code != 0 {
 		t.Fatalf("server: %v\nclient: %v", srv, cli)
 	}
-	if n := strings.Count(cli.stdout, "#, usec\n"); n != 2 || !strings.Contains(cli.stdout, "\n7, ") {
-		t.Errorf("-U -H client output:\n%s", cli.stdout)
+	if n := strings.Count(cli.Stdout, "#, usec\n"); n != 2 || !strings.Contains(cli.Stdout, "\n7, ") {
+		t.Errorf("-U -H client output:\n%s", cli.Stdout)
 	}
-	srv, cli = runToolPair(t, "send-bw", "Waiting", []string{"-n", "20", "--report_gbits"}, []string{"-n", "20", "--report_gbits"})
-	if cli.code != 0 || !strings.Contains(cli.stdout, "BW average[Gb/sec]") {
+	srv, cli = pairs.RunPair(t, "send-bw", "Waiting", []string{"-n", "20", "--report_gbits"}, []string{"-n", "20", "--report_gbits"})
+	if cli.Code != 0 || !strings.Contains(cli.Stdout, "BW average[Gb/sec]") {
 		t.Errorf("--report_gbits: %v", cli)
 	}
 }
