@@ -3,14 +3,11 @@ package bpf
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"runtime"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/sroce/sroce/internal/nsutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -308,45 +305,21 @@ func TestAttachModeString(t *testing.T) {
 	}
 }
 
-// inNetns runs fn on an OS thread switched into a new network namespace
-// holding a veth pair with two queues; it passes fn the index of one end.
+// inNetns runs fn inside a new network namespace holding a veth pair with
+// two queues (q0 and q1, both ends inside it, down); it passes fn the
+// index of q0.
 func inNetns(t *testing.T, fn func(ifindex int)) {
 	t.Helper()
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("skipping: needs the ip command (iproute2)")
+	ns, err := nsutil.New("sroce-bpf")
+	if err != nil {
+		t.Fatal(err)
 	}
-	ns := fmt.Sprintf("sroce-bpf-%d", os.Getpid())
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v\n%s", args, err, out)
-		}
+	t.Cleanup(func() { ns.Close() })
+	v, err := nsutil.NewVeth(ns, ns, nsutil.VethConfig{NameA: "q0", NameB: "q1", Queues: 2, Down: true})
+	if err != nil {
+		t.Fatal(err)
 	}
-	ip("netns", "add", ns)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	ip("-n", ns, "link", "add", "q0", "numrxqueues", "2", "numtxqueues", "2",
-		"type", "veth", "peer", "name", "q1", "numrxqueues", "2", "numtxqueues", "2")
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		fd, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err == nil {
-			err = unix.Setns(fd, unix.CLONE_NEWNET)
-			unix.Close(fd)
-		}
-		if err != nil {
-			errc <- err
-			return
-		}
-		ifi, err := net.InterfaceByName("q0")
-		if err != nil {
-			errc <- err
-			return
-		}
-		fn(ifi.Index)
-		errc <- nil
-	}()
-	if err := <-errc; err != nil {
+	if err := ns.Do(func() error { fn(v.IndexA); return nil }); err != nil {
 		t.Fatal(err)
 	}
 }

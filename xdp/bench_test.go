@@ -57,12 +57,12 @@ func BenchmarkBlast(b *testing.B) {
 func BenchmarkLinkBlast(b *testing.B) {
 	p := newVethPair(b, 9000, 1)
 	var la, lb *Link
-	must(b, p.nsA.do(func() (err error) {
+	must(b, p.nsA.Do(func() (err error) {
 		la, err = OpenLink(p.ifA, 0, Options{})
 		return err
 	}))
 	b.Cleanup(func() { la.Close() })
-	must(b, p.nsB.do(func() (err error) {
+	must(b, p.nsB.Do(func() (err error) {
 		lb, err = OpenLink(p.ifB, 0, Options{})
 		return err
 	}))

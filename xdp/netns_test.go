@@ -4,19 +4,19 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/sroce/sroce/internal/nsutil"
 )
 
-// Test topology: two network namespaces joined by a veth pair.
+// Test topology: two network namespaces joined by a veth pair (made by
+// package nsutil).
 //
-//	ns A: veth "a" 10.77.N.1/24  <---->  ns B: veth "b" 10.77.N.2/24
+//	ns A: veth "sxaN" 10.77.N.1/24  <---->  ns B: veth "sxbN" 10.77.N.2/24
 
 func requireRoot(tb testing.TB) {
 	tb.Helper()
@@ -30,46 +30,12 @@ func requireRoot(tb testing.TB) {
 
 var pairSeq atomic.Int32
 
-// netns is a named network namespace under /run/netns.
-type netns struct{ name string }
-
-// do runs fn on a dedicated OS thread switched into the namespace. The
-// thread stays locked, so the runtime discards it when fn returns; sockets
-// and file descriptors created by fn stay usable from any goroutine.
-func (n netns) do(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		fd, err := unix.Open("/run/netns/"+n.name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- err
-			return
-		}
-		err = unix.Setns(fd, unix.CLONE_NEWNET)
-		unix.Close(fd)
-		if err != nil {
-			errc <- fmt.Errorf("setns %s: %w", n.name, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
-
 // vethPair is the test topology.
 type vethPair struct {
-	nsA, nsB   netns
+	nsA, nsB   *nsutil.Namespace
 	ifA, ifB   string
 	ipA, ipB   net.IP
 	macA, macB net.HardwareAddr
-}
-
-func run(tb testing.TB, args ...string) {
-	tb.Helper()
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		tb.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
 }
 
 // newVethPair creates the namespaces and the veth pair with the given MTU
@@ -78,45 +44,25 @@ func newVethPair(tb testing.TB, mtu, queues int) *vethPair {
 	tb.Helper()
 	requireRoot(tb)
 	seq := pairSeq.Add(1)
-	id := fmt.Sprintf("%d-%d", os.Getpid(), seq)
 	p := &vethPair{
-		nsA: netns{"sroce-xdp-a-" + id},
-		nsB: netns{"sroce-xdp-b-" + id},
 		ifA: fmt.Sprintf("sxa%d", seq),
 		ifB: fmt.Sprintf("sxb%d", seq),
 		ipA: net.IPv4(10, 77, byte(seq), 1).To4(),
 		ipB: net.IPv4(10, 77, byte(seq), 2).To4(),
 	}
-	run(tb, "ip", "netns", "add", p.nsA.name)
-	tb.Cleanup(func() { exec.Command("ip", "netns", "del", p.nsA.name).Run() })
-	run(tb, "ip", "netns", "add", p.nsB.name)
-	tb.Cleanup(func() { exec.Command("ip", "netns", "del", p.nsB.name).Run() })
-	q := fmt.Sprint(queues)
-	run(tb, "ip", "link", "add", p.ifA, "netns", p.nsA.name, "numtxqueues", q, "numrxqueues", q,
-		"type", "veth", "peer", "name", p.ifB, "netns", p.nsB.name, "numtxqueues", q, "numrxqueues", q)
-	for _, e := range []struct {
-		ns, ifname string
-		ip         net.IP
-	}{{p.nsA.name, p.ifA, p.ipA}, {p.nsB.name, p.ifB, p.ipB}} {
-		run(tb, "ip", "-n", e.ns, "link", "set", e.ifname, "mtu", fmt.Sprint(mtu))
-		run(tb, "ip", "-n", e.ns, "addr", "add", e.ip.String()+"/24", "dev", e.ifname)
-		run(tb, "ip", "-n", e.ns, "link", "set", "lo", "up")
-		run(tb, "ip", "-n", e.ns, "link", "set", e.ifname, "up")
+	prefix := func(ip net.IP) []netip.Prefix {
+		a, _ := netip.AddrFromSlice(ip)
+		return []netip.Prefix{netip.PrefixFrom(a, 24)}
 	}
-	must(tb, p.nsA.do(func() error {
-		ifi, err := net.InterfaceByName(p.ifA)
-		if err == nil {
-			p.macA = ifi.HardwareAddr
-		}
-		return err
-	}))
-	must(tb, p.nsB.do(func() error {
-		ifi, err := net.InterfaceByName(p.ifB)
-		if err == nil {
-			p.macB = ifi.HardwareAddr
-		}
-		return err
-	}))
+	pair, err := nsutil.NewPair(nsutil.PairConfig{Prefix: "sroce-xdp", Veth: nsutil.VethConfig{
+		NameA: p.ifA, NameB: p.ifB, AddrA: prefix(p.ipA), AddrB: prefix(p.ipB), MTU: mtu, Queues: queues,
+	}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { pair.Close() })
+	p.nsA, p.nsB = pair.A, pair.B
+	p.macA, p.macB = pair.Veth.MACA, pair.Veth.MACB
 	return p
 }
 
@@ -128,10 +74,10 @@ func must(tb testing.TB, err error) {
 }
 
 // openIn opens a socket on queue of ifname inside ns; t.Cleanup closes it.
-func openIn(tb testing.TB, ns netns, ifname string, queue int, opts Options) *Socket {
+func openIn(tb testing.TB, ns *nsutil.Namespace, ifname string, queue int, opts Options) *Socket {
 	tb.Helper()
 	var s *Socket
-	must(tb, ns.do(func() (err error) {
+	must(tb, ns.Do(func() (err error) {
 		s, err = Open(ifname, queue, opts)
 		return err
 	}))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/sroce/sroce/bpf"
+	"github.com/sroce/sroce/internal/nsutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -111,12 +112,12 @@ func TestKernelTraffic(t *testing.T) {
 	b := openIn(t, p.nsB, p.ifB, 0, Options{})
 
 	var fdB, fdA int
-	must(t, p.nsB.do(func() (err error) {
+	must(t, p.nsB.Do(func() (err error) {
 		fdB, err = udpSocket(p.ipB, 9999)
 		return err
 	}))
 	defer unix.Close(fdB)
-	must(t, p.nsA.do(func() (err error) {
+	must(t, p.nsA.Do(func() (err error) {
 		fdA, err = udpSocket(p.ipA, 0)
 		return err
 	}))
@@ -245,7 +246,7 @@ func TestReopen(t *testing.T) {
 	a := openIn(t, p.nsA, p.ifA, 0, Options{})
 	for i := 0; i < 3; i++ {
 		var b *Socket
-		must(t, p.nsB.do(func() (err error) {
+		must(t, p.nsB.Do(func() (err error) {
 			b, err = Open(p.ifB, 0, Options{})
 			return err
 		}))
@@ -269,9 +270,9 @@ func TestReopen(t *testing.T) {
 }
 
 // xdpAttached reports whether ip lists an XDP program on ifname in ns.
-func xdpAttached(t *testing.T, ns netns, ifname string) bool {
+func xdpAttached(t *testing.T, ns *nsutil.Namespace, ifname string) bool {
 	t.Helper()
-	out, err := exec.Command("ip", "-n", ns.name, "-d", "link", "show", "dev", ifname).CombinedOutput()
+	out, err := exec.Command("ip", "-n", ns.Name(), "-d", "link", "show", "dev", ifname).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ip link show: %v\n%s", err, out)
 	}
@@ -283,7 +284,7 @@ func xdpAttached(t *testing.T, ns netns, ifname string) bool {
 func TestCloseCleansUp(t *testing.T) {
 	p := newVethPair(t, 1500, 1)
 	var st *bpf.Steering
-	must(t, p.nsB.do(func() (err error) {
+	must(t, p.nsB.Do(func() (err error) {
 		st, err = bpf.Attach(p.ifB, bpf.Options{})
 		return err
 	}))
@@ -295,7 +296,7 @@ func TestCloseCleansUp(t *testing.T) {
 	// while a socket is registered and passes once it is gone.
 	verdict := func() uint32 {
 		var ret uint32
-		must(t, p.nsB.do(func() error {
+		must(t, p.nsB.Do(func() error {
 			ifi, err := net.InterfaceByName(p.ifB)
 			if err != nil {
 				return err
@@ -436,12 +437,12 @@ func mustPanic(t *testing.T, what string, fn func()) {
 func TestLink(t *testing.T) {
 	p := newVethPair(t, 1500, 1)
 	var la, lb *Link
-	must(t, p.nsA.do(func() (err error) {
+	must(t, p.nsA.Do(func() (err error) {
 		la, err = OpenLink(p.ifA, 0, Options{})
 		return err
 	}))
 	defer la.Close()
-	must(t, p.nsB.do(func() (err error) {
+	must(t, p.nsB.Do(func() (err error) {
 		lb, err = OpenLink(p.ifB, 0, Options{})
 		return err
 	}))
@@ -525,7 +526,7 @@ func TestLink(t *testing.T) {
 func TestMultiQueue(t *testing.T) {
 	p := newVethPair(t, 1500, 2)
 	var ga, gb *Group
-	must(t, p.nsA.do(func() (err error) {
+	must(t, p.nsA.Do(func() (err error) {
 		n, err := QueueCount(p.ifA)
 		if err != nil || n != 2 {
 			t.Errorf("QueueCount = %d, %v; want 2", n, err)
@@ -534,7 +535,7 @@ func TestMultiQueue(t *testing.T) {
 		return err
 	}))
 	defer ga.Close()
-	must(t, p.nsB.do(func() (err error) {
+	must(t, p.nsB.Do(func() (err error) {
 		gb, err = OpenAll(p.ifB, Options{})
 		return err
 	}))
@@ -567,7 +568,7 @@ func TestAttachModes(t *testing.T) {
 		for _, mode := range []bpf.AttachMode{bpf.AttachDriver, bpf.AttachGeneric} {
 			for _, noFrags := range []bool{false, true} {
 				var st *bpf.Steering
-				err := p.nsB.do(func() (err error) {
+				err := p.nsB.Do(func() (err error) {
 					st, err = bpf.Attach(p.ifB, bpf.Options{Mode: mode, NoFrags: noFrags})
 					return err
 				})
@@ -579,7 +580,7 @@ func TestAttachModes(t *testing.T) {
 					continue
 				}
 				var b *Socket
-				must(t, p.nsB.do(func() (err error) {
+				must(t, p.nsB.Do(func() (err error) {
 					b, err = Open(p.ifB, 0, Options{Steering: st})
 					return err
 				}))
@@ -610,7 +611,7 @@ func TestChunkSizes(t *testing.T) {
 	checkFrames(t, "2048-byte chunks", recvN(t, b, len(want), 2*time.Second), want)
 
 	for _, chunk := range []int{1024, 3000, 8192} {
-		err := p.nsB.do(func() error {
+		err := p.nsB.Do(func() error {
 			s, err := Open(p.ifB, 0, Options{ChunkSize: chunk, NoSteering: true})
 			if err == nil {
 				s.Close()

@@ -20,41 +20,20 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/tests/netns/rxeguest"
-	"golang.org/x/sys/unix"
 )
-
-// inNetns runs fn on a thread that has entered the named network
-// namespace, so that the sockets fn creates live there. The thread is
-// discarded afterwards.
-func inNetns(name string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-		f, err := os.Open("/run/netns/" + name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", name, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
 
 // realEnv is one guest and one host namespace on a bridge.
 type realEnv struct {
 	guest *rxeguest.Guest
 	host  *rxeguest.Host
+	// hostNS is the host's namespace, where this side's sockets are made.
+	hostNS *nsutil.Namespace
 	// hostGID is the IPv4-mapped GID of the host's address, which this
 	// side announces (no engine answers on it).
 	hostGID GID
@@ -91,7 +70,12 @@ func newRealEnv(t *testing.T, ctx context.Context) *realEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &realEnv{guest: g, host: h}
+	ns, err := nsutil.Open(h.NS.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	e := &realEnv{guest: g, host: h, hostNS: ns}
 	a := realHostAddr.Addr().As4()
 	e.hostGID = GID{10: 0xff, 11: 0xff, 12: a[0], 13: a[1], 14: a[2], 15: a[3]}
 	return e
@@ -131,7 +115,7 @@ func (e *realEnv) dial(t *testing.T, ctx context.Context) net.Conn {
 	var nc net.Conn
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		err := inNetns(e.host.NS.Name, func() error {
+		err := e.hostNS.Do(func() error {
 			var err error
 			nc, err = Dial(ctx, addr, 5*time.Second)
 			return err
@@ -150,7 +134,7 @@ func (e *realEnv) dial(t *testing.T, ctx context.Context) net.Conn {
 func (e *realEnv) listen(t *testing.T, ctx context.Context) net.Listener {
 	t.Helper()
 	var ln net.Listener
-	err := inNetns(e.host.NS.Name, func() error {
+	err := e.hostNS.Do(func() error {
 		var err error
 		ln, err = Listen(ctx, fmt.Sprintf(":%d", DefPort))
 		return err
