@@ -46,9 +46,10 @@ type Dissector struct {
 	line []byte // the output line being built
 }
 
-// New returns a Dissector that writes one line (or JSON object) per RoCEv2
-// packet, malformed or cut-short datagram to port 4791 in format to w.
-// Every line is one Write call, so w is best buffered (a bufio.Writer).
+// New returns a Dissector that writes to w, in format, one line (or JSON
+// object) per RoCEv2 packet and per malformed or cut-short datagram to UDP
+// port 4791. Every line is one Write call, so w is best buffered (a
+// bufio.Writer).
 func New(w io.Writer, format Format) *Dissector {
 	return &Dissector{w: w, Printer: Printer{Format: format}}
 }
