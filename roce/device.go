@@ -159,6 +159,7 @@ type Device struct {
 	mode    EngineMode    // resolved: never EngineAuto
 	spinFor time.Duration // adaptive mode's spin after the last activity
 	parked  atomic.Bool   // the loop blocks (or is about to) in the link
+	waiter  ReadyWaiter   // the link's wait without reading (inline mode)
 	// parkUntil is when the blocked loop wakes by itself (clock time).
 	parkUntil atomic.Int64
 	stop      context.CancelFunc
@@ -222,6 +223,13 @@ func Open(link Link, opts *Options) (*Device, error) {
 	d.mode = resolveEngine(opts.Engine)
 	if d.mode > EngineInline {
 		return nil, fmt.Errorf("roce: unknown engine mode %d", opts.Engine)
+	}
+	if d.mode == EngineInline {
+		w, ok := link.(ReadyWaiter)
+		if !ok {
+			d.mode = EngineSleep
+		}
+		d.waiter = w
 	}
 	d.spinFor = opts.SpinFor
 	if d.spinFor <= 0 {
@@ -403,7 +411,16 @@ func (d *Device) Run(ctx context.Context) error {
 			}
 		}
 		var err error
-		n, err = d.link.ReadBatch(d.rx, d.rxSizes, wait)
+		if d.waiter != nil {
+			// Inline: wait without taking frames; the goroutine that holds
+			// the lock next reads them.
+			n = 0
+			if wait > 0 {
+				err = d.waiter.WaitReady(wait)
+			}
+		} else {
+			n, err = d.link.ReadBatch(d.rx, d.rxSizes, wait)
+		}
 		d.parked.Store(false)
 		if err != nil {
 			if ctx.Err() != nil {

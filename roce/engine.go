@@ -32,9 +32,11 @@ type EngineMode uint8
 
 // Engine modes.
 const (
-	// EngineAuto is inline when the process may use a single CPU
-	// (GOMAXPROCS 1: a one-CPU machine, affinity mask or container quota)
-	// and adaptive otherwise.
+	// EngineAuto is inline when the process may use fewer than four CPUs
+	// (GOMAXPROCS, which follows the machine, the affinity mask and a
+	// container's quota) and adaptive otherwise: a spinning loop needs a
+	// core of its own beside the application's, and two such processes
+	// on two cores starve each other.
 	EngineAuto EngineMode = iota
 	// EngineSleep blocks in the link whenever there is nothing to do.
 	EngineSleep
@@ -73,12 +75,15 @@ func ParseEngineMode(s string) (EngineMode, error) {
 // between two hosts through a software switch.
 const DefaultSpinFor = 200 * time.Microsecond
 
+// autoSpinCPUs is the fewest CPUs on which EngineAuto spins.
+const autoSpinCPUs = 4
+
 // resolveEngine picks the mode for EngineAuto.
 func resolveEngine(m EngineMode) EngineMode {
 	if m != EngineAuto {
 		return m
 	}
-	if runtime.GOMAXPROCS(0) == 1 {
+	if runtime.GOMAXPROCS(0) < autoSpinCPUs {
 		return EngineInline
 	}
 	return EngineAdaptive

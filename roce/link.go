@@ -40,6 +40,17 @@ type Link interface {
 	Close() error
 }
 
+// ReadyWaiter is implemented by links that can wait for a frame without
+// taking it. An inline device's loop needs it: it waits while the
+// goroutines that post and poll read the link themselves, so only the one
+// holding the device lock may take frames. A link without it runs inline
+// devices in sleep mode.
+type ReadyWaiter interface {
+	// WaitReady returns when a frame is ready for ReadBatch, Wake was
+	// called, or timeout (positive) has passed.
+	WaitReady(timeout time.Duration) error
+}
+
 // Clock tells the device the time, as a duration since an arbitrary
 // epoch. Tests drive devices with a virtual clock; SystemClock follows the
 // monotonic system clock.

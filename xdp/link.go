@@ -107,6 +107,13 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 	return sent, nil
 }
 
+// WaitReady implements roce.ReadyWaiter: it waits up to timeout until a
+// frame is on the rx ring, or Wake is called, and takes nothing.
+func (l *Link) WaitReady(timeout time.Duration) error {
+	_, err := l.s.Wait(timeout)
+	return err
+}
+
 // Wake makes a blocked ReadBatch return early (with 0, nil).
 func (l *Link) Wake() { l.s.Wake() }
 

@@ -651,6 +651,15 @@ func (t *tapLink) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (
 
 // WriteBatch writes to the link and shows what it took (after the link's
 // own rewriting, as the UDP link does).
+// WaitReady passes the wait on when the link under the tap has it; without
+// it, it says a frame may be ready, which makes the device look.
+func (t *tapLink) WaitReady(timeout time.Duration) error {
+	if w, ok := t.Link.(roce.ReadyWaiter); ok {
+		return w.WaitReady(timeout)
+	}
+	return nil
+}
+
 func (t *tapLink) WriteBatch(frames [][]byte) (int, error) {
 	n, err := t.Link.WriteBatch(frames)
 	for i := 0; i < n && i < len(frames); i++ {

@@ -346,11 +346,13 @@ func (p *Port) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int
 			n++
 		}
 		var next time.Duration = -1
+		due := false // a frame is ready (for a caller that takes none)
 		if p.pending() > 0 {
 			next = p.next().at - now
+			due = next <= 0
 		}
 		r.mu.Unlock()
-		if n > 0 || timeout <= 0 {
+		if n > 0 || timeout <= 0 || due {
 			return n, nil
 		}
 		if deadline.IsZero() {
@@ -381,6 +383,13 @@ func (p *Port) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int
 		case <-p.timer.C:
 		}
 	}
+}
+
+// WaitReady implements roce.ReadyWaiter: it waits up to timeout until a
+// frame is ready for ReadBatch, or Wake is called, and takes nothing.
+func (p *Port) WaitReady(timeout time.Duration) error {
+	_, err := p.ReadBatch(nil, nil, timeout)
+	return err
 }
 
 // WriteBatch implements roce.Link: frames go to the port with their

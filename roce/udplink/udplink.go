@@ -41,7 +41,9 @@ import (
 	"net/netip"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
@@ -86,6 +88,9 @@ type Link struct {
 	stats   Stats
 	pkt     bth.Packet
 	txAddrs []net.UDPAddr
+	rc      syscall.RawConn    // conn's raw access, for WaitReady
+	peekFn  func(uintptr) bool // peek, allocated once
+	peekBuf [1]byte
 }
 
 // batchConn is what ipv4.PacketConn and ipv6.PacketConn have in common.
@@ -156,6 +161,7 @@ func (l *Link) setSockopts() error {
 	if err != nil {
 		return err
 	}
+	l.rc, l.peekFn = rc, l.peek
 	var serr error
 	err = rc.Control(func(fd uintptr) {
 		if l.v6 {
@@ -359,6 +365,38 @@ func (l *Link) wait(ms []ipv4.Message, timeout time.Duration) (int, error) {
 		return 0, nil
 	}
 	return got, l.readErr(err)
+}
+
+// WaitReady implements roce.ReadyWaiter: it waits up to timeout until a
+// datagram is queued, or Wake is called, and takes nothing.
+func (l *Link) WaitReady(timeout time.Duration) error {
+	if l.woken.Swap(false) {
+		return nil
+	}
+	var dl time.Time
+	if timeout > 0 {
+		dl = time.Now().Add(timeout)
+	}
+	if err := l.conn.SetReadDeadline(dl); err != nil {
+		return l.readErr(err)
+	}
+	if l.woken.Swap(false) {
+		return nil
+	}
+	err := l.rc.Read(l.peekFn)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		l.woken.Store(false)
+		return nil
+	}
+	return l.readErr(err)
+}
+
+// peek reports whether a datagram is queued (or the socket has an error
+// for the next read to report).
+func (l *Link) peek(fd uintptr) bool {
+	_, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&l.peekBuf[0])), 1,
+		unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	return e != unix.EAGAIN
 }
 
 func (l *Link) readErr(err error) error {

@@ -7,14 +7,17 @@ package netns
 //	go test -run '^$' -bench Sroce -benchtime 2s ./tests/netns
 //
 // prints the usual benchmark lines and then a table with sroce's rate as a
-// fraction of the ceiling's. The figures in README.md come from it. No test
-// asserts on timing: this machine is shared and noisy.
+// fraction of the ceiling's, one sroce row per engine mode (sleep, spin,
+// adaptive, inline; SROCE_BENCH_ENGINES narrows the list). The figures in
+// README.md come from it. No test asserts on timing: this machine is
+// shared and noisy.
 
 import (
 	"encoding/binary"
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -65,15 +68,46 @@ func srRecord(r srBenchRow) {
 
 func BenchmarkSroce(b *testing.B) {
 	srSkip(b)
+	engines := srBenchEngines(b)
+	each := func(name string, f func(b *testing.B, e roce.EngineMode)) {
+		for _, e := range engines {
+			b.Run(strings.Replace(name, "/", "/engine="+e.String()+"/", 1), func(b *testing.B) { f(b, e) })
+		}
+	}
 	b.Run("ceiling-blast/mtu=1500/frame=1082", func(b *testing.B) { srRawBlast(b, 1500, srFrameWriteMid1024) })
-	b.Run("write-bw/mtu=1500/size=65536", func(b *testing.B) { srWriteBW(b, 1500, 65536, "ceiling-blast/mtu=1500/frame=1082") })
+	each("write-bw/mtu=1500/size=65536", func(b *testing.B, e roce.EngineMode) {
+		srWriteBW(b, e, 1500, 65536, "ceiling-blast/mtu=1500/frame=1082")
+	})
 	b.Run("ceiling-blast/mtu=9000/frame=4154", func(b *testing.B) { srRawBlast(b, 9000, srFrameWriteMid4096) })
-	b.Run("write-bw/mtu=9000/size=65536", func(b *testing.B) { srWriteBW(b, 9000, 65536, "ceiling-blast/mtu=9000/frame=4154") })
+	each("write-bw/mtu=9000/size=65536", func(b *testing.B, e roce.EngineMode) {
+		srWriteBW(b, e, 9000, 65536, "ceiling-blast/mtu=9000/frame=4154")
+	})
 	b.Run("ceiling-blast/mtu=1500/frame=82", func(b *testing.B) { srRawBlast(b, 1500, srFrameWrite8) })
-	b.Run("write-rate/mtu=1500/size=8", func(b *testing.B) { srWriteBW(b, 1500, 8, "ceiling-blast/mtu=1500/frame=82") })
+	each("write-rate/mtu=1500/size=8", func(b *testing.B, e roce.EngineMode) {
+		srWriteBW(b, e, 1500, 8, "ceiling-blast/mtu=1500/frame=82")
+	})
 	b.Run("ceiling-pingpong/mtu=1500/frame=66", func(b *testing.B) { srRawPingPong(b, 1500, srFrameSend8) })
-	b.Run("send-lat/mtu=1500/size=8", func(b *testing.B) { srSendLat(b, 1500, 8, "ceiling-pingpong/mtu=1500/frame=66") })
+	each("send-lat/mtu=1500/size=8", func(b *testing.B, e roce.EngineMode) {
+		srSendLat(b, e, 1500, 8, "ceiling-pingpong/mtu=1500/frame=66")
+	})
 	srPrintTable(os.Stdout)
+}
+
+// srBenchEngines returns the engine modes of SROCE_BENCH_ENGINES, or all.
+func srBenchEngines(b *testing.B) []roce.EngineMode {
+	v := os.Getenv("SROCE_BENCH_ENGINES")
+	if v == "" {
+		return []roce.EngineMode{roce.EngineSleep, roce.EngineSpin, roce.EngineAdaptive, roce.EngineInline}
+	}
+	var out []roce.EngineMode
+	for _, n := range strings.Split(v, ",") {
+		m, err := roce.ParseEngineMode(n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // srPrintTable prints the sroce rows next to their ceilings.
@@ -260,8 +294,8 @@ func srRawPingPong(b *testing.B, mtu, size int) {
 // srWriteBW is write-bw (ib_write_bw): RDMA WRITEs of size bytes from A to
 // B with up to 128 outstanding (perftest's tx depth), every 16th signaled.
 // One op is one message.
-func srWriteBW(b *testing.B, mtu, size int, ceiling string) {
-	r := newSrRig(b, srConfig{mode: iface.ModeXDP, mtu: mtu, sendWR: 256, memSize: max(size, 4096)})
+func srWriteBW(b *testing.B, engine roce.EngineMode, mtu, size int, ceiling string) {
+	r := newSrRig(b, srConfig{mode: iface.ModeXDP, mtu: mtu, sendWR: 256, memSize: max(size, 4096), engine: engine})
 	a := r.a
 	const depth, every = 128, 16
 	wr := roce.SendWR{Opcode: roce.WROpRDMAWrite, SGL: []roce.SGE{a.mr.SGE(0, size)},
@@ -316,10 +350,11 @@ func srWriteBW(b *testing.B, mtu, size int, ceiling string) {
 }
 
 // srSendLat is send-lat (ib_send_lat): A SENDs size bytes, B answers with a
-// SEND of the same size when it gets it; both block on their CQs. One op is
-// one round trip; perftest reports half of it as the latency.
-func srSendLat(b *testing.B, mtu, size int, ceiling string) {
-	r := newSrRig(b, srConfig{mode: iface.ModeXDP, mtu: mtu})
+// SEND of the same size when it gets it; both poll their CQs as perftest
+// does (busy, without blocking). One op is one round trip; perftest
+// reports half of it as the latency.
+func srSendLat(b *testing.B, engine roce.EngineMode, mtu, size int, ceiling string) {
+	r := newSrRig(b, srConfig{mode: iface.ModeXDP, mtu: mtu, engine: engine})
 	a, c := r.a, r.b
 	const pre = 256
 	for _, s := range []*srSide{a, c} {
@@ -336,7 +371,7 @@ func srSendLat(b *testing.B, mtu, size int, ceiling string) {
 	}
 	recv := func(s *srSide) {
 		var wc [1]roce.WC
-		if n, err := s.rcq.WaitTimeout(wc[:], 5*time.Second); n != 1 || wc[0].Status != roce.WCSuccess {
+		if n, err := srBusyPoll(s.rcq, wc[:], 5*time.Second); n != 1 || wc[0].Status != roce.WCSuccess {
 			b.Fatalf("%s: receive: %v %v", s.name, err, wc[0].Status)
 		}
 		if err := s.qp.PostRecv(&roce.RecvWR{SGL: []roce.SGE{s.mr.SGE(size, size)}}); err != nil {
@@ -354,7 +389,7 @@ func srSendLat(b *testing.B, mtu, size int, ceiling string) {
 			default:
 			}
 			var wc [1]roce.WC
-			n, _ := c.rcq.WaitTimeout(wc[:], 50*time.Millisecond)
+			n, _ := srBusyPoll(c.rcq, wc[:], 50*time.Millisecond)
 			if n == 0 {
 				continue
 			}
@@ -376,4 +411,21 @@ func srSendLat(b *testing.B, mtu, size int, ceiling string) {
 	b.ReportMetric(rtt/2, "us-one-way")
 	b.ReportMetric(rtt, "us-rtt")
 	srRecord(srBenchRow{name: b.Name()[len("BenchmarkSroce/"):], value: rtt, unit: "us RTT", ceiling: ceiling})
+}
+
+// srBusyPoll polls cq without blocking until a completion arrives, as
+// perftest's latency tools do, for at most timeout.
+func srBusyPoll(cq *roce.CQ, wcs []roce.WC, timeout time.Duration) (int, error) {
+	start := time.Now()
+	for i := 0; ; i++ {
+		if n := cq.Poll(wcs); n > 0 {
+			return n, nil
+		}
+		if i%1024 == 1023 {
+			if time.Since(start) > timeout {
+				return 0, fmt.Errorf("no completion in %v", timeout)
+			}
+			runtime.Gosched()
+		}
+	}
 }

@@ -39,6 +39,7 @@ type srConfig struct {
 	sendWR  int           // send queue depth (default 256)
 	timeout uint8         // RC retransmit timeout attribute (default 12: 16.8 ms)
 	retry   uint8         // RC retry_cnt (default 6; 7, retry forever, with netem)
+	engine  roce.EngineMode
 }
 
 // srSide is one end of the rig.
@@ -129,7 +130,7 @@ func (r *srRig) open(name string, ns *nsutil.Namespace, ifname string, xo xdp.Op
 	r.tb.Helper()
 	s := &srSide{name: name, ns: ns, ifname: ifname}
 	err := ns.Do(func() (err error) {
-		s.port, err = iface.Open(context.Background(), ifname, iface.Options{Mode: r.cfg.mode, XDP: xo})
+		s.port, err = iface.Open(context.Background(), ifname, iface.Options{Mode: r.cfg.mode, XDP: xo, Engine: r.cfg.engine})
 		return err
 	})
 	if err != nil {
