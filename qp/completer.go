@@ -10,6 +10,7 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/verbs"
 )
 
 // resetRetry restores the retry budgets after progress.
@@ -26,12 +27,12 @@ func (q *QP) response(now time.Duration, pkt *bth.Packet) {
 	// A response must be for a PSN this requester has transmitted: in the
 	// window, or a duplicate of one at most 2^22 PSNs before it.
 	if !r.sentBefore(psn) && (r.compPSN-psn)&bth.PSNMask > 1<<22 {
-		q.cnt[CntBadResponse]++
+		q.cnt[verbs.CntBadResponse]++
 		return
 	}
 	progress := q.handleResponse(now, pkt, psn)
 	q.completeSends()
-	if q.state == StateErr {
+	if q.state == verbs.QPStateErr {
 		return
 	}
 	if progress {
@@ -41,7 +42,7 @@ func (q *QP) response(now time.Duration, pkt *bth.Packet) {
 			r.retransArmed = false
 		}
 	}
-	if q.state == StateSQD {
+	if q.state == verbs.QPStateSQD {
 		q.checkDrained()
 	}
 }
@@ -57,7 +58,7 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 	// Retire the requests this response acknowledges implicitly.
 	for {
 		if r.compIdx == prod {
-			q.cnt[CntBadResponse]++
+			q.cnt[verbs.CntBadResponse]++
 			return progress
 		}
 		w = q.sq.at(r.compIdx)
@@ -67,7 +68,7 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 		}
 		if w.state == wqeDone {
 			q.completeSends()
-			if q.state == StateErr {
+			if q.state == verbs.QPStateErr {
 				return progress
 			}
 			continue
@@ -78,7 +79,7 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 		if !w.awaitingAck() {
 			return progress
 		}
-		if w.wr.Opcode.isRdAtomic() {
+		if isRdAtomic(w.wr.Opcode) {
 			// A later PSN answered before this READ or atomic: its
 			// response was lost. Go back for it.
 			q.errorRetry(now, false)
@@ -92,7 +93,7 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 		q.resetRetry()
 		progress = true
 		q.completeSends()
-		if q.state == StateErr {
+		if q.state == verbs.QPStateErr {
 			return progress
 		}
 	}
@@ -102,7 +103,7 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 	if !r.sentBefore(psn) {
 		d = -int64((r.compPSN - psn) & bth.PSNMask)
 	}
-	rdAtomic := w.wr.Opcode.isRdAtomic()
+	rdAtomic := isRdAtomic(w.wr.Opcode)
 	if d < 0 {
 		// A duplicate of a response already handled.
 		if psn == w.lastPSN && w.awaitingAck() && !rdAtomic && op == bth.RCAcknowledge &&
@@ -120,17 +121,17 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 	switch op {
 	case bth.RCReadResponseFirst, bth.RCReadResponseMiddle, bth.RCReadResponseLast, bth.RCReadResponseOnly:
 		if op != bth.RCReadResponseMiddle && !pkt.AETH().Syndrome().IsACK() {
-			q.protoError(w, WCBadRespErr)
+			q.protoError(w, verbs.WCBadRespErr)
 			return progress
 		}
-		if w.wr.Opcode != WROpRDMARead {
-			q.protoError(w, WCBadRespErr)
+		if w.wr.Opcode != verbs.WROpRDMARead {
+			q.protoError(w, verbs.WCBadRespErr)
 			return progress
 		}
 		return q.readResponse(pkt, w, psn) || progress
 	case bth.RCAtomicAcknowledge:
-		if !pkt.AETH().Syndrome().IsACK() || !w.wr.Opcode.isAtomic() {
-			q.protoError(w, WCBadRespErr)
+		if !pkt.AETH().Syndrome().IsACK() || !isAtomic(w.wr.Opcode) {
+			q.protoError(w, verbs.WCBadRespErr)
 			return progress
 		}
 		q.resetRetry()
@@ -147,7 +148,7 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 		return true
 	case bth.RCAcknowledge:
 	default:
-		q.cnt[CntBadResponse]++
+		q.cnt[verbs.CntBadResponse]++
 		return progress
 	}
 
@@ -156,7 +157,7 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 	case bth.SyndromeACK:
 		if rdAtomic {
 			// an ACK cannot acknowledge a READ or atomic
-			q.cnt[CntBadResponse]++
+			q.cnt[verbs.CntBadResponse]++
 			return progress
 		}
 		q.resetRetry()
@@ -166,7 +167,7 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 		}
 		return true
 	case bth.SyndromeRNR:
-		q.cnt[CntRcvdRNRErr]++
+		q.cnt[verbs.CntRcvdRNRErr]++
 		if d > 0 {
 			r.compPSN = psn // everything before it was taken
 			progress = true
@@ -179,29 +180,29 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 			r.rnrAt = now + time.Duration(bth.RNRTimerMicros(syn.Value()))*time.Microsecond
 			q.goBack()
 		} else {
-			q.cnt[CntRetryRNRExceededErr]++
-			q.failHead(w, WCRNRRetryExcErr)
+			q.cnt[verbs.CntRetryRNRExceededErr]++
+			q.failHead(w, verbs.WCRNRRetryExcErr)
 		}
 		return progress
 	case bth.SyndromeNAK:
 		switch syn.Value() {
 		case bth.NAKPSNSeqError:
 			if d > 0 {
-				q.cnt[CntRcvdSeqErr]++
+				q.cnt[verbs.CntRcvdSeqErr]++
 				r.compPSN = psn
 				progress = true
 			}
 			q.errorRetry(now, false)
 		case bth.NAKInvalidRequest:
-			q.failHead(w, WCRemInvReqErr)
+			q.failHead(w, verbs.WCRemInvReqErr)
 		case bth.NAKRemoteAccessError:
-			q.failHead(w, WCRemAccessErr)
+			q.failHead(w, verbs.WCRemAccessErr)
 		default:
-			q.failHead(w, WCRemOpErr)
+			q.failHead(w, verbs.WCRemOpErr)
 		}
 		return progress
 	}
-	q.protoError(w, WCBadRespErr)
+	q.protoError(w, verbs.WCBadRespErr)
 	return progress
 }
 
@@ -214,11 +215,11 @@ func (q *QP) readResponse(pkt *bth.Packet, w *sendWQE, psn bth.PSN) bool {
 	lastKind := op == bth.RCReadResponseLast || op == bth.RCReadResponseOnly
 	if remaining > mtu {
 		if lastKind || n != mtu {
-			q.protoError(w, WCBadRespErr)
+			q.protoError(w, verbs.WCBadRespErr)
 			return false
 		}
 	} else if !lastKind || n != remaining {
-		q.protoError(w, WCBadRespErr)
+		q.protoError(w, verbs.WCBadRespErr)
 		return false
 	}
 	q.resetRetry()
@@ -255,28 +256,28 @@ func (q *QP) finishWQE(w *sendWQE) {
 		r.compPSN = w.lastPSN.Next()
 	}
 	w.state = wqeDone
-	w.status = WCSuccess
+	w.status = verbs.WCSuccess
 }
 
 // failHead completes the oldest request with status and moves the QP to
 // the error state (through completeSends).
-func (q *QP) failHead(w *sendWQE, status WCStatus) {
+func (q *QP) failHead(w *sendWQE, status verbs.WCStatus) {
 	w.state = wqeError
 	w.status = status
 }
 
 // protoError handles a response that breaks the protocol: the request
 // fails with status, as rdma_rxe's completer does.
-func (q *QP) protoError(w *sendWQE, status WCStatus) {
-	q.cnt[CntBadResponse]++
+func (q *QP) protoError(w *sendWQE, status verbs.WCStatus) {
+	q.cnt[verbs.CntBadResponse]++
 	q.failHead(w, status)
 }
 
 // localError fails the request for a problem with its local buffers.
 func (q *QP) localError(w *sendWQE, err error) {
-	st := WCLocProtErr
+	st := verbs.WCLocProtErr
 	if err == mr.ErrLength {
-		st = WCLocLenErr
+		st = verbs.WCLocLenErr
 	}
 	q.failHead(w, st)
 }
@@ -301,12 +302,12 @@ func (q *QP) errorRetry(now time.Duration, timeout bool) {
 			r.retryLeft--
 		}
 		if q.outstanding() {
-			q.cnt[CntCompleterRetryErr]++
+			q.cnt[verbs.CntCompleterRetryErr]++
 			q.goBack()
 			r.startedRetry = true
 		}
 		return
 	}
-	q.cnt[CntRetryExceededErr]++
-	q.failHead(w, WCRetryExcErr)
+	q.cnt[verbs.CntRetryExceededErr]++
+	q.failHead(w, verbs.WCRetryExcErr)
 }

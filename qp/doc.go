@@ -12,7 +12,8 @@
 // SRQ.PostRecv), which are single-producer single-consumer rings of
 // preallocated slots; the caller serializes posts to one queue.
 //
-// The verbs vocabulary is libibverbs': SendWR, RecvWR, SGE, WC with
-// WCStatus values named after ibv_wc_status, Attr and AttrMask for
-// ibv_modify_qp, WROpcode and SendFlags.
+// The vocabulary it speaks (QP types and states, QPAttr and QPAttrMask,
+// SendWR, RecvWR, WC and their enums, MTUs, event types, counters) is
+// package verbs'; scatter/gather elements and access flags are package
+// mr's.
 package qp

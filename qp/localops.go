@@ -17,20 +17,18 @@ import (
 	"errors"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/verbs"
 )
 
 // ErrLocalWR means a local operation (BIND_MW, REG_MR, LOCAL_INV) carries a
 // scatter/gather list or inline data.
 var ErrLocalWR = errors.New("qp: local operation with a scatter/gather list or inline data")
 
-// isLocal reports whether o is a local operation.
-func (o WROpcode) isLocal() bool { return o == WROpLocalInv || o == WROpBindMW || o == WROpRegMR }
-
 // checkLocalWR refuses a local operation that carries data when it is
 // posted; other requests pass. Its operands are checked against the window
 // or MR when it runs, and a failure completes it with an error.
-func checkLocalWR(wr *SendWR) error {
-	if wr.Opcode.isLocal() && (len(wr.SGL) != 0 || wr.InlineData != nil) {
+func checkLocalWR(wr *verbs.SendWR) error {
+	if isLocal(wr.Opcode) && (len(wr.SGL) != 0 || wr.InlineData != nil) {
 		return ErrLocalWR
 	}
 	return nil
@@ -44,14 +42,14 @@ func checkLocalWR(wr *SendWR) error {
 func (q *QP) localOp(w *sendWQE) {
 	r := &q.req
 	var err error
-	status := WCLocQPOpErr
+	status := verbs.WCLocQPOpErr
 	switch w.wr.Opcode {
-	case WROpBindMW:
-		status = WCMWBindErr
+	case verbs.WROpBindMW:
+		status = verbs.WCMWBindErr
 		err = q.pd.BindMW(w.wr.RKey, &w.wr.Bind)
-	case WROpRegMR:
+	case verbs.WROpRegMR:
 		err = q.pd.RegFast(w.wr.RKey, w.wr.RegAccess)
-	case WROpLocalInv:
+	case verbs.WROpLocalInv:
 		err = q.pd.Invalidate(w.wr.InvalidateRKey, false)
 	}
 	// It holds no PSNs: its PSN range is empty and ends where the next
@@ -63,7 +61,7 @@ func (q *QP) localOp(w *sendWQE) {
 		return
 	}
 	w.state = wqeDone
-	w.status = WCSuccess
+	w.status = verbs.WCSuccess
 	r.reqIdx++
 }
 
@@ -80,7 +78,7 @@ func (q *QP) invalidateFailed(psn bth.PSN, ackReq bool) {
 		q.queueAck(bth.SyndromeACKUnlimited, psn)
 	}
 	if q.resp.rwqe != nil {
-		wc := WC{Status: WCRemInvReqErr, Opcode: WCRecv}
+		wc := verbs.WC{Status: verbs.WCRemInvReqErr, Opcode: verbs.WCRecv}
 		q.completeRecv(&wc, false)
 	}
 	q.toErr()

@@ -7,15 +7,16 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/verbs"
 )
 
 // These tests drive two RC QPs by hand in virtual time, as qp_test.go does,
 // with an Env whose Invalidate is the memory table's: BIND_MW, REG_MR and
 // LOCAL_INV on the requester, SEND with invalidate on the responder.
 
-type loCQ struct{ wcs []WC }
+type loCQ struct{ wcs []verbs.WC }
 
-func (c *loCQ) Push(wc WC, solicited bool) bool { c.wcs = append(c.wcs, wc); return true }
+func (c *loCQ) Push(wc verbs.WC, solicited bool) bool { c.wcs = append(c.wcs, wc); return true }
 
 // loSide is one RC QP with a PD of its own table, an MR with every right
 // (for data) and an MR that windows can be bound to.
@@ -25,7 +26,7 @@ type loSide struct {
 	cq   *loCQ
 	pd   *mr.PD // the PD
 	view *mr.PD // the QP's view of it
-	cnt  Counters
+	cnt  verbs.Counters
 	mem  []byte
 	mr   *mr.MR
 	wmem []byte
@@ -45,16 +46,16 @@ func newLoSide(t *testing.T, qpn bth.QPN, ip string) *loSide {
 	if s.wmr, err = s.pd.RegMR(mr.Slice(s.wmem), mr.AccessLocalWrite|mr.AccessMWBind); err != nil {
 		t.Fatal(err)
 	}
-	s.q = New(&Config{QPN: qpn, Type: TypeRC, PD: s.view, SendCQ: s.cq, RecvCQ: s.cq, PortMTU: MTU4096,
-		Cap: Cap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2}, Env: s.env, Counters: &s.cnt})
+	s.q = New(&Config{QPN: qpn, Type: verbs.QPTypeRC, PD: s.view, SendCQ: s.cq, RecvCQ: s.cq, PortMTU: verbs.MTU4096,
+		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2}, Env: s.env, Counters: &s.cnt})
 	return s
 }
 
-func (s *loSide) sge(off, n int) SGE {
-	return SGE{Addr: s.mr.IOVA() + uint64(off), Length: uint32(n), LKey: s.mr.LKey()}
+func (s *loSide) sge(off, n int) mr.SGE {
+	return mr.SGE{Addr: s.mr.IOVA() + uint64(off), Length: uint32(n), LKey: s.mr.LKey()}
 }
 
-func (s *loSide) post(t *testing.T, wr SendWR) {
+func (s *loSide) post(t *testing.T, wr verbs.SendWR) {
 	t.Helper()
 	if err := s.q.PostSend(&wr); err != nil {
 		t.Fatalf("post %v: %v", wr.Opcode, err)
@@ -79,7 +80,7 @@ func (s *loSide) deliver(t *testing.T, now time.Duration, frames [][]byte) {
 	}
 }
 
-func (s *loSide) takeWCs() []WC {
+func (s *loSide) takeWCs() []verbs.WC {
 	w := s.cq.wcs
 	s.cq.wcs = nil
 	return w
@@ -88,16 +89,16 @@ func (s *loSide) takeWCs() []WC {
 func loConnect(t *testing.T, a, b *loSide) {
 	t.Helper()
 	for _, st := range []struct {
-		attr Attr
-		mask AttrMask
+		attr verbs.QPAttr
+		mask verbs.QPAttrMask
 	}{
-		{Attr{State: StateInit, PortNum: 1, AccessFlags: mr.AccessRemoteWrite | mr.AccessRemoteRead | mr.AccessRemoteAtomic},
-			AttrState | AttrPKeyIndex | AttrPort | AttrAccessFlags},
-		{Attr{State: StateRTR, PathMTU: MTU1024, DestQPN: b.q.QPN(), RQPSN: 500, MaxDestRdAtomic: 4, MinRNRTimer: 3,
-			AH: AHAttr{DGID: bth.GIDFromAddr(b.env.addr)}},
-			AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer},
-		{Attr{State: StateRTS, SQPSN: 500, Timeout: 10, RetryCnt: 3, RNRRetry: 2, MaxRdAtomic: 4},
-			AttrState | AttrSQPSN | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic},
+		{verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, AccessFlags: mr.AccessRemoteWrite | mr.AccessRemoteRead | mr.AccessRemoteAtomic},
+			verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
+		{verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPN: b.q.QPN(), RQPSN: 500, MaxDestRdAtomic: 4, MinRNRTimer: 3,
+			AH: verbs.AHAttr{DGID: bth.GIDFromAddr(b.env.addr)}},
+			verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
+		{verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 500, Timeout: 10, RetryCnt: 3, RNRRetry: 2, MaxRdAtomic: 4},
+			verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic},
 	} {
 		if err := a.q.Modify(&st.attr, st.mask); err != nil {
 			t.Fatal(err)
@@ -127,8 +128,8 @@ func exchange(t *testing.T, a, b *loSide, now time.Duration) {
 	t.Fatal("the QPs never went quiet")
 }
 
-func wcSummary(wcs []WC) []WCOpcode {
-	var ops []WCOpcode
+func wcSummary(wcs []verbs.WC) []verbs.WCOpcode {
+	var ops []verbs.WCOpcode
 	for _, w := range wcs {
 		ops = append(ops, w.Opcode)
 	}
@@ -148,15 +149,15 @@ func TestLocalOpsCompleteInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.q.PostRecv(&RecvWR{WRID: 1, SGL: []SGE{b.sge(0, 64)}})
+	b.q.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{b.sge(0, 64)}})
 	frKey, wKey := fr.NewKey(), w.NewKey()
-	a.post(t, SendWR{WRID: 1, Opcode: WROpSend, Flags: Signaled, SGL: []SGE{a.sge(0, 64)}})
-	a.post(t, SendWR{WRID: 2, Opcode: WROpRegMR, Flags: Signaled, RKey: frKey, RegAccess: mr.AccessLocalWrite | mr.AccessRemoteRead})
-	a.post(t, SendWR{WRID: 3, Opcode: WROpBindMW, Flags: Signaled, RKey: wKey,
+	a.post(t, verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 64)}})
+	a.post(t, verbs.SendWR{WRID: 2, Opcode: verbs.WROpRegMR, Flags: verbs.Signaled, RKey: frKey, RegAccess: mr.AccessLocalWrite | mr.AccessRemoteRead})
+	a.post(t, verbs.SendWR{WRID: 3, Opcode: verbs.WROpBindMW, Flags: verbs.Signaled, RKey: wKey,
 		Bind: mr.MWBind{LKey: a.wmr.LKey(), Addr: a.wmr.IOVA(), Length: 64, Access: mr.AccessRemoteWrite}})
-	a.post(t, SendWR{WRID: 4, Opcode: WROpLocalInv, InvalidateRKey: frKey}) // unsignaled
-	a.post(t, SendWR{WRID: 5, Opcode: WROpLocalInv, Flags: Signaled, InvalidateRKey: wKey})
-	a.post(t, SendWR{WRID: 6, Opcode: WROpRegMR, Flags: Signaled, RKey: mr.IncKey(frKey), RegAccess: mr.AccessRemoteRead})
+	a.post(t, verbs.SendWR{WRID: 4, Opcode: verbs.WROpLocalInv, InvalidateRKey: frKey}) // unsignaled
+	a.post(t, verbs.SendWR{WRID: 5, Opcode: verbs.WROpLocalInv, Flags: verbs.Signaled, InvalidateRKey: wKey})
+	a.post(t, verbs.SendWR{WRID: 6, Opcode: verbs.WROpRegMR, Flags: verbs.Signaled, RKey: mr.IncKey(frKey), RegAccess: mr.AccessRemoteRead})
 
 	// The requester executes the local operations as soon as it reaches
 	// them, without waiting for the SEND's ACK, but nothing completes
@@ -180,12 +181,12 @@ func TestLocalOpsCompleteInOrder(t *testing.T) {
 	}
 	exchange(t, a, b, 0)
 	wcs := a.takeWCs()
-	want := []WCOpcode{WCSend, WCRegMR, WCBindMW, WCLocalInv, WCRegMR}
+	want := []verbs.WCOpcode{verbs.WCSend, verbs.WCRegMR, verbs.WCBindMW, verbs.WCLocalInv, verbs.WCRegMR}
 	if len(wcs) != len(want) {
 		t.Fatalf("completions %v, want %v", wcSummary(wcs), want)
 	}
 	for i, wc := range wcs {
-		if wc.Opcode != want[i] || wc.Status != WCSuccess || wc.ByteLen != 0 && i > 0 {
+		if wc.Opcode != want[i] || wc.Status != verbs.WCSuccess || wc.ByteLen != 0 && i > 0 {
 			t.Fatalf("completion %d: %+v, want %v", i, wc, want[i])
 		}
 	}
@@ -198,13 +199,13 @@ func TestLocalOpFence(t *testing.T) {
 	a, b := loPair(t)
 	w, _ := a.pd.AllocMW(mr.MWType2)
 	key := w.NewKey()
-	a.post(t, SendWR{WRID: 1, Opcode: WROpBindMW, Flags: Signaled, RKey: key,
+	a.post(t, verbs.SendWR{WRID: 1, Opcode: verbs.WROpBindMW, Flags: verbs.Signaled, RKey: key,
 		Bind: mr.MWBind{LKey: a.wmr.LKey(), Addr: a.wmr.IOVA(), Length: 64, Access: mr.AccessRemoteRead}})
 	// A READ is outstanding when a fenced LOCAL_INV comes: the window stays
 	// bound until the READ has completed.
-	a.post(t, SendWR{WRID: 2, Opcode: WROpRDMARead, Flags: Signaled, SGL: []SGE{a.sge(0, 64)},
+	a.post(t, verbs.SendWR{WRID: 2, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 64)},
 		RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
-	a.post(t, SendWR{WRID: 3, Opcode: WROpLocalInv, Flags: Signaled | Fence, InvalidateRKey: key})
+	a.post(t, verbs.SendWR{WRID: 3, Opcode: verbs.WROpLocalInv, Flags: verbs.Signaled | verbs.Fence, InvalidateRKey: key})
 	req := a.pump(0)
 	if len(req) != 1 {
 		t.Fatalf("%d packets", len(req))
@@ -218,7 +219,7 @@ func TestLocalOpFence(t *testing.T) {
 	if _, _, _, ok := w.Bound(); ok {
 		t.Fatal("fenced LOCAL_INV not executed after the READ completed")
 	}
-	if ops := wcSummary(a.takeWCs()); len(ops) != 3 || ops[0] != WCBindMW || ops[1] != WCRDMARead || ops[2] != WCLocalInv {
+	if ops := wcSummary(a.takeWCs()); len(ops) != 3 || ops[0] != verbs.WCBindMW || ops[1] != verbs.WCRDMARead || ops[2] != verbs.WCLocalInv {
 		t.Fatalf("completions %v", ops)
 	}
 }
@@ -226,23 +227,23 @@ func TestLocalOpFence(t *testing.T) {
 func TestLocalOpFailure(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		wr   func(a *loSide, fr *mr.FastMR, w *mr.MW) SendWR
-		want WCStatus
+		wr   func(a *loSide, fr *mr.FastMR, w *mr.MW) verbs.SendWR
+		want verbs.WCStatus
 	}{
-		{"REG_MR of a registered MR", func(a *loSide, fr *mr.FastMR, w *mr.MW) SendWR {
-			return SendWR{Opcode: WROpRegMR, RKey: mr.IncKey(fr.RKey()), RegAccess: mr.AccessRemoteRead}
-		}, WCLocQPOpErr},
-		{"LOCAL_INV of an MR from RegMR", func(a *loSide, fr *mr.FastMR, w *mr.MW) SendWR {
-			return SendWR{Opcode: WROpLocalInv, InvalidateRKey: a.mr.RKey()}
-		}, WCLocQPOpErr},
-		{"BIND_MW past the MR", func(a *loSide, fr *mr.FastMR, w *mr.MW) SendWR {
-			return SendWR{Opcode: WROpBindMW, RKey: w.NewKey(),
+		{"REG_MR of a registered MR", func(a *loSide, fr *mr.FastMR, w *mr.MW) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WROpRegMR, RKey: mr.IncKey(fr.RKey()), RegAccess: mr.AccessRemoteRead}
+		}, verbs.WCLocQPOpErr},
+		{"LOCAL_INV of an MR from RegMR", func(a *loSide, fr *mr.FastMR, w *mr.MW) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WROpLocalInv, InvalidateRKey: a.mr.RKey()}
+		}, verbs.WCLocQPOpErr},
+		{"BIND_MW past the MR", func(a *loSide, fr *mr.FastMR, w *mr.MW) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WROpBindMW, RKey: w.NewKey(),
 				Bind: mr.MWBind{LKey: a.wmr.LKey(), Addr: a.wmr.IOVA() + 1, Length: a.wmr.Len(), Access: mr.AccessRemoteRead}}
-		}, WCMWBindErr},
-		{"BIND_MW on an MR without MW_BIND", func(a *loSide, fr *mr.FastMR, w *mr.MW) SendWR {
-			return SendWR{Opcode: WROpBindMW, RKey: w.NewKey(),
+		}, verbs.WCMWBindErr},
+		{"BIND_MW on an MR without MW_BIND", func(a *loSide, fr *mr.FastMR, w *mr.MW) verbs.SendWR {
+			return verbs.SendWR{Opcode: verbs.WROpBindMW, RKey: w.NewKey(),
 				Bind: mr.MWBind{LKey: a.mr.LKey(), Addr: a.mr.IOVA(), Length: 8, Access: mr.AccessRemoteRead}}
-		}, WCMWBindErr},
+		}, verbs.WCMWBindErr},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, _ := loPair(t)
@@ -255,22 +256,22 @@ func TestLocalOpFailure(t *testing.T) {
 			wr := tc.wr(a, fr, w)
 			wr.WRID = 1
 			a.post(t, wr)
-			a.post(t, SendWR{WRID: 2, Opcode: WROpSend, SGL: []SGE{a.sge(0, 8)}})
+			a.post(t, verbs.SendWR{WRID: 2, Opcode: verbs.WROpSend, SGL: []mr.SGE{a.sge(0, 8)}})
 			if n := len(a.pump(0)); n != 0 {
 				t.Fatalf("%d packets sent after a failed local operation", n)
 			}
 			wcs := a.takeWCs()
-			if len(wcs) != 2 || wcs[0].Status != tc.want || wcs[0].Opcode != wcOpcode(wr.Opcode) || wcs[1].Status != WCWRFlushErr {
+			if len(wcs) != 2 || wcs[0].Status != tc.want || wcs[0].Opcode != wr.Opcode.WCOpcode() || wcs[1].Status != verbs.WCWRFlushErr {
 				t.Fatalf("completions %+v", wcs)
 			}
-			if a.q.State() != StateErr {
+			if a.q.State() != verbs.QPStateErr {
 				t.Fatalf("QP %v after a failed local operation", a.q.State())
 			}
 		})
 	}
 	// Local operations carry no data.
 	a, _ := loPair(t)
-	if err := a.q.PostSend(&SendWR{Opcode: WROpLocalInv, SGL: []SGE{a.sge(0, 8)}}); err != ErrLocalWR {
+	if err := a.q.PostSend(&verbs.SendWR{Opcode: verbs.WROpLocalInv, SGL: []mr.SGE{a.sge(0, 8)}}); err != ErrLocalWR {
 		t.Fatalf("LOCAL_INV with an SGL: %v", err)
 	}
 }
@@ -282,10 +283,10 @@ func TestGoBackSkipsLocalOp(t *testing.T) {
 	a, b := loPair(t)
 	fr, _ := a.pd.AllocMR(64)
 	fr.Map(mr.Slice(a.mem[:64]), 0x9000)
-	a.post(t, SendWR{WRID: 1, Opcode: WROpRDMAWrite, Flags: Signaled, SGL: []SGE{a.sge(0, 2048)},
+	a.post(t, verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 2048)},
 		RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
-	a.post(t, SendWR{WRID: 2, Opcode: WROpRegMR, Flags: Signaled, RKey: fr.NewKey(), RegAccess: mr.AccessRemoteRead})
-	a.post(t, SendWR{WRID: 3, Opcode: WROpRDMAWrite, Flags: Signaled, SGL: []SGE{a.sge(0, 1024)},
+	a.post(t, verbs.SendWR{WRID: 2, Opcode: verbs.WROpRegMR, Flags: verbs.Signaled, RKey: fr.NewKey(), RegAccess: mr.AccessRemoteRead})
+	a.post(t, verbs.SendWR{WRID: 3, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 1024)},
 		RemoteAddr: b.mr.IOVA() + 4096, RKey: b.mr.RKey()})
 	first := a.pump(0)
 	if len(first) != 3 {
@@ -310,11 +311,11 @@ func TestGoBackSkipsLocalOp(t *testing.T) {
 	a.deliver(t, dl, b.pump(dl))
 	a.pump(dl)
 	wcs := a.takeWCs()
-	if ops := wcSummary(wcs); len(ops) != 3 || ops[0] != WCRDMAWrite || ops[1] != WCRegMR || ops[2] != WCRDMAWrite {
+	if ops := wcSummary(wcs); len(ops) != 3 || ops[0] != verbs.WCRDMAWrite || ops[1] != verbs.WCRegMR || ops[2] != verbs.WCRDMAWrite {
 		t.Fatalf("completions %+v", wcs)
 	}
 	for _, wc := range wcs {
-		if wc.Status != WCSuccess {
+		if wc.Status != verbs.WCSuccess {
 			t.Fatalf("completions %+v", wcs)
 		}
 	}
@@ -329,24 +330,24 @@ func TestSendWithInvalidate(t *testing.T) {
 		if err := b.view.RegFast(key, mr.AccessLocalWrite|mr.AccessRemoteWrite); err != nil {
 			t.Fatal(err)
 		}
-		b.q.PostRecv(&RecvWR{WRID: 9, SGL: []SGE{b.sge(8192, 64)}})
-		a.post(t, SendWR{WRID: 1, Opcode: WROpRDMAWrite, Flags: Signaled, SGL: []SGE{a.sge(0, 16)}, RemoteAddr: 0x5000, RKey: key})
-		a.post(t, SendWR{WRID: 2, Opcode: WROpSendWithInv, Flags: Signaled, SGL: []SGE{a.sge(0, 16)}, InvalidateRKey: key})
+		b.q.PostRecv(&verbs.RecvWR{WRID: 9, SGL: []mr.SGE{b.sge(8192, 64)}})
+		a.post(t, verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 16)}, RemoteAddr: 0x5000, RKey: key})
+		a.post(t, verbs.SendWR{WRID: 2, Opcode: verbs.WROpSendWithInv, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 16)}, InvalidateRKey: key})
 		exchange(t, a, b, 0)
-		if wcs := a.takeWCs(); len(wcs) != 2 || wcs[0].Status != WCSuccess || wcs[1].Status != WCSuccess {
+		if wcs := a.takeWCs(); len(wcs) != 2 || wcs[0].Status != verbs.WCSuccess || wcs[1].Status != verbs.WCSuccess {
 			t.Fatalf("requester completions %+v", wcs)
 		}
 		wcs := b.takeWCs()
-		if len(wcs) != 1 || wcs[0].Status != WCSuccess || wcs[0].Flags&WCWithInv == 0 || wcs[0].InvalidatedRKey != key {
+		if len(wcs) != 1 || wcs[0].Status != verbs.WCSuccess || wcs[0].Flags&verbs.WCWithInv == 0 || wcs[0].InvalidatedRKey != key {
 			t.Fatalf("responder completions %+v", wcs)
 		}
 		if _, _, _, ok := fr.Registered(); ok {
 			t.Fatal("still registered")
 		}
 		// The revoked key: a remote access error.
-		a.post(t, SendWR{WRID: 3, Opcode: WROpRDMAWrite, Flags: Signaled, SGL: []SGE{a.sge(0, 16)}, RemoteAddr: 0x5000, RKey: key})
+		a.post(t, verbs.SendWR{WRID: 3, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 16)}, RemoteAddr: 0x5000, RKey: key})
 		exchange(t, a, b, 0)
-		if wcs := a.takeWCs(); len(wcs) != 1 || wcs[0].Status != WCRemAccessErr {
+		if wcs := a.takeWCs(); len(wcs) != 1 || wcs[0].Status != verbs.WCRemAccessErr {
 			t.Fatalf("WRITE with the revoked key: %+v", wcs)
 		}
 	})
@@ -355,9 +356,9 @@ func TestSendWithInvalidate(t *testing.T) {
 		// receive fails with REM_INV_REQ_ERR, the responder's QP goes to
 		// error, and the MR is not touched.
 		a, b := loPair(t)
-		b.q.PostRecv(&RecvWR{WRID: 9, SGL: []SGE{b.sge(8192, 64)}})
-		b.q.PostRecv(&RecvWR{WRID: 10, SGL: []SGE{b.sge(8192, 64)}})
-		a.post(t, SendWR{WRID: 1, Opcode: WROpSendWithInv, Flags: Signaled, SGL: []SGE{a.sge(0, 16)}, InvalidateRKey: b.mr.RKey()})
+		b.q.PostRecv(&verbs.RecvWR{WRID: 9, SGL: []mr.SGE{b.sge(8192, 64)}})
+		b.q.PostRecv(&verbs.RecvWR{WRID: 10, SGL: []mr.SGE{b.sge(8192, 64)}})
+		a.post(t, verbs.SendWR{WRID: 1, Opcode: verbs.WROpSendWithInv, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 16)}, InvalidateRKey: b.mr.RKey()})
 		b.deliver(t, 0, a.pump(0))
 		resp := b.pump(0)
 		if len(resp) != 1 {
@@ -369,14 +370,14 @@ func TestSendWithInvalidate(t *testing.T) {
 		}
 		a.deliver(t, 0, resp)
 		a.pump(0)
-		if wcs := a.takeWCs(); len(wcs) != 1 || wcs[0].Status != WCSuccess {
+		if wcs := a.takeWCs(); len(wcs) != 1 || wcs[0].Status != verbs.WCSuccess {
 			t.Fatalf("requester completions %+v", wcs)
 		}
 		wcs := b.takeWCs()
-		if len(wcs) != 2 || wcs[0].WRID != 9 || wcs[0].Status != WCRemInvReqErr || wcs[1].Status != WCWRFlushErr {
+		if len(wcs) != 2 || wcs[0].WRID != 9 || wcs[0].Status != verbs.WCRemInvReqErr || wcs[1].Status != verbs.WCWRFlushErr {
 			t.Fatalf("responder completions %+v", wcs)
 		}
-		if b.q.State() != StateErr {
+		if b.q.State() != verbs.QPStateErr {
 			t.Fatalf("responder %v", b.q.State())
 		}
 		if !b.mr.Valid() {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/verbs"
 )
 
 // These tests replay situations in which a peer that follows rdma_rxe's
@@ -51,13 +52,13 @@ func checkNoACKInRead(t *testing.T, spans [][2]bth.PSN, frames [][]byte) {
 // F1: a duplicate SEND followed by a READ is re-acknowledged with the
 // SEND's PSN, not the READ's.
 func TestDuplicateSendAckNeverNamesRead(t *testing.T) {
-	a, b := pair(t, MTU1024)
+	a, b := pair(t, verbs.MTU1024)
 	for i := range b.mem[4096:8192] {
 		b.mem[4096+i] = byte(i * 7)
 	}
-	b.q.PostRecv(&RecvWR{WRID: 9, SGL: []SGE{b.sge(0, 100)}})
-	a.q.PostSend(&SendWR{WRID: 1, Opcode: WROpSend, Flags: Signaled, SGL: []SGE{a.sge(0, 10)}})
-	a.q.PostSend(&SendWR{WRID: 2, Opcode: WROpRDMARead, Flags: Signaled, SGL: []SGE{a.sge(4096, 1000)},
+	b.q.PostRecv(&verbs.RecvWR{WRID: 9, SGL: []mr.SGE{b.sge(0, 100)}})
+	a.q.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 10)}})
+	a.q.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(4096, 1000)},
 		RemoteAddr: b.mr.IOVA() + 4096, RKey: b.mr.RKey()})
 	req := pump(a, 0)
 	if got := opcodes(t, req); len(got) != 2 || got[1] != bth.RCReadRequest || parse(t, req[1]).BTH().PSN() != 101 {
@@ -87,7 +88,7 @@ func TestDuplicateSendAckNeverNamesRead(t *testing.T) {
 		t.Fatalf("duplicate SEND not re-acknowledged with its own PSN 100: %v", opcodes(t, resp))
 	}
 	deliver(t, a, dl, resp...)
-	if len(a.cq.wcs) != 2 || a.cq.wcs[0].Status != WCSuccess || a.cq.wcs[1].Status != WCSuccess {
+	if len(a.cq.wcs) != 2 || a.cq.wcs[0].Status != verbs.WCSuccess || a.cq.wcs[1].Status != verbs.WCSuccess {
 		t.Fatalf("%+v", a.cq.wcs)
 	}
 	if !bytes.Equal(a.mem[4096:5096], b.mem[4096:5096]) {
@@ -98,8 +99,8 @@ func TestDuplicateSendAckNeverNamesRead(t *testing.T) {
 // F2: an RNR NAK that implicitly acknowledges an earlier request restores
 // the RNR retry budget, as every acknowledgement that makes progress does.
 func TestImpliedAckRestoresRNRBudget(t *testing.T) {
-	a, b := pair(t, MTU1024) // rnr_retry 2, min_rnr_timer 3 (30 us)
-	a.q.PostSend(&SendWR{WRID: 1, Opcode: WROpSend, Flags: Signaled, SGL: []SGE{a.sge(0, 10)}})
+	a, b := pair(t, verbs.MTU1024) // rnr_retry 2, min_rnr_timer 3 (30 us)
+	a.q.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 10)}})
 	now := time.Duration(0)
 	// Two RNR NAKs for the first SEND spend the budget.
 	for i := 0; i < 2; i++ {
@@ -109,30 +110,30 @@ func TestImpliedAckRestoresRNRBudget(t *testing.T) {
 		a.q.OnTimer(now)
 	}
 	// Now it is taken, and its ACK is lost.
-	b.q.PostRecv(&RecvWR{WRID: 9, SGL: []SGE{b.sge(0, 100)}})
+	b.q.PostRecv(&verbs.RecvWR{WRID: 9, SGL: []mr.SGE{b.sge(0, 100)}})
 	deliver(t, b, now, pump(a, now)...)
 	pump(b, now)
 	// The second SEND meets an empty receive queue: its RNR NAK implies
 	// the first SEND's ACK.
-	a.q.PostSend(&SendWR{WRID: 2, Opcode: WROpSend, Flags: Signaled, SGL: []SGE{a.sge(0, 10)}})
+	a.q.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 10)}})
 	deliver(t, b, now, pump(a, now)...)
 	nak := pump(b, now)
 	if p := parse(t, nak[0]); !p.AETH().Syndrome().IsRNR() || p.BTH().PSN() != 101 {
 		t.Fatalf("%v psn %v", p.AETH().Syndrome(), p.BTH().PSN())
 	}
 	deliver(t, a, now, nak...)
-	if len(a.cq.wcs) != 1 || a.cq.wcs[0].WRID != 1 || a.cq.wcs[0].Status != WCSuccess {
+	if len(a.cq.wcs) != 1 || a.cq.wcs[0].WRID != 1 || a.cq.wcs[0].Status != verbs.WCSuccess {
 		t.Fatalf("first SEND: %+v", a.cq.wcs)
 	}
-	if a.q.State() != StateRTS {
+	if a.q.State() != verbs.QPStateRTS {
 		t.Fatalf("the implied ACK left no RNR budget: QP %v, completions %+v", a.q.State(), a.cq.wcs)
 	}
 	now, _ = a.q.NextDeadline()
 	a.q.OnTimer(now)
-	b.q.PostRecv(&RecvWR{WRID: 10, SGL: []SGE{b.sge(0, 100)}})
+	b.q.PostRecv(&verbs.RecvWR{WRID: 10, SGL: []mr.SGE{b.sge(0, 100)}})
 	deliver(t, b, now, pump(a, now)...)
 	deliver(t, a, now, pump(b, now)...)
-	if len(a.cq.wcs) != 2 || a.cq.wcs[1].Status != WCSuccess {
+	if len(a.cq.wcs) != 2 || a.cq.wcs[1].Status != verbs.WCSuccess {
 		t.Fatalf("%+v", a.cq.wcs)
 	}
 }
@@ -140,9 +141,9 @@ func TestImpliedAckRestoresRNRBudget(t *testing.T) {
 // F2: a sequence NAK that implicitly acknowledges earlier requests
 // restores the transport retry budget.
 func TestImpliedAckRestoresRetryBudget(t *testing.T) {
-	a, b := pair(t, MTU1024) // retry_cnt 3
-	wr := func(id uint64) *SendWR {
-		return &SendWR{WRID: id, Opcode: WROpRDMAWrite, Flags: Signaled, SGL: []SGE{a.sge(0, 10)},
+	a, b := pair(t, verbs.MTU1024) // retry_cnt 3
+	wr := func(id uint64) *verbs.SendWR {
+		return &verbs.SendWR{WRID: id, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 10)},
 			RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}
 	}
 	a.q.PostSend(wr(1))
@@ -162,7 +163,7 @@ func TestImpliedAckRestoresRetryBudget(t *testing.T) {
 	// implies the first WRITE's ACK.
 	deliver(t, b, now, first...)
 	pump(b, now)
-	a.q.PostSend(&SendWR{WRID: 2, Opcode: WROpRDMAWrite, Flags: Signaled, SGL: []SGE{a.sge(0, 2048)},
+	a.q.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 2048)},
 		RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
 	two := pump(a, now)
 	deliver(t, b, now, two[1])
@@ -171,15 +172,15 @@ func TestImpliedAckRestoresRetryBudget(t *testing.T) {
 		t.Fatalf("%v psn %v", p.AETH().Syndrome(), p.BTH().PSN())
 	}
 	deliver(t, a, now, nak...)
-	if len(a.cq.wcs) != 1 || a.cq.wcs[0].Status != WCSuccess {
+	if len(a.cq.wcs) != 1 || a.cq.wcs[0].Status != verbs.WCSuccess {
 		t.Fatalf("first WRITE: %+v", a.cq.wcs)
 	}
-	if a.q.State() != StateRTS {
+	if a.q.State() != verbs.QPStateRTS {
 		t.Fatalf("the implied ACK left no retry budget: QP %v, completions %+v", a.q.State(), a.cq.wcs)
 	}
 	deliver(t, b, now, pump(a, now)...)
 	deliver(t, a, now, pump(b, now)...)
-	if len(a.cq.wcs) != 2 || a.cq.wcs[1].Status != WCSuccess {
+	if len(a.cq.wcs) != 2 || a.cq.wcs[1].Status != verbs.WCSuccess {
 		t.Fatalf("%+v", a.cq.wcs)
 	}
 }
@@ -188,16 +189,16 @@ func TestImpliedAckRestoresRetryBudget(t *testing.T) {
 func connectRd(t *testing.T, a, b *end, sq, rq bth.PSN, maxRd, maxDestRd uint8) {
 	t.Helper()
 	for _, s := range []struct {
-		attr Attr
-		mask AttrMask
+		attr verbs.QPAttr
+		mask verbs.QPAttrMask
 	}{
-		{Attr{State: StateInit, PortNum: 1, AccessFlags: mr.AccessRemoteWrite | mr.AccessRemoteRead | mr.AccessRemoteAtomic},
-			AttrState | AttrPKeyIndex | AttrPort | AttrAccessFlags},
-		{Attr{State: StateRTR, PathMTU: MTU1024, DestQPN: b.q.QPN(), RQPSN: rq, MaxDestRdAtomic: maxDestRd, MinRNRTimer: 3,
-			AH: AHAttr{DGID: bth.GIDFromAddr(b.env.addr)}},
-			AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer},
-		{Attr{State: StateRTS, SQPSN: sq, Timeout: 10, RetryCnt: 3, RNRRetry: 2, MaxRdAtomic: maxRd},
-			AttrState | AttrSQPSN | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic},
+		{verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, AccessFlags: mr.AccessRemoteWrite | mr.AccessRemoteRead | mr.AccessRemoteAtomic},
+			verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
+		{verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPN: b.q.QPN(), RQPSN: rq, MaxDestRdAtomic: maxDestRd, MinRNRTimer: 3,
+			AH: verbs.AHAttr{DGID: bth.GIDFromAddr(b.env.addr)}},
+			verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
+		{verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: sq, Timeout: 10, RetryCnt: 3, RNRRetry: 2, MaxRdAtomic: maxRd},
+			verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic},
 	} {
 		if err := a.q.Modify(&s.attr, s.mask); err != nil {
 			t.Fatal(err)
@@ -209,39 +210,39 @@ func connectRd(t *testing.T, a, b *end, sq, rq bth.PSN, maxRd, maxDestRd uint8) 
 // resources, because an rxe requester set to 3 keeps four READs
 // outstanding; the duplicate of the oldest must still be answered.
 func TestReadResourcesRoundedUp(t *testing.T) {
-	a := newEnd(t, TypeRC, 20, "10.0.0.1")
-	b := newEnd(t, TypeRC, 30, "10.0.0.2")
+	a := newEnd(t, verbs.QPTypeRC, 20, "10.0.0.1")
+	b := newEnd(t, verbs.QPTypeRC, 30, "10.0.0.2")
 	connectRd(t, a, b, 100, 500, 4, 4) // the rxe requester: 3 rounded up to 4
 	connectRd(t, b, a, 500, 100, 3, 3)
 	for i := 0; i < 4; i++ {
-		a.q.PostSend(&SendWR{WRID: uint64(i), Opcode: WROpRDMARead, Flags: Signaled,
-			SGL: []SGE{a.sge(i*1000, 1000)}, RemoteAddr: b.mr.IOVA() + uint64(i*1000), RKey: b.mr.RKey()})
+		a.q.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled,
+			SGL: []mr.SGE{a.sge(i*1000, 1000)}, RemoteAddr: b.mr.IOVA() + uint64(i*1000), RKey: b.mr.RKey()})
 	}
 	req := pump(a, 0)
 	if len(req) != 4 {
 		t.Fatalf("%d READ requests", len(req))
 	}
 	deliver(t, b, 0, req...)
-	if got := len(pump(b, 0)); got != 4 || b.q.State() != StateRTS {
+	if got := len(pump(b, 0)); got != 4 || b.q.State() != verbs.QPStateRTS {
 		t.Fatalf("%d responses for four outstanding READs, QP %v", got, b.q.State())
 	}
 	// All responses lost; the oldest READ comes again.
 	deliver(t, b, 0, req[0])
 	if got := pump(b, 0); len(got) != 1 || parse(t, got[0]).Opcode != bth.RCReadResponseOnly {
-		t.Fatalf("duplicate of the oldest READ answered with %v (dup_no_resource %d)", opcodes(t, got), b.cnt[CntDupNoResource])
+		t.Fatalf("duplicate of the oldest READ answered with %v (dup_no_resource %d)", opcodes(t, got), b.cnt[verbs.CntDupNoResource])
 	}
 }
 
 // Amplification: a requester that ignores max_dest_rd_atomic gets the
 // invalid request NAK for the first READ beyond it, not every READ served.
 func TestReadsBeyondResourcesRefused(t *testing.T) {
-	a := newEnd(t, TypeRC, 20, "10.0.0.1")
-	b := newEnd(t, TypeRC, 30, "10.0.0.2")
+	a := newEnd(t, verbs.QPTypeRC, 20, "10.0.0.1")
+	b := newEnd(t, verbs.QPTypeRC, 30, "10.0.0.2")
 	connectRd(t, a, b, 100, 500, 64, 64) // a hostile requester
 	connectRd(t, b, a, 500, 100, 1, 1)
 	for i := 0; i < 64; i++ {
-		a.q.PostSend(&SendWR{WRID: uint64(i), Opcode: WROpRDMARead, Flags: Signaled,
-			SGL: []SGE{a.sge(0, 1024)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+		a.q.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled,
+			SGL: []mr.SGE{a.sge(0, 1024)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
 	}
 	req := pump(a, 0)
 	if len(req) != 64 {
@@ -260,15 +261,15 @@ func TestReadsBeyondResourcesRefused(t *testing.T) {
 			}
 		}
 	}
-	if data > 1024 || naks != 1 || b.q.State() != StateErr || b.cnt[CntRdAtomicExceeded] != 1 {
+	if data > 1024 || naks != 1 || b.q.State() != verbs.QPStateErr || b.cnt[verbs.CntRdAtomicExceeded] != 1 {
 		t.Fatalf("%d bytes served for 64 READs with max_dest_rd_atomic 1, %d NAKs, QP %v", data, naks, b.q.State())
 	}
 }
 
 // A READ longer than its MR is refused, not served up to the MR's end.
 func TestReadPastMRRefused(t *testing.T) {
-	a, b := pair(t, MTU1024)
-	a.q.PostSend(&SendWR{WRID: 1, Opcode: WROpRDMARead, Flags: Signaled, SGL: []SGE{a.sge(0, 8192)},
+	a, b := pair(t, verbs.MTU1024)
+	a.q.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 8192)},
 		RemoteAddr: b.mr.IOVA() + uint64(len(b.mem)) - 4096, RKey: b.mr.RKey()})
 	deliver(t, b, 0, pump(a, 0)...)
 	resp := pump(b, 0)
@@ -284,7 +285,7 @@ func TestReadSpanningHalfThePSNSpace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("maps 4 GiB of address space")
 	}
-	a, b := pair(t, MTU256)
+	a, b := pair(t, verbs.MTU256)
 	const size = 1 << 31
 	reg := func(e *end) *mr.MR {
 		m, err := e.pd.RegMR(mr.Slice(make([]byte, size)), mr.AccessLocalWrite|mr.AccessRemoteRead)
@@ -294,8 +295,8 @@ func TestReadSpanningHalfThePSNSpace(t *testing.T) {
 		return m
 	}
 	am, bm := reg(a), reg(b)
-	if err := a.q.PostSend(&SendWR{WRID: 1, Opcode: WROpRDMARead, Flags: Signaled,
-		SGL: []SGE{{Addr: am.IOVA(), Length: size, LKey: am.LKey()}}, RemoteAddr: bm.IOVA(), RKey: bm.RKey()}); err != nil {
+	if err := a.q.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled,
+		SGL: []mr.SGE{{Addr: am.IOVA(), Length: size, LKey: am.LKey()}}, RemoteAddr: bm.IOVA(), RKey: bm.RKey()}); err != nil {
 		t.Fatal(err)
 	}
 	req := pump(a, 0)
@@ -312,8 +313,8 @@ func TestReadSpanningHalfThePSNSpace(t *testing.T) {
 	b.q.Pump(0, 300)
 	resp := b.env.take()
 	deliver(t, a, 0, resp...)
-	if a.cnt[CntBadResponse] != 0 || a.q.sq.at(a.q.req.compIdx).rdDone != 300*256 {
-		t.Fatalf("bad_response %d, %d bytes placed", a.cnt[CntBadResponse], a.q.sq.at(a.q.req.compIdx).rdDone)
+	if a.cnt[verbs.CntBadResponse] != 0 || a.q.sq.at(a.q.req.compIdx).rdDone != 300*256 {
+		t.Fatalf("bad_response %d, %d bytes placed", a.cnt[verbs.CntBadResponse], a.q.sq.at(a.q.req.compIdx).rdDone)
 	}
 	if _, ok := a.q.NextDeadline(); !ok {
 		t.Fatal("no retransmit timer armed after progress")
@@ -323,25 +324,25 @@ func TestReadSpanningHalfThePSNSpace(t *testing.T) {
 // F5: a UD send whose Q_Key has the high bit set uses the QP's own Q_Key
 // (IBTA C10-15).
 func TestControlledQKey(t *testing.T) {
-	a := newEnd(t, TypeUD, 40, "10.0.0.3")
+	a := newEnd(t, verbs.QPTypeUD, 40, "10.0.0.3")
 	for _, s := range []struct {
-		attr Attr
-		mask AttrMask
+		attr verbs.QPAttr
+		mask verbs.QPAttrMask
 	}{
-		{Attr{State: StateInit, PortNum: 1, QKey: 0x1234}, AttrState | AttrPKeyIndex | AttrPort | AttrQKey},
-		{Attr{State: StateRTR}, AttrState},
-		{Attr{State: StateRTS, SQPSN: 7}, AttrState | AttrSQPSN},
+		{verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, QKey: 0x1234}, verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrQKey},
+		{verbs.QPAttr{State: verbs.QPStateRTR}, verbs.AttrState},
+		{verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 7}, verbs.AttrState | verbs.AttrSQPSN},
 	} {
 		if err := a.q.Modify(&s.attr, s.mask); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var ah AH
-	if err := a.env.ResolveAH(&AHAttr{DGID: bth.GIDFromAddr(a.env.addr)}, &ah); err != nil {
+	var ah verbs.AH
+	if err := a.env.ResolveAH(&verbs.AHAttr{DGID: bth.GIDFromAddr(a.env.addr)}, &ah); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ wr, want uint32 }{{0x11111111, 0x11111111}, {0x80000000, 0x1234}, {0xdeadbeef, 0x1234}} {
-		if err := a.q.PostSend(&SendWR{WRID: 1, Opcode: WROpSend, SGL: []SGE{a.sge(0, 8)}, AH: &ah,
+		if err := a.q.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, SGL: []mr.SGE{a.sge(0, 8)}, AH: &ah,
 			RemoteQPN: 41, RemoteQKey: c.wr}); err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/verbs"
 )
 
 // Protocol constants, as in rdma_rxe.
@@ -25,35 +26,24 @@ const (
 	MaxPktPerAck = 64
 	// MaxRdAtomic is the largest max_rd_atomic and max_dest_rd_atomic.
 	MaxRdAtomic = 128
-	// GSIQKey is the Q_Key of QP1.
-	GSIQKey = 0x80010000
-	// ControlledQKey is the high bit of a Q_Key. A UD send request whose
-	// Q_Key has it set is sent with the QP's own Q_Key instead (IBTA
-	// C10-15).
-	ControlledQKey = 0x80000000
-	// GRHLen is the space at the start of a UD receive buffer that receives
-	// the GRH (or, for IPv4, the IP header in its last 20 bytes).
-	GRHLen = 40
-	// DefaultPKey is the only partition key: the default, full membership.
-	DefaultPKey = 0xffff
 )
 
 // Env is the QP's view of the device that drives it.
 type Env interface {
 	// Frame returns a buffer of n bytes for a transport packet (BTH to
 	// ICRC) to be sent toward ah, or nil if no transmit buffer is free.
-	Frame(ah *AH, n int) []byte
+	Frame(ah *verbs.AH, n int) []byte
 	// Send transmits the packet built in the buffer Frame returned last.
 	// src is the sending QP, which fixes the UDP source port.
-	Send(ah *AH, src bth.QPN, pkt []byte)
+	Send(ah *verbs.AH, src bth.QPN, pkt []byte)
 	// ResolveAH fills in ah from attr: the source address from the GID
 	// table and the Ethernet, IP and UDP headers.
-	ResolveAH(attr *AHAttr, ah *AH) error
+	ResolveAH(attr *verbs.AHAttr, ah *verbs.AH) error
 	// Invalidate invalidates rkey for a SEND with invalidate received by a
 	// QP of pd.
 	Invalidate(pd *mr.PD, rkey uint32) error
 	// Event reports an asynchronous event about q or srq.
-	Event(t EventType, q *QP, srq *SRQ)
+	Event(t verbs.EventType, q *QP, srq *SRQ)
 }
 
 // CQ receives completions.
@@ -62,23 +52,23 @@ type CQ interface {
 	// case the completion is lost. solicited is set for receive
 	// completions of messages with the solicited event bit. wc is passed
 	// by value so that completing work allocates nothing.
-	Push(wc WC, solicited bool) bool
+	Push(wc verbs.WC, solicited bool) bool
 }
 
 // Config describes a QP to create (struct ibv_qp_init_attr plus what the
 // device supplies).
 type Config struct {
 	QPN      bth.QPN
-	Type     Type
+	Type     verbs.QPType
 	PD       *mr.PD
 	SendCQ   CQ
 	RecvCQ   CQ
 	SRQ      *SRQ // receive requests come from here instead of the QP's own queue
-	Cap      Cap
-	SigAll   bool // every send request completes, Signaled or not
-	PortMTU  MTU  // active MTU of the port: the UD message limit and path MTU bound
+	Cap      verbs.QPCap
+	SigAll   bool      // every send request completes, Signaled or not
+	PortMTU  verbs.MTU // active MTU of the port: the UD message limit and path MTU bound
 	Env      Env
-	Counters *Counters
+	Counters *verbs.Counters
 	Context  any // free for the device's use
 }
 
@@ -86,16 +76,16 @@ type Config struct {
 // responder.
 type QP struct {
 	qpn     bth.QPN
-	typ     Type
+	typ     verbs.QPType
 	pd      *mr.PD
 	scq     CQ
 	rcq     CQ
 	srq     *SRQ
-	cap     Cap
+	cap     verbs.QPCap
 	sigAll  bool
-	portMTU MTU
+	portMTU verbs.MTU
 	env     Env
-	cnt     *Counters
+	cnt     *verbs.Counters
 	// Context is free for the device's use.
 	Context any
 
@@ -104,10 +94,10 @@ type QP struct {
 	rq       recvRing
 
 	// Loop-owned state.
-	state State
-	attr  Attr
+	state verbs.QPState
+	attr  verbs.QPAttr
 	mtu   int // path MTU in bytes
-	av    AH
+	av    verbs.AH
 	qkey  uint32
 	rto   time.Duration // retransmit timeout, 0 if disabled
 	hdr   bth.Headers   // scratch for building packets
@@ -124,16 +114,16 @@ func New(c *Config) *QP {
 		Context: c.Context,
 	}
 	if q.cnt == nil {
-		q.cnt = new(Counters)
+		q.cnt = new(verbs.Counters)
 	}
-	if q.typ == TypeGSI {
-		q.qkey = GSIQKey
+	if q.typ == verbs.QPTypeGSI {
+		q.qkey = verbs.GSIQKey
 	}
 	maxSend := max(c.Cap.MaxSendWR, 1)
 	q.sq.init(maxSend)
 	for i := range q.sq.slots {
 		s := &q.sq.slots[i]
-		s.sgl = make([]SGE, 0, c.Cap.MaxSendSGE)
+		s.sgl = make([]mr.SGE, 0, c.Cap.MaxSendSGE)
 		if c.Cap.MaxInlineData > 0 {
 			s.inline = make([]byte, 0, c.Cap.MaxInlineData)
 		}
@@ -142,7 +132,7 @@ func New(c *Config) *QP {
 		q.rq.initRecv(max(c.Cap.MaxRecvWR, 1), c.Cap.MaxRecvSGE)
 	}
 	if c.SRQ != nil {
-		q.resp.srqWQE.sgl = make([]SGE, 0, c.SRQ.rq.maxSGE)
+		q.resp.srqWQE.sgl = make([]mr.SGE, 0, c.SRQ.rq.maxSGE)
 	}
 	q.resp.out.init(respQueueLen)
 	q.attr.PortNum = 1
@@ -157,7 +147,7 @@ func New(c *Config) *QP {
 func (q *QP) QPN() bth.QPN { return q.qpn }
 
 // Type returns the transport type.
-func (q *QP) Type() Type { return q.typ }
+func (q *QP) Type() verbs.QPType { return q.typ }
 
 // PD returns the protection domain.
 func (q *QP) PD() *mr.PD { return q.pd }
@@ -167,12 +157,12 @@ func (q *QP) SRQ() *SRQ { return q.srq }
 
 // State returns the current state. It may be called from any goroutine;
 // the answer may be stale.
-func (q *QP) State() State { return q.pubState.load() }
+func (q *QP) State() verbs.QPState { return q.pubState.load() }
 
 // AH returns the QP's resolved primary path (RC and UC).
-func (q *QP) AH() *AH { return &q.av }
+func (q *QP) AH() *verbs.AH { return &q.av }
 
-func (q *QP) setState(s State) {
+func (q *QP) setState(s verbs.QPState) {
 	q.state = s
 	q.attr.State = s
 	q.pubState.store(s)
@@ -185,32 +175,32 @@ func (q *QP) setState(s State) {
 // serialized by the caller. Errors name what is wrong with the request;
 // requests whose problems show only when executed (bad lkey, remote
 // errors) complete with an error status instead.
-func (q *QP) PostSend(wr *SendWR) error {
+func (q *QP) PostSend(wr *verbs.SendWR) error {
 	switch q.pubState.load() {
-	case StateRTS, StateSQD, StateSQE, StateErr:
+	case verbs.QPStateRTS, verbs.QPStateSQD, verbs.QPStateSQE, verbs.QPStateErr:
 	default:
 		return ErrPostState
 	}
-	if uint32(len(wr.SGL)) > q.cap.MaxSendSGE && !(wr.Flags&Inline != 0 && wr.InlineData != nil) {
+	if uint32(len(wr.SGL)) > q.cap.MaxSendSGE && !(wr.Flags&verbs.Inline != 0 && wr.InlineData != nil) {
 		return ErrTooManySGE
 	}
 	switch q.typ {
-	case TypeRC:
+	case verbs.QPTypeRC:
 		switch wr.Opcode {
-		case WROpSend, WROpSendWithImm, WROpSendWithInv, WROpRDMAWrite,
-			WROpRDMAWriteWithImm, WROpRDMARead, WROpAtomicCmpSwp, WROpAtomicFetchAdd,
-			WROpLocalInv, WROpBindMW, WROpRegMR:
+		case verbs.WROpSend, verbs.WROpSendWithImm, verbs.WROpSendWithInv, verbs.WROpRDMAWrite,
+			verbs.WROpRDMAWriteWithImm, verbs.WROpRDMARead, verbs.WROpAtomicCmpSwp, verbs.WROpAtomicFetchAdd,
+			verbs.WROpLocalInv, verbs.WROpBindMW, verbs.WROpRegMR:
 		default:
 			return ErrOpcode
 		}
-	case TypeUC:
+	case verbs.QPTypeUC:
 		switch wr.Opcode {
-		case WROpSend, WROpSendWithImm, WROpRDMAWrite, WROpRDMAWriteWithImm, WROpBindMW:
+		case verbs.WROpSend, verbs.WROpSendWithImm, verbs.WROpRDMAWrite, verbs.WROpRDMAWriteWithImm, verbs.WROpBindMW:
 		default:
 			return ErrOpcode
 		}
 	default:
-		if wr.Opcode != WROpSend && wr.Opcode != WROpSendWithImm {
+		if wr.Opcode != verbs.WROpSend && wr.Opcode != verbs.WROpSendWithImm {
 			return ErrOpcode
 		}
 		if wr.AH == nil {
@@ -221,7 +211,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 		return err
 	}
 	var total uint64
-	inline := wr.Flags&Inline != 0 && (wr.Opcode.isSend() || wr.Opcode.isWrite())
+	inline := wr.Flags&verbs.Inline != 0 && (isSend(wr.Opcode) || isWrite(wr.Opcode))
 	if inline && wr.InlineData != nil {
 		total = uint64(len(wr.InlineData))
 	} else {
@@ -235,7 +225,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 	if inline && total > uint64(q.cap.MaxInlineData) {
 		return ErrInlineTooBig
 	}
-	if wr.Opcode.isAtomic() && (total != 8 || wr.RemoteAddr&7 != 0) {
+	if isAtomic(wr.Opcode) && (total != 8 || wr.RemoteAddr&7 != 0) {
 		return ErrAtomicWR
 	}
 	if q.sq.full() {
@@ -246,7 +236,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 	sgl, in := s.sgl, s.inline
 	// Copy field by field: storing *wr whole would make the caller's SGL
 	// escape to the heap, and posting would allocate.
-	s.wr = SendWR{WRID: wr.WRID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm,
+	s.wr = verbs.SendWR{WRID: wr.WRID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm,
 		InvalidateRKey: wr.InvalidateRKey, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey,
 		CompareAdd: wr.CompareAdd, Swap: wr.Swap, RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey,
 		Bind: wr.Bind, RegAccess: wr.RegAccess}
@@ -259,7 +249,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 		if wr.InlineData != nil {
 			copy(in, wr.InlineData)
 		} else if _, err := q.pd.Gather(wr.SGL, 0, in); err != nil {
-			s.wr = SendWR{}
+			s.wr = verbs.SendWR{}
 			return ErrInlineGather
 		}
 		s.wr.InlineData = in
@@ -271,7 +261,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 	}
 	s.sgl, s.inline = sgl, in
 	s.state = wqePosted
-	s.status = WCSuccess
+	s.status = verbs.WCSuccess
 	s.started, s.hasRd = false, false
 	s.sent, s.rdDone = 0, 0
 	q.sq.prod.Store(p + 1)
@@ -280,11 +270,11 @@ func (q *QP) PostSend(wr *SendWR) error {
 
 // PostRecv validates wr and queues it on the QP's receive queue
 // (ibv_post_recv for one request). The same rules as for PostSend apply.
-func (q *QP) PostRecv(wr *RecvWR) error {
+func (q *QP) PostRecv(wr *verbs.RecvWR) error {
 	if q.srq != nil {
 		return ErrHasSRQ
 	}
-	if q.pubState.load() == StateReset {
+	if q.pubState.load() == verbs.QPStateReset {
 		return ErrPostState
 	}
 	return q.rq.post(wr)
@@ -313,9 +303,9 @@ func (q *QP) RecvQueueLen() uint32 {
 // completions of UD and UC sends.
 func (q *QP) Pump(now time.Duration, budget int) (sent int, more bool) {
 	switch q.state {
-	case StateErr:
+	case verbs.QPStateErr:
 		q.flush()
-	case StateSQE:
+	case verbs.QPStateSQE:
 		q.toSQE() // requests posted in SQE are flushed
 	}
 	n, blocked := q.pumpResp(budget)
@@ -323,7 +313,7 @@ func (q *QP) Pump(now time.Duration, budget int) (sent int, more bool) {
 	if blocked {
 		return sent, true
 	}
-	if q.state == StateErr {
+	if q.state == verbs.QPStateErr {
 		q.flush() // a failed READ response may have moved the QP to error
 		return sent, false
 	}
@@ -339,16 +329,16 @@ func (q *QP) HasWork() bool {
 		return true
 	}
 	switch q.state {
-	case StateErr:
+	case verbs.QPStateErr:
 		return q.sq.prod.Load() != q.req.compIdx || (q.srq == nil && q.rq.count() != 0)
-	case StateSQE:
+	case verbs.QPStateSQE:
 		return q.sq.prod.Load() != q.req.compIdx
 	}
 	return q.hasSendWork()
 }
 
 func (q *QP) hasSendWork() bool {
-	if q.state != StateRTS && q.state != StateSQD {
+	if q.state != verbs.QPStateRTS && q.state != verbs.QPStateSQD {
 		return false
 	}
 	return q.req.reqIdx != q.sq.prod.Load() && !q.req.waitRNR
@@ -373,16 +363,16 @@ func (q *QP) OnTimer(now time.Duration) {
 	r := &q.req
 	if r.waitRNR && now >= r.rnrAt {
 		r.waitRNR = false
-		if q.state == StateRTS || q.state == StateSQD {
+		if q.state == verbs.QPStateRTS || q.state == verbs.QPStateSQD {
 			q.goBack()
 		}
 	}
 	if r.retransArmed && now >= r.retransAt {
 		r.retransArmed = false
-		if (q.state == StateRTS || q.state == StateSQD) && q.outstanding() {
-			q.cnt[CntTimeouts]++
+		if (q.state == verbs.QPStateRTS || q.state == verbs.QPStateSQD) && q.outstanding() {
+			q.cnt[verbs.CntTimeouts]++
 			q.errorRetry(now, true)
-			if q.state != StateErr && q.outstanding() && !r.retransArmed {
+			if q.state != verbs.QPStateErr && q.outstanding() && !r.retransArmed {
 				q.armRetrans(now)
 			}
 		}
@@ -397,48 +387,48 @@ func (q *QP) Receive(now time.Duration, pkt *bth.Packet) {
 	info := pkt.Info()
 	var want bth.Service
 	switch q.typ {
-	case TypeRC:
+	case verbs.QPTypeRC:
 		want = bth.ServiceRC
-	case TypeUC:
+	case verbs.QPTypeUC:
 		want = bth.ServiceUC
 	default:
 		want = bth.ServiceUD
 	}
 	if info.Service != want {
-		q.cnt[CntWrongType]++
+		q.cnt[verbs.CntWrongType]++
 		return
 	}
 	if info.Request {
 		switch q.state {
-		case StateRTR, StateRTS, StateSQD, StateSQE:
+		case verbs.QPStateRTR, verbs.QPStateRTS, verbs.QPStateSQD, verbs.QPStateSQE:
 		default:
-			q.cnt[CntWrongState]++
+			q.cnt[verbs.CntWrongState]++
 			return
 		}
-	} else if q.state != StateRTS && q.state != StateSQD {
-		q.cnt[CntWrongState]++
+	} else if q.state != verbs.QPStateRTS && q.state != verbs.QPStateSQD {
+		q.cnt[verbs.CntWrongState]++
 		return
 	}
 	b := pkt.BTH()
-	if b.PKey()&0x7fff != DefaultPKey&0x7fff {
-		q.cnt[CntBadPKey]++
+	if b.PKey()&0x7fff != verbs.DefaultPKey&0x7fff {
+		q.cnt[verbs.CntBadPKey]++
 		return
 	}
-	if q.typ.datagram() {
+	if datagram(q.typ) {
 		if pkt.DETH().QKey() != q.qkey {
-			q.cnt[CntBadQKey]++
+			q.cnt[verbs.CntBadQKey]++
 			return
 		}
 	} else if pkt.SrcAddr() != q.av.Encap.Dst || pkt.DstAddr() != q.av.Encap.Src {
-		q.cnt[CntBadAddr]++
+		q.cnt[verbs.CntBadAddr]++
 		return
 	}
-	q.cnt[CntRcvdPkts]++
+	q.cnt[verbs.CntRcvdPkts]++
 	if info.Request {
 		switch q.typ {
-		case TypeRC:
+		case verbs.QPTypeRC:
 			q.rcRequest(pkt)
-		case TypeUC:
+		case verbs.QPTypeUC:
 			q.ucRequest(pkt)
 		default:
 			q.udRequest(pkt)
@@ -452,10 +442,10 @@ func (q *QP) Receive(now time.Duration, pkt *bth.Packet) {
 
 // toErr moves the QP to the error state and flushes its queues.
 func (q *QP) toErr() {
-	if q.state == StateErr {
+	if q.state == verbs.QPStateErr {
 		return
 	}
-	q.setState(StateErr)
+	q.setState(verbs.QPStateErr)
 	q.req.retransArmed = false
 	q.req.waitRNR = false
 	q.resp.out.dropReads()
@@ -469,7 +459,7 @@ func (q *QP) flush() {
 	prod := q.sq.prod.Load()
 	for r.compIdx != prod {
 		w := q.sq.at(r.compIdx)
-		wc := WC{WRID: w.wr.WRID, Status: WCWRFlushErr, Opcode: wcOpcode(w.wr.Opcode), QPNum: q.qpn}
+		wc := verbs.WC{WRID: w.wr.WRID, Status: verbs.WCWRFlushErr, Opcode: w.wr.Opcode.WCOpcode(), QPNum: q.qpn}
 		if w.state == wqeError {
 			wc.Status = w.status
 		}
@@ -482,13 +472,13 @@ func (q *QP) flush() {
 	rs := &q.resp
 	if q.srq != nil {
 		if rs.rwqe != nil {
-			wc := WC{WRID: rs.rwqe.wrid, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: q.qpn}
+			wc := verbs.WC{WRID: rs.rwqe.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.qpn}
 			q.pushRecv(&wc, false)
 		}
 	} else {
 		prod := q.rq.prod.Load()
 		for c := q.rq.cons.Load(); c != prod; c++ {
-			wc := WC{WRID: q.rq.at(c).wrid, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: q.qpn}
+			wc := verbs.WC{WRID: q.rq.at(c).wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.qpn}
 			q.pushRecv(&wc, false)
 			q.rq.cons.Store(c + 1)
 		}
@@ -496,19 +486,19 @@ func (q *QP) flush() {
 	rs.rwqe = nil
 }
 
-func (q *QP) pushSend(wc *WC) {
+func (q *QP) pushSend(wc *verbs.WC) {
 	if !q.scq.Push(*wc, false) {
-		q.cnt[CntCQOverflow]++
-		if q.state != StateErr {
+		q.cnt[verbs.CntCQOverflow]++
+		if q.state != verbs.QPStateErr {
 			q.toErr()
 		}
 	}
 }
 
-func (q *QP) pushRecv(wc *WC, solicited bool) {
+func (q *QP) pushRecv(wc *verbs.WC, solicited bool) {
 	if !q.rcq.Push(*wc, solicited) {
-		q.cnt[CntCQOverflow]++
-		if q.state != StateErr {
+		q.cnt[verbs.CntCQOverflow]++
+		if q.state != verbs.QPStateErr {
 			q.toErr()
 		}
 	}

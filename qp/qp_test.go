@@ -9,6 +9,7 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/verbs"
 )
 
 // These tests drive QPs directly, without a device: a fake Env turns
@@ -21,13 +22,13 @@ type fakeEnv struct {
 	hl   int
 	sent [][]byte
 	free [][]byte
-	evs  []EventType
+	evs  []verbs.EventType
 	// invalidate makes Invalidate the memory table's; otherwise it
 	// refuses every key.
 	invalidate bool
 }
 
-func (e *fakeEnv) Frame(ah *AH, n int) []byte {
+func (e *fakeEnv) Frame(ah *verbs.AH, n int) []byte {
 	e.hl = ah.Encap.Len()
 	if k := len(e.free); k > 0 && cap(e.free[k-1]) >= e.hl+n {
 		e.buf = e.free[k-1][:e.hl+n]
@@ -44,7 +45,7 @@ func (e *fakeEnv) recycle() {
 	e.sent = e.sent[:0]
 }
 
-func (e *fakeEnv) Send(ah *AH, src bth.QPN, pkt []byte) {
+func (e *fakeEnv) Send(ah *verbs.AH, src bth.QPN, pkt []byte) {
 	enc := ah.Encap
 	l3, err := enc.Encode(e.buf, len(pkt))
 	if err != nil {
@@ -54,8 +55,8 @@ func (e *fakeEnv) Send(ah *AH, src bth.QPN, pkt []byte) {
 	e.sent = append(e.sent, e.buf)
 }
 
-func (e *fakeEnv) ResolveAH(attr *AHAttr, ah *AH) error {
-	*ah = AH{Attr: *attr, SGID: bth.GIDFromAddr(e.addr)}
+func (e *fakeEnv) ResolveAH(attr *verbs.AHAttr, ah *verbs.AH) error {
+	*ah = verbs.AH{Attr: *attr, SGID: bth.GIDFromAddr(e.addr)}
 	ah.Encap = bth.Encap{DstMAC: attr.DMAC, Src: e.addr, Dst: attr.DGID.Addr(), TTL: 64, DF: true, ID: 1, SrcPort: 0xc000}
 	return nil
 }
@@ -66,15 +67,15 @@ func (e *fakeEnv) Invalidate(pd *mr.PD, rkey uint32) error {
 	}
 	return mr.ErrBadKey
 }
-func (e *fakeEnv) Event(t EventType, q *QP, srq *SRQ) { e.evs = append(e.evs, t) }
-func (e *fakeEnv) take() [][]byte                     { s := e.sent; e.sent = nil; return s }
+func (e *fakeEnv) Event(t verbs.EventType, q *QP, srq *SRQ) { e.evs = append(e.evs, t) }
+func (e *fakeEnv) take() [][]byte                           { s := e.sent; e.sent = nil; return s }
 
 type fakeCQ struct {
-	wcs []WC
+	wcs []verbs.WC
 	max int
 }
 
-func (c *fakeCQ) Push(wc WC, solicited bool) bool {
+func (c *fakeCQ) Push(wc verbs.WC, solicited bool) bool {
 	if c.max > 0 && len(c.wcs) == c.max {
 		return false
 	}
@@ -88,12 +89,12 @@ type end struct {
 	env *fakeEnv
 	cq  *fakeCQ
 	pd  *mr.PD
-	cnt Counters
+	cnt verbs.Counters
 	mem []byte
 	mr  *mr.MR
 }
 
-func newEnd(t *testing.T, typ Type, qpn bth.QPN, ip string) *end {
+func newEnd(t *testing.T, typ verbs.QPType, qpn bth.QPN, ip string) *end {
 	e := &end{env: &fakeEnv{addr: netip.MustParseAddr(ip)}, cq: &fakeCQ{}}
 	e.pd = mr.NewTable(mr.Options{}).AllocPD()
 	e.mem = make([]byte, 1<<16)
@@ -102,29 +103,29 @@ func newEnd(t *testing.T, typ Type, qpn bth.QPN, ip string) *end {
 		t.Fatal(err)
 	}
 	e.mr = m
-	e.q = New(&Config{QPN: qpn, Type: typ, PD: e.pd, SendCQ: e.cq, RecvCQ: e.cq, PortMTU: MTU4096,
-		Cap: Cap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64},
+	e.q = New(&Config{QPN: qpn, Type: typ, PD: e.pd, SendCQ: e.cq, RecvCQ: e.cq, PortMTU: verbs.MTU4096,
+		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64},
 		Env: e.env, Counters: &e.cnt})
 	return e
 }
 
-func (e *end) sge(off, n int) SGE {
-	return SGE{Addr: e.mr.IOVA() + uint64(off), Length: uint32(n), LKey: e.mr.LKey()}
+func (e *end) sge(off, n int) mr.SGE {
+	return mr.SGE{Addr: e.mr.IOVA() + uint64(off), Length: uint32(n), LKey: e.mr.LKey()}
 }
 
-func connect(t *testing.T, a, b *end, mtu MTU, sq, rq bth.PSN) {
+func connect(t *testing.T, a, b *end, mtu verbs.MTU, sq, rq bth.PSN) {
 	t.Helper()
 	steps := []struct {
-		attr Attr
-		mask AttrMask
+		attr verbs.QPAttr
+		mask verbs.QPAttrMask
 	}{
-		{Attr{State: StateInit, PortNum: 1, AccessFlags: mr.AccessRemoteWrite | mr.AccessRemoteRead | mr.AccessRemoteAtomic},
-			AttrState | AttrPKeyIndex | AttrPort | AttrAccessFlags},
-		{Attr{State: StateRTR, PathMTU: mtu, DestQPN: b.q.QPN(), RQPSN: rq, MaxDestRdAtomic: 4, MinRNRTimer: 3,
-			AH: AHAttr{DGID: bth.GIDFromAddr(b.env.addr)}},
-			AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer},
-		{Attr{State: StateRTS, SQPSN: sq, Timeout: 10, RetryCnt: 3, RNRRetry: 2, MaxRdAtomic: 4},
-			AttrState | AttrSQPSN | AttrTimeout | AttrRetryCnt | AttrRNRRetry | AttrMaxQPRdAtomic},
+		{verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, AccessFlags: mr.AccessRemoteWrite | mr.AccessRemoteRead | mr.AccessRemoteAtomic},
+			verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
+		{verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: mtu, DestQPN: b.q.QPN(), RQPSN: rq, MaxDestRdAtomic: 4, MinRNRTimer: 3,
+			AH: verbs.AHAttr{DGID: bth.GIDFromAddr(b.env.addr)}},
+			verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
+		{verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: sq, Timeout: 10, RetryCnt: 3, RNRRetry: 2, MaxRdAtomic: 4},
+			verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic},
 	}
 	for _, s := range steps {
 		if err := a.q.Modify(&s.attr, s.mask); err != nil {
@@ -133,9 +134,9 @@ func connect(t *testing.T, a, b *end, mtu MTU, sq, rq bth.PSN) {
 	}
 }
 
-func pair(t *testing.T, mtu MTU) (*end, *end) {
-	a := newEnd(t, TypeRC, 20, "10.0.0.1")
-	b := newEnd(t, TypeRC, 30, "10.0.0.2")
+func pair(t *testing.T, mtu verbs.MTU) (*end, *end) {
+	a := newEnd(t, verbs.QPTypeRC, 20, "10.0.0.1")
+	b := newEnd(t, verbs.QPTypeRC, 30, "10.0.0.2")
 	connect(t, a, b, mtu, 100, 500)
 	connect(t, b, a, mtu, 500, 100)
 	return a, b
@@ -176,8 +177,8 @@ func parse(t *testing.T, f []byte) *bth.Packet {
 }
 
 func TestGoBackNAfterLoss(t *testing.T) {
-	a, b := pair(t, MTU256)
-	if err := a.q.PostSend(&SendWR{WRID: 1, Opcode: WROpRDMAWrite, Flags: Signaled, SGL: []SGE{a.sge(0, 256*8)},
+	a, b := pair(t, verbs.MTU256)
+	if err := a.q.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 256*8)},
 		RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}); err != nil {
 		t.Fatal(err)
 	}
@@ -196,12 +197,12 @@ func TestGoBackNAfterLoss(t *testing.T) {
 	if !n.AETH().Syndrome().IsNAK() || n.AETH().Syndrome().Value() != bth.NAKPSNSeqError || n.BTH().PSN() != 103 {
 		t.Fatalf("%v %v", n.AETH().Syndrome(), n.BTH().PSN())
 	}
-	if b.cnt[CntOutOfSeqRequest] != 1 {
-		t.Fatalf("out_of_seq_request %d", b.cnt[CntOutOfSeqRequest])
+	if b.cnt[verbs.CntOutOfSeqRequest] != 1 {
+		t.Fatalf("out_of_seq_request %d", b.cnt[verbs.CntOutOfSeqRequest])
 	}
 	// The NAK acknowledges 0-2; the requester goes back to 3.
 	deliver(t, a, 0, resp...)
-	if a.cnt[CntRcvdSeqErr] != 1 {
+	if a.cnt[verbs.CntRcvdSeqErr] != 1 {
 		t.Fatal("rcvd_seq_err")
 	}
 	req = pump(a, 0)
@@ -214,7 +215,7 @@ func TestGoBackNAfterLoss(t *testing.T) {
 	}
 	deliver(t, b, 0, req...)
 	deliver(t, a, 0, pump(b, 0)...)
-	if len(a.cq.wcs) != 1 || a.cq.wcs[0].Status != WCSuccess {
+	if len(a.cq.wcs) != 1 || a.cq.wcs[0].Status != verbs.WCSuccess {
 		t.Fatalf("%+v", a.cq.wcs)
 	}
 	if string(a.mem[:2048]) != string(b.mem[:2048]) {
@@ -223,8 +224,8 @@ func TestGoBackNAfterLoss(t *testing.T) {
 }
 
 func TestTimeoutRetransmitsAndTimerValue(t *testing.T) {
-	a, b := pair(t, MTU1024)
-	a.q.PostSend(&SendWR{WRID: 1, Opcode: WROpRDMAWrite, Flags: Signaled, SGL: []SGE{a.sge(0, 100)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+	a, b := pair(t, verbs.MTU1024)
+	a.q.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 100)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
 	now := 5 * time.Millisecond
 	if len(pump(a, now)) != 1 {
 		t.Fatal("not sent")
@@ -239,8 +240,8 @@ func TestTimeoutRetransmitsAndTimerValue(t *testing.T) {
 	}
 	a.q.OnTimer(dl)
 	again := pump(a, dl)
-	if len(again) != 1 || parse(t, again[0]).BTH().PSN() != 100 || a.cnt[CntRetransmitPkts] != 1 {
-		t.Fatalf("%d %d", len(again), a.cnt[CntRetransmitPkts])
+	if len(again) != 1 || parse(t, again[0]).BTH().PSN() != 100 || a.cnt[verbs.CntRetransmitPkts] != 1 {
+		t.Fatalf("%d %d", len(again), a.cnt[verbs.CntRetransmitPkts])
 	}
 	// After three retries (retry_cnt 3) the fourth timeout fails the request.
 	for i := 0; i < 3; i++ {
@@ -248,15 +249,15 @@ func TestTimeoutRetransmitsAndTimerValue(t *testing.T) {
 		a.q.OnTimer(dl)
 		pump(a, dl)
 	}
-	if len(a.cq.wcs) != 1 || a.cq.wcs[0].Status != WCRetryExcErr || a.q.State() != StateErr {
+	if len(a.cq.wcs) != 1 || a.cq.wcs[0].Status != verbs.WCRetryExcErr || a.q.State() != verbs.QPStateErr {
 		t.Fatalf("%+v %v", a.cq.wcs, a.q.State())
 	}
 }
 
 func TestDuplicateAtomicNotExecutedTwice(t *testing.T) {
-	a, b := pair(t, MTU1024)
+	a, b := pair(t, verbs.MTU1024)
 	binary.NativeEndian.PutUint64(b.mem[64:], 10)
-	a.q.PostSend(&SendWR{WRID: 1, Opcode: WROpAtomicFetchAdd, Flags: Signaled, SGL: []SGE{a.sge(0, 8)},
+	a.q.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpAtomicFetchAdd, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 8)},
 		RemoteAddr: b.mr.IOVA() + 64, RKey: b.mr.RKey(), CompareAdd: 5})
 	req := pump(a, 0)
 	// The request arrives three times: twice while its atomic ACK is still
@@ -280,7 +281,7 @@ func TestDuplicateAtomicNotExecutedTwice(t *testing.T) {
 	if v := binary.NativeEndian.Uint64(b.mem[64:]); v != 15 {
 		t.Fatalf("executed more than once: %d", v)
 	}
-	if b.cnt[CntDuplicateRequest] != 2 {
+	if b.cnt[verbs.CntDuplicateRequest] != 2 {
 		t.Fatal("duplicates not counted")
 	}
 	deliver(t, a, 0, resp...)
@@ -290,11 +291,11 @@ func TestDuplicateAtomicNotExecutedTwice(t *testing.T) {
 }
 
 func TestDuplicateReadServedAgain(t *testing.T) {
-	a, b := pair(t, MTU256)
+	a, b := pair(t, verbs.MTU256)
 	for i := range b.mem[:1000] {
 		b.mem[i] = byte(i)
 	}
-	a.q.PostSend(&SendWR{WRID: 1, Opcode: WROpRDMARead, Flags: Signaled, SGL: []SGE{a.sge(0, 1000)},
+	a.q.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 1000)},
 		RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
 	req := pump(a, 0)
 	deliver(t, b, 0, req...)
@@ -325,14 +326,14 @@ func TestDuplicateReadServedAgain(t *testing.T) {
 		t.Fatalf("%v", got)
 	}
 	deliver(t, a, dl, rest...)
-	if len(a.cq.wcs) != 1 || a.cq.wcs[0].Status != WCSuccess || a.mem[600] != b.mem[600] {
+	if len(a.cq.wcs) != 1 || a.cq.wcs[0].Status != verbs.WCSuccess || a.mem[600] != b.mem[600] {
 		t.Fatalf("%+v", a.cq.wcs)
 	}
 }
 
 func TestRNRNak(t *testing.T) {
-	a, b := pair(t, MTU1024)
-	a.q.PostSend(&SendWR{WRID: 1, Opcode: WROpSend, Flags: Signaled, SGL: []SGE{a.sge(0, 10)}})
+	a, b := pair(t, verbs.MTU1024)
+	a.q.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 10)}})
 	deliver(t, b, 0, pump(a, 0)...)
 	resp := pump(b, 0)
 	p := parse(t, resp[0])
@@ -348,18 +349,18 @@ func TestRNRNak(t *testing.T) {
 		t.Fatal("sent during the RNR wait")
 	}
 	a.q.OnTimer(dl)
-	b.q.PostRecv(&RecvWR{WRID: 9, SGL: []SGE{b.sge(0, 100)}})
+	b.q.PostRecv(&verbs.RecvWR{WRID: 9, SGL: []mr.SGE{b.sge(0, 100)}})
 	deliver(t, b, dl, pump(a, dl)...)
 	deliver(t, a, dl, pump(b, dl)...)
-	if len(a.cq.wcs) != 1 || a.cq.wcs[0].Status != WCSuccess || len(b.cq.wcs) != 1 || b.cq.wcs[0].ByteLen != 10 {
+	if len(a.cq.wcs) != 1 || a.cq.wcs[0].Status != verbs.WCSuccess || len(b.cq.wcs) != 1 || b.cq.wcs[0].ByteLen != 10 {
 		t.Fatalf("%+v %+v", a.cq.wcs, b.cq.wcs)
 	}
 }
 
 func TestACKCoalescing(t *testing.T) {
-	a, b := pair(t, MTU1024)
+	a, b := pair(t, verbs.MTU1024)
 	for i := 0; i < 10; i++ {
-		a.q.PostSend(&SendWR{WRID: uint64(i), Opcode: WROpRDMAWrite, SGL: []SGE{a.sge(0, 10)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+		a.q.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, SGL: []mr.SGE{a.sge(0, 10)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
 	}
 	req := pump(a, 0)
 	deliver(t, b, 0, req...)
@@ -371,8 +372,8 @@ func TestACKCoalescing(t *testing.T) {
 	if p.BTH().PSN() != 109 || p.AETH().MSN() != 10 || p.AETH().Syndrome() != bth.SyndromeACKUnlimited {
 		t.Fatalf("ACK psn %v msn %v", p.BTH().PSN(), p.AETH().MSN())
 	}
-	if b.cnt[CntAckDeferred] != 9 {
-		t.Fatalf("ack_deferred %d", b.cnt[CntAckDeferred])
+	if b.cnt[verbs.CntAckDeferred] != 9 {
+		t.Fatalf("ack_deferred %d", b.cnt[verbs.CntAckDeferred])
 	}
 	// A duplicate is ACKed again even without AckReq.
 	deliver(t, b, 0, req[3])
@@ -382,8 +383,8 @@ func TestACKCoalescing(t *testing.T) {
 }
 
 func TestForgedResponsesIgnored(t *testing.T) {
-	a, b := pair(t, MTU1024)
-	a.q.PostSend(&SendWR{WRID: 1, Opcode: WROpRDMAWrite, Flags: Signaled, SGL: []SGE{a.sge(0, 10)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+	a, b := pair(t, verbs.MTU1024)
+	a.q.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 10)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
 	req := pump(a, 0)
 	// An ACK for a PSN never sent, from the right address: ignored.
 	h := bth.Headers{BTH: bth.BTHFields{Opcode: bth.RCAcknowledge, PKey: 0xffff, DestQP: 20, PSN: 150},
@@ -392,15 +393,15 @@ func TestForgedResponsesIgnored(t *testing.T) {
 	e := b.q.AH().Encap
 	n, _ := bth.Build(f, &e, &h, nil)
 	deliver(t, a, 0, f[:n])
-	if len(a.cq.wcs) != 0 || a.cnt[CntBadResponse] != 1 {
-		t.Fatalf("%+v %d", a.cq.wcs, a.cnt[CntBadResponse])
+	if len(a.cq.wcs) != 0 || a.cnt[verbs.CntBadResponse] != 1 {
+		t.Fatalf("%+v %d", a.cq.wcs, a.cnt[verbs.CntBadResponse])
 	}
 	// The same ACK from another address: dropped before the completer.
 	e.Src = netip.MustParseAddr("10.0.0.9")
 	h.BTH.PSN = 100
 	n, _ = bth.Build(f, &e, &h, nil)
 	deliver(t, a, 0, f[:n])
-	if len(a.cq.wcs) != 0 || a.cnt[CntBadAddr] != 1 {
+	if len(a.cq.wcs) != 0 || a.cnt[verbs.CntBadAddr] != 1 {
 		t.Fatal("ACK from a foreign address accepted")
 	}
 	deliver(t, b, 0, req...)
@@ -411,11 +412,11 @@ func TestForgedResponsesIgnored(t *testing.T) {
 }
 
 func TestPostSendAllocatesNothing(t *testing.T) {
-	a, b := pair(t, MTU1024)
+	a, b := pair(t, verbs.MTU1024)
 	var id uint64
 	allocs := testing.AllocsPerRun(100, func() {
 		id++
-		a.q.PostSend(&SendWR{WRID: id, Opcode: WROpRDMAWrite, SGL: []SGE{a.sge(0, 8), a.sge(8, 8)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
+		a.q.PostSend(&verbs.SendWR{WRID: id, Opcode: verbs.WROpRDMAWrite, SGL: []mr.SGE{a.sge(0, 8), a.sge(8, 8)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
 		a.q.Pump(0, 100)
 		a.env.recycle()
 		// Let the queue drain: pretend everything was acknowledged.
@@ -431,35 +432,35 @@ func TestPostSendAllocatesNothing(t *testing.T) {
 }
 
 func TestModifyTable(t *testing.T) {
-	valid := func(typ Type, from, to State) bool {
+	valid := func(typ verbs.QPType, from, to verbs.QPState) bool {
 		tr := &modifyTable[from][to]
-		return tr.valid && !(typ == TypeRC && from == StateSQE)
+		return tr.valid && !(typ == verbs.QPTypeRC && from == verbs.QPStateSQE)
 	}
 	for _, c := range []struct {
-		typ      Type
-		from, to State
+		typ      verbs.QPType
+		from, to verbs.QPState
 		want     bool
 	}{
-		{TypeRC, StateReset, StateInit, true}, {TypeRC, StateReset, StateErr, false},
-		{TypeRC, StateInit, StateRTS, false}, {TypeRC, StateRTR, StateRTS, true},
-		{TypeRC, StateRTS, StateSQD, true}, {TypeRC, StateSQD, StateRTS, true},
-		{TypeRC, StateSQE, StateRTS, false}, {TypeUD, StateSQE, StateRTS, true},
-		{TypeUC, StateSQE, StateRTS, true}, {TypeRC, StateErr, StateReset, true},
-		{TypeRC, StateErr, StateRTS, false}, {TypeRC, StateRTS, StateRTR, false},
+		{verbs.QPTypeRC, verbs.QPStateReset, verbs.QPStateInit, true}, {verbs.QPTypeRC, verbs.QPStateReset, verbs.QPStateErr, false},
+		{verbs.QPTypeRC, verbs.QPStateInit, verbs.QPStateRTS, false}, {verbs.QPTypeRC, verbs.QPStateRTR, verbs.QPStateRTS, true},
+		{verbs.QPTypeRC, verbs.QPStateRTS, verbs.QPStateSQD, true}, {verbs.QPTypeRC, verbs.QPStateSQD, verbs.QPStateRTS, true},
+		{verbs.QPTypeRC, verbs.QPStateSQE, verbs.QPStateRTS, false}, {verbs.QPTypeUD, verbs.QPStateSQE, verbs.QPStateRTS, true},
+		{verbs.QPTypeUC, verbs.QPStateSQE, verbs.QPStateRTS, true}, {verbs.QPTypeRC, verbs.QPStateErr, verbs.QPStateReset, true},
+		{verbs.QPTypeRC, verbs.QPStateErr, verbs.QPStateRTS, false}, {verbs.QPTypeRC, verbs.QPStateRTS, verbs.QPStateRTR, false},
 	} {
 		if got := valid(c.typ, c.from, c.to); got != c.want {
 			t.Errorf("%v %v->%v: %v", c.typ, c.from, c.to, got)
 		}
 	}
-	if modifyTable[StateReset][StateInit].req[TypeUD] != AttrPKeyIndex|AttrPort|AttrQKey ||
-		modifyTable[StateInit][StateRTR].req[TypeRC] != AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer ||
-		modifyTable[StateRTR][StateRTS].req[TypeRC] != AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrSQPSN|AttrMaxQPRdAtomic {
+	if modifyTable[verbs.QPStateReset][verbs.QPStateInit].req[verbs.QPTypeUD] != verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrQKey ||
+		modifyTable[verbs.QPStateInit][verbs.QPStateRTR].req[verbs.QPTypeRC] != verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer ||
+		modifyTable[verbs.QPStateRTR][verbs.QPStateRTS].req[verbs.QPTypeRC] != verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrSQPSN|verbs.AttrMaxQPRdAtomic {
 		t.Fatal("required attributes differ from the verbs table")
 	}
-	e := newEnd(t, TypeUD, 40, "10.0.0.3")
-	err := e.q.Modify(&Attr{State: StateInit}, AttrState|AttrPKeyIndex|AttrPort)
+	e := newEnd(t, verbs.QPTypeUD, 40, "10.0.0.3")
+	err := e.q.Modify(&verbs.QPAttr{State: verbs.QPStateInit}, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort)
 	var me *ModifyError
-	if !errors.As(err, &me) || me.Missing != AttrQKey {
+	if !errors.As(err, &me) || me.Missing != verbs.AttrQKey {
 		t.Fatalf("%v", err)
 	}
 	if got := err.Error(); got != "qp: modify UD QP RESET->INIT: missing required attributes QKEY" {
@@ -467,24 +468,8 @@ func TestModifyTable(t *testing.T) {
 	}
 }
 
-func TestWCStatusStrings(t *testing.T) {
-	for s, want := range map[WCStatus]string{
-		WCSuccess: "success", WCLocLenErr: "local length error", WCLocProtErr: "local protection error",
-		WCWRFlushErr: "Work Request Flushed Error", WCRemAccessErr: "remote access error",
-		WCRetryExcErr: "transport retry counter exceeded", WCRNRRetryExcErr: "RNR retry counter exceeded",
-		WCRemInvReqErr: "remote invalid request error", WCGeneralErr: "general error", 200: "unknown",
-	} {
-		if s.String() != want {
-			t.Errorf("%d: %q want %q", s, s.String(), want)
-		}
-	}
-	if PortMTU(1500) != MTU1024 || PortMTU(9000) != MTU4096 || PortMTU(4176) != MTU4096 || PortMTU(4175) != MTU2048 {
-		t.Fatal("port MTU")
-	}
-}
-
 func TestHostileMisalignedAtomic(t *testing.T) {
-	a, b := pair(t, MTU1024)
+	a, b := pair(t, verbs.MTU1024)
 	h := bth.Headers{BTH: bth.BTHFields{Opcode: bth.RCFetchAdd, PKey: 0xffff, DestQP: 30, PSN: 100},
 		Atomic: bth.AtomicETHFields{VA: b.mr.IOVA() + 4, RKey: b.mr.RKey(), SwapAdd: 1}}
 	f := make([]byte, 200)
@@ -497,7 +482,7 @@ func TestHostileMisalignedAtomic(t *testing.T) {
 	if len(resp) != 1 || !p.AETH().Syndrome().IsNAK() || p.AETH().Syndrome().Value() != bth.NAKInvalidRequest {
 		t.Fatalf("%d responses, %v", len(resp), p.AETH().Syndrome())
 	}
-	if b.q.State() != StateErr || string(b.mem[:16]) != before {
+	if b.q.State() != verbs.QPStateErr || string(b.mem[:16]) != before {
 		t.Fatal("misaligned atomic executed or QP not in error")
 	}
 }
@@ -508,8 +493,8 @@ func TestHostileMisalignedAtomic(t *testing.T) {
 // ACK of the resent last packet (a duplicate at the responder) does.
 func TestLateACKDuringResend(t *testing.T) {
 	for _, lateLost := range []bool{false, true} {
-		a, b := pair(t, MTU256)
-		if err := a.q.PostSend(&SendWR{WRID: 7, Opcode: WROpRDMAWrite, Flags: Signaled, SGL: []SGE{a.sge(0, 256*4)},
+		a, b := pair(t, verbs.MTU256)
+		if err := a.q.PostSend(&verbs.SendWR{WRID: 7, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 256*4)},
 			RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}); err != nil {
 			t.Fatal(err)
 		}
@@ -533,7 +518,7 @@ func TestLateACKDuringResend(t *testing.T) {
 		}
 		if !lateLost {
 			deliver(t, a, dl, late...)
-			if len(a.cq.wcs) != 1 || a.cq.wcs[0].WRID != 7 || a.cq.wcs[0].Status != WCSuccess {
+			if len(a.cq.wcs) != 1 || a.cq.wcs[0].WRID != 7 || a.cq.wcs[0].Status != verbs.WCSuccess {
 				t.Fatalf("late ACK: completions %+v", a.cq.wcs)
 			}
 			if rest := pump(a, dl); len(rest) != 0 {
@@ -550,7 +535,7 @@ func TestLateACKDuringResend(t *testing.T) {
 		}
 		deliver(t, b, dl, rest...)
 		deliver(t, a, dl, pump(b, dl)...)
-		if len(a.cq.wcs) != 1 || a.cq.wcs[0].WRID != 7 || a.cq.wcs[0].Status != WCSuccess {
+		if len(a.cq.wcs) != 1 || a.cq.wcs[0].WRID != 7 || a.cq.wcs[0].Status != verbs.WCSuccess {
 			t.Fatalf("duplicate ACK: completions %+v", a.cq.wcs)
 		}
 	}
@@ -560,8 +545,8 @@ func TestLateACKDuringResend(t *testing.T) {
 // the request is partly resent, then every further answer is lost. The
 // request must not hang with nothing outstanding: it completes at once.
 func TestACKWhileRewoundThenLost(t *testing.T) {
-	a, b := pair(t, MTU256)
-	a.q.PostSend(&SendWR{WRID: 9, Opcode: WROpRDMAWrite, Flags: Signaled, SGL: []SGE{a.sge(0, 256*4)},
+	a, b := pair(t, verbs.MTU256)
+	a.q.PostSend(&verbs.SendWR{WRID: 9, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 256*4)},
 		RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
 	deliver(t, b, 0, pump(a, 0)...)
 	late := pump(b, 0)
@@ -581,7 +566,7 @@ func TestACKWhileRewoundThenLost(t *testing.T) {
 		a.q.Pump(next, 100)
 		a.env.take() // lost
 	}
-	if len(a.cq.wcs) != 1 || a.cq.wcs[0].Status != WCSuccess {
+	if len(a.cq.wcs) != 1 || a.cq.wcs[0].Status != verbs.WCSuccess {
 		inflight, _, _ := a.q.Outstanding()
 		t.Fatalf("completions %+v with %d PSNs outstanding", a.cq.wcs, inflight)
 	}

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/verbs"
 )
 
 // Errors returned when a work request is refused at post time.
@@ -78,15 +80,15 @@ const (
 // sendWQE is a send queue slot.
 type sendWQE struct {
 	// Written by the poster before publication.
-	wr     SendWR // SGL and InlineData point into sgl and inline; AH is nil
-	sgl    []SGE
+	wr     verbs.SendWR // SGL and InlineData point into sgl and inline; AH is nil
+	sgl    []mr.SGE
 	inline []byte
-	ah     AH // UD: the destination
+	ah     verbs.AH // UD: the destination
 	length uint32
 
 	// Execution state, owned by the loop.
 	state    wqeState
-	status   WCStatus
+	status   verbs.WCStatus
 	started  bool    // PSNs assigned
 	hasRd    bool    // holds one of the QP's max_rd_atomic credits
 	firstPSN bth.PSN // first PSN of the message (READ: of its responses)
@@ -99,7 +101,7 @@ type sendWQE struct {
 // recvWQE is a receive queue slot.
 type recvWQE struct {
 	wrid   uint64
-	sgl    []SGE
+	sgl    []mr.SGE
 	length uint64
 }
 
@@ -112,12 +114,12 @@ func (r *recvRing) initRecv(maxWR, maxSGE uint32) {
 	r.init(maxWR)
 	r.maxSGE = maxSGE
 	for i := range r.slots {
-		r.slots[i].sgl = make([]SGE, 0, maxSGE)
+		r.slots[i].sgl = make([]mr.SGE, 0, maxSGE)
 	}
 }
 
 // post validates wr and publishes it.
-func (r *recvRing) post(wr *RecvWR) error {
+func (r *recvRing) post(wr *verbs.RecvWR) error {
 	if uint32(len(wr.SGL)) > r.maxSGE {
 		return ErrTooManySGE
 	}
@@ -163,7 +165,7 @@ func NewSRQ(maxWR, maxSGE uint32) *SRQ {
 
 // PostRecv posts a receive work request. Calls must be serialized by the
 // caller; they may run concurrently with the loop that consumes the queue.
-func (s *SRQ) PostRecv(wr *RecvWR) error { return s.rq.post(wr) }
+func (s *SRQ) PostRecv(wr *verbs.RecvWR) error { return s.rq.post(wr) }
 
 // Arm sets the limit: when fewer than limit requests remain the limit event
 // fires (ibv_modify_srq with IBV_SRQ_LIMIT). 0 disarms it.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/verbs"
 )
 
 type requester struct {
@@ -59,7 +60,7 @@ func (q *QP) armRetrans(now time.Duration) {
 // whether it stopped for lack of a transmit buffer.
 func (q *QP) pumpSend(now time.Duration, budget int) (int, bool) {
 	r := &q.req
-	if q.state != StateRTS && q.state != StateSQD {
+	if q.state != verbs.QPStateRTS && q.state != verbs.QPStateSQD {
 		return 0, false
 	}
 	if r.waitRNR {
@@ -79,17 +80,17 @@ func (q *QP) pumpSend(now time.Duration, budget int) (int, bool) {
 			continue
 		}
 		if !w.started {
-			if q.state == StateSQD {
+			if q.state == verbs.QPStateSQD {
 				return n, false
 			}
-			if w.wr.Flags&Fence != 0 && r.reqIdx != r.compIdx {
+			if w.wr.Flags&verbs.Fence != 0 && r.reqIdx != r.compIdx {
 				return n, false
 			}
-			if w.wr.Opcode.isLocal() {
+			if isLocal(w.wr.Opcode) {
 				q.localOp(w)
 				continue
 			}
-			if q.typ == TypeRC && w.wr.Opcode.isRdAtomic() && !w.hasRd {
+			if q.typ == verbs.QPTypeRC && isRdAtomic(w.wr.Opcode) && !w.hasRd {
 				if r.rdAvail <= 0 {
 					return n, false
 				}
@@ -97,12 +98,12 @@ func (q *QP) pumpSend(now time.Duration, budget int) (int, bool) {
 				w.hasRd = true
 			}
 		}
-		if q.typ == TypeRC && r.ahead(r.psn) > MaxUnackedPSNs {
+		if q.typ == verbs.QPTypeRC && r.ahead(r.psn) > MaxUnackedPSNs {
 			return n, false
 		}
 		ok := q.sendPacket(now, w)
 		if !ok {
-			q.cnt[CntTxNoBuf]++
+			q.cnt[verbs.CntTxNoBuf]++
 			return n, true
 		}
 		n++
@@ -118,10 +119,10 @@ func (q *QP) sendPacket(now time.Duration, w *sendWQE) bool {
 	mtu := uint32(q.mtu)
 	if !w.started {
 		npkts := uint32(1)
-		if op.isSend() || op.isWrite() || op == WROpRDMARead {
+		if isSend(op) || isWrite(op) || op == verbs.WROpRDMARead {
 			npkts = max((w.length+mtu-1)/mtu, 1)
 		}
-		if q.typ.datagram() {
+		if datagram(q.typ) {
 			npkts = 1
 			if w.length > mtu {
 				// IBTA C10-93.1.1, as rdma_rxe: a UD message longer than
@@ -142,7 +143,7 @@ func (q *QP) sendPacket(now time.Duration, w *sendWQE) bool {
 
 	h := &q.hdr
 	*h = bth.Headers{}
-	h.BTH.PKey = DefaultPKey
+	h.BTH.PKey = verbs.DefaultPKey
 	h.BTH.PSN = r.psn
 	h.BTH.DestQP = q.attr.DestQPN
 	ah := &q.av
@@ -151,14 +152,14 @@ func (q *QP) sendPacket(now time.Duration, w *sendWQE) bool {
 	remaining := w.length - w.sent
 
 	switch {
-	case op == WROpRDMARead:
+	case op == verbs.WROpRDMARead:
 		h.BTH.Opcode = bth.RCReadRequest
 		h.RETH = bth.RETHFields{VA: w.wr.RemoteAddr + uint64(w.sent), RKey: w.wr.RKey, DMALen: remaining}
 		last = true
-	case op.isAtomic():
+	case isAtomic(op):
 		h.BTH.Opcode = bth.RCFetchAdd
 		h.Atomic = bth.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
-		if op == WROpAtomicCmpSwp {
+		if op == verbs.WROpAtomicCmpSwp {
 			h.BTH.Opcode = bth.RCCompareSwap
 			h.Atomic.SwapAdd, h.Atomic.Compare = w.wr.Swap, w.wr.CompareAdd
 		}
@@ -168,25 +169,25 @@ func (q *QP) sendPacket(now time.Duration, w *sendWQE) bool {
 		last = remaining <= mtu
 		payload = min(remaining, mtu)
 		h.BTH.Opcode = reqOpcode(q.typ, op, first, last)
-		if op.isWrite() && first {
+		if isWrite(op) && first {
 			h.RETH = bth.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: w.length}
 		}
 		if last {
-			if op.hasImm() {
+			if hasImm(op) {
 				h.Imm = w.wr.Imm
 			}
-			if op == WROpSendWithInv {
+			if op == verbs.WROpSendWithInv {
 				h.IETH = w.wr.InvalidateRKey
 			}
-			if w.wr.Flags&Solicited != 0 && (op.isSend() || op == WROpRDMAWriteWithImm) {
+			if w.wr.Flags&verbs.Solicited != 0 && (isSend(op) || op == verbs.WROpRDMAWriteWithImm) {
 				h.BTH.SE = true
 			}
 		}
-		if q.typ.datagram() {
+		if datagram(q.typ) {
 			ah = &w.ah
 			h.BTH.DestQP = w.wr.RemoteQPN
 			h.DETH = bth.DETHFields{QKey: w.wr.RemoteQKey, SrcQP: q.qpn}
-			if q.typ == TypeGSI || w.wr.RemoteQKey&ControlledQKey != 0 {
+			if q.typ == verbs.QPTypeGSI || w.wr.RemoteQKey&verbs.ControlledQKey != 0 {
 				// IBTA C10-15: a Q_Key with the high bit set in the work
 				// request means "use the QP's own Q_Key"; QP1's is fixed.
 				h.DETH.QKey = q.qkey
@@ -218,17 +219,17 @@ func (q *QP) sendPacket(now time.Duration, w *sendWQE) bool {
 	if err != nil {
 		// The request cannot be sent: a bad lkey, missing access or a
 		// range outside its MR (IBV_WC_LOC_PROT_ERR).
-		q.failWQE(w, WCLocProtErr)
+		q.failWQE(w, verbs.WCLocProtErr)
 		return true
 	}
 	q.env.Send(ah, q.qpn, buf[:tl])
-	q.cnt[CntSentPkts]++
+	q.cnt[verbs.CntSentPkts]++
 	if r.sentBefore(r.psn) {
-		q.cnt[CntRetransmitPkts]++
+		q.cnt[verbs.CntRetransmitPkts]++
 	}
 
 	// Advance.
-	if op == WROpRDMARead {
+	if op == verbs.WROpRDMARead {
 		n := max((remaining+mtu-1)/mtu, 1)
 		r.psn = r.psn.Add(n)
 	} else {
@@ -240,7 +241,7 @@ func (q *QP) sendPacket(now time.Duration, w *sendWQE) bool {
 	w.sent += payload
 	if last {
 		r.reqIdx++
-		if q.typ == TypeRC {
+		if q.typ == verbs.QPTypeRC {
 			w.state = wqePending
 		} else {
 			w.state = wqeDone
@@ -248,7 +249,7 @@ func (q *QP) sendPacket(now time.Duration, w *sendWQE) bool {
 	} else {
 		w.state = wqeSending
 	}
-	if q.typ == TypeRC && !r.retransArmed {
+	if q.typ == verbs.QPTypeRC && !r.retransArmed {
 		q.armRetrans(now)
 	}
 	return true
@@ -257,7 +258,7 @@ func (q *QP) sendPacket(now time.Duration, w *sendWQE) bool {
 // failWQE marks w failed locally. For RC the requester stops; the
 // completer reports the failure when it reaches w and then moves the QP to
 // the error state. For UD and UC the QP goes to SQE.
-func (q *QP) failWQE(w *sendWQE, status WCStatus) {
+func (q *QP) failWQE(w *sendWQE, status verbs.WCStatus) {
 	w.state = wqeError
 	w.status = status
 	if !w.started {
@@ -266,20 +267,20 @@ func (q *QP) failWQE(w *sendWQE, status WCStatus) {
 }
 
 // reqOpcode returns the opcode of a SEND or RDMA WRITE packet.
-func reqOpcode(t Type, op WROpcode, first, last bool) bth.Opcode {
+func reqOpcode(t verbs.QPType, op verbs.WROpcode, first, last bool) bth.Opcode {
 	var o bth.Opcode
-	if op.isWrite() {
+	if isWrite(op) {
 		switch {
 		case first && last:
 			o = bth.RCWriteOnly
-			if op == WROpRDMAWriteWithImm {
+			if op == verbs.WROpRDMAWriteWithImm {
 				o = bth.RCWriteOnlyImm
 			}
 		case first:
 			o = bth.RCWriteFirst
 		case last:
 			o = bth.RCWriteLast
-			if op == WROpRDMAWriteWithImm {
+			if op == verbs.WROpRDMAWriteWithImm {
 				o = bth.RCWriteLastImm
 			}
 		default:
@@ -290,9 +291,9 @@ func reqOpcode(t Type, op WROpcode, first, last bool) bth.Opcode {
 		case first && last:
 			o = bth.RCSendOnly
 			switch op {
-			case WROpSendWithImm:
+			case verbs.WROpSendWithImm:
 				o = bth.RCSendOnlyImm
-			case WROpSendWithInv:
+			case verbs.WROpSendWithInv:
 				o = bth.RCSendOnlyInvalidate
 			}
 		case first:
@@ -300,9 +301,9 @@ func reqOpcode(t Type, op WROpcode, first, last bool) bth.Opcode {
 		case last:
 			o = bth.RCSendLast
 			switch op {
-			case WROpSendWithImm:
+			case verbs.WROpSendWithImm:
 				o = bth.RCSendLastImm
-			case WROpSendWithInv:
+			case verbs.WROpSendWithInv:
 				o = bth.RCSendLastInvalidate
 			}
 		default:
@@ -310,11 +311,11 @@ func reqOpcode(t Type, op WROpcode, first, last bool) bth.Opcode {
 		}
 	}
 	switch t {
-	case TypeUC:
+	case verbs.QPTypeUC:
 		o |= 0x20
-	case TypeUD, TypeGSI:
+	case verbs.QPTypeUD, verbs.QPTypeGSI:
 		o = bth.UDSendOnly
-		if op == WROpSendWithImm {
+		if op == verbs.WROpSendWithImm {
 			o = bth.UDSendOnlyImm
 		}
 	}
@@ -333,7 +334,7 @@ func (q *QP) goBack() {
 	mtu := uint32(q.mtu)
 	for i := r.compIdx; i != prod; i++ {
 		w := q.sq.at(i)
-		if w.wr.Opcode.isLocal() && w.state == wqeDone {
+		if isLocal(w.wr.Opcode) && w.state == wqeDone {
 			continue // executed already, and it sends no packets
 		}
 		if !w.started || w.state == wqePosted || w.state == wqeDone || w.state == wqeError {
@@ -345,11 +346,11 @@ func (q *QP) goBack() {
 			first = false
 			op := w.wr.Opcode
 			switch {
-			case op == WROpRDMARead:
+			case op == verbs.WROpRDMARead:
 				k := w.rdDone / mtu
 				w.sent = k * mtu
 				r.psn = w.firstPSN.Add(k)
-			case op.isAtomic():
+			case isAtomic(op):
 				w.sent = 0
 				r.psn = w.firstPSN
 			default:
@@ -393,11 +394,11 @@ func (q *QP) completeSends() {
 			w.hasRd = false
 		}
 		failed := w.state == wqeError
-		wc := WC{WRID: w.wr.WRID, Status: w.status, Opcode: wcOpcode(w.wr.Opcode), QPNum: q.qpn}
-		if w.status == WCSuccess {
+		wc := verbs.WC{WRID: w.wr.WRID, Status: w.status, Opcode: w.wr.Opcode.WCOpcode(), QPNum: q.qpn}
+		if w.status == verbs.WCSuccess {
 			wc.ByteLen = w.length
-			if w.wr.Opcode.hasImm() {
-				wc.Flags = WCWithImm
+			if hasImm(w.wr.Opcode) {
+				wc.Flags = verbs.WCWithImm
 			}
 		}
 		r.compIdx++
@@ -412,22 +413,22 @@ func (q *QP) completeSends() {
 		}
 		q.sq.cons.Store(r.compIdx)
 		changed = true
-		if q.sigAll || w.wr.Flags&Signaled != 0 || failed {
+		if q.sigAll || w.wr.Flags&verbs.Signaled != 0 || failed {
 			q.pushSend(&wc)
 		}
 		if failed {
-			if q.typ == TypeRC {
+			if q.typ == verbs.QPTypeRC {
 				q.toErr()
 			} else {
 				q.toSQE()
 			}
 			return
 		}
-		if q.state == StateErr {
+		if q.state == verbs.QPStateErr {
 			return
 		}
 	}
-	if changed && q.state == StateSQD {
+	if changed && q.state == verbs.QPStateSQD {
 		q.checkDrained()
 	}
 }
@@ -435,12 +436,12 @@ func (q *QP) completeSends() {
 // toSQE moves a UD or UC QP to the send queue error state: outstanding send
 // requests are flushed, receives continue.
 func (q *QP) toSQE() {
-	q.setState(StateSQE)
+	q.setState(verbs.QPStateSQE)
 	r := &q.req
 	prod := q.sq.prod.Load()
 	for r.compIdx != prod {
 		w := q.sq.at(r.compIdx)
-		wc := WC{WRID: w.wr.WRID, Status: WCWRFlushErr, Opcode: wcOpcode(w.wr.Opcode), QPNum: q.qpn}
+		wc := verbs.WC{WRID: w.wr.WRID, Status: verbs.WCWRFlushErr, Opcode: w.wr.Opcode.WCOpcode(), QPNum: q.qpn}
 		r.compIdx++
 		q.sq.cons.Store(r.compIdx)
 		q.pushSend(&wc)
@@ -464,6 +465,6 @@ func (q *QP) checkDrained() {
 	r.drainNotified = true
 	q.attr.SQDraining = false
 	if q.attr.EnSQDAsyncNotify {
-		q.env.Event(EventSQDrained, q, nil)
+		q.env.Event(verbs.EventSQDrained, q, nil)
 	}
 }

@@ -12,6 +12,7 @@ package qp
 import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/verbs"
 )
 
 // consumesRecv reports whether a request takes a receive work request: a
@@ -179,7 +180,7 @@ type responder struct {
 	resHead int
 	resBusy int // resources with responses still queued
 	out     outQueue
-	grh     [GRHLen]byte
+	grh     [verbs.GRHLen]byte
 }
 
 func (q *QP) resetResponder() {
@@ -211,7 +212,7 @@ func (q *QP) takeRecv() bool {
 		}
 		rs.rwqe = &rs.srqWQE
 		if ev {
-			q.env.Event(EventSRQLimitReached, q, q.srq)
+			q.env.Event(verbs.EventSRQLimitReached, q, q.srq)
 		}
 	} else {
 		c := q.rq.cons.Load()
@@ -225,7 +226,7 @@ func (q *QP) takeRecv() bool {
 }
 
 // completeRecv retires the current receive request with wc.
-func (q *QP) completeRecv(wc *WC, solicited bool) {
+func (q *QP) completeRecv(wc *verbs.WC, solicited bool) {
 	rs := &q.resp
 	wc.WRID = rs.rwqe.wrid
 	wc.QPNum = q.qpn
@@ -234,8 +235,8 @@ func (q *QP) completeRecv(wc *WC, solicited bool) {
 	}
 	rs.rwqe = nil
 	rs.roff = 0
-	if wc.Status == WCSuccess {
-		q.cnt[CntRDMARecvs]++
+	if wc.Status == verbs.WCSuccess {
+		q.cnt[verbs.CntRDMARecvs]++
 	}
 	q.pushRecv(wc, solicited)
 }
@@ -252,23 +253,23 @@ func (q *QP) queueAck(syn bth.Syndrome, psn bth.PSN) {
 			if psn.Diff(t.psn) >= 0 {
 				t.psn, t.msn = psn, rs.msn
 			}
-			q.cnt[CntAckDeferred]++
+			q.cnt[verbs.CntAckDeferred]++
 			return
 		}
 	}
 	if syn.IsNAK() {
-		q.cnt[CntNAKSent]++
+		q.cnt[verbs.CntNAKSent]++
 	}
 	e := outEntry{kind: outAck, res: -1, syn: syn, psn: psn, msn: rs.msn}
 	if !o.push(&e) {
-		q.cnt[CntRespQueueFull]++
+		q.cnt[verbs.CntRespQueueFull]++
 	}
 }
 
 func (q *QP) queueAtomicAck(res int16, psn bth.PSN, orig uint64) {
 	e := outEntry{kind: outAtomicAck, res: res, syn: bth.SyndromeACKUnlimited, psn: psn, msn: q.resp.msn, orig: orig}
 	if !q.resp.out.push(&e) {
-		q.cnt[CntRespQueueFull]++
+		q.cnt[verbs.CntRespQueueFull]++
 		return
 	}
 	q.claim(res)
@@ -277,7 +278,7 @@ func (q *QP) queueAtomicAck(res int16, psn bth.PSN, orig uint64) {
 func (q *QP) queueRead(res int16, psn bth.PSN, va uint64, rkey, n uint32, first bool) {
 	e := outEntry{kind: outRead, res: res, first: first, psn: psn, msn: q.resp.msn, va: va, rkey: rkey, resid: n}
 	if !q.resp.out.push(&e) {
-		q.cnt[CntRespQueueFull]++
+		q.cnt[verbs.CntRespQueueFull]++
 		return
 	}
 	q.claim(res)
@@ -315,10 +316,10 @@ func (q *QP) nextMSN() { q.resp.msn = (q.resp.msn + 1) & bth.PSNMask }
 // classC handles an RC request error of class C (rdma_rxe's
 // do_class_ac_error): NAK the packet, complete the receive request in
 // progress with status, and move the QP to the error state.
-func (q *QP) classC(code uint8, status WCStatus, psn bth.PSN) {
+func (q *QP) classC(code uint8, status verbs.WCStatus, psn bth.PSN) {
 	q.queueAck(bth.NAKSyndrome(code), psn)
 	if q.resp.rwqe != nil {
-		wc := WC{Status: status, Opcode: WCRecv}
+		wc := verbs.WC{Status: status, Opcode: verbs.WCRecv}
 		q.completeRecv(&wc, false)
 	}
 	q.toErr()
@@ -345,16 +346,16 @@ const (
 func (q *QP) refuse(f fault, psn bth.PSN) {
 	switch f {
 	case faultRNR:
-		q.cnt[CntSendRNRErr]++
+		q.cnt[verbs.CntSendRNRErr]++
 		q.queueAck(bth.RNRSyndrome(q.attr.MinRNRTimer), psn)
 	case faultAccess:
-		q.classC(bth.NAKRemoteAccessError, WCRemAccessErr, psn)
+		q.classC(bth.NAKRemoteAccessError, verbs.WCRemAccessErr, psn)
 	case faultLength:
-		q.classC(bth.NAKInvalidRequest, WCLocLenErr, psn)
+		q.classC(bth.NAKInvalidRequest, verbs.WCLocLenErr, psn)
 	case faultLocalProt:
-		q.classC(bth.NAKRemoteOpError, WCLocProtErr, psn)
+		q.classC(bth.NAKRemoteOpError, verbs.WCLocProtErr, psn)
 	default:
-		q.classC(bth.NAKInvalidRequest, WCRemInvReqErr, psn)
+		q.classC(bth.NAKInvalidRequest, verbs.WCRemInvReqErr, psn)
 	}
 }
 
@@ -412,12 +413,12 @@ func (q *QP) checkPSN(pkt *bth.Packet) bool {
 	if d := psn.Diff(rs.psn); d > 0 {
 		if !rs.sentNak {
 			rs.sentNak = true
-			q.cnt[CntOutOfSeqRequest]++
+			q.cnt[verbs.CntOutOfSeqRequest]++
 			q.queueAck(bth.NAKSyndrome(bth.NAKPSNSeqError), rs.psn)
 		}
 		return false
 	} else if d < 0 {
-		q.cnt[CntDuplicateRequest]++
+		q.cnt[verbs.CntDuplicateRequest]++
 		q.duplicate(pkt, psn)
 		return false
 	}
@@ -480,7 +481,7 @@ func (q *QP) checkResource(info *bth.OpInfo) fault {
 		// (rounded up) allows: the IBTA's invalid request NAK. Without
 		// this check one packet could make the responder queue any
 		// number of READs at once.
-		q.cnt[CntRdAtomicExceeded]++
+		q.cnt[verbs.CntRdAtomicExceeded]++
 		return faultInvalid
 	}
 	if consumesRecv(info) && !q.takeRecv() {
@@ -645,24 +646,24 @@ func (q *QP) completeRequest(pkt *bth.Packet, k bth.Op, pos bth.Position) {
 	rs.inSend = k == bth.OpSend && !last
 	rs.inWrite = k == bth.OpWrite && !last
 	if last && consumesRecv(pkt.Info()) {
-		wc := WC{Opcode: WCRecv, ByteLen: rs.roff}
+		wc := verbs.WC{Opcode: verbs.WCRecv, ByteLen: rs.roff}
 		if k == bth.OpWrite {
-			wc.Opcode = WCRecvRDMAWithImm
+			wc.Opcode = verbs.WCRecvRDMAWithImm
 			wc.ByteLen = rs.wlen
 		}
 		if info.Headers&bth.HdrImmDt != 0 {
-			wc.Flags |= WCWithImm
+			wc.Flags |= verbs.WCWithImm
 			wc.Imm = pkt.ImmDt().Value()
 		}
 		if info.Headers&bth.HdrIETH != 0 {
-			wc.Flags |= WCWithInv
+			wc.Flags |= verbs.WCWithInv
 			wc.InvalidatedRKey = inv
 		}
 		if k == bth.OpSend {
-			q.cnt[CntRDMASends]++
+			q.cnt[verbs.CntRDMASends]++
 		}
 		q.completeRecv(&wc, b.SE())
-		if q.state == StateErr {
+		if q.state == verbs.QPStateErr {
 			return // the CQ overflowed
 		}
 	}
@@ -685,14 +686,14 @@ func (q *QP) duplicate(pkt *bth.Packet, psn bth.PSN) {
 	case k == bth.OpReadRequest:
 		i := q.findResource(resRead, psn)
 		if i < 0 {
-			q.cnt[CntDupNoResource]++
+			q.cnt[verbs.CntDupNoResource]++
 			return
 		}
 		r := &rs.res[i]
 		reth := pkt.RETH()
 		va, n := reth.VA(), uint64(reth.DMALen())
 		if reth.RKey() != r.rkey || va < r.va || n > uint64(r.length) || va-r.va > uint64(r.length)-n {
-			q.cnt[CntDupNoResource]++
+			q.cnt[verbs.CntDupNoResource]++
 			return
 		}
 		if r.queued > 0 {
@@ -705,7 +706,7 @@ func (q *QP) duplicate(pkt *bth.Packet, psn bth.PSN) {
 	case k.Atomic():
 		i := q.findResource(resAtomic, psn)
 		if i < 0 {
-			q.cnt[CntDupNoResource]++
+			q.cnt[verbs.CntDupNoResource]++
 			return
 		}
 		if rs.res[i].queued > 0 {
@@ -724,7 +725,7 @@ func (q *QP) pumpResp(budget int) (int, bool) {
 		e := o.front()
 		h := &q.hdr
 		*h = bth.Headers{}
-		h.BTH.PKey = DefaultPKey
+		h.BTH.PKey = verbs.DefaultPKey
 		h.BTH.DestQP = q.attr.DestQPN
 		h.BTH.PSN = e.psn
 		var payload uint32
@@ -756,7 +757,7 @@ func (q *QP) pumpResp(budget int) (int, bool) {
 		tl := h.TransportLen(int(payload))
 		buf := q.env.Frame(&q.av, tl)
 		if buf == nil {
-			q.cnt[CntTxNoBuf]++
+			q.cnt[verbs.CntTxNoBuf]++
 			return n, true
 		}
 		off, err := h.EncodeHeaders(buf, int(payload))
@@ -767,11 +768,11 @@ func (q *QP) pumpResp(budget int) (int, bool) {
 			// The memory went away while the READ was being served.
 			psn := e.psn
 			q.popOut()
-			q.classC(bth.NAKRemoteAccessError, WCRemAccessErr, psn)
+			q.classC(bth.NAKRemoteAccessError, verbs.WCRemAccessErr, psn)
 			continue
 		}
 		q.env.Send(&q.av, q.qpn, buf[:tl])
-		q.cnt[CntSentPkts]++
+		q.cnt[verbs.CntSentPkts]++
 		n++
 		if e.kind == outRead {
 			e.va += uint64(payload)
@@ -797,7 +798,7 @@ func (q *QP) ucDrop() {
 	rs.dropMsg = true
 	rs.inSend, rs.inWrite = false, false
 	rs.roff = 0
-	q.cnt[CntRecvDropped]++
+	q.cnt[verbs.CntRecvDropped]++
 }
 
 func (q *QP) ucRequest(pkt *bth.Packet) {
@@ -820,7 +821,7 @@ func (q *QP) ucRequest(pkt *bth.Packet) {
 	if start {
 		if rs.inSend || rs.inWrite {
 			// The last packets of the previous message were lost.
-			q.cnt[CntRecvDropped]++
+			q.cnt[verbs.CntRecvDropped]++
 			rs.inSend, rs.inWrite = false, false
 			rs.roff = 0
 		}
@@ -879,13 +880,13 @@ func (q *QP) ucRequest(pkt *bth.Packet) {
 	if last {
 		q.nextMSN()
 		if consumesRecv(pkt.Info()) {
-			wc := WC{Opcode: WCRecv, ByteLen: rs.roff}
+			wc := verbs.WC{Opcode: verbs.WCRecv, ByteLen: rs.roff}
 			if k == bth.OpWrite {
-				wc.Opcode = WCRecvRDMAWithImm
+				wc.Opcode = verbs.WCRecvRDMAWithImm
 				wc.ByteLen = rs.wlen
 			}
 			if info.Headers&bth.HdrImmDt != 0 {
-				wc.Flags |= WCWithImm
+				wc.Flags |= verbs.WCWithImm
 				wc.Imm = pkt.ImmDt().Value()
 			}
 			q.completeRecv(&wc, b.SE())
@@ -899,14 +900,14 @@ func (q *QP) udRequest(pkt *bth.Packet) {
 	rs := &q.resp
 	pay := pkt.PayLen
 	if pay > q.portMTU.Bytes() || !q.takeRecv() {
-		q.cnt[CntRecvDropped]++
+		q.cnt[verbs.CntRecvDropped]++
 		return
 	}
 	w := rs.rwqe
-	if w.length < uint64(GRHLen+pay) {
-		q.cnt[CntRecvDropped]++
+	if w.length < uint64(verbs.GRHLen+pay) {
+		q.cnt[verbs.CntRecvDropped]++
 		if q.srq != nil {
-			wc := WC{Status: WCLocLenErr, Opcode: WCRecv}
+			wc := verbs.WC{Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv}
 			q.completeRecv(&wc, false)
 		}
 		return
@@ -917,11 +918,11 @@ func (q *QP) udRequest(pkt *bth.Packet) {
 	if pkt.IPv6 {
 		copy(g, pkt.IPv6Header())
 	} else {
-		clear(g[:GRHLen-bth.IPv4MinLen])
-		copy(g[GRHLen-bth.IPv4MinLen:], pkt.IPv4Header()[:bth.IPv4MinLen])
+		clear(g[:verbs.GRHLen-bth.IPv4MinLen])
+		copy(g[verbs.GRHLen-bth.IPv4MinLen:], pkt.IPv4Header()[:bth.IPv4MinLen])
 	}
 	if _, err := q.pd.Scatter(w.sgl, 0, g); err == nil {
-		_, err = q.pd.Scatter(w.sgl, GRHLen, pkt.PayloadBytes())
+		_, err = q.pd.Scatter(w.sgl, verbs.GRHLen, pkt.PayloadBytes())
 		if err != nil {
 			g = nil
 		}
@@ -931,17 +932,17 @@ func (q *QP) udRequest(pkt *bth.Packet) {
 	if g == nil {
 		// A bad receive buffer: rdma_rxe treats it as class A and fails
 		// the QP.
-		wc := WC{Status: WCLocProtErr, Opcode: WCRecv}
+		wc := verbs.WC{Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv}
 		q.completeRecv(&wc, false)
 		q.toErr()
 		return
 	}
 	info := pkt.Info()
-	wc := WC{Opcode: WCRecv, ByteLen: uint32(GRHLen + pay), Flags: WCGRH, SrcQP: pkt.DETH().SrcQP()}
+	wc := verbs.WC{Opcode: verbs.WCRecv, ByteLen: uint32(verbs.GRHLen + pay), Flags: verbs.WCGRH, SrcQP: pkt.DETH().SrcQP()}
 	if info.Headers&bth.HdrImmDt != 0 {
-		wc.Flags |= WCWithImm
+		wc.Flags |= verbs.WCWithImm
 		wc.Imm = pkt.ImmDt().Value()
 	}
-	q.cnt[CntRDMASends]++
+	q.cnt[verbs.CntRDMASends]++
 	q.completeRecv(&wc, pkt.BTH().SE())
 }

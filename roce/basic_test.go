@@ -4,7 +4,8 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/verbs"
 )
 
 func TestRCWriteSmoke(t *testing.T) {
@@ -13,13 +14,13 @@ func TestRCWriteSmoke(t *testing.T) {
 	a, c := b.nodes[0], b.nodes[1]
 	src, sbuf := a.reg(t, 10000, 0, 1)
 	dst, dbuf := c.reg(t, 10000, 0, 2)
-	err := qa.PostSend(&roce.SendWR{WRID: 7, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled,
-		SGL: []roce.SGE{src.SGE(0, 10000)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+	err := qa.PostSend(&verbs.SendWR{WRID: 7, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
+		SGL: []mr.SGE{src.SGE(0, 10000)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wcs := b.waitWCs(a, 1)
-	if wcs[0].Status != roce.WCSuccess || wcs[0].WRID != 7 || wcs[0].ByteLen != 10000 {
+	if wcs[0].Status != verbs.WCSuccess || wcs[0].WRID != 7 || wcs[0].ByteLen != 10000 {
 		t.Fatalf("wc %+v", wcs[0])
 	}
 	if !bytes.Equal(sbuf, dbuf) {

@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/memlink"
+	"github.com/sroce/sroce/verbs"
 )
 
 // The benchmarks run two devices in one process over the in-memory router
@@ -36,7 +37,7 @@ func report(b *testing.B, devs []*roce.Device, start time.Time, m0 *runtime.MemS
 func sentPkts(devs []*roce.Device) uint64 {
 	var n uint64
 	for _, d := range devs {
-		n += d.Counter(qp.CntSentPkts)
+		n += d.Counter(verbs.CntSentPkts)
 	}
 	return n
 }
@@ -54,15 +55,15 @@ func stepAll(b *testbed) {
 	}
 }
 
-func benchWrite(b *testing.B, size int, mtu roce.MTU, depth int) {
+func benchWrite(b *testing.B, size int, mtu verbs.MTU, depth int) {
 	tb := newBed(b, bedOpts{})
 	qa, _ := tb.pairQPs(rcOpts{mtu: mtu, maxWR: 256})
 	a, c := tb.nodes[0], tb.nodes[1]
 	lm, _ := a.reg(b, size, 0, 1)
 	rm, _ := c.reg(b, size, 0, 2)
-	wr := roce.SendWR{Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, size)},
+	wr := verbs.SendWR{Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, size)},
 		RemoteAddr: rm.Addr(), RKey: rm.RKey()}
-	var wcs [64]roce.WC
+	var wcs [64]verbs.WC
 	posted, done := 0, 0
 	run := func(n int) {
 		for done < n {
@@ -80,7 +81,7 @@ func benchWrite(b *testing.B, size int, mtu roce.MTU, depth int) {
 					break
 				}
 				for _, w := range wcs[:k] {
-					if w.Status != roce.WCSuccess {
+					if w.Status != verbs.WCSuccess {
 						b.Fatal(w.Status)
 					}
 				}
@@ -106,7 +107,7 @@ func benchWrite(b *testing.B, size int, mtu roce.MTU, depth int) {
 // BenchmarkRCWrite: RDMA WRITE throughput, 16 messages in flight.
 func BenchmarkRCWrite(b *testing.B) {
 	for _, size := range []int{4 << 10, 64 << 10} {
-		for _, mtu := range []roce.MTU{roce.MTU1024, roce.MTU4096} {
+		for _, mtu := range []verbs.MTU{verbs.MTU1024, verbs.MTU4096} {
 			b.Run(fmt.Sprintf("%dKiB/mtu%d", size>>10, mtu.Bytes()), func(b *testing.B) {
 				benchWrite(b, size, mtu, 16)
 			})
@@ -116,7 +117,7 @@ func BenchmarkRCWrite(b *testing.B) {
 
 // BenchmarkRCWrite8B: small-message rate, 64 WRITEs of 8 bytes in flight.
 func BenchmarkRCWrite8B(b *testing.B) {
-	benchWrite(b, 8, roce.MTU1024, 64)
+	benchWrite(b, 8, verbs.MTU1024, 64)
 }
 
 // BenchmarkSendPingPong: one 8-byte SEND each way per iteration; ns/op is
@@ -128,15 +129,15 @@ func BenchmarkSendPingPong(b *testing.B) {
 		a, c := tb.nodes[0], tb.nodes[1]
 		lm, _ := a.reg(b, 64, 0, 1)
 		rm, _ := c.reg(b, 64, 0, 2)
-		sa := roce.SendWR{Opcode: roce.WROpSend, Flags: roce.Signaled | roce.Inline, InlineData: make([]byte, 8)}
+		sa := verbs.SendWR{Opcode: verbs.WROpSend, Flags: verbs.Signaled | verbs.Inline, InlineData: make([]byte, 8)}
 		sc := sa
-		ra := roce.RecvWR{SGL: []roce.SGE{lm.SGE(0, 64)}}
-		rc := roce.RecvWR{SGL: []roce.SGE{rm.SGE(0, 64)}}
-		var wcs [8]roce.WC
+		ra := verbs.RecvWR{SGL: []mr.SGE{lm.SGE(0, 64)}}
+		rc := verbs.RecvWR{SGL: []mr.SGE{rm.SGE(0, 64)}}
+		var wcs [8]verbs.WC
 		wait := func(cq *roce.CQ) {
 			for {
 				if cq.Poll(wcs[:1]) == 1 {
-					if wcs[0].Status != roce.WCSuccess {
+					if wcs[0].Status != verbs.WCSuccess {
 						b.Fatal(wcs[0].Status)
 					}
 					return
@@ -171,20 +172,20 @@ func BenchmarkSendPingPong(b *testing.B) {
 		report(b, devs, start, &m0, s0, 0)
 	})
 	b.Run("realtime", func(b *testing.B) {
-		rt := newRealTimePair(b, roce.MTU1024)
+		rt := newRealTimePair(b, verbs.MTU1024)
 		a, c := rt.nodes[0], rt.nodes[1]
 		qa, qc := rt.qa, rt.qc
 		lm, _ := a.reg(b, 64, 0, 1)
 		rm, _ := c.reg(b, 64, 0, 2)
-		sa := roce.SendWR{Opcode: roce.WROpSend, Flags: roce.Inline, InlineData: make([]byte, 8)}
+		sa := verbs.SendWR{Opcode: verbs.WROpSend, Flags: verbs.Inline, InlineData: make([]byte, 8)}
 		sc := sa
-		ra := roce.RecvWR{SGL: []roce.SGE{lm.SGE(0, 64)}}
-		rc := roce.RecvWR{SGL: []roce.SGE{rm.SGE(0, 64)}}
+		ra := verbs.RecvWR{SGL: []mr.SGE{lm.SGE(0, 64)}}
+		rc := verbs.RecvWR{SGL: []mr.SGE{rm.SGE(0, 64)}}
 		// The echo side runs in its own goroutine, blocked in Wait.
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() {
-			var wcs [4]roce.WC
+			var wcs [4]verbs.WC
 			for {
 				n, err := c.rcq.Wait(ctx, wcs[:1])
 				if err != nil {
@@ -200,7 +201,7 @@ func BenchmarkSendPingPong(b *testing.B) {
 			qc.PostRecv(&rc)
 			qa.PostRecv(&ra)
 		}
-		var wcs [4]roce.WC
+		var wcs [4]verbs.WC
 		round := func() {
 			must(qa.PostSend(&sa))
 			if _, err := a.rcq.Wait(ctx, wcs[:1]); err != nil {
@@ -233,7 +234,7 @@ type realTimePair struct {
 
 // newRealTimePair starts two devices with real-time loops and connects an
 // RC pair.
-func newRealTimePair(b testing.TB, mtu roce.MTU) *realTimePair {
+func newRealTimePair(b testing.TB, mtu verbs.MTU) *realTimePair {
 	rt := &realTimePair{}
 	clock := roce.SystemClock()
 	router := memlink.NewRouter(clock, 1, memlink.Impairments{})
@@ -250,13 +251,13 @@ func newRealTimePair(b testing.TB, mtu roce.MTU) *realTimePair {
 func BenchmarkRCWriteRealTime(b *testing.B) {
 	for _, size := range []int{4 << 10, 64 << 10} {
 		b.Run(fmt.Sprintf("%dKiB/mtu4096", size>>10), func(b *testing.B) {
-			rt := newRealTimePair(b, roce.MTU4096)
+			rt := newRealTimePair(b, verbs.MTU4096)
 			a, c := rt.nodes[0], rt.nodes[1]
 			lm, _ := a.reg(b, size, 0, 1)
 			rm, _ := c.reg(b, size, 0, 2)
-			wr := roce.SendWR{Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, size)},
+			wr := verbs.SendWR{Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, size)},
 				RemoteAddr: rm.Addr(), RKey: rm.RKey()}
-			var wcs [64]roce.WC
+			var wcs [64]verbs.WC
 			posted, done := 0, 0
 			devs := []*roce.Device{a.dev, c.dev}
 			var m0 runtime.MemStats

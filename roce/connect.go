@@ -4,7 +4,8 @@ import (
 	"fmt"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/verbs"
 )
 
 // ConnectAttr is what a QP needs to move from RESET or INIT to RTS: the
@@ -13,14 +14,14 @@ import (
 // UC none of the READ/atomic, RNR and retry ones.
 type ConnectAttr struct {
 	// INIT (a QP already in INIT keeps its own).
-	Access    Access
+	Access    mr.Access
 	PKeyIndex uint16
 	// QKey is the UD QP's own Q_Key.
 	QKey uint32
 
 	// RTR: the path to the peer and what the responder allows.
-	AH              AHAttr
-	PathMTU         MTU
+	AH              verbs.AHAttr
+	PathMTU         verbs.MTU
 	DestQPN         bth.QPN
 	RQPSN           bth.PSN
 	MaxDestRdAtomic uint8
@@ -40,7 +41,7 @@ type ConnectAttr struct {
 // ConnectError is the error of Connect: the state the QP was refused.
 type ConnectError struct {
 	QPN   bth.QPN
-	State QPState
+	State verbs.QPState
 	Err   error
 }
 
@@ -56,45 +57,45 @@ func (e *ConnectError) Unwrap() error { return e.Err }
 // was refused.
 func (q *QP) Connect(c *ConnectAttr) error {
 	typ := q.Type()
-	datagram := typ == QPTypeUD || typ == qp.TypeGSI
-	if q.State() == QPStateReset {
-		init := QPAttr{State: QPStateInit, PKeyIndex: c.PKeyIndex, PortNum: 1}
-		mask := qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort
+	datagram := typ == verbs.QPTypeUD || typ == verbs.QPTypeGSI
+	if q.State() == verbs.QPStateReset {
+		init := verbs.QPAttr{State: verbs.QPStateInit, PKeyIndex: c.PKeyIndex, PortNum: 1}
+		mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
 		if datagram {
 			init.QKey = c.QKey
-			mask |= qp.AttrQKey
+			mask |= verbs.AttrQKey
 		} else {
 			init.AccessFlags = c.Access
-			mask |= qp.AttrAccessFlags
+			mask |= verbs.AttrAccessFlags
 		}
 		if err := q.Modify(&init, mask); err != nil {
-			return &ConnectError{q.QPN(), QPStateInit, err}
+			return &ConnectError{q.QPN(), verbs.QPStateInit, err}
 		}
 	}
-	rtr := QPAttr{State: QPStateRTR}
-	mask := qp.AttrState
+	rtr := verbs.QPAttr{State: verbs.QPStateRTR}
+	mask := verbs.AttrState
 	if !datagram {
 		rtr.AH, rtr.PathMTU, rtr.DestQPN, rtr.RQPSN = c.AH, c.PathMTU, c.DestQPN, c.RQPSN
-		mask |= qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
-		if typ == QPTypeRC {
+		mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
+		if typ == verbs.QPTypeRC {
 			rtr.MaxDestRdAtomic, rtr.MinRNRTimer = c.MaxDestRdAtomic, c.MinRNRTimer
-			mask |= qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
+			mask |= verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
 		}
 	}
 	if err := q.Modify(&rtr, mask); err != nil {
-		return &ConnectError{q.QPN(), QPStateRTR, err}
+		return &ConnectError{q.QPN(), verbs.QPStateRTR, err}
 	}
 	if c.StayRTR {
 		return nil
 	}
-	rts := QPAttr{State: QPStateRTS, SQPSN: c.SQPSN}
-	mask = qp.AttrState | qp.AttrSQPSN
-	if typ == QPTypeRC {
+	rts := verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: c.SQPSN}
+	mask = verbs.AttrState | verbs.AttrSQPSN
+	if typ == verbs.QPTypeRC {
 		rts.Timeout, rts.RetryCnt, rts.RNRRetry, rts.MaxRdAtomic = c.Timeout, c.RetryCnt, c.RNRRetry, c.MaxRdAtomic
-		mask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
+		mask |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
 	}
 	if err := q.Modify(&rts, mask); err != nil {
-		return &ConnectError{q.QPN(), QPStateRTS, err}
+		return &ConnectError{q.QPN(), verbs.QPStateRTS, err}
 	}
 	return nil
 }

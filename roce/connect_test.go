@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/verbs"
 )
 
 func TestConnectNamesTheRefusedState(t *testing.T) {
@@ -16,23 +17,23 @@ func TestConnectNamesTheRefusedState(t *testing.T) {
 	// Path MTU 0 is refused at RTR.
 	err := q.Connect(&roce.ConnectAttr{AH: a.ahTo(c), DestQPN: 5, Timeout: 14, RetryCnt: 7, RNRRetry: 7})
 	var ce *roce.ConnectError
-	if !errors.As(err, &ce) || ce.State != roce.QPStateRTR || q.State() != roce.QPStateInit {
+	if !errors.As(err, &ce) || ce.State != verbs.QPStateRTR || q.State() != verbs.QPStateInit {
 		t.Fatalf("%v (QP %v)", err, q.State())
 	}
 	// StayRTR stops at RTR.
 	q2 := b.createQP(a, o, nil)
-	if err := q2.Connect(&roce.ConnectAttr{AH: a.ahTo(c), PathMTU: roce.MTU1024, DestQPN: 5, StayRTR: true}); err != nil {
+	if err := q2.Connect(&roce.ConnectAttr{AH: a.ahTo(c), PathMTU: verbs.MTU1024, DestQPN: 5, StayRTR: true}); err != nil {
 		t.Fatal(err)
 	}
-	if q2.State() != roce.QPStateRTR {
+	if q2.State() != verbs.QPStateRTR {
 		t.Fatalf("state %v after StayRTR", q2.State())
 	}
 	// UD takes its Q_Key and none of the path.
-	u := b.createQP(a, rcOpts{qpType: roce.QPTypeUD, maxWR: 4, maxSGE: 1}, nil)
+	u := b.createQP(a, rcOpts{qpType: verbs.QPTypeUD, maxWR: 4, maxSGE: 1}, nil)
 	if err := u.Connect(&roce.ConnectAttr{QKey: 0x11111111, SQPSN: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if attr, _ := u.Query(); u.State() != roce.QPStateRTS || attr.QKey != 0x11111111 {
+	if attr, _ := u.Query(); u.State() != verbs.QPStateRTS || attr.QKey != 0x11111111 {
 		t.Fatalf("UD QP %v qkey %#x", u.State(), attr.QKey)
 	}
 }

@@ -9,11 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/verbs"
 )
-
-// WC is a work completion (struct ibv_wc).
-type WC = qp.WC
 
 // CQ is a completion queue (struct ibv_cq). The device loop appends
 // completions; any goroutine polls them. A CQ that overflows loses the
@@ -23,7 +20,7 @@ type CQ struct {
 	dev *Device
 
 	mu         sync.Mutex
-	buf        []WC
+	buf        []verbs.WC
 	head, n    int
 	overflowed bool
 	armed      uint8 // armNone, armNext, armSolicited
@@ -52,7 +49,7 @@ func (d *Device) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	if d.closed {
 		return nil, ErrClosed
 	}
-	return &CQ{dev: d, buf: make([]WC, cqe), ch: ch, wake: make(chan struct{}, 1)}, nil
+	return &CQ{dev: d, buf: make([]verbs.WC, cqe), ch: ch, wake: make(chan struct{}, 1)}, nil
 }
 
 // Cqe returns the capacity of the CQ.
@@ -62,24 +59,24 @@ func (c *CQ) Cqe() int { return len(c.buf) }
 // unexported type, so pushing completions is not part of the verbs API.
 type cqSink CQ
 
-func (s *cqSink) Push(wc qp.WC, solicited bool) bool { return (*CQ)(s).push(wc, solicited) }
+func (s *cqSink) Push(wc verbs.WC, solicited bool) bool { return (*CQ)(s).push(wc, solicited) }
 
 // push appends a completion from the device loop; it reports false when
 // the CQ is full (the completion is lost and the CQ is in error).
-func (c *CQ) push(wc qp.WC, solicited bool) bool {
+func (c *CQ) push(wc verbs.WC, solicited bool) bool {
 	c.mu.Lock()
 	if c.n == len(c.buf) {
 		first := !c.overflowed
 		c.overflowed = true
 		c.mu.Unlock()
 		if first {
-			c.dev.events.post(AsyncEvent{Type: qp.EventCQErr, CQ: c})
+			c.dev.events.post(AsyncEvent{Type: verbs.EventCQErr, CQ: c})
 		}
 		return false
 	}
 	c.buf[(c.head+c.n)%len(c.buf)] = wc
 	c.n++
-	notify := c.armed == armNext || (c.armed == armSolicited && (solicited || wc.Status != qp.WCSuccess))
+	notify := c.armed == armNext || (c.armed == armSolicited && (solicited || wc.Status != verbs.WCSuccess))
 	if notify {
 		c.armed = armNone
 	}
@@ -97,7 +94,7 @@ func (c *CQ) push(wc qp.WC, solicited bool) bool {
 // Poll moves up to len(wcs) completions into wcs and returns how many
 // (ibv_poll_cq). It never blocks. On an inline device an empty CQ runs a
 // step of the loop first (Device.Progress).
-func (c *CQ) Poll(wcs []WC) int {
+func (c *CQ) Poll(wcs []verbs.WC) int {
 	if k := c.poll(wcs); k > 0 || c.dev.mode != EngineInline {
 		return k
 	}
@@ -107,7 +104,7 @@ func (c *CQ) Poll(wcs []WC) int {
 	return c.poll(wcs)
 }
 
-func (c *CQ) poll(wcs []WC) int {
+func (c *CQ) poll(wcs []verbs.WC) int {
 	c.mu.Lock()
 	k := min(len(wcs), c.n)
 	for i := 0; i < k; i++ {
@@ -139,7 +136,7 @@ func (c *CQ) Overflowed() bool {
 
 // Wait blocks until at least one completion is available or ctx is done,
 // then polls like Poll. It needs the device loop running (Run or Start).
-func (c *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
+func (c *CQ) Wait(ctx context.Context, wcs []verbs.WC) (int, error) {
 	for {
 		if n := c.Poll(wcs); n > 0 {
 			return n, nil
@@ -154,7 +151,7 @@ func (c *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 
 // WaitTimeout is Wait with a timeout instead of a context; it returns 0
 // and context.DeadlineExceeded when nothing arrived in time.
-func (c *CQ) WaitTimeout(wcs []WC, timeout time.Duration) (int, error) {
+func (c *CQ) WaitTimeout(wcs []verbs.WC, timeout time.Duration) (int, error) {
 	if n := c.Poll(wcs); n > 0 {
 		return n, nil
 	}

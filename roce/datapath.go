@@ -16,6 +16,7 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/verbs"
 )
 
 // Budgets of one step.
@@ -65,20 +66,20 @@ func (d *Device) receive(now time.Duration, frame []byte) {
 	p := &d.pkt
 	if err := p.Parse(frame); err != nil {
 		if errors.Is(err, bth.ErrNotRoCE) {
-			d.cnt[qp.CntNotRoCE]++
+			d.cnt[verbs.CntNotRoCE]++
 		} else {
-			d.cnt[qp.CntMalformed]++
+			d.cnt[verbs.CntMalformed]++
 		}
 		return
 	}
 	if !p.VerifyICRC() {
 		if !d.icrcBlind {
-			d.cnt[qp.CntICRCError]++
+			d.cnt[verbs.CntICRCError]++
 			return
 		}
 		// The link cannot show the IP header as it was on the wire
 		// (ICRCVerifier), so a mismatch proves nothing: count and accept.
-		d.cnt[qp.CntICRCUnchecked]++
+		d.cnt[verbs.CntICRCUnchecked]++
 	}
 	dst := p.DstAddr()
 	local := false
@@ -89,12 +90,12 @@ func (d *Device) receive(now time.Duration, frame []byte) {
 		}
 	}
 	if !local {
-		d.cnt[qp.CntBadDGID]++
+		d.cnt[verbs.CntBadDGID]++
 		return
 	}
 	q := d.lookupQP(p.BTH().DestQP())
 	if q == nil {
-		d.cnt[qp.CntUnknownQPN]++
+		d.cnt[verbs.CntUnknownQPN]++
 		return
 	}
 	q.qp.Receive(now, p)
@@ -215,18 +216,20 @@ func (d *Device) pump(now time.Duration) bool {
 // API.
 type env Device
 
-func (e *env) Frame(ah *qp.AH, n int) []byte              { return (*Device)(e).frame(ah, n) }
-func (e *env) Send(ah *qp.AH, src bth.QPN, pkt []byte)    { (*Device)(e).send(ah, src, pkt) }
-func (e *env) ResolveAH(attr *qp.AHAttr, ah *qp.AH) error { return (*Device)(e).resolveAH(attr, ah) }
-func (e *env) Invalidate(pd *mr.PD, rkey uint32) error    { return pd.Invalidate(rkey, true) }
-func (e *env) Event(t qp.EventType, q *qp.QP, srq *qp.SRQ) {
+func (e *env) Frame(ah *verbs.AH, n int) []byte           { return (*Device)(e).frame(ah, n) }
+func (e *env) Send(ah *verbs.AH, src bth.QPN, pkt []byte) { (*Device)(e).send(ah, src, pkt) }
+func (e *env) ResolveAH(attr *verbs.AHAttr, ah *verbs.AH) error {
+	return (*Device)(e).resolveAH(attr, ah)
+}
+func (e *env) Invalidate(pd *mr.PD, rkey uint32) error { return pd.Invalidate(rkey, true) }
+func (e *env) Event(t verbs.EventType, q *qp.QP, srq *qp.SRQ) {
 	(*Device)(e).event(t, q, srq)
 }
 
 // frame returns the next transmit buffer's room for a transport packet of
 // n bytes toward ah, or nil when the batch is full and the link takes
 // nothing. send completes the frame in that same buffer.
-func (d *Device) frame(ah *qp.AH, n int) []byte {
+func (d *Device) frame(ah *verbs.AH, n int) []byte {
 	if d.txN == len(d.tx) {
 		d.flushTx()
 		if d.txN == len(d.tx) {
@@ -236,7 +239,7 @@ func (d *Device) frame(ah *qp.AH, n int) []byte {
 	hl := ah.Encap.Len()
 	f := d.tx[d.txN]
 	if hl+n > len(f) {
-		d.cnt[qp.CntSendErr]++
+		d.cnt[verbs.CntSendErr]++
 		return nil
 	}
 	d.txHL = hl
@@ -245,7 +248,7 @@ func (d *Device) frame(ah *qp.AH, n int) []byte {
 
 // send adds the Ethernet, IP and UDP headers and the ICRC around pkt, the
 // packet built in the buffer frame returned, and queues the frame.
-func (d *Device) send(ah *qp.AH, src bth.QPN, pkt []byte) {
+func (d *Device) send(ah *verbs.AH, src bth.QPN, pkt []byte) {
 	f := d.tx[d.txN]
 	d.enc = ah.Encap
 	e := &d.enc
@@ -259,7 +262,7 @@ func (d *Device) send(ah *qp.AH, src bth.QPN, pkt []byte) {
 	hl := d.txHL
 	l3, err := e.Encode(f, len(pkt))
 	if err != nil {
-		d.cnt[qp.CntSendErr]++
+		d.cnt[verbs.CntSendErr]++
 		return
 	}
 	bth.PutICRC(f[l3:hl+len(pkt)], e.IPv6())
@@ -284,7 +287,7 @@ func (d *Device) flushTx() {
 	n, err := d.link.WriteBatch(d.txView[:d.txN])
 	if err != nil {
 		// The frames are lost; RC recovers by retransmission.
-		d.cnt[qp.CntSendErr] += uint64(d.txN - n)
+		d.cnt[verbs.CntSendErr] += uint64(d.txN - n)
 		n = d.txN
 	}
 	if n < d.txN {
@@ -298,7 +301,7 @@ func (d *Device) flushTx() {
 }
 
 // resolveAH fills in the headers that carry packets to attr's destination.
-func (d *Device) resolveAH(attr *qp.AHAttr, ah *qp.AH) error {
+func (d *Device) resolveAH(attr *verbs.AHAttr, ah *verbs.AH) error {
 	if attr.PortNum > 1 {
 		return errors.New("port does not exist")
 	}
@@ -319,7 +322,7 @@ func (d *Device) resolveAH(attr *qp.AHAttr, ah *qp.AH) error {
 	if ttl == 0 {
 		ttl = 64
 	}
-	*ah = qp.AH{Attr: *attr, SGID: sgid}
+	*ah = verbs.AH{Attr: *attr, SGID: sgid}
 	ah.Encap = bth.Encap{
 		DstMAC: attr.DMAC, SrcMAC: d.mac,
 		Src: sgid.Addr(), Dst: attr.DGID.Addr(),
@@ -330,7 +333,7 @@ func (d *Device) resolveAH(attr *qp.AHAttr, ah *qp.AH) error {
 }
 
 // event posts an asynchronous event about a QP or SRQ of the loop.
-func (d *Device) event(t qp.EventType, q *qp.QP, srq *qp.SRQ) {
+func (d *Device) event(t verbs.EventType, q *qp.QP, srq *qp.SRQ) {
 	ev := AsyncEvent{Type: t}
 	if q != nil {
 		ev.QP, _ = q.Context.(*QP)

@@ -14,6 +14,7 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/verbs"
 )
 
 // Errors returned by the device's control operations.
@@ -62,44 +63,6 @@ type Options struct {
 	SpinFor time.Duration
 }
 
-// DeviceAttr describes the device (a subset of struct ibv_device_attr).
-type DeviceAttr struct {
-	MaxQP            int
-	MaxQPWR          int
-	MaxSGE           int
-	MaxInlineData    int
-	MaxCQ            int
-	MaxCQE           int
-	MaxMR            int
-	MaxPD            int
-	MaxQPRdAtom      int
-	MaxQPInitRdAtom  int
-	MaxSRQ           int
-	MaxSRQWR         int
-	MaxMsgSize       uint64
-	PhysPortCnt      int
-	AtomicCapability string
-}
-
-// PortState is the state of the port (enum ibv_port_state).
-type PortState uint8
-
-// Port states.
-const (
-	PortDown   PortState = 1
-	PortActive PortState = 4
-)
-
-// PortAttr describes the port (a subset of struct ibv_port_attr).
-type PortAttr struct {
-	State      PortState
-	MaxMTU     qp.MTU
-	ActiveMTU  qp.MTU
-	GIDTblLen  int
-	PKeyTblLen int
-	LinkMTU    int // the interface MTU
-}
-
 // Device is an RDMA device over a Link: the GID table, the QP number space,
 // PDs, MRs, CQs, SRQs and QPs, and the loop that moves packets between the
 // link and the QPs.
@@ -115,8 +78,8 @@ type Device struct {
 	clock   Clock
 	mac     [6]byte
 	linkMTU int
-	portMTU qp.MTU
-	attr    DeviceAttr
+	portMTU verbs.MTU
+	attr    verbs.DeviceAttr
 	// icrcBlind is set for links that cannot show a received frame's IP
 	// header as it was on the wire (ICRCVerifier reporting false).
 	icrcBlind bool
@@ -130,7 +93,7 @@ type Device struct {
 	gsi      *QP          // QP1
 	nextQPN  int
 	nqp      int
-	cnt      qp.Counters
+	cnt      verbs.Counters
 	closed   bool
 	portDown bool // PortDown was called and PortUp not since
 
@@ -183,7 +146,7 @@ func Open(link Link, opts *Options) (*Device, error) {
 	if v, ok := link.(ICRCVerifier); ok {
 		d.icrcBlind = !v.VerifiesICRC()
 	}
-	d.portMTU = qp.PortMTU(d.linkMTU)
+	d.portMTU = verbs.PortMTU(d.linkMTU)
 	if !d.portMTU.Valid() {
 		return nil, fmt.Errorf("roce: link MTU %d is too small for RoCE", d.linkMTU)
 	}
@@ -239,7 +202,7 @@ func Open(link Link, opts *Options) (*Device, error) {
 	d.db = make([]*QP, 0, 64)
 	d.dbSpare = make([]*QP, 0, 64)
 	d.events.init()
-	d.attr = DeviceAttr{
+	d.attr = verbs.DeviceAttr{
 		MaxQP: MaxQP, MaxQPWR: MaxQPWR, MaxSGE: MaxSGE, MaxInlineData: MaxInlineData,
 		MaxCQ: 1 << 16, MaxCQE: MaxCQE, MaxMR: mr.DefaultMaxMR, MaxPD: 1 << 16,
 		MaxQPRdAtom: qp.MaxRdAtomic, MaxQPInitRdAtom: qp.MaxRdAtomic, MaxSRQ: 1 << 16,
@@ -259,17 +222,17 @@ func (d *Device) Link() Link { return d.link }
 func (d *Device) Clock() Clock { return d.clock }
 
 // Query returns the device attributes (ibv_query_device).
-func (d *Device) Query() DeviceAttr { return d.attr }
+func (d *Device) Query() verbs.DeviceAttr { return d.attr }
 
 // QueryPort returns the attributes of port 1 (ibv_query_port).
-func (d *Device) QueryPort() PortAttr {
+func (d *Device) QueryPort() verbs.PortAttr {
 	d.mu.Lock()
-	state := PortActive
+	state := verbs.PortActive
 	if d.portDown {
-		state = PortDown
+		state = verbs.PortDown
 	}
 	d.mu.Unlock()
-	return PortAttr{State: state, MaxMTU: qp.MTU4096, ActiveMTU: d.portMTU,
+	return verbs.PortAttr{State: state, MaxMTU: verbs.MTU4096, ActiveMTU: d.portMTU,
 		GIDTblLen: GIDTableLen, PKeyTblLen: 1, LinkMTU: d.linkMTU}
 }
 
@@ -312,7 +275,7 @@ func (d *Device) Counters() map[string]uint64 {
 }
 
 // Counter returns one counter.
-func (d *Device) Counter(c qp.Counter) uint64 {
+func (d *Device) Counter(c verbs.Counter) uint64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.cnt[c]

@@ -16,16 +16,19 @@
 //	ibv_poll_cq           CQ.Poll                (blocking)          CQ.Wait, CQ.WaitTimeout
 //	ibv_req_notify_cq     CQ.ReqNotify           ibv_get_cq_event    CompChannel.GetEvent
 //	ibv_get_async_event   Device.GetAsyncEvent   ibv_query_gid       Device.QueryGID
-//	ibv_alloc_mw          PD.AllocMW             ibv_dealloc_mw      MW.Dealloc
-//	ibv_bind_mw           QP.BindMW              IBV_WR_BIND_MW      WROpBindMW
-//	ib_alloc_mr           PD.AllocMR             ib_dereg_mr         FastMR.Dealloc
-//	ib_map_mr_sg          FastMR.Map             IB_WR_REG_MR        WROpRegMR
-//	IBV_WR_LOCAL_INV      WROpLocalInv           ibv_inc_rkey        mr.IncKey
+//	ibv_alloc_mw          PD.AllocMW             ibv_dealloc_mw      mr.MW.Dealloc
+//	ibv_bind_mw           QP.BindMW              IBV_WR_BIND_MW      verbs.WROpBindMW
+//	ib_alloc_mr           PD.AllocMR             ib_dereg_mr         mr.FastMR.Dealloc
+//	ib_map_mr_sg          mr.FastMR.Map          IB_WR_REG_MR        verbs.WROpRegMR
+//	IBV_WR_LOCAL_INV      verbs.WROpLocalInv     ibv_inc_rkey        mr.IncKey
 //
-// Work completion statuses are named after ibv_wc_status (WCSuccess,
-// WCRemAccessErr, WCRetryExcErr, ...) and print as ibv_wc_status_str does;
-// QP attributes, masks and the state machine are those of ibv_modify_qp.
-// The verbs types themselves live in package qp and are re-exported here.
+// The vocabulary of these calls is package verbs': QP types and states,
+// QPAttr and QPAttrMask (those of ibv_modify_qp), SendWR, RecvWR and WC,
+// work completion statuses named after ibv_wc_status (WCSuccess,
+// WCRemAccessErr, WCRetryExcErr, ...) that print as ibv_wc_status_str
+// does, MTUs, port and device attributes, event types and counters. Memory
+// regions' access flags, scatter/gather elements, memory windows and
+// fast-registration MRs are package mr's.
 //
 // # The loop
 //

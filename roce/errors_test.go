@@ -6,13 +6,15 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/memlink"
+	"github.com/sroce/sroce/verbs"
 )
 
 // expectWC waits for k completions on n and checks their statuses in order.
-func (b *testbed) expectWC(n *node, want ...roce.WCStatus) []roce.WC {
+func (b *testbed) expectWC(n *node, want ...verbs.WCStatus) []verbs.WC {
 	b.t.Helper()
 	w := b.waitWCs(n, len(want))
 	if len(w) != len(want) {
@@ -37,21 +39,21 @@ func (b *testbed) settle() {
 func TestRemoteAccessErrors(t *testing.T) {
 	cases := []struct {
 		name   string
-		access roce.Access // of the target MR
-		op     roce.WROpcode
+		access mr.Access // of the target MR
+		op     verbs.WROpcode
 		rkey   func(m *roce.MR) uint32
 		off    int
 		n      int
-		want   roce.WCStatus
+		want   verbs.WCStatus
 	}{
-		{"bad rkey", 0, roce.WROpRDMAWrite, func(m *roce.MR) uint32 { return m.RKey() ^ 0x100 }, 0, 64, roce.WCRemAccessErr},
-		{"stale rkey", 0, roce.WROpRDMARead, func(m *roce.MR) uint32 { return m.RKey() + 1 }, 0, 64, roce.WCRemAccessErr},
-		{"no remote write", roce.AccessLocalWrite | roce.AccessRemoteRead, roce.WROpRDMAWrite, (*roce.MR).RKey, 0, 64, roce.WCRemAccessErr},
-		{"no remote read", roce.AccessLocalWrite | roce.AccessRemoteWrite, roce.WROpRDMARead, (*roce.MR).RKey, 0, 64, roce.WCRemAccessErr},
-		{"no remote atomic", roce.AccessLocalWrite | roce.AccessRemoteWrite, roce.WROpAtomicFetchAdd, (*roce.MR).RKey, 0, 8, roce.WCRemAccessErr},
-		{"write out of bounds", 0, roce.WROpRDMAWrite, (*roce.MR).RKey, 4000, 200, roce.WCRemAccessErr},
-		{"read before the region", 0, roce.WROpRDMARead, (*roce.MR).RKey, -8, 16, roce.WCRemAccessErr},
-		{"atomic out of bounds", 0, roce.WROpAtomicCmpSwp, (*roce.MR).RKey, 4096, 8, roce.WCRemAccessErr},
+		{"bad rkey", 0, verbs.WROpRDMAWrite, func(m *roce.MR) uint32 { return m.RKey() ^ 0x100 }, 0, 64, verbs.WCRemAccessErr},
+		{"stale rkey", 0, verbs.WROpRDMARead, func(m *roce.MR) uint32 { return m.RKey() + 1 }, 0, 64, verbs.WCRemAccessErr},
+		{"no remote write", mr.AccessLocalWrite | mr.AccessRemoteRead, verbs.WROpRDMAWrite, (*roce.MR).RKey, 0, 64, verbs.WCRemAccessErr},
+		{"no remote read", mr.AccessLocalWrite | mr.AccessRemoteWrite, verbs.WROpRDMARead, (*roce.MR).RKey, 0, 64, verbs.WCRemAccessErr},
+		{"no remote atomic", mr.AccessLocalWrite | mr.AccessRemoteWrite, verbs.WROpAtomicFetchAdd, (*roce.MR).RKey, 0, 8, verbs.WCRemAccessErr},
+		{"write out of bounds", 0, verbs.WROpRDMAWrite, (*roce.MR).RKey, 4000, 200, verbs.WCRemAccessErr},
+		{"read before the region", 0, verbs.WROpRDMARead, (*roce.MR).RKey, -8, 16, verbs.WCRemAccessErr},
+		{"atomic out of bounds", 0, verbs.WROpAtomicCmpSwp, (*roce.MR).RKey, 4096, 8, verbs.WCRemAccessErr},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,7 +63,7 @@ func TestRemoteAccessErrors(t *testing.T) {
 			lm, _ := a.reg(t, 4096, 0, 1)
 			rm, rbuf := c.reg(t, 4096, tc.access, 2)
 			before := append([]byte(nil), rbuf...)
-			wr := roce.SendWR{WRID: 1, Opcode: tc.op, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, tc.n)},
+			wr := verbs.SendWR{WRID: 1, Opcode: tc.op, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, tc.n)},
 				RemoteAddr: uint64(int64(rm.Addr()) + int64(tc.off)), RKey: tc.rkey(rm), CompareAdd: 1}
 			if err := qa.PostSend(&wr); err != nil {
 				t.Fatal(err)
@@ -69,23 +71,23 @@ func TestRemoteAccessErrors(t *testing.T) {
 			// A second request behind it is flushed.
 			wr2 := wr
 			wr2.WRID = 2
-			wr2.Opcode, wr2.RKey, wr2.RemoteAddr = roce.WROpRDMAWrite, rm.RKey(), rm.Addr()
+			wr2.Opcode, wr2.RKey, wr2.RemoteAddr = verbs.WROpRDMAWrite, rm.RKey(), rm.Addr()
 			if err := qa.PostSend(&wr2); err != nil {
 				t.Fatal(err)
 			}
-			w := b.expectWC(a, tc.want, roce.WCWRFlushErr)
+			w := b.expectWC(a, tc.want, verbs.WCWRFlushErr)
 			if w[0].WRID != 1 || w[1].WRID != 2 {
 				t.Fatalf("completions %+v", w)
 			}
 			b.settle()
-			if qa.State() != roce.QPStateErr || qb.State() != roce.QPStateErr {
+			if qa.State() != verbs.QPStateErr || qb.State() != verbs.QPStateErr {
 				t.Fatalf("states %v %v, want both ERR", qa.State(), qb.State())
 			}
 			if string(before) != string(rbuf) {
 				t.Fatal("the target memory changed")
 			}
-			if c.dev.Counter(qp.CntNAKSent) != 1 {
-				t.Fatalf("nak_sent %d", c.dev.Counter(qp.CntNAKSent))
+			if c.dev.Counter(verbs.CntNAKSent) != 1 {
+				t.Fatalf("nak_sent %d", c.dev.Counter(verbs.CntNAKSent))
 			}
 		})
 	}
@@ -97,13 +99,13 @@ func TestQPAccessFlagsRefused(t *testing.T) {
 	a, c := b.nodes[0], b.nodes[1]
 	lm, _ := a.reg(t, 4096, 0, 1)
 	rm, _ := c.reg(t, 4096, 0, 2)
-	if err := qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpRDMARead, Flags: roce.Signaled,
-		SGL: []roce.SGE{lm.SGE(0, 64)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}); err != nil {
+	if err := qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled,
+		SGL: []mr.SGE{lm.SGE(0, 64)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}); err != nil {
 		t.Fatal(err)
 	}
-	b.expectWC(a, roce.WCRemInvReqErr)
+	b.expectWC(a, verbs.WCRemInvReqErr)
 	b.settle()
-	if qb.State() != roce.QPStateErr {
+	if qb.State() != verbs.QPStateErr {
 		t.Fatalf("responder state %v", qb.State())
 	}
 }
@@ -114,26 +116,26 @@ func TestAtomicAlignmentAndPostErrors(t *testing.T) {
 	a, c := b.nodes[0], b.nodes[1]
 	lm, _ := a.reg(t, 4096, 0, 1)
 	rm, _ := c.reg(t, 4096, 0, 2)
-	big := roce.SGE{Addr: lm.Addr(), Length: 1 << 31, LKey: lm.LKey()}
+	big := mr.SGE{Addr: lm.Addr(), Length: 1 << 31, LKey: lm.LKey()}
 	for _, tc := range []struct {
 		name string
-		wr   roce.SendWR
+		wr   verbs.SendWR
 		err  error
 	}{
-		{"misaligned atomic", roce.SendWR{Opcode: roce.WROpAtomicFetchAdd, SGL: []roce.SGE{lm.SGE(0, 8)}, RemoteAddr: rm.Addr() + 4, RKey: rm.RKey()}, qp.ErrAtomicWR},
-		{"atomic of 4 bytes", roce.SendWR{Opcode: roce.WROpAtomicFetchAdd, SGL: []roce.SGE{lm.SGE(0, 4)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}, qp.ErrAtomicWR},
-		{"too many SGEs", roce.SendWR{Opcode: roce.WROpSend, SGL: []roce.SGE{lm.SGE(0, 1), lm.SGE(1, 1), lm.SGE(2, 1)}}, qp.ErrTooManySGE},
-		{"message too long", roce.SendWR{Opcode: roce.WROpRDMAWrite, SGL: []roce.SGE{big, lm.SGE(0, 1)}}, qp.ErrMsgTooBig},
-		{"inline too long", roce.SendWR{Opcode: roce.WROpSend, Flags: roce.Inline, InlineData: make([]byte, 17)}, qp.ErrInlineTooBig},
-		{"inline bad lkey", roce.SendWR{Opcode: roce.WROpSend, Flags: roce.Inline, SGL: []roce.SGE{{Addr: lm.Addr(), Length: 8, LKey: 12345}}}, qp.ErrInlineGather},
-		{"UD opcode on RC", roce.SendWR{Opcode: roce.WROpcode(10)}, qp.ErrOpcode},
+		{"misaligned atomic", verbs.SendWR{Opcode: verbs.WROpAtomicFetchAdd, SGL: []mr.SGE{lm.SGE(0, 8)}, RemoteAddr: rm.Addr() + 4, RKey: rm.RKey()}, qp.ErrAtomicWR},
+		{"atomic of 4 bytes", verbs.SendWR{Opcode: verbs.WROpAtomicFetchAdd, SGL: []mr.SGE{lm.SGE(0, 4)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}, qp.ErrAtomicWR},
+		{"too many SGEs", verbs.SendWR{Opcode: verbs.WROpSend, SGL: []mr.SGE{lm.SGE(0, 1), lm.SGE(1, 1), lm.SGE(2, 1)}}, qp.ErrTooManySGE},
+		{"message too long", verbs.SendWR{Opcode: verbs.WROpRDMAWrite, SGL: []mr.SGE{big, lm.SGE(0, 1)}}, qp.ErrMsgTooBig},
+		{"inline too long", verbs.SendWR{Opcode: verbs.WROpSend, Flags: verbs.Inline, InlineData: make([]byte, 17)}, qp.ErrInlineTooBig},
+		{"inline bad lkey", verbs.SendWR{Opcode: verbs.WROpSend, Flags: verbs.Inline, SGL: []mr.SGE{{Addr: lm.Addr(), Length: 8, LKey: 12345}}}, qp.ErrInlineGather},
+		{"UD opcode on RC", verbs.SendWR{Opcode: verbs.WROpcode(10)}, qp.ErrOpcode},
 	} {
 		if err := qa.PostSend(&tc.wr); !errors.Is(err, tc.err) {
 			t.Errorf("%s: error %v, want %v", tc.name, err, tc.err)
 		}
 	}
 	// The queue holds two requests.
-	ok := roce.SendWR{Opcode: roce.WROpRDMAWrite, SGL: []roce.SGE{lm.SGE(0, 8)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}
+	ok := verbs.SendWR{Opcode: verbs.WROpRDMAWrite, SGL: []mr.SGE{lm.SGE(0, 8)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}
 	qa.PostSend(&ok)
 	qa.PostSend(&ok)
 	if err := qa.PostSend(&ok); !errors.Is(err, qp.ErrQueueFull) {
@@ -141,25 +143,25 @@ func TestAtomicAlignmentAndPostErrors(t *testing.T) {
 	}
 	b.settle()
 	// A QP that is not in RTS refuses sends; one in RESET refuses receives.
-	q, _ := a.pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeRC, SendCQ: a.scq, RecvCQ: a.rcq, Cap: roce.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	q, _ := a.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: a.scq, RecvCQ: a.rcq, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err := q.PostSend(&ok); !errors.Is(err, qp.ErrPostState) {
 		t.Fatalf("post send in RESET: %v", err)
 	}
-	if err := q.PostRecv(&roce.RecvWR{}); !errors.Is(err, qp.ErrPostState) {
+	if err := q.PostRecv(&verbs.RecvWR{}); !errors.Is(err, qp.ErrPostState) {
 		t.Fatalf("post recv in RESET: %v", err)
 	}
 	// UC refuses READ; UD needs an address handle.
-	uc := b.createQP(a, rcOpts{qpType: roce.QPTypeUC, maxWR: 4, maxSGE: 1}, nil)
-	ud := b.createQP(a, rcOpts{qpType: roce.QPTypeUD, maxWR: 4, maxSGE: 1}, nil)
-	b.connect(uc, a, 99, c, rcOpts{qpType: roce.QPTypeUC, mtu: roce.MTU1024}, 0, 0)
+	uc := b.createQP(a, rcOpts{qpType: verbs.QPTypeUC, maxWR: 4, maxSGE: 1}, nil)
+	ud := b.createQP(a, rcOpts{qpType: verbs.QPTypeUD, maxWR: 4, maxSGE: 1}, nil)
+	b.connect(uc, a, 99, c, rcOpts{qpType: verbs.QPTypeUC, mtu: verbs.MTU1024}, 0, 0)
 	toRTSUD(t, ud, 0x1234)
-	if err := uc.PostSend(&roce.SendWR{Opcode: roce.WROpRDMARead}); !errors.Is(err, qp.ErrOpcode) {
+	if err := uc.PostSend(&verbs.SendWR{Opcode: verbs.WROpRDMARead}); !errors.Is(err, qp.ErrOpcode) {
 		t.Fatalf("READ on UC: %v", err)
 	}
-	if err := ud.PostSend(&roce.SendWR{Opcode: roce.WROpSend}); !errors.Is(err, qp.ErrNoAH) {
+	if err := ud.PostSend(&verbs.SendWR{Opcode: verbs.WROpSend}); !errors.Is(err, qp.ErrNoAH) {
 		t.Fatalf("UD without AH: %v", err)
 	}
-	if err := ud.PostSend(&roce.SendWR{Opcode: roce.WROpRDMAWrite}); !errors.Is(err, qp.ErrOpcode) {
+	if err := ud.PostSend(&verbs.SendWR{Opcode: verbs.WROpRDMAWrite}); !errors.Is(err, qp.ErrOpcode) {
 		t.Fatalf("WRITE on UD: %v", err)
 	}
 }
@@ -170,20 +172,20 @@ func TestBadLKeyCompletesWithProtectionError(t *testing.T) {
 	a, c := b.nodes[0], b.nodes[1]
 	lm, _ := a.reg(t, 4096, 0, 1)
 	rm, _ := c.reg(t, 4096, 0, 2)
-	write := func(id uint64, sge roce.SGE) {
-		if err := qa.PostSend(&roce.SendWR{WRID: id, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled,
-			SGL: []roce.SGE{sge}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}); err != nil {
+	write := func(id uint64, sge mr.SGE) {
+		if err := qa.PostSend(&verbs.SendWR{WRID: id, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
+			SGL: []mr.SGE{sge}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	write(1, lm.SGE(0, 100))
-	write(2, roce.SGE{Addr: lm.Addr(), Length: 100, LKey: lm.LKey() ^ 0x55})
+	write(2, mr.SGE{Addr: lm.Addr(), Length: 100, LKey: lm.LKey() ^ 0x55})
 	write(3, lm.SGE(0, 100))
-	w := b.expectWC(a, roce.WCSuccess, roce.WCLocProtErr, roce.WCWRFlushErr)
+	w := b.expectWC(a, verbs.WCSuccess, verbs.WCLocProtErr, verbs.WCWRFlushErr)
 	if w[0].WRID != 1 || w[1].WRID != 2 || w[2].WRID != 3 {
 		t.Fatalf("%+v", w)
 	}
-	if qa.State() != roce.QPStateErr {
+	if qa.State() != verbs.QPStateErr {
 		t.Fatalf("state %v", qa.State())
 	}
 	// Out of the local region's bounds, and a receive buffer without
@@ -192,15 +194,15 @@ func TestBadLKeyCompletesWithProtectionError(t *testing.T) {
 	qa2, qb2 := b2.pairQPs(rcOpts{})
 	a2, c2 := b2.nodes[0], b2.nodes[1]
 	lm2, _ := a2.reg(t, 4096, 0, 1)
-	ro, _ := c2.reg(t, 4096, roce.AccessRemoteRead, 2)
-	if err := qb2.PostRecv(&roce.RecvWR{WRID: 9, SGL: []roce.SGE{ro.SGE(0, 4096)}}); err != nil {
+	ro, _ := c2.reg(t, 4096, mr.AccessRemoteRead, 2)
+	if err := qb2.PostRecv(&verbs.RecvWR{WRID: 9, SGL: []mr.SGE{ro.SGE(0, 4096)}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := qa2.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm2.SGE(0, 64)}}); err != nil {
+	if err := qa2.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{lm2.SGE(0, 64)}}); err != nil {
 		t.Fatal(err)
 	}
-	b2.expectWC(a2, roce.WCRemOpErr)
-	b2.expectWC(c2, roce.WCLocProtErr)
+	b2.expectWC(a2, verbs.WCRemOpErr)
+	b2.expectWC(c2, verbs.WCLocProtErr)
 	_ = qb
 }
 
@@ -210,20 +212,20 @@ func TestRNRRetry(t *testing.T) {
 		qa, qb := b.pairQPs(rcOpts{rnr: 2, minRNR: 1})
 		a, c := b.nodes[0], b.nodes[1]
 		lm, _ := a.reg(t, 4096, 0, 1)
-		qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 100)}})
-		qa.PostSend(&roce.SendWR{WRID: 2, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 100)}})
-		b.expectWC(a, roce.WCRNRRetryExcErr, roce.WCWRFlushErr)
-		if got := a.dev.Counter(qp.CntRcvdRNRErr); got != 3 {
+		qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 100)}})
+		qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 100)}})
+		b.expectWC(a, verbs.WCRNRRetryExcErr, verbs.WCWRFlushErr)
+		if got := a.dev.Counter(verbs.CntRcvdRNRErr); got != 3 {
 			t.Fatalf("rcvd_rnr_err %d, want 3 (the first try and two retries)", got)
 		}
-		if got := c.dev.Counter(qp.CntSendRNRErr); got < 3 {
+		if got := c.dev.Counter(verbs.CntSendRNRErr); got < 3 {
 			t.Fatalf("send_rnr_err %d", got)
 		}
-		if a.dev.Counter(qp.CntRetryRNRExceededErr) != 1 {
+		if a.dev.Counter(verbs.CntRetryRNRExceededErr) != 1 {
 			t.Fatal("retry_rnr_exceeded_err not counted")
 		}
 		b.settle()
-		if qa.State() != roce.QPStateErr || qb.State() != roce.QPStateRTS {
+		if qa.State() != verbs.QPStateErr || qb.State() != verbs.QPStateRTS {
 			t.Fatalf("states %v %v", qa.State(), qb.State())
 		}
 	})
@@ -233,19 +235,19 @@ func TestRNRRetry(t *testing.T) {
 		a, c := b.nodes[0], b.nodes[1]
 		lm, _ := a.reg(t, 4096, 0, 1)
 		rm, rbuf := c.reg(t, 4096, 0, 2)
-		qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 3000)}})
+		qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 3000)}})
 		// Nobody posts a receive for a while: the requester keeps waiting.
 		b.sim.RunFor(50 * time.Millisecond)
 		if n := a.poll(); n != 0 {
 			t.Fatalf("completed early: %+v", a.wcs)
 		}
-		rnr := a.dev.Counter(qp.CntRcvdRNRErr)
+		rnr := a.dev.Counter(verbs.CntRcvdRNRErr)
 		if rnr < 30 {
 			t.Fatalf("only %d RNR NAKs in 50 ms with a 1.28 ms timer", rnr)
 		}
-		qb.PostRecv(&roce.RecvWR{WRID: 5, SGL: []roce.SGE{rm.SGE(0, 4096)}})
-		b.expectWC(a, roce.WCSuccess)
-		w := b.expectWC(c, roce.WCSuccess)
+		qb.PostRecv(&verbs.RecvWR{WRID: 5, SGL: []mr.SGE{rm.SGE(0, 4096)}})
+		b.expectWC(a, verbs.WCSuccess)
+		w := b.expectWC(c, verbs.WCSuccess)
 		if w[0].ByteLen != 3000 || string(rbuf[:3000]) != string(lm.Buf()[:3000]) {
 			t.Fatal("data")
 		}
@@ -260,19 +262,19 @@ func TestRetryExceeded(t *testing.T) {
 	rm, _ := c.reg(t, 4096, 0, 2)
 	b.router.SetImpairments(memlink.Impairments{Loss: 1})
 	start := b.clock.Now()
-	qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 3000)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
-	qa.PostSend(&roce.SendWR{WRID: 2, Opcode: roce.WROpRDMAWrite, SGL: []roce.SGE{lm.SGE(0, 30)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
-	b.expectWC(a, roce.WCRetryExcErr, roce.WCWRFlushErr)
+	qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 3000)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+	qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpRDMAWrite, SGL: []mr.SGE{lm.SGE(0, 30)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+	b.expectWC(a, verbs.WCRetryExcErr, verbs.WCWRFlushErr)
 	el := b.clock.Now() - start
 	rto := 4096 * time.Nanosecond << 10
 	if el < 4*rto || el > 5*rto {
 		t.Fatalf("gave up after %v, want 4 timeouts of %v", el, rto)
 	}
-	if a.dev.Counter(qp.CntRetryExceededErr) != 1 || a.dev.Counter(qp.CntTimeouts) != 4 || a.dev.Counter(qp.CntCompleterRetryErr) != 3 {
+	if a.dev.Counter(verbs.CntRetryExceededErr) != 1 || a.dev.Counter(verbs.CntTimeouts) != 4 || a.dev.Counter(verbs.CntCompleterRetryErr) != 3 {
 		t.Fatalf("counters %v", a.dev.Counters())
 	}
 	// The four packets, and three retransmissions of them.
-	if got := a.dev.Counter(qp.CntSentPkts); got != 4+3*4 {
+	if got := a.dev.Counter(verbs.CntSentPkts); got != 4+3*4 {
 		t.Fatalf("sent_pkts %d", got)
 	}
 }
@@ -284,21 +286,21 @@ func TestRetryCount7IsInfinite(t *testing.T) {
 	lm, _ := a.reg(t, 4096, 0, 1)
 	rm, _ := c.reg(t, 4096, 0, 2)
 	b.router.SetImpairments(memlink.Impairments{Loss: 1})
-	qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 100)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+	qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 100)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 	b.sim.RunFor(100 * time.Millisecond)
-	if a.poll() != 0 || a.dev.Counter(qp.CntTimeouts) < 1000 {
-		t.Fatalf("wcs %+v timeouts %d", a.wcs, a.dev.Counter(qp.CntTimeouts))
+	if a.poll() != 0 || a.dev.Counter(verbs.CntTimeouts) < 1000 {
+		t.Fatalf("wcs %+v timeouts %d", a.wcs, a.dev.Counter(verbs.CntTimeouts))
 	}
 	b.router.SetImpairments(memlink.Impairments{})
-	b.expectWC(a, roce.WCSuccess)
+	b.expectWC(a, verbs.WCSuccess)
 }
 
 func TestIllegalTransitions(t *testing.T) {
 	b := newBed(t, bedOpts{})
 	a := b.nodes[0]
-	q := b.createQP(a, rcOpts{maxWR: 4, maxSGE: 1, qpType: roce.QPTypeRC}, nil)
+	q := b.createQP(a, rcOpts{maxWR: 4, maxSGE: 1, qpType: verbs.QPTypeRC}, nil)
 	var me *qp.ModifyError
-	check := func(name string, attr roce.QPAttr, mask qp.AttrMask, want string) {
+	check := func(name string, attr verbs.QPAttr, mask verbs.QPAttrMask, want string) {
 		t.Helper()
 		err := q.Modify(&attr, mask)
 		if !errors.As(err, &me) {
@@ -320,53 +322,53 @@ func TestIllegalTransitions(t *testing.T) {
 			}
 		}
 	}
-	check("RESET->RTR", roce.QPAttr{State: roce.QPStateRTR}, qp.AttrState, "illegal")
-	check("RESET->ERR", roce.QPAttr{State: roce.QPStateErr}, qp.AttrState, "illegal")
-	check("RESET->INIT without port", roce.QPAttr{State: roce.QPStateInit}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrAccessFlags, "missing")
-	check("RESET->INIT with Q_Key on RC", roce.QPAttr{State: roce.QPStateInit, PortNum: 1},
-		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags|qp.AttrQKey, "extra")
-	check("RESET->INIT port 2", roce.QPAttr{State: roce.QPStateInit, PortNum: 2},
-		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags, "value")
-	check("current state mismatch", roce.QPAttr{State: roce.QPStateInit, CurState: roce.QPStateRTS, PortNum: 1},
-		qp.AttrState|qp.AttrCurState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags, "value")
-	if err := q.Modify(&roce.QPAttr{State: roce.QPStateInit, PortNum: 1}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags); err != nil {
+	check("RESET->RTR", verbs.QPAttr{State: verbs.QPStateRTR}, verbs.AttrState, "illegal")
+	check("RESET->ERR", verbs.QPAttr{State: verbs.QPStateErr}, verbs.AttrState, "illegal")
+	check("RESET->INIT without port", verbs.QPAttr{State: verbs.QPStateInit}, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrAccessFlags, "missing")
+	check("RESET->INIT with Q_Key on RC", verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1},
+		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags|verbs.AttrQKey, "extra")
+	check("RESET->INIT port 2", verbs.QPAttr{State: verbs.QPStateInit, PortNum: 2},
+		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags, "value")
+	check("current state mismatch", verbs.QPAttr{State: verbs.QPStateInit, CurState: verbs.QPStateRTS, PortNum: 1},
+		verbs.AttrState|verbs.AttrCurState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags, "value")
+	if err := q.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1}, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
 		t.Fatal(err)
 	}
-	check("INIT->RTS", roce.QPAttr{State: roce.QPStateRTS}, qp.AttrState|qp.AttrSQPSN, "illegal")
-	check("INIT->RTR without MIN_RNR_TIMER", roce.QPAttr{State: roce.QPStateRTR, PathMTU: roce.MTU1024, AH: a.ahTo(b.nodes[1])},
-		qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN|qp.AttrMaxDestRdAtomic, "missing")
-	rtr := qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN | qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
-	check("path MTU above the port", roce.QPAttr{State: roce.QPStateRTR, PathMTU: 6, AH: a.ahTo(b.nodes[1])}, rtr, "value")
-	check("bad SGID index", roce.QPAttr{State: roce.QPStateRTR, PathMTU: roce.MTU1024, AH: qp.AHAttr{DGID: b.nodes[1].gid, SGIDIndex: 3}}, rtr, "value")
-	check("IPv6 to IPv4", roce.QPAttr{State: roce.QPStateRTR, PathMTU: roce.MTU1024, AH: qp.AHAttr{DGID: bth.GID{0xfd, 15: 1}}}, rtr, "value")
-	check("max_dest_rd_atomic 200", roce.QPAttr{State: roce.QPStateRTR, PathMTU: roce.MTU1024, AH: a.ahTo(b.nodes[1]), MaxDestRdAtomic: 200}, rtr, "value")
-	check("RQ PSN beyond 24 bits", roce.QPAttr{State: roce.QPStateRTR, PathMTU: roce.MTU1024, AH: a.ahTo(b.nodes[1]), RQPSN: 1 << 24}, rtr, "value")
-	if err := q.Modify(&roce.QPAttr{State: roce.QPStateRTR, PathMTU: roce.MTU1024, AH: a.ahTo(b.nodes[1]), DestQPN: 99, MaxDestRdAtomic: 4, MinRNRTimer: 12}, rtr); err != nil {
+	check("INIT->RTS", verbs.QPAttr{State: verbs.QPStateRTS}, verbs.AttrState|verbs.AttrSQPSN, "illegal")
+	check("INIT->RTR without MIN_RNR_TIMER", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: a.ahTo(b.nodes[1])},
+		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic, "missing")
+	rtr := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
+	check("path MTU above the port", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: 6, AH: a.ahTo(b.nodes[1])}, rtr, "value")
+	check("bad SGID index", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: verbs.AHAttr{DGID: b.nodes[1].gid, SGIDIndex: 3}}, rtr, "value")
+	check("IPv6 to IPv4", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: verbs.AHAttr{DGID: bth.GID{0xfd, 15: 1}}}, rtr, "value")
+	check("max_dest_rd_atomic 200", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: a.ahTo(b.nodes[1]), MaxDestRdAtomic: 200}, rtr, "value")
+	check("RQ PSN beyond 24 bits", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: a.ahTo(b.nodes[1]), RQPSN: 1 << 24}, rtr, "value")
+	if err := q.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: a.ahTo(b.nodes[1]), DestQPN: 99, MaxDestRdAtomic: 4, MinRNRTimer: 12}, rtr); err != nil {
 		t.Fatal(err)
 	}
-	rts := qp.AttrState | qp.AttrSQPSN | qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
-	check("RTR->RTS retry_cnt 8", roce.QPAttr{State: roce.QPStateRTS, RetryCnt: 8}, rts, "value")
-	check("RTR->RTS timeout 32", roce.QPAttr{State: roce.QPStateRTS, Timeout: 32}, rts, "value")
-	check("RTR->RTS without timeout", roce.QPAttr{State: roce.QPStateRTS}, rts&^qp.AttrTimeout, "missing")
-	check("RTR->RTR", roce.QPAttr{State: roce.QPStateRTR}, qp.AttrState, "illegal")
-	if err := q.Modify(&roce.QPAttr{State: roce.QPStateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}, rts); err != nil {
+	rts := verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
+	check("RTR->RTS retry_cnt 8", verbs.QPAttr{State: verbs.QPStateRTS, RetryCnt: 8}, rts, "value")
+	check("RTR->RTS timeout 32", verbs.QPAttr{State: verbs.QPStateRTS, Timeout: 32}, rts, "value")
+	check("RTR->RTS without timeout", verbs.QPAttr{State: verbs.QPStateRTS}, rts&^verbs.AttrTimeout, "missing")
+	check("RTR->RTR", verbs.QPAttr{State: verbs.QPStateRTR}, verbs.AttrState, "illegal")
+	if err := q.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}, rts); err != nil {
 		t.Fatal(err)
 	}
-	check("RTS->RTS with path MTU", roce.QPAttr{PathMTU: roce.MTU512}, qp.AttrPathMTU, "extra")
-	check("RTS->SQE", roce.QPAttr{State: roce.QPStateSQE}, qp.AttrState, "illegal")
-	check("RTS->INIT", roce.QPAttr{State: roce.QPStateInit}, qp.AttrState, "illegal")
-	if err := q.Modify(&roce.QPAttr{MinRNRTimer: 3}, qp.AttrMinRNRTimer); err != nil {
+	check("RTS->RTS with path MTU", verbs.QPAttr{PathMTU: verbs.MTU512}, verbs.AttrPathMTU, "extra")
+	check("RTS->SQE", verbs.QPAttr{State: verbs.QPStateSQE}, verbs.AttrState, "illegal")
+	check("RTS->INIT", verbs.QPAttr{State: verbs.QPStateInit}, verbs.AttrState, "illegal")
+	if err := q.Modify(&verbs.QPAttr{MinRNRTimer: 3}, verbs.AttrMinRNRTimer); err != nil {
 		t.Fatalf("RTS->RTS min_rnr_timer: %v", err)
 	}
-	if err := q.Modify(&roce.QPAttr{State: roce.QPStateErr}, qp.AttrState); err != nil {
+	if err := q.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.AttrState); err != nil {
 		t.Fatal(err)
 	}
-	check("ERR->RTS", roce.QPAttr{State: roce.QPStateRTS}, qp.AttrState, "illegal")
-	if err := q.Modify(&roce.QPAttr{State: roce.QPStateReset}, qp.AttrState); err != nil {
+	check("ERR->RTS", verbs.QPAttr{State: verbs.QPStateRTS}, verbs.AttrState, "illegal")
+	if err := q.Modify(&verbs.QPAttr{State: verbs.QPStateReset}, verbs.AttrState); err != nil {
 		t.Fatal(err)
 	}
 	attr, _ := q.Query()
-	if attr.State != roce.QPStateReset {
+	if attr.State != verbs.QPStateReset {
 		t.Fatalf("state %v", attr.State)
 	}
 }
@@ -377,26 +379,26 @@ func TestCQOverflow(t *testing.T) {
 	small, _ := a.dev.CreateCQ(2, nil)
 	o := rcOpts{}
 	o.defaults()
-	q, _ := a.pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeRC, SendCQ: small, RecvCQ: a.rcq, Cap: roce.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	q, _ := a.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: small, RecvCQ: a.rcq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	p := b.createQP(c, o, nil)
 	b.connect(q, a, p.QPN(), c, o, 0, 0)
 	b.connect(p, c, q.QPN(), a, o, 0, 0)
 	lm, _ := a.reg(t, 4096, 0, 1)
 	rm, _ := c.reg(t, 4096, 0, 2)
 	for i := 1; i <= 4; i++ {
-		q.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 10)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+		q.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 10)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 	}
 	b.settle()
-	var wcs [8]roce.WC
+	var wcs [8]verbs.WC
 	n := small.Poll(wcs[:])
 	if n != 2 || wcs[0].WRID != 1 || wcs[1].WRID != 2 || !small.Overflowed() {
 		t.Fatalf("polled %d %+v overflowed %v", n, wcs[:n], small.Overflowed())
 	}
 	ev, ok := a.dev.PollAsyncEvent()
-	if !ok || ev.Type != qp.EventCQErr || ev.CQ != small {
+	if !ok || ev.Type != verbs.EventCQErr || ev.CQ != small {
 		t.Fatalf("event %+v %v", ev, ok)
 	}
-	if q.State() != roce.QPStateErr || a.dev.Counter(qp.CntCQOverflow) == 0 {
+	if q.State() != verbs.QPStateErr || a.dev.Counter(verbs.CntCQOverflow) == 0 {
 		t.Fatalf("state %v counters %v", q.State(), a.dev.Counters())
 	}
 	if err := small.Destroy(); !errors.Is(err, roce.ErrBusy) {
@@ -411,20 +413,20 @@ func TestFlushAfterError(t *testing.T) {
 	lm, _ := a.reg(t, 4096, 0, 1)
 	rm, _ := c.reg(t, 4096, 0, 2)
 	for i := 1; i <= 3; i++ {
-		qb.PostRecv(&roce.RecvWR{WRID: uint64(100 + i), SGL: []roce.SGE{rm.SGE(0, 100)}})
-		qa.PostRecv(&roce.RecvWR{WRID: uint64(200 + i), SGL: []roce.SGE{lm.SGE(0, 100)}})
+		qb.PostRecv(&verbs.RecvWR{WRID: uint64(100 + i), SGL: []mr.SGE{rm.SGE(0, 100)}})
+		qa.PostRecv(&verbs.RecvWR{WRID: uint64(200 + i), SGL: []mr.SGE{lm.SGE(0, 100)}})
 	}
 	// Unsignaled requests complete (with an error) when flushed.
 	for i := 1; i <= 3; i++ {
-		qa.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: roce.WROpRDMAWrite, SGL: []roce.SGE{lm.SGE(0, 10)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+		qa.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, SGL: []mr.SGE{lm.SGE(0, 10)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 	}
-	if err := qa.Modify(&roce.QPAttr{State: roce.QPStateErr}, qp.AttrState); err != nil {
+	if err := qa.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.AttrState); err != nil {
 		t.Fatal(err)
 	}
-	w := b.expectWC(a, roce.WCWRFlushErr, roce.WCWRFlushErr, roce.WCWRFlushErr, roce.WCWRFlushErr, roce.WCWRFlushErr, roce.WCWRFlushErr)
+	w := b.expectWC(a, verbs.WCWRFlushErr, verbs.WCWRFlushErr, verbs.WCWRFlushErr, verbs.WCWRFlushErr, verbs.WCWRFlushErr, verbs.WCWRFlushErr)
 	sends, recvs := 0, 0
 	for _, x := range w {
-		if x.Opcode == roce.WCRecv {
+		if x.Opcode == verbs.WCRecv {
 			recvs++
 		} else {
 			sends++
@@ -434,25 +436,25 @@ func TestFlushAfterError(t *testing.T) {
 		t.Fatalf("%+v", w)
 	}
 	// Posting to a QP in the error state is allowed and flushes at once.
-	if err := qa.PostSend(&roce.SendWR{WRID: 9, Opcode: roce.WROpSend}); err != nil {
+	if err := qa.PostSend(&verbs.SendWR{WRID: 9, Opcode: verbs.WROpSend}); err != nil {
 		t.Fatal(err)
 	}
-	if err := qa.PostRecv(&roce.RecvWR{WRID: 10}); err != nil {
+	if err := qa.PostRecv(&verbs.RecvWR{WRID: 10}); err != nil {
 		t.Fatal(err)
 	}
-	w = b.expectWC(a, roce.WCWRFlushErr, roce.WCWRFlushErr)
+	w = b.expectWC(a, verbs.WCWRFlushErr, verbs.WCWRFlushErr)
 	if w[0].WRID+w[1].WRID != 19 {
 		t.Fatalf("%+v", w)
 	}
 	// RESET and back to RTS: the QP works again.
-	qa.Modify(&roce.QPAttr{State: roce.QPStateReset}, qp.AttrState)
-	qb.Modify(&roce.QPAttr{State: roce.QPStateReset}, qp.AttrState)
+	qa.Modify(&verbs.QPAttr{State: verbs.QPStateReset}, verbs.AttrState)
+	qb.Modify(&verbs.QPAttr{State: verbs.QPStateReset}, verbs.AttrState)
 	o := rcOpts{}
 	o.defaults()
 	b.connect(qa, a, qb.QPN(), c, o, 5, 6)
 	b.connect(qb, c, qa.QPN(), a, o, 6, 5)
-	qa.PostSend(&roce.SendWR{WRID: 11, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 10)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
-	b.expectWC(a, roce.WCSuccess)
+	qa.PostSend(&verbs.SendWR{WRID: 11, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 10)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+	b.expectWC(a, verbs.WCSuccess)
 }
 
 func TestDestroyWithWorkOutstanding(t *testing.T) {
@@ -462,8 +464,8 @@ func TestDestroyWithWorkOutstanding(t *testing.T) {
 	lm, _ := a.reg(t, 1<<20, 0, 1)
 	rm, _ := c.reg(t, 1<<20, 0, 2)
 	for i := 0; i < 8; i++ {
-		qa.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 1<<20)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
-		qb.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: roce.WROpRDMARead, Flags: roce.Signaled, SGL: []roce.SGE{rm.SGE(0, 1<<20)}, RemoteAddr: lm.Addr(), RKey: lm.RKey()})
+		qa.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 1<<20)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+		qb.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled, SGL: []mr.SGE{rm.SGE(0, 1<<20)}, RemoteAddr: lm.Addr(), RKey: lm.RKey()})
 	}
 	b.sim.RunFor(100 * time.Microsecond)
 	if err := qb.Destroy(); err != nil {
@@ -472,7 +474,7 @@ func TestDestroyWithWorkOutstanding(t *testing.T) {
 	if err := qb.Destroy(); !errors.Is(err, roce.ErrDestroyed) {
 		t.Fatalf("second destroy: %v", err)
 	}
-	if err := qb.PostSend(&roce.SendWR{}); !errors.Is(err, roce.ErrDestroyed) {
+	if err := qb.PostSend(&verbs.SendWR{}); !errors.Is(err, roce.ErrDestroyed) {
 		t.Fatalf("post to a destroyed QP: %v", err)
 	}
 	// The deregistration of memory under way is safe too.
@@ -480,16 +482,16 @@ func TestDestroyWithWorkOutstanding(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.settle()
-	if c.dev.Counter(qp.CntUnknownQPN) == 0 {
+	if c.dev.Counter(verbs.CntUnknownQPN) == 0 {
 		t.Fatal("no packets dropped for the destroyed QP")
 	}
 	// qa fails: its peer is gone (retries exhausted) or its memory is.
 	for _, w := range a.wcs {
-		if w.Status == roce.WCSuccess && w.WRID > 1 {
+		if w.Status == verbs.WCSuccess && w.WRID > 1 {
 			t.Fatalf("completion %+v", w)
 		}
 	}
-	if qa.State() != roce.QPStateErr {
+	if qa.State() != verbs.QPStateErr {
 		t.Fatalf("state %v", qa.State())
 	}
 	if err := a.pd.Dealloc(); !errors.Is(err, roce.ErrBusy) {
@@ -506,13 +508,13 @@ func TestDestroyWithWorkOutstanding(t *testing.T) {
 // toRTSUD brings a UD QP to RTS.
 func toRTSUD(t testing.TB, q *roce.QP, qkey uint32) {
 	t.Helper()
-	if err := q.Modify(&roce.QPAttr{State: roce.QPStateInit, PortNum: 1, QKey: qkey}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrQKey); err != nil {
+	if err := q.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, QKey: qkey}, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrQKey); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Modify(&roce.QPAttr{State: roce.QPStateRTR}, qp.AttrState); err != nil {
+	if err := q.Modify(&verbs.QPAttr{State: verbs.QPStateRTR}, verbs.AttrState); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Modify(&roce.QPAttr{State: roce.QPStateRTS, SQPSN: 0x123}, qp.AttrState|qp.AttrSQPSN); err != nil {
+	if err := q.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 0x123}, verbs.AttrState|verbs.AttrSQPSN); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -4,13 +4,13 @@ import (
 	"context"
 	"sync"
 
-	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/verbs"
 )
 
 // AsyncEvent is an asynchronous event (struct ibv_async_event): CQ
 // overflow, SRQ limit reached, send queue drained.
 type AsyncEvent struct {
-	Type qp.EventType
+	Type verbs.EventType
 	QP   *QP
 	CQ   *CQ
 	SRQ  *SRQ

@@ -8,9 +8,10 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/memlink"
+	"github.com/sroce/sroce/verbs"
 )
 
 // Example_rcWrite moves 4 KiB with an RDMA WRITE between two devices on an
@@ -49,9 +50,9 @@ func Example_rcWrite() {
 		s.pd, _ = dev.AllocPD()
 		s.cq, _ = dev.CreateCQ(16, nil)
 		buf := bytes.Repeat([]byte{fill}, 4096)
-		s.mr, _ = s.pd.RegMR(buf, roce.AccessLocalWrite|roce.AccessRemoteWrite)
-		s.qp, _ = s.pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeRC, SendCQ: s.cq, RecvCQ: s.cq,
-			Cap: roce.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		s.mr, _ = s.pd.RegMR(buf, mr.AccessLocalWrite|mr.AccessRemoteWrite)
+		s.qp, _ = s.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.cq, RecvCQ: s.cq,
+			Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		s.gid, _ = dev.QueryGID(0)
 		copy(s.mac[:], mac)
 		return s
@@ -60,24 +61,24 @@ func Example_rcWrite() {
 
 	// Connect: RESET -> INIT -> RTR -> RTS, as ibv_rc_pingpong does.
 	connect := func(s, peer *side) {
-		must(s.qp.Modify(&roce.QPAttr{State: roce.QPStateInit, PortNum: 1,
-			AccessFlags: roce.AccessRemoteWrite}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags))
-		must(s.qp.Modify(&roce.QPAttr{State: roce.QPStateRTR, PathMTU: roce.MTU1024, DestQPN: peer.qp.QPN(),
+		must(s.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1,
+			AccessFlags: mr.AccessRemoteWrite}, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
+		must(s.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPN: peer.qp.QPN(),
 			RQPSN: 0, MaxDestRdAtomic: 1, MinRNRTimer: 12,
-			AH: roce.AHAttr{DGID: peer.gid, DMAC: peer.mac, HopLimit: 64}},
-			qp.AttrState|qp.AttrAV|qp.AttrPathMTU|qp.AttrDestQPN|qp.AttrRQPSN|qp.AttrMaxDestRdAtomic|qp.AttrMinRNRTimer))
-		must(s.qp.Modify(&roce.QPAttr{State: roce.QPStateRTS, SQPSN: 0, Timeout: 14, RetryCnt: 7,
+			AH: verbs.AHAttr{DGID: peer.gid, DMAC: peer.mac, HopLimit: 64}},
+			verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer))
+		must(s.qp.Modify(&verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 0, Timeout: 14, RetryCnt: 7,
 			RNRRetry: 7, MaxRdAtomic: 1},
-			qp.AttrState|qp.AttrSQPSN|qp.AttrTimeout|qp.AttrRetryCnt|qp.AttrRNRRetry|qp.AttrMaxQPRdAtomic))
+			verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic))
 	}
 	connect(a, b)
 	connect(b, a)
 
 	// WRITE a's buffer into b's, and wait for the completion.
-	err := a.qp.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled,
-		SGL: []roce.SGE{a.mr.SGE(0, 4096)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
+	err := a.qp.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
+		SGL: []mr.SGE{a.mr.SGE(0, 4096)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
 	must(err)
-	var wc [1]roce.WC
+	var wc [1]verbs.WC
 	if _, err := a.cq.WaitTimeout(wc[:], 5*time.Second); err != nil {
 		panic(err)
 	}

@@ -10,28 +10,30 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/memlink"
+	"github.com/sroce/sroce/verbs"
 )
 
 func TestPSNWraparound(t *testing.T) {
 	for _, loss := range []float64{0, 0.05} {
 		t.Run(fmt.Sprintf("loss=%v", loss), func(t *testing.T) {
 			b := newBed(t, bedOpts{seed: 7, imp: memlink.Impairments{Loss: loss, Reorder: loss, Duplicate: loss}})
-			qa, qb := b.pairQPs(rcOpts{mtu: roce.MTU256, psnA: bth.PSNMask - 20, psnB: bth.PSNMask - 3, timeout: 6})
+			qa, qb := b.pairQPs(rcOpts{mtu: verbs.MTU256, psnA: bth.PSNMask - 20, psnB: bth.PSNMask - 3, timeout: 6})
 			a, c := b.nodes[0], b.nodes[1]
 			lm, lbuf := a.reg(t, 1<<18, 0, 1)
 			rm, rbuf := c.reg(t, 1<<18, 0, 2)
 			n := 64 << 10
-			qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, n)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
-			qa.PostSend(&roce.SendWR{WRID: 2, Opcode: roce.WROpRDMARead, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(n, n)}, RemoteAddr: rm.Addr() + uint64(n), RKey: rm.RKey()})
-			qa.PostRecv(&roce.RecvWR{WRID: 4, SGL: []roce.SGE{lm.SGE(3*n, 4096)}})
-			qb.PostSend(&roce.SendWR{WRID: 5, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{rm.SGE(3*n, 3000)}})
-			qa.PostSend(&roce.SendWR{WRID: 6, Opcode: roce.WROpAtomicFetchAdd, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(8, 8)}, RemoteAddr: rm.Addr() + 8, RKey: rm.RKey(), CompareAdd: 1})
+			qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, n)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+			qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(n, n)}, RemoteAddr: rm.Addr() + uint64(n), RKey: rm.RKey()})
+			qa.PostRecv(&verbs.RecvWR{WRID: 4, SGL: []mr.SGE{lm.SGE(3*n, 4096)}})
+			qb.PostSend(&verbs.SendWR{WRID: 5, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{rm.SGE(3*n, 3000)}})
+			qa.PostSend(&verbs.SendWR{WRID: 6, Opcode: verbs.WROpAtomicFetchAdd, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(8, 8)}, RemoteAddr: rm.Addr() + 8, RKey: rm.RKey(), CompareAdd: 1})
 			b.run(func() bool { return len(a.wcs) == 4 && len(c.wcs) == 1 })
 			for _, w := range append(a.wcs, c.wcs...) {
-				if w.Status != roce.WCSuccess {
+				if w.Status != verbs.WCSuccess {
 					t.Fatalf("%+v", w)
 				}
 			}
@@ -50,7 +52,7 @@ func TestPSNWraparound(t *testing.T) {
 // udBed makes a UD QP on each of two nodes.
 func udBed(t *testing.T, ipv6 bool) (*testbed, *roce.QP, *roce.QP) {
 	b := newBed(t, bedOpts{ipv6: ipv6, linkMTU: 1500})
-	o := rcOpts{qpType: roce.QPTypeUD, maxWR: 16, maxSGE: 2}
+	o := rcOpts{qpType: verbs.QPTypeUD, maxWR: 16, maxSGE: 2}
 	qa := b.createQP(b.nodes[0], o, nil)
 	qb := b.createQP(b.nodes[1], o, nil)
 	toRTSUD(t, qa, 0x11111111)
@@ -63,18 +65,18 @@ func TestUDSendGRH(t *testing.T) {
 		t.Run(fmt.Sprintf("ipv6=%v", v6), func(t *testing.T) {
 			b, qa, qb := udBed(t, v6)
 			a, c := b.nodes[0], b.nodes[1]
-			ah, err := a.pd.CreateAH(&qp.AHAttr{DGID: c.gid, DMAC: c.mac, HopLimit: 64, TrafficClass: 0})
+			ah, err := a.pd.CreateAH(&verbs.AHAttr{DGID: c.gid, DMAC: c.mac, HopLimit: 64, TrafficClass: 0})
 			if err != nil {
 				t.Fatal(err)
 			}
 			lm, lbuf := a.reg(t, 4096, 0, 1)
 			rm, rbuf := c.reg(t, 4096, 0, 2)
-			qb.PostRecv(&roce.RecvWR{WRID: 1, SGL: []roce.SGE{rm.SGE(0, 40), rm.SGE(100, 2000)}})
-			qa.PostSend(&roce.SendWR{WRID: 2, Opcode: roce.WROpSendWithImm, Flags: roce.Signaled, Imm: 0xabcdef01,
-				SGL: []roce.SGE{lm.SGE(0, 1000)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x11111111})
-			b.expectWC(a, roce.WCSuccess)
-			w := b.expectWC(c, roce.WCSuccess)[0]
-			if w.ByteLen != 1040 || w.Flags != qp.WCGRH|qp.WCWithImm || w.Imm != 0xabcdef01 || w.SrcQP != qa.QPN() || w.Opcode != roce.WCRecv {
+			qb.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{rm.SGE(0, 40), rm.SGE(100, 2000)}})
+			qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpSendWithImm, Flags: verbs.Signaled, Imm: 0xabcdef01,
+				SGL: []mr.SGE{lm.SGE(0, 1000)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x11111111})
+			b.expectWC(a, verbs.WCSuccess)
+			w := b.expectWC(c, verbs.WCSuccess)[0]
+			if w.ByteLen != 1040 || w.Flags != verbs.WCGRH|verbs.WCWithImm || w.Imm != 0xabcdef01 || w.SrcQP != qa.QPN() || w.Opcode != verbs.WCRecv {
 				t.Fatalf("%+v", w)
 			}
 			if !bytes.Equal(rbuf[100:1100], lbuf[:1000]) {
@@ -93,31 +95,31 @@ func TestUDSendGRH(t *testing.T) {
 			}
 
 			// Wrong Q_Key: dropped and counted.
-			qb.PostRecv(&roce.RecvWR{WRID: 3, SGL: []roce.SGE{rm.SGE(0, 2048)}})
-			qa.PostSend(&roce.SendWR{WRID: 4, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 10)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x22})
-			b.expectWC(a, roce.WCSuccess)
+			qb.PostRecv(&verbs.RecvWR{WRID: 3, SGL: []mr.SGE{rm.SGE(0, 2048)}})
+			qa.PostSend(&verbs.SendWR{WRID: 4, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 10)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x22})
+			b.expectWC(a, verbs.WCSuccess)
 			b.settle()
-			if len(c.wcs) != 0 || c.dev.Counter(qp.CntBadQKey) != 1 {
-				t.Fatalf("wcs %+v bad_qkey %d", c.wcs, c.dev.Counter(qp.CntBadQKey))
+			if len(c.wcs) != 0 || c.dev.Counter(verbs.CntBadQKey) != 1 {
+				t.Fatalf("wcs %+v bad_qkey %d", c.wcs, c.dev.Counter(verbs.CntBadQKey))
 			}
 			// Longer than the port MTU (1024 on a 1500-byte link): not sent,
 			// completed successfully (IBTA C10-93.1.1).
-			sent := a.dev.Counter(qp.CntSentPkts)
-			qa.PostSend(&roce.SendWR{WRID: 5, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 1025)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x11111111})
-			b.expectWC(a, roce.WCSuccess)
-			if a.dev.Counter(qp.CntSentPkts) != sent {
+			sent := a.dev.Counter(verbs.CntSentPkts)
+			qa.PostSend(&verbs.SendWR{WRID: 5, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 1025)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x11111111})
+			b.expectWC(a, verbs.WCSuccess)
+			if a.dev.Counter(verbs.CntSentPkts) != sent {
 				t.Fatal("an oversized UD message was sent")
 			}
 			// A receive buffer without room for GRH and payload: the message
 			// is dropped and the buffer waits for the next one.
-			qb2 := b.createQP(c, rcOpts{qpType: roce.QPTypeUD, maxWR: 4, maxSGE: 1}, nil)
+			qb2 := b.createQP(c, rcOpts{qpType: verbs.QPTypeUD, maxWR: 4, maxSGE: 1}, nil)
 			toRTSUD(t, qb2, 7)
-			qb2.PostRecv(&roce.RecvWR{WRID: 6, SGL: []roce.SGE{rm.SGE(0, 100)}})
-			qa.PostSend(&roce.SendWR{WRID: 7, Opcode: roce.WROpSend, SGL: []roce.SGE{lm.SGE(0, 61)}, AH: ah, RemoteQPN: qb2.QPN(), RemoteQKey: 7})
-			qa.PostSend(&roce.SendWR{WRID: 8, Opcode: roce.WROpSend, SGL: []roce.SGE{lm.SGE(0, 60)}, AH: ah, RemoteQPN: qb2.QPN(), RemoteQKey: 7})
-			w = b.expectWC(c, roce.WCSuccess)[0]
-			if w.WRID != 6 || w.ByteLen != 100 || c.dev.Counter(qp.CntRecvDropped) != 1 {
-				t.Fatalf("%+v dropped %d", w, c.dev.Counter(qp.CntRecvDropped))
+			qb2.PostRecv(&verbs.RecvWR{WRID: 6, SGL: []mr.SGE{rm.SGE(0, 100)}})
+			qa.PostSend(&verbs.SendWR{WRID: 7, Opcode: verbs.WROpSend, SGL: []mr.SGE{lm.SGE(0, 61)}, AH: ah, RemoteQPN: qb2.QPN(), RemoteQKey: 7})
+			qa.PostSend(&verbs.SendWR{WRID: 8, Opcode: verbs.WROpSend, SGL: []mr.SGE{lm.SGE(0, 60)}, AH: ah, RemoteQPN: qb2.QPN(), RemoteQKey: 7})
+			w = b.expectWC(c, verbs.WCSuccess)[0]
+			if w.WRID != 6 || w.ByteLen != 100 || c.dev.Counter(verbs.CntRecvDropped) != 1 {
+				t.Fatalf("%+v dropped %d", w, c.dev.Counter(verbs.CntRecvDropped))
 			}
 		})
 	}
@@ -127,36 +129,36 @@ func TestGSIQKey(t *testing.T) {
 	b := newBed(t, bedOpts{})
 	a, c := b.nodes[0], b.nodes[1]
 	mk := func(n *node) *roce.QP {
-		q, err := n.pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeGSI, SendCQ: n.scq, RecvCQ: n.rcq, Cap: roce.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		q, err := n.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeGSI, SendCQ: n.scq, RecvCQ: n.rcq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if q.QPN() != 1 {
 			t.Fatalf("GSI QPN %v", q.QPN())
 		}
-		if err := q.Modify(&roce.QPAttr{State: roce.QPStateInit, QKey: 5}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrQKey); err != nil {
+		if err := q.Modify(&verbs.QPAttr{State: verbs.QPStateInit, QKey: 5}, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrQKey); err != nil {
 			t.Fatal(err)
 		}
-		q.Modify(&roce.QPAttr{State: roce.QPStateRTR}, qp.AttrState)
-		q.Modify(&roce.QPAttr{State: roce.QPStateRTS}, qp.AttrState|qp.AttrSQPSN)
+		q.Modify(&verbs.QPAttr{State: verbs.QPStateRTR}, verbs.AttrState)
+		q.Modify(&verbs.QPAttr{State: verbs.QPStateRTS}, verbs.AttrState|verbs.AttrSQPSN)
 		return q
 	}
 	qa, qb := mk(a), mk(c)
-	if _, err := a.pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeGSI, SendCQ: a.scq, RecvCQ: a.rcq}); !errors.Is(err, roce.ErrBusy) {
+	if _, err := a.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeGSI, SendCQ: a.scq, RecvCQ: a.rcq}); !errors.Is(err, roce.ErrBusy) {
 		t.Fatalf("second GSI QP: %v", err)
 	}
 	attr, _ := qa.Query()
-	if attr.QKey != qp.GSIQKey {
+	if attr.QKey != verbs.GSIQKey {
 		t.Fatalf("GSI Q_Key %#x", attr.QKey)
 	}
-	ah, _ := a.pd.CreateAH(&qp.AHAttr{DGID: c.gid, DMAC: c.mac})
+	ah, _ := a.pd.CreateAH(&verbs.AHAttr{DGID: c.gid, DMAC: c.mac})
 	lm, _ := a.reg(t, 256, 0, 1)
 	rm, _ := c.reg(t, 256, 0, 2)
-	qb.PostRecv(&roce.RecvWR{WRID: 1, SGL: []roce.SGE{rm.SGE(0, 256)}})
+	qb.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{rm.SGE(0, 256)}})
 	// Whatever the request says, QP1 sends with the GSI Q_Key.
-	qa.PostSend(&roce.SendWR{WRID: 2, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 100)}, AH: ah, RemoteQPN: 1, RemoteQKey: 99})
-	b.expectWC(a, roce.WCSuccess)
-	w := b.expectWC(c, roce.WCSuccess)[0]
+	qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 100)}, AH: ah, RemoteQPN: 1, RemoteQKey: 99})
+	b.expectWC(a, verbs.WCSuccess)
+	w := b.expectWC(c, verbs.WCSuccess)[0]
 	if w.SrcQP != 1 || w.ByteLen != 140 {
 		t.Fatalf("%+v", w)
 	}
@@ -164,7 +166,7 @@ func TestGSIQKey(t *testing.T) {
 
 func TestUCDropsDamagedMessages(t *testing.T) {
 	b := newBed(t, bedOpts{seed: 11, imp: memlink.Impairments{Loss: 0.1}})
-	o := rcOpts{qpType: roce.QPTypeUC, mtu: roce.MTU256, maxWR: 512, maxSGE: 1}
+	o := rcOpts{qpType: verbs.QPTypeUC, mtu: verbs.MTU256, maxWR: 512, maxSGE: 1}
 	qa, qb := b.pairQPs(o)
 	a, c := b.nodes[0], b.nodes[1]
 	const msgs, size = 300, 1000 // four packets each
@@ -175,10 +177,10 @@ func TestUCDropsDamagedMessages(t *testing.T) {
 	}
 	clear(rbuf)
 	for i := 0; i < msgs; i++ {
-		qb.PostRecv(&roce.RecvWR{WRID: uint64(i), SGL: []roce.SGE{rm.SGE(i*size, size)}})
+		qb.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGL: []mr.SGE{rm.SGE(i*size, size)}})
 	}
 	for i := 0; i < msgs; i++ {
-		qa.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(i*size, size)}})
+		qa.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(i*size, size)}})
 	}
 	b.settle()
 	if len(a.wcs) != msgs {
@@ -190,7 +192,7 @@ func TestUCDropsDamagedMessages(t *testing.T) {
 	}
 	// Receives are used in order; each holds one whole message.
 	for k, w := range c.wcs {
-		if w.Status != roce.WCSuccess || w.WRID != uint64(k) || w.ByteLen != size {
+		if w.Status != verbs.WCSuccess || w.WRID != uint64(k) || w.ByteLen != size {
 			t.Fatalf("%+v", w)
 		}
 		m := rbuf[k*size : (k+1)*size]
@@ -200,15 +202,15 @@ func TestUCDropsDamagedMessages(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d of %d UC messages delivered, recv_dropped %d", got, msgs, c.dev.Counter(qp.CntRecvDropped))
+	t.Logf("%d of %d UC messages delivered, recv_dropped %d", got, msgs, c.dev.Counter(verbs.CntRecvDropped))
 	// UC RDMA WRITE with immediate works on a clean link.
 	b.router.SetImpairments(memlink.Impairments{})
 	c.wcs = nil
-	qb.PostRecv(&roce.RecvWR{WRID: 999})
-	qa.PostSend(&roce.SendWR{WRID: 1000, Opcode: roce.WROpRDMAWriteWithImm, Imm: 42, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 3000)}, RemoteAddr: rm.Addr() + 7, RKey: rm.RKey()})
+	qb.PostRecv(&verbs.RecvWR{WRID: 999})
+	qa.PostSend(&verbs.SendWR{WRID: 1000, Opcode: verbs.WROpRDMAWriteWithImm, Imm: 42, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 3000)}, RemoteAddr: rm.Addr() + 7, RKey: rm.RKey()})
 	b.run(func() bool {
 		for _, w := range c.wcs {
-			if w.Opcode == roce.WCRecvRDMAWithImm {
+			if w.Opcode == verbs.WCRecvRDMAWithImm {
 				return true
 			}
 		}
@@ -228,7 +230,7 @@ func TestSRQLimitEvent(t *testing.T) {
 	}
 	rm, rbuf := c.reg(t, 16*256, 0, 2)
 	for i := 0; i < 8; i++ {
-		if err := srq.PostRecv(&roce.RecvWR{WRID: uint64(i), SGL: []roce.SGE{rm.SGE(i*256, 256)}}); err != nil {
+		if err := srq.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGL: []mr.SGE{rm.SGE(i*256, 256)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -243,14 +245,14 @@ func TestSRQLimitEvent(t *testing.T) {
 		b.connect(p, c, q.QPN(), a, o, 0, 0)
 		reqs, resps = append(reqs, q), append(resps, p)
 	}
-	if err := resps[0].PostRecv(&roce.RecvWR{}); !errors.Is(err, qp.ErrHasSRQ) {
+	if err := resps[0].PostRecv(&verbs.RecvWR{}); !errors.Is(err, qp.ErrHasSRQ) {
 		t.Fatalf("post to a QP with an SRQ: %v", err)
 	}
 	lm, lbuf := a.reg(t, 256, 0, 1)
 	for i := 0; i < 6; i++ {
-		reqs[i%2].PostSend(&roce.SendWR{WRID: uint64(i), Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 100+i)}})
-		b.expectWC(a, roce.WCSuccess)
-		w := b.expectWC(c, roce.WCSuccess)[0]
+		reqs[i%2].PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 100+i)}})
+		b.expectWC(a, verbs.WCSuccess)
+		w := b.expectWC(c, verbs.WCSuccess)[0]
 		if w.WRID != uint64(i) || w.QPNum != resps[i%2].QPN() || w.ByteLen != uint32(100+i) {
 			t.Fatalf("%+v", w)
 		}
@@ -260,7 +262,7 @@ func TestSRQLimitEvent(t *testing.T) {
 		ev, ok := c.dev.PollAsyncEvent()
 		// 8 posted; after the 4th receive 4 are left, fewer than 5.
 		if i == 3 {
-			if !ok || ev.Type != qp.EventSRQLimitReached || ev.SRQ != srq {
+			if !ok || ev.Type != verbs.EventSRQLimitReached || ev.SRQ != srq {
 				t.Fatalf("after %d receives: event %+v %v", i+1, ev, ok)
 			}
 		} else if ok {
@@ -282,12 +284,12 @@ func TestFenceWaitsForRead(t *testing.T) {
 		a, c := b.nodes[0], b.nodes[1]
 		lm, _ := a.reg(t, 1<<16, 0, 1)
 		rm, _ := c.reg(t, 1<<16, 0, 2)
-		var flags roce.SendFlags = roce.Signaled
+		var flags verbs.SendFlags = verbs.Signaled
 		if fence {
-			flags |= roce.Fence
+			flags |= verbs.Fence
 		}
-		qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpRDMARead, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 1<<15)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
-		qa.PostSend(&roce.SendWR{WRID: 2, Opcode: roce.WROpRDMAWrite, Flags: flags, SGL: []roce.SGE{lm.SGE(1<<15, 8)}, RemoteAddr: rm.Addr() + 1<<15, RKey: rm.RKey()})
+		qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 1<<15)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+		qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpRDMAWrite, Flags: flags, SGL: []mr.SGE{lm.SGE(1<<15, 8)}, RemoteAddr: rm.Addr() + 1<<15, RKey: rm.RKey()})
 		var readDone, writeDone time.Duration
 		b.run(func() bool {
 			for _, w := range a.wcs {
@@ -317,11 +319,11 @@ func TestSQDDrain(t *testing.T) {
 	a, c := b.nodes[0], b.nodes[1]
 	lm, _ := a.reg(t, 1<<16, 0, 1)
 	rm, _ := c.reg(t, 1<<16, 0, 2)
-	wr := roce.SendWR{Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 1<<16)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}
+	wr := verbs.SendWR{Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 1<<16)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}
 	wr.WRID = 1
 	qa.PostSend(&wr)
 	b.sim.RunFor(2 * time.Microsecond)
-	if err := qa.Modify(&roce.QPAttr{State: roce.QPStateSQD, EnSQDAsyncNotify: true}, qp.AttrState|qp.AttrEnSQDAsyncNotify); err != nil {
+	if err := qa.Modify(&verbs.QPAttr{State: verbs.QPStateSQD, EnSQDAsyncNotify: true}, verbs.AttrState|verbs.AttrEnSQDAsyncNotify); err != nil {
 		t.Fatal(err)
 	}
 	wr.WRID = 2
@@ -329,17 +331,17 @@ func TestSQDDrain(t *testing.T) {
 	b.run(func() bool { return len(a.wcs) == 1 })
 	b.settle()
 	ev, ok := a.dev.PollAsyncEvent()
-	if !ok || ev.Type != qp.EventSQDrained || ev.QP != qa {
+	if !ok || ev.Type != verbs.EventSQDrained || ev.QP != qa {
 		t.Fatalf("event %+v %v", ev, ok)
 	}
 	if len(a.wcs) != 1 || a.wcs[0].WRID != 1 {
 		t.Fatalf("%+v", a.wcs)
 	}
 	attr, _ := qa.Query()
-	if attr.State != roce.QPStateSQD || attr.SQDraining {
+	if attr.State != verbs.QPStateSQD || attr.SQDraining {
 		t.Fatalf("%v draining %v", attr.State, attr.SQDraining)
 	}
-	if err := qa.Modify(&roce.QPAttr{State: roce.QPStateRTS}, qp.AttrState); err != nil {
+	if err := qa.Modify(&verbs.QPAttr{State: verbs.QPStateRTS}, verbs.AttrState); err != nil {
 		t.Fatal(err)
 	}
 	b.run(func() bool { return len(a.wcs) == 2 })
@@ -353,32 +355,32 @@ func TestSolicitedNotify(t *testing.T) {
 	o := rcOpts{}
 	o.defaults()
 	qa := b.createQP(a, o, nil)
-	qb, _ := c.pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeRC, SendCQ: c.scq, RecvCQ: rcq, Cap: roce.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	qb, _ := c.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: c.scq, RecvCQ: rcq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	b.connect(qa, a, qb.QPN(), c, o, 0, 0)
 	b.connect(qb, c, qa.QPN(), a, o, 0, 0)
 	lm, _ := a.reg(t, 64, 0, 1)
 	rm, _ := c.reg(t, 64, 0, 2)
 	for i := 0; i < 3; i++ {
-		qb.PostRecv(&roce.RecvWR{WRID: uint64(i), SGL: []roce.SGE{rm.SGE(0, 64)}})
+		qb.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGL: []mr.SGE{rm.SGE(0, 64)}})
 	}
 	if err := rcq.ReqNotify(true); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	qa.PostSend(&roce.SendWR{Opcode: roce.WROpSend, SGL: []roce.SGE{lm.SGE(0, 8)}})
+	qa.PostSend(&verbs.SendWR{Opcode: verbs.WROpSend, SGL: []mr.SGE{lm.SGE(0, 8)}})
 	b.settle()
 	if _, err := ch.GetEvent(ctx); err == nil {
 		t.Fatal("event for an unsolicited message")
 	}
-	qa.PostSend(&roce.SendWR{Opcode: roce.WROpSend, Flags: roce.Solicited, SGL: []roce.SGE{lm.SGE(0, 8)}})
+	qa.PostSend(&verbs.SendWR{Opcode: verbs.WROpSend, Flags: verbs.Solicited, SGL: []mr.SGE{lm.SGE(0, 8)}})
 	b.settle()
 	got, err := ch.GetEvent(context.Background())
 	if err != nil || got != rcq {
 		t.Fatalf("%v %v", got, err)
 	}
 	ch.AckEvents(got, 1)
-	var wcs [4]roce.WC
+	var wcs [4]verbs.WC
 	if n := rcq.Poll(wcs[:]); n != 2 {
 		t.Fatalf("%d completions", n)
 	}
@@ -405,12 +407,12 @@ func TestMaxRdAtomicLimit(t *testing.T) {
 		}
 	})
 	for i := 0; i < 10; i++ {
-		op := roce.WROpRDMARead
+		op := verbs.WROpRDMARead
 		n := 4096
 		if i%3 == 0 {
-			op, n = roce.WROpAtomicFetchAdd, 8
+			op, n = verbs.WROpAtomicFetchAdd, 8
 		}
-		qa.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: op, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(i*4096, n)}, RemoteAddr: rm.Addr() + uint64(i*4096), RKey: rm.RKey(), CompareAdd: 1})
+		qa.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: op, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(i*4096, n)}, RemoteAddr: rm.Addr() + uint64(i*4096), RKey: rm.RKey(), CompareAdd: 1})
 	}
 	b.run(func() bool { return len(a.wcs) == 10 })
 	if maxInflight != 2 {
@@ -425,14 +427,14 @@ func TestInvalidatedKeyRefused(t *testing.T) {
 	lm, _ := a.reg(t, 64, 0, 1)
 	rm, _ := c.reg(t, 64, 0, 2)
 	target, _, key := b.fastReg(c, qb, 64, allAccess)
-	qb.PostRecv(&roce.RecvWR{WRID: 1, SGL: []roce.SGE{rm.SGE(0, 64)}})
-	qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpSendWithInv, InvalidateRKey: key, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 8)}})
-	b.expectWC(a, roce.WCSuccess)
+	qb.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{rm.SGE(0, 64)}})
+	qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSendWithInv, InvalidateRKey: key, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 8)}})
+	b.expectWC(a, verbs.WCSuccess)
 	if _, _, _, ok := target.Registered(); ok {
 		t.Fatal("not invalidated")
 	}
-	qa.PostSend(&roce.SendWR{WRID: 2, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 8)}, RemoteAddr: 0, RKey: key})
-	b.expectWC(a, roce.WCRemAccessErr)
+	qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 8)}, RemoteAddr: 0, RKey: key})
+	b.expectWC(a, verbs.WCRemAccessErr)
 	if err := target.Dealloc(); err != nil {
 		t.Fatalf("dealloc of an invalidated MR: %v", err)
 	}
@@ -442,19 +444,19 @@ func TestInvalidatedKeyRefused(t *testing.T) {
 	qa2, qb2 := b2.pairQPs(rcOpts{})
 	lm2, _ := b2.nodes[0].reg(t, 64, 0, 1)
 	rm2, _ := b2.nodes[1].reg(t, 64, 0, 2)
-	qb2.PostRecv(&roce.RecvWR{WRID: 1, SGL: []roce.SGE{rm2.SGE(0, 64)}})
-	qa2.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpSendWithInv, InvalidateRKey: 0x12345678, Flags: roce.Signaled, SGL: []roce.SGE{lm2.SGE(0, 8)}})
-	b2.expectWC(b2.nodes[0], roce.WCSuccess)
-	b2.expectWC(b2.nodes[1], roce.WCRemInvReqErr)
+	qb2.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{rm2.SGE(0, 64)}})
+	qa2.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSendWithInv, InvalidateRKey: 0x12345678, Flags: verbs.Signaled, SGL: []mr.SGE{lm2.SGE(0, 8)}})
+	b2.expectWC(b2.nodes[0], verbs.WCSuccess)
+	b2.expectWC(b2.nodes[1], verbs.WCRemInvReqErr)
 }
 
 func TestDeregDuringRead(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	qa, qb := b.pairQPs(rcOpts{mtu: roce.MTU256})
+	qa, qb := b.pairQPs(rcOpts{mtu: verbs.MTU256})
 	a, c := b.nodes[0], b.nodes[1]
 	lm, _ := a.reg(t, 1<<20, 0, 1)
 	rm, _ := c.reg(t, 1<<20, 0, 2)
-	qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpRDMARead, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 1<<20)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+	qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 1<<20)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 	// Drive the devices by hand: the request goes out, the responder
 	// serves the first part of the READ (one step sends at most 1024
 	// packets of the 4096), and then the memory goes away.
@@ -464,9 +466,9 @@ func TestDeregDuringRead(t *testing.T) {
 	if err := rm.Dereg(); err != nil {
 		t.Fatal(err)
 	}
-	b.expectWC(a, roce.WCRemAccessErr)
+	b.expectWC(a, verbs.WCRemAccessErr)
 	b.settle()
-	if qb.State() != roce.QPStateErr {
+	if qb.State() != verbs.QPStateErr {
 		t.Fatalf("responder %v", qb.State())
 	}
 }
@@ -474,7 +476,7 @@ func TestDeregDuringRead(t *testing.T) {
 // TestWireFormat checks what goes on the wire against rdma_rxe's habits.
 func TestWireFormat(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	qa, qb := b.pairQPs(rcOpts{mtu: roce.MTU256, psnA: 1000})
+	qa, qb := b.pairQPs(rcOpts{mtu: verbs.MTU256, psnA: 1000})
 	a, c := b.nodes[0], b.nodes[1]
 	lm, _ := a.reg(t, 1<<16, 0, 1)
 	rm, _ := c.reg(t, 1<<16, 0, 2)
@@ -504,8 +506,8 @@ func TestWireFormat(t *testing.T) {
 			acks = append(acks, p)
 		}
 	})
-	qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 200*256)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
-	b.expectWC(a, roce.WCSuccess)
+	qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 200*256)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+	b.expectWC(a, verbs.WCSuccess)
 	if fail != "" {
 		t.Fatal(fail)
 	}
@@ -541,34 +543,34 @@ func TestWireFormat(t *testing.T) {
 func TestUDSendQueueError(t *testing.T) {
 	b, qa, qb := udBed(t, false)
 	a, c := b.nodes[0], b.nodes[1]
-	ah, _ := a.pd.CreateAH(&qp.AHAttr{DGID: c.gid, DMAC: c.mac})
+	ah, _ := a.pd.CreateAH(&verbs.AHAttr{DGID: c.gid, DMAC: c.mac})
 	lm, _ := a.reg(t, 4096, 0, 1)
 	rm, _ := c.reg(t, 4096, 0, 2)
-	send := func(id uint64, sge roce.SGE) {
+	send := func(id uint64, sge mr.SGE) {
 		t.Helper()
-		if err := qa.PostSend(&roce.SendWR{WRID: id, Opcode: roce.WROpSend, Flags: roce.Signaled, SGL: []roce.SGE{sge},
+		if err := qa.PostSend(&verbs.SendWR{WRID: id, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{sge},
 			AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x11111111}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	send(1, roce.SGE{Addr: lm.Addr(), Length: 10, LKey: 0xbad})
+	send(1, mr.SGE{Addr: lm.Addr(), Length: 10, LKey: 0xbad})
 	send(2, lm.SGE(0, 10))
-	b.expectWC(a, roce.WCLocProtErr, roce.WCWRFlushErr)
-	if qa.State() != roce.QPStateSQE {
+	b.expectWC(a, verbs.WCLocProtErr, verbs.WCWRFlushErr)
+	if qa.State() != verbs.QPStateSQE {
 		t.Fatalf("state %v", qa.State())
 	}
 	send(3, lm.SGE(0, 10))
-	b.expectWC(a, roce.WCWRFlushErr)
+	b.expectWC(a, verbs.WCWRFlushErr)
 	// Receives still work in SQE.
-	qa.PostRecv(&roce.RecvWR{WRID: 4, SGL: []roce.SGE{lm.SGE(0, 100)}})
-	ahB, _ := c.pd.CreateAH(&qp.AHAttr{DGID: a.gid, DMAC: a.mac})
-	qb.PostSend(&roce.SendWR{WRID: 5, Opcode: roce.WROpSend, SGL: []roce.SGE{rm.SGE(0, 20)}, AH: ahB, RemoteQPN: qa.QPN(), RemoteQKey: 0x11111111})
-	b.expectWC(a, roce.WCSuccess)
-	if err := qa.Modify(&roce.QPAttr{State: roce.QPStateRTS}, qp.AttrState); err != nil {
+	qa.PostRecv(&verbs.RecvWR{WRID: 4, SGL: []mr.SGE{lm.SGE(0, 100)}})
+	ahB, _ := c.pd.CreateAH(&verbs.AHAttr{DGID: a.gid, DMAC: a.mac})
+	qb.PostSend(&verbs.SendWR{WRID: 5, Opcode: verbs.WROpSend, SGL: []mr.SGE{rm.SGE(0, 20)}, AH: ahB, RemoteQPN: qa.QPN(), RemoteQKey: 0x11111111})
+	b.expectWC(a, verbs.WCSuccess)
+	if err := qa.Modify(&verbs.QPAttr{State: verbs.QPStateRTS}, verbs.AttrState); err != nil {
 		t.Fatal(err)
 	}
-	qb.PostRecv(&roce.RecvWR{WRID: 6, SGL: []roce.SGE{rm.SGE(0, 100)}})
+	qb.PostRecv(&verbs.RecvWR{WRID: 6, SGL: []mr.SGE{rm.SGE(0, 100)}})
 	send(7, lm.SGE(0, 10))
-	b.expectWC(a, roce.WCSuccess)
-	b.expectWC(c, roce.WCSuccess)
+	b.expectWC(a, verbs.WCSuccess)
+	b.expectWC(c, verbs.WCSuccess)
 }

@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/memlink"
+	"github.com/sroce/sroce/verbs"
 )
 
 // choices feeds the hostile packet generator: from fuzz input bytes, or
@@ -46,7 +47,7 @@ type guarded struct {
 
 const guard = 512
 
-func newGuarded(t testing.TB, pd *roce.PD, size int, access roce.Access, readOnly bool) *guarded {
+func newGuarded(t testing.TB, pd *roce.PD, size int, access mr.Access, readOnly bool) *guarded {
 	g := &guarded{all: make([]byte, guard+size+guard)}
 	for i := range g.all {
 		g.all[i] = byte(i*13 + 5)
@@ -105,35 +106,35 @@ func newVictim(t testing.TB) *victim {
 	n := v.node
 	v.mrs = []*guarded{
 		newGuarded(t, n.pd, 4096, allAccess, false),
-		newGuarded(t, n.pd, 4096, roce.AccessRemoteRead, true),
-		newGuarded(t, n.pd, 4096, roce.AccessLocalWrite, true),
-		newGuarded(t, n.pd, 64, roce.AccessLocalWrite|roce.AccessRemoteAtomic, false),
+		newGuarded(t, n.pd, 4096, mr.AccessRemoteRead, true),
+		newGuarded(t, n.pd, 4096, mr.AccessLocalWrite, true),
+		newGuarded(t, n.pd, 64, mr.AccessLocalWrite|mr.AccessRemoteAtomic, false),
 	}
-	v.recv = newGuarded(t, n.pd, 8192, roce.AccessLocalWrite, false)
-	v.local = newGuarded(t, n.pd, 8192, roce.AccessLocalWrite, false)
+	v.recv = newGuarded(t, n.pd, 8192, mr.AccessLocalWrite, false)
+	v.local = newGuarded(t, n.pd, 8192, mr.AccessLocalWrite, false)
 	for _, g := range v.mrs {
 		v.keys = append(v.keys, g.mr.RKey())
 	}
 	peer := &node{gid: bth.GIDFromAddr(v.atkAddr), mac: v.atkMAC}
-	o := rcOpts{mtu: roce.MTU1024, maxWR: 256, maxSGE: 4, rdAtomic: 4, timeout: 4, retry: 7, rnr: 7}
+	o := rcOpts{mtu: verbs.MTU1024, maxWR: 256, maxSGE: 4, rdAtomic: 4, timeout: 4, retry: 7, rnr: 7}
 	o.defaults()
 	v.rc = b.createQP(n, o, nil)
 	b.connect(v.rc, n, 0x123, peer, o, 1000, 5000)
 	v.psnRC = 5000
 	ou := o
-	ou.qpType = roce.QPTypeUC
+	ou.qpType = verbs.QPTypeUC
 	v.uc = b.createQP(n, ou, nil)
 	b.connect(v.uc, n, 0x124, peer, ou, 2000, 6000)
 	v.psnUC = 6000
-	v.ud = b.createQP(n, rcOpts{qpType: roce.QPTypeUD, maxWR: 256, maxSGE: 2}, nil)
+	v.ud = b.createQP(n, rcOpts{qpType: verbs.QPTypeUD, maxWR: 256, maxSGE: 2}, nil)
 	toRTSUD(t, v.ud, 0x11111111)
-	g, err := n.pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeGSI, SendCQ: n.scq, RecvCQ: n.rcq, Cap: roce.QPCap{MaxSendWR: 8, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	g, err := n.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeGSI, SendCQ: n.scq, RecvCQ: n.rcq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.Modify(&roce.QPAttr{State: roce.QPStateInit}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrQKey)
-	g.Modify(&roce.QPAttr{State: roce.QPStateRTR}, qp.AttrState)
-	g.Modify(&roce.QPAttr{State: roce.QPStateRTS}, qp.AttrState|qp.AttrSQPSN)
+	g.Modify(&verbs.QPAttr{State: verbs.QPStateInit}, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrQKey)
+	g.Modify(&verbs.QPAttr{State: verbs.QPStateRTR}, verbs.AttrState)
+	g.Modify(&verbs.QPAttr{State: verbs.QPStateRTS}, verbs.AttrState|verbs.AttrSQPSN)
 	v.gsi = g
 	v.legitA, v.legitB = b.pairQPs(rcOpts{})
 	v.frame = make([]byte, 2048)
@@ -145,56 +146,56 @@ func newVictim(t testing.TB) *victim {
 func (v *victim) refill(t testing.TB, c *choices) {
 	n := v.node
 	for _, q := range []*roce.QP{v.rc, v.uc, v.ud, v.gsi} {
-		if q.State() == roce.QPStateErr {
-			q.Modify(&roce.QPAttr{State: roce.QPStateReset}, qp.AttrState)
+		if q.State() == verbs.QPStateErr {
+			q.Modify(&verbs.QPAttr{State: verbs.QPStateReset}, verbs.AttrState)
 			peer := &node{gid: bth.GIDFromAddr(v.atkAddr), mac: v.atkMAC}
-			o := rcOpts{mtu: roce.MTU1024, maxWR: 256, maxSGE: 4, rdAtomic: 4, timeout: 4}
+			o := rcOpts{mtu: verbs.MTU1024, maxWR: 256, maxSGE: 4, rdAtomic: 4, timeout: 4}
 			o.defaults()
 			switch q {
 			case v.rc:
 				v.b.connect(q, n, 0x123, peer, o, 1000, v.psnRC)
 			case v.uc:
-				o.qpType = roce.QPTypeUC
+				o.qpType = verbs.QPTypeUC
 				v.b.connect(q, n, 0x124, peer, o, 2000, v.psnUC)
 			case v.ud:
 				toRTSUD(t, q, 0x11111111)
 			default:
-				q.Modify(&roce.QPAttr{State: roce.QPStateInit}, qp.AttrState|qp.AttrPKeyIndex|qp.AttrQKey)
-				q.Modify(&roce.QPAttr{State: roce.QPStateRTR}, qp.AttrState)
-				q.Modify(&roce.QPAttr{State: roce.QPStateRTS}, qp.AttrState|qp.AttrSQPSN)
+				q.Modify(&verbs.QPAttr{State: verbs.QPStateInit}, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrQKey)
+				q.Modify(&verbs.QPAttr{State: verbs.QPStateRTR}, verbs.AttrState)
+				q.Modify(&verbs.QPAttr{State: verbs.QPStateRTS}, verbs.AttrState|verbs.AttrSQPSN)
 			}
 		}
 		attr, _ := q.Query()
 		for i := 0; i < 4; i++ {
 			off := c.n(8192 - 256)
-			sgl := []roce.SGE{v.recv.mr.SGE(off, 256)}
+			sgl := []mr.SGE{v.recv.mr.SGE(off, 256)}
 			if c.n(4) == 0 {
 				sgl = append(sgl, v.recv.mr.SGE(c.n(8192-64), 64))
 			}
-			q.PostRecv(&roce.RecvWR{WRID: uint64(i), SGL: sgl})
+			q.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGL: sgl})
 		}
 		_ = attr
 	}
 	// Requests toward the attacker, whose answers are forged.
 	for i := 0; i < 2; i++ {
 		off := 8 * c.n(8192/8-8)
-		wr := roce.SendWR{WRID: uint64(i), Flags: roce.Signaled, SGL: []roce.SGE{v.local.mr.SGE(off, 8+c.n(200))},
+		wr := verbs.SendWR{WRID: uint64(i), Flags: verbs.Signaled, SGL: []mr.SGE{v.local.mr.SGE(off, 8+c.n(200))},
 			RemoteAddr: uint64(c.n(1 << 20)), RKey: uint32(c.u64())}
 		switch c.n(4) {
 		case 0:
-			wr.Opcode = roce.WROpRDMAWrite
+			wr.Opcode = verbs.WROpRDMAWrite
 		case 1:
-			wr.Opcode = roce.WROpRDMARead
+			wr.Opcode = verbs.WROpRDMARead
 		case 2:
-			wr.Opcode = roce.WROpSend
+			wr.Opcode = verbs.WROpSend
 		default:
-			wr.Opcode = roce.WROpAtomicFetchAdd
-			wr.SGL = []roce.SGE{v.local.mr.SGE(off, 8)}
+			wr.Opcode = verbs.WROpAtomicFetchAdd
+			wr.SGL = []mr.SGE{v.local.mr.SGE(off, 8)}
 			wr.RemoteAddr &^= 7
 		}
 		v.rc.PostSend(&wr)
 	}
-	var wcs [64]roce.WC
+	var wcs [64]verbs.WC
 	for n.scq.Poll(wcs[:]) > 0 {
 	}
 	for n.rcq.Poll(wcs[:]) > 0 {
@@ -291,7 +292,7 @@ func (v *victim) hostile(c *choices) []byte {
 	h.IETH = key()
 	h.DETH = bth.DETHFields{QKey: 0x11111111, SrcQP: bth.QPN(c.u64()) & bth.QPNMask}
 	if dst == 1 {
-		h.DETH.QKey = qp.GSIQKey
+		h.DETH.QKey = verbs.GSIQKey
 	}
 	if c.n(10) == 0 {
 		h.DETH.QKey = uint32(c.u64())
@@ -349,7 +350,7 @@ func attack(t testing.TB, v *victim, c *choices, maxPkts int) {
 		}
 		if i%64 == 0 {
 			// Legitimate traffic on another QP of the same device.
-			v.legitA.PostSend(&roce.SendWR{Opcode: roce.WROpRDMAWrite, SGL: []roce.SGE{legitSrc.SGE(0, 1<<16)},
+			v.legitA.PostSend(&verbs.SendWR{Opcode: verbs.WROpRDMAWrite, SGL: []mr.SGE{legitSrc.SGE(0, 1<<16)},
 				RemoteAddr: legitDst.Addr(), RKey: legitDst.RKey()})
 		}
 		f := v.hostile(c)
@@ -384,13 +385,13 @@ func attack(t testing.TB, v *victim, c *choices, maxPkts int) {
 	v.local.check(t, "local")
 	// Stop the attacked QPs' retries toward the attacker, then check that
 	// the legitimate pair still works and its data is intact.
-	v.rc.Modify(&roce.QPAttr{State: roce.QPStateErr}, qp.AttrState)
-	v.uc.Modify(&roce.QPAttr{State: roce.QPStateErr}, qp.AttrState)
-	v.legitA.PostSend(&roce.SendWR{WRID: 77, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled,
-		SGL: []roce.SGE{legitSrc.SGE(0, 1<<16)}, RemoteAddr: legitDst.Addr(), RKey: legitDst.RKey()})
+	v.rc.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.AttrState)
+	v.uc.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.AttrState)
+	v.legitA.PostSend(&verbs.SendWR{WRID: 77, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
+		SGL: []mr.SGE{legitSrc.SGE(0, 1<<16)}, RemoteAddr: legitDst.Addr(), RKey: legitDst.RKey()})
 	done := false
 	err := v.b.sim.RunUntil(func() bool {
-		var wcs [16]roce.WC
+		var wcs [16]verbs.WC
 		for {
 			k := v.node.scq.Poll(wcs[:])
 			if k == 0 {
@@ -398,7 +399,7 @@ func attack(t testing.TB, v *victim, c *choices, maxPkts int) {
 			}
 			for _, w := range wcs[:k] {
 				if w.WRID == 77 && w.QPNum == v.legitA.QPN() {
-					done = w.Status == roce.WCSuccess
+					done = w.Status == verbs.WCSuccess
 					if !done {
 						t.Fatalf("legitimate write failed: %v", w.Status)
 					}
@@ -410,7 +411,7 @@ func attack(t testing.TB, v *victim, c *choices, maxPkts int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.legitA.State() != roce.QPStateRTS || v.legitB.State() != roce.QPStateRTS {
+	if v.legitA.State() != verbs.QPStateRTS || v.legitB.State() != verbs.QPStateRTS {
 		t.Fatalf("the legitimate QPs were disturbed: %v %v", v.legitA.State(), v.legitB.State())
 	}
 	if !bytes.Equal(legitSrc.Buf(), ldst) {

@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/memlink"
+	"github.com/sroce/sroce/verbs"
 )
 
 // node is one device on the simulated Ethernet.
@@ -23,7 +24,7 @@ type node struct {
 	rcq  *roce.CQ
 	gid  bth.GID
 	mac  [6]byte
-	wcs  []roce.WC // completions polled so far
+	wcs  []verbs.WC // completions polled so far
 }
 
 // testbed is two or more devices behind a router, in virtual time.
@@ -116,12 +117,12 @@ func newBed(t testing.TB, o bedOpts) *testbed {
 }
 
 // ah returns the path from n to peer.
-func (n *node) ahTo(peer *node) qp.AHAttr {
-	return qp.AHAttr{DGID: peer.gid, DMAC: peer.mac, HopLimit: 64}
+func (n *node) ahTo(peer *node) verbs.AHAttr {
+	return verbs.AHAttr{DGID: peer.gid, DMAC: peer.mac, HopLimit: 64}
 }
 
 type rcOpts struct {
-	mtu        roce.MTU
+	mtu        verbs.MTU
 	psnA, psnB bth.PSN
 	timeout    uint8
 	retry, rnr uint8
@@ -132,13 +133,13 @@ type rcOpts struct {
 	maxSGE     uint32
 	maxInline  uint32
 	sigAll     bool
-	qpType     roce.QPType
+	qpType     verbs.QPType
 	srqA, srqB *roce.SRQ
 }
 
 func (o *rcOpts) defaults() {
 	if o.mtu == 0 {
-		o.mtu = roce.MTU1024
+		o.mtu = verbs.MTU1024
 	}
 	if o.timeout == 0 {
 		o.timeout = 14
@@ -162,7 +163,7 @@ func (o *rcOpts) defaults() {
 		o.maxSGE = 8
 	}
 	if o.qpType == 0 {
-		o.qpType = roce.QPTypeRC
+		o.qpType = verbs.QPTypeRC
 	}
 }
 
@@ -171,7 +172,7 @@ func (b *testbed) createQP(n *node, o rcOpts, srq *roce.SRQ) *roce.QP {
 	b.t.Helper()
 	q, err := n.pd.CreateQP(&roce.QPInitAttr{Type: o.qpType, SendCQ: n.scq, RecvCQ: n.rcq, SRQ: srq,
 		SigAll: o.sigAll,
-		Cap: roce.QPCap{MaxSendWR: o.maxWR, MaxRecvWR: o.maxWR, MaxSendSGE: o.maxSGE, MaxRecvSGE: o.maxSGE,
+		Cap: verbs.QPCap{MaxSendWR: o.maxWR, MaxRecvWR: o.maxWR, MaxSendSGE: o.maxSGE, MaxRecvSGE: o.maxSGE,
 			MaxInlineData: o.maxInline}})
 	if err != nil {
 		b.t.Fatal(err)
@@ -182,7 +183,7 @@ func (b *testbed) createQP(n *node, o rcOpts, srq *roce.SRQ) *roce.QP {
 // connect moves q (on n) to RTS toward the peer QP rq on peer.
 func (b *testbed) connect(q *roce.QP, n *node, rqpn bth.QPN, peer *node, o rcOpts, sqPSN, rqPSN bth.PSN) {
 	b.t.Helper()
-	acc := roce.AccessRemoteWrite | roce.AccessRemoteRead | roce.AccessRemoteAtomic | roce.AccessLocalWrite
+	acc := mr.AccessRemoteWrite | mr.AccessRemoteRead | mr.AccessRemoteAtomic | mr.AccessLocalWrite
 	if o.noAccess {
 		acc = 0
 	}
@@ -207,7 +208,7 @@ func (b *testbed) pairQPs(o rcOpts) (qa, qb *roce.QP) {
 }
 
 // reg registers a buffer of size bytes filled with pattern bytes.
-func (n *node) reg(t testing.TB, size int, access roce.Access, seed byte) (*roce.MR, []byte) {
+func (n *node) reg(t testing.TB, size int, access mr.Access, seed byte) (*roce.MR, []byte) {
 	t.Helper()
 	buf := make([]byte, size)
 	for i := range buf {
@@ -225,7 +226,7 @@ func (n *node) reg(t testing.TB, size int, access roce.Access, seed byte) (*roce
 
 // poll collects completions from both CQs of n.
 func (n *node) poll() int {
-	var tmp [64]roce.WC
+	var tmp [64]verbs.WC
 	total := 0
 	for _, cq := range []*roce.CQ{n.scq, n.rcq} {
 		for {
@@ -261,7 +262,7 @@ func (b *testbed) runLimit(cond func() bool, limit time.Duration) {
 
 // waitWCs runs until n has at least k completions and returns them all,
 // clearing the list.
-func (b *testbed) waitWCs(n *node, k int) []roce.WC {
+func (b *testbed) waitWCs(n *node, k int) []verbs.WC {
 	b.t.Helper()
 	b.run(func() bool { return len(n.wcs) >= k })
 	w := n.wcs
@@ -269,7 +270,7 @@ func (b *testbed) waitWCs(n *node, k int) []roce.WC {
 	return w
 }
 
-const allAccess = roce.AccessLocalWrite | roce.AccessRemoteWrite | roce.AccessRemoteRead | roce.AccessRemoteAtomic
+const allAccess = mr.AccessLocalWrite | mr.AccessRemoteWrite | mr.AccessRemoteRead | mr.AccessRemoteAtomic
 
 type (
 	bthPSN = bth.PSN

@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/memlink"
+	"github.com/sroce/sroce/verbs"
 )
 
 // headerLossyLink hands up frames whose IPv4 Identification was lost on the
@@ -43,8 +45,8 @@ func TestICRCOnLinksThatCannotSeeTheIPHeader(t *testing.T) {
 		a, c := b.nodes[0], b.nodes[1]
 		src, sbuf := a.reg(t, 3000, 0, 1)
 		dst, dbuf := c.reg(t, 3000, 0, 2)
-		if err := qa.PostSend(&roce.SendWR{WRID: 1, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled,
-			SGL: []roce.SGE{src.SGE(0, 3000)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
+		if err := qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
+			SGL: []mr.SGE{src.SGE(0, 3000)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
 			t.Fatal(err)
 		}
 		b.sim.RunFor(50 * time.Millisecond)
@@ -52,7 +54,7 @@ func TestICRCOnLinksThatCannotSeeTheIPHeader(t *testing.T) {
 		cnt := c.dev.Counters()
 		if blind {
 			// Accepted and counted, not hidden.
-			if len(a.wcs) != 1 || a.wcs[0].Status != roce.WCSuccess || !bytes.Equal(sbuf, dbuf) {
+			if len(a.wcs) != 1 || a.wcs[0].Status != verbs.WCSuccess || !bytes.Equal(sbuf, dbuf) {
 				t.Fatalf("blind link: WRITE did not complete: %+v", a.wcs)
 			}
 			if cnt["icrc_unchecked"] == 0 || cnt["icrc_error"] != 0 {

@@ -7,8 +7,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/verbs"
 )
 
 const canary = 64 // guard bytes around every transfer
@@ -29,11 +30,11 @@ const (
 var opNames = []string{"SEND", "SEND_IMM", "SEND_INV", "WRITE", "WRITE_IMM", "READ", "SEND_INLINE", "WRITE_INLINE"}
 
 // split cuts [off, off+n) of m into up to k SGEs of uneven lengths.
-func split(m *roce.MR, off, n, k int) []roce.SGE {
+func split(m *roce.MR, off, n, k int) []mr.SGE {
 	if n == 0 {
 		return nil
 	}
-	var sgl []roce.SGE
+	var sgl []mr.SGE
 	for i := 0; i < k-1 && n > 1; i++ {
 		l := n / (k - i) / 2
 		if l == 0 {
@@ -81,35 +82,35 @@ func (x *xfer) run(t *testing.T, op opKind, size int) {
 	}
 	want := append([]byte(nil), src[canary:canary+size]...)
 	x.wrid++
-	wr := roce.SendWR{WRID: x.wrid, Flags: roce.Signaled, Imm: uint32(x.wrid) * 2654435761}
+	wr := verbs.SendWR{WRID: x.wrid, Flags: verbs.Signaled, Imm: uint32(x.wrid) * 2654435761}
 	needRecv := false
-	var inv *roce.FastMR
+	var inv *mr.FastMR
 	var invKey uint32
 	switch op {
 	case opSend, opSendImm, opSendInv, opSendInline:
 		needRecv = true
-		wr.Opcode = roce.WROpSend
+		wr.Opcode = verbs.WROpSend
 		if op == opSendImm {
-			wr.Opcode = roce.WROpSendWithImm
+			wr.Opcode = verbs.WROpSendWithImm
 		}
 		if op == opSendInv {
-			wr.Opcode = roce.WROpSendWithInv
+			wr.Opcode = verbs.WROpSendWithInv
 			inv, _, invKey = b.fastReg(c, x.qc, 64, allAccess)
 			wr.InvalidateRKey = invKey
 		}
 	case opWrite, opWriteImm, opWriteInline:
-		wr.Opcode = roce.WROpRDMAWrite
+		wr.Opcode = verbs.WROpRDMAWrite
 		if op == opWriteImm {
-			wr.Opcode = roce.WROpRDMAWriteWithImm
+			wr.Opcode = verbs.WROpRDMAWriteWithImm
 			needRecv = true
 		}
 		wr.RemoteAddr, wr.RKey = dstMR.Addr()+canary, dstMR.RKey()
 	case opRead:
-		wr.Opcode = roce.WROpRDMARead
+		wr.Opcode = verbs.WROpRDMARead
 		wr.RemoteAddr, wr.RKey = x.cMR.Addr()+canary, x.cMR.RKey()
 	}
 	if op == opSendInline || op == opWriteInline {
-		wr.Flags |= roce.Inline
+		wr.Flags |= verbs.Inline
 		wr.InlineData = x.abuf[canary : canary+size]
 	} else if op == opRead {
 		wr.SGL = split(x.aMR, canary, size, 3)
@@ -117,11 +118,11 @@ func (x *xfer) run(t *testing.T, op opKind, size int) {
 		wr.SGL = split(x.aMR, canary, size, 2)
 	}
 	if needRecv {
-		rwr := roce.RecvWR{WRID: 1000 + x.wrid}
+		rwr := verbs.RecvWR{WRID: 1000 + x.wrid}
 		if op != opWriteImm {
 			rwr.SGL = split(x.cMR, canary, size, 3)
 			if size == 0 {
-				rwr.SGL = []roce.SGE{x.cMR.SGE(canary, 0)}
+				rwr.SGL = []mr.SGE{x.cMR.SGE(canary, 0)}
 			}
 		}
 		if err := x.qc.PostRecv(&rwr); err != nil {
@@ -133,32 +134,32 @@ func (x *xfer) run(t *testing.T, op opKind, size int) {
 	}
 	wcs := b.waitWCs(a, 1)
 	w := wcs[0]
-	if len(wcs) != 1 || w.Status != roce.WCSuccess || w.WRID != wr.WRID {
+	if len(wcs) != 1 || w.Status != verbs.WCSuccess || w.WRID != wr.WRID {
 		t.Fatalf("%s %d: send completions %+v", opNames[op], size, wcs)
 	}
-	if op == opRead && w.Opcode != roce.WCRDMARead || int(w.ByteLen) != size {
+	if op == opRead && w.Opcode != verbs.WCRDMARead || int(w.ByteLen) != size {
 		t.Fatalf("%s %d: send completion %+v", opNames[op], size, w)
 	}
 	if needRecv {
 		rw := b.waitWCs(c, 1)
 		r := rw[0]
-		if len(rw) != 1 || r.Status != roce.WCSuccess || r.WRID != 1000+x.wrid || int(r.ByteLen) != size || r.QPNum != x.qc.QPN() {
+		if len(rw) != 1 || r.Status != verbs.WCSuccess || r.WRID != 1000+x.wrid || int(r.ByteLen) != size || r.QPNum != x.qc.QPN() {
 			t.Fatalf("%s %d: recv completions %+v", opNames[op], size, rw)
 		}
-		wantOp := roce.WCRecv
+		wantOp := verbs.WCRecv
 		if op == opWriteImm {
-			wantOp = roce.WCRecvRDMAWithImm
+			wantOp = verbs.WCRecvRDMAWithImm
 		}
 		if r.Opcode != wantOp {
 			t.Fatalf("%s %d: recv opcode %v", opNames[op], size, r.Opcode)
 		}
 		hasImm := op == opSendImm || op == opWriteImm
-		if hasImm != (r.Flags&qp.WCWithImm != 0) || hasImm && r.Imm != wr.Imm {
+		if hasImm != (r.Flags&verbs.WCWithImm != 0) || hasImm && r.Imm != wr.Imm {
 			t.Fatalf("%s %d: imm flags %v imm %#x want %#x", opNames[op], size, r.Flags, r.Imm, wr.Imm)
 		}
 		if op == opSendInv {
 			_, _, _, valid := inv.Registered()
-			if r.Flags&qp.WCWithInv == 0 || r.InvalidatedRKey != invKey || valid {
+			if r.Flags&verbs.WCWithInv == 0 || r.InvalidatedRKey != invKey || valid {
 				t.Fatalf("SEND_INV: wc %+v, still registered %v", r, valid)
 			}
 			inv.Dealloc()
@@ -181,7 +182,7 @@ func (x *xfer) run(t *testing.T, op opKind, size int) {
 // TestAllOperations runs every operation between two devices for sizes
 // from 0 to 1 MiB at every path MTU, checking the data byte for byte.
 func TestAllOperations(t *testing.T) {
-	for _, mtu := range []roce.MTU{roce.MTU256, roce.MTU512, roce.MTU1024, roce.MTU2048, roce.MTU4096} {
+	for _, mtu := range []verbs.MTU{verbs.MTU256, verbs.MTU512, verbs.MTU1024, verbs.MTU2048, verbs.MTU4096} {
 		t.Run(fmt.Sprint(mtu), func(t *testing.T) {
 			t.Parallel()
 			b := newBed(t, bedOpts{})
@@ -219,30 +220,30 @@ func (x *xfer) atomics(t *testing.T) {
 	word := x.cbuf[1024 : 1024+8]
 	binary.NativeEndian.PutUint64(word, 100)
 	res := x.abuf[2048 : 2048+8]
-	post := func(wr roce.SendWR) uint64 {
+	post := func(wr verbs.SendWR) uint64 {
 		t.Helper()
 		x.wrid++
 		wr.WRID = x.wrid
-		wr.Flags = roce.Signaled
-		wr.SGL = []roce.SGE{x.aMR.SGE(2048, 8)}
+		wr.Flags = verbs.Signaled
+		wr.SGL = []mr.SGE{x.aMR.SGE(2048, 8)}
 		wr.RKey = x.cMR.RKey()
 		wr.RemoteAddr = x.cMR.Addr() + 1024
 		if err := x.qa.PostSend(&wr); err != nil {
 			t.Fatal(err)
 		}
 		w := b.waitWCs(a, 1)
-		if w[0].Status != roce.WCSuccess || w[0].WRID != wr.WRID {
+		if w[0].Status != verbs.WCSuccess || w[0].WRID != wr.WRID {
 			t.Fatalf("atomic completion %+v", w[0])
 		}
 		return binary.NativeEndian.Uint64(res)
 	}
-	if old := post(roce.SendWR{Opcode: roce.WROpAtomicFetchAdd, CompareAdd: 5}); old != 100 {
+	if old := post(verbs.SendWR{Opcode: verbs.WROpAtomicFetchAdd, CompareAdd: 5}); old != 100 {
 		t.Fatalf("fetch_add returned %d", old)
 	}
-	if old := post(roce.SendWR{Opcode: roce.WROpAtomicCmpSwp, CompareAdd: 105, Swap: 7}); old != 105 {
+	if old := post(verbs.SendWR{Opcode: verbs.WROpAtomicCmpSwp, CompareAdd: 105, Swap: 7}); old != 105 {
 		t.Fatalf("cmp_swp returned %d", old)
 	}
-	if old := post(roce.SendWR{Opcode: roce.WROpAtomicCmpSwp, CompareAdd: 105, Swap: 9}); old != 7 {
+	if old := post(verbs.SendWR{Opcode: verbs.WROpAtomicCmpSwp, CompareAdd: 105, Swap: 9}); old != 7 {
 		t.Fatalf("failed cmp_swp returned %d", old)
 	}
 	if v := binary.NativeEndian.Uint64(word); v != 7 {
@@ -254,14 +255,14 @@ func (x *xfer) atomics(t *testing.T) {
 // budget streams to the end without waiting for a retransmission.
 func TestLargeReadStreams(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	qa, _ := b.pairQPs(rcOpts{mtu: roce.MTU1024})
+	qa, _ := b.pairQPs(rcOpts{mtu: verbs.MTU1024})
 	a, c := b.nodes[0], b.nodes[1]
 	lm, lbuf := a.reg(t, 4<<20, 0, 1)
 	rm, rbuf := c.reg(t, 4<<20, 0, 2)
-	qa.PostSend(&roce.SendWR{WRID: 7, Opcode: roce.WROpRDMARead, Flags: roce.Signaled,
-		SGL: []roce.SGE{lm.SGE(0, 4<<20)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
-	b.expectWC(a, roce.WCSuccess)
-	if b.clock.Now() != 0 || a.dev.Counter(qp.CntTimeouts) != 0 || !bytes.Equal(lbuf, rbuf) {
-		t.Fatalf("virtual time %v, timeouts %d", b.clock.Now(), a.dev.Counter(qp.CntTimeouts))
+	qa.PostSend(&verbs.SendWR{WRID: 7, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled,
+		SGL: []mr.SGE{lm.SGE(0, 4<<20)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+	b.expectWC(a, verbs.WCSuccess)
+	if b.clock.Now() != 0 || a.dev.Counter(verbs.CntTimeouts) != 0 || !bytes.Equal(lbuf, rbuf) {
+		t.Fatalf("virtual time %v, timeouts %d", b.clock.Now(), a.dev.Counter(verbs.CntTimeouts))
 	}
 }

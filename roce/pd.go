@@ -2,20 +2,7 @@ package roce
 
 import (
 	"github.com/sroce/sroce/mr"
-	"github.com/sroce/sroce/qp"
-)
-
-// Access is a set of access flags (enum ibv_access_flags).
-type Access = mr.Access
-
-// Access flags of memory regions and of a QP's remote operations (enum
-// ibv_access_flags).
-const (
-	AccessLocalWrite   = mr.AccessLocalWrite
-	AccessRemoteWrite  = mr.AccessRemoteWrite
-	AccessRemoteRead   = mr.AccessRemoteRead
-	AccessRemoteAtomic = mr.AccessRemoteAtomic
-	AccessMWBind       = mr.AccessMWBind
+	"github.com/sroce/sroce/verbs"
 )
 
 // PD is a protection domain (struct ibv_pd).
@@ -106,8 +93,8 @@ func (m *MR) PD() *PD { return m.pd }
 
 // SGE returns the scatter/gather element for n bytes at offset off of the
 // region.
-func (m *MR) SGE(off, n int) qp.SGE {
-	return qp.SGE{Addr: m.m.IOVA() + uint64(off), Length: uint32(n), LKey: m.m.LKey()}
+func (m *MR) SGE(off, n int) mr.SGE {
+	return mr.SGE{Addr: m.m.IOVA() + uint64(off), Length: uint32(n), LKey: m.m.LKey()}
 }
 
 // Dereg deregisters the region (ibv_dereg_mr). When it returns no key of
@@ -119,55 +106,34 @@ func (m *MR) Dereg() error {
 	return m.m.Dereg()
 }
 
-// Memory windows and fast-registration MRs (package mr's types).
-type (
-	// MW is a memory window (struct ibv_mw).
-	MW = mr.MW
-	// MWType is a memory window type (enum ibv_mw_type).
-	MWType = mr.MWType
-	// MWBind describes a window binding (struct ibv_mw_bind_info).
-	MWBind = mr.MWBind
-	// FastMR is a fast-registration MR (ib_alloc_mr).
-	FastMR = mr.FastMR
-)
-
-// Memory window types.
-const (
-	MWType1 = mr.MWType1
-	MWType2 = mr.MWType2
-)
-
 // AllocMW allocates a memory window of type typ (ibv_alloc_mw). MW.Dealloc
 // frees it (ibv_dealloc_mw). A type 1 window is bound with QP.BindMW, a
-// type 2 window with a WROpBindMW work request on a QP of the PD; either
-// grants peers access to part of an MR registered with AccessMWBind, with
-// the rights of the binding, through the window's rkey.
-func (pd *PD) AllocMW(typ MWType) (*MW, error) {
+// type 2 window with a verbs.WROpBindMW work request on a QP of the PD;
+// either grants peers access to part of an MR registered with
+// mr.AccessMWBind, with the rights of the binding, through the window's
+// rkey.
+func (pd *PD) AllocMW(typ mr.MWType) (*mr.MW, error) {
 	return pd.pd.AllocMW(typ)
 }
 
 // AllocMR allocates a fast-registration MR for up to maxLen bytes
-// (ib_alloc_mr). FastMR.Map gives it memory, a WROpRegMR work request on a
-// QP of the PD makes it valid with a new key and access flags, and
-// WROpLocalInv or a peer's SEND with invalidate revokes it; FastMR.Dealloc
-// frees it.
-func (pd *PD) AllocMR(maxLen int) (*FastMR, error) {
+// (ib_alloc_mr). FastMR.Map gives it memory, a verbs.WROpRegMR work
+// request on a QP of the PD makes it valid with a new key and access flags,
+// and verbs.WROpLocalInv or a peer's SEND with invalidate revokes it;
+// FastMR.Dealloc frees it.
+func (pd *PD) AllocMR(maxLen int) (*mr.FastMR, error) {
 	if maxLen <= 0 {
 		return nil, ErrInvalid
 	}
 	return pd.pd.AllocMR(uint64(maxLen))
 }
 
-// AH is an address handle: the path to a remote port for UD sends
-// (struct ibv_ah).
-type AH = qp.AH
-
 // CreateAH resolves attr into an address handle (ibv_create_ah).
-func (pd *PD) CreateAH(attr *qp.AHAttr) (*AH, error) {
+func (pd *PD) CreateAH(attr *verbs.AHAttr) (*verbs.AH, error) {
 	d := pd.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	ah := new(AH)
+	ah := new(verbs.AH)
 	if err := d.resolveAH(attr, ah); err != nil {
 		return nil, err
 	}
@@ -177,10 +143,10 @@ func (pd *PD) CreateAH(attr *qp.AHAttr) (*AH, error) {
 // DestroyAH destroys an address handle (ibv_destroy_ah). Work requests
 // already posted keep their own copy of the path, so this releases
 // nothing the device still needs.
-func (pd *PD) DestroyAH(ah *AH) error {
+func (pd *PD) DestroyAH(ah *verbs.AH) error {
 	if ah == nil {
 		return ErrInvalid
 	}
-	*ah = AH{}
+	*ah = verbs.AH{}
 	return nil
 }

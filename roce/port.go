@@ -5,7 +5,7 @@ package roce
 // from its watch on the interface (netif link events), the way rdma_rxe
 // reacts to NETDEV_DOWN / NETDEV_CHANGE of its netdev.
 
-import "github.com/sroce/sroce/qp"
+import "github.com/sroce/sroce/verbs"
 
 // PortDown tells the device that the interface under its port went down
 // (administratively down or no carrier). It counts link_downed, posts an
@@ -20,7 +20,7 @@ func (d *Device) PortDown() int {
 		d.mu.Unlock()
 		return 0
 	}
-	d.cnt[qp.CntLinkDowned]++
+	d.cnt[verbs.CntLinkDowned]++
 	d.portDown = true
 	moved := 0
 	wake := false
@@ -28,14 +28,14 @@ func (d *Device) PortDown() int {
 		if q == nil || q.dead {
 			continue
 		}
-		if t := q.qp.Type(); t != QPTypeRC && t != QPTypeUC {
+		if t := q.qp.Type(); t != verbs.QPTypeRC && t != verbs.QPTypeUC {
 			continue
 		}
 		switch q.qp.State() {
-		case QPStateReset, QPStateErr:
+		case verbs.QPStateReset, verbs.QPStateErr:
 			continue
 		}
-		if err := q.qp.Modify(&QPAttr{State: QPStateErr}, qp.AttrState); err != nil {
+		if err := q.qp.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.AttrState); err != nil {
 			continue
 		}
 		moved++
@@ -43,7 +43,7 @@ func (d *Device) PortDown() int {
 		wake = wake || q.queued
 	}
 	d.mu.Unlock()
-	d.events.post(AsyncEvent{Type: qp.EventPortErr})
+	d.events.post(AsyncEvent{Type: verbs.EventPortErr})
 	if wake {
 		d.link.Wake()
 	}
@@ -60,6 +60,6 @@ func (d *Device) PortUp() {
 	d.portDown = false
 	d.mu.Unlock()
 	if !closed {
-		d.events.post(AsyncEvent{Type: qp.EventPortActive})
+		d.events.post(AsyncEvent{Type: verbs.EventPortActive})
 	}
 }

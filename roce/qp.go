@@ -11,115 +11,18 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
-)
-
-// Verbs types shared with package qp.
-type (
-	// QPType is the transport service of a QP (enum ibv_qp_type).
-	QPType = qp.Type
-	// QPState is a QP state (enum ibv_qp_state).
-	QPState = qp.State
-	// QPAttr holds QP attributes (struct ibv_qp_attr).
-	QPAttr = qp.Attr
-	// QPAttrMask selects attributes (enum ibv_qp_attr_mask).
-	QPAttrMask = qp.AttrMask
-	// QPCap holds queue sizes (struct ibv_qp_cap).
-	QPCap = qp.Cap
-	// AHAttr describes a path (struct ibv_ah_attr).
-	AHAttr = qp.AHAttr
-	// SendWR is a send work request (struct ibv_send_wr).
-	SendWR = qp.SendWR
-	// RecvWR is a receive work request (struct ibv_recv_wr).
-	RecvWR = qp.RecvWR
-	// SGE is a scatter/gather element (struct ibv_sge).
-	SGE = qp.SGE
-	// WCStatus is a completion status (enum ibv_wc_status).
-	WCStatus = qp.WCStatus
-	// WCOpcode is a completion opcode (enum ibv_wc_opcode).
-	WCOpcode = qp.WCOpcode
-	// WROpcode is a send opcode (enum ibv_wr_opcode).
-	WROpcode = qp.WROpcode
-	// SendFlags modify a send (enum ibv_send_flags).
-	SendFlags = qp.SendFlags
-	// MTU is a path MTU (enum ibv_mtu).
-	MTU = qp.MTU
-)
-
-// QP types, states, MTUs, opcodes, flags and statuses, re-exported from
-// package qp under their verbs names.
-const (
-	QPTypeRC  = qp.TypeRC
-	QPTypeUC  = qp.TypeUC
-	QPTypeUD  = qp.TypeUD
-	QPTypeGSI = qp.TypeGSI
-
-	QPStateReset = qp.StateReset
-	QPStateInit  = qp.StateInit
-	QPStateRTR   = qp.StateRTR
-	QPStateRTS   = qp.StateRTS
-	QPStateSQD   = qp.StateSQD
-	QPStateSQE   = qp.StateSQE
-	QPStateErr   = qp.StateErr
-
-	MTU256  = qp.MTU256
-	MTU512  = qp.MTU512
-	MTU1024 = qp.MTU1024
-	MTU2048 = qp.MTU2048
-	MTU4096 = qp.MTU4096
-
-	WROpRDMAWrite        = qp.WROpRDMAWrite
-	WROpRDMAWriteWithImm = qp.WROpRDMAWriteWithImm
-	WROpSend             = qp.WROpSend
-	WROpSendWithImm      = qp.WROpSendWithImm
-	WROpSendWithInv      = qp.WROpSendWithInv
-	WROpRDMARead         = qp.WROpRDMARead
-	WROpAtomicCmpSwp     = qp.WROpAtomicCmpSwp
-	WROpAtomicFetchAdd   = qp.WROpAtomicFetchAdd
-	WROpLocalInv         = qp.WROpLocalInv
-	WROpBindMW           = qp.WROpBindMW
-	WROpRegMR            = qp.WROpRegMR
-
-	Fence     = qp.Fence
-	Signaled  = qp.Signaled
-	Solicited = qp.Solicited
-	Inline    = qp.Inline
-
-	WCSuccess        = qp.WCSuccess
-	WCLocLenErr      = qp.WCLocLenErr
-	WCLocQPOpErr     = qp.WCLocQPOpErr
-	WCLocProtErr     = qp.WCLocProtErr
-	WCWRFlushErr     = qp.WCWRFlushErr
-	WCMWBindErr      = qp.WCMWBindErr
-	WCBadRespErr     = qp.WCBadRespErr
-	WCLocAccessErr   = qp.WCLocAccessErr
-	WCRemInvReqErr   = qp.WCRemInvReqErr
-	WCRemAccessErr   = qp.WCRemAccessErr
-	WCRemOpErr       = qp.WCRemOpErr
-	WCRetryExcErr    = qp.WCRetryExcErr
-	WCRNRRetryExcErr = qp.WCRNRRetryExcErr
-	WCFatalErr       = qp.WCFatalErr
-	WCGeneralErr     = qp.WCGeneralErr
-
-	WCSend            = qp.WCSend
-	WCRDMAWrite       = qp.WCRDMAWrite
-	WCRDMARead        = qp.WCRDMARead
-	WCCompSwap        = qp.WCCompSwap
-	WCFetchAdd        = qp.WCFetchAdd
-	WCBindMW          = qp.WCBindMW
-	WCLocalInv        = qp.WCLocalInv
-	WCRegMR           = qp.WCRegMR
-	WCRecv            = qp.WCRecv
-	WCRecvRDMAWithImm = qp.WCRecvRDMAWithImm
+	"github.com/sroce/sroce/verbs"
 )
 
 // QPInitAttr describes a QP to create (struct ibv_qp_init_attr).
 type QPInitAttr struct {
-	Type   QPType
+	Type   verbs.QPType
 	SendCQ *CQ
 	RecvCQ *CQ
 	SRQ    *SRQ
-	Cap    QPCap
+	Cap    verbs.QPCap
 	// SigAll makes every send request generate a completion
 	// (sq_sig_all).
 	SigAll bool
@@ -152,7 +55,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	d := pd.dev
 	c := attr.Cap
 	switch attr.Type {
-	case QPTypeRC, QPTypeUC, QPTypeUD, QPTypeGSI:
+	case verbs.QPTypeRC, verbs.QPTypeUC, verbs.QPTypeUD, verbs.QPTypeGSI:
 	default:
 		return nil, ErrInvalid
 	}
@@ -177,7 +80,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 		return nil, ErrDestroyed
 	}
 	var qpn bth.QPN
-	if attr.Type == QPTypeGSI {
+	if attr.Type == verbs.QPTypeGSI {
 		if d.gsi != nil {
 			return nil, ErrBusy
 		}
@@ -232,17 +135,17 @@ func (q *QP) QPN() bth.QPN { return q.qp.QPN() }
 func (q *QP) PD() *PD { return q.pd }
 
 // Type returns the transport service.
-func (q *QP) Type() QPType { return q.qp.Type() }
+func (q *QP) Type() verbs.QPType { return q.qp.Type() }
 
 // State returns the current state; the answer may be stale.
-func (q *QP) State() QPState { return q.qp.State() }
+func (q *QP) State() verbs.QPState { return q.qp.State() }
 
 // Context returns the application's context from QPInitAttr.
 func (q *QP) Context() any { return q.init.Context }
 
 // Modify changes attributes and state (ibv_modify_qp). Errors are
 // *qp.ModifyError values that name the transition and what is wrong.
-func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
+func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	d := q.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -261,7 +164,7 @@ func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 
 // Query returns the QP's attributes and creation attributes
 // (ibv_query_qp).
-func (q *QP) Query() (QPAttr, QPInitAttr) {
+func (q *QP) Query() (verbs.QPAttr, QPInitAttr) {
 	d := q.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -270,7 +173,7 @@ func (q *QP) Query() (QPAttr, QPInitAttr) {
 
 // PostSend posts one send work request (ibv_post_send). The request is
 // copied; wr and its SGL may be reused when PostSend returns.
-func (q *QP) PostSend(wr *SendWR) error {
+func (q *QP) PostSend(wr *verbs.SendWR) error {
 	if q.gone.Load() {
 		return ErrDestroyed
 	}
@@ -285,7 +188,7 @@ func (q *QP) PostSend(wr *SendWR) error {
 
 // PostSendList posts work requests in order and returns how many were
 // posted; on error, wrs[n] is the request that was refused.
-func (q *QP) PostSendList(wrs []SendWR) (int, error) {
+func (q *QP) PostSendList(wrs []verbs.SendWR) (int, error) {
 	if q.gone.Load() {
 		return 0, ErrDestroyed
 	}
@@ -309,29 +212,30 @@ func (q *QP) PostSendList(wrs []SendWR) (int, error) {
 // ibv_mw_bind).
 type MWBindWR struct {
 	WRID  uint64
-	Flags SendFlags // Signaled, Fence
-	Bind  MWBind
+	Flags verbs.SendFlags // Signaled, Fence
+	Bind  mr.MWBind
 }
 
-// BindMW binds a type 1 memory window (ibv_bind_mw): it posts a WROpBindMW
-// work request that binds w to b.Bind.Length bytes at b.Bind.Addr of the
+// BindMW binds a type 1 memory window (ibv_bind_mw): it posts a
+// verbs.WROpBindMW work request that binds w to b.Bind.Length bytes at b.Bind.Addr of the
 // MR whose local key is b.Bind.LKey, with the remote rights b.Bind.Access
 // (a zero length unbinds the window), and returns the rkey the window gets
 // when the request executes: the window's index bits and a key byte from
-// crypto/rand. The request completes with WCBindMW, or with WCMWBindErr if
-// the binding is refused, which also moves the QP to the error state. Type
-// 2 windows are bound by posting WROpBindMW with PostSend.
-func (q *QP) BindMW(w *MW, b *MWBindWR) (uint32, error) {
-	if w == nil || w.Type() != MWType1 {
+// crypto/rand. The request completes with verbs.WCBindMW, or with
+// verbs.WCMWBindErr if the binding is refused, which also moves the QP to
+// the error state. Type 2 windows are bound by posting verbs.WROpBindMW
+// with PostSend.
+func (q *QP) BindMW(w *mr.MW, b *MWBindWR) (uint32, error) {
+	if w == nil || w.Type() != mr.MWType1 {
 		return 0, ErrInvalid
 	}
 	key := w.NewKey()
-	err := q.PostSend(&SendWR{WRID: b.WRID, Opcode: WROpBindMW, Flags: b.Flags, RKey: key, Bind: b.Bind})
+	err := q.PostSend(&verbs.SendWR{WRID: b.WRID, Opcode: verbs.WROpBindMW, Flags: b.Flags, RKey: key, Bind: b.Bind})
 	return key, err
 }
 
 // PostRecv posts one receive work request (ibv_post_recv).
-func (q *QP) PostRecv(wr *RecvWR) error {
+func (q *QP) PostRecv(wr *verbs.RecvWR) error {
 	if q.gone.Load() {
 		return ErrDestroyed
 	}
@@ -346,7 +250,7 @@ func (q *QP) PostRecv(wr *RecvWR) error {
 
 // PostRecvList posts receive work requests in order and returns how many
 // were posted.
-func (q *QP) PostRecvList(wrs []RecvWR) (int, error) {
+func (q *QP) PostRecvList(wrs []verbs.RecvWR) (int, error) {
 	if q.gone.Load() {
 		return 0, ErrDestroyed
 	}
@@ -427,7 +331,7 @@ func (pd *PD) CreateSRQ(maxWR, maxSGE, limit uint32) (*SRQ, error) {
 }
 
 // PostRecv posts a receive work request to the SRQ (ibv_post_srq_recv).
-func (s *SRQ) PostRecv(wr *RecvWR) error {
+func (s *SRQ) PostRecv(wr *verbs.RecvWR) error {
 	s.mu.Lock()
 	err := s.srq.PostRecv(wr)
 	s.mu.Unlock()

@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/memlink"
+	"github.com/sroce/sroce/verbs"
 )
 
 // TestRealTimeConcurrent runs the devices' real-time loops while several
@@ -66,14 +67,14 @@ func testRealTimeConcurrent(t *testing.T, engine roce.EngineMode) {
 		wg.Add(2)
 		go func() { // sender: posts, waits for completions
 			defer wg.Done()
-			var wcs [16]roce.WC
+			var wcs [16]verbs.WC
 			posted, done := 0, 0
 			for done < msgs {
 				for posted < msgs && posted-done < 32 {
 					slot := posted % 64
 					binary.BigEndian.PutUint32(sbuf[slot*size:], uint32(posted))
-					wrs := []roce.SendWR{{WRID: uint64(posted), Opcode: roce.WROpSendWithImm, Imm: uint32(posted),
-						Flags: roce.Signaled, SGL: []roce.SGE{src.SGE(slot*size, size)}}}
+					wrs := []verbs.SendWR{{WRID: uint64(posted), Opcode: verbs.WROpSendWithImm, Imm: uint32(posted),
+						Flags: verbs.Signaled, SGL: []mr.SGE{src.SGE(slot*size, size)}}}
 					if _, err := qa.PostSendList(wrs); err != nil {
 						errs <- err
 						return
@@ -86,7 +87,7 @@ func testRealTimeConcurrent(t *testing.T, engine roce.EngineMode) {
 					return
 				}
 				for _, w := range wcs[:n] {
-					if w.Status != roce.WCSuccess || w.WRID != uint64(done) {
+					if w.Status != verbs.WCSuccess || w.WRID != uint64(done) {
 						errs <- fmt.Errorf("send completion %+v", w)
 						return
 					}
@@ -96,12 +97,12 @@ func testRealTimeConcurrent(t *testing.T, engine roce.EngineMode) {
 		}()
 		go func() { // receiver: keeps receives posted, checks data
 			defer wg.Done()
-			var wcs [16]roce.WC
+			var wcs [16]verbs.WC
 			posted, done := 0, 0
 			for done < msgs {
 				for posted < msgs && posted-done < 64 {
 					slot := posted % 64
-					if err := qc.PostRecv(&roce.RecvWR{WRID: uint64(posted), SGL: []roce.SGE{dst.SGE(slot*size, size)}}); err != nil {
+					if err := qc.PostRecv(&verbs.RecvWR{WRID: uint64(posted), SGL: []mr.SGE{dst.SGE(slot*size, size)}}); err != nil {
 						errs <- err
 						return
 					}
@@ -114,7 +115,7 @@ func testRealTimeConcurrent(t *testing.T, engine roce.EngineMode) {
 				}
 				for _, w := range wcs[:n] {
 					slot := done % 64
-					if w.Status != roce.WCSuccess || w.WRID != uint64(done) || w.Imm != uint32(done) ||
+					if w.Status != verbs.WCSuccess || w.WRID != uint64(done) || w.Imm != uint32(done) ||
 						binary.BigEndian.Uint32(dbuf[slot*size:]) != uint32(done) {
 						errs <- fmt.Errorf("receive %d: %+v", done, w)
 						return
@@ -150,7 +151,7 @@ func testRealTimeConcurrent(t *testing.T, engine roce.EngineMode) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if nodes[0].dev.Counter(qp.CntSentPkts) == 0 {
+	if nodes[0].dev.Counter(verbs.CntSentPkts) == 0 {
 		t.Fatal("nothing sent")
 	}
 }
@@ -188,14 +189,14 @@ func testCompChannelRealTime(t *testing.T, engine roce.EngineMode) {
 	defer cancel()
 	for i := 0; i < 20; i++ {
 		a.scq.ReqNotify(false)
-		qa.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(0, 4096)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
+		qa.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 4096)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 		cq, err := ch.GetEvent(ctx)
 		if err != nil || cq != a.scq {
 			t.Fatalf("%v %v", cq, err)
 		}
 		ch.AckEvents(cq, 1)
-		var wc [2]roce.WC
-		if n := cq.Poll(wc[:]); n != 1 || wc[0].WRID != uint64(i) || wc[0].Status != roce.WCSuccess {
+		var wc [2]verbs.WC
+		if n := cq.Poll(wc[:]); n != 1 || wc[0].WRID != uint64(i) || wc[0].Status != verbs.WCSuccess {
 			t.Fatalf("%d %+v", n, wc[0])
 		}
 	}

@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/memlink"
+	"github.com/sroce/sroce/verbs"
 )
 
 // soakSeed returns the router seed: SROCE_SEED replays a failure.
@@ -32,7 +33,7 @@ const (
 )
 
 type soakOp struct {
-	kind   qp.WROpcode
+	kind   verbs.WROpcode
 	size   int
 	slot   int
 	add    uint64 // FETCH_ADD addend
@@ -84,7 +85,7 @@ func TestSoakLossDupReorder(t *testing.T) {
 	}
 	var qps []*soakQP
 	for i := 0; i < nqp; i++ {
-		o := rcOpts{mtu: roce.MTU1024, timeout: 8, maxWR: 64, maxSGE: 4, rdAtomic: 4, minRNR: 1}
+		o := rcOpts{mtu: verbs.MTU1024, timeout: 8, maxWR: 64, maxSGE: 4, rdAtomic: 4, minRNR: 1}
 		o.defaults()
 		me, other := b.nodes[i%2], b.nodes[1-i%2]
 		q := b.createQP(me, o, nil)
@@ -129,7 +130,7 @@ func TestSoakLossDupReorder(t *testing.T) {
 			}
 			op.size = size
 			off := slot * soakSlot
-			wr := roce.SendWR{WRID: wrid, Flags: roce.Signaled}
+			wr := verbs.SendWR{WRID: wrid, Flags: verbs.Signaled}
 			fill := func(buf []byte) {
 				for i := range size {
 					buf[off+i] = byte(rng.Uint32())
@@ -138,17 +139,17 @@ func TestSoakLossDupReorder(t *testing.T) {
 			}
 			switch {
 			case r < 30:
-				op.kind = qp.WROpRDMAWrite
+				op.kind = verbs.WROpRDMAWrite
 				fill(s.lbuf)
 				wr.SGL = split(s.local, off, size, 2)
 				wr.RemoteAddr, wr.RKey = s.remote.Addr()+uint64(off), s.remote.RKey()
 			case r < 45, r < 65:
-				op.kind = qp.WROpSend
+				op.kind = verbs.WROpSend
 				if r < 45 {
-					op.kind = qp.WROpRDMAWriteWithImm
+					op.kind = verbs.WROpRDMAWriteWithImm
 					wr.RemoteAddr, wr.RKey = s.remote.Addr()+uint64(off), s.remote.RKey()
 				} else if r < 55 {
-					op.kind = qp.WROpSendWithImm
+					op.kind = verbs.WROpSendWithImm
 				}
 				fill(s.lbuf)
 				wr.SGL = split(s.local, off, size, 3)
@@ -156,29 +157,29 @@ func TestSoakLossDupReorder(t *testing.T) {
 				// The receive goes up first; it may also arrive late and
 				// cost an RNR NAK, which is fine too.
 				s.recvPosted++
-				rw := roce.RecvWR{WRID: s.recvPosted, SGL: []roce.SGE{s.recvMR.SGE(off, soakSlot)}}
+				rw := verbs.RecvWR{WRID: s.recvPosted, SGL: []mr.SGE{s.recvMR.SGE(off, soakSlot)}}
 				if err := s.peer.PostRecv(&rw); err != nil {
 					fail = "post recv: " + err.Error()
 					return
 				}
 				s.recvOps[s.recvPosted] = op
 			case r < 85:
-				op.kind = qp.WROpRDMARead
+				op.kind = verbs.WROpRDMARead
 				fill(s.rbuf)
 				clear(s.lbuf[off : off+size])
 				wr.SGL = split(s.local, off, size, 2)
 				wr.RemoteAddr, wr.RKey = s.remote.Addr()+uint64(off), s.remote.RKey()
 			case r < 95:
-				op.kind = qp.WROpAtomicFetchAdd
+				op.kind = verbs.WROpAtomicFetchAdd
 				op.add = uint64(rng.IntN(1000) + 1)
 				sums[1-s.idx%2] += op.add
-				wr.SGL = []roce.SGE{s.local.SGE(off, 8)}
+				wr.SGL = []mr.SGE{s.local.SGE(off, 8)}
 				wr.RemoteAddr, wr.RKey, wr.CompareAdd = s.ctr.Addr(), s.ctr.RKey(), op.add
 			default:
-				op.kind = qp.WROpAtomicCmpSwp
+				op.kind = verbs.WROpAtomicCmpSwp
 				op.expect = s.word
 				next := rng.Uint64()
-				wr.SGL = []roce.SGE{s.local.SGE(off, 8)}
+				wr.SGL = []mr.SGE{s.local.SGE(off, 8)}
 				wr.RemoteAddr, wr.RKey = s.ctr.Addr()+8*uint64(s.idx+1), s.ctr.RKey()
 				wr.CompareAdd, wr.Swap = s.word, next
 				s.word = next
@@ -194,7 +195,7 @@ func TestSoakLossDupReorder(t *testing.T) {
 	}
 	check := func() bool {
 		did := false
-		var wcs [32]roce.WC
+		var wcs [32]verbs.WC
 		// Receives first: their buffers are reused once the send completes.
 		for _, s := range qps {
 			for {
@@ -210,7 +211,7 @@ func TestSoakLossDupReorder(t *testing.T) {
 						return true
 					}
 					owner.recvDone++
-					if w.Status != roce.WCSuccess || w.WRID != owner.recvDone {
+					if w.Status != verbs.WCSuccess || w.WRID != owner.recvDone {
 						fail = "recv completion out of order or failed: " + w.Status.String()
 						return true
 					}
@@ -218,7 +219,7 @@ func TestSoakLossDupReorder(t *testing.T) {
 					delete(owner.recvOps, w.WRID)
 					off := op.slot * soakSlot
 					got := owner.recvBuf[off : off+op.size]
-					if op.kind == qp.WROpRDMAWriteWithImm {
+					if op.kind == verbs.WROpRDMAWriteWithImm {
 						got = owner.rbuf[off : off+op.size]
 					}
 					if int(w.ByteLen) != op.size || !bytes.Equal(got, op.data) {
@@ -238,7 +239,7 @@ func TestSoakLossDupReorder(t *testing.T) {
 				for _, w := range wcs[:n] {
 					owner := findByQP(qps, w.QPNum)
 					owner.completed++
-					if w.Status != roce.WCSuccess || w.WRID != owner.completed {
+					if w.Status != verbs.WCSuccess || w.WRID != owner.completed {
 						fail = "send completion out of order or failed: " + w.Status.String()
 						return true
 					}
@@ -246,15 +247,15 @@ func TestSoakLossDupReorder(t *testing.T) {
 					delete(owner.ops, w.WRID)
 					off := op.slot * soakSlot
 					switch op.kind {
-					case qp.WROpRDMAWrite, qp.WROpRDMAWriteWithImm:
-						if op.kind == qp.WROpRDMAWrite && !bytes.Equal(owner.rbuf[off:off+op.size], op.data) {
+					case verbs.WROpRDMAWrite, verbs.WROpRDMAWriteWithImm:
+						if op.kind == verbs.WROpRDMAWrite && !bytes.Equal(owner.rbuf[off:off+op.size], op.data) {
 							fail = "written data differs"
 						}
-					case qp.WROpRDMARead:
+					case verbs.WROpRDMARead:
 						if !bytes.Equal(owner.lbuf[off:off+op.size], op.data) {
 							fail = "read data differs"
 						}
-					case qp.WROpAtomicCmpSwp:
+					case verbs.WROpAtomicCmpSwp:
 						if got := binary.NativeEndian.Uint64(owner.lbuf[off:]); got != op.expect {
 							fail = "compare-swap returned a wrong value"
 						}
@@ -299,7 +300,7 @@ func TestSoakLossDupReorder(t *testing.T) {
 		}
 	}
 	for _, s := range qps {
-		if s.q.State() != roce.QPStateRTS || s.peer.State() != roce.QPStateRTS {
+		if s.q.State() != verbs.QPStateRTS || s.peer.State() != verbs.QPStateRTS {
 			t.Fatalf("QP left RTS: %v %v", s.q.State(), s.peer.State())
 		}
 	}

@@ -31,8 +31,10 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/dissect"
 	"github.com/sroce/sroce/internal/nsutil"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
+	"github.com/sroce/sroce/verbs"
 )
 
 // demoAbout is the description printed by "sroce demo -h".
@@ -486,7 +488,7 @@ type demoSide struct {
 	gidIdx int
 	gid    bth.GID
 	psn    bth.PSN
-	mtu    roce.MTU
+	mtu    verbs.MTU
 	size   int
 	atomic int // offset of the atomic word
 }
@@ -510,12 +512,12 @@ func newDemoSide(name string, p *iface.Port, cfg *demoConfig) (*demoSide, error)
 	}
 	s.atomic = (2*cfg.size + 7) &^ 7
 	buf := make([]byte, s.atomic+8)
-	access := roce.AccessLocalWrite | roce.AccessRemoteWrite | roce.AccessRemoteRead | roce.AccessRemoteAtomic
+	access := mr.AccessLocalWrite | mr.AccessRemoteWrite | mr.AccessRemoteRead | mr.AccessRemoteAtomic
 	if s.mr, err = s.pd.RegMR(buf, access); err != nil {
 		return fail("register memory", err)
 	}
-	if s.qp, err = s.pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeRC, SendCQ: s.scq, RecvCQ: s.rcq,
-		Cap: roce.QPCap{MaxSendWR: uint32(sendWR), MaxRecvWR: 32, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+	if s.qp, err = s.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.scq, RecvCQ: s.rcq,
+		Cap: verbs.QPCap{MaxSendWR: uint32(sendWR), MaxRecvWR: 32, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return fail("create the RC QP", err)
 	}
 	s.gidIdx = p.DefaultGIDIndex()
@@ -546,7 +548,7 @@ func (s *demoSide) connect(ctx context.Context, peer *demoSide, cfg *demoConfig)
 	if err != nil {
 		return fmt.Errorf("%s cannot address %s: %v", s.name, peer.name, err)
 	}
-	c := roce.ConnectAttr{Access: roce.AccessRemoteWrite | roce.AccessRemoteRead | roce.AccessRemoteAtomic,
+	c := roce.ConnectAttr{Access: mr.AccessRemoteWrite | mr.AccessRemoteRead | mr.AccessRemoteAtomic,
 		AH: ah, PathMTU: min(s.mtu, peer.mtu), DestQPN: peer.qp.QPN(), RQPSN: peer.psn,
 		MaxDestRdAtomic: 16, MinRNRTimer: 12,
 		SQPSN: s.psn, Timeout: 12, RetryCnt: retry, RNRRetry: 7, MaxRdAtomic: 16}
@@ -582,10 +584,10 @@ type demoRunner struct {
 // wait waits for one completion on cq of side s and checks its status and
 // opcode. A port that goes down or a peer that stops answering ends the
 // wait with a sentence saying so.
-func (r *demoRunner) wait(s *demoSide, cq *roce.CQ, want roce.WCOpcode) (roce.WC, error) {
+func (r *demoRunner) wait(s *demoSide, cq *roce.CQ, want verbs.WCOpcode) (verbs.WC, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.timeout)
 	defer cancel()
-	var wc [1]roce.WC
+	var wc [1]verbs.WC
 	for {
 		wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		n, err := cq.Wait(wctx, wc[:])
@@ -609,9 +611,9 @@ func (r *demoRunner) wait(s *demoSide, cq *roce.CQ, want roce.WCOpcode) (roce.WC
 		}
 	}
 	c := wc[0]
-	if c.Status != roce.WCSuccess {
+	if c.Status != verbs.WCSuccess {
 		msg := fmt.Sprintf("%s's %v completed with status %v", s.name, want, c.Status)
-		if c.Status == roce.WCRetryExcErr {
+		if c.Status == verbs.WCRetryExcErr {
 			msg += " (the peer stopped answering: retries exhausted)"
 		}
 		return c, errors.New(msg)
@@ -635,18 +637,18 @@ func (r *demoRunner) send() (demoResult, error) {
 	a, b := r.a, r.b
 	for i := 0; i < r.cfg.iters; i++ {
 		clear(b.msg())
-		if err := b.qp.PostRecv(&roce.RecvWR{WRID: uint64(i), SGL: []roce.SGE{b.mr.SGE(0, b.size)}}); err != nil {
+		if err := b.qp.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGL: []mr.SGE{b.mr.SGE(0, b.size)}}); err != nil {
 			return demoResult{}, fmt.Errorf("B cannot post a receive: %v", err)
 		}
 		fill(a.msg(), 'S', i)
-		if err := a.qp.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: roce.WROpSend, Flags: roce.Signaled,
-			SGL: []roce.SGE{a.mr.SGE(0, a.size)}}); err != nil {
+		if err := a.qp.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpSend, Flags: verbs.Signaled,
+			SGL: []mr.SGE{a.mr.SGE(0, a.size)}}); err != nil {
 			return demoResult{}, fmt.Errorf("A cannot post: %v", err)
 		}
-		if _, err := r.wait(a, a.scq, roce.WCSend); err != nil {
+		if _, err := r.wait(a, a.scq, verbs.WCSend); err != nil {
 			return demoResult{}, err
 		}
-		wc, err := r.wait(b, b.rcq, roce.WCRecv)
+		wc, err := r.wait(b, b.rcq, verbs.WCRecv)
 		if err != nil {
 			return demoResult{}, err
 		}
@@ -662,11 +664,11 @@ func (r *demoRunner) write() (demoResult, error) {
 	for i := 0; i < r.cfg.iters; i++ {
 		clear(b.msg())
 		fill(a.msg(), 'W', i)
-		if err := a.qp.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled,
-			SGL: []roce.SGE{a.mr.SGE(0, a.size)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		if err := a.qp.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
+			SGL: []mr.SGE{a.mr.SGE(0, a.size)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
 			return demoResult{}, fmt.Errorf("A cannot post: %v", err)
 		}
-		if _, err := r.wait(a, a.scq, roce.WCRDMAWrite); err != nil {
+		if _, err := r.wait(a, a.scq, verbs.WCRDMAWrite); err != nil {
 			return demoResult{}, err
 		}
 		if !bytes.Equal(a.msg(), b.msg()) {
@@ -680,19 +682,19 @@ func (r *demoRunner) writeImm() (demoResult, error) {
 	a, b := r.a, r.b
 	for i := 0; i < r.cfg.iters; i++ {
 		clear(b.msg())
-		if err := b.qp.PostRecv(&roce.RecvWR{WRID: uint64(i)}); err != nil {
+		if err := b.qp.PostRecv(&verbs.RecvWR{WRID: uint64(i)}); err != nil {
 			return demoResult{}, fmt.Errorf("B cannot post a receive: %v", err)
 		}
 		fill(a.msg(), 'I', i)
 		imm := 0x5e000000 | uint32(i)
-		if err := a.qp.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: roce.WROpRDMAWriteWithImm, Flags: roce.Signaled,
-			SGL: []roce.SGE{a.mr.SGE(0, a.size)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), Imm: imm}); err != nil {
+		if err := a.qp.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWriteWithImm, Flags: verbs.Signaled,
+			SGL: []mr.SGE{a.mr.SGE(0, a.size)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), Imm: imm}); err != nil {
 			return demoResult{}, fmt.Errorf("A cannot post: %v", err)
 		}
-		if _, err := r.wait(a, a.scq, roce.WCRDMAWrite); err != nil {
+		if _, err := r.wait(a, a.scq, verbs.WCRDMAWrite); err != nil {
 			return demoResult{}, err
 		}
-		wc, err := r.wait(b, b.rcq, roce.WCRecvRDMAWithImm)
+		wc, err := r.wait(b, b.rcq, verbs.WCRecvRDMAWithImm)
 		if err != nil {
 			return demoResult{}, err
 		}
@@ -708,11 +710,11 @@ func (r *demoRunner) read() (demoResult, error) {
 	for i := 0; i < r.cfg.iters; i++ {
 		clear(a.msg())
 		fill(b.read(), 'R', i)
-		if err := a.qp.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: roce.WROpRDMARead, Flags: roce.Signaled,
-			SGL: []roce.SGE{a.mr.SGE(0, a.size)}, RemoteAddr: b.mr.Addr() + uint64(b.size), RKey: b.mr.RKey()}); err != nil {
+		if err := a.qp.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled,
+			SGL: []mr.SGE{a.mr.SGE(0, a.size)}, RemoteAddr: b.mr.Addr() + uint64(b.size), RKey: b.mr.RKey()}); err != nil {
 			return demoResult{}, fmt.Errorf("A cannot post: %v", err)
 		}
-		if _, err := r.wait(a, a.scq, roce.WCRDMARead); err != nil {
+		if _, err := r.wait(a, a.scq, verbs.WCRDMARead); err != nil {
 			return demoResult{}, err
 		}
 		if !bytes.Equal(a.msg(), b.read()) {
@@ -724,11 +726,11 @@ func (r *demoRunner) read() (demoResult, error) {
 
 // atomic posts one atomic operation from A on B's word and returns the
 // original value A got back.
-func (r *demoRunner) atomic(op roce.WROpcode, want roce.WCOpcode, cmpAdd, swap uint64, i int) (uint64, error) {
+func (r *demoRunner) atomic(op verbs.WROpcode, want verbs.WCOpcode, cmpAdd, swap uint64, i int) (uint64, error) {
 	a, b := r.a, r.b
 	a.setWord(0xbad0bad0bad0bad0)
-	if err := a.qp.PostSend(&roce.SendWR{WRID: uint64(i), Opcode: op, Flags: roce.Signaled,
-		SGL: []roce.SGE{a.mr.SGE(a.atomic, 8)}, RemoteAddr: b.mr.Addr() + uint64(b.atomic), RKey: b.mr.RKey(),
+	if err := a.qp.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: op, Flags: verbs.Signaled,
+		SGL: []mr.SGE{a.mr.SGE(a.atomic, 8)}, RemoteAddr: b.mr.Addr() + uint64(b.atomic), RKey: b.mr.RKey(),
 		CompareAdd: cmpAdd, Swap: swap}); err != nil {
 		return 0, fmt.Errorf("A cannot post: %v", err)
 	}
@@ -745,7 +747,7 @@ func (r *demoRunner) fetchAdd() (demoResult, error) {
 	sum := uint64(start)
 	for i := 0; i < r.cfg.iters; i++ {
 		add := uint64(i + 1)
-		old, err := r.atomic(roce.WROpAtomicFetchAdd, roce.WCFetchAdd, add, 0, i)
+		old, err := r.atomic(verbs.WROpAtomicFetchAdd, verbs.WCFetchAdd, add, 0, i)
 		if err != nil {
 			return demoResult{}, err
 		}
@@ -766,7 +768,7 @@ func (r *demoRunner) compareSwap() (demoResult, error) {
 	b.setWord(cur)
 	for i := 0; i < r.cfg.iters; i++ {
 		next := cur*0x9e3779b97f4a7c15 + uint64(i)
-		old, err := r.atomic(roce.WROpAtomicCmpSwp, roce.WCCompSwap, cur, next, i)
+		old, err := r.atomic(verbs.WROpAtomicCmpSwp, verbs.WCCompSwap, cur, next, i)
 		if err != nil {
 			return demoResult{}, err
 		}
@@ -776,7 +778,7 @@ func (r *demoRunner) compareSwap() (demoResult, error) {
 		cur = next
 	}
 	// A compare that does not match leaves the word alone.
-	old, err := r.atomic(roce.WROpAtomicCmpSwp, roce.WCCompSwap, cur+1, 0, r.cfg.iters)
+	old, err := r.atomic(verbs.WROpAtomicCmpSwp, verbs.WCCompSwap, cur+1, 0, r.cfg.iters)
 	if err != nil {
 		return demoResult{}, err
 	}
@@ -794,13 +796,13 @@ func (r *demoRunner) writeBurst() error {
 	fill(a.msg(), 'B', 0)
 	sent0, _ := a.port.Stat("sent_pkts")
 	n := r.cfg.burst
-	wrs := make([]roce.SendWR, n)
+	wrs := make([]verbs.SendWR, n)
 	signaled := 0
 	for i := range wrs {
-		wrs[i] = roce.SendWR{WRID: uint64(i), Opcode: roce.WROpRDMAWrite,
-			SGL: []roce.SGE{a.mr.SGE(0, a.size)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+		wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite,
+			SGL: []mr.SGE{a.mr.SGE(0, a.size)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 		if i%64 == 63 || i == n-1 {
-			wrs[i].Flags = roce.Signaled
+			wrs[i].Flags = verbs.Signaled
 			signaled++
 		}
 	}
@@ -809,7 +811,7 @@ func (r *demoRunner) writeBurst() error {
 		return fmt.Errorf("A could post only %d of %d WRITEs: %v", k, n, err)
 	}
 	for i := 0; i < signaled; i++ {
-		if _, err := r.wait(a, a.scq, roce.WCRDMAWrite); err != nil {
+		if _, err := r.wait(a, a.scq, verbs.WCRDMAWrite); err != nil {
 			return err
 		}
 	}

@@ -14,11 +14,10 @@ import (
 	"net"
 	"strings"
 
-	"github.com/sroce/sroce/qp"
-	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/roce/netif"
 	"github.com/sroce/sroce/tools/device"
+	"github.com/sroce/sroce/verbs"
 )
 
 // devinfoAbout is the description printed by "sroce devinfo -h".
@@ -205,12 +204,12 @@ func printDevinfo(w io.Writer, d devinfoData, verbose bool) {
 	}
 	fmt.Fprintf(&b, "\t\tport:\t1\n")
 	state := "PORT_DOWN (1)"
-	if d.ifc.Active() && (d.port == nil || d.port.State() == roce.PortActive) {
+	if d.ifc.Active() && (d.port == nil || d.port.State() == verbs.PortActive) {
 		state = "PORT_ACTIVE (4)"
 	}
-	active := qp.PortMTU(d.ifc.MTU)
+	active := verbs.PortMTU(d.ifc.MTU)
 	if d.port != nil {
-		active = qp.MTU(d.port.ActiveMTU())
+		active = d.port.ActiveMTU()
 	}
 	port("state", "%s", state)
 	port("max_mtu", "4096 (5)")

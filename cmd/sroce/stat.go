@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/tools/device"
+	"github.com/sroce/sroce/verbs"
 )
 
 // statAbout is the description printed by "sroce stat -h".
@@ -114,7 +114,7 @@ type statData struct {
 // statSnapshot reads a port's state and counters.
 func statSnapshot(p *iface.Port, open time.Duration) *statData {
 	st := "PORT_ACTIVE"
-	if p.State() != roce.PortActive {
+	if p.State() != verbs.PortActive {
 		st = "PORT_DOWN"
 	}
 	d := &statData{

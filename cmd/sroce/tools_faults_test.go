@@ -17,10 +17,11 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/internal/testpair"
-	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/tools/oob"
+	"github.com/sroce/sroce/verbs"
 )
 
 // runClient runs "sroce cmd args... -p port host" on the client address
@@ -144,15 +145,15 @@ func newFakePeer(t *testing.T) *fakePeer {
 	dev := port.Device()
 	f.pd, _ = dev.AllocPD()
 	f.cq, _ = dev.CreateCQ(64, nil)
-	if f.mr, err = f.pd.RegMR(make([]byte, 1<<16), roce.AccessLocalWrite|roce.AccessRemoteWrite); err != nil {
+	if f.mr, err = f.pd.RegMR(make([]byte, 1<<16), mr.AccessLocalWrite|mr.AccessRemoteWrite); err != nil {
 		t.Fatal(err)
 	}
-	if f.qp, err = f.pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeRC, SendCQ: f.cq, RecvCQ: f.cq,
-		Cap: roce.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+	if f.qp, err = f.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: f.cq, RecvCQ: f.cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	err = f.qp.Modify(&roce.QPAttr{State: roce.QPStateInit, PortNum: 1, AccessFlags: roce.AccessRemoteWrite},
-		qp.AttrState|qp.AttrPKeyIndex|qp.AttrPort|qp.AttrAccessFlags)
+	err = f.qp.Modify(&verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, AccessFlags: mr.AccessRemoteWrite},
+		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +166,7 @@ func (f *fakePeer) toRTR(remote oob.KeyMsg) error {
 	if err != nil {
 		return err
 	}
-	return f.qp.Connect(&roce.ConnectAttr{AH: av, PathMTU: roce.MTU1024, DestQPN: bth.QPN(remote.QPN),
+	return f.qp.Connect(&roce.ConnectAttr{AH: av, PathMTU: verbs.MTU1024, DestQPN: bth.QPN(remote.QPN),
 		RQPSN: bth.PSN(remote.PSN), MaxDestRdAtomic: 1, MinRNRTimer: 12, StayRTR: true})
 }
 
@@ -178,7 +179,7 @@ func (f *fakePeer) serveWriteBW(t *testing.T, ln net.Listener, k oob.KeyMsg, con
 		if err != nil {
 			return
 		}
-		if _, err := c.Prologue(context.Background(), oob.LocalSysData(), oob.MTU1024); err != nil {
+		if _, err := c.Prologue(context.Background(), oob.LocalSysData(), verbs.MTU1024); err != nil {
 			return
 		}
 		c.Run(context.Background(), oob.Flow{Test: oob.WriteBW, Sizes: []uint64{4096}}, []oob.KeyMsg{k}, oob.Hooks{
@@ -200,7 +201,7 @@ func newFakeWriteBWServer(t *testing.T, edit func(*oob.KeyMsg), connect bool) in
 	t.Helper()
 	f := newFakePeer(t)
 	key := oob.KeyMsg{OutReads: 1, QPN: uint32(f.qp.QPN()), PSN: 0x123456, RKey: f.mr.RKey(),
-		VAddr: f.mr.Addr(), GID: oob.GID(f.gid)}
+		VAddr: f.mr.Addr(), GID: f.gid}
 	edit(&key)
 	ln, err := oob.Listen(context.Background(), net.JoinHostPort(pairs.Server.String(), "0"))
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/internal/testpair"
 	"github.com/sroce/sroce/tools/oob"
+	"github.com/sroce/sroce/verbs"
 )
 
 // startServer runs "sroce cmd -d lo@server -p port args..." and waits
@@ -140,11 +141,11 @@ func TestToolPeerReportLimits(t *testing.T) {
 			}
 			go func() {
 				defer c.Close()
-				if _, err := c.Prologue(ctx, oob.LocalSysData(), oob.MTU1024); err != nil {
+				if _, err := c.Prologue(ctx, oob.LocalSysData(), verbs.MTU1024); err != nil {
 					return
 				}
 				gid := bth.GIDFromAddr(netip.MustParseAddr(pairs.Client.String()))
-				key := oob.KeyMsg{OutReads: 1, QPN: 0x77, PSN: 0x1000, RKey: 0x1234, VAddr: 0x10000, GID: oob.GID(gid)}
+				key := oob.KeyMsg{OutReads: 1, QPN: 0x77, PSN: 0x1000, RKey: 0x1234, VAddr: 0x10000, GID: gid}
 				c.Run(ctx, oob.Flow{Test: tc.test, Sizes: []uint64{size}}, []oob.KeyMsg{key}, oob.Hooks{
 					Connect: func([]oob.KeyMsg) error { return nil },
 					Run:     func(uint64) (oob.BWReport, error) { return tc.rep, nil },

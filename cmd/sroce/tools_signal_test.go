@@ -21,6 +21,7 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/internal/testpair"
 	"github.com/sroce/sroce/tools/oob"
+	"github.com/sroce/sroce/verbs"
 )
 
 // sigterm sends SIGTERM to this process, which runs the tool in-process.
@@ -145,7 +146,7 @@ func TestToolSignalWaitingForCompletions(t *testing.T) {
 		gid := bth.GIDFromAddr(pairs.Server)
 		go func() {
 			oob.ServePingpong(context.Background(), ln, oob.Timeouts{Step: 5 * time.Second},
-				oob.Dest{QPN: 0x11, PSN: 0x1234, GID: oob.GID(gid)}, nil)
+				oob.Dest{QPN: 0x11, PSN: 0x1234, GID: gid}, nil)
 			close(exchanged)
 		}()
 		_, done := pairs.Start(clientArgs("rc-pingpong", port, "-n", "5"))
@@ -198,11 +199,11 @@ func TestToolDurationServerWithoutMessages(t *testing.T) {
 	}
 	defer c.Close()
 	go func() {
-		if _, err := c.Prologue(ctx, oob.LocalSysData(), oob.MTU1024); err != nil {
+		if _, err := c.Prologue(ctx, oob.LocalSysData(), verbs.MTU1024); err != nil {
 			return
 		}
 		gid := bth.GIDFromAddr(netip.MustParseAddr(pairs.Client.String()))
-		key := oob.KeyMsg{OutReads: 1, QPN: 0x77, PSN: 0x1000, RKey: 0x1234, VAddr: 0x10000, GID: oob.GID(gid)}
+		key := oob.KeyMsg{OutReads: 1, QPN: 0x77, PSN: 0x1000, RKey: 0x1234, VAddr: 0x10000, GID: gid}
 		c.Run(ctx, oob.Flow{Test: oob.SendLat, Sizes: []uint64{2}}, []oob.KeyMsg{key}, oob.Hooks{
 			Connect: func([]oob.KeyMsg) error { return nil },
 			Run:     func(uint64) (oob.BWReport, error) { time.Sleep(20 * time.Second); return oob.BWReport{}, nil },

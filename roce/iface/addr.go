@@ -1,6 +1,6 @@
 package iface
 
-// Address vectors: from a destination GID to the roce.AHAttr a QP (RTR) or
+// Address vectors: from a destination GID to the verbs.AHAttr a QP (RTR) or
 // an address handle (UD) needs, with the next hop's MAC from the kernel's
 // neighbour table.
 
@@ -12,6 +12,7 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/netif"
+	"github.com/sroce/sroce/verbs"
 )
 
 // DefaultHopLimit is the IPv4 TTL / IPv6 hop limit AHAttr sets, as rxe
@@ -32,8 +33,8 @@ const DefaultHopLimit = 64
 //
 // Errors are one sentence and match ErrUnreachable (or ErrDown when the
 // port is down).
-func (p *Port) AHAttr(ctx context.Context, dgid bth.GID, sgidIndex int) (roce.AHAttr, error) {
-	var attr roce.AHAttr
+func (p *Port) AHAttr(ctx context.Context, dgid bth.GID, sgidIndex int) (verbs.AHAttr, error) {
+	var attr verbs.AHAttr
 	if sgidIndex < 0 || sgidIndex >= roce.GIDTableLen {
 		return attr, errorf(ErrUnreachable, nil, "GID index %d is out of range (0..%d)", sgidIndex, roce.GIDTableLen-1)
 	}
@@ -53,29 +54,29 @@ func (p *Port) AHAttr(ctx context.Context, dgid bth.GID, sgidIndex int) (roce.AH
 		return attr, errorf(ErrUnreachable, nil, "GID index %d (%s) and the destination %v are of different IP versions; use the index of an %s GID",
 			sgidIndex, netif.FormatGID(sgid), dst, want)
 	}
-	attr = roce.AHAttr{DGID: dgid, SGIDIndex: uint8(sgidIndex), HopLimit: DefaultHopLimit, PortNum: 1}
+	attr = verbs.AHAttr{DGID: dgid, SGIDIndex: uint8(sgidIndex), HopLimit: DefaultHopLimit, PortNum: 1}
 	if p.udp != nil {
 		if src := sgid.Addr().Unmap(); src != p.local {
-			return roce.AHAttr{}, errorf(ErrUnreachable, nil, "the UDP link of %s is bound to %v, so GID index %d (%v) cannot be a source; use index %d",
+			return verbs.AHAttr{}, errorf(ErrUnreachable, nil, "the UDP link of %s is bound to %v, so GID index %d (%v) cannot be a source; use index %d",
 				p.ifname, p.local, sgidIndex, src, p.DefaultGIDIndex())
 		}
 		return attr, nil
 	}
-	if p.State() != roce.PortActive {
-		return roce.AHAttr{}, errorf(ErrDown, nil, "cannot reach %v: interface %s is down", dst, p.ifname)
+	if p.State() != verbs.PortActive {
+		return verbs.AHAttr{}, errorf(ErrDown, nil, "cannot reach %v: interface %s is down", dst, p.ifname)
 	}
 	hop := dst
 	if !dst.IsLinkLocalUnicast() {
 		r, err := p.h.RouteTo(dst)
 		if err != nil {
-			return roce.AHAttr{}, errorf(ErrUnreachable, err, "cannot reach %v: %v", dst, err)
+			return verbs.AHAttr{}, errorf(ErrUnreachable, err, "cannot reach %v: %v", dst, err)
 		}
 		if r.Ifindex != p.ifindex {
 			via := r.Ifname
 			if via == "lo" || isLocal(p, dst) {
-				return roce.AHAttr{}, errorf(ErrUnreachable, nil, "%v is an address of this host, not of a peer on %s", dst, p.ifname)
+				return verbs.AHAttr{}, errorf(ErrUnreachable, nil, "%v is an address of this host, not of a peer on %s", dst, p.ifname)
 			}
-			return roce.AHAttr{}, errorf(ErrUnreachable, nil, "the route to %v goes through %s, not %s", dst, via, p.ifname)
+			return verbs.AHAttr{}, errorf(ErrUnreachable, nil, "the route to %v goes through %s, not %s", dst, via, p.ifname)
 		}
 		hop = r.NextHop()
 	}
@@ -86,7 +87,7 @@ func (p *Port) AHAttr(ctx context.Context, dgid bth.GID, sgidIndex int) (roce.AH
 	}
 	mac, err := p.h.ResolveNeighbor(ctx, p.ifname, hop)
 	if err != nil {
-		return roce.AHAttr{}, errorf(ErrUnreachable, err, "%v", err)
+		return verbs.AHAttr{}, errorf(ErrUnreachable, err, "%v", err)
 	}
 	copy(attr.DMAC[:], mac)
 	return attr, nil
@@ -136,7 +137,7 @@ func (p *Port) SourceGIDIndex(dgid bth.GID) (int, error) {
 // "sroce_veth0 on veth0: XDP (copy), MTU 1500, path MTU 1024, ACTIVE".
 func (p *Port) String() string {
 	st := "ACTIVE"
-	if p.State() != roce.PortActive {
+	if p.State() != verbs.PortActive {
 		st = "DOWN"
 	}
 	return fmt.Sprintf("%s on %s: %s, MTU %d, path MTU %d, %s", p.dev.Name(), p.ifname, p.linkMode, p.mtu, p.PathMTU(), st)

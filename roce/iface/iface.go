@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/netif"
 	"github.com/sroce/sroce/roce/udplink"
+	"github.com/sroce/sroce/verbs"
 	"github.com/sroce/sroce/xdp"
 )
 
@@ -503,7 +503,7 @@ func (p *Port) MTU() int { return p.mtu }
 func (p *Port) PathMTU() int { return p.dev.QueryPort().ActiveMTU.Bytes() }
 
 // ActiveMTU returns the port's active MTU as the verbs enum.
-func (p *Port) ActiveMTU() roce.MTU { return p.dev.QueryPort().ActiveMTU }
+func (p *Port) ActiveMTU() verbs.MTU { return p.dev.QueryPort().ActiveMTU }
 
 // LinkMode returns LinkXDPCopy, LinkXDPZeroCopy or LinkUDP.
 func (p *Port) LinkMode() string { return p.linkMode }
@@ -584,21 +584,21 @@ func (p *Port) DefaultGIDIndex() int {
 	return 0
 }
 
-// State returns the port state: roce.PortActive while the interface is up
-// with carrier, roce.PortDown otherwise.
-func (p *Port) State() roce.PortState {
+// State returns the port state: verbs.PortActive while the interface is up
+// with carrier, verbs.PortDown otherwise.
+func (p *Port) State() verbs.PortState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.active {
-		return roce.PortActive
+		return verbs.PortActive
 	}
-	return roce.PortDown
+	return verbs.PortDown
 }
 
 // LinkDowned returns how many times the port went from ACTIVE to DOWN
 // since Open, or its link failed: the device's link_downed counter, which
 // Device.PortDown counts.
-func (p *Port) LinkDowned() uint64 { return p.dev.Counter(qp.CntLinkDowned) }
+func (p *Port) LinkDowned() uint64 { return p.dev.Counter(verbs.CntLinkDowned) }
 
 // Lost is closed when the port becomes unusable: the interface went down,
 // lost its carrier or was deleted, the link failed, or Close was called.

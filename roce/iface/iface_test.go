@@ -13,8 +13,9 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/internal/nsutil"
-	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/verbs"
 )
 
 func TestParseMode(t *testing.T) {
@@ -104,7 +105,7 @@ func TestXDPPair(t *testing.T) {
 	defer a.Close()
 	open(pair.B, pair.Veth.NameB, &b)
 	defer b.Close()
-	if a.LinkMode() != LinkXDPCopy || a.PathMTU() != 1024 || a.State() != roce.PortActive {
+	if a.LinkMode() != LinkXDPCopy || a.PathMTU() != 1024 || a.State() != verbs.PortActive {
 		t.Errorf("A: %v", a)
 	}
 	if g := a.GIDs(); len(g) < 2 || !g[0].Default || g[1].GID.Addr().Unmap() != nsutil.DefaultAddrA.Addr() {
@@ -200,12 +201,12 @@ func rcRoundTrip(t *testing.T, a, b *Port) {
 			t.Fatal(err)
 		}
 		cq, _ := p.Device().CreateCQ(64, nil)
-		mr, err := pd.RegMR(make([]byte, 8192), roce.AccessLocalWrite|roce.AccessRemoteWrite)
+		mr, err := pd.RegMR(make([]byte, 8192), mr.AccessLocalWrite|mr.AccessRemoteWrite)
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, err := pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeRC, SendCQ: cq, RecvCQ: cq,
-			Cap: roce.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		q, err := pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+			Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,16 +223,16 @@ func rcRoundTrip(t *testing.T, a, b *Port) {
 			t.Fatal(err)
 		}
 		steps := []struct {
-			attr roce.QPAttr
-			mask roce.QPAttrMask
+			attr verbs.QPAttr
+			mask verbs.QPAttrMask
 		}{
-			{roce.QPAttr{State: roce.QPStateInit, PortNum: 1, AccessFlags: roce.AccessRemoteWrite},
-				qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrAccessFlags},
-			{roce.QPAttr{State: roce.QPStateRTR, PathMTU: s.p.ActiveMTU(), DestQPN: peer.qp.QPN(), AH: ah,
+			{verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, AccessFlags: mr.AccessRemoteWrite},
+				verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
+			{verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: s.p.ActiveMTU(), DestQPN: peer.qp.QPN(), AH: ah,
 				MaxDestRdAtomic: 1, MinRNRTimer: 12},
-				qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN | qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer},
-			{roce.QPAttr{State: roce.QPStateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
-				qp.AttrState | qp.AttrSQPSN | qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic},
+				verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
+			{verbs.QPAttr{State: verbs.QPStateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+				verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic},
 		}
 		for _, st := range steps {
 			if err := s.qp.Modify(&st.attr, st.mask); err != nil {
@@ -241,38 +242,38 @@ func rcRoundTrip(t *testing.T, a, b *Port) {
 	}
 	connect(x, y)
 	connect(y, x)
-	wait := func(s *side, want roce.WCOpcode) roce.WC {
-		var wc [1]roce.WC
+	wait := func(s *side, want verbs.WCOpcode) verbs.WC {
+		var wc [1]verbs.WC
 		n, err := s.cq.Wait(ctx, wc[:])
 		if err != nil || n != 1 {
 			t.Fatalf("no completion: %v", err)
 		}
-		if wc[0].Status != roce.WCSuccess || wc[0].Opcode != want {
+		if wc[0].Status != verbs.WCSuccess || wc[0].Opcode != want {
 			t.Fatalf("completion %v %v, want %v", wc[0].Opcode, wc[0].Status, want)
 		}
 		return wc[0]
 	}
 	msg := bytes.Repeat([]byte("sroce!"), 1000)
 	copy(x.mr.Buf(), msg)
-	if err := y.qp.PostRecv(&roce.RecvWR{WRID: 1, SGL: []roce.SGE{y.mr.SGE(0, 8192)}}); err != nil {
+	if err := y.qp.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{y.mr.SGE(0, 8192)}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := x.qp.PostSend(&roce.SendWR{WRID: 2, Opcode: roce.WROpSend, Flags: roce.Signaled,
-		SGL: []roce.SGE{x.mr.SGE(0, len(msg))}}); err != nil {
+	if err := x.qp.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpSend, Flags: verbs.Signaled,
+		SGL: []mr.SGE{x.mr.SGE(0, len(msg))}}); err != nil {
 		t.Fatal(err)
 	}
-	wait(x, roce.WCSend)
-	if wc := wait(y, roce.WCRecv); int(wc.ByteLen) != len(msg) || !bytes.Equal(y.mr.Buf()[:len(msg)], msg) {
+	wait(x, verbs.WCSend)
+	if wc := wait(y, verbs.WCRecv); int(wc.ByteLen) != len(msg) || !bytes.Equal(y.mr.Buf()[:len(msg)], msg) {
 		t.Fatalf("SEND: %d bytes received, data equal %v", wc.ByteLen, bytes.Equal(y.mr.Buf()[:len(msg)], msg))
 	}
 	for i := range y.mr.Buf() {
 		y.mr.Buf()[i] = byte(i * 7)
 	}
-	if err := y.qp.PostSend(&roce.SendWR{WRID: 3, Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled,
-		SGL: []roce.SGE{y.mr.SGE(0, 8192)}, RemoteAddr: x.mr.Addr(), RKey: x.mr.RKey()}); err != nil {
+	if err := y.qp.PostSend(&verbs.SendWR{WRID: 3, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
+		SGL: []mr.SGE{y.mr.SGE(0, 8192)}, RemoteAddr: x.mr.Addr(), RKey: x.mr.RKey()}); err != nil {
 		t.Fatal(err)
 	}
-	wait(y, roce.WCRDMAWrite)
+	wait(y, verbs.WCRDMAWrite)
 	// The WRITE completed at y when x's ACK arrived through the kernel,
 	// which the race detector cannot see: take x's device lock, held by
 	// x's loop while it placed the data, before reading x's memory.
@@ -319,7 +320,7 @@ func TestLinkDown(t *testing.T) {
 	if err := a.Err(); !errors.Is(err, ErrDown) || !strings.Contains(err.Error(), "lost its carrier") {
 		t.Errorf("A: %v", err)
 	}
-	if a.State() != roce.PortDown || a.LinkDowned() != 1 {
+	if a.State() != verbs.PortDown || a.LinkDowned() != 1 {
 		t.Errorf("A: state %v, link_downed %d", a.State(), a.LinkDowned())
 	}
 	if n, _ := a.Stat("link_downed"); n != 1 {

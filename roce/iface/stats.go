@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/verbs"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,11 +18,11 @@ type Stat struct {
 }
 
 // Counters returns the device's counters in the engine's order (sent_pkts,
-// rcvd_pkts, ... as qp.Counter numbers them).
+// rcvd_pkts, ... as verbs.Counter numbers them).
 func (p *Port) Counters() []Stat {
 	m := p.dev.Counters()
-	out := make([]Stat, 0, int(qp.NumCounters))
-	for c := qp.Counter(0); c < qp.NumCounters; c++ {
+	out := make([]Stat, 0, int(verbs.NumCounters))
+	for c := verbs.Counter(0); c < verbs.NumCounters; c++ {
 		out = append(out, Stat{c.String(), m[c.String()]})
 	}
 	return out

@@ -58,7 +58,7 @@
 // rxe derives the port's active MTU from the netdev MTU minus 80 bytes of
 // headroom (RXE_MAX_HDR_LENGTH), rounded down to an InfiniBand MTU between
 // 256 and 4096: 1500 gives 1024, 9000 gives 4096, 1100 gives 512, and
-// anything under 592 gives 256. Its max_mtu is always 4096. qp.PortMTU
+// anything under 592 gives 256. Its max_mtu is always 4096. verbs.PortMTU
 // computes the same (the one home of that rule and of the MTU enum, 256 = 1
 // ... 4096 = 5, that ibv_devinfo prints as "active_mtu: 1024 (3)");
 // Interface.PathMTU gives it in bytes.

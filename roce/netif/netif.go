@@ -9,13 +9,13 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/sroce/sroce/qp"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/verbs"
 )
 
 // ErrNoInterface is returned (wrapped) when no interface has the given
@@ -254,7 +254,7 @@ type Interface struct {
 func (i *Interface) Active() bool { return i.Up && i.Carrier }
 
 // PathMTU returns the path MTU rxe would use on this interface.
-func (i *Interface) PathMTU() int { return qp.PortMTU(i.MTU).Bytes() }
+func (i *Interface) PathMTU() int { return verbs.PortMTU(i.MTU).Bytes() }
 
 // GID returns the GID at index, with an error naming the valid indexes
 // when there is none.

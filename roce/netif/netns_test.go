@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sroce/sroce/qp"
 	"net/netip"
 	"os/exec"
 	"strings"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/internal/nsutil"
+	"github.com/sroce/sroce/verbs"
 )
 
 var topoSeq atomic.Int32
@@ -404,8 +404,8 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev = next(t, ch, "MTU", func(e LinkEvent) bool { return e.Kind == EventLink && e.MTU == 4000 })
-	if qp.PortMTU(ev.MTU) != qp.MTU2048 {
-		t.Errorf("path MTU at 4000 = %v", qp.PortMTU(ev.MTU))
+	if verbs.PortMTU(ev.MTU) != verbs.MTU2048 {
+		t.Errorf("path MTU at 4000 = %v", verbs.PortMTU(ev.MTU))
 	}
 	extra := netip.MustParsePrefix("198.51.100.7/24")
 	if err := tp.A.AddAddr("veth0", extra); err != nil {

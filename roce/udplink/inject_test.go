@@ -8,9 +8,10 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/udplink"
+	"github.com/sroce/sroce/verbs"
 )
 
 // TestForgedICRCDropped is a local user with an ordinary UDP socket writing
@@ -62,27 +63,27 @@ func forgedICRC(t *testing.T, devAddr, peerAddr netip.Addr) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := pd.RegMR(make([]byte, 4096), roce.AccessLocalWrite|roce.AccessRemoteWrite)
+	m, err := pd.RegMR(make([]byte, 4096), mr.AccessLocalWrite|mr.AccessRemoteWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeRC, SendCQ: cq, RecvCQ: cq,
-		Cap: roce.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	q, err := pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const peerQPN = 0x99
 	steps := []struct {
-		attr roce.QPAttr
-		mask qp.AttrMask
+		attr verbs.QPAttr
+		mask verbs.QPAttrMask
 	}{
-		{roce.QPAttr{State: roce.QPStateInit, PortNum: 1, AccessFlags: roce.AccessRemoteWrite},
-			qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrAccessFlags},
-		{roce.QPAttr{State: roce.QPStateRTR, PathMTU: roce.MTU1024, DestQPN: peerQPN, RQPSN: 0,
-			MaxDestRdAtomic: 1, MinRNRTimer: 12, AH: roce.AHAttr{DGID: bth.GIDFromAddr(peerAddr), HopLimit: 64}},
-			qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN | qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer},
-		{roce.QPAttr{State: roce.QPStateRTS, SQPSN: 0, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
-			qp.AttrState | qp.AttrSQPSN | qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic},
+		{verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, AccessFlags: mr.AccessRemoteWrite},
+			verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
+		{verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, DestQPN: peerQPN, RQPSN: 0,
+			MaxDestRdAtomic: 1, MinRNRTimer: 12, AH: verbs.AHAttr{DGID: bth.GIDFromAddr(peerAddr), HopLimit: 64}},
+			verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
+		{verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: 0, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+			verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic},
 	}
 	for _, s := range steps {
 		if err := q.Modify(&s.attr, s.mask); err != nil {

@@ -28,8 +28,10 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/internal/nsutil"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
+	"github.com/sroce/sroce/verbs"
 	"github.com/sroce/sroce/xdp"
 )
 
@@ -298,9 +300,9 @@ func srWriteBW(b *testing.B, engine roce.EngineMode, mtu, size int, ceiling stri
 	r := newSrRig(b, srConfig{mode: iface.ModeXDP, mtu: mtu, sendWR: 256, memSize: max(size, 4096), engine: engine})
 	a := r.a
 	const depth, every = 128, 16
-	wr := roce.SendWR{Opcode: roce.WROpRDMAWrite, SGL: []roce.SGE{a.mr.SGE(0, size)},
+	wr := verbs.SendWR{Opcode: verbs.WROpRDMAWrite, SGL: []mr.SGE{a.mr.SGE(0, size)},
 		RemoteAddr: r.b.mr.Addr(), RKey: r.b.mr.RKey()}
-	wcs := make([]roce.WC, 32)
+	wcs := make([]verbs.WC, 32)
 	sent0 := r.a.stat("sent_pkts")
 	b.SetBytes(int64(size))
 	b.ResetTimer()
@@ -311,7 +313,7 @@ func srWriteBW(b *testing.B, engine roce.EngineMode, mtu, size int, ceiling stri
 			wr.WRID = uint64(posted)
 			wr.Flags = 0
 			if posted%every == every-1 || posted == b.N-1 {
-				wr.Flags = roce.Signaled
+				wr.Flags = verbs.Signaled
 			}
 			if err := a.qp.PostSend(&wr); err != nil {
 				b.Fatal(err)
@@ -323,7 +325,7 @@ func srWriteBW(b *testing.B, engine roce.EngineMode, mtu, size int, ceiling stri
 			b.Fatalf("no completion: %v (%d of %d done)", err, done, b.N)
 		}
 		for _, wc := range wcs[:n] {
-			if wc.Status != roce.WCSuccess {
+			if wc.Status != verbs.WCSuccess {
 				b.Fatalf("WRITE %d: %v", wc.WRID, wc.Status)
 			}
 			done = int(wc.WRID) + 1
@@ -359,22 +361,22 @@ func srSendLat(b *testing.B, engine roce.EngineMode, mtu, size int, ceiling stri
 	const pre = 256
 	for _, s := range []*srSide{a, c} {
 		for i := 0; i < pre; i++ {
-			if err := s.qp.PostRecv(&roce.RecvWR{WRID: uint64(i), SGL: []roce.SGE{s.mr.SGE(size, size)}}); err != nil {
+			if err := s.qp.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGL: []mr.SGE{s.mr.SGE(size, size)}}); err != nil {
 				b.Fatal(err)
 			}
 		}
 	}
 	send := func(s *srSide) {
-		if err := s.qp.PostSend(&roce.SendWR{Opcode: roce.WROpSend, SGL: []roce.SGE{s.mr.SGE(0, size)}}); err != nil {
+		if err := s.qp.PostSend(&verbs.SendWR{Opcode: verbs.WROpSend, SGL: []mr.SGE{s.mr.SGE(0, size)}}); err != nil {
 			b.Fatal(err)
 		}
 	}
 	recv := func(s *srSide) {
-		var wc [1]roce.WC
-		if n, err := srBusyPoll(s.rcq, wc[:], 5*time.Second); n != 1 || wc[0].Status != roce.WCSuccess {
+		var wc [1]verbs.WC
+		if n, err := srBusyPoll(s.rcq, wc[:], 5*time.Second); n != 1 || wc[0].Status != verbs.WCSuccess {
 			b.Fatalf("%s: receive: %v %v", s.name, err, wc[0].Status)
 		}
-		if err := s.qp.PostRecv(&roce.RecvWR{SGL: []roce.SGE{s.mr.SGE(size, size)}}); err != nil {
+		if err := s.qp.PostRecv(&verbs.RecvWR{SGL: []mr.SGE{s.mr.SGE(size, size)}}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -388,12 +390,12 @@ func srSendLat(b *testing.B, engine roce.EngineMode, mtu, size int, ceiling stri
 				return
 			default:
 			}
-			var wc [1]roce.WC
+			var wc [1]verbs.WC
 			n, _ := srBusyPoll(c.rcq, wc[:], 50*time.Millisecond)
 			if n == 0 {
 				continue
 			}
-			c.qp.PostRecv(&roce.RecvWR{SGL: []roce.SGE{c.mr.SGE(size, size)}})
+			c.qp.PostRecv(&verbs.RecvWR{SGL: []mr.SGE{c.mr.SGE(size, size)}})
 			send(c)
 		}
 	}()
@@ -415,7 +417,7 @@ func srSendLat(b *testing.B, engine roce.EngineMode, mtu, size int, ceiling stri
 
 // srBusyPoll polls cq without blocking until a completion arrives, as
 // perftest's latency tools do, for at most timeout.
-func srBusyPoll(cq *roce.CQ, wcs []roce.WC, timeout time.Duration) (int, error) {
+func srBusyPoll(cq *roce.CQ, wcs []verbs.WC, timeout time.Duration) (int, error) {
 	start := time.Now()
 	for i := 0; ; i++ {
 		if n := cq.Poll(wcs); n > 0 {

@@ -51,10 +51,10 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/mr"
-	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/tests/netns/rxeguest"
+	"github.com/sroce/sroce/verbs"
 )
 
 const (
@@ -132,13 +132,13 @@ func runInteropMW(t *testing.T, ctx context.Context, lan *rxeguest.LAN, g *rxegu
 		// has no remote rights of its own; sroce writes and reads through
 		// it, then revokes it with SEND with invalidate.
 		hq, gq := h.pair(t, ctx, s)
-		hm := h.reg(t, 8192, roce.AccessLocalWrite)
+		hm := h.reg(t, 8192, mr.AccessLocalWrite)
 		gm := s.mr(t, 8192, ibvAccessLocalWrite|ibvAccessMWBind)
 		key := s.bind(t, gq, gm, 4096, 4096, ibvAccessRemoteWrite|ibvAccessRemoteRead)
 
 		data := mwPattern(2048, 1)
 		copy(hm.Buf(), data)
-		h.mustRDMA(t, hq, roce.WROpRDMAWrite, hm, 0, 2048, gm.addr+4096, key, roce.WCSuccess)
+		h.mustRDMA(t, hq, verbs.WROpRDMAWrite, hm, 0, 2048, gm.addr+4096, key, verbs.WCSuccess)
 		if got := s.get(t, gm, 4096, 2048); !bytes.Equal(got, data) {
 			t.Fatal("the WRITE through rxe's window left other bytes in rxe's memory")
 		}
@@ -147,7 +147,7 @@ func runInteropMW(t *testing.T, ctx context.Context, lan *rxeguest.LAN, g *rxegu
 		}
 		back := mwPattern(2048, 2)
 		s.put(t, gm, 6144, back)
-		h.mustRDMA(t, hq, roce.WROpRDMARead, hm, 4096, 2048, gm.addr+6144, key, roce.WCSuccess)
+		h.mustRDMA(t, hq, verbs.WROpRDMARead, hm, 4096, 2048, gm.addr+6144, key, verbs.WCSuccess)
 		if !bytes.Equal(hm.Buf()[4096:6144], back) {
 			t.Fatal("the READ through rxe's window returned other bytes than rxe's memory holds")
 		}
@@ -156,9 +156,9 @@ func runInteropMW(t *testing.T, ctx context.Context, lan *rxeguest.LAN, g *rxegu
 		msg := []byte("invalidate this!")
 		copy(hm.Buf(), msg)
 		wire.toRxe[key] = true
-		wc := h.post(t, hq, &roce.SendWR{WRID: 7, Opcode: roce.WROpSendWithInv, Flags: roce.Signaled,
-			SGL: []roce.SGE{hm.SGE(0, len(msg))}, InvalidateRKey: key})
-		if wc.Status != roce.WCSuccess {
+		wc := h.post(t, hq, &verbs.SendWR{WRID: 7, Opcode: verbs.WROpSendWithInv, Flags: verbs.Signaled,
+			SGL: []mr.SGE{hm.SGE(0, len(msg))}, InvalidateRKey: key})
+		if wc.Status != verbs.WCSuccess {
 			t.Fatalf("sroce's SEND with invalidate of %#08x completed with %v", key, wc.Status)
 		}
 		rw := s.pollRecv(t, gq)
@@ -171,11 +171,11 @@ func runInteropMW(t *testing.T, ctx context.Context, lan *rxeguest.LAN, g *rxegu
 		}
 
 		copy(hm.Buf(), mwPattern(64, 3))
-		h.mustRDMA(t, hq, roce.WROpRDMAWrite, hm, 0, 64, gm.addr+4096, key, roce.WCRemAccessErr)
+		h.mustRDMA(t, hq, verbs.WROpRDMAWrite, hm, 0, 64, gm.addr+4096, key, verbs.WCRemAccessErr)
 		if got := s.get(t, gm, 4096, 64); !bytes.Equal(got, data[:64]) {
 			t.Fatal("a WRITE through the invalidated window changed rxe's memory")
 		}
-		h.mustState(t, hq, roce.QPStateErr)
+		h.mustState(t, hq, verbs.QPStateErr)
 		s.mustState(t, gq, ibvQPSErr)
 	})
 
@@ -183,28 +183,28 @@ func runInteropMW(t *testing.T, ctx context.Context, lan *rxeguest.LAN, g *rxegu
 		// A WRITE that starts in rxe's window, at the end of its MR, and
 		// goes past both.
 		hq, gq := h.pair(t, ctx, s)
-		hm := h.reg(t, 256, roce.AccessLocalWrite)
+		hm := h.reg(t, 256, mr.AccessLocalWrite)
 		gm := s.mr(t, 8192, ibvAccessLocalWrite|ibvAccessMWBind)
 		key := s.bind(t, gq, gm, 4096, 4096, ibvAccessRemoteWrite|ibvAccessRemoteRead)
 		last := mwPattern(64, 4)
 		copy(hm.Buf(), last)
-		h.mustRDMA(t, hq, roce.WROpRDMAWrite, hm, 0, 64, gm.addr+8192-64, key, roce.WCSuccess)
+		h.mustRDMA(t, hq, verbs.WROpRDMAWrite, hm, 0, 64, gm.addr+8192-64, key, verbs.WCSuccess)
 		if got := s.get(t, gm, 8192-64, 64); !bytes.Equal(got, last) {
 			t.Fatal("the WRITE to the last bytes of rxe's window left other bytes")
 		}
 		copy(hm.Buf(), mwPattern(128, 5))
-		h.mustRDMA(t, hq, roce.WROpRDMAWrite, hm, 0, 128, gm.addr+8192-64, key, roce.WCRemAccessErr)
+		h.mustRDMA(t, hq, verbs.WROpRDMAWrite, hm, 0, 128, gm.addr+8192-64, key, verbs.WCRemAccessErr)
 		if got := s.get(t, gm, 8192-64, 64); !bytes.Equal(got, last) {
 			t.Fatal("a WRITE past the end of rxe's window changed rxe's memory")
 		}
-		h.mustState(t, hq, roce.QPStateErr)
+		h.mustState(t, hq, verbs.QPStateErr)
 		s.mustState(t, gq, ibvQPSErr)
 
 		// A WRITE of the bytes just before the window, inside the MR.
 		hq, gq = h.pair(t, ctx, s)
 		key = s.bind(t, gq, gm, 4096, 4096, ibvAccessRemoteWrite|ibvAccessRemoteRead)
 		copy(hm.Buf(), mwPattern(64, 6))
-		wc := h.rdma(t, hq, roce.WROpRDMAWrite, hm, 0, 64, gm.addr+4096-64, key)
+		wc := h.rdma(t, hq, verbs.WROpRDMAWrite, hm, 0, 64, gm.addr+4096-64, key)
 		placed := bytes.Equal(s.get(t, gm, 4096-64, 64), hm.Buf()[:64])
 		t.Logf("a WRITE of the 64 bytes before rxe's window, inside its MR: sroce's completion %v, placed in rxe's memory: %v", wc.Status, placed)
 	})
@@ -213,17 +213,17 @@ func runInteropMW(t *testing.T, ctx context.Context, lan *rxeguest.LAN, g *rxegu
 		// sroce binds a type 2 window over the middle of an MR without
 		// remote rights; rxe writes and reads through it, then revokes it.
 		hq, gq := h.pair(t, ctx, s)
-		hm := h.reg(t, 8192, roce.AccessLocalWrite|roce.AccessMWBind)
-		w, err := h.pd.AllocMW(roce.MWType2)
+		hm := h.reg(t, 8192, mr.AccessLocalWrite|mr.AccessMWBind)
+		w, err := h.pd.AllocMW(mr.MWType2)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer w.Dealloc()
 		key := w.NewKey()
-		wc := h.post(t, hq, &roce.SendWR{WRID: 1, Opcode: roce.WROpBindMW, Flags: roce.Signaled, RKey: key,
-			Bind: roce.MWBind{LKey: hm.LKey(), Addr: hm.Addr() + 2048, Length: 4096,
-				Access: roce.AccessRemoteWrite | roce.AccessRemoteRead}})
-		if wc.Status != roce.WCSuccess || wc.Opcode != roce.WCBindMW {
+		wc := h.post(t, hq, &verbs.SendWR{WRID: 1, Opcode: verbs.WROpBindMW, Flags: verbs.Signaled, RKey: key,
+			Bind: mr.MWBind{LKey: hm.LKey(), Addr: hm.Addr() + 2048, Length: 4096,
+				Access: mr.AccessRemoteWrite | mr.AccessRemoteRead}})
+		if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCBindMW {
 			t.Fatalf("sroce's bind: %v %v", wc.Opcode, wc.Status)
 		}
 		h.remoteAccessAndInvalidate(t, s, hq, gq, hm.Buf(), hm.Addr(), 2048, key, wire.fromRxe)
@@ -246,9 +246,9 @@ func runInteropMW(t *testing.T, ctx context.Context, lan *rxeguest.LAN, g *rxegu
 			t.Fatal(err)
 		}
 		key := fr.NewKey()
-		wc := h.post(t, hq, &roce.SendWR{WRID: 2, Opcode: roce.WROpRegMR, Flags: roce.Signaled, RKey: key,
-			RegAccess: roce.AccessLocalWrite | roce.AccessRemoteWrite | roce.AccessRemoteRead})
-		if wc.Status != roce.WCSuccess || wc.Opcode != roce.WCRegMR {
+		wc := h.post(t, hq, &verbs.SendWR{WRID: 2, Opcode: verbs.WROpRegMR, Flags: verbs.Signaled, RKey: key,
+			RegAccess: mr.AccessLocalWrite | mr.AccessRemoteWrite | mr.AccessRemoteRead})
+		if wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCRegMR {
 			t.Fatalf("sroce's REG_MR: %v %v", wc.Opcode, wc.Status)
 		}
 		h.remoteAccessAndInvalidate(t, s, hq, gq, buf, mr.AddrOf(buf), 0, key, wire.fromRxe)
@@ -264,10 +264,10 @@ func runInteropMW(t *testing.T, ctx context.Context, lan *rxeguest.LAN, g *rxegu
 		// state, as rxe does (its class J); the MR stays usable.
 		hq, gq := h.pair(t, ctx, s)
 		hq2, gq2 := h.pair(t, ctx, s)
-		om := h.reg(t, 4096, roce.AccessLocalWrite|roce.AccessRemoteWrite|roce.AccessRemoteRead)
-		rm := h.reg(t, 64, roce.AccessLocalWrite)
+		om := h.reg(t, 4096, mr.AccessLocalWrite|mr.AccessRemoteWrite|mr.AccessRemoteRead)
+		rm := h.reg(t, 64, mr.AccessLocalWrite)
 		gm := s.mr(t, 4096, ibvAccessLocalWrite|ibvAccessRemoteWrite)
-		if err := hq.qp.PostRecv(&roce.RecvWR{WRID: 3, SGL: []roce.SGE{rm.SGE(0, 64)}}); err != nil {
+		if err := hq.qp.PostRecv(&verbs.RecvWR{WRID: 3, SGL: []mr.SGE{rm.SGE(0, 64)}}); err != nil {
 			t.Fatal(err)
 		}
 		s.put(t, gm, 0, []byte("not invalidable!"))
@@ -276,10 +276,10 @@ func runInteropMW(t *testing.T, ctx context.Context, lan *rxeguest.LAN, g *rxegu
 			t.Fatalf("rxe's SEND with invalidate of sroce's MR %#08x: %v, want success (sroce acknowledges it)", om.RKey(), wc)
 		}
 		rw := h.wait(t, hq.rcq, "the receive of rxe's SEND with invalidate")
-		if rw.Status != roce.WCRemInvReqErr || rw.WRID != 3 {
-			t.Fatalf("sroce's receive completion %+v, want WRID 3 with %v", rw, roce.WCRemInvReqErr)
+		if rw.Status != verbs.WCRemInvReqErr || rw.WRID != 3 {
+			t.Fatalf("sroce's receive completion %+v, want WRID 3 with %v", rw, verbs.WCRemInvReqErr)
 		}
-		h.mustState(t, hq, roce.QPStateErr)
+		h.mustState(t, hq, verbs.QPStateErr)
 		s.mustState(t, gq, ibvQPSRTS)
 
 		// The MR still works, for rxe through its rkey and for sroce,
@@ -293,7 +293,7 @@ func runInteropMW(t *testing.T, ctx context.Context, lan *rxeguest.LAN, g *rxegu
 			t.Fatal("rxe's WRITE to sroce's MR after the refused invalidation: other bytes arrived")
 		}
 		copy(om.Buf(), mwPattern(4096, 8))
-		h.mustRDMA(t, hq2, roce.WROpRDMAWrite, om, 0, 4096, gm.addr, gm.rkey, roce.WCSuccess)
+		h.mustRDMA(t, hq2, verbs.WROpRDMAWrite, om, 0, 4096, gm.addr, gm.rkey, verbs.WCSuccess)
 		if got := s.get(t, gm, 0, 4096); !bytes.Equal(got, om.Buf()) {
 			t.Fatal("sroce's WRITE from its MR after the refused invalidation: other bytes arrived")
 		}
@@ -304,24 +304,24 @@ func runInteropMW(t *testing.T, ctx context.Context, lan *rxeguest.LAN, g *rxegu
 		// requester sees.
 		hq, gq := h.pair(t, ctx, s)
 		hq2, _ := h.pair(t, ctx, s)
-		hm := h.reg(t, 4096, roce.AccessLocalWrite)
+		hm := h.reg(t, 4096, mr.AccessLocalWrite)
 		gm := s.mr(t, 4096, ibvAccessLocalWrite|ibvAccessRemoteWrite|ibvAccessRemoteRead)
 		s.recv(t, gq, gm, 0, 64)
 		copy(hm.Buf(), "not invalidable!")
 		wire.toRxe[gm.rkey] = true
-		wc := h.post(t, hq, &roce.SendWR{WRID: 4, Opcode: roce.WROpSendWithInv, Flags: roce.Signaled,
-			SGL: []roce.SGE{hm.SGE(0, 16)}, InvalidateRKey: gm.rkey})
-		if wc.Status != roce.WCSuccess {
+		wc := h.post(t, hq, &verbs.SendWR{WRID: 4, Opcode: verbs.WROpSendWithInv, Flags: verbs.Signaled,
+			SGL: []mr.SGE{hm.SGE(0, 16)}, InvalidateRKey: gm.rkey})
+		if wc.Status != verbs.WCSuccess {
 			t.Fatalf("sroce's SEND with invalidate of rxe's MR %#08x completed with %v, want success (rxe acknowledges it)", gm.rkey, wc.Status)
 		}
 		if rw := s.pollRecv(t, gq); rw.status != ibvWCRemInvReqErr {
 			t.Fatalf("rxe's receive completion %v, want IBV_WC_REM_INV_REQ_ERR", rw)
 		}
 		s.mustState(t, gq, ibvQPSErr)
-		h.mustState(t, hq, roce.QPStateRTS)
+		h.mustState(t, hq, verbs.QPStateRTS)
 
 		copy(hm.Buf(), mwPattern(4096, 9))
-		h.mustRDMA(t, hq2, roce.WROpRDMAWrite, hm, 0, 4096, gm.addr, gm.rkey, roce.WCSuccess)
+		h.mustRDMA(t, hq2, verbs.WROpRDMAWrite, hm, 0, 4096, gm.addr, gm.rkey, verbs.WCSuccess)
 		if got := s.get(t, gm, 0, 4096); !bytes.Equal(got, hm.Buf()) {
 			t.Fatal("sroce's WRITE to rxe's MR after the refused invalidation: other bytes arrived")
 		}
@@ -418,8 +418,8 @@ func (h *mwHost) remoteAccessAndInvalidate(t *testing.T, s *rxeMW, hq *mwQP, gq 
 		t.Fatal("rxe's READ returned other bytes than sroce's memory holds")
 	}
 
-	rm := h.reg(t, 64, roce.AccessLocalWrite)
-	if err := hq.qp.PostRecv(&roce.RecvWR{WRID: 5, SGL: []roce.SGE{rm.SGE(0, 64)}}); err != nil {
+	rm := h.reg(t, 64, mr.AccessLocalWrite)
+	if err := hq.qp.PostRecv(&verbs.RecvWR{WRID: 5, SGL: []mr.SGE{rm.SGE(0, 64)}}); err != nil {
 		t.Fatal(err)
 	}
 	msg := []byte("invalidate this!")
@@ -429,7 +429,7 @@ func (h *mwHost) remoteAccessAndInvalidate(t *testing.T, s *rxeMW, hq *mwQP, gq 
 		t.Fatalf("rxe's SEND with invalidate of %#08x: %v", key, wc)
 	}
 	rw := h.wait(t, hq.rcq, "the receive of rxe's SEND with invalidate")
-	if rw.Status != roce.WCSuccess || rw.Opcode != roce.WCRecv || rw.Flags&qp.WCWithInv == 0 ||
+	if rw.Status != verbs.WCSuccess || rw.Opcode != verbs.WCRecv || rw.Flags&verbs.WCWithInv == 0 ||
 		rw.InvalidatedRKey != key || rw.ByteLen != uint32(len(msg)) {
 		t.Fatalf("sroce's receive completion %+v, want success, WCRecv, WCWithInv, rkey %#08x, %d bytes", rw, key, len(msg))
 	}
@@ -445,7 +445,7 @@ func (h *mwHost) remoteAccessAndInvalidate(t *testing.T, s *rxeMW, hq *mwQP, gq 
 	if !bytes.Equal(buf, before) {
 		t.Fatal("rxe's WRITE through the invalidated key changed sroce's memory")
 	}
-	h.mustState(t, hq, roce.QPStateErr)
+	h.mustState(t, hq, verbs.QPStateErr)
 	s.mustState(t, gq, ibvQPSErr)
 }
 
@@ -510,7 +510,7 @@ func newMWHost(t *testing.T, ctx context.Context, lan *rxeguest.LAN) *mwHost {
 }
 
 // reg registers n zeroed bytes.
-func (h *mwHost) reg(t *testing.T, n int, access roce.Access) *roce.MR {
+func (h *mwHost) reg(t *testing.T, n int, access mr.Access) *roce.MR {
 	t.Helper()
 	m, err := h.pd.RegMR(make([]byte, n), access)
 	if err != nil {
@@ -532,8 +532,8 @@ func (h *mwHost) pair(t *testing.T, ctx context.Context, s *rxeMW) (*mwQP, int) 
 	if q.rcq, err = dev.CreateCQ(16, nil); err != nil {
 		t.Fatal(err)
 	}
-	q.qp, err = h.pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeRC, SendCQ: q.scq, RecvCQ: q.rcq,
-		Cap: roce.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	q.qp, err = h.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: q.scq, RecvCQ: q.rcq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,8 +556,8 @@ func (h *mwHost) pair(t *testing.T, ctx context.Context, s *rxeMW) (*mwQP, int) 
 		t.Fatal(err)
 	}
 	err = q.qp.Connect(&roce.ConnectAttr{
-		Access: roce.AccessRemoteWrite | roce.AccessRemoteRead | roce.AccessRemoteAtomic,
-		AH:     ah, PathMTU: min(h.port.ActiveMTU(), roce.MTU1024), DestQPN: bth.QPN(gqpn), RQPSN: bth.PSN(gpsn),
+		Access: mr.AccessRemoteWrite | mr.AccessRemoteRead | mr.AccessRemoteAtomic,
+		AH:     ah, PathMTU: min(h.port.ActiveMTU(), verbs.MTU1024), DestQPN: bth.QPN(gqpn), RQPSN: bth.PSN(gpsn),
 		MaxDestRdAtomic: 4, MinRNRTimer: 12,
 		SQPSN: q.psn, Timeout: 14, RetryCnt: 6, RNRRetry: 6, MaxRdAtomic: 4,
 	})
@@ -569,18 +569,18 @@ func (h *mwHost) pair(t *testing.T, ctx context.Context, s *rxeMW) (*mwQP, int) 
 }
 
 // wait returns the next completion of cq, waiting at most mwWait.
-func (h *mwHost) wait(t *testing.T, cq *roce.CQ, what string) roce.WC {
+func (h *mwHost) wait(t *testing.T, cq *roce.CQ, what string) verbs.WC {
 	t.Helper()
-	var wc [1]roce.WC
+	var wc [1]verbs.WC
 	if n, _ := cq.WaitTimeout(wc[:], mwWait); n == 1 {
 		return wc[0]
 	}
 	t.Fatalf("sroce: no completion of %s within %v", what, mwWait)
-	return roce.WC{}
+	return verbs.WC{}
 }
 
 // post posts wr on q and returns its completion.
-func (h *mwHost) post(t *testing.T, q *mwQP, wr *roce.SendWR) roce.WC {
+func (h *mwHost) post(t *testing.T, q *mwQP, wr *verbs.SendWR) verbs.WC {
 	t.Helper()
 	if err := q.qp.PostSend(wr); err != nil {
 		t.Fatalf("posting %v: %v", wr.Opcode, err)
@@ -590,15 +590,15 @@ func (h *mwHost) post(t *testing.T, q *mwQP, wr *roce.SendWR) roce.WC {
 
 // rdma has sroce READ or WRITE n bytes between offset off of lm and raddr
 // under rkey, and returns the completion.
-func (h *mwHost) rdma(t *testing.T, q *mwQP, op roce.WROpcode, lm *roce.MR, off, n int, raddr uint64, rkey uint32) roce.WC {
+func (h *mwHost) rdma(t *testing.T, q *mwQP, op verbs.WROpcode, lm *roce.MR, off, n int, raddr uint64, rkey uint32) verbs.WC {
 	t.Helper()
-	return h.post(t, q, &roce.SendWR{WRID: 9, Opcode: op, Flags: roce.Signaled, SGL: []roce.SGE{lm.SGE(off, n)},
+	return h.post(t, q, &verbs.SendWR{WRID: 9, Opcode: op, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(off, n)},
 		RemoteAddr: raddr, RKey: rkey})
 }
 
 // mustRDMA is rdma that fails the test unless the completion has status
 // want.
-func (h *mwHost) mustRDMA(t *testing.T, q *mwQP, op roce.WROpcode, lm *roce.MR, off, n int, raddr uint64, rkey uint32, want roce.WCStatus) {
+func (h *mwHost) mustRDMA(t *testing.T, q *mwQP, op verbs.WROpcode, lm *roce.MR, off, n int, raddr uint64, rkey uint32, want verbs.WCStatus) {
 	t.Helper()
 	if wc := h.rdma(t, q, op, lm, off, n, raddr, rkey); wc.Status != want {
 		t.Fatalf("sroce's %v of %d bytes at %#x under rkey %#08x: %v, want %v", op, n, raddr, rkey, wc.Status, want)
@@ -607,7 +607,7 @@ func (h *mwHost) mustRDMA(t *testing.T, q *mwQP, op roce.WROpcode, lm *roce.MR, 
 
 // mustState fails the test unless sroce's QP reaches state want within
 // mwStateWait.
-func (h *mwHost) mustState(t *testing.T, q *mwQP, want roce.QPState) {
+func (h *mwHost) mustState(t *testing.T, q *mwQP, want verbs.QPState) {
 	t.Helper()
 	deadline := time.Now().Add(mwStateWait)
 	for st := q.qp.State(); st != want; st = q.qp.State() {

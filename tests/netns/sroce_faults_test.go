@@ -14,8 +14,9 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/internal/nsutil"
-	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce/iface"
+	"github.com/sroce/sroce/verbs"
 	"github.com/sroce/sroce/xdp"
 )
 
@@ -23,8 +24,8 @@ import (
 func srPostWrites(t *testing.T, r *srRig, n, size int) {
 	t.Helper()
 	for i := 0; i < n; i++ {
-		wr := roce.SendWR{WRID: uint64(i), Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled,
-			SGL: []roce.SGE{r.a.mr.SGE(0, size)}, RemoteAddr: r.b.mr.Addr(), RKey: r.b.mr.RKey()}
+		wr := verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
+			SGL: []mr.SGE{r.a.mr.SGE(0, size)}, RemoteAddr: r.b.mr.Addr(), RKey: r.b.mr.RKey()}
 		if err := r.a.qp.PostSend(&wr); err != nil {
 			t.Fatal(err)
 		}
@@ -34,7 +35,7 @@ func srPostWrites(t *testing.T, r *srRig, n, size int) {
 // srDrain waits for n completions on A's send CQ and returns the first
 // failed one, if any; a completion that does not come within d fails the
 // test (a hang).
-func srDrain(t *testing.T, s *srSide, n int, d time.Duration) (first roce.WC, failed int, lostErr error) {
+func srDrain(t *testing.T, s *srSide, n int, d time.Duration) (first verbs.WC, failed int, lostErr error) {
 	t.Helper()
 	for i := 0; i < n; i++ {
 		wc, err := s.wait(s.scq, d)
@@ -50,7 +51,7 @@ func srDrain(t *testing.T, s *srSide, n int, d time.Duration) (first roce.WC, fa
 				t.Fatalf("hang after the port was lost: %v", err)
 			}
 		}
-		if wc.Status != roce.WCSuccess {
+		if wc.Status != verbs.WCSuccess {
 			if failed == 0 {
 				first = wc
 			}
@@ -84,13 +85,13 @@ func TestSrocePeerDisappears(t *testing.T) {
 			if failed == 0 {
 				t.Fatal("every WRITE succeeded although the peer was closed")
 			}
-			if first.Status != roce.WCRetryExcErr {
-				t.Errorf("first failed completion %v, want %v", first.Status, roce.WCRetryExcErr)
+			if first.Status != verbs.WCRetryExcErr {
+				t.Errorf("first failed completion %v, want %v", first.Status, verbs.WCRetryExcErr)
 			}
 			if got := r.a.stat("retry_exceeded_err"); got != 1 {
 				t.Errorf("retry_exceeded_err = %d, want 1", got)
 			}
-			if st := r.a.qp.State(); st != roce.QPStateErr {
+			if st := r.a.qp.State(); st != verbs.QPStateErr {
 				t.Errorf("A's QP in %v, want ERR", st)
 			}
 			t.Logf("%d of %d WRITEs failed, first with %v, %v after the peer closed; %d timeouts",
@@ -199,13 +200,13 @@ func TestSroceLinkDown(t *testing.T) {
 		// Everything got through before the link went down; the port
 		// must still be down.
 		t.Log("all WRITEs completed before the link went down")
-	} else if first.Status != roce.WCWRFlushErr && first.Status != roce.WCRetryExcErr {
+	} else if first.Status != verbs.WCWRFlushErr && first.Status != verbs.WCRetryExcErr {
 		t.Errorf("first failed completion %v, want WR_FLUSH_ERR or RETRY_EXC_ERR", first.Status)
 	}
 	if got := r.a.stat("link_downed"); got != 1 {
 		t.Errorf("A: link_downed = %d, want 1", got)
 	}
-	if r.a.port.State() != roce.PortDown || r.a.qp.State() != roce.QPStateErr {
+	if r.a.port.State() != verbs.PortDown || r.a.qp.State() != verbs.QPStateErr {
 		t.Errorf("A: port %v, QP %v; want DOWN and ERR", r.a.port.State(), r.a.qp.State())
 	}
 	select {
@@ -221,7 +222,7 @@ func TestSroceLinkDown(t *testing.T) {
 	}
 	// A request posted now completes at once with a flush error.
 	srPostWrites(t, r, 1, 8)
-	if wc, err := r.a.wait(r.a.scq, 2*time.Second); err == nil && wc.Status != roce.WCWRFlushErr {
+	if wc, err := r.a.wait(r.a.scq, 2*time.Second); err == nil && wc.Status != verbs.WCWRFlushErr {
 		t.Errorf("a request on the dead QP completed with %v", wc.Status)
 	} else if err != nil && strings.Contains(err.Error(), "no completion") {
 		t.Error(err)

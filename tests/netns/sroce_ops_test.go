@@ -12,8 +12,9 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/internal/nsutil"
-	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce/iface"
+	"github.com/sroce/sroce/verbs"
 )
 
 func TestSroceOps(t *testing.T) {
@@ -98,9 +99,9 @@ func srOps(t *testing.T, r *srRig, size, iters int) {
 	if word+8 > len(am) {
 		t.Fatalf("memory too small for %d-byte messages", size)
 	}
-	post := func(wr roce.SendWR) {
+	post := func(wr verbs.SendWR) {
 		t.Helper()
-		wr.Flags |= roce.Signaled
+		wr.Flags |= verbs.Signaled
 		if err := a.qp.PostSend(&wr); err != nil {
 			t.Fatal(err)
 		}
@@ -108,58 +109,58 @@ func srOps(t *testing.T, r *srRig, size, iters int) {
 	for i := 0; i < iters; i++ {
 		// SEND
 		clear(bm[:size])
-		if err := b.qp.PostRecv(&roce.RecvWR{WRID: 1, SGL: []roce.SGE{b.mr.SGE(0, size)}}); err != nil {
+		if err := b.qp.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{b.mr.SGE(0, size)}}); err != nil {
 			t.Fatal(err)
 		}
 		srFill(am[:size], 10*i)
-		post(roce.SendWR{WRID: 1, Opcode: roce.WROpSend, SGL: []roce.SGE{a.mr.SGE(0, size)}})
-		a.mustWait(t, a.scq, roce.WCSend)
-		if wc := b.mustWait(t, b.rcq, roce.WCRecv); int(wc.ByteLen) != size || !bytes.Equal(am[:size], bm[:size]) {
+		post(verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, SGL: []mr.SGE{a.mr.SGE(0, size)}})
+		a.mustWait(t, a.scq, verbs.WCSend)
+		if wc := b.mustWait(t, b.rcq, verbs.WCRecv); int(wc.ByteLen) != size || !bytes.Equal(am[:size], bm[:size]) {
 			t.Fatalf("SEND %d: %d bytes, data equal %v", i, wc.ByteLen, bytes.Equal(am[:size], bm[:size]))
 		}
 		// RDMA WRITE
 		clear(bm[:size])
 		srFill(am[:size], 10*i+1)
-		post(roce.SendWR{WRID: 2, Opcode: roce.WROpRDMAWrite, SGL: []roce.SGE{a.mr.SGE(0, size)},
+		post(verbs.SendWR{WRID: 2, Opcode: verbs.WROpRDMAWrite, SGL: []mr.SGE{a.mr.SGE(0, size)},
 			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
-		a.mustWait(t, a.scq, roce.WCRDMAWrite)
+		a.mustWait(t, a.scq, verbs.WCRDMAWrite)
 		if !bytes.Equal(am[:size], bm[:size]) {
 			t.Fatalf("WRITE %d: data differs", i)
 		}
 		// RDMA WRITE with immediate
 		clear(bm[:size])
-		if err := b.qp.PostRecv(&roce.RecvWR{WRID: 3}); err != nil {
+		if err := b.qp.PostRecv(&verbs.RecvWR{WRID: 3}); err != nil {
 			t.Fatal(err)
 		}
 		srFill(am[:size], 10*i+2)
 		imm := uint32(0xabc00000 + i)
-		post(roce.SendWR{WRID: 3, Opcode: roce.WROpRDMAWriteWithImm, SGL: []roce.SGE{a.mr.SGE(0, size)},
+		post(verbs.SendWR{WRID: 3, Opcode: verbs.WROpRDMAWriteWithImm, SGL: []mr.SGE{a.mr.SGE(0, size)},
 			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), Imm: imm})
-		a.mustWait(t, a.scq, roce.WCRDMAWrite)
-		if wc := b.mustWait(t, b.rcq, roce.WCRecvRDMAWithImm); wc.Imm != imm || !bytes.Equal(am[:size], bm[:size]) {
+		a.mustWait(t, a.scq, verbs.WCRDMAWrite)
+		if wc := b.mustWait(t, b.rcq, verbs.WCRecvRDMAWithImm); wc.Imm != imm || !bytes.Equal(am[:size], bm[:size]) {
 			t.Fatalf("WRITE_WITH_IMM %d: imm %#x, data equal %v", i, wc.Imm, bytes.Equal(am[:size], bm[:size]))
 		}
 		// RDMA READ
 		clear(am[:size])
 		srFill(bm[size:2*size], 10*i+3)
-		post(roce.SendWR{WRID: 4, Opcode: roce.WROpRDMARead, SGL: []roce.SGE{a.mr.SGE(0, size)},
+		post(verbs.SendWR{WRID: 4, Opcode: verbs.WROpRDMARead, SGL: []mr.SGE{a.mr.SGE(0, size)},
 			RemoteAddr: b.mr.Addr() + uint64(size), RKey: b.mr.RKey()})
-		a.mustWait(t, a.scq, roce.WCRDMARead)
+		a.mustWait(t, a.scq, verbs.WCRDMARead)
 		if !bytes.Equal(am[:size], bm[size:2*size]) {
 			t.Fatalf("READ %d: data differs", i)
 		}
 		// FETCH_ADD and COMPARE_SWAP
 		binary.NativeEndian.PutUint64(bm[word:], 100)
-		post(roce.SendWR{WRID: 5, Opcode: roce.WROpAtomicFetchAdd, SGL: []roce.SGE{a.mr.SGE(word, 8)},
+		post(verbs.SendWR{WRID: 5, Opcode: verbs.WROpAtomicFetchAdd, SGL: []mr.SGE{a.mr.SGE(word, 8)},
 			RemoteAddr: b.mr.Addr() + uint64(word), RKey: b.mr.RKey(), CompareAdd: uint64(i + 1)})
-		a.mustWait(t, a.scq, roce.WCFetchAdd)
+		a.mustWait(t, a.scq, verbs.WCFetchAdd)
 		if old, now := binary.NativeEndian.Uint64(am[word:]), binary.NativeEndian.Uint64(bm[word:]); old != 100 || now != 100+uint64(i+1) {
 			t.Fatalf("FETCH_ADD %d: returned %d, word %d", i, old, now)
 		}
 		cur := 100 + uint64(i+1)
-		post(roce.SendWR{WRID: 6, Opcode: roce.WROpAtomicCmpSwp, SGL: []roce.SGE{a.mr.SGE(word, 8)},
+		post(verbs.SendWR{WRID: 6, Opcode: verbs.WROpAtomicCmpSwp, SGL: []mr.SGE{a.mr.SGE(word, 8)},
 			RemoteAddr: b.mr.Addr() + uint64(word), RKey: b.mr.RKey(), CompareAdd: cur, Swap: 0xfeedface})
-		a.mustWait(t, a.scq, roce.WCCompSwap)
+		a.mustWait(t, a.scq, verbs.WCCompSwap)
 		if old, now := binary.NativeEndian.Uint64(am[word:]), binary.NativeEndian.Uint64(bm[word:]); old != cur || now != 0xfeedface {
 			t.Fatalf("COMPARE_SWAP %d: returned %#x, word %#x", i, old, now)
 		}
@@ -177,16 +178,16 @@ func srBurst(t *testing.T, r *srRig, size, n int) {
 	clear(bm)
 	for i := 0; i < n; i++ {
 		off := (i % slots) * size
-		wr := roce.SendWR{WRID: uint64(i), Opcode: roce.WROpRDMAWrite, SGL: []roce.SGE{a.mr.SGE(off, size)},
+		wr := verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, SGL: []mr.SGE{a.mr.SGE(off, size)},
 			RemoteAddr: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()}
 		if i == n-1 {
-			wr.Flags = roce.Signaled
+			wr.Flags = verbs.Signaled
 		}
 		if err := a.qp.PostSend(&wr); err != nil {
 			t.Fatal(err)
 		}
 	}
-	a.mustWait(t, a.scq, roce.WCRDMAWrite)
+	a.mustWait(t, a.scq, verbs.WCRDMAWrite)
 	k := min(n, slots) * size
 	if !bytes.Equal(am[:k], bm[:k]) {
 		t.Fatal(fmt.Sprintf("burst of %d WRITEs: B's memory differs", n))

@@ -20,9 +20,10 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/internal/nsutil"
-	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
+	"github.com/sroce/sroce/verbs"
 	"github.com/sroce/sroce/xdp"
 )
 
@@ -170,10 +171,10 @@ func (s *srSide) setup(tb testing.TB, cfg *srConfig) {
 	s.rcq, err = dev.CreateCQ(1024, nil)
 	must("create CQ", err)
 	s.mr, err = s.pd.RegMR(make([]byte, cfg.memSize),
-		roce.AccessLocalWrite|roce.AccessRemoteWrite|roce.AccessRemoteRead|roce.AccessRemoteAtomic)
+		mr.AccessLocalWrite|mr.AccessRemoteWrite|mr.AccessRemoteRead|mr.AccessRemoteAtomic)
 	must("register memory", err)
-	s.qp, err = s.pd.CreateQP(&roce.QPInitAttr{Type: roce.QPTypeRC, SendCQ: s.scq, RecvCQ: s.rcq,
-		Cap: roce.QPCap{MaxSendWR: uint32(cfg.sendWR), MaxRecvWR: 512, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	s.qp, err = s.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.scq, RecvCQ: s.rcq,
+		Cap: verbs.QPCap{MaxSendWR: uint32(cfg.sendWR), MaxRecvWR: 512, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	must("create QP", err)
 	s.gidIdx = s.port.DefaultGIDIndex()
 	s.gid, err = s.port.GID(s.gidIdx)
@@ -192,17 +193,17 @@ func (r *srRig) connect(s, peer *srSide) {
 	}
 	mtu := min(s.port.ActiveMTU(), peer.port.ActiveMTU())
 	for _, st := range []struct {
-		attr roce.QPAttr
-		mask roce.QPAttrMask
+		attr verbs.QPAttr
+		mask verbs.QPAttrMask
 	}{
-		{roce.QPAttr{State: roce.QPStateInit, PortNum: 1,
-			AccessFlags: roce.AccessRemoteWrite | roce.AccessRemoteRead | roce.AccessRemoteAtomic},
-			qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort | qp.AttrAccessFlags},
-		{roce.QPAttr{State: roce.QPStateRTR, PathMTU: mtu, DestQPN: peer.qp.QPN(), RQPSN: peer.psn, AH: ah,
+		{verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1,
+			AccessFlags: mr.AccessRemoteWrite | mr.AccessRemoteRead | mr.AccessRemoteAtomic},
+			verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
+		{verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: mtu, DestQPN: peer.qp.QPN(), RQPSN: peer.psn, AH: ah,
 			MaxDestRdAtomic: 16, MinRNRTimer: 12},
-			qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN | qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer},
-		{roce.QPAttr{State: roce.QPStateRTS, SQPSN: s.psn, Timeout: r.cfg.timeout, RetryCnt: r.cfg.retry, RNRRetry: 7, MaxRdAtomic: 16},
-			qp.AttrState | qp.AttrSQPSN | qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic},
+			verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
+		{verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: s.psn, Timeout: r.cfg.timeout, RetryCnt: r.cfg.retry, RNRRetry: 7, MaxRdAtomic: 16},
+			verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic},
 	} {
 		if err := s.qp.Modify(&st.attr, st.mask); err != nil {
 			r.tb.Fatalf("%s: modify to %v: %v", s.name, st.attr.State, err)
@@ -212,8 +213,8 @@ func (r *srRig) connect(s, peer *srSide) {
 
 // wait returns the next completion of cq within d, or an error that says
 // why there is none (port lost, timeout).
-func (s *srSide) wait(cq *roce.CQ, d time.Duration) (roce.WC, error) {
-	var wc [1]roce.WC
+func (s *srSide) wait(cq *roce.CQ, d time.Duration) (verbs.WC, error) {
+	var wc [1]verbs.WC
 	deadline := time.Now().Add(d)
 	for {
 		n, _ := cq.WaitTimeout(wc[:], 20*time.Millisecond)
@@ -233,13 +234,13 @@ func (s *srSide) wait(cq *roce.CQ, d time.Duration) (roce.WC, error) {
 
 // mustWait is wait that fails the test unless the completion is a
 // success of the wanted opcode.
-func (s *srSide) mustWait(tb testing.TB, cq *roce.CQ, want roce.WCOpcode) roce.WC {
+func (s *srSide) mustWait(tb testing.TB, cq *roce.CQ, want verbs.WCOpcode) verbs.WC {
 	tb.Helper()
 	wc, err := s.wait(cq, 30*time.Second)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if wc.Status != roce.WCSuccess || wc.Opcode != want {
+	if wc.Status != verbs.WCSuccess || wc.Opcode != want {
 		tb.Fatalf("%s: completion %v %v, want %v success", s.name, wc.Opcode, wc.Status, want)
 	}
 	return wc

@@ -1,6 +1,7 @@
 package oob
 
 import (
+	"github.com/sroce/sroce/bth"
 	"math"
 	"testing"
 	"time"
@@ -71,27 +72,27 @@ func TestCG(t *testing.T) {
 	}
 }
 
-func TestGIDString(t *testing.T) {
+func TestFormatGID(t *testing.T) {
 	for _, c := range []struct {
-		gid  GID
+		gid  bth.GID
 		text string // glibc inet_ntop(AF_INET6)
 		wire string // rdma-core gid_to_wire_gid on x86-64
 	}{
-		{GID{10: 0xff, 11: 0xff, 12: 192, 13: 0, 14: 2, 15: 1}, "::ffff:192.0.2.1", "00000000000000000000ffffc0000201"},
-		{GID{}, "::", "00000000000000000000000000000000"},
-		{GID{0xfe, 0x80, 8: 0x50, 9: 0x54, 10: 0, 11: 0xff, 12: 0xfe, 13: 0x5e, 14: 0, 15: 1}, "fe80::5054:ff:fe5e:1", "fe80000000000000505400fffe5e0001"},
-		{GID{15: 1}, "::1", "00000000000000000000000000000001"},
-		{GID{12: 10, 15: 1}, "::10.0.0.1", "0000000000000000000000000a000001"},
-		{GID{10: 0xff, 11: 0xff}, "::ffff:0.0.0.0", "00000000000000000000ffff00000000"},
-		{GID{0x20, 0x01, 0x0d, 0xb8, 7: 1, 15: 1}, "2001:db8:0:1::1", "20010db8000000010000000000000001"},
-		{GID{0x20, 0x01, 0x0d, 0xb8, 9: 1, 15: 1}, "2001:db8::1:0:0:1", "20010db8000000000001000000000001"},
-		{GID{0x20, 0x01, 3: 1, 5: 1, 7: 1, 9: 1, 11: 1, 13: 1, 15: 1}, "2001:1:1:1:1:1:1:1", "20010001000100010001000100010001"},
-		{GID{1: 1}, "1::", "00010000000000000000000000000000"},
-		{GID{10: 0xff, 11: 0xfe, 12: 1, 13: 2, 14: 3, 15: 4}, "::fffe:102:304", "00000000000000000000fffe01020304"},
-		{GID{14: 1, 15: 2}, "::102", "00000000000000000000000000000102"},
+		{bth.GID{10: 0xff, 11: 0xff, 12: 192, 13: 0, 14: 2, 15: 1}, "::ffff:192.0.2.1", "00000000000000000000ffffc0000201"},
+		{bth.GID{}, "::", "00000000000000000000000000000000"},
+		{bth.GID{0xfe, 0x80, 8: 0x50, 9: 0x54, 10: 0, 11: 0xff, 12: 0xfe, 13: 0x5e, 14: 0, 15: 1}, "fe80::5054:ff:fe5e:1", "fe80000000000000505400fffe5e0001"},
+		{bth.GID{15: 1}, "::1", "00000000000000000000000000000001"},
+		{bth.GID{12: 10, 15: 1}, "::10.0.0.1", "0000000000000000000000000a000001"},
+		{bth.GID{10: 0xff, 11: 0xff}, "::ffff:0.0.0.0", "00000000000000000000ffff00000000"},
+		{bth.GID{0x20, 0x01, 0x0d, 0xb8, 7: 1, 15: 1}, "2001:db8:0:1::1", "20010db8000000010000000000000001"},
+		{bth.GID{0x20, 0x01, 0x0d, 0xb8, 9: 1, 15: 1}, "2001:db8::1:0:0:1", "20010db8000000000001000000000001"},
+		{bth.GID{0x20, 0x01, 3: 1, 5: 1, 7: 1, 9: 1, 11: 1, 13: 1, 15: 1}, "2001:1:1:1:1:1:1:1", "20010001000100010001000100010001"},
+		{bth.GID{1: 1}, "1::", "00010000000000000000000000000000"},
+		{bth.GID{10: 0xff, 11: 0xfe, 12: 1, 13: 2, 14: 3, 15: 4}, "::fffe:102:304", "00000000000000000000fffe01020304"},
+		{bth.GID{14: 1, 15: 2}, "::102", "00000000000000000000000000000102"},
 	} {
-		if got := c.gid.String(); got != c.text {
-			t.Errorf("GID %x: String() = %q, want %q", c.gid[:], got, c.text)
+		if got := FormatGID(c.gid); got != c.text {
+			t.Errorf("GID %x: FormatGID = %q, want %q", c.gid[:], got, c.text)
 		}
 		if got := WireGID(c.gid); got != c.wire {
 			t.Errorf("GID %x: WireGID = %q, want %q", c.gid[:], got, c.wire)
@@ -106,17 +107,17 @@ func TestGIDString(t *testing.T) {
 			t.Errorf("ParseWireGID(%q) succeeded", bad)
 		}
 	}
-	mapped := GID{10: 0xff, 11: 0xff, 12: 192, 15: 1}
-	if !mapped.IsIPv4Mapped() || (GID{0xfe, 0x80}).IsIPv4Mapped() {
+	mapped := bth.GID{10: 0xff, 11: 0xff, 12: 192, 15: 1}
+	if !GIDIsIPv4Mapped(mapped) || GIDIsIPv4Mapped(bth.GID{0xfe, 0x80}) || !GIDIsIPv4Mapped(bth.GID{0xff, 0x0e, 10: 0xff, 11: 0xff}) {
 		t.Error("IsIPv4Mapped")
 	}
-	if mapped.InterfaceID() != 0x0000ffffc0000001 || (GID{}).InterfaceID() != 0 {
+	if GIDInterfaceID(mapped) != 0x0000ffffc0000001 || GIDInterfaceID(bth.GID{}) != 0 {
 		t.Error("InterfaceID")
 	}
 }
 
 func TestPingpongLines(t *testing.T) {
-	d := Dest{LID: 0, QPN: 0x11, PSN: 0x74cfce, GID: GID{10: 0xff, 11: 0xff, 12: 192, 13: 0, 14: 2, 15: 1}}
+	d := Dest{LID: 0, QPN: 0x11, PSN: 0x74cfce, GID: bth.GID{10: 0xff, 11: 0xff, 12: 192, 13: 0, 14: 2, 15: 1}}
 	if got, want := PingpongLocalLine(d), "  local address:  LID 0x0000, QPN 0x000011, PSN 0x74cfce, GID ::ffff:192.0.2.1\n"; got != want {
 		t.Errorf("local line %q, want %q", got, want)
 	}

@@ -5,20 +5,24 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/sroce/sroce/bth"
 )
 
-// GID is a 16-byte InfiniBand/RoCE global identifier, in wire (network)
-// byte order. For RoCEv2 it is an IPv6 address, or an IPv4-mapped one
-// (::ffff:a.b.c.d) for an IPv4 interface address.
-type GID [16]byte
+// The tools carry GIDs as bth.GID: 16 bytes in wire (network) byte order,
+// for RoCEv2 an IPv6 address or an IPv4-mapped one (::ffff:a.b.c.d) for an
+// IPv4 interface address. What differs is how the tools print and test
+// them, below.
 
-// String formats g as glibc's inet_ntop(AF_INET6) does, which is what the
-// rdma-core pingpong tools print: the longest run of two or more zero
+// FormatGID formats g as glibc's inet_ntop(AF_INET6) does, which is what
+// the rdma-core pingpong tools print: the longest run of two or more zero
 // groups (the first of equal runs) becomes "::", and an address whose
 // first 96 bits are zero, or zero followed by ffff, ends in dotted IPv4
 // ("::ffff:192.0.2.1", "::10.0.0.1"). Unlike Go's netip it prints the
-// deprecated IPv4-compatible form the same way glibc does.
-func (g GID) String() string {
+// deprecated IPv4-compatible form the same way glibc does; unlike
+// bth.GID's String (ibv_devinfo's eight groups of four digits) it
+// compresses zeros.
+func FormatGID(g bth.GID) string {
 	var w [8]uint16
 	for i := range w {
 		w[i] = uint16(g[2*i])<<8 | uint16(g[2*i+1])
@@ -65,13 +69,9 @@ func (g GID) String() string {
 	return b.String()
 }
 
-// IsZero reports whether every byte of g is zero (the pingpong tools send
-// a zero GID when run without -g).
-func (g GID) IsZero() bool { return g == GID{} }
-
-// InterfaceID returns the low 64 bits of g. The pingpong tools address
+// GIDInterfaceID returns the low 64 bits of g. The pingpong tools address
 // the peer through a GRH only when the peer's interface ID is nonzero.
-func (g GID) InterfaceID() uint64 {
+func GIDInterfaceID(g bth.GID) uint64 {
 	var v uint64
 	for _, c := range g[8:] {
 		v = v<<8 | uint64(c)
@@ -79,10 +79,11 @@ func (g GID) InterfaceID() uint64 {
 	return v
 }
 
-// IsIPv4Mapped reports whether g is ::ffff:a.b.c.d (or the IPv4-mapped
+// GIDIsIPv4Mapped reports whether g is ::ffff:a.b.c.d (or the IPv4-mapped
 // multicast form ff0e::ffff:a.b.c.d), the test perftest applies before
-// refusing a peer whose GID is of the other IP version.
-func (g GID) IsIPv4Mapped() bool {
+// refusing a peer whose GID is of the other IP version. bth.GID's IsIPv4
+// does not take the multicast form.
+func GIDIsIPv4Mapped(g bth.GID) bool {
 	mapped := [12]byte{10: 0xff, 11: 0xff}
 	if [12]byte(g[:12]) == mapped {
 		return true
@@ -97,11 +98,11 @@ func (g GID) IsIPv4Mapped() bool {
 // on either byte order the digits come out in the GID's own byte order, so
 // this is simply the hex of the 16 bytes (checked against a capture of
 // ibv_rc_pingpong between two rxe guests, testdata/real-*.txt).
-func WireGID(g GID) string { return hex.EncodeToString(g[:]) }
+func WireGID(g bth.GID) string { return hex.EncodeToString(g[:]) }
 
 // ParseWireGID parses the 32 hex digits of a pingpong address message.
-func ParseWireGID(s string) (GID, error) {
-	var g GID
+func ParseWireGID(s string) (bth.GID, error) {
+	var g bth.GID
 	if len(s) != 32 {
 		return g, fmt.Errorf("GID %q is not 32 hex digits", s)
 	}

@@ -3,6 +3,7 @@ package oob
 import (
 	"context"
 	"errors"
+	"github.com/sroce/sroce/verbs"
 	"net"
 	"time"
 )
@@ -152,8 +153,8 @@ func (c *Conn) ExchangeSysData(ctx context.Context, local SysData) (SysData, err
 }
 
 // ExchangeMTU swaps the MTU enums (perftest's check_mtu) and returns the
-// peer's; both sides continue with local.Negotiate(remote).
-func (c *Conn) ExchangeMTU(ctx context.Context, local MTU) (MTU, error) {
+// peer's; both sides continue with the smaller valid one (Prologue does).
+func (c *Conn) ExchangeMTU(ctx context.Context, local verbs.MTU) (verbs.MTU, error) {
 	out, err := MarshalMTU(local)
 	if err != nil {
 		return 0, err

@@ -31,6 +31,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/verbs"
 )
 
 // Test names one of perftest's eight RoCE tools.
@@ -154,12 +156,12 @@ type Hooks struct {
 // Prologue is what the first exchanges settle.
 type Prologue struct {
 	PeerVersion string
-	Sys         SysData // the larger of both sides' values
-	MTU         MTU     // the path MTU both use
+	Sys         SysData   // the larger of both sides' values
+	MTU         verbs.MTU // the path MTU both use
 }
 
 // Prologue runs the first three exchanges: versions, system data and MTU.
-func (c *Conn) Prologue(ctx context.Context, sys SysData, mtu MTU) (Prologue, error) {
+func (c *Conn) Prologue(ctx context.Context, sys SysData, mtu verbs.MTU) (Prologue, error) {
 	var p Prologue
 	var err error
 	if p.PeerVersion, err = c.ExchangeVersions(ctx); err != nil {
@@ -174,7 +176,7 @@ func (c *Conn) Prologue(ctx context.Context, sys SysData, mtu MTU) (Prologue, er
 	if err != nil {
 		return p, err
 	}
-	p.MTU = mtu.Negotiate(rmtu)
+	p.MTU = negotiateMTU(mtu, rmtu)
 	return p, nil
 }
 
@@ -474,9 +476,9 @@ func (c *Conn) exchangeReportsAfterRun(ctx context.Context, local BWReport, perP
 // both sides apply to QP 0's GIDs right after the first key exchange: an
 // IPv4-mapped GID cannot talk to an IPv6 one. A real peer that finds the
 // mismatch exits, so this side reports it itself.
-func CheckGIDCompatibility(local, remote GID) error {
-	if local.IsIPv4Mapped() == remote.IsIPv4Mapped() {
+func CheckGIDCompatibility(local, remote bth.GID) error {
+	if GIDIsIPv4Mapped(local) == GIDIsIPv4Mapped(remote) {
 		return nil
 	}
-	return fmt.Errorf("the peer's GID %s and this side's GID %s are of different IP versions, which perftest refuses: choose GID indexes of the same kind on both sides", remote, local)
+	return fmt.Errorf("the peer's GID %s and this side's GID %s are of different IP versions, which perftest refuses: choose GID indexes of the same kind on both sides", FormatGID(remote), FormatGID(local))
 }

@@ -3,6 +3,8 @@ package oob
 import (
 	"context"
 	"fmt"
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/verbs"
 	"strings"
 	"sync"
 	"testing"
@@ -32,7 +34,7 @@ func (s *side) log(format string, args ...any) {
 }
 
 func (s *side) run(ctx context.Context) error {
-	p, err := s.conn.Prologue(ctx, SysData{4096, 64}, MTU1024)
+	p, err := s.conn.Prologue(ctx, SysData{4096, 64}, verbs.MTU1024)
 	if err != nil {
 		return err
 	}
@@ -64,7 +66,7 @@ func testKeys(n int, qpn uint32) []KeyMsg {
 	var ks []KeyMsg
 	for i := range n {
 		ks = append(ks, KeyMsg{OutReads: 1, QPN: qpn + uint32(i), PSN: 0x100000 + qpn + uint32(i), RKey: 0x1000 + qpn,
-			VAddr: 0x7f0000000000 + uint64(i)<<16, GID: GID{10: 0xff, 11: 0xff, 12: 10, 15: byte(qpn)}})
+			VAddr: 0x7f0000000000 + uint64(i)<<16, GID: bth.GID{10: 0xff, 11: 0xff, 12: 10, 15: byte(qpn)}})
 	}
 	return ks
 }
@@ -134,7 +136,7 @@ func TestFlowLoopback(t *testing.T) {
 					fmt.Sprint(srv.result.Remote) != fmt.Sprint(cli.local) {
 					t.Errorf("keys: server got %v, client got %v", srv.remote, cli.remote)
 				}
-				if srv.prologue.PeerVersion != "6.06" || srv.prologue.MTU != MTU1024 || cli.prologue.Sys != (SysData{4096, 64}) {
+				if srv.prologue.PeerVersion != "6.06" || srv.prologue.MTU != verbs.MTU1024 || cli.prologue.Sys != (SysData{4096, 64}) {
 					t.Errorf("prologue %+v", srv.prologue)
 				}
 				// Who runs which sizes.

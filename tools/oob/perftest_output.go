@@ -9,6 +9,7 @@ package oob
 
 import (
 	"fmt"
+	"github.com/sroce/sroce/verbs"
 	"strconv"
 	"strings"
 )
@@ -38,13 +39,13 @@ const (
 // DeviceInfo is what the banner says about the device and the settings
 // that depend on it.
 type DeviceInfo struct {
-	Device    string // -d value or the first device (sroce: the interface)
-	Transport string // "IB" for RoCE and rxe
-	LinkLayer string // "Ethernet" or "IB"
-	MTU       MTU    // path MTU after the exchange
-	GIDIndex  int    // the GID index in use (-1: none)
-	OutReads  int    // READ/atomic: the outstanding reads in use
-	Inline    int    // the inline size in use (0 on devices perftest does not know)
+	Device    string    // -d value or the first device (sroce: the interface)
+	Transport string    // "IB" for RoCE and rxe
+	LinkLayer string    // "Ethernet" or "IB"
+	MTU       verbs.MTU // path MTU after the exchange
+	GIDIndex  int       // the GID index in use (-1: none)
+	OutReads  int       // READ/atomic: the outstanding reads in use
+	Inline    int       // the inline size in use (0 on devices perftest does not know)
 	// NewPostSend is perftest's ibv_wr* API, which it uses only on the
 	// Mellanox/EFA devices it knows: off for rxe and sroce.
 	NewPostSend bool

@@ -2,6 +2,8 @@ package oob
 
 import (
 	"bufio"
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/verbs"
 	"math"
 	"os"
 	"strings"
@@ -88,14 +90,14 @@ func TestLatRowGolden(t *testing.T) {
 
 func TestAddressLineGolden(t *testing.T) {
 	k := KeyMsg{LID: 0, OutReads: 0x80, QPN: 0x13, PSN: 0x1a7e86, RKey: 0x496, VAddr: 0x7f30e35a0000,
-		GID: GID{10: 255, 11: 255, 12: 192, 13: 0, 14: 2, 15: 1}}
+		GID: bth.GID{10: 255, 11: 255, 12: 192, 13: 0, 14: 2, 15: 1}}
 	if got, want := AddressLine("local", ReadBW, k, false), " local address: LID 0000 QPN 0x0013 PSN 0x1a7e86 OUT 0x80 RKey 0x000496 VAddr 0x007f30e35a0000\n"; got != want {
 		t.Errorf("read: %q\nwant %q", got, want)
 	}
 	if got, want := AddressLine("local", WriteLat, k, true), " local address: LID 0000 QPN 0x0013 PSN 0x1a7e86 RKey 0x000496 VAddr 0x007f30e35a0000\n GID: 00:00:00:00:00:00:00:00:00:00:255:255:192:00:02:01\n"; got != want {
 		t.Errorf("write: %q\nwant %q", got, want)
 	}
-	k = KeyMsg{LID: 0xffff, QPN: 0xffffff, PSN: 0x7a0e1, GID: GID{0xfe, 0x80, 8: 0x50, 9: 0x54, 10: 0, 11: 0xff, 12: 0xfe, 13: 0x5e, 14: 0, 15: 1}}
+	k = KeyMsg{LID: 0xffff, QPN: 0xffffff, PSN: 0x7a0e1, GID: bth.GID{0xfe, 0x80, 8: 0x50, 9: 0x54, 10: 0, 11: 0xff, 12: 0xfe, 13: 0x5e, 14: 0, 15: 1}}
 	for _, test := range []Test{SendBW, AtomicLat} {
 		if got, want := AddressLine("remote", test, k, true), " remote address: LID 0xffff QPN 0xffffff PSN 0x7a0e1\n GID: 254:128:00:00:00:00:00:00:80:84:00:255:254:94:00:01\n"; got != want {
 			t.Errorf("%s: %q\nwant %q", test, got, want)
@@ -112,7 +114,7 @@ func TestAddressLineGolden(t *testing.T) {
 func TestRealOutputs(t *testing.T) {
 	tests := map[string]Test{"send_bw": SendBW, "write_bw": WriteBW, "read_bw": ReadBW, "atomic_bw": AtomicBW,
 		"send_lat": SendLat, "write_lat": WriteLat, "read_lat": ReadLat, "atomic_lat": AtomicLat}
-	dev := DeviceInfo{Device: "rxe0", Transport: "IB", LinkLayer: "Ethernet", MTU: MTU1024, GIDIndex: 1, OutReads: 128}
+	dev := DeviceInfo{Device: "rxe0", Transport: "IB", LinkLayer: "Ethernet", MTU: verbs.MTU1024, GIDIndex: 1, OutReads: 128}
 	for _, name := range []string{"write_bw", "read_bw", "send_bw", "atomic_bw", "write_bw_b", "send_bw_b", "send_bw_ud",
 		"write_bw_a", "send_bw_a", "write_lat", "write_lat_D", "read_lat", "send_lat", "send_lat_a", "atomic_lat"} {
 		segs := loadTranscript(t, name)

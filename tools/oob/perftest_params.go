@@ -11,6 +11,7 @@ package oob
 import (
 	"errors"
 	"fmt"
+	"github.com/sroce/sroce/verbs"
 	"math"
 	"os"
 	"strconv"
@@ -873,7 +874,7 @@ func (p Params) CheckSupported() error {
 // known: a UD send test cannot send more than one MTU per message, so a
 // default or -a size is lowered to the MTU (with the two lines perftest
 // prints to stderr, returned), and a size given with -s is an error.
-func (p *Params) AdjustForMTU(mtu MTU) ([]string, error) {
+func (p *Params) AdjustForMTU(mtu verbs.MTU) ([]string, error) {
 	if p.Conn != UD || p.Size <= uint64(mtu.Bytes()) {
 		return nil, nil
 	}

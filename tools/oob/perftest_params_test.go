@@ -2,6 +2,7 @@ package oob
 
 import (
 	"errors"
+	"github.com/sroce/sroce/verbs"
 	"strings"
 	"testing"
 )
@@ -81,11 +82,11 @@ func TestParsePerftest(t *testing.T) {
 		p.Inline != maxInlineUD || p.Output != OutputLat || p.LatencyGap != 5 {
 		t.Errorf("send lat: %+v, %v", p, err)
 	}
-	if notes, err := p.AdjustForMTU(MTU1024); err == nil {
+	if notes, err := p.AdjustForMTU(verbs.MTU1024); err == nil {
 		t.Errorf("-s above the UD MTU accepted: %v", notes)
 	}
 	p, _ = ParsePerftest(SendBW, []string{"-c", "UD"})
-	if notes, err := p.AdjustForMTU(MTU1024); err != nil || p.Size != 1024 || len(notes) != 2 || notes[0] != " Max msg size in UD is MTU 1024" {
+	if notes, err := p.AdjustForMTU(verbs.MTU1024); err != nil || p.Size != 1024 || len(notes) != 2 || notes[0] != " Max msg size in UD is MTU 1024" {
 		t.Errorf("UD size: %d %v %v", p.Size, notes, err)
 	}
 	// Duration mode.

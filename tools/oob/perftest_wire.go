@@ -26,6 +26,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/verbs"
 	"math"
 	"strconv"
 	"strings"
@@ -190,65 +192,33 @@ func (r BWReport) CheckPeer() error {
 // marshalInt32 encodes v big-endian (perftest's hton_int).
 func marshalInt32(v int32) []byte { return binary.BigEndian.AppendUint32(nil, uint32(v)) }
 
-// MTU is an ibv_mtu enum value: 1 for 256 bytes up to 5 for 4096.
-type MTU int
-
-// The ibv_mtu values.
-const (
-	MTU256  MTU = 1 // IBV_MTU_256
-	MTU512  MTU = 2 // IBV_MTU_512
-	MTU1024 MTU = 3 // IBV_MTU_1024 (rxe on a 1500-byte Ethernet MTU)
-	MTU2048 MTU = 4 // IBV_MTU_2048
-	MTU4096 MTU = 5 // IBV_MTU_4096
-)
-
-// MTUFromBytes returns the enum for 256, 512, 1024, 2048 or 4096 bytes,
-// or 0 for any other size.
-func MTUFromBytes(n int) MTU {
-	for m := MTU256; m <= MTU4096; m++ {
-		if m.Bytes() == n {
-			return m
-		}
-	}
-	return 0
-}
-
-// Bytes returns the MTU in bytes (perftest's MTU_SIZE), or 0 if m is not
-// a valid enum value.
-func (m MTU) Bytes() int {
-	if !m.Valid() {
-		return 0
-	}
-	return 1 << (7 + int(m))
-}
-
-// Valid reports whether m is between MTU256 and MTU4096.
-func (m MTU) Valid() bool { return m >= MTU256 && m <= MTU4096 }
-
-// Negotiate returns the MTU both sides use after the exchange: the
-// remote value if it is valid and smaller than the local one.
-func (m MTU) Negotiate(remote MTU) MTU {
-	if remote.Valid() && m > remote {
+// negotiateMTU returns the MTU both sides use after perftest's MTU
+// exchange: the remote value if it is valid and smaller than the local
+// one.
+func negotiateMTU(local, remote verbs.MTU) verbs.MTU {
+	if remote.Valid() && local > remote {
 		return remote
 	}
-	return m
+	return local
 }
 
-// MarshalMTU returns the 2-byte MTU message: "%d" of the enum and a NUL.
-func MarshalMTU(m MTU) ([]byte, error) {
-	if m < 0 || m > 9 {
+// MarshalMTU returns the 2-byte MTU message: "%d" of the ibv_mtu enum and
+// a NUL.
+func MarshalMTU(m verbs.MTU) ([]byte, error) {
+	if m > 9 {
 		return nil, fmt.Errorf("MTU enum %d does not fit the 2-byte message", m)
 	}
 	return []byte{byte('0' + m), 0}, nil
 }
 
 // ParseMTU parses a 2-byte MTU message. Perftest takes strtol of it; a
-// value outside 1..5 is returned as is and ignored by Negotiate.
-func ParseMTU(b []byte) (MTU, error) {
+// value outside 1..5 is returned as is and ignored when the two sides
+// settle on the smaller MTU.
+func ParseMTU(b []byte) (verbs.MTU, error) {
 	if len(b) != MTUMsgSize || b[0] < '0' || b[0] > '9' || b[1] != 0 {
 		return 0, malformed("MTU message", "%q is not a digit and a NUL", b)
 	}
-	return MTU(b[0] - '0'), nil
+	return verbs.MTU(b[0] - '0'), nil
 }
 
 // KeyMsg is one QP's entry of perftest's key exchange (struct
@@ -264,13 +234,13 @@ func ParseMTU(b []byte) (MTU, error) {
 // buffer; RKey is that buffer's.
 type KeyMsg struct {
 	LID      uint16
-	OutReads uint16 // outstanding RDMA READ/atomic limit ("%04x"); 1 for send/write tests
-	QPN      uint32 // 24 bits
-	PSN      uint32 // 24 bits
-	RKey     uint32 // of the buffer the peer may access
-	VAddr    uint64 // where the peer reads or writes
-	GID      GID    // only in the 108-byte format
-	SRQN     uint32 // XRC/DC shared receive queue number; 0 otherwise
+	OutReads uint16  // outstanding RDMA READ/atomic limit ("%04x"); 1 for send/write tests
+	QPN      uint32  // 24 bits
+	PSN      uint32  // 24 bits
+	RKey     uint32  // of the buffer the peer may access
+	VAddr    uint64  // where the peer reads or writes
+	GID      bth.GID // only in the 108-byte format
+	SRQN     uint32  // XRC/DC shared receive queue number; 0 otherwise
 }
 
 // Marshal encodes k. With withGID (whenever a GID index is in use, which

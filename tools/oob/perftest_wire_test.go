@@ -3,6 +3,8 @@ package oob
 import (
 	"bytes"
 	"errors"
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/verbs"
 	"math"
 	"strings"
 	"testing"
@@ -12,7 +14,7 @@ import (
 const realWriteBWClientKeys = "0000:0001:000013:ace676:000004b8:00007f8dc4a8f000:00:00:00:00:00:00:00:00:00:00:ff:ff:c0:00:02:02:00000000:\x00"
 
 var realWriteBWClient = KeyMsg{LID: 0, OutReads: 1, QPN: 0x13, PSN: 0xace676, RKey: 0x4b8, VAddr: 0x7f8dc4a8f000,
-	GID: GID{10: 0xff, 11: 0xff, 12: 0xc0, 13: 0, 14: 2, 15: 2}}
+	GID: bth.GID{10: 0xff, 11: 0xff, 12: 0xc0, 13: 0, 14: 2, 15: 2}}
 
 func TestKeyMsgGolden(t *testing.T) {
 	b, err := realWriteBWClient.Marshal(true)
@@ -39,7 +41,7 @@ func TestKeyMsgGolden(t *testing.T) {
 	}
 	// Every field at its widest, SRQN included.
 	k = KeyMsg{LID: 0xffff, OutReads: 0xffff, QPN: 0xffffff, PSN: 0xffffff, RKey: 0xffffffff, VAddr: math.MaxUint64,
-		GID: GID{0xfe, 0x80, 15: 0xff}, SRQN: 0xffffffff}
+		GID: bth.GID{0xfe, 0x80, 15: 0xff}, SRQN: 0xffffffff}
 	b, _ = k.Marshal(true)
 	if back, err := ParseKeyMsg(b, true); err != nil || back != k || len(b) != KeyMsgSizeGID {
 		t.Fatalf("widest: %q -> %+v, %v", b, back, err)
@@ -134,19 +136,19 @@ func TestVersionMessage(t *testing.T) {
 }
 
 func TestMTUAndSysData(t *testing.T) {
-	for n, m := range map[int]MTU{256: MTU256, 512: MTU512, 1024: MTU1024, 2048: MTU2048, 4096: MTU4096, 1500: 0, 0: 0} {
-		if got := MTUFromBytes(n); got != m {
-			t.Errorf("MTUFromBytes(%d) = %d", n, got)
+	for n, m := range map[int]verbs.MTU{256: verbs.MTU256, 512: verbs.MTU512, 1024: verbs.MTU1024, 2048: verbs.MTU2048, 4096: verbs.MTU4096, 1500: 0, 0: 0} {
+		if got, ok := verbs.MTUFromBytes(n); got != m || ok != (m != 0) {
+			t.Errorf("MTUFromBytes(%d) = %d, %v", n, got, ok)
 		}
 		if m != 0 && m.Bytes() != n {
 			t.Errorf("%d.Bytes() = %d", m, m.Bytes())
 		}
 	}
-	b, _ := MarshalMTU(MTU1024)
+	b, _ := MarshalMTU(verbs.MTU1024)
 	if string(b) != "3\x00" {
 		t.Errorf("MarshalMTU = %q", b)
 	}
-	if m, err := ParseMTU([]byte("5\x00")); err != nil || m != MTU4096 {
+	if m, err := ParseMTU([]byte("5\x00")); err != nil || m != verbs.MTU4096 {
 		t.Errorf("ParseMTU = %d, %v", m, err)
 	}
 	for _, bad := range []string{"", "3", "x\x00", "33", "3\x00\x00"} {
@@ -154,8 +156,9 @@ func TestMTUAndSysData(t *testing.T) {
 			t.Errorf("ParseMTU(%q) = %v", bad, err)
 		}
 	}
-	if MTU4096.Negotiate(MTU1024) != MTU1024 || MTU1024.Negotiate(MTU4096) != MTU1024 || MTU2048.Negotiate(0) != MTU2048 || MTU2048.Negotiate(9) != MTU2048 {
-		t.Error("Negotiate")
+	if negotiateMTU(verbs.MTU4096, verbs.MTU1024) != verbs.MTU1024 || negotiateMTU(verbs.MTU1024, verbs.MTU4096) != verbs.MTU1024 ||
+		negotiateMTU(verbs.MTU2048, 0) != verbs.MTU2048 || negotiateMTU(verbs.MTU2048, 9) != verbs.MTU2048 {
+		t.Error("negotiateMTU")
 	}
 	if got := (SysData{4096, 64}).Max(SysData{65536, 32}); got != (SysData{65536, 64}) {
 		t.Errorf("Max = %+v", got)

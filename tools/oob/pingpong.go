@@ -23,6 +23,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/sroce/sroce/bth"
 	"net"
 	"strconv"
 )
@@ -37,10 +38,10 @@ var doneMsg = []byte("done\x00")
 // Dest is one side's address in the pingpong exchange (rdma-core's struct
 // pingpong_dest).
 type Dest struct {
-	LID uint16 // 0 on RoCE
-	QPN uint32 // 24 bits
-	PSN uint32 // initial packet sequence number, 24 bits
-	GID GID    // zero when the tool runs without -g
+	LID uint16  // 0 on RoCE
+	QPN uint32  // 24 bits
+	PSN uint32  // initial packet sequence number, 24 bits
+	GID bth.GID // zero when the tool runs without -g
 }
 
 // Marshal returns the 52-byte address message, "%04x:%06x:%06x:%s" and a

@@ -52,7 +52,7 @@ const (
 //
 //	"  local address:  LID 0x0000, QPN 0x000011, PSN 0x123456, GID ::ffff:10.0.0.1"
 func PingpongLocalLine(d Dest) string {
-	return fmt.Sprintf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", d.LID, d.QPN, d.PSN, d.GID)
+	return fmt.Sprintf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", d.LID, d.QPN, d.PSN, FormatGID(d.GID))
 }
 
 // UDPingpongLocalLine is ibv_ud_pingpong's version of the local line,
@@ -60,7 +60,7 @@ func PingpongLocalLine(d Dest) string {
 //
 //	"  local address:  LID 0x0000, QPN 0x000012, PSN 0xe6354a: GID ::ffff:192.0.2.2"
 func UDPingpongLocalLine(d Dest) string {
-	return fmt.Sprintf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x: GID %s\n", d.LID, d.QPN, d.PSN, d.GID)
+	return fmt.Sprintf("  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x: GID %s\n", d.LID, d.QPN, d.PSN, FormatGID(d.GID))
 }
 
 // PingpongRemoteLine is the line about the peer both tools print after
@@ -68,7 +68,7 @@ func UDPingpongLocalLine(d Dest) string {
 //
 //	"  remote address: LID 0x0000, QPN 0x000011, PSN 0x0d079a, GID ::ffff:192.0.2.2"
 func PingpongRemoteLine(d Dest) string {
-	return fmt.Sprintf("  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", d.LID, d.QPN, d.PSN, d.GID)
+	return fmt.Sprintf("  remote address: LID 0x%04x, QPN 0x%06x, PSN 0x%06x, GID %s\n", d.LID, d.QPN, d.PSN, FormatGID(d.GID))
 }
 
 // PingpongResultLines are the two result lines both tools print at the end

@@ -1,5 +1,7 @@
 package oob
 
+import "github.com/sroce/sroce/verbs"
+
 // Command lines of ibv_rc_pingpong and ibv_ud_pingpong (rdma-core 44.0).
 // Their parsing is lenient, like the tools': numbers go through strtoul or
 // strtol without checking for trailing text.
@@ -78,7 +80,7 @@ func ParsePingpong(ud bool, args []string) (PingpongParams, error) {
 			p.Size = uint32(strtoul(val))
 		case 'm':
 			m := strtol(val)
-			if MTUFromBytes(m) == 0 {
+			if _, ok := verbs.MTUFromBytes(m); !ok {
 				return false, usageErr("MTU %s is not 256, 512, 1024, 2048 or 4096", val)
 			}
 			p.MTU = m

@@ -3,6 +3,7 @@ package oob
 import (
 	"context"
 	"errors"
+	"github.com/sroce/sroce/bth"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +13,7 @@ import (
 const realRCClientMsg = "0000:000011:0d079a:00000000000000000000ffffc0000202\x00"
 
 func TestDestMarshalGolden(t *testing.T) {
-	d := Dest{LID: 0, QPN: 0x11, PSN: 0x0d079a, GID: GID{10: 0xff, 11: 0xff, 12: 0xc0, 13: 0, 14: 2, 15: 2}}
+	d := Dest{LID: 0, QPN: 0x11, PSN: 0x0d079a, GID: bth.GID{10: 0xff, 11: 0xff, 12: 0xc0, 13: 0, 14: 2, 15: 2}}
 	b, err := d.Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +26,7 @@ func TestDestMarshalGolden(t *testing.T) {
 		t.Fatalf("ParseDest = %+v, %v", back, err)
 	}
 	// "%04x:%06x:%06x:%s" with the largest values.
-	d = Dest{LID: 0xffff, QPN: 0xffffff, PSN: 0xabcdef, GID: GID{0xfe, 0x80, 15: 0xff}}
+	d = Dest{LID: 0xffff, QPN: 0xffffff, PSN: 0xabcdef, GID: bth.GID{0xfe, 0x80, 15: 0xff}}
 	b, _ = d.Marshal()
 	if want := "ffff:ffffff:abcdef:fe8000000000000000000000000000ff\x00"; string(b) != want {
 		t.Fatalf("Marshal = %q, want %q", b, want)
@@ -73,8 +74,8 @@ func TestParseDestMalformed(t *testing.T) {
 
 func TestPingpongLoopback(t *testing.T) {
 	ctx := context.Background()
-	srvDest := Dest{QPN: 0x12, PSN: 0xc26c06, GID: GID{10: 0xff, 11: 0xff, 12: 192, 14: 2, 15: 1}}
-	cliDest := Dest{QPN: 0x13, PSN: 0xe6354a, GID: GID{10: 0xff, 11: 0xff, 12: 192, 14: 2, 15: 2}}
+	srvDest := Dest{QPN: 0x12, PSN: 0xc26c06, GID: bth.GID{10: 0xff, 11: 0xff, 12: 192, 14: 2, 15: 1}}
+	cliDest := Dest{QPN: 0x13, PSN: 0xe6354a, GID: bth.GID{10: 0xff, 11: 0xff, 12: 192, 14: 2, 15: 2}}
 	ln, addr := loopback(t)
 	type out struct {
 		d   Dest

@@ -24,8 +24,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/tests/netns/rxeguest"
+	"github.com/sroce/sroce/verbs"
 )
 
 // realEnv is one guest and one host namespace on a bridge.
@@ -36,7 +38,7 @@ type realEnv struct {
 	hostNS *nsutil.Namespace
 	// hostGID is the IPv4-mapped GID of the host's address, which this
 	// side announces (no engine answers on it).
-	hostGID GID
+	hostGID bth.GID
 }
 
 var (
@@ -77,7 +79,7 @@ func newRealEnv(t *testing.T, ctx context.Context) *realEnv {
 	t.Cleanup(func() { ns.Close() })
 	e := &realEnv{guest: g, host: h, hostNS: ns}
 	a := realHostAddr.Addr().As4()
-	e.hostGID = GID{10: 0xff, 11: 0xff, 12: a[0], 13: a[1], 14: a[2], 15: a[3]}
+	e.hostGID = bth.GID{10: 0xff, 11: 0xff, 12: a[0], 13: a[1], 14: a[2], 15: a[3]}
 	return e
 }
 
@@ -154,7 +156,7 @@ func TestRealTools(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	e := newRealEnv(t, ctx)
-	guestGID := GID{10: 0xff, 11: 0xff, 12: 192, 13: 0, 14: 2, 15: 1}
+	guestGID := bth.GID{10: 0xff, 11: 0xff, 12: 192, 13: 0, 14: 2, 15: 1}
 
 	// Our client against the real perftest servers.
 	for _, test := range Tests {
@@ -173,11 +175,11 @@ func TestRealTools(t *testing.T) {
 			srv := e.start(t, ctx, args)
 			c := NewConn(e.dial(t, ctx), Client)
 			c.Timeouts = Timeouts{Step: 30 * time.Second, PeerRun: 30 * time.Second}
-			pro, err := c.Prologue(ctx, LocalSysData(), MTU1024)
+			pro, err := c.Prologue(ctx, LocalSysData(), verbs.MTU1024)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if pro.PeerVersion != "6.06" || pro.MTU != MTU1024 {
+			if pro.PeerVersion != "6.06" || pro.MTU != verbs.MTU1024 {
 				t.Errorf("prologue %+v", pro)
 			}
 			local := KeyMsg{OutReads: 1, QPN: 0x4321, PSN: 0x123456, RKey: 0xabcd, VAddr: 0x7f0000001000, GID: e.hostGID}
@@ -232,7 +234,7 @@ func TestRealTools(t *testing.T) {
 		srv := e.start(t, ctx, "ib_write_bw -d rxe0 -x 1 -n 5")
 		c := NewConn(e.dial(t, ctx), Client)
 		c.Version = "5.60"
-		_, err := c.Prologue(ctx, LocalSysData(), MTU1024)
+		_, err := c.Prologue(ctx, LocalSysData(), verbs.MTU1024)
 		res := stop(t, ctx, srv)
 		wantKind(t, err, ErrPeerClosed)
 		if res.ExitCode == 0 || !strings.Contains(string(res.Stderr), "not compatible with versions older than 5.70") {
@@ -251,7 +253,7 @@ func TestRealTools(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := c.Prologue(ctx, LocalSysData(), MTU1024); err != nil {
+			if _, err := c.Prologue(ctx, LocalSysData(), verbs.MTU1024); err != nil {
 				t.Fatal(err)
 			}
 			local := KeyMsg{OutReads: 1, QPN: 0x4321, PSN: 0x123456, RKey: 0xabcd, VAddr: 0x7f0000001000, GID: e.hostGID}

@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/tools/oob"
+	"github.com/sroce/sroce/verbs"
 )
 
 // Duration states of -D, as perftest's alarm handler moves them.
@@ -109,8 +111,8 @@ type bwRun struct {
 	completed  []uint64
 	firstRx    uint64
 
-	wrs []roce.SendWR
-	sge [][1]roce.SGE
+	wrs []verbs.SendWR
+	sge [][1]mr.SGE
 }
 
 // runBW runs one size of a BW test on this side and returns its report.
@@ -132,8 +134,8 @@ func (pt *perftest) runBW(size uint64) (oob.BWReport, error) {
 		arr = max(r.total, 1)
 	}
 	r.posted, r.completed = make([]uint64, arr), make([]uint64, arr)
-	r.wrs = make([]roce.SendWR, r.list)
-	r.sge = make([][1]roce.SGE, r.list)
+	r.wrs = make([]verbs.SendWR, r.list)
+	r.sge = make([][1]mr.SGE, r.list)
 	if err := r.loop(); err != nil {
 		return oob.BWReport{}, err
 	}
@@ -210,7 +212,7 @@ func (r *bwRun) loop() error {
 		if r.done() {
 			break
 		}
-		var wcs []roce.WC
+		var wcs []verbs.WC
 		if blocked {
 			// A -D run ends on time, as perftest's loop, which never
 			// blocks, leaves at END_STATE with work requests still
@@ -275,32 +277,32 @@ func (r *bwRun) post(q int) error {
 
 // sendWR builds the seq-th work request of QP q for size-byte messages,
 // at the addresses perftest would use; sge is its scatter/gather list.
-func (pt *perftest) sendWR(q int, seq, size uint64, signaled bool, sge []roce.SGE) roce.SendWR {
+func (pt *perftest) sendWR(q int, seq, size uint64, signaled bool, sge []mr.SGE) verbs.SendWR {
 	peer := pt.peer[q]
 	off := pt.slotOf(seq, size) * pt.incr(size)
-	wr := roce.SendWR{WRID: wrID(q, seq), SGL: sge[:1]}
+	wr := verbs.SendWR{WRID: wrID(q, seq), SGL: sge[:1]}
 	if signaled {
-		wr.Flags = roce.Signaled
+		wr.Flags = verbs.Signaled
 	}
 	switch pt.verb {
 	case oob.VerbSend:
-		wr.Opcode = roce.WROpSend
+		wr.Opcode = verbs.WROpSend
 		sge[0] = pt.mr.SGE(pt.areaOff(q), int(size))
 		if pt.p.Conn == oob.UD {
 			wr.AH, wr.RemoteQPN, wr.RemoteQKey = pt.ahs[q], bth.QPN(peer.QPN), oob.DefQKey
 		}
 	case oob.VerbWrite, oob.VerbRead:
-		wr.Opcode = roce.WROpRDMAWrite
+		wr.Opcode = verbs.WROpRDMAWrite
 		if pt.verb == oob.VerbRead {
-			wr.Opcode = roce.WROpRDMARead
+			wr.Opcode = verbs.WROpRDMARead
 		}
 		sge[0] = pt.mr.SGE(pt.areaOff(q)+off, int(size))
 		wr.RemoteAddr, wr.RKey = peer.VAddr+uint64(off), peer.RKey
 	case oob.VerbAtomic:
-		wr.Opcode = roce.WROpAtomicFetchAdd
+		wr.Opcode = verbs.WROpAtomicFetchAdd
 		wr.CompareAdd = 1 // ATOMIC_ADD_VALUE
 		if pt.p.Atomic == oob.CmpAndSwap {
-			wr.Opcode, wr.CompareAdd, wr.Swap = roce.WROpAtomicCmpSwp, 0, 0 // ATOMIC_SWAP_VALUE
+			wr.Opcode, wr.CompareAdd, wr.Swap = verbs.WROpAtomicCmpSwp, 0, 0 // ATOMIC_SWAP_VALUE
 		}
 		sge[0] = pt.res.SGE(pt.resultOff(q, seq), 8)
 		wr.RemoteAddr, wr.RKey = peer.VAddr+uint64(off), peer.RKey
@@ -317,16 +319,16 @@ func (pt *perftest) resultOff(q int, seq uint64) int {
 }
 
 // complete handles one work completion.
-func (r *bwRun) complete(wc *roce.WC) error {
+func (r *bwRun) complete(wc *verbs.WC) error {
 	pt := r.pt
 	q, seq := splitWRID(wc.WRID)
-	if wc.Status != roce.WCSuccess {
+	if wc.Status != verbs.WCSuccess {
 		return pt.completionError(wc, r.totS, r.totC)
 	}
 	if q >= len(pt.qps) {
 		return runErrorf("completion for unknown wr_id %#x", wc.WRID)
 	}
-	if wc.Opcode == roce.WCRecv {
+	if wc.Opcode == verbs.WCRecv {
 		return r.received(q, int(seq), wc)
 	}
 	done := seq + 1
@@ -357,7 +359,7 @@ func (pt *perftest) resultValue(q int, seq uint64) uint64 {
 }
 
 // received handles a receive completion of QP q into slot.
-func (r *bwRun) received(q, slot int, wc *roce.WC) error {
+func (r *bwRun) received(q, slot int, wc *verbs.WC) error {
 	pt := r.pt
 	if r.totR == 0 {
 		r.firstRx = pt.now()
@@ -404,7 +406,7 @@ func (pt *perftest) newRecvRing() (*recvRing, error) {
 	r := &recvRing{pt: pt, slot: pt.roundCache(max(msg, 1))}
 	r.nslots = max(1, min(p.RxDepth, maxRecvRing/r.slot))
 	r.next = make([]int, p.NumQPs)
-	mr, err := pt.pd.RegMR(make([]byte, p.NumQPs*r.nslots*r.slot), roce.AccessLocalWrite)
+	mr, err := pt.pd.RegMR(make([]byte, p.NumQPs*r.nslots*r.slot), mr.AccessLocalWrite)
 	if err != nil {
 		return nil, fmt.Errorf("Couldn't allocate MR: %v", err)
 	}
@@ -433,7 +435,7 @@ func (r *recvRing) post(q, slot int) error {
 	if r.pt.p.Conn == oob.UD {
 		n += oob.UDAddition
 	}
-	wr := roce.RecvWR{WRID: wrID(q, uint64(slot)), SGL: []roce.SGE{r.mr.SGE((q*r.nslots+slot)*r.slot, n)}}
+	wr := verbs.RecvWR{WRID: wrID(q, uint64(slot)), SGL: []mr.SGE{r.mr.SGE((q*r.nslots+slot)*r.slot, n)}}
 	return r.pt.qps[q].PostRecv(&wr)
 }
 

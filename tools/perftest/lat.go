@@ -16,8 +16,9 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/tools/oob"
+	"github.com/sroce/sroce/verbs"
 )
 
 // latRun is the state of one latency run of one size.
@@ -31,8 +32,8 @@ type latRun struct {
 	pendingRx int    // receive completions not yet taken by the loop
 	sendsDone uint64 // signaled sends completed
 	rposted   uint64
-	lastWC    roce.WC
-	sge       [1]roce.SGE
+	lastWC    verbs.WC
+	sge       [1]mr.SGE
 }
 
 // runLat runs one size of a latency test on this side and prints its row.
@@ -122,7 +123,7 @@ func (r *latRun) stamp(scnt uint64) {
 // waiting for the first message) the stall limit bounds the wait.
 func (r *latRun) next() error {
 	pt := r.pt
-	var wcs []roce.WC
+	var wcs []verbs.WC
 	var err error
 	if r.dur.on {
 		since := time.Now()
@@ -151,11 +152,11 @@ func (r *latRun) next() error {
 	}
 	for i := range wcs {
 		wc := &wcs[i]
-		if wc.Status != roce.WCSuccess {
+		if wc.Status != verbs.WCSuccess {
 			return pt.completionError(wc, r.sendsDone, r.sendsDone)
 		}
 		q, seq := splitWRID(wc.WRID)
-		if wc.Opcode == roce.WCRecv {
+		if wc.Opcode == verbs.WCRecv {
 			if r.pendingRx == 0 && !r.dur.started {
 				r.dur.start()
 			}
@@ -211,10 +212,10 @@ func (r *latRun) send() error {
 			r.stamp(scnt)
 			scnt++
 			signaled := scnt%cqMod == 0 || (!r.dur.on && scnt == r.iters)
-			wr := roce.SendWR{WRID: wrID(0, scnt), Opcode: roce.WROpSend, SGL: r.sge[:]}
+			wr := verbs.SendWR{WRID: wrID(0, scnt), Opcode: verbs.WROpSend, SGL: r.sge[:]}
 			r.sge[0] = pt.mr.SGE(pt.areaOff(0), int(r.size))
 			if signaled {
-				wr.Flags = roce.Signaled
+				wr.Flags = verbs.Signaled
 			}
 			if p.Conn == oob.UD {
 				wr.AH, wr.RemoteQPN, wr.RemoteQKey = pt.ahs[0], bth.QPN(pt.peer[0].QPN), oob.DefQKey
@@ -266,7 +267,7 @@ func (r *latRun) write() error {
 			scnt++
 			pt.buf[post] = byte(scnt)
 			r.sge[0] = pt.mr.SGE(pt.areaOff(0), size)
-			wr := roce.SendWR{WRID: wrID(0, scnt), Opcode: roce.WROpRDMAWrite, Flags: roce.Signaled,
+			wr := verbs.SendWR{WRID: wrID(0, scnt), Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
 				SGL: r.sge[:], RemoteAddr: pt.peer[0].VAddr, RKey: pt.peer[0].RKey}
 			if err := pt.qps[0].PostSend(&wr); err != nil {
 				return runErrorf("Couldn't post send: scnt=%d: %v", scnt, err)

@@ -30,9 +30,11 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/tools/oob"
+	"github.com/sroce/sroce/verbs"
 )
 
 // perftestAbout is the description "sroce <tool> -h" prints before the
@@ -100,7 +102,7 @@ type perftest struct {
 	res   *roce.MR  // atomic results, one 8-byte slot per outstanding op
 	cq    *completions
 	qps   []*roce.QP
-	ahs   []*roce.AH
+	ahs   []*verbs.AH
 	local []oob.KeyMsg
 	peer  []oob.KeyMsg
 
@@ -317,13 +319,13 @@ func runErrorf(format string, args ...any) error {
 
 // pathMTU returns the MTU this side announces: -m, or the port's active
 // MTU, with perftest's messages when -m is not valid or too large.
-func (pt *perftest) pathMTU() oob.MTU {
-	active := oob.MTU(pt.port.ActiveMTU())
+func (pt *perftest) pathMTU() verbs.MTU {
+	active := pt.port.ActiveMTU()
 	if pt.p.MTU == 0 {
 		return active
 	}
-	m := oob.MTUFromBytes(pt.p.MTU)
-	if m == 0 {
+	m, ok := verbs.MTUFromBytes(pt.p.MTU)
+	if !ok {
 		fmt.Fprintf(pt.e.Stderr, " Invalid MTU - %d \n Please choose mtu from {256,512,1024,2048,4096}\n Will run with the port active mtu - %d\n",
 			pt.p.MTU, int(active))
 		return active
@@ -364,7 +366,7 @@ func (pt *perftest) chooseGID() error {
 func (pt *perftest) bestGIDIndex() int {
 	isV4 := func(i int) bool {
 		g, err := pt.dev.QueryGID(i)
-		return err == nil && oob.GID(g).IsIPv4Mapped()
+		return err == nil && oob.GIDIsIPv4Mapped(g)
 	}
 	best := 0
 	for i := 1; i < pt.dev.QueryPort().GIDTblLen; i++ {
@@ -464,14 +466,14 @@ func (pt *perftest) setup() error {
 		size += pt.cache
 	}
 	pt.buf = make([]byte, size)
-	access := roce.AccessLocalWrite
+	access := mr.AccessLocalWrite
 	switch pt.verb {
 	case oob.VerbWrite:
-		access |= roce.AccessRemoteWrite
+		access |= mr.AccessRemoteWrite
 	case oob.VerbRead:
-		access |= roce.AccessRemoteRead
+		access |= mr.AccessRemoteRead
 	case oob.VerbAtomic:
-		access |= roce.AccessRemoteAtomic
+		access |= mr.AccessRemoteAtomic
 	}
 	if pt.mr, err = pt.pd.RegMR(pt.buf, access); err != nil {
 		return fmt.Errorf("Couldn't allocate MR: %v", err)
@@ -485,43 +487,43 @@ func (pt *perftest) setup() error {
 	}
 	if pt.verb == oob.VerbAtomic {
 		slots := max(txDepth+p.PostList, 1)
-		if pt.res, err = pt.pd.RegMR(make([]byte, 8*slots*n), roce.AccessLocalWrite); err != nil {
+		if pt.res, err = pt.pd.RegMR(make([]byte, 8*slots*n), mr.AccessLocalWrite); err != nil {
 			return fmt.Errorf("Couldn't allocate MR: %v", err)
 		}
 	}
 	if pt.cq, err = pt.newCompletions(n*(txDepth+p.PostList+rxDepth)+16, p.Events); err != nil {
 		return err
 	}
-	typ := roce.QPTypeRC
+	typ := verbs.QPTypeRC
 	switch p.Conn {
 	case oob.UC:
-		typ = roce.QPTypeUC
+		typ = verbs.QPTypeUC
 	case oob.UD:
-		typ = roce.QPTypeUD
+		typ = verbs.QPTypeUD
 	}
 	for i := 0; i < n; i++ {
 		q, err := pt.pd.CreateQP(&roce.QPInitAttr{Type: typ, SendCQ: pt.cq.cq, RecvCQ: pt.cq.cq,
-			Cap: roce.QPCap{MaxSendWR: uint32(txDepth + p.PostList), MaxRecvWR: uint32(max(rxDepth, 1)),
+			Cap: verbs.QPCap{MaxSendWR: uint32(txDepth + p.PostList), MaxRecvWR: uint32(max(rxDepth, 1)),
 				MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			return fmt.Errorf("Couldn't create QP: %v", err)
 		}
-		attr := roce.QPAttr{State: roce.QPStateInit, PortNum: 1}
-		mask := qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort
+		attr := verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1}
+		mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
 		if p.Conn == oob.UD {
-			attr.QKey, mask = oob.DefQKey, mask|qp.AttrQKey
+			attr.QKey, mask = oob.DefQKey, mask|verbs.AttrQKey
 		} else {
 			switch pt.verb {
 			case oob.VerbAtomic:
-				attr.AccessFlags = roce.AccessRemoteAtomic
+				attr.AccessFlags = mr.AccessRemoteAtomic
 			case oob.VerbRead:
-				attr.AccessFlags = roce.AccessRemoteRead
+				attr.AccessFlags = mr.AccessRemoteRead
 			case oob.VerbWrite:
-				attr.AccessFlags = roce.AccessRemoteWrite
+				attr.AccessFlags = mr.AccessRemoteWrite
 			default:
-				attr.AccessFlags = roce.AccessRemoteWrite | roce.AccessLocalWrite
+				attr.AccessFlags = mr.AccessRemoteWrite | mr.AccessLocalWrite
 			}
-			mask |= qp.AttrAccessFlags
+			mask |= verbs.AttrAccessFlags
 		}
 		if err := q.Modify(&attr, mask); err != nil {
 			return fmt.Errorf("Failed to modify QP to INIT: %v", err)
@@ -529,7 +531,7 @@ func (pt *perftest) setup() error {
 		pt.qps = append(pt.qps, q)
 		pt.watch = pt.qps[0]
 		pt.local = append(pt.local, oob.KeyMsg{OutReads: uint16(pt.outReads), QPN: uint32(q.QPN()),
-			PSN: randomPSN(), RKey: pt.mr.RKey(), VAddr: pt.mr.Addr() + uint64((n+i)*pt.area), GID: oob.GID(pt.sgid)})
+			PSN: randomPSN(), RKey: pt.mr.RKey(), VAddr: pt.mr.Addr() + uint64((n+i)*pt.area), GID: pt.sgid})
 	}
 	pt.fillBuffers()
 	return nil
@@ -559,13 +561,13 @@ func (pt *perftest) connect(ctx context.Context, remote []oob.KeyMsg) error {
 			return err
 		}
 		av.TrafficClass = p.TClass
-		c := roce.ConnectAttr{AH: av, PathMTU: roce.MTU(pt.pro.MTU), DestQPN: bth.QPN(r.QPN), RQPSN: bth.PSN(r.PSN),
+		c := roce.ConnectAttr{AH: av, PathMTU: pt.pro.MTU, DestQPN: bth.QPN(r.QPN), RQPSN: bth.PSN(r.PSN),
 			MaxDestRdAtomic: uint8(l.OutReads), MinRNRTimer: oob.DefMinRNRTimer, SQPSN: bth.PSN(l.PSN),
 			Timeout: p.QPTimeout, RetryCnt: oob.DefRetryCnt, RNRRetry: oob.DefRNRRetry,
 			MaxRdAtomic: uint8(min(int(r.OutReads), qp.MaxRdAtomic)), StayRTR: !toRTS}
 		if err := q.Connect(&c); err != nil {
 			var ce *roce.ConnectError
-			if errors.As(err, &ce) && ce.State == roce.QPStateRTR {
+			if errors.As(err, &ce) && ce.State == verbs.QPStateRTR {
 				return fmt.Errorf("Failed to modify QP %d to RTR: %v", q.QPN(), ce.Err)
 			} else if errors.As(err, &ce) {
 				return fmt.Errorf("Failed to modify QP to RTS: %v", ce.Err)
@@ -660,13 +662,13 @@ func splitWRID(id uint64) (qpIndex int, seq uint64) { return int(id >> 40), id &
 
 // completionError is the failure of a work completion, in perftest's words
 // ("Completion with error at client") and in one sentence.
-func (pt *perftest) completionError(wc *roce.WC, scnt, ccnt uint64) error {
+func (pt *perftest) completionError(wc *verbs.WC, scnt, ccnt uint64) error {
 	if err := pt.cq.lost(); err != nil {
 		// The port went down and the QPs were flushed: say why.
 		return runErrorf("%s (the work requests were flushed)", errText(err))
 	}
 	side := "client"
-	if wc.Opcode == roce.WCRecv || wc.Opcode == roce.WCRecvRDMAWithImm {
+	if wc.Opcode == verbs.WCRecv || wc.Opcode == verbs.WCRecvRDMAWithImm {
 		side = "server"
 	}
 	q, _ := splitWRID(wc.WRID)

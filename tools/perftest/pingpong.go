@@ -20,9 +20,10 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/tools/oob"
+	"github.com/sroce/sroce/verbs"
 )
 
 // pingpongAbout is the description "sroce rc-pingpong -h" and "sroce
@@ -102,9 +103,9 @@ type pingpong struct {
 	mr     *roce.MR
 	cq     *completions
 	qp     *roce.QP
-	ah     *roce.AH
+	ah     *verbs.AH
 	gidIdx int
-	mtu    roce.MTU
+	mtu    verbs.MTU
 
 	slot     int // bytes of one message buffer: size, plus the GRH room for UD
 	sendOff  int // offset of the send buffer in the MR
@@ -179,7 +180,7 @@ func (pp *pingpong) run() int {
 		}
 		return pp.failErr(err)
 	}
-	local := oob.Dest{QPN: uint32(pp.qp.QPN()), PSN: randomPSN(), GID: oob.GID(gid)}
+	local := oob.Dest{QPN: uint32(pp.qp.QPN()), PSN: randomPSN(), GID: gid}
 	if p.UD {
 		io.WriteString(pp.e.Stdout, oob.UDPingpongLocalLine(local))
 	} else {
@@ -242,7 +243,7 @@ func (pp *pingpong) setup() error {
 			return fmt.Errorf("Requested size larger than port MTU (%d)", mtu)
 		}
 	} else {
-		pp.mtu, _ = qp.MTUFromBytes(p.MTU) // checked with the flags
+		pp.mtu, _ = verbs.MTUFromBytes(p.MTU) // checked with the flags
 	}
 	pp.gidIdx = p.GIDIndex
 	if pp.gidIdx < 0 {
@@ -271,29 +272,29 @@ func (pp *pingpong) setup() error {
 	if pp.pd, err = pp.dev.AllocPD(); err != nil {
 		return fmt.Errorf("Couldn't allocate PD: %v", err)
 	}
-	if pp.mr, err = pp.pd.RegMR(buf, roce.AccessLocalWrite); err != nil {
+	if pp.mr, err = pp.pd.RegMR(buf, mr.AccessLocalWrite); err != nil {
 		return fmt.Errorf("Couldn't register MR: %v", err)
 	}
 	if pp.cq, err = pp.newCompletions(int(p.RxDepth)+1, p.Events); err != nil {
 		return err
 	}
-	typ := roce.QPTypeRC
+	typ := verbs.QPTypeRC
 	if p.UD {
-		typ = roce.QPTypeUD
+		typ = verbs.QPTypeUD
 	}
 	pp.qp, err = pp.pd.CreateQP(&roce.QPInitAttr{Type: typ, SendCQ: pp.cq.cq, RecvCQ: pp.cq.cq, SigAll: true,
-		Cap: roce.QPCap{MaxSendWR: 1, MaxRecvWR: p.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: p.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return fmt.Errorf("Couldn't create QP: %v", err)
 	}
 	pp.watch = pp.qp
-	attr := roce.QPAttr{State: roce.QPStateInit, PortNum: 1}
-	mask := qp.AttrState | qp.AttrPKeyIndex | qp.AttrPort
+	attr := verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1}
+	mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
 	if p.UD {
 		attr.QKey = oob.UDQKey
-		mask |= qp.AttrQKey
+		mask |= verbs.AttrQKey
 	} else {
-		mask |= qp.AttrAccessFlags
+		mask |= verbs.AttrAccessFlags
 	}
 	if err := pp.qp.Modify(&attr, mask); err != nil {
 		return fmt.Errorf("Failed to modify QP to INIT: %v", err)
@@ -307,7 +308,7 @@ func (pp *pingpong) setup() error {
 // postRecv posts n receives into the receive buffer and returns how many
 // were posted (pp_post_recv).
 func (pp *pingpong) postRecv(n int) int {
-	wr := roce.RecvWR{WRID: ppRecvWRID, SGL: []roce.SGE{pp.mr.SGE(pp.recvOff, pp.slot)}}
+	wr := verbs.RecvWR{WRID: ppRecvWRID, SGL: []mr.SGE{pp.mr.SGE(pp.recvOff, pp.slot)}}
 	for i := 0; i < n; i++ {
 		if err := pp.qp.PostRecv(&wr); err != nil {
 			return i
@@ -389,8 +390,8 @@ func (pp *pingpong) checkEcho(iter int) {
 
 // postSend posts the next SEND.
 func (pp *pingpong) postSend() error {
-	wr := roce.SendWR{WRID: ppSendWRID, Opcode: roce.WROpSend, Flags: roce.Signaled,
-		SGL: []roce.SGE{pp.mr.SGE(pp.sendOff, pp.slot)}}
+	wr := verbs.SendWR{WRID: ppSendWRID, Opcode: verbs.WROpSend, Flags: verbs.Signaled,
+		SGL: []mr.SGE{pp.mr.SGE(pp.sendOff, pp.slot)}}
 	if pp.p.UD {
 		wr.SGL[0] = pp.mr.SGE(pp.sendOff+oob.UDGRHSpace, int(pp.p.Size))
 		wr.AH, wr.RemoteQPN, wr.RemoteQKey = pp.ah, bth.QPN(pp.remote.QPN), oob.UDQKey
@@ -422,7 +423,7 @@ func (pp *pingpong) loop() int {
 			return pp.stalled(err, scnt, rcnt)
 		}
 		for _, wc := range wcs {
-			if wc.Status != roce.WCSuccess {
+			if wc.Status != verbs.WCSuccess {
 				if err := pp.cq.lost(); err != nil {
 					return pp.fail("%s (the work requests were flushed)", errText(err))
 				}

@@ -17,11 +17,11 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/tools/device"
 	"github.com/sroce/sroce/tools/oob"
+	"github.com/sroce/sroce/verbs"
 )
 
 // Environment variables the tools read. They tune what the reference tools
@@ -239,7 +239,7 @@ const (
 func (t *toolRun) linger(qps []*roce.QP) {
 	var longest time.Duration
 	for _, q := range qps {
-		if q == nil || q.Type() != roce.QPTypeRC {
+		if q == nil || q.Type() != verbs.QPTypeRC {
 			continue
 		}
 		attr, _ := q.Query()
@@ -254,12 +254,12 @@ func (t *toolRun) linger(qps []*roce.QP) {
 	quiet := max(2*longest, minQuiet)
 	end := time.Now().Add(maxLinger)
 	tick := min(quiet/4, 10*time.Millisecond)
-	last := t.dev.Counter(qp.CntRcvdPkts)
+	last := t.dev.Counter(verbs.CntRcvdPkts)
 	calm := time.Now()
 	t.waitingFor("answering the peer's last packets after the run")
 	for now := time.Now(); now.Before(end) && now.Sub(calm) < quiet && t.ctx.Err() == nil; now = time.Now() {
 		time.Sleep(tick)
-		if c := t.dev.Counter(qp.CntRcvdPkts); c != last {
+		if c := t.dev.Counter(verbs.CntRcvdPkts); c != last {
 			last, calm = c, time.Now()
 		}
 	}
@@ -297,13 +297,13 @@ func (t *toolRun) gid(i int) (bth.GID, error) {
 }
 
 // ahAttr returns the path from GID index sgid to the peer's GID.
-func (t *toolRun) ahAttr(ctx context.Context, dgid oob.GID, sgid int) (roce.AHAttr, error) {
-	if dgid == (oob.GID{}) {
-		return roce.AHAttr{}, errors.New("the peer announced no GID: RoCE needs one (run the peer with -g or -x)")
+func (t *toolRun) ahAttr(ctx context.Context, dgid bth.GID, sgid int) (verbs.AHAttr, error) {
+	if dgid == (bth.GID{}) {
+		return verbs.AHAttr{}, errors.New("the peer announced no GID: RoCE needs one (run the peer with -g or -x)")
 	}
 	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
-	return t.port.AHAttr(ctx, bth.GID(dgid), sgid)
+	return t.port.AHAttr(ctx, dgid, sgid)
 }
 
 // randomPSN returns a random initial packet sequence number, as the tools
@@ -323,14 +323,14 @@ type completions struct {
 	ch     *roce.CompChannel // nil without events
 	stall  time.Duration
 	port   *iface.Port
-	buf    []roce.WC
+	buf    []verbs.WC
 	unacks int // events taken and not yet acknowledged
 }
 
 // newCompletions creates a CQ of n entries on dev, with a completion
 // channel when events is set, and its waiter.
 func (t *toolRun) newCompletions(n int, events bool) (*completions, error) {
-	c := &completions{ctx: t.ctx, stall: t.stall, port: t.port, buf: make([]roce.WC, 64)}
+	c := &completions{ctx: t.ctx, stall: t.stall, port: t.port, buf: make([]verbs.WC, 64)}
 	if events {
 		c.ch = t.dev.CreateCompChannel()
 	}
@@ -349,19 +349,19 @@ func (t *toolRun) newCompletions(n int, events bool) (*completions, error) {
 
 // poll returns the completions that are ready, without waiting; the slice
 // is valid until the next call.
-func (c *completions) poll() []roce.WC {
+func (c *completions) poll() []verbs.WC {
 	n := c.cq.Poll(c.buf)
 	return c.buf[:n]
 }
 
 // wait returns at least one completion, waiting up to the stall limit;
 // the slice is valid until the next call.
-func (c *completions) wait() ([]roce.WC, error) { return c.waitUntil(time.Time{}) }
+func (c *completions) wait() ([]verbs.WC, error) { return c.waitUntil(time.Time{}) }
 
 // waitUntil is wait that also gives up at end, unless end is zero,
 // returning no completion and no error: the end of a -D run, which no
 // completion outstanding may hold up.
-func (c *completions) waitUntil(end time.Time) ([]roce.WC, error) {
+func (c *completions) waitUntil(end time.Time) ([]verbs.WC, error) {
 	if wcs := c.poll(); len(wcs) > 0 {
 		return wcs, nil
 	}
@@ -448,11 +448,11 @@ func (c *completions) done() {
 // while this goroutine watches memory.
 func (t *toolRun) syncMemory() uint64 {
 	t.dev.Progress()
-	return t.dev.Counter(qp.CntRcvdPkts)
+	return t.dev.Counter(verbs.CntRcvdPkts)
 }
 
 // statusText describes a work completion status as perftest's error
 // messages do: "status 12 (transport retry counter exceeded)".
-func statusText(s roce.WCStatus) string {
+func statusText(s verbs.WCStatus) string {
 	return fmt.Sprintf("status %d (%s)", int(s), s)
 }
