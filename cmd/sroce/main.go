@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 )
 
@@ -71,7 +72,38 @@ var commands = []command{
 
 // main runs the command line and exits with its status.
 func main() {
-	os.Exit(run(os.Args[1:], &env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}))
+	stop, err := startProfile(os.Getenv(envCPUProfile))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sroce: %s: %v\n", envCPUProfile, err)
+		os.Exit(exitUsage)
+	}
+	code := run(os.Args[1:], &env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
+	stop()
+	os.Exit(code)
+}
+
+// envCPUProfile names the environment variable that makes any command
+// write a CPU profile (go tool pprof's format) to the file it names.
+const envCPUProfile = "SROCE_CPUPROFILE"
+
+// startProfile starts a CPU profile into path ("" starts none) and returns
+// the function that ends it.
+func startProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // run dispatches args (the command line without the program name) to a
@@ -145,6 +177,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(&b, "  %-*s  %s\n", width, c.name, c.summary)
 	}
 	b.WriteString("\nRun \"sroce help <command>\" for the flags of a command.\n")
+	b.WriteString("SROCE_CPUPROFILE=FILE makes any command write a CPU profile (go tool pprof) to FILE.\n")
 	io.WriteString(w, b.String())
 }
 

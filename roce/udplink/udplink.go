@@ -88,7 +88,11 @@ type Link struct {
 	stats   Stats
 	pkt     bth.Packet
 	txAddrs []net.UDPAddr
-	rc      syscall.RawConn    // conn's raw access, for WaitReady
+	// waitF is a duplicate of conn's socket in the runtime's poller, where
+	// WaitReady blocks: a wait on conn itself would hold conn's read lock
+	// and stall the goroutine that reads meanwhile.
+	waitF   *os.File
+	rc      syscall.RawConn    // waitF's raw access
 	peekFn  func(uintptr) bool // peek, allocated once
 	peekBuf [1]byte
 }
@@ -134,7 +138,7 @@ func Open(addr netip.Addr, port int, mtu int) (*Link, error) {
 	}
 	l := &Link{conn: conn, local: addr, port: uint16(port), mtu: mtu, v6: addr.Is6()}
 	if err := l.setSockopts(); err != nil {
-		conn.Close()
+		l.Close()
 		return nil, err
 	}
 	if l.v6 {
@@ -161,7 +165,20 @@ func (l *Link) setSockopts() error {
 	if err != nil {
 		return err
 	}
-	l.rc, l.peekFn = rc, l.peek
+	l.peekFn = l.peek
+	var derr error
+	if cerr := rc.Control(func(fd uintptr) {
+		var nfd int
+		nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+		if derr == nil {
+			l.waitF = os.NewFile(uintptr(nfd), "udplink")
+		}
+	}); cerr != nil || derr != nil {
+		return fmt.Errorf("udplink: duplicate the socket: %w", errors.Join(cerr, derr))
+	}
+	if l.rc, err = l.waitF.SyscallConn(); err != nil {
+		return err
+	}
 	var serr error
 	err = rc.Control(func(fd uintptr) {
 		if l.v6 {
@@ -251,6 +268,9 @@ func (l *Link) Stats() Stats {
 func (l *Link) Wake() {
 	if !l.woken.Swap(true) {
 		_ = l.conn.SetReadDeadline(time.Unix(1, 0))
+		if l.waitF != nil {
+			_ = l.waitF.SetReadDeadline(time.Unix(1, 0))
+		}
 	}
 }
 
@@ -258,6 +278,9 @@ func (l *Link) Wake() {
 func (l *Link) Close() error {
 	if l.closed.Swap(true) {
 		return nil
+	}
+	if l.waitF != nil {
+		l.waitF.Close()
 	}
 	return l.conn.Close()
 }
@@ -377,7 +400,7 @@ func (l *Link) WaitReady(timeout time.Duration) error {
 	if timeout > 0 {
 		dl = time.Now().Add(timeout)
 	}
-	if err := l.conn.SetReadDeadline(dl); err != nil {
+	if err := l.waitF.SetReadDeadline(dl); err != nil {
 		return l.readErr(err)
 	}
 	if l.woken.Swap(false) {

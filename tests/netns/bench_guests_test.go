@@ -9,13 +9,17 @@ package netns
 //	go test -run '^$' -bench GuestTable -benchtime 1x ./tests/netns/
 //
 // SROCE_BENCH_ENGINES (comma separated, default "auto") runs sroce once per
-// engine mode and prints a column for each.
+// engine mode and prints a column for each. SROCE_BENCH_PROFILE=DIR keeps a
+// CPU profile of every sroce process in DIR, named by figure, engine and
+// guest.
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,6 +112,7 @@ func BenchmarkGuestTable(b *testing.B) {
 		}
 	}
 	a, c := guests[0], guests[1]
+	profDir := os.Getenv("SROCE_BENCH_PROFILE")
 	for i := 0; i < b.N; i++ {
 		var out strings.Builder
 		tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', 0)
@@ -120,9 +125,18 @@ func BenchmarkGuestTable(b *testing.B) {
 			rxe := guestFigureRun(b, ctx, a, c, fig, fig.tool+" -d rxe0 "+fig.args)
 			fmt.Fprintf(tw, "%s\t%s\t%s", fig.name, fig.unit, fmtFigure(rxe))
 			for _, e := range engines {
-				cmd := "SROCE_LINK=xdp SROCE_STALL_TIMEOUT=60s SROCE_ENGINE=" + e + " " + rxeguest.SharePath +
-					"/sroce " + strings.ReplaceAll(strings.TrimPrefix(fig.tool, "ib_"), "_", "-") + " -d eth0 " + fig.args
+				tool := strings.ReplaceAll(strings.TrimPrefix(fig.tool, "ib_"), "_", "-")
+				prof, env := "", ""
+				if profDir != "" {
+					prof = fmt.Sprintf("%s-%s-%s", tool, strings.Fields(fig.args)[3], e)
+					env = "SROCE_CPUPROFILE=/tmp/" + prof + ".pprof "
+				}
+				cmd := env + "SROCE_LINK=xdp SROCE_STALL_TIMEOUT=60s SROCE_ENGINE=" + e + " " + rxeguest.SharePath +
+					"/sroce " + tool + " -d eth0 " + fig.args
 				ours := guestFigureRun(b, ctx, a, c, fig, cmd)
+				if prof != "" {
+					fetchProfiles(b, ctx, profDir, prof, a, c)
+				}
 				ratio := "-"
 				if rxe > 0 && ours > 0 {
 					r := ours / rxe
@@ -136,6 +150,9 @@ func BenchmarkGuestTable(b *testing.B) {
 			fmt.Fprintln(tw)
 		}
 		tw.Flush()
+		if profDir != "" {
+			keepBinary(b, share, profDir)
+		}
 		// The table goes to standard output: the benchmark log keeps only
 		// its first lines.
 		fmt.Printf("\nTwo TCG guests (one vCPU each) on one bridge, %s; sroce/rxe above 1 means sroce is better.\n\n%s\n",
@@ -149,7 +166,7 @@ func guestFigureRun(b *testing.B, ctx context.Context, a, c *rxeguest.Guest, fig
 	start := time.Now()
 	srv, cli, err := runToolPair(ctx, a, c, 18515, cmd, cmd)
 	if err != nil {
-		b.Logf("%s: %v (after %v)\nserver: %s%s\nclient: %s%s", cmd, err, time.Since(start).Round(time.Millisecond),
+		fmt.Printf("%s: %v (after %v)\nserver: %s%s\nclient: %s%s", cmd, err, time.Since(start).Round(time.Millisecond),
 			srv.Stdout, srv.Stderr, cli.Stdout, cli.Stderr)
 		return 0
 	}
@@ -159,7 +176,7 @@ func guestFigureRun(b *testing.B, ctx context.Context, a, c *rxeguest.Guest, fig
 	}
 	line := row.FindString(string(cli.Stdout))
 	if line == "" {
-		b.Logf("%s printed no result row:\n%s", cmd, cli.Stdout)
+		fmt.Printf("%s printed no result row:\n%s", cmd, cli.Stdout)
 		return 0
 	}
 	v, ok := fig.value(strings.Fields(line))
@@ -179,4 +196,40 @@ func fmtFigure(v float64) string {
 		return fmt.Sprintf("%.1f k", v/1000)
 	}
 	return fmt.Sprintf("%.1f", v)
+}
+
+// fetchProfiles copies the CPU profile /tmp/name.pprof of each guest into
+// dir as name-GUEST.pprof.
+func fetchProfiles(b *testing.B, ctx context.Context, dir, name string, guests ...*rxeguest.Guest) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for _, g := range guests {
+		r, err := g.Run(ctx, "base64 -w0 /tmp/"+name+".pprof")
+		if err == nil {
+			err = r.Err()
+		}
+		var data []byte
+		if err == nil {
+			data, err = base64.StdEncoding.DecodeString(strings.TrimSpace(string(r.Stdout)))
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name+"-"+g.Name()+".pprof"), data, 0o644)
+		}
+		if err != nil {
+			fmt.Printf("no CPU profile %s from %s: %v\n", name, g.Name(), err)
+		}
+	}
+}
+
+// keepBinary copies the sroce binary the profiles describe into dir.
+func keepBinary(b *testing.B, share, dir string) {
+	data, err := os.ReadFile(filepath.Join(share, "sroce"))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "sroce"), data, 0o755)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	fmt.Printf("CPU profiles of the sroce runs: %s\n", dir)
 }
