@@ -78,6 +78,10 @@ const DefaultSpinFor = 200 * time.Microsecond
 // autoSpinCPUs is the fewest CPUs on which EngineAuto spins.
 const autoSpinCPUs = 4
 
+// Resolve returns the mode EngineAuto stands for in this process, or m
+// itself.
+func (m EngineMode) Resolve() EngineMode { return resolveEngine(m) }
+
 // resolveEngine picks the mode for EngineAuto.
 func resolveEngine(m EngineMode) EngineMode {
 	if m != EngineAuto {

@@ -168,6 +168,13 @@ func (s *Socket) submitFill() {
 	}
 }
 
+// drivePoll enters the kernel with a non-blocking receive, which busy-polls
+// the queue's NAPI context when Options.BusyPoll is set.
+func (s *Socket) drivePoll() {
+	s.c.busyPolls.Add(1)
+	unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+}
+
 // ReceiveCopy copies up to len(bufs) received frames into bufs, sets
 // sizes[i] to the length of frame i and returns the number of frames. It
 // does not block. A frame longer than its buffer is dropped and counted in
@@ -182,6 +189,9 @@ func (s *Socket) ReceiveCopy(bufs [][]byte, sizes []int) (int, error) {
 }
 
 func (s *Socket) receiveCopy(bufs [][]byte, sizes []int) int {
+	if s.busyPoll && s.rx.available() == 0 {
+		s.drivePoll()
+	}
 	n := 0
 	want := min(len(bufs), len(sizes))
 	for n < want {

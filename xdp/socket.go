@@ -17,6 +17,7 @@ import (
 	"math/bits"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -93,6 +94,16 @@ type Options struct {
 	NoSteering bool
 	// AttachMode is the attach mode of a program Open attaches.
 	AttachMode bpf.AttachMode
+	// BusyPoll, when positive, asks the kernel to busy-poll the queue's
+	// NAPI context for up to this long in each receive call instead of
+	// waiting for its interrupt (SO_BUSY_POLL, with SO_PREFER_BUSY_POLL
+	// and SO_BUSY_POLL_BUDGET): receives with an empty ring then enter the
+	// kernel to drive it. For a busy-polling engine. SO_PREFER_BUSY_POLL
+	// and a budget above the default need CAP_NET_ADMIN; what was refused
+	// is in Stats.BusyPoll.
+	BusyPoll time.Duration
+	// BusyPollBudget is the packets per busy poll (default 64).
+	BusyPollBudget int
 }
 
 // Owners of a UMEM chunk.
@@ -155,13 +166,15 @@ type Stats struct {
 	Wakeups         uint64 // Wait calls ended by Wake
 	BindRetries     uint64 // bind attempts refused with EBUSY before success
 	ZeroCopyRefusal string // why zero-copy was not used ("" if it is)
+	BusyPoll        string // "off", "on", or what the kernel refused
+	BusyPolls       uint64 // receive calls that entered the kernel to busy-poll
 }
 
 type counters struct {
 	rxFrames, rxBytes, rxMulti, rxTooLarge, rxShort, rxNoGather, rxBad atomic.Uint64
 	txFrames, txBytes, txCompleted, txKicks, txKickErr, txStalls       atomic.Uint64
 	txRetries                                                          atomic.Uint64
-	fillWakeups, waits, wakeups                                        atomic.Uint64
+	fillWakeups, waits, wakeups, busyPolls                             atomic.Uint64
 }
 
 // Socket is an AF_XDP socket bound to one queue of one interface.
@@ -210,7 +223,11 @@ type Socket struct {
 	closed      atomic.Bool
 	bindRetries uint64
 	zcRefusal   string
-	c           counters
+	// busyPoll: receives with an empty ring enter the kernel to drive the
+	// queue's NAPI (Options.BusyPoll); busyPollState says what was set.
+	busyPoll      bool
+	busyPollState string
+	c             counters
 }
 
 const xdpPacketHeadroom = unix.XDP_PACKET_HEADROOM
@@ -272,6 +289,7 @@ func (s *Socket) open(opts Options) error {
 	if err := s.openPoller(); err != nil {
 		return err
 	}
+	s.setBusyPoll(opts)
 	if s.sg {
 		s.maxFrame = opts.MaxFrameSize
 		if s.maxFrame <= 0 {
@@ -486,6 +504,40 @@ func (s *Socket) sizeSendBuffer() {
 	}
 }
 
+// setBusyPoll applies Options.BusyPoll. The socket works without it, so
+// refusals are recorded, not returned.
+func (s *Socket) setBusyPoll(opts Options) {
+	s.busyPollState = "off"
+	if opts.BusyPoll <= 0 {
+		return
+	}
+	budget := opts.BusyPollBudget
+	if budget <= 0 {
+		budget = 64
+	}
+	us := int(max(opts.BusyPoll/time.Microsecond, 1))
+	var refused []string
+	for _, o := range []struct {
+		name string
+		opt  int
+		val  int
+	}{
+		{"SO_PREFER_BUSY_POLL", unix.SO_PREFER_BUSY_POLL, 1},
+		{"SO_BUSY_POLL", unix.SO_BUSY_POLL, us},
+		{"SO_BUSY_POLL_BUDGET", unix.SO_BUSY_POLL_BUDGET, budget},
+	} {
+		if err := unix.SetsockoptInt(s.fd, unix.SOL_SOCKET, o.opt, o.val); err != nil {
+			refused = append(refused, fmt.Sprintf("%s: %v", o.name, err))
+		}
+	}
+	if len(refused) == 0 {
+		s.busyPollState = "on"
+	} else {
+		s.busyPollState = "refused: " + strings.Join(refused, "; ")
+	}
+	s.busyPoll = len(refused) < 3
+}
+
 // openPoller registers a duplicate of the bound socket's descriptor with
 // the runtime's network poller, where Wait blocks (the socket is set
 // non-blocking; AF_XDP's poll reports POLLIN while the rx ring holds
@@ -596,6 +648,8 @@ func (s *Socket) Stats() Stats {
 		Wakeups:         s.c.wakeups.Load(),
 		BindRetries:     s.bindRetries,
 		ZeroCopyRefusal: s.zcRefusal,
+		BusyPoll:        s.busyPollState,
+		BusyPolls:       s.c.busyPolls.Load(),
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -750,3 +750,48 @@ func TestWaitTransmitsStuckFrames(t *testing.T) {
 		t.Errorf("SO_SNDBUF %d (%v), want at least %d", sb, err, want)
 	}
 }
+
+// TestBusyPoll opens a socket that busy-polls its queue: as root the three
+// socket options are accepted, and receiving with an empty ring enters the
+// kernel to drive the queue, which still delivers every frame.
+func TestBusyPoll(t *testing.T) {
+	p := newVethPair(t, 1500, 1)
+	a := openIn(t, p.nsA, p.ifA, 0, Options{})
+	b := openIn(t, p.nsB, p.ifB, 0, Options{BusyPoll: 20 * time.Microsecond})
+	if st := b.Stats(); st.BusyPoll != "on" {
+		t.Fatalf("busy poll %q, want on (as root)", st.BusyPoll)
+	}
+	if st := a.Stats(); st.BusyPoll != "off" {
+		t.Fatalf("busy poll of a socket without the option: %q", st.BusyPoll)
+	}
+	var want [][]byte
+	for i := 0; i < 20; i++ {
+		want = append(want, p.frameAtoB(100+i, byte(i)))
+	}
+	if n, err := a.Transmit(want); err != nil || n != len(want) {
+		t.Fatalf("Transmit: %d, %v", n, err)
+	}
+	bufs := make([][]byte, 8)
+	for i := range bufs {
+		bufs[i] = make([]byte, 2048)
+	}
+	sizes := make([]int, len(bufs))
+	var got [][]byte
+	deadline := time.Now().Add(5 * time.Second)
+	for len(got) < len(want) && time.Now().Before(deadline) {
+		n, err := b.ReceiveCopy(bufs, sizes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			got = append(got, append([]byte(nil), bufs[i][:sizes[i]]...))
+		}
+	}
+	checkFrames(t, "busy-polled", got, want)
+	if n, err := b.ReceiveCopy(bufs, sizes); n != 0 || err != nil { // the ring is empty now
+		t.Fatalf("receive after the last frame: %d, %v", n, err)
+	}
+	if b.Stats().BusyPolls == 0 {
+		t.Error("no receive entered the kernel to busy-poll")
+	}
+}

@@ -115,6 +115,11 @@ func (d Direction) String() string {
 	return "rx"
 }
 
+// DefaultBusyPoll is the kernel busy-poll time (xdp.Options.BusyPoll) of
+// an AF_XDP link under a spinning or adaptive engine, unless Options.XDP
+// sets one.
+const DefaultBusyPoll = 20 * time.Microsecond
+
 // Options configure Open. The zero value opens queue 0 in auto mode.
 type Options struct {
 	// Mode is ModeAuto (or empty), ModeXDP or ModeUDP.
@@ -305,7 +310,12 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 
 // openXDP opens the AF_XDP link.
 func (p *Port) openXDP(opts *Options) error {
-	l, err := xdp.OpenLink(p.ifname, opts.Queue, opts.XDP)
+	xo := opts.XDP
+	if e := opts.Engine.Resolve(); (e == roce.EngineSpin || e == roce.EngineAdaptive) && xo.BusyPoll == 0 {
+		// A polling engine drives the queue itself (see xdp.Options).
+		xo.BusyPoll = DefaultBusyPoll
+	}
+	l, err := xdp.OpenLink(p.ifname, opts.Queue, xo)
 	if err != nil {
 		return errorf(ErrXDP, err, "AF_XDP on %s queue %d failed: %v", p.ifname, opts.Queue, err)
 	}
