@@ -28,7 +28,10 @@ const (
 
 // step processes n frames already in d.rx, then doorbells, more frames,
 // timers and transmission. It reports whether there is more to do at once.
-func (d *Device) step(now time.Duration, n int) bool {
+// With hold, frames that fill less than a batch stay in it (see
+// Device.progress) until txDue, a later step without hold, or a full
+// batch.
+func (d *Device) step(now time.Duration, n int, hold bool) bool {
 	did := n > 0
 	for i := 0; i < n; i++ {
 		d.receive(now, d.rx[i][:d.rxSizes[i]])
@@ -57,6 +60,12 @@ func (d *Device) step(now time.Duration, n int) bool {
 		did = true
 	}
 	more := d.pump(now)
+	if hold && d.txN > 0 && d.txN < len(d.tx) {
+		if d.txDue == 0 {
+			d.txDue = now + txHoldMax
+		}
+		return did || more
+	}
 	d.flushTx()
 	return did || more || d.txN > 0
 }
@@ -166,7 +175,7 @@ func (d *Device) ring(q *QP) {
 		d.kick()
 	}
 	if d.mode == EngineInline {
-		d.Progress()
+		d.progress(true)
 	}
 }
 
@@ -284,6 +293,7 @@ func (d *Device) flushTx() {
 	for i := 0; i < d.txN; i++ {
 		d.txView[i] = d.tx[i][:d.txLen[i]]
 	}
+	d.txDue = 0
 	n, err := d.link.WriteBatch(d.txView[:d.txN])
 	if err != nil {
 		// The frames are lost; RC recovers by retransmission.

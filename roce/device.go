@@ -122,6 +122,10 @@ type Device struct {
 	mode    EngineMode    // resolved: never EngineAuto
 	spinFor time.Duration // adaptive mode's spin after the last activity
 	parked  atomic.Bool   // the loop blocks (or is about to) in the link
+	// txDue is when frames an inline post held back must be sent (0: none
+	// held); postedSincePoll says the last inline step was a post's.
+	txDue           time.Duration
+	postedSincePoll bool
 	waiter  ReadyWaiter   // the link's wait without reading (inline mode)
 	// parkUntil is when the blocked loop wakes by itself (clock time).
 	parkUntil atomic.Int64
@@ -354,8 +358,13 @@ func (d *Device) Run(ctx context.Context) error {
 			d.mu.Unlock()
 			return nil
 		}
-		busy := d.step(now, n)
+		// Frames an inline post held back wait for their due time, as
+		// they would had the posting goroutine kept the lock.
+		busy := d.step(now, n, d.txDue != 0 && now < d.txDue)
 		dl, ok := d.nextDeadline()
+		if d.txDue != 0 && (!ok || d.txDue < dl) {
+			dl, ok = d.txDue, true
+		}
 		d.mu.Unlock()
 		wait := time.Duration(0)
 		if busy {
@@ -408,7 +417,7 @@ func (d *Device) Step(now time.Duration) bool {
 	if d.closed {
 		return false
 	}
-	return d.step(now, 0)
+	return d.step(now, 0, false)
 }
 
 // NextDeadline returns the earliest QP timer, if any.

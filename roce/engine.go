@@ -122,6 +122,9 @@ func (d *Device) kick() {
 	}
 }
 
+// txHoldMax bounds how long frames of inline posts wait for their batch.
+const txHoldMax = 50 * time.Microsecond
+
 // Progress runs one step of the loop on the calling goroutine when the
 // device runs inline and no other goroutine is running it, and reports
 // whether it did anything. In other modes, or while the loop is busy
@@ -129,7 +132,15 @@ func (d *Device) kick() {
 // program that waits for memory an RDMA WRITE will fill (as perftest's
 // write_lat does) calls it while it waits; posting and polling call it
 // already.
-func (d *Device) Progress() bool {
+func (d *Device) Progress() bool { return d.progress(false) }
+
+// progress is Progress for a poll (post false) or a post. Batching on
+// the post side: the first post after a poll transmits at once (a
+// latency-bound program posts, then polls); further posts before the next
+// poll leave their frames in the transmit batch, which the poll, a full
+// batch or txHoldMax sends (a throughput-bound program posts many, then
+// polls), so that one kernel kick carries many frames.
+func (d *Device) progress(post bool) bool {
 	if d.mode != EngineInline || !d.running.Load() || !d.mu.TryLock() {
 		return false
 	}
@@ -138,11 +149,16 @@ func (d *Device) Progress() bool {
 		return false
 	}
 	now := d.clock.Now()
-	busy := d.step(now, 0)
+	busy := d.step(now, 0, post && d.postedSincePoll)
+	d.postedSincePoll = post
 	dl, ok := d.nextDeadline()
+	if d.txDue != 0 && (!ok || d.txDue < dl) {
+		dl, ok = d.txDue, true
+	}
 	d.mu.Unlock()
 	// The blocked loop does not know what this step left behind: more to
-	// send than one step's budget, or a timer earlier than its wake-up.
+	// send than one step's budget, held frames, or a timer earlier than
+	// its wake-up.
 	if busy || (ok && dl < time.Duration(d.parkUntil.Load())) {
 		d.kick()
 	}
