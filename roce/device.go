@@ -126,7 +126,7 @@ type Device struct {
 	// held); postedSincePoll says the last inline step was a post's.
 	txDue           time.Duration
 	postedSincePoll bool
-	waiter  ReadyWaiter   // the link's wait without reading (inline mode)
+	waiter          ReadyWaiter // the link's wait without reading (inline mode)
 	// parkUntil is when the blocked loop wakes by itself (clock time).
 	parkUntil atomic.Int64
 	stop      context.CancelFunc
