@@ -316,6 +316,9 @@ func (r *latRun) awaitByte(off int, want byte) error {
 				return nil
 			}
 		}
+		if spins%64 != 63 {
+			continue
+		}
 		waited := time.Since(start)
 		if waited < spinFor {
 			runtime.Gosched()

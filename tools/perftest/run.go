@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -318,6 +319,7 @@ var errStall = errors.New("no completion arrived")
 // without a completion, when the port is lost or when the run's context
 // is cancelled (by a signal: the error is then its cause).
 type completions struct {
+	spin   bool // poll busily instead of blocking (inline devices)
 	ctx    context.Context
 	cq     *roce.CQ
 	ch     *roce.CompChannel // nil without events
@@ -334,6 +336,11 @@ func (t *toolRun) newCompletions(n int, events bool) (*completions, error) {
 	if events {
 		c.ch = t.dev.CreateCompChannel()
 	}
+	// Without events perftest polls its CQ busily. On an inline device
+	// every poll runs the engine, so polling is how this goroutine
+	// receives; on the others it would only take the processor from the
+	// loop, so it blocks instead.
+	c.spin = !events && t.dev.Engine() == roce.EngineInline
 	cq, err := t.dev.CreateCQ(min(n, roce.MaxCQE), c.ch)
 	if err != nil {
 		return nil, fmt.Errorf("cannot create a CQ of %d entries: %v", n, err)
@@ -364,6 +371,9 @@ func (c *completions) wait() ([]verbs.WC, error) { return c.waitUntil(time.Time{
 func (c *completions) waitUntil(end time.Time) ([]verbs.WC, error) {
 	if wcs := c.poll(); len(wcs) > 0 {
 		return wcs, nil
+	}
+	if c.spin {
+		return c.spinUntil(end)
 	}
 	deadline := time.Now().Add(c.stall)
 	for {
@@ -412,6 +422,35 @@ func (c *completions) waitUntil(end time.Time) ([]verbs.WC, error) {
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("waiting for a completion: %v", err)
 		}
+	}
+}
+
+// spinUntil is waitUntil by polling: the clock, the port and the context
+// are looked at every spinCheck polls, and the scheduler gets a turn then.
+func (c *completions) spinUntil(end time.Time) ([]verbs.WC, error) {
+	const spinCheck = 64
+	deadline := time.Now().Add(c.stall)
+	for i := 1; ; i++ {
+		if wcs := c.poll(); len(wcs) > 0 {
+			return wcs, nil
+		}
+		if i%spinCheck != 0 {
+			continue
+		}
+		if err := c.lost(); err != nil {
+			return nil, err
+		}
+		if c.ctx.Err() != nil {
+			return nil, context.Cause(c.ctx)
+		}
+		now := time.Now()
+		if !end.IsZero() && !now.Before(end) {
+			return nil, nil
+		}
+		if now.After(deadline) {
+			return nil, errStall
+		}
+		runtime.Gosched()
 	}
 }
 
