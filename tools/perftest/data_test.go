@@ -111,6 +111,18 @@ func TestCheckWriteTarget(t *testing.T) {
 	if pt.check.err != nil || pt.check.bytes != 0 || pt.check.seen[0] != peerForeign {
 		t.Errorf("foreign writer: err %v, %d bytes, peer %d", pt.check.err, pt.check.bytes, pt.check.seen[0])
 	}
+	// UC: the first WRITE was dropped (its slot keeps this side's own
+	// pattern); the others are still checked against the peer's.
+	pt = testPerftest(t, oob.WriteBW, []string{"-s", "100", "-c", "UC"}, peer)
+	write(pt)
+	first := pt.writtenSlots(size, 1000)[0]
+	off := pt.regionOff(0) + first*pt.incr(size)
+	fillPattern(pt.buf[off:off+size], keySeed(pt.local[0]), first*pt.incr(size))
+	pt.checkWriteTarget(size, 1000)
+	if pt.check.err != nil || pt.check.lost != 1 || pt.check.bytes != uint64((pt.slots(size)-1)*size) || pt.check.seen[0] != peerSroce {
+		t.Errorf("UC with a dropped WRITE: err %v, %d lost, %d bytes checked, peer %d",
+			pt.check.err, pt.check.lost, pt.check.bytes, pt.check.seen[0])
+	}
 }
 
 // TestCheckAtomics checks the atomic checks of both sides.
