@@ -156,6 +156,7 @@ func (d *Device) doorbells() bool {
 	d.dbMu.Lock()
 	list := d.db
 	d.db, d.dbSpare = d.dbSpare[:0], list
+	d.dbRung.Store(false)
 	d.dbMu.Unlock()
 	for _, q := range list {
 		q.doorbell.Store(false)
@@ -171,6 +172,7 @@ func (d *Device) ring(q *QP) {
 	if q.doorbell.CompareAndSwap(false, true) {
 		d.dbMu.Lock()
 		d.db = append(d.db, q)
+		d.dbRung.Store(true)
 		d.dbMu.Unlock()
 		d.kick()
 	}

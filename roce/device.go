@@ -126,6 +126,8 @@ type Device struct {
 	// held); postedSincePoll says the last inline step was a post's.
 	txDue           time.Duration
 	postedSincePoll bool
+	dbRung          atomic.Bool // d.db is not empty
+	quietPolls      int         // empty inline polls since the last clock read
 	waiter          ReadyWaiter // the link's wait without reading (inline mode)
 	// parkUntil is when the blocked loop wakes by itself (clock time).
 	parkUntil atomic.Int64

@@ -49,6 +49,9 @@ type ReadyWaiter interface {
 	// WaitReady returns when a frame is ready for ReadBatch, Wake was
 	// called, or timeout (positive) has passed.
 	WaitReady(timeout time.Duration) error
+	// Ready reports, without waiting and cheaply, whether a frame may be
+	// ready for ReadBatch; a link that cannot tell cheaply says true.
+	Ready() bool
 }
 
 // Clock tells the device the time, as a duration since an arbitrary

@@ -114,6 +114,10 @@ func (l *Link) WaitReady(timeout time.Duration) error {
 	return err
 }
 
+// Ready implements roce.ReadyWaiter: it reports whether the rx ring holds
+// a frame (one atomic load, no system call).
+func (l *Link) Ready() bool { return l.s.rx.available() > 0 }
+
 // Wake makes a blocked ReadBatch return early (with 0, nil).
 func (l *Link) Wake() { l.s.Wake() }
 

@@ -670,6 +670,14 @@ func (t *tapLink) WaitReady(timeout time.Duration) error {
 	return nil
 }
 
+// Ready passes the question on when the link under the tap can answer it.
+func (t *tapLink) Ready() bool {
+	if w, ok := t.Link.(roce.ReadyWaiter); ok {
+		return w.Ready()
+	}
+	return true
+}
+
 func (t *tapLink) WriteBatch(frames [][]byte) (int, error) {
 	n, err := t.Link.WriteBatch(frames)
 	for i := 0; i < n && i < len(frames); i++ {

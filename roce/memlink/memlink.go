@@ -392,6 +392,14 @@ func (p *Port) WaitReady(timeout time.Duration) error {
 	return err
 }
 
+// Ready implements roce.ReadyWaiter: it reports whether a frame is due.
+func (p *Port) Ready() bool {
+	r := p.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !p.closed && p.pending() > 0 && p.next().at <= r.clock.Now()
+}
+
 // WriteBatch implements roce.Link: frames go to the port with their
 // destination MAC address, or to every other port for broadcast and
 // multicast addresses.

@@ -414,6 +414,10 @@ func (l *Link) WaitReady(timeout time.Duration) error {
 	return l.readErr(err)
 }
 
+// Ready implements roce.ReadyWaiter. Only a system call could tell, so it
+// says a datagram may be queued.
+func (l *Link) Ready() bool { return true }
+
 // peek reports whether a datagram is queued (or the socket has an error
 // for the next read to report).
 func (l *Link) peek(fd uintptr) bool {
