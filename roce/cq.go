@@ -1,14 +1,19 @@
-// Completion queues: the device loop appends completions (Push) while it
-// holds the device lock; application goroutines poll or wait on them. A CQ
-// has its own small lock, so polling never waits for the loop.
+// Completion queues: the device loop appends completions (push) while it
+// holds the device lock, so the loop is the ring's one producer; an
+// application goroutine polls them, consumers being serialized by the
+// CQ's poll lock. The completions live in a ring of plain CQE entries
+// (package ring), memory that can later be shared with a client process;
+// polling never waits for the loop.
 
 package roce
 
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/sroce/sroce/ring"
 	"github.com/sroce/sroce/verbs"
 )
 
@@ -19,11 +24,10 @@ import (
 type CQ struct {
 	dev *Device
 
-	mu         sync.Mutex
-	buf        []verbs.WC
-	head, n    int
-	overflowed bool
-	armed      uint8 // armNone, armNext, armSolicited
+	ring       *ring.Ring[ring.CQE] // produced by the loop, consumed under pollMu
+	pollMu     sync.Mutex
+	overflowed atomic.Bool
+	armed      atomic.Uint32 // armNone, armNext, armSolicited
 	ch         *CompChannel
 	nqp        int // QPs using the CQ (under the device lock)
 	dead       bool
@@ -32,7 +36,7 @@ type CQ struct {
 }
 
 const (
-	armNone uint8 = iota
+	armNone uint32 = iota
 	armNext
 	armSolicited
 )
@@ -49,38 +53,46 @@ func (d *Device) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	if d.closed {
 		return nil, ErrClosed
 	}
-	return &CQ{dev: d, buf: make([]verbs.WC, cqe), ch: ch, wake: make(chan struct{}, 1)}, nil
+	r, err := ring.New[ring.CQE](ring.KindCQ, uint32(cqe), ring.Stride[ring.CQE](0))
+	if err != nil {
+		return nil, err
+	}
+	return &CQ{dev: d, ring: r, ch: ch, wake: make(chan struct{}, 1)}, nil
 }
 
 // Cqe returns the capacity of the CQ.
-func (c *CQ) Cqe() int { return len(c.buf) }
+func (c *CQ) Cqe() int { return int(c.ring.Limit()) }
 
 // cqSink is a CQ as the QPs of the loop see it: it implements qp.CQ on an
 // unexported type, so pushing completions is not part of the verbs API.
 type cqSink CQ
 
-func (s *cqSink) Push(wc verbs.WC, solicited bool) bool { return (*CQ)(s).push(wc, solicited) }
+func (s *cqSink) Push(wc verbs.WC, solicited bool) bool { return (*CQ)(s).push(&wc, solicited) }
 
 // push appends a completion from the device loop; it reports false when
-// the CQ is full (the completion is lost and the CQ is in error).
-func (c *CQ) push(wc verbs.WC, solicited bool) bool {
-	c.mu.Lock()
-	if c.n == len(c.buf) {
-		first := !c.overflowed
-		c.overflowed = true
-		c.mu.Unlock()
-		if first {
+// the CQ is full (the completion is lost and the CQ is in error). Callers
+// hold the device lock, which makes them one producer.
+func (c *CQ) push(wc *verbs.WC, solicited bool) bool {
+	e := c.ring.Next()
+	if e == nil {
+		if c.overflowed.CompareAndSwap(false, true) {
 			c.dev.events.post(AsyncEvent{Type: verbs.EventCQErr, CQ: c})
 		}
 		return false
 	}
-	c.buf[(c.head+c.n)%len(c.buf)] = wc
-	c.n++
-	notify := c.armed == armNext || (c.armed == armSolicited && (solicited || wc.Status != verbs.WCSuccess))
-	if notify {
-		c.armed = armNone
+	e.SetWC(wc)
+	c.ring.Publish()
+	notify := false
+	for {
+		a := c.armed.Load()
+		if !(a == armNext || (a == armSolicited && (solicited || wc.Status != verbs.WCSuccess))) {
+			break
+		}
+		if c.armed.CompareAndSwap(a, armNone) {
+			notify = true
+			break
+		}
 	}
-	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -105,34 +117,23 @@ func (c *CQ) Poll(wcs []verbs.WC) int {
 }
 
 func (c *CQ) poll(wcs []verbs.WC) int {
-	c.mu.Lock()
-	k := min(len(wcs), c.n)
-	for i := 0; i < k; i++ {
-		wcs[i] = c.buf[c.head]
-		c.head++
-		if c.head == len(c.buf) {
-			c.head = 0
-		}
+	c.pollMu.Lock()
+	k := min(uint32(len(wcs)), c.ring.Ready())
+	cons := c.ring.Cons()
+	for i := uint32(0); i < k; i++ {
+		c.ring.At(cons + i).WC(&wcs[i])
 	}
-	c.n -= k
-	c.mu.Unlock()
-	return k
+	c.ring.Release(k)
+	c.pollMu.Unlock()
+	return int(k)
 }
 
 // Len returns the number of completions waiting.
-func (c *CQ) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
+func (c *CQ) Len() int { return int(c.ring.Len()) }
 
 // Overflowed reports whether completions were lost because the CQ was
 // full.
-func (c *CQ) Overflowed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.overflowed
-}
+func (c *CQ) Overflowed() bool { return c.overflowed.Load() }
 
 // Wait blocks until at least one completion is available or ctx is done,
 // then polls like Poll. It needs the device loop running (Run or Start).
@@ -187,14 +188,11 @@ func (c *CQ) ReqNotify(solicitedOnly bool) error {
 	if c.ch == nil {
 		return ErrInvalid
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if solicitedOnly {
-		if c.armed != armNext {
-			c.armed = armSolicited
-		}
+		// Arming for solicited completions leaves an armNext in place.
+		c.armed.CompareAndSwap(armNone, armSolicited)
 	} else {
-		c.armed = armNext
+		c.armed.Store(armNext)
 	}
 	return nil
 }
