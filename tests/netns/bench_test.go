@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -51,6 +52,7 @@ type srBenchRow struct {
 	pps      float64 // packet rate (0 for latency rows)
 	ceiling  string  // the ceiling row it is compared with
 	fraction float64 // sroce / ceiling (inverse ratio for latency)
+	cpu      float64 // process CPU time per message or round trip, microseconds (both ends)
 }
 
 var srBench struct {
@@ -128,7 +130,7 @@ func srPrintTable(w *os.File) {
 	sort.Strings(names)
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nsroce over veth vs the raw AF_XDP ceiling (copy mode, this machine)")
-	fmt.Fprintln(tw, "benchmark\tsroce\tsroce pkt/s\tceiling (raw AF_XDP)\t\tsroce/ceiling\t")
+	fmt.Fprintln(tw, "benchmark\tsroce\tsroce pkt/s\tceiling (raw AF_XDP)\t\tsroce/ceiling\tCPU us per msg (both ends)\t")
 	for _, n := range names {
 		r := srBench.rows[n]
 		c := srBench.rows[r.ceiling]
@@ -148,7 +150,7 @@ func srPrintTable(w *os.File) {
 		kind, _, _ := strings.Cut(r.ceiling, "/")
 		_, frame, _ := strings.Cut(r.ceiling, "frame=")
 		what := fmt.Sprintf("%s, %s-byte frames", strings.TrimPrefix(kind, "ceiling-"), frame)
-		fmt.Fprintf(tw, "%s\t%.2f %s\t%s\t%s\t%s\t%.0f%%\t\n", n, r.value, r.unit, pps, what, cv, 100*frac)
+		fmt.Fprintf(tw, "%s\t%.2f %s\t%s\t%s\t%s\t%.0f%%\t%.2f\t\n", n, r.value, r.unit, pps, what, cv, 100*frac, r.cpu)
 	}
 	tw.Flush()
 }
@@ -306,6 +308,7 @@ func srWriteBW(b *testing.B, engine roce.EngineMode, mtu, size int, ceiling stri
 	sent0 := r.a.stat("sent_pkts")
 	b.SetBytes(int64(size))
 	b.ResetTimer()
+	cpu0 := srCPU(b)
 	start := time.Now()
 	posted, done := 0, 0
 	for done < b.N {
@@ -332,6 +335,7 @@ func srWriteBW(b *testing.B, engine roce.EngineMode, mtu, size int, ceiling stri
 		}
 	}
 	el := time.Since(start)
+	cpu := srCPU(b) - cpu0
 	b.StopTimer()
 	pkts := float64(r.a.stat("sent_pkts") - sent0)
 	pps := pkts / el.Seconds()
@@ -342,7 +346,9 @@ func srWriteBW(b *testing.B, engine roce.EngineMode, mtu, size int, ceiling stri
 	if n := r.a.stat("retransmit_pkts"); n > 0 {
 		b.ReportMetric(float64(n), "retransmits")
 	}
-	row := srBenchRow{name: b.Name()[len("BenchmarkSroce/"):], pps: pps, ceiling: ceiling}
+	cpuPer := float64(cpu.Microseconds()) / float64(b.N)
+	b.ReportMetric(cpuPer, "cpu-us/msg")
+	row := srBenchRow{name: b.Name()[len("BenchmarkSroce/"):], pps: pps, ceiling: ceiling, cpu: cpuPer}
 	if size >= 1024 {
 		row.value, row.unit = gbps, "Gbit/s"
 	} else {
@@ -400,19 +406,23 @@ func srSendLat(b *testing.B, engine roce.EngineMode, mtu, size int, ceiling stri
 		}
 	}()
 	b.ResetTimer()
+	cpu0 := srCPU(b)
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
 		send(a)
 		recv(a)
 	}
 	el := time.Since(start)
+	cpu := srCPU(b) - cpu0
 	b.StopTimer()
 	close(stop)
 	<-done
 	rtt := float64(el.Microseconds()) / float64(b.N)
 	b.ReportMetric(rtt/2, "us-one-way")
 	b.ReportMetric(rtt, "us-rtt")
-	srRecord(srBenchRow{name: b.Name()[len("BenchmarkSroce/"):], value: rtt, unit: "us RTT", ceiling: ceiling})
+	cpuPer := float64(cpu.Microseconds()) / float64(b.N)
+	b.ReportMetric(cpuPer, "cpu-us/rtt")
+	srRecord(srBenchRow{name: b.Name()[len("BenchmarkSroce/"):], value: rtt, unit: "us RTT", ceiling: ceiling, cpu: cpuPer})
 }
 
 // srBusyPoll polls cq without blocking until a completion arrives, as
@@ -430,4 +440,13 @@ func srBusyPoll(cq *roce.CQ, wcs []verbs.WC, timeout time.Duration) (int, error)
 			runtime.Gosched()
 		}
 	}
+}
+
+// srCPU returns the CPU time the process has used, user and system.
+func srCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
