@@ -169,15 +169,22 @@ func (d *Device) doorbells() bool {
 // ring notes that q has new work; called by posting goroutines. An
 // inline device transmits it at once on the caller's goroutine.
 func (d *Device) ring(q *QP) {
+	d.ringRecv(q)
+	if d.mode == EngineInline {
+		d.progress(true)
+	}
+}
+
+// ringRecv is ring for posted receives: an inline device leaves them to
+// the next step (a receive only matters when a message arrives, which a
+// poll or the loop handles), so posting a receive costs no step.
+func (d *Device) ringRecv(q *QP) {
 	if q.doorbell.CompareAndSwap(false, true) {
 		d.dbMu.Lock()
 		d.db = append(d.db, q)
 		d.dbRung.Store(true)
 		d.dbMu.Unlock()
 		d.kick()
-	}
-	if d.mode == EngineInline {
-		d.progress(true)
 	}
 }
 

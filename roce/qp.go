@@ -243,7 +243,7 @@ func (q *QP) PostRecv(wr *verbs.RecvWR) error {
 	err := q.qp.PostRecv(wr)
 	q.recvMu.Unlock()
 	if err == nil {
-		q.dev.ring(q)
+		q.dev.ringRecv(q)
 	}
 	return err
 }
@@ -265,7 +265,7 @@ func (q *QP) PostRecvList(wrs []verbs.RecvWR) (int, error) {
 	}
 	q.recvMu.Unlock()
 	if n > 0 {
-		q.dev.ring(q)
+		q.dev.ringRecv(q)
 	}
 	return n, err
 }
