@@ -11,7 +11,8 @@ package netns
 // SROCE_BENCH_ENGINES (comma separated, default "auto") runs sroce once per
 // engine mode and prints a column for each. SROCE_BENCH_PROFILE=DIR keeps a
 // CPU profile of every sroce process in DIR, named by figure, engine and
-// guest.
+// guest. SROCE_BENCH_FIGURES (e.g. "write_lat,send_lat") runs only the
+// figures it names.
 
 import (
 	"context"
@@ -122,6 +123,9 @@ func BenchmarkGuestTable(b *testing.B) {
 		}
 		fmt.Fprintln(tw)
 		for _, fig := range guestFigures {
+			if only := os.Getenv("SROCE_BENCH_FIGURES"); only != "" && !strings.Contains(only, strings.Fields(fig.name)[0]) {
+				continue
+			}
 			rxe := guestFigureRun(b, ctx, a, c, fig, fig.tool+" -d rxe0 "+fig.args)
 			fmt.Fprintf(tw, "%s\t%s\t%s", fig.name, fig.unit, fmtFigure(rxe))
 			for _, e := range engines {
