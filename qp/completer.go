@@ -139,7 +139,7 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 		orig := pkt.AtomicAckETH().OrigRemDt()
 		putHostU64(b[:], orig)
 		w.atomic = orig
-		if _, err := q.pd.Scatter(w.wr.SGL, 0, b[:]); err != nil {
+		if _, err := q.pd.Scatter(q.sq.sglOf(w), 0, b[:]); err != nil {
 			q.localError(w, err)
 			return progress
 		}
@@ -224,7 +224,7 @@ func (q *QP) readResponse(pkt *bth.Packet, w *sendWQE, psn bth.PSN) bool {
 	}
 	q.resetRetry()
 	if n > 0 {
-		if _, err := q.pd.Scatter(w.wr.SGL, uint64(w.rdDone), pkt.PayloadBytes()); err != nil {
+		if _, err := q.pd.Scatter(q.sq.sglOf(w), uint64(w.rdDone), pkt.PayloadBytes()); err != nil {
 			q.localError(w, err)
 			return false
 		}

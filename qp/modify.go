@@ -293,7 +293,7 @@ func (q *QP) reset() {
 	r.compIdx, r.reqIdx = prod, prod
 	q.sq.cons.Store(prod)
 	if q.srq == nil {
-		q.rq.cons.Store(q.rq.prod.Load())
+		q.rq.r.SetCons(q.rq.r.Prod())
 	}
 	*r = requester{reqIdx: prod, compIdx: prod}
 	q.attr.MaxRdAtomic, q.attr.MaxDestRdAtomic = 0, 0

@@ -90,7 +90,7 @@ type QP struct {
 	Context any
 
 	pubState atomicState // state as seen by posters
-	sq       ring[sendWQE]
+	sq       sendQueue
 	rq       recvRing
 
 	// Loop-owned state.
@@ -119,22 +119,13 @@ func New(c *Config) *QP {
 	if q.typ == verbs.QPTypeGSI {
 		q.qkey = verbs.GSIQKey
 	}
-	maxSend := max(c.Cap.MaxSendWR, 1)
-	q.sq.init(maxSend)
-	for i := range q.sq.slots {
-		s := &q.sq.slots[i]
-		s.sgl = make([]mr.SGE, 0, c.Cap.MaxSendSGE)
-		if c.Cap.MaxInlineData > 0 {
-			s.inline = make([]byte, 0, c.Cap.MaxInlineData)
-		}
-	}
+	q.sq.initSend(max(c.Cap.MaxSendWR, 1), c.Cap.MaxSendSGE, c.Cap.MaxInlineData, datagram(c.Type))
 	if c.SRQ == nil {
 		q.rq.initRecv(max(c.Cap.MaxRecvWR, 1), c.Cap.MaxRecvSGE)
 	}
 	if c.SRQ != nil {
 		q.resp.srqWQE.sgl = make([]mr.SGE, 0, c.SRQ.rq.maxSGE)
 	}
-	q.resp.out.init(respQueueLen)
 	q.attr.PortNum = 1
 	q.attr.Cap = c.Cap
 	q.mtu = c.PortMTU.Bytes()
@@ -233,33 +224,29 @@ func (q *QP) PostSend(wr *verbs.SendWR) error {
 	}
 	p := q.sq.prod.Load()
 	s := q.sq.at(p)
-	sgl, in := s.sgl, s.inline
-	// Copy field by field: storing *wr whole would make the caller's SGL
-	// escape to the heap, and posting would allocate.
-	s.wr = verbs.SendWR{WRID: wr.WRID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm,
+	s.wr = sendWR{WRID: wr.WRID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm,
 		InvalidateRKey: wr.InvalidateRKey, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey,
 		CompareAdd: wr.CompareAdd, Swap: wr.Swap, RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey,
 		Bind: wr.Bind, RegAccess: wr.RegAccess}
-	if wr.AH != nil {
-		s.ah = *wr.AH // by value, for the same reason
+	if wr.AH != nil && q.sq.ahs != nil {
+		*q.sq.ahOf(s) = *wr.AH // by value: the caller's AH may change
 	}
 	s.length = uint32(total)
+	s.inline = inline
+	s.nsge = 0
 	if inline {
-		in = in[:total]
+		in := q.sq.inlineOf(s)
 		if wr.InlineData != nil {
 			copy(in, wr.InlineData)
 		} else if _, err := q.pd.Gather(wr.SGL, 0, in); err != nil {
-			s.wr = verbs.SendWR{}
+			s.wr = sendWR{}
+			s.inline = false
 			return ErrInlineGather
 		}
-		s.wr.InlineData = in
-		s.wr.SGL = nil
 	} else {
-		sgl = append(sgl[:0], wr.SGL...)
-		s.wr.SGL = sgl
-		s.wr.InlineData = nil
+		s.nsge = uint8(len(wr.SGL))
+		copy(q.sq.sglOf(s), wr.SGL)
 	}
-	s.sgl, s.inline = sgl, in
 	s.state = wqePosted
 	s.status = verbs.WCSuccess
 	s.started, s.hasRd = false, false
@@ -476,11 +463,10 @@ func (q *QP) flush() {
 			q.pushRecv(&wc, false)
 		}
 	} else {
-		prod := q.rq.prod.Load()
-		for c := q.rq.cons.Load(); c != prod; c++ {
-			wc := verbs.WC{WRID: q.rq.at(c).wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.qpn}
+		for q.rq.r.Ready() != 0 {
+			wc := verbs.WC{WRID: q.rq.r.Front().WRID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.qpn}
 			q.pushRecv(&wc, false)
-			q.rq.cons.Store(c + 1)
+			q.rq.r.Release(1)
 		}
 	}
 	rs.rwqe = nil

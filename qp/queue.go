@@ -8,7 +8,10 @@
 // advancing cons once the work request has completed. Posters must be
 // serialized by the caller (the device holds a mutex per queue); the loop
 // never waits for a poster. Posting copies the scatter/gather list and
-// inline data into storage owned by the slot, so nothing is allocated.
+// inline data into storage owned by the queue, so nothing is allocated,
+// and no slot holds a Go pointer. The receive queues are rings of package
+// ring (the layout a client process will share); the send queue's slots
+// still carry the loop's execution state beside the request.
 
 package qp
 
@@ -19,6 +22,7 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/mr"
+	sring "github.com/sroce/sroce/ring"
 	"github.com/sroce/sroce/verbs"
 )
 
@@ -77,14 +81,34 @@ const (
 	wqeError                   // failed; status says why
 )
 
-// sendWQE is a send queue slot.
+// sendWR is what a send queue slot keeps of a verbs.SendWR: every field
+// but the SGL, the inline data and the address handle, which live in
+// per-QP arrays indexed by the slot (see sendQueue), so a slot holds no
+// Go pointers.
+type sendWR struct {
+	WRID           uint64
+	RemoteAddr     uint64
+	CompareAdd     uint64
+	Swap           uint64
+	Bind           mr.MWBind
+	Flags          verbs.SendFlags
+	Imm            uint32
+	InvalidateRKey uint32
+	RKey           uint32
+	RegAccess      mr.Access
+	RemoteQPN      bth.QPN
+	RemoteQKey     uint32
+	Opcode         verbs.WROpcode
+}
+
+// sendWQE is a send queue slot: a fixed-size plain value.
 type sendWQE struct {
 	// Written by the poster before publication.
-	wr     verbs.SendWR // SGL and InlineData point into sgl and inline; AH is nil
-	sgl    []mr.SGE
-	inline []byte
-	ah     verbs.AH // UD: the destination
+	wr     sendWR
 	length uint32
+	idx    uint32 // the slot's position in the ring, fixed at creation
+	nsge   uint8  // SGEs in the slot's part of sendQueue.sgl
+	inline bool   // the payload is in the slot's part of sendQueue.inline
 
 	// Execution state, owned by the loop.
 	state    wqeState
@@ -98,24 +122,87 @@ type sendWQE struct {
 	atomic   uint64 // atomic original value, for tests and debugging
 }
 
-// recvWQE is a receive queue slot.
+// sendQueue is a QP's send ring and the storage of its slots' variable
+// parts, each one allocation for the whole queue: the SGLs (maxSGE
+// elements per slot), the inline payloads (maxInline bytes per slot) and,
+// for UD QPs only, the resolved address handles.
+type sendQueue struct {
+	ring[sendWQE]
+	sgl       []mr.SGE
+	inlineBuf []byte
+	ahs       []verbs.AH
+	maxSGE    uint32
+	maxInline uint32
+}
+
+func (s *sendQueue) initSend(maxWR, maxSGE, maxInline uint32, ud bool) {
+	s.init(maxWR)
+	n := uint32(len(s.slots))
+	for i := range s.slots {
+		s.slots[i].idx = uint32(i)
+	}
+	s.maxSGE, s.maxInline = maxSGE, maxInline
+	if maxSGE > 0 {
+		s.sgl = make([]mr.SGE, n*maxSGE)
+	}
+	if maxInline > 0 {
+		s.inlineBuf = make([]byte, n*maxInline)
+	}
+	if ud {
+		s.ahs = make([]verbs.AH, n)
+	}
+}
+
+// sglOf returns the SGL of w.
+func (s *sendQueue) sglOf(w *sendWQE) []mr.SGE {
+	i := w.idx * s.maxSGE
+	return s.sgl[i : i+uint32(w.nsge) : i+uint32(w.nsge)]
+}
+
+// inlineOf returns the inline payload of w, or nil if it has none.
+func (s *sendQueue) inlineOf(w *sendWQE) []byte {
+	if !w.inline {
+		return nil
+	}
+	i := w.idx * s.maxInline
+	return s.inlineBuf[i : i+w.length : i+w.length]
+}
+
+// ahOf returns the destination of a UD send.
+func (s *sendQueue) ahOf(w *sendWQE) *verbs.AH { return &s.ahs[w.idx] }
+
+// recvWQE is the receive request the responder works on: a view of a
+// receive queue slot, or of a copy taken from an SRQ.
 type recvWQE struct {
 	wrid   uint64
 	sgl    []mr.SGE
 	length uint64
 }
 
+// recvRing is a receive queue: a ring of plain entries (package ring's
+// RecvWQE, the layout of sroce_ring.h) with each slot's SGL stored in the
+// slot itself.
 type recvRing struct {
-	ring[recvWQE]
+	r      *sring.Ring[sring.RecvWQE]
 	maxSGE uint32
 }
 
 func (r *recvRing) initRecv(maxWR, maxSGE uint32) {
-	r.init(maxWR)
-	r.maxSGE = maxSGE
-	for i := range r.slots {
-		r.slots[i].sgl = make([]mr.SGE, 0, maxSGE)
+	rg, err := sring.New[sring.RecvWQE](sring.KindRecv, maxWR, sring.Stride[sring.RecvWQE](int(maxSGE)*16))
+	if err != nil {
+		panic(err) // maxWR >= 1 and the stride is computed: cannot happen
 	}
+	r.r, r.maxSGE = rg, maxSGE
+}
+
+func (r *recvRing) count() uint32 { return r.r.Len() }
+func (r *recvRing) limit() uint32 { return r.r.Limit() }
+
+// view fills w with the request in slot i.
+func (r *recvRing) view(i uint32, w *recvWQE) {
+	e := r.r.At(i)
+	w.wrid, w.length = e.WRID, uint64(e.Length)
+	w.sgl = r.r.SGEs(i, int(e.NumSGE))
 }
 
 // post validates wr and publishes it.
@@ -130,15 +217,14 @@ func (r *recvRing) post(wr *verbs.RecvWR) error {
 	if total > MaxMsgSize {
 		return ErrMsgTooBig
 	}
-	if r.full() {
+	e := r.r.Next()
+	if e == nil {
 		return ErrQueueFull
 	}
-	p := r.prod.Load()
-	s := r.at(p)
-	s.wrid = wr.WRID
-	s.sgl = append(s.sgl[:0], wr.SGL...)
-	s.length = total
-	r.prod.Store(p + 1)
+	p := r.r.Prod()
+	*e = sring.RecvWQE{WRID: wr.WRID, NumSGE: uint32(len(wr.SGL)), Length: uint32(total)}
+	copy(r.r.SGEs(p, len(wr.SGL)), wr.SGL)
+	r.r.Publish()
 	return nil
 }
 
@@ -178,20 +264,21 @@ func (s *SRQ) Limit() uint32 { return s.limit.Load() }
 func (s *SRQ) Len() uint32 { return s.rq.count() }
 
 // MaxWR returns the capacity of the queue.
-func (s *SRQ) MaxWR() uint32 { return s.rq.limit }
+func (s *SRQ) MaxWR() uint32 { return s.rq.limit() }
 
-// take removes the oldest request into dst, reporting whether there was
-// one and whether the limit event should fire. Called by the loop only.
+// take removes the oldest request into dst, copying its SGL into dst's
+// own storage, reporting whether there was one and whether the limit
+// event should fire. Called by the loop only.
 func (s *SRQ) take(dst *recvWQE) (ok, limitEvent bool) {
-	c := s.rq.cons.Load()
-	if c == s.rq.prod.Load() {
+	if s.rq.r.Ready() == 0 {
 		return false, false
 	}
-	src := s.rq.at(c)
-	dst.wrid = src.wrid
+	c := s.rq.r.Cons()
+	var src recvWQE
+	s.rq.view(c, &src)
+	dst.wrid, dst.length = src.wrid, src.length
 	dst.sgl = append(dst.sgl[:0], src.sgl...)
-	dst.length = src.length
-	s.rq.cons.Store(c + 1)
+	s.rq.r.Release(1)
 	if l := s.limit.Load(); l != 0 && s.rq.count() < l {
 		if s.limit.CompareAndSwap(l, 0) {
 			return true, true

@@ -184,7 +184,7 @@ func (q *QP) sendPacket(now time.Duration, w *sendWQE) bool {
 			}
 		}
 		if datagram(q.typ) {
-			ah = &w.ah
+			ah = q.sq.ahOf(w)
 			h.BTH.DestQP = w.wr.RemoteQPN
 			h.DETH = bth.DETHFields{QKey: w.wr.RemoteQKey, SrcQP: q.qpn}
 			if q.typ == verbs.QPTypeGSI || w.wr.RemoteQKey&verbs.ControlledQKey != 0 {
@@ -210,9 +210,9 @@ func (q *QP) sendPacket(now time.Duration, w *sendWQE) bool {
 	}
 	off, err := h.EncodeHeaders(buf, int(payload))
 	if err == nil && payload > 0 {
-		if w.wr.InlineData != nil {
-			copy(buf[off:off+int(payload)], w.wr.InlineData[w.sent:])
-		} else if _, gerr := q.pd.Gather(w.wr.SGL, uint64(w.sent), buf[off:off+int(payload)]); gerr != nil {
+		if w.inline {
+			copy(buf[off:off+int(payload)], q.sq.inlineOf(w)[w.sent:])
+		} else if _, gerr := q.pd.Gather(q.sq.sglOf(w), uint64(w.sent), buf[off:off+int(payload)]); gerr != nil {
 			err = gerr
 		}
 	}

@@ -64,6 +64,13 @@ type outEntry struct {
 // respQueueLen bounds the queued responses of one QP.
 const respQueueLen = 512
 
+// respQueueMin is the room a QP's response queue gets when it first
+// queues a response; it doubles as needed up to respQueueLen. ACKs
+// coalesce and READ and atomic responses are bounded by the responder
+// resources, so most QPs never grow it, and QPs that never respond (UD,
+// a pure requester) never allocate it.
+const respQueueMin = 8
+
 // outQueue is a ring of queued responses, owned by the loop.
 type outQueue struct {
 	e    []outEntry
@@ -71,7 +78,6 @@ type outQueue struct {
 	n    int
 }
 
-func (o *outQueue) init(n int)         { o.e = make([]outEntry, n) }
 func (o *outQueue) empty() bool        { return o.n == 0 }
 func (o *outQueue) front() *outEntry   { return &o.e[o.head] }
 func (o *outQueue) at(i int) *outEntry { return &o.e[(o.head+i)%len(o.e)] }
@@ -80,11 +86,23 @@ func (o *outQueue) pop()               { o.head = (o.head + 1) % len(o.e); o.n--
 func (o *outQueue) back() *outEntry    { return o.at(o.n - 1) }
 func (o *outQueue) push(e *outEntry) bool {
 	if o.n == len(o.e) {
-		return false
+		if o.n == respQueueLen {
+			return false
+		}
+		o.grow()
 	}
 	*o.at(o.n) = *e
 	o.n++
 	return true
+}
+
+// grow doubles the queue's room, keeping its entries in order.
+func (o *outQueue) grow() {
+	e := make([]outEntry, min(max(2*len(o.e), respQueueMin), respQueueLen))
+	for i := 0; i < o.n; i++ {
+		e[i] = *o.at(i)
+	}
+	o.e, o.head = e, 0
 }
 
 // dropReads removes queued READ responses (the QP went to error).
@@ -174,6 +192,7 @@ type responder struct {
 
 	rwqe   *recvWQE // receive request being filled
 	roff   uint32   // bytes placed into it
+	rqWQE  recvWQE  // view of the receive queue's oldest slot
 	srqWQE recvWQE  // copy of a request taken from the SRQ
 
 	res     []resource
@@ -215,11 +234,11 @@ func (q *QP) takeRecv() bool {
 			q.env.Event(verbs.EventSRQLimitReached, q, q.srq)
 		}
 	} else {
-		c := q.rq.cons.Load()
-		if c == q.rq.prod.Load() {
+		if q.rq.r.Ready() == 0 {
 			return false
 		}
-		rs.rwqe = q.rq.at(c)
+		q.rq.view(q.rq.r.Cons(), &rs.rqWQE)
+		rs.rwqe = &rs.rqWQE
 	}
 	rs.roff = 0
 	return true
@@ -231,7 +250,7 @@ func (q *QP) completeRecv(wc *verbs.WC, solicited bool) {
 	wc.WRID = rs.rwqe.wrid
 	wc.QPNum = q.qpn
 	if q.srq == nil {
-		q.rq.cons.Store(q.rq.cons.Load() + 1)
+		q.rq.r.Release(1)
 	}
 	rs.rwqe = nil
 	rs.roff = 0

@@ -1,0 +1,77 @@
+package roce_test
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/verbs"
+)
+
+// qpCostPairs creates n connected RC QP pairs between the first two nodes
+// of tb with maxWR work requests per queue, without the peer-rules
+// bookkeeping of pairQPs, so that only the devices' memory is counted.
+func qpCostPairs(tb testing.TB, bed *testbed, n int, maxWR uint32) (qa, qb []*roce.QP) {
+	o := rcOpts{maxWR: maxWR, maxSGE: 1}
+	o.defaults()
+	a, c := bed.nodes[0], bed.nodes[1]
+	capa := verbs.QPCap{MaxSendWR: maxWR, MaxRecvWR: maxWR, MaxSendSGE: 1, MaxRecvSGE: 1}
+	qa, qb = make([]*roce.QP, n), make([]*roce.QP, n)
+	for i := range n {
+		var err error
+		if qa[i], err = a.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: a.scq, RecvCQ: a.rcq, Cap: capa}); err != nil {
+			tb.Fatal(err)
+		}
+		if qb[i], err = c.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: c.scq, RecvCQ: c.rcq, Cap: capa}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for i := range n {
+		for _, s := range [2]struct {
+			q, peer *roce.QP
+			n, p    *node
+		}{{qa[i], qb[i], a, c}, {qb[i], qa[i], c, a}} {
+			if err := s.q.Connect(&roce.ConnectAttr{Access: allAccess, AH: s.n.ahTo(s.p), PathMTU: o.mtu,
+				DestQPN: s.peer.QPN(), MaxDestRdAtomic: o.rdAtomic, MinRNRTimer: o.minRNR, Timeout: o.timeout,
+				RetryCnt: o.retry, RNRRetry: o.rnr, MaxRdAtomic: o.rdAtomic}); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	return qa, qb
+}
+
+// BenchmarkQPCost creates connected RC QP pairs at 128 work requests per
+// queue and reports the heap each QP keeps (B/QP, measured after a
+// garbage collection) and the allocations creating and connecting one QP
+// takes (allocs/QP). ns/op is the time for all pairs.
+func BenchmarkQPCost(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("pairs=%d", n), func(b *testing.B) {
+			var bytes, allocs float64
+			for range b.N {
+				b.StopTimer()
+				bed := newBed(b, bedOpts{})
+				var m0, m1 runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&m0)
+				b.StartTimer()
+				qa, qb := qpCostPairs(b, bed, n, 128)
+				b.StopTimer()
+				runtime.GC()
+				runtime.ReadMemStats(&m1)
+				bytes += float64(m1.HeapAlloc-m0.HeapAlloc) / float64(2*n)
+				allocs += float64(m1.Mallocs-m0.Mallocs) / float64(2*n)
+				runtime.KeepAlive(qa)
+				runtime.KeepAlive(qb)
+				for _, nd := range bed.nodes {
+					nd.dev.Close()
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(bytes/float64(b.N), "B/QP")
+			b.ReportMetric(allocs/float64(b.N), "allocs/QP")
+		})
+	}
+}
