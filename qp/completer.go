@@ -30,7 +30,9 @@ func (q *QP) response(now time.Duration, pkt *bth.Packet) {
 		q.cnt[verbs.CntBadResponse]++
 		return
 	}
+	oldComp := r.compPSN
 	progress := q.handleResponse(now, pkt, psn)
+	r.cw.onAck(uint32(r.compPSN-oldComp)&bth.PSNMask, r.compPSN, r.maxPSN)
 	q.completeSends()
 	if q.state == verbs.QPStateErr {
 		return
@@ -303,6 +305,7 @@ func (q *QP) errorRetry(now time.Duration, timeout bool) {
 		}
 		if q.outstanding() {
 			q.cnt[verbs.CntCompleterRetryErr]++
+			q.lossSignal(timeout)
 			q.goBack()
 			r.startedRetry = true
 		}

@@ -21,6 +21,7 @@ type requester struct {
 	maxPSN  bth.PSN // one past the highest PSN ever transmitted
 	noAck   int     // packets since the last AckReq
 	rdAvail int     // free max_rd_atomic credits
+	cw      window  // congestion window (cwnd.go)
 
 	retryLeft    uint8
 	rnrLeft      uint8
@@ -98,8 +99,15 @@ func (q *QP) pumpSend(now time.Duration, budget int) (int, bool) {
 				w.hasRd = true
 			}
 		}
-		if q.typ == verbs.QPTypeRC && r.ahead(r.psn) > MaxUnackedPSNs {
-			return n, false
+		if q.typ == verbs.QPTypeRC {
+			inflight := int(r.ahead(r.psn))
+			if inflight > MaxUnackedPSNs {
+				return n, false
+			}
+			if !r.cw.allows(inflight, q.packetCost(w)) {
+				q.cnt[verbs.CntCwndLimited]++
+				return n, false
+			}
 		}
 		ok := q.sendPacket(now, w)
 		if !ok {
@@ -109,6 +117,17 @@ func (q *QP) pumpSend(now time.Duration, budget int) (int, bool) {
 		n++
 	}
 	return n, false
+}
+
+// packetCost returns how many PSNs the next packet of w takes from the
+// congestion window: one for a SEND or WRITE packet or an atomic, and one
+// per response packet for a READ request.
+func (q *QP) packetCost(w *sendWQE) int {
+	if w.wr.Opcode != verbs.WROpRDMARead {
+		return 1
+	}
+	mtu := uint32(q.mtu)
+	return int(max((w.length-w.sent+mtu-1)/mtu, 1))
 }
 
 // sendPacket builds and transmits the next packet of w. It reports false
@@ -195,8 +214,13 @@ func (q *QP) sendPacket(now time.Duration, w *sendWQE) bool {
 		}
 	}
 	// rdma_rxe's rule: AckReq on the last packet, and when more than
-	// MaxPktPerAck packets went without one.
-	h.BTH.AckReq = last || r.noAck > MaxPktPerAck
+	// MaxPktPerAck packets went without one. A reduced congestion window
+	// asks every half window, and on the packet that fills it, so that
+	// an ACK always comes back to open it.
+	h.BTH.AckReq = last || r.noAck > r.cw.ackEvery()
+	if q.typ == verbs.QPTypeRC && r.cw.reduced() && int(r.ahead(r.psn))+1 >= r.cw.cwnd {
+		h.BTH.AckReq = true
+	}
 
 	tl := h.TransportLen(int(payload))
 	buf := q.env.Frame(ah, tl)

@@ -703,6 +703,10 @@ func (q *QP) duplicate(pkt *bth.Packet, psn bth.PSN) {
 		// READ's, which would complete that READ at an rxe requester.
 		q.queueAck(bth.SyndromeACKUnlimited, rs.ackPSN.Add(bth.PSNMask))
 	case k == bth.OpReadRequest:
+		// The requester asks again for READ responses it did not get:
+		// the loss signal of the responses, which its congestion window
+		// answers by asking for less at once.
+		q.cnt[verbs.CntDupReadRequest]++
 		i := q.findResource(resRead, psn)
 		if i < 0 {
 			q.cnt[verbs.CntDupNoResource]++

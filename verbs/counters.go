@@ -51,6 +51,8 @@ const (
 	CntBadResponse         Counter = 26 // bad_response: unexpected ACK, NAK or response dropped
 	CntRetransmitPkts      Counter = 30 // retransmit_pkts: request packets sent again
 	CntTimeouts            Counter = 31 // timeouts: retransmit timer expiries with work outstanding
+	CntCwndReductions      Counter = 36 // cwnd_reductions: congestion window reduced after a loss (sequence NAK, lost response, timeout)
+	CntCwndLimited         Counter = 37 // cwnd_limited: requester waited for its congestion window to open
 )
 
 // Responder: the receiving side of a QP, the requests it executes and the
@@ -67,6 +69,7 @@ const (
 	CntNAKSent          Counter = 29 // nak_sent: NAKs sent (not RNR)
 	CntRdAtomicExceeded Counter = 34 // rd_atomic_exceeded: READ/atomic beyond the responder resources (NAKed)
 	CntDupNoResource    Counter = 35 // dup_no_resource: duplicate READ/atomic matching no responder resource, dropped
+	CntDupReadRequest   Counter = 38 // dup_read_request: READ request asked again (its responses were lost)
 )
 
 // Completion queues.
@@ -75,7 +78,7 @@ const (
 )
 
 // NumCounters is the number of counters: every Counter is below it.
-const NumCounters Counter = 36
+const NumCounters Counter = 39
 
 var counterNames = [NumCounters]string{
 	CntSentPkts:            "sent_pkts",
@@ -114,6 +117,9 @@ var counterNames = [NumCounters]string{
 	CntTxNoBuf:             "tx_no_buf",
 	CntRdAtomicExceeded:    "rd_atomic_exceeded",
 	CntDupNoResource:       "dup_no_resource",
+	CntCwndReductions:      "cwnd_reductions",
+	CntCwndLimited:         "cwnd_limited",
+	CntDupReadRequest:      "dup_read_request",
 }
 
 // String returns the counter's name.

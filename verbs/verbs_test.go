@@ -15,6 +15,7 @@ func TestCounterNames(t *testing.T) {
 		"bad_qkey", "bad_addr", "wrong_type", "wrong_state", "bad_response",
 		"resp_queue_full", "recv_dropped", "nak_sent", "retransmit_pkts", "timeouts",
 		"cq_overflow", "tx_no_buf", "rd_atomic_exceeded", "dup_no_resource",
+		"cwnd_reductions", "cwnd_limited", "dup_read_request",
 	}
 	if int(NumCounters) != len(want) {
 		t.Fatalf("NumCounters = %d, want %d", NumCounters, len(want))
