@@ -62,6 +62,17 @@ type Impairments struct {
 	// ReorderDelay bounds the extra delay of a reordered frame; zero means
 	// 20 microseconds.
 	ReorderDelay time.Duration
+	// Rate, if positive, is the bandwidth in bytes per second at which
+	// each port takes frames in, as a slow receiver or a bottleneck link
+	// ahead of it: frames to a port are serialized one after another at
+	// this rate (the whole frame, Ethernet header included) before Delay
+	// and Jitter apply.
+	Rate int64
+	// Queue, with a Rate, bounds the bytes waiting for a port's
+	// bandwidth: a frame that would take the backlog above Queue is
+	// dropped (tail drop, counted in Stats.QueueDrops). Zero means
+	// unbounded.
+	Queue int
 }
 
 // Stats counts what the router did.
@@ -73,6 +84,7 @@ type Stats struct {
 	Reordered  uint64
 	Corrupted  uint64
 	Oversize   uint64 // frames above the port MTU, dropped
+	QueueDrops uint64 // frames dropped at a port's full rate-limited queue (Impairments.Queue)
 	NoRoute    uint64 // frames for an unknown MAC address
 }
 
@@ -191,7 +203,22 @@ func (r *Router) enqueue(p *Port, frame []byte, now time.Duration) {
 		r.stats.Duplicated++
 	}
 	for c := 0; c < copies; c++ {
-		at := now + imp.Delay
+		at := now
+		if imp.Rate > 0 {
+			// The frame waits behind the backlog of the port's
+			// bandwidth, then takes its own serialization time.
+			start := max(now, p.busyUntil)
+			if imp.Queue > 0 {
+				backlog := float64(start-now) * float64(imp.Rate) / float64(time.Second)
+				if backlog+float64(len(frame)) > float64(imp.Queue) {
+					r.stats.QueueDrops++
+					continue
+				}
+			}
+			p.busyUntil = start + time.Duration(float64(len(frame))*float64(time.Second)/float64(imp.Rate))
+			at = p.busyUntil
+		}
+		at += imp.Delay
 		if imp.Jitter > 0 {
 			at += time.Duration(r.rng.Int64N(int64(imp.Jitter)))
 		}
@@ -244,6 +271,9 @@ type Port struct {
 	wake   chan struct{}
 	closed bool
 	timer  *time.Timer
+	// busyUntil is when the frames already accepted have passed the
+	// port's bandwidth (Impairments.Rate).
+	busyUntil time.Duration
 }
 
 func (p *Port) less(i, j int) bool {

@@ -163,3 +163,33 @@ func TestRealTimeWakeAndDelay(t *testing.T) {
 type systemClock struct{ start time.Time }
 
 func (c systemClock) Now() time.Duration { return time.Since(c.start) }
+
+// TestRateQueue: a port with a bandwidth takes frames one after another at
+// that rate and drops the ones that find its queue full.
+func TestRateQueue(t *testing.T) {
+	c, r, a, b := pair(Impairments{Rate: 1_000_000, Queue: 3500, Delay: 10 * time.Microsecond}, 1)
+	var burst [][]byte
+	for i := 0; i < 10; i++ {
+		burst = append(burst, frame(b.mac, uint32(i), 1000))
+	}
+	a.WriteBatch(burst)
+	if st := r.Stats(); st.QueueDrops != 7 {
+		t.Fatalf("queue drops %d, want 7", st.QueueDrops)
+	}
+	for i, want := range []time.Duration{1010 * time.Microsecond, 2010 * time.Microsecond, 3010 * time.Microsecond} {
+		at, ok := r.NextDelivery()
+		if !ok || at != want {
+			t.Fatalf("frame %d due at %v, want %v", i, at, want)
+		}
+		c.Set(at)
+		got := drain(b)
+		if len(got) != 1 || binary.BigEndian.Uint32(got[0][14:]) != uint32(i) {
+			t.Fatalf("at %v got %d frames", at, len(got))
+		}
+	}
+	// The queue has drained: a new burst is taken again.
+	a.WriteBatch(burst[:3])
+	if st := r.Stats(); st.QueueDrops != 7 {
+		t.Fatalf("queue drops %d after the queue drained", st.QueueDrops)
+	}
+}
