@@ -295,7 +295,7 @@ func (q *QP) reset() {
 	if q.srq == nil {
 		q.rq.r.SetCons(q.rq.r.Prod())
 	}
-	*r = requester{reqIdx: prod, compIdx: prod, cw: initWindow()}
+	*r = requester{reqIdx: prod, compIdx: prod, cw: r.cw.reset()}
 	q.attr.MaxRdAtomic, q.attr.MaxDestRdAtomic = 0, 0
 	q.attr.SQDraining = false
 	q.resp.res = nil

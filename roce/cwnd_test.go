@@ -1,0 +1,214 @@
+package roce_test
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/roce/memlink"
+	"github.com/sroce/sroce/verbs"
+)
+
+// slowReceiver is a path like the one between two slow guests: the
+// receiving side takes about 20 MB/s and holds 64 KiB waiting for it,
+// dropping what does not fit, 100 us away.
+// readQueue is the receiving queue of the READ tests: the responses of
+// one 64 KiB READ fit in it. A single READ is never split, so a queue that
+// could not take one READ's responses would lose the tail of every READ
+// whatever the window.
+var readQueue = 96 << 10
+
+var slowReceiver = memlink.Impairments{Rate: 20_000_000, Queue: 64 << 10, Delay: 100 * time.Microsecond}
+
+// streamResult is what a stream of messages cost on the path.
+type streamResult struct {
+	msgs, size int
+	elapsed    time.Duration // virtual time
+	sent       uint64        // request packets and READ responses sent by both devices
+	retrans    uint64        // request packets sent again
+	dupReads   uint64        // READ requests the responder saw again
+	reductions uint64
+	limited    uint64
+	timeouts   uint64
+	queueDrops uint64
+	cwndAfter  int
+}
+
+// goodput returns the message bytes delivered per second of virtual time.
+func (r streamResult) goodput() float64 {
+	return float64(r.msgs*r.size) / r.elapsed.Seconds()
+}
+
+func (r streamResult) String() string {
+	return fmt.Sprintf("%6.2f MB/s  sent %6d  retransmitted %6d  dup READs %4d  timeouts %3d  cwnd_reductions %4d  cwnd_limited %6d  queue drops %5d  cwnd %3d",
+		r.goodput()/1e6, r.sent, r.retrans, r.dupReads, r.timeouts, r.reductions, r.limited, r.queueDrops, r.cwndAfter)
+}
+
+// streamBed is a connected QP pair on a test bed, for streams of
+// messages from node 0 to node 1.
+type streamBed struct {
+	b               *testbed
+	qa              *roce.QP
+	lm, rm          *roce.MR
+	lbuf, rbuf      []byte
+	size, depth     int
+	op              verbs.WROpcode
+	posted, done    int
+	start           time.Duration
+	startCnt        verbs.Counters
+	startQueueDrops uint64
+}
+
+func newStreamBed(t testing.TB, op verbs.WROpcode, imp memlink.Impairments, window bool, size, depth int) *streamBed {
+	t.Helper()
+	b := newBed(t, bedOpts{seed: 7, imp: imp, linkMTU: 1500})
+	qa, _ := b.pairQPs(rcOpts{mtu: verbs.MTU1024, timeout: 12, rdAtomic: 16})
+	qa.SetCongestionWindow(window)
+	s := &streamBed{b: b, qa: qa, size: size, depth: depth, op: op}
+	s.lm, s.lbuf = b.nodes[0].reg(t, depth*size, 0, 1)
+	s.rm, s.rbuf = b.nodes[1].reg(t, depth*size, 0, 2)
+	return s
+}
+
+// run streams msgs more messages, depth at a time, and reports what they
+// cost.
+func (s *streamBed) run(t testing.TB, msgs int) streamResult {
+	t.Helper()
+	b := s.b
+	a, c := b.nodes[0], b.nodes[1]
+	cnt := func(k verbs.Counter) uint64 { return a.dev.Counter(k) + c.dev.Counter(k) }
+	var c0 [verbs.NumCounters]uint64
+	for k := range c0 {
+		c0[k] = cnt(verbs.Counter(k))
+	}
+	q0 := b.router.Stats().QueueDrops
+	end := s.posted + msgs
+	post := func() bool {
+		did := false
+		for s.posted < end && s.posted-s.done < s.depth {
+			slot := s.posted % s.depth
+			wr := verbs.SendWR{WRID: uint64(s.posted), Opcode: s.op, Flags: verbs.Signaled,
+				SGL:        []mr.SGE{s.lm.SGE(slot*s.size, s.size)},
+				RemoteAddr: s.rm.Addr() + uint64(slot*s.size), RKey: s.rm.RKey()}
+			if err := s.qa.PostSend(&wr); err != nil {
+				t.Fatal(err)
+			}
+			s.posted++
+			did = true
+		}
+		return did
+	}
+	b.sim.Idle = post
+	start := b.clock.Now()
+	post()
+	b.run(func() bool {
+		for _, w := range a.wcs {
+			if w.Status != verbs.WCSuccess {
+				t.Fatalf("WR %d: %v", w.WRID, w.Status)
+			}
+			s.done++
+		}
+		a.wcs = a.wcs[:0]
+		return s.done == end
+	})
+	b.sim.Idle = nil
+	if !bytes.Equal(s.lbuf, s.rbuf) {
+		t.Fatalf("data differs after the stream")
+	}
+	d := func(k verbs.Counter) uint64 { return cnt(k) - c0[k] }
+	return streamResult{msgs: msgs, size: s.size, elapsed: b.clock.Now() - start,
+		sent: d(verbs.CntSentPkts), retrans: d(verbs.CntRetransmitPkts), dupReads: d(verbs.CntDupReadRequest),
+		reductions: d(verbs.CntCwndReductions), limited: d(verbs.CntCwndLimited), timeouts: d(verbs.CntTimeouts),
+		queueDrops: b.router.Stats().QueueDrops - q0, cwndAfter: s.qa.CongestionWindow()}
+}
+
+// stream posts msgs messages of size bytes (RDMA WRITE or READ) from node
+// 0 to node 1 over imp, depth at a time, with the congestion window on or
+// off, checks the data, and reports what it cost.
+func stream(t testing.TB, op verbs.WROpcode, imp memlink.Impairments, window bool, msgs, size, depth int) streamResult {
+	t.Helper()
+	return newStreamBed(t, op, imp, window, size, depth).run(t, msgs)
+}
+
+// TestCwndSlowReceiverWrite: 64 KiB WRITEs, 16 in flight, to a receiver
+// slower than the sender. Without the window every burst overruns the
+// receiver's queue and go-back-N resends what followed each loss; with
+// it the requester backs off after the first losses.
+func TestCwndSlowReceiverWrite(t *testing.T) {
+	msgs := 200
+	if testing.Short() || raceEnabled {
+		msgs = 60
+	}
+	off := stream(t, verbs.WROpRDMAWrite, slowReceiver, false, msgs, 64<<10, 16)
+	on := stream(t, verbs.WROpRDMAWrite, slowReceiver, true, msgs, 64<<10, 16)
+	t.Logf("WRITE 64 KiB x %d over a 20 MB/s receiver with a 64 KiB queue:\n  no window: %v\n  window:    %v", msgs, off, on)
+	if off.reductions != 0 || off.retrans < uint64(msgs)*8 {
+		t.Errorf("without the window: %d retransmitted, %d reductions; want heavy retransmission and none", off.retrans, off.reductions)
+	}
+	if on.reductions == 0 {
+		t.Error("the window was never reduced")
+	}
+	if on.retrans*4 > off.retrans {
+		t.Errorf("window retransmitted %d packets, without it %d: want at most a quarter", on.retrans, off.retrans)
+	}
+	if on.goodput() <= off.goodput() {
+		t.Errorf("goodput %.2f MB/s with the window, %.2f without", on.goodput()/1e6, off.goodput()/1e6)
+	}
+}
+
+// TestCwndSlowReceiverRead: 64 KiB READs, 16 in flight, whose responses
+// come back through a slow receiver. The window bounds the READ response
+// packets the requester asks for at once.
+func TestCwndSlowReceiverRead(t *testing.T) {
+	msgs := 200
+	if testing.Short() || raceEnabled {
+		msgs = 60
+	}
+	imp := slowReceiver
+	imp.Queue = readQueue
+	off := stream(t, verbs.WROpRDMARead, imp, false, msgs, 64<<10, 16)
+	on := stream(t, verbs.WROpRDMARead, imp, true, msgs, 64<<10, 16)
+	t.Logf("READ 64 KiB x %d over a 20 MB/s receiver with a %d KiB queue:\n  no window: %v\n  window:    %v", msgs, imp.Queue>>10, off, on)
+	if off.reductions != 0 || off.dupReads < uint64(msgs)/4 {
+		t.Errorf("without the window: %d duplicate READs, %d reductions; want many and none", off.dupReads, off.reductions)
+	}
+	if on.reductions == 0 {
+		t.Error("the window was never reduced")
+	}
+	if on.dupReads*4 > off.dupReads {
+		t.Errorf("window: %d duplicate READs, without it %d: want at most a quarter", on.dupReads, off.dupReads)
+	}
+	if on.goodput() <= off.goodput() {
+		t.Errorf("goodput %.2f MB/s with the window, %.2f without", on.goodput()/1e6, off.goodput()/1e6)
+	}
+}
+
+// TestCwndGrowsBack: after the losses end, clean acknowledgements grow
+// the window back to the fixed limit, and a path that stays clean sees no
+// reduction.
+func TestCwndGrowsBack(t *testing.T) {
+	for _, op := range []verbs.WROpcode{verbs.WROpRDMAWrite, verbs.WROpRDMARead} {
+		imp := slowReceiver
+		if op == verbs.WROpRDMARead {
+			imp.Queue = readQueue
+		}
+		s := newStreamBed(t, op, imp, true, 64<<10, 16)
+		lossy := s.run(t, 60)
+		if lossy.reductions == 0 || lossy.cwndAfter >= qp.CwndMax {
+			t.Fatalf("%v: slow receiver: %v", op, lossy)
+		}
+		s.b.router.SetImpairments(memlink.Impairments{Delay: 100 * time.Microsecond})
+		clean := s.run(t, 300)
+		t.Logf("%v:\n  slow receiver: %v\n  then clean:    %v", op, lossy, clean)
+		if clean.reductions != 0 || clean.retrans != 0 {
+			t.Errorf("%v: clean path: %d reductions, %d retransmitted", op, clean.reductions, clean.retrans)
+		}
+		if clean.cwndAfter != qp.CwndMax {
+			t.Errorf("%v: window %d after the clean stream, want %d", op, clean.cwndAfter, qp.CwndMax)
+		}
+	}
+}
