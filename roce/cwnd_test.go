@@ -3,6 +3,7 @@ package roce_test
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -211,4 +212,35 @@ func TestCwndGrowsBack(t *testing.T) {
 			t.Errorf("%v: window %d after the clean stream, want %d", op, clean.cwndAfter, qp.CwndMax)
 		}
 	}
+}
+
+// BenchmarkCwndSlowReceiver streams 64 KiB WRITEs and READs, 16 in
+// flight, to a slow receiver (20 MB/s, 100 us away, a 64 KiB queue for
+// WRITEs and 96 KiB for READs) with and without the congestion window,
+// and logs goodput in virtual time and what was sent and resent:
+//
+//	go test ./roce/ -run '^$' -bench CwndSlowReceiver -benchtime 1x -v
+func BenchmarkCwndSlowReceiver(b *testing.B) {
+	const msgs = 200
+	var table []string
+	for _, op := range []verbs.WROpcode{verbs.WROpRDMAWrite, verbs.WROpRDMARead} {
+		for _, window := range []bool{false, true} {
+			name := fmt.Sprintf("%v/window=%v", op, window)
+			b.Run(name, func(b *testing.B) {
+				imp := slowReceiver
+				if op == verbs.WROpRDMARead {
+					imp.Queue = readQueue
+				}
+				var r streamResult
+				for i := 0; i < b.N; i++ {
+					r = stream(b, op, imp, window, msgs, 64<<10, 16)
+				}
+				b.ReportMetric(r.goodput()/1e6, "MB/s(virtual)")
+				b.ReportMetric(float64(r.retrans), "retransmits")
+				b.ReportMetric(float64(r.sent), "pkts")
+				table = append(table, fmt.Sprintf("%-28s %v", name, r))
+			})
+		}
+	}
+	b.Logf("64 KiB x %d, 16 in flight, slow receiver:\n%s", msgs, strings.Join(table, "\n"))
 }
