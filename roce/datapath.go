@@ -19,6 +19,16 @@ import (
 	"github.com/sroce/sroce/verbs"
 )
 
+// txStuckMax is how long frames may wait for a link (a PartialWriter) that
+// takes none before they are dropped as a failed send.
+const txStuckMax = 100 * time.Millisecond
+
+// txBackoff is how long the loop waits on the link before it offers frames
+// the link had no room for again.
+const txBackoff = time.Millisecond
+
+var errTxStuck = errors.New("roce: the link has taken no frame for 100ms")
+
 // Budgets of one step.
 const (
 	pumpPerQP   = 64   // packets one QP sends before the next gets a turn
@@ -303,7 +313,27 @@ func (d *Device) flushTx() {
 		d.txView[i] = d.tx[i][:d.txLen[i]]
 	}
 	d.txDue = 0
-	n, err := d.link.WriteBatch(d.txView[:d.txN])
+	var n int
+	var err error
+	if d.pw != nil {
+		n, err = d.pw.WriteBatchNow(d.txView[:d.txN])
+	} else {
+		n, err = d.link.WriteBatch(d.txView[:d.txN])
+	}
+	d.txBlocked = err == nil && n < d.txN
+	switch {
+	case d.txBlocked && n > 0:
+		d.txStuckAt = 0
+	case d.txBlocked && d.txStuckAt == 0:
+		d.txStuckAt = d.clock.Now()
+	case d.txBlocked && d.clock.Now()-d.txStuckAt > txStuckMax:
+		// The link has taken nothing for a long while: give the frames
+		// up as a failed send would, and let RC retransmit them.
+		err = errTxStuck
+		d.txBlocked, d.txStuckAt = false, 0
+	case !d.txBlocked:
+		d.txStuckAt = 0
+	}
 	if err != nil {
 		// The frames are lost; RC recovers by retransmission.
 		d.cnt[verbs.CntSendErr] += uint64(d.txN - n)

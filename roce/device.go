@@ -126,9 +126,12 @@ type Device struct {
 	// held); postedSincePoll says the last inline step was a post's.
 	txDue           time.Duration
 	postedSincePoll bool
-	dbRung          atomic.Bool // d.db is not empty
-	quietPolls      int         // empty inline polls since the last clock read
-	waiter          ReadyWaiter // the link's wait without reading (inline mode)
+	pw              PartialWriter // the link's non-waiting transmit, if it has one
+	txBlocked       bool          // the last flush left frames the link had no room for
+	txStuckAt       time.Duration // since when the link has taken none (0: it takes)
+	dbRung          atomic.Bool   // d.db is not empty
+	quietPolls      int           // empty inline polls since the last clock read
+	waiter          ReadyWaiter   // the link's wait without reading (inline mode)
 	// parkUntil is when the blocked loop wakes by itself (clock time).
 	parkUntil atomic.Int64
 	stop      context.CancelFunc
@@ -193,6 +196,7 @@ func Open(link Link, opts *Options) (*Device, error) {
 	if d.mode > EngineInline {
 		return nil, fmt.Errorf("roce: unknown engine mode %d", opts.Engine)
 	}
+	d.pw, _ = link.(PartialWriter)
 	if d.mode == EngineInline {
 		w, ok := link.(ReadyWaiter)
 		if !ok {
@@ -367,9 +371,15 @@ func (d *Device) Run(ctx context.Context) error {
 		if d.txDue != 0 && (!ok || d.txDue < dl) {
 			dl, ok = d.txDue, true
 		}
+		blocked := d.txBlocked
 		d.mu.Unlock()
 		wait := time.Duration(0)
-		if busy {
+		if busy && blocked {
+			// Only room in the link would let the step go on: wait for
+			// it (a frame's arrival or a doorbell ends the wait early)
+			// instead of spinning on the lock.
+			last, wait = now, txBackoff
+		} else if busy {
 			last = now
 		} else if !d.spins(now, last) {
 			wait = maxIdle

@@ -4,11 +4,13 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/memlink"
 	"github.com/sroce/sroce/verbs"
@@ -105,5 +107,107 @@ func TestAdaptiveIdleSleeps(t *testing.T) {
 	t.Logf("CPU used over 500ms idle: spin %v, adaptive %v", spin, adaptive)
 	if adaptive > spin/4 {
 		t.Errorf("an idle adaptive device used %v of CPU in 500ms, a spinning one %v: it does not go to sleep", adaptive, spin)
+	}
+}
+
+// stallLink is a link that can refuse to transmit: while stalled its
+// WriteBatch waits (as a link that waits for room in the kernel does) and
+// its WriteBatchNow takes nothing.
+type stallLink struct {
+	*memlink.Port
+	stalled atomic.Bool
+}
+
+func (l *stallLink) WriteBatch(frames [][]byte) (int, error) {
+	for l.stalled.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	return l.Port.WriteBatch(frames)
+}
+
+func (l *stallLink) WriteBatchNow(frames [][]byte) (int, error) {
+	if l.stalled.Load() {
+		return 0, nil
+	}
+	return l.Port.WriteBatch(frames)
+}
+
+// TestTransmitStallDoesNotBlock stalls a device's link under a posted WRITE:
+// control calls must not wait for the link meanwhile, frames kept through a
+// short stall go out afterwards, and a stall longer than the loop's limit
+// drops them as failed sends, which RC recovers by retransmission.
+func TestTransmitStallDoesNotBlock(t *testing.T) {
+	for _, mode := range []roce.EngineMode{roce.EngineSleep, roce.EngineInline} {
+		t.Run(mode.String(), func(t *testing.T) {
+			clock := roce.SystemClock()
+			router := memlink.NewRouter(clock, 9, memlink.Impairments{})
+			var links []*stallLink
+			var nodes []*node
+			for i := 0; i < 2; i++ {
+				mac := net.HardwareAddr{2, 0, 0, 0, 9, byte(i)}
+				l := &stallLink{Port: router.NewPort(mac, 1500)}
+				gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 9, 0, byte(i + 1)}))
+				dev, err := roce.Open(l, &roce.Options{Clock: clock, GIDs: []bth.GID{gid}, Engine: mode})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := dev.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { dev.Close() })
+				pd, _ := dev.AllocPD()
+				n := &node{dev: dev, port: l.Port, pd: pd, gid: gid}
+				n.scq, _ = dev.CreateCQ(64, nil)
+				n.rcq, _ = dev.CreateCQ(64, nil)
+				copy(n.mac[:], mac)
+				links, nodes = append(links, l), append(nodes, n)
+			}
+			b := &testbed{t: t, nodes: nodes, rules: newPeerRules(t)}
+			a, c := nodes[0], nodes[1]
+			qa, _ := b.pairQPs(rcOpts{timeout: 14}) // 67 ms retransmit timeout
+			lm, _ := a.reg(t, 4096, 0, 1)
+			rm, _ := c.reg(t, 4096, 0, 2)
+			write := func(id uint64, stall time.Duration) {
+				t.Helper()
+				links[0].stalled.Store(true)
+				// The stall ends on its own: a goroutine that waits for
+				// the link (the bug this test is about) cannot end it.
+				unstall := time.AfterFunc(stall, func() { links[0].stalled.Store(false) })
+				defer unstall.Stop()
+				if err := qa.PostSend(&verbs.SendWR{WRID: id, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
+					SGL: []mr.SGE{lm.SGE(0, 4096)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}); err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan struct{})
+				go func() {
+					a.dev.Counters()
+					qa.Query()
+					close(done)
+				}()
+				select {
+				case <-done:
+				case <-time.After(stall / 2):
+					t.Errorf("control calls did not return within %v while the link was stalled for %v", stall/2, stall)
+				}
+				select {
+				case <-done:
+				case <-time.After(10 * time.Second):
+					t.Fatal("control calls still waiting 10s after the stall ended")
+				}
+				var wc [1]verbs.WC
+				n, err := a.scq.WaitTimeout(wc[:], 10*time.Second)
+				if n != 1 || wc[0].WRID != id || wc[0].Status != verbs.WCSuccess {
+					t.Fatalf("WRITE %d after a %v stall: %d completions, %+v, %v", id, stall, n, wc[0], err)
+				}
+			}
+			write(1, 50*time.Millisecond)
+			if n := a.dev.Counter(verbs.CntSendErr); n != 0 {
+				t.Errorf("%d send errors after a stall shorter than the limit", n)
+			}
+			write(2, 400*time.Millisecond)
+			if a.dev.Counter(verbs.CntSendErr) == 0 {
+				t.Error("no send error counted after a stall longer than the limit")
+			}
+		})
 	}
 }

@@ -54,6 +54,15 @@ type ReadyWaiter interface {
 	Ready() bool
 }
 
+// PartialWriter is implemented by links whose WriteBatch may wait for room
+// in the kernel. WriteBatchNow takes what fits now and returns at once; the
+// device keeps the rest and offers it again after its next wait on the
+// link, so it never waits for room while it holds its lock (control calls
+// and posting goroutines then never wait behind a full transmit ring).
+type PartialWriter interface {
+	WriteBatchNow(frames [][]byte) (n int, err error)
+}
+
 // Clock tells the device the time, as a duration since an arbitrary
 // epoch. Tests drive devices with a virtual clock; SystemClock follows the
 // monotonic system clock.

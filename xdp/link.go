@@ -118,6 +118,19 @@ func (l *Link) WaitReady(timeout time.Duration) error {
 // a frame (one atomic load, no system call).
 func (l *Link) Ready() bool { return l.s.rx.available() > 0 }
 
+// WriteBatchNow implements roce.PartialWriter: it queues what the tx ring
+// and the free chunks take now, kicks the kernel and returns how many
+// frames it took, without waiting for room.
+func (l *Link) WriteBatchNow(frames [][]byte) (int, error) {
+	s := l.s
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	return s.transmit(frames)
+}
+
 // Wake makes a blocked ReadBatch return early (with 0, nil).
 func (l *Link) Wake() { l.s.Wake() }
 

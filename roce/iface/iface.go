@@ -685,3 +685,16 @@ func (t *tapLink) WriteBatch(frames [][]byte) (int, error) {
 	}
 	return n, err
 }
+
+// WriteBatchNow passes the call on when the link under the tap has it.
+func (t *tapLink) WriteBatchNow(frames [][]byte) (int, error) {
+	w, ok := t.Link.(roce.PartialWriter)
+	if !ok {
+		return t.WriteBatch(frames)
+	}
+	n, err := w.WriteBatchNow(frames)
+	for i := 0; i < n && i < len(frames); i++ {
+		t.tap(TX, frames[i])
+	}
+	return n, err
+}
