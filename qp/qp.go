@@ -289,6 +289,15 @@ func (q *QP) RecvQueueLen() uint32 {
 // packets: flushing requests posted to a QP in the error state, and
 // completions of UD and UC sends.
 func (q *QP) Pump(now time.Duration, budget int) (sent int, more bool) {
+	return q.PumpLimit(now, budget, budget)
+}
+
+// PumpLimit is Pump sending at most reqBudget request packets (new or
+// retransmitted) within budget; responses may use all of budget. A device
+// whose receive side is behind passes 0, so that it answers its peers
+// without starting requests whose acknowledgements it could not read in
+// time.
+func (q *QP) PumpLimit(now time.Duration, budget, reqBudget int) (sent int, more bool) {
 	switch q.state {
 	case verbs.QPStateErr:
 		q.flush()
@@ -304,7 +313,7 @@ func (q *QP) Pump(now time.Duration, budget int) (sent int, more bool) {
 		q.flush() // a failed READ response may have moved the QP to error
 		return sent, false
 	}
-	n, blocked = q.pumpSend(now, budget-sent)
+	n, blocked = q.pumpSend(now, min(budget-sent, reqBudget))
 	sent += n
 	q.completeSends()
 	return sent, blocked || (sent >= budget && q.HasWork())

@@ -31,9 +31,13 @@ var errTxStuck = errors.New("roce: the link has taken no frame for 100ms")
 
 // Budgets of one step.
 const (
-	pumpPerQP   = 64   // packets one QP sends before the next gets a turn
-	pumpPerStep = 1024 // packets all QPs send in one step
-	rxRounds    = 4    // link batches read in one step
+	pumpPerQP = 64 // packets one QP sends before the next gets a turn
+	// maxHeldSteps bounds how many steps in a row a receive backlog keeps
+	// the QPs from sending requests, so that a peer flooding the link
+	// cannot starve them.
+	maxHeldSteps = 64
+	pumpPerStep  = 1024 // packets all QPs send in one step
+	rxRounds     = 4    // link batches read in one step
 )
 
 // step processes n frames already in d.rx, then doorbells, more frames,
@@ -49,6 +53,7 @@ func (d *Device) step(now time.Duration, n int, hold bool) bool {
 	if d.doorbells() {
 		did = true
 	}
+	backlog := false // every round read a full batch: frames are waiting
 	for round := 0; round < rxRounds; round++ {
 		k, err := d.link.ReadBatch(d.rx, d.rxSizes, 0)
 		if err != nil || k == 0 {
@@ -61,6 +66,7 @@ func (d *Device) step(now time.Duration, n int, hold bool) bool {
 		if k < len(d.rx) {
 			break
 		}
+		backlog = round == rxRounds-1
 	}
 	for len(d.timers) > 0 && d.timers[0].deadline <= now {
 		q := d.timers[0]
@@ -69,7 +75,7 @@ func (d *Device) step(now time.Duration, n int, hold bool) bool {
 		d.touch(q)
 		did = true
 	}
-	more := d.pump(now)
+	more := d.pump(now, backlog)
 	if hold && d.txN > 0 && d.txN < len(d.tx) {
 		if d.txDue == 0 {
 			d.txDue = now + txHoldMax
@@ -200,8 +206,23 @@ func (d *Device) ringRecv(q *QP) {
 
 // pump lets the queued QPs transmit, round robin. It reports whether some
 // QP still has more to send.
-func (d *Device) pump(now time.Duration) bool {
+//
+// With backlog (frames still wait in the link after this step's reads),
+// the QPs send responses only, for at most maxHeldSteps steps in a row:
+// a request's retransmit timer starts when it is sent, and a loop that
+// sends faster than it reads would start timers whose acknowledgements
+// wait behind its own backlog. Ten thousand QPs starting at once otherwise
+// sent every request within a few steps and timed out before the loop had
+// read the replies.
+func (d *Device) pump(now time.Duration, backlog bool) bool {
 	budget := pumpPerStep
+	reqBudget := pumpPerStep
+	if backlog && d.heldSteps < maxHeldSteps {
+		d.heldSteps++
+		reqBudget = 0
+	} else {
+		d.heldSteps = 0
+	}
 	for len(d.runq) > 0 && budget > 0 {
 		k := 0
 		for _, q := range d.runq {
@@ -214,9 +235,9 @@ func (d *Device) pump(now time.Duration) bool {
 				k++
 				continue
 			}
-			sent, more := q.qp.Pump(now, min(pumpPerQP, budget))
+			sent, more := q.qp.PumpLimit(now, min(pumpPerQP, budget), min(pumpPerQP, reqBudget))
 			budget -= sent
-			if more {
+			if more || (reqBudget == 0 && q.qp.HasWork()) {
 				d.runq[k] = q
 				k++
 			} else {
@@ -232,6 +253,9 @@ func (d *Device) pump(now time.Duration) bool {
 				// The link takes nothing now; try again later.
 				return true
 			}
+		}
+		if reqBudget == 0 {
+			break // the held QPs stay queued for the next step
 		}
 	}
 	return len(d.runq) > 0

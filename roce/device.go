@@ -125,6 +125,7 @@ type Device struct {
 	// txDue is when frames an inline post held back must be sent (0: none
 	// held); postedSincePoll says the last inline step was a post's.
 	txDue           time.Duration
+	heldSteps       int // steps in a row whose receive backlog held requests back (see pump)
 	postedSincePoll bool
 	pw              PartialWriter // the link's non-waiting transmit, if it has one
 	txBlocked       bool          // the last flush left frames the link had no room for

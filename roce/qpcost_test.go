@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/verbs"
@@ -74,4 +75,73 @@ func BenchmarkQPCost(b *testing.B) {
 			b.ReportMetric(allocs/float64(b.N), "allocs/QP")
 		})
 	}
+}
+
+// TestManyQPsStartTogether starts a SEND on each of 10,000 RC QP pairs in
+// both directions at the same instant. Virtual time advances with the
+// work the loops do (costPerPkt for every packet sent or received), as a
+// real clock would while the loops drain the burst, so the test sees what
+// a real-time run sees: the RTO of 67 ms must cover only the round trip,
+// not the time the receiving loop takes to work through a backlog.
+func TestManyQPsStartTogether(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10,000 QP pairs: skipped in short mode")
+	}
+	const n = 10000
+	const costPerPkt = 2 * time.Microsecond
+	bed := newBed(t, bedOpts{cqe: n + 64})
+	qa, qb := qpCostPairs(t, bed, n, 4)
+	for i := range n {
+		for _, q := range [2]*roce.QP{qa[i], qb[i]} {
+			if err := q.PostRecv(&verbs.RecvWR{WRID: uint64(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := range n {
+		for _, q := range [2]*roce.QP{qa[i], qb[i]} {
+			if err := q.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpSend, Flags: verbs.Signaled}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pkts := func() uint64 {
+		var s uint64
+		for _, nd := range bed.nodes {
+			s += nd.dev.Counter(verbs.CntSentPkts) + nd.dev.Counter(verbs.CntRcvdPkts)
+		}
+		return s
+	}
+	seen := pkts()
+	start := bed.clock.Now()
+	for {
+		busy := false
+		for _, nd := range bed.nodes {
+			if nd.dev.Step(bed.clock.Now()) {
+				busy = true
+			}
+			nd.poll()
+		}
+		p := pkts()
+		bed.clock.Advance(costPerPkt*time.Duration(p-seen) + time.Microsecond)
+		seen = p
+		if len(bed.nodes[0].wcs)+len(bed.nodes[1].wcs) == 4*n {
+			break
+		}
+		if !busy && bed.clock.Now()-start > 10*time.Second {
+			t.Fatalf("%d completions of %d after %v", len(bed.nodes[0].wcs)+len(bed.nodes[1].wcs), 4*n, bed.clock.Now()-start)
+		}
+	}
+	for _, nd := range bed.nodes {
+		for _, wc := range nd.wcs {
+			if wc.Status != verbs.WCSuccess {
+				t.Fatalf("%v", wc)
+			}
+		}
+		if k := nd.dev.Counter(verbs.CntTimeouts); k != 0 {
+			t.Errorf("%s: %d retransmit timeouts, %d packets retransmitted, in %v", nd.dev.Name(), k,
+				nd.dev.Counter(verbs.CntRetransmitPkts), bed.clock.Now()-start)
+		}
+	}
+	t.Logf("burst drained in %v of virtual time", bed.clock.Now()-start)
 }
