@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/monotime"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/verbs"
 )
@@ -21,7 +22,7 @@ func (q *QP) resetRetry() {
 }
 
 // response handles a response packet (RC only).
-func (q *QP) response(now time.Duration, pkt *bth.Packet) {
+func (q *QP) response(now monotime.Time, pkt *bth.Packet) {
 	r := &q.req
 	psn := pkt.BTH().PSN()
 	// A response must be for a PSN this requester has transmitted: in the
@@ -51,7 +52,7 @@ func (q *QP) response(now time.Duration, pkt *bth.Packet) {
 
 // handleResponse applies one response; it reports whether the requester
 // made progress (something was acknowledged).
-func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) bool {
+func (q *QP) handleResponse(now monotime.Time, pkt *bth.Packet, psn bth.PSN) bool {
 	r := &q.req
 	op := pkt.Opcode
 	prod := q.sq.prod.Load()
@@ -179,7 +180,7 @@ func (q *QP) handleResponse(now time.Duration, pkt *bth.Packet, psn bth.PSN) boo
 				r.rnrLeft--
 			}
 			r.waitRNR = true
-			r.rnrAt = now + time.Duration(bth.RNRTimerMicros(syn.Value()))*time.Microsecond
+			r.rnrAt = now.Add(time.Duration(bth.RNRTimerMicros(syn.Value())) * time.Microsecond)
 			q.goBack()
 		} else {
 			q.cnt[verbs.CntRetryRNRExceededErr]++
@@ -287,7 +288,7 @@ func (q *QP) localError(w *sendWQE, err error) {
 // errorRetry starts a retry after a PSN sequence NAK, a lost READ or atomic
 // response, or a timeout; or fails the oldest request when the retry
 // budget is spent (rdma_rxe's COMPST_ERROR_RETRY).
-func (q *QP) errorRetry(now time.Duration, timeout bool) {
+func (q *QP) errorRetry(now monotime.Time, timeout bool) {
 	r := &q.req
 	if r.compIdx == q.sq.prod.Load() {
 		return

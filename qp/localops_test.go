@@ -3,9 +3,9 @@ package qp
 import (
 	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/monotime"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/verbs"
 )
@@ -62,14 +62,14 @@ func (s *loSide) post(t *testing.T, wr verbs.SendWR) {
 	}
 }
 
-func (s *loSide) pump(now time.Duration) [][]byte {
+func (s *loSide) pump(now monotime.Time) [][]byte {
 	s.q.Pump(now, 1000)
 	f := s.env.sent
 	s.env.sent = nil
 	return f
 }
 
-func (s *loSide) deliver(t *testing.T, now time.Duration, frames [][]byte) {
+func (s *loSide) deliver(t *testing.T, now monotime.Time, frames [][]byte) {
 	t.Helper()
 	for _, f := range frames {
 		p, err := bth.Parse(f)
@@ -115,7 +115,7 @@ func loPair(t *testing.T) (*loSide, *loSide) {
 }
 
 // exchange runs the two QPs against each other until neither sends.
-func exchange(t *testing.T, a, b *loSide, now time.Duration) {
+func exchange(t *testing.T, a, b *loSide, now monotime.Time) {
 	t.Helper()
 	for range 100 {
 		fa, fb := a.pump(now), b.pump(now)

@@ -3,9 +3,9 @@ package qp
 import (
 	"bytes"
 	"testing"
-	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/monotime"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/verbs"
 )
@@ -101,7 +101,7 @@ func TestDuplicateSendAckNeverNamesRead(t *testing.T) {
 func TestImpliedAckRestoresRNRBudget(t *testing.T) {
 	a, b := pair(t, verbs.MTU1024) // rnr_retry 2, min_rnr_timer 3 (30 us)
 	a.q.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 10)}})
-	now := time.Duration(0)
+	now := monotime.Time(0)
 	// Two RNR NAKs for the first SEND spend the budget.
 	for i := 0; i < 2; i++ {
 		deliver(t, b, now, pump(a, now)...)
@@ -149,7 +149,7 @@ func TestImpliedAckRestoresRetryBudget(t *testing.T) {
 	a.q.PostSend(wr(1))
 	first := pump(a, 0)
 	// Three timeouts: everything lost, the budget is spent.
-	now := time.Duration(0)
+	now := monotime.Time(0)
 	for i := 0; i < 3; i++ {
 		now, _ = a.q.NextDeadline()
 		a.q.OnTimer(now)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/monotime"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/verbs"
 )
@@ -288,7 +289,7 @@ func (q *QP) RecvQueueLen() uint32 {
 // exhausted or no transmit buffer). It also completes work that needs no
 // packets: flushing requests posted to a QP in the error state, and
 // completions of UD and UC sends.
-func (q *QP) Pump(now time.Duration, budget int) (sent int, more bool) {
+func (q *QP) Pump(now monotime.Time, budget int) (sent int, more bool) {
 	return q.PumpLimit(now, budget, budget)
 }
 
@@ -297,7 +298,7 @@ func (q *QP) Pump(now time.Duration, budget int) (sent int, more bool) {
 // whose receive side is behind passes 0, so that it answers its peers
 // without starting requests whose acknowledgements it could not read in
 // time.
-func (q *QP) PumpLimit(now time.Duration, budget, reqBudget int) (sent int, more bool) {
+func (q *QP) PumpLimit(now monotime.Time, budget, reqBudget int) (sent int, more bool) {
 	switch q.state {
 	case verbs.QPStateErr:
 		q.flush()
@@ -341,7 +342,7 @@ func (q *QP) hasSendWork() bool {
 }
 
 // NextDeadline returns the earliest time OnTimer has work to do, if any.
-func (q *QP) NextDeadline() (time.Duration, bool) {
+func (q *QP) NextDeadline() (monotime.Time, bool) {
 	r := &q.req
 	switch {
 	case r.retransArmed && r.waitRNR:
@@ -355,7 +356,7 @@ func (q *QP) NextDeadline() (time.Duration, bool) {
 }
 
 // OnTimer fires the timers that expired at or before now.
-func (q *QP) OnTimer(now time.Duration) {
+func (q *QP) OnTimer(now monotime.Time) {
 	r := &q.req
 	if r.waitRNR && now >= r.rnrAt {
 		r.waitRNR = false
@@ -379,7 +380,7 @@ func (q *QP) OnTimer(now time.Duration) {
 // Receive handles an arriving packet addressed to this QP. The device has
 // checked the frame, its ICRC and the destination QPN. Packets the QP does
 // not accept are dropped and counted.
-func (q *QP) Receive(now time.Duration, pkt *bth.Packet) {
+func (q *QP) Receive(now monotime.Time, pkt *bth.Packet) {
 	info := pkt.Info()
 	var want bth.Service
 	switch q.typ {

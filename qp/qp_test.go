@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/monotime"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/verbs"
 )
@@ -143,7 +144,7 @@ func pair(t *testing.T, mtu verbs.MTU) (*end, *end) {
 }
 
 // deliver hands frames to e.
-func deliver(t *testing.T, e *end, now time.Duration, frames ...[]byte) {
+func deliver(t *testing.T, e *end, now monotime.Time, frames ...[]byte) {
 	t.Helper()
 	for _, f := range frames {
 		p, err := bth.Parse(f)
@@ -154,7 +155,7 @@ func deliver(t *testing.T, e *end, now time.Duration, frames ...[]byte) {
 	}
 }
 
-func pump(e *end, now time.Duration) [][]byte {
+func pump(e *end, now monotime.Time) [][]byte {
 	e.q.Pump(now, 1000)
 	return e.env.take()
 }
@@ -226,12 +227,12 @@ func TestGoBackNAfterLoss(t *testing.T) {
 func TestTimeoutRetransmitsAndTimerValue(t *testing.T) {
 	a, b := pair(t, verbs.MTU1024)
 	a.q.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{a.sge(0, 100)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()})
-	now := 5 * time.Millisecond
+	now := monotime.Time(0).Add(5 * time.Millisecond)
 	if len(pump(a, now)) != 1 {
 		t.Fatal("not sent")
 	}
 	dl, ok := a.q.NextDeadline()
-	if want := now + 4096*time.Nanosecond<<10; !ok || dl != want {
+	if want := now.Add(4096 * time.Nanosecond << 10); !ok || dl != want {
 		t.Fatalf("deadline %v, want %v", dl, want)
 	}
 	a.q.OnTimer(dl - 1)
@@ -342,7 +343,7 @@ func TestRNRNak(t *testing.T) {
 	}
 	deliver(t, a, 0, resp...)
 	dl, _ := a.q.NextDeadline()
-	if dl != 30*time.Microsecond {
+	if dl != monotime.Time(0).Add(30*time.Microsecond) {
 		t.Fatalf("RNR wait until %v, want timer 3 = 30us", dl)
 	}
 	if len(pump(a, dl-1)) != 0 {

@@ -7,9 +7,8 @@
 package qp
 
 import (
-	"time"
-
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/monotime"
 	"github.com/sroce/sroce/verbs"
 )
 
@@ -28,9 +27,9 @@ type requester struct {
 	startedRetry bool
 
 	retransArmed bool
-	retransAt    time.Duration
+	retransAt    monotime.Time
 	waitRNR      bool
-	rnrAt        time.Duration
+	rnrAt        monotime.Time
 
 	drainNotified bool
 }
@@ -50,16 +49,16 @@ func (r *requester) ahead(p bth.PSN) uint32 { return uint32(p-r.compPSN) & bth.P
 // transmitted and not acknowledged: [compPSN, maxPSN).
 func (r *requester) sentBefore(p bth.PSN) bool { return r.ahead(p) < r.ahead(r.maxPSN) }
 
-func (q *QP) armRetrans(now time.Duration) {
+func (q *QP) armRetrans(now monotime.Time) {
 	if q.rto > 0 {
 		q.req.retransArmed = true
-		q.req.retransAt = now + q.rto
+		q.req.retransAt = now.Add(q.rto)
 	}
 }
 
 // pumpSend transmits request packets. It returns the number sent and
 // whether it stopped for lack of a transmit buffer.
-func (q *QP) pumpSend(now time.Duration, budget int) (int, bool) {
+func (q *QP) pumpSend(now monotime.Time, budget int) (int, bool) {
 	r := &q.req
 	if q.state != verbs.QPStateRTS && q.state != verbs.QPStateSQD {
 		return 0, false
@@ -132,7 +131,7 @@ func (q *QP) packetCost(w *sendWQE) int {
 
 // sendPacket builds and transmits the next packet of w. It reports false
 // if no transmit buffer was available (nothing changed).
-func (q *QP) sendPacket(now time.Duration, w *sendWQE) bool {
+func (q *QP) sendPacket(now monotime.Time, w *sendWQE) bool {
 	r := &q.req
 	op := w.wr.Opcode
 	mtu := uint32(q.mtu)

@@ -121,7 +121,7 @@ func (s *streamBed) run(t testing.TB, msgs int) streamResult {
 		t.Fatalf("data differs after the stream")
 	}
 	d := func(k verbs.Counter) uint64 { return cnt(k) - c0[k] }
-	return streamResult{msgs: msgs, size: s.size, elapsed: b.clock.Now() - start,
+	return streamResult{msgs: msgs, size: s.size, elapsed: b.clock.Now().Sub(start),
 		sent: d(verbs.CntSentPkts), retrans: d(verbs.CntRetransmitPkts), dupReads: d(verbs.CntDupReadRequest),
 		reductions: d(verbs.CntCwndReductions), limited: d(verbs.CntCwndLimited), timeouts: d(verbs.CntTimeouts),
 		queueDrops: b.router.Stats().QueueDrops - q0, cwndAfter: s.qa.CongestionWindow()}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/monotime"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/verbs"
@@ -45,7 +46,7 @@ const (
 // With hold, frames that fill less than a batch stay in it (see
 // Device.progress) until txDue, a later step without hold, or a full
 // batch.
-func (d *Device) step(now time.Duration, n int, hold bool) bool {
+func (d *Device) step(now monotime.Time, n int, hold bool) bool {
 	did := n > 0
 	for i := 0; i < n; i++ {
 		d.receive(now, d.rx[i][:d.rxSizes[i]])
@@ -78,7 +79,7 @@ func (d *Device) step(now time.Duration, n int, hold bool) bool {
 	more := d.pump(now, backlog)
 	if hold && d.txN > 0 && d.txN < len(d.tx) {
 		if d.txDue == 0 {
-			d.txDue = now + txHoldMax
+			d.txDue = now.Add(txHoldMax)
 		}
 		return did || more
 	}
@@ -87,7 +88,7 @@ func (d *Device) step(now time.Duration, n int, hold bool) bool {
 }
 
 // receive handles one frame.
-func (d *Device) receive(now time.Duration, frame []byte) {
+func (d *Device) receive(now monotime.Time, frame []byte) {
 	p := &d.pkt
 	if err := p.Parse(frame); err != nil {
 		if errors.Is(err, bth.ErrNotRoCE) {
@@ -214,7 +215,7 @@ func (d *Device) ringRecv(q *QP) {
 // wait behind its own backlog. Ten thousand QPs starting at once otherwise
 // sent every request within a few steps and timed out before the loop had
 // read the replies.
-func (d *Device) pump(now time.Duration, backlog bool) bool {
+func (d *Device) pump(now monotime.Time, backlog bool) bool {
 	budget := pumpPerStep
 	reqBudget := pumpPerStep
 	if backlog && d.heldSteps < maxHeldSteps {
@@ -350,7 +351,7 @@ func (d *Device) flushTx() {
 		d.txStuckAt = 0
 	case d.txBlocked && d.txStuckAt == 0:
 		d.txStuckAt = d.clock.Now()
-	case d.txBlocked && d.clock.Now()-d.txStuckAt > txStuckMax:
+	case d.txBlocked && d.clock.Now().Sub(d.txStuckAt) > txStuckMax:
 		// The link has taken nothing for a long while: give the frames
 		// up as a failed send would, and let RC retransmit them.
 		err = errTxStuck
@@ -492,7 +493,7 @@ func (h timerHeap) down(i0 int) bool {
 	return i > i0
 }
 
-func (d *Device) nextDeadline() (time.Duration, bool) {
+func (d *Device) nextDeadline() (monotime.Time, bool) {
 	if len(d.timers) == 0 {
 		return 0, false
 	}

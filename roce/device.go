@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/monotime"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/verbs"
@@ -124,12 +125,12 @@ type Device struct {
 	parked  atomic.Bool   // the loop blocks (or is about to) in the link
 	// txDue is when frames an inline post held back must be sent (0: none
 	// held); postedSincePoll says the last inline step was a post's.
-	txDue           time.Duration
+	txDue           monotime.Time
 	heldSteps       int // steps in a row whose receive backlog held requests back (see pump)
 	postedSincePoll bool
 	pw              PartialWriter // the link's non-waiting transmit, if it has one
 	txBlocked       bool          // the last flush left frames the link had no room for
-	txStuckAt       time.Duration // since when the link has taken none (0: it takes)
+	txStuckAt       monotime.Time // since when the link has taken none (0: it takes)
 	dbRung          atomic.Bool   // d.db is not empty
 	quietPolls      int           // empty inline polls since the last clock read
 	waiter          ReadyWaiter   // the link's wait without reading (inline mode)
@@ -385,11 +386,11 @@ func (d *Device) Run(ctx context.Context) error {
 		} else if !d.spins(now, last) {
 			wait = maxIdle
 			if ok {
-				wait = min(wait, max(dl-d.clock.Now(), 0))
+				wait = min(wait, max(dl.Sub(d.clock.Now()), 0))
 			}
 		}
 		if wait > 0 {
-			d.parkUntil.Store(int64(now + wait))
+			d.parkUntil.Store(int64(now.Add(wait)))
 			d.parked.Store(true)
 			if d.doorbellPending() {
 				wait = 0
@@ -424,7 +425,7 @@ func (d *Device) Run(ctx context.Context) error {
 // at now and transmits what the QPs have to send. It reports whether it
 // did anything; callers repeat it until it reports false, then advance
 // time to the earliest of NextDeadline and the link's next delivery.
-func (d *Device) Step(now time.Duration) bool {
+func (d *Device) Step(now monotime.Time) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -434,7 +435,7 @@ func (d *Device) Step(now time.Duration) bool {
 }
 
 // NextDeadline returns the earliest QP timer, if any.
-func (d *Device) NextDeadline() (time.Duration, bool) {
+func (d *Device) NextDeadline() (monotime.Time, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.nextDeadline()

@@ -25,6 +25,8 @@ import (
 	"fmt"
 	"runtime"
 	"time"
+
+	"github.com/sroce/sroce/monotime"
 )
 
 // EngineMode says how a device's loop waits for work (Options.Engine).
@@ -98,12 +100,12 @@ func (d *Device) Engine() EngineMode { return d.mode }
 
 // spins reports whether the loop polls instead of blocking, now is the
 // current time and last the time of its last activity.
-func (d *Device) spins(now, last time.Duration) bool {
+func (d *Device) spins(now, last monotime.Time) bool {
 	switch d.mode {
 	case EngineSpin:
 		return true
 	case EngineAdaptive:
-		return now-last < d.spinFor
+		return now.Sub(last) < d.spinFor
 	}
 	return false
 }
@@ -183,7 +185,7 @@ func (d *Device) progress(post bool) bool {
 	// The blocked loop does not know what this step left behind: more to
 	// send than one step's budget, held frames, or a timer earlier than
 	// its wake-up.
-	if busy || (ok && dl < time.Duration(d.parkUntil.Load())) {
+	if busy || (ok && dl < monotime.Time(d.parkUntil.Load())) {
 		d.kick()
 	}
 	return busy

@@ -265,7 +265,7 @@ func TestRetryExceeded(t *testing.T) {
 	qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 3000)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 	qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpRDMAWrite, SGL: []mr.SGE{lm.SGE(0, 30)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 	b.expectWC(a, verbs.WCRetryExcErr, verbs.WCWRFlushErr)
-	el := b.clock.Now() - start
+	el := b.clock.Now().Sub(start)
 	rto := 4096 * time.Nanosecond << 10
 	if el < 4*rto || el > 5*rto {
 		t.Fatalf("gave up after %v, want 4 timeouts of %v", el, rto)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/monotime"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/roce"
@@ -290,7 +291,7 @@ func TestFenceWaitsForRead(t *testing.T) {
 		}
 		qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 1<<15)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 		qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpRDMAWrite, Flags: flags, SGL: []mr.SGE{lm.SGE(1<<15, 8)}, RemoteAddr: rm.Addr() + 1<<15, RKey: rm.RKey()})
-		var readDone, writeDone time.Duration
+		var readDone, writeDone monotime.Time
 		b.run(func() bool {
 			for _, w := range a.wcs {
 				if w.WRID == 1 && readDone == 0 {
@@ -304,11 +305,11 @@ func TestFenceWaitsForRead(t *testing.T) {
 		})
 		// A fenced WRITE starts only after the READ completed: one more
 		// round trip.
-		if fence && writeDone-readDone < 20*time.Microsecond {
-			t.Fatalf("fenced write completed %v after the read", writeDone-readDone)
+		if fence && writeDone.Sub(readDone) < 20*time.Microsecond {
+			t.Fatalf("fenced write completed %v after the read", writeDone.Sub(readDone))
 		}
-		if !fence && writeDone-readDone > 5*time.Microsecond {
-			t.Fatalf("unfenced write completed %v after the read", writeDone-readDone)
+		if !fence && writeDone.Sub(readDone) > 5*time.Microsecond {
+			t.Fatalf("unfenced write completed %v after the read", writeDone.Sub(readDone))
 		}
 	}
 }

@@ -3,6 +3,8 @@ package roce
 import (
 	"net"
 	"time"
+
+	"github.com/sroce/sroce/monotime"
 )
 
 // ICRCVerifier is implemented by links that may be unable to check the ICRC
@@ -63,16 +65,16 @@ type PartialWriter interface {
 	WriteBatchNow(frames [][]byte) (n int, err error)
 }
 
-// Clock tells the device the time, as a duration since an arbitrary
-// epoch. Tests drive devices with a virtual clock; SystemClock follows the
+// Clock tells the device the time, as an instant on a monotonic clock
+// (monotime.Time). Tests drive devices with a virtual clock; SystemClock follows the
 // monotonic system clock.
 type Clock interface {
-	Now() time.Duration
+	Now() monotime.Time
 }
 
 type systemClock struct{ epoch time.Time }
 
-func (c systemClock) Now() time.Duration { return time.Since(c.epoch) }
+func (c systemClock) Now() monotime.Time { return monotime.Time(time.Since(c.epoch)) }
 
 // SystemClock returns a clock that reads the monotonic system clock, with
 // its epoch at the call.

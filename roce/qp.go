@@ -8,9 +8,9 @@ package roce
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/monotime"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/verbs"
@@ -45,7 +45,7 @@ type QP struct {
 	// Loop state, under the device lock.
 	queued   bool
 	heapIdx  int
-	deadline time.Duration
+	deadline monotime.Time
 	dead     bool
 }
 

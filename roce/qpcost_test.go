@@ -128,8 +128,8 @@ func TestManyQPsStartTogether(t *testing.T) {
 		if len(bed.nodes[0].wcs)+len(bed.nodes[1].wcs) == 4*n {
 			break
 		}
-		if !busy && bed.clock.Now()-start > 10*time.Second {
-			t.Fatalf("%d completions of %d after %v", len(bed.nodes[0].wcs)+len(bed.nodes[1].wcs), 4*n, bed.clock.Now()-start)
+		if !busy && bed.clock.Now().Sub(start) > 10*time.Second {
+			t.Fatalf("%d completions of %d after %v", len(bed.nodes[0].wcs)+len(bed.nodes[1].wcs), 4*n, bed.clock.Now().Sub(start))
 		}
 	}
 	for _, nd := range bed.nodes {

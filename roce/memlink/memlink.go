@@ -22,21 +22,22 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/monotime"
 )
 
 // Clock tells the router the time (the same interface as roce.Clock).
 type Clock interface {
-	Now() time.Duration
+	Now() monotime.Time
 }
 
 // VirtualClock is a clock that moves only when told to.
 type VirtualClock struct{ t atomic.Int64 }
 
 // Now returns the current virtual time.
-func (c *VirtualClock) Now() time.Duration { return time.Duration(c.t.Load()) }
+func (c *VirtualClock) Now() monotime.Time { return monotime.Time(c.t.Load()) }
 
 // Set moves the clock to t; it never moves backwards.
-func (c *VirtualClock) Set(t time.Duration) {
+func (c *VirtualClock) Set(t monotime.Time) {
 	for {
 		old := c.t.Load()
 		if int64(t) <= old || c.t.CompareAndSwap(old, int64(t)) {
@@ -153,10 +154,10 @@ func (r *Router) NewPort(mac net.HardwareAddr, mtu int) *Port {
 
 // NextDelivery returns the earliest time a frame becomes readable at some
 // port, if any frame is in flight.
-func (r *Router) NextDelivery() (time.Duration, bool) {
+func (r *Router) NextDelivery() (monotime.Time, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var t time.Duration
+	var t monotime.Time
 	ok := false
 	for _, p := range r.ports {
 		if p.pending() > 0 {
@@ -191,7 +192,7 @@ func (r *Router) getBuf(n int) []byte {
 }
 
 // enqueue schedules a copy of frame for p.
-func (r *Router) enqueue(p *Port, frame []byte, now time.Duration) {
+func (r *Router) enqueue(p *Port, frame []byte, now monotime.Time) {
 	imp := &r.imp
 	if imp.Loss > 0 && r.rng.Float64() < imp.Loss {
 		r.stats.Lost++
@@ -209,29 +210,29 @@ func (r *Router) enqueue(p *Port, frame []byte, now time.Duration) {
 			// bandwidth, then takes its own serialization time.
 			start := max(now, p.busyUntil)
 			if imp.Queue > 0 {
-				backlog := float64(start-now) * float64(imp.Rate) / float64(time.Second)
+				backlog := float64(start.Sub(now)) * float64(imp.Rate) / float64(time.Second)
 				if backlog+float64(len(frame)) > float64(imp.Queue) {
 					r.stats.QueueDrops++
 					continue
 				}
 			}
-			p.busyUntil = start + time.Duration(float64(len(frame))*float64(time.Second)/float64(imp.Rate))
+			p.busyUntil = start.Add(time.Duration(float64(len(frame)) * float64(time.Second) / float64(imp.Rate)))
 			at = p.busyUntil
 		}
-		at += imp.Delay
+		at = at.Add(imp.Delay)
 		if imp.Jitter > 0 {
-			at += time.Duration(r.rng.Int64N(int64(imp.Jitter)))
+			at = at.Add(time.Duration(r.rng.Int64N(int64(imp.Jitter))))
 		}
 		if imp.Reorder > 0 && r.rng.Float64() < imp.Reorder {
 			rd := imp.ReorderDelay
 			if rd <= 0 {
 				rd = 20 * time.Microsecond
 			}
-			at += 1 + time.Duration(r.rng.Int64N(int64(rd)))
+			at = at.Add(1 + time.Duration(r.rng.Int64N(int64(rd))))
 			r.stats.Reordered++
 		}
 		if c == 1 {
-			at += time.Duration(r.rng.Int64N(int64(5*time.Microsecond))) + 1
+			at = at.Add(time.Duration(r.rng.Int64N(int64(5*time.Microsecond))) + 1)
 		}
 		b := r.getBuf(len(frame))
 		copy(b, frame)
@@ -250,7 +251,7 @@ func (r *Router) enqueue(p *Port, frame []byte, now time.Duration) {
 }
 
 type inflight struct {
-	at  time.Duration
+	at  monotime.Time
 	seq uint64
 	buf []byte
 }
@@ -273,7 +274,7 @@ type Port struct {
 	timer  *time.Timer
 	// busyUntil is when the frames already accepted have passed the
 	// port's bandwidth (Impairments.Rate).
-	busyUntil time.Duration
+	busyUntil monotime.Time
 }
 
 func (p *Port) less(i, j int) bool {
@@ -378,7 +379,7 @@ func (p *Port) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int
 		var next time.Duration = -1
 		due := false // a frame is ready (for a caller that takes none)
 		if p.pending() > 0 {
-			next = p.next().at - now
+			next = p.next().at.Sub(now)
 			due = next <= 0
 		}
 		r.mu.Unlock()
@@ -507,8 +508,8 @@ func (p *Port) Close() error {
 
 // Stepper is a device driven in virtual time (roce.Device implements it).
 type Stepper interface {
-	Step(now time.Duration) bool
-	NextDeadline() (time.Duration, bool)
+	Step(now monotime.Time) bool
+	NextDeadline() (monotime.Time, bool)
 }
 
 // Sim drives devices and a router in virtual time: it steps every device
@@ -554,7 +555,7 @@ func (s *Sim) settle() {
 // every quiet instant. It fails if nothing is left to happen or limit
 // virtual time passes.
 func (s *Sim) RunUntil(done func() bool, limit time.Duration) error {
-	end := s.Clock.Now() + limit
+	end := s.Clock.Now().Add(limit)
 	for {
 		s.settle()
 		if done() {
@@ -578,7 +579,7 @@ func (s *Sim) RunUntil(done func() bool, limit time.Duration) error {
 
 // RunFor advances virtual time by d, processing everything due on the way.
 func (s *Sim) RunFor(d time.Duration) {
-	end := s.Clock.Now() + d
+	end := s.Clock.Now().Add(d)
 	for {
 		s.settle()
 		next, ok := s.next()
@@ -592,11 +593,11 @@ func (s *Sim) RunFor(d time.Duration) {
 }
 
 // next returns the earliest instant after now at which something happens.
-func (s *Sim) next() (time.Duration, bool) {
+func (s *Sim) next() (monotime.Time, bool) {
 	now := s.Clock.Now()
-	var t time.Duration
+	var t monotime.Time
 	ok := false
-	consider := func(x time.Duration) {
+	consider := func(x monotime.Time) {
 		if x <= now {
 			x = now + 1
 		}

@@ -6,6 +6,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/sroce/sroce/monotime"
 )
 
 func frame(dst [6]byte, seq uint32, n int) []byte {
@@ -162,7 +164,7 @@ func TestRealTimeWakeAndDelay(t *testing.T) {
 
 type systemClock struct{ start time.Time }
 
-func (c systemClock) Now() time.Duration { return time.Since(c.start) }
+func (c systemClock) Now() monotime.Time { return monotime.Time(time.Since(c.start)) }
 
 // TestRateQueue: a port with a bandwidth takes frames one after another at
 // that rate and drops the ones that find its queue full.
@@ -178,7 +180,7 @@ func TestRateQueue(t *testing.T) {
 	}
 	for i, want := range []time.Duration{1010 * time.Microsecond, 2010 * time.Microsecond, 3010 * time.Microsecond} {
 		at, ok := r.NextDelivery()
-		if !ok || at != want {
+		if !ok || at != monotime.Time(0).Add(want) {
 			t.Fatalf("frame %d due at %v, want %v", i, at, want)
 		}
 		c.Set(at)
