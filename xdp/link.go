@@ -68,7 +68,7 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int
 	if n := s.receiveCopy(bufs, sizes); n > 0 || timeout == 0 {
 		return n, nil
 	}
-	ready, err := s.wait(timeout)
+	ready, err := s.wait(timeout, true)
 	if err != nil || !ready {
 		return 0, err
 	}
@@ -108,15 +108,23 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 }
 
 // WaitReady implements roce.ReadyWaiter: it waits up to timeout until a
-// frame is on the rx ring, or Wake is called, and takes nothing.
+// frame is on the rx ring, or Wake is called, and takes nothing. It may run
+// beside the goroutine that receives and transmits (it leaves the transmit
+// side alone: the device retries a stuck transmit itself).
 func (l *Link) WaitReady(timeout time.Duration) error {
-	_, err := l.s.Wait(timeout)
+	s := l.s
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	_, err := s.wait(timeout, false)
 	return err
 }
 
 // Ready implements roce.ReadyWaiter: it reports whether the rx ring holds
-// a frame (one atomic load, no system call).
-func (l *Link) Ready() bool { return l.s.rx.available() > 0 }
+// a frame (two atomic loads, no system call). Any goroutine may ask.
+func (l *Link) Ready() bool { return l.s.rx.pending() }
 
 // WriteBatchNow implements roce.PartialWriter: it queues what the tx ring
 // and the free chunks take now, kicks the kernel and returns how many

@@ -102,6 +102,14 @@ func (r *ring) outstanding() uint32 {
 
 // Consumer side (rx, completion).
 
+// pending reports whether the producer has published entries the consumer
+// has not released. It reads only the two shared indices (atomically), so
+// a goroutine other than the consumer may ask; entries the consumer holds
+// but has not released yet count as pending.
+func (r *ring) pending() bool {
+	return atomic.LoadUint32(r.producer) != atomic.LoadUint32(r.consumer)
+}
+
 // available returns how many entries can be consumed, reading the kernel's
 // producer index when the cached value shows none left.
 func (r *ring) available() uint32 {

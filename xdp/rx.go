@@ -214,30 +214,34 @@ func (s *Socket) receiveCopy(bufs [][]byte, sizes []int) int {
 
 // Wait blocks until a frame is ready to be received, Wake is called, or
 // the timeout passes, and reports whether a frame is ready. Signals do not
-// end it early. A negative
-// timeout waits without limit; zero only checks. It is part of the receive
-// side.
+// end it early. A negative timeout waits without limit; zero only checks.
+// It is part of the receive side and leaves the transmit side alone
+// (Link.ReadBatch, whose caller does both, also kicks a stuck tx ring).
 func (s *Socket) Wait(timeout time.Duration) (bool, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed.Load() {
 		return false, ErrClosed
 	}
-	return s.wait(timeout)
+	return s.wait(timeout, false)
 }
 
 // txRetry bounds a wait while transmit descriptors are stuck on the ring.
 const txRetry = time.Millisecond
 
-func (s *Socket) wait(timeout time.Duration) (bool, error) {
-	if s.rx.available() > 0 {
+// wait is Wait; with tx it also minds the transmit side (the caller is the
+// goroutine that transmits), without it it touches only the rx ring's
+// shared indices and the poller, so it may run beside a goroutine that
+// receives and transmits.
+func (s *Socket) wait(timeout time.Duration, tx bool) (bool, error) {
+	if s.rx.pending() {
 		return true, nil
 	}
 	if timeout == 0 {
 		return false, nil
 	}
 	s.c.waits.Add(1)
-	if s.mode != ModeZeroCopy && s.tx.outstanding() > 0 && (timeout < 0 || timeout > txRetry) {
+	if tx && s.mode != ModeZeroCopy && s.tx.outstanding() > 0 && (timeout < 0 || timeout > txRetry) {
 		// Frames wait on the tx ring because the kernel stopped taking
 		// them (its send buffer was full). In copy mode only a kick makes
 		// the kernel transmit, and no frame may arrive until these are
@@ -255,7 +259,7 @@ func (s *Socket) wait(timeout time.Duration) (bool, error) {
 	// blocked in the kernel.
 	if s.woken.Swap(false) {
 		s.c.wakeups.Add(1)
-		return s.rx.available() > 0, nil
+		return s.rx.pending(), nil
 	}
 	var dl time.Time
 	if timeout > 0 {
@@ -266,7 +270,7 @@ func (s *Socket) wait(timeout time.Duration) (bool, error) {
 	}
 	if s.woken.Swap(false) { // Wake raced with the deadline just set
 		s.c.wakeups.Add(1)
-		return s.rx.available() > 0, nil
+		return s.rx.pending(), nil
 	}
 	err := s.rc.Read(s.readyFn)
 	switch {
@@ -279,11 +283,11 @@ func (s *Socket) wait(timeout time.Duration) (bool, error) {
 	case err != nil:
 		return false, s.pollErr(err)
 	}
-	return s.rx.available() > 0, nil
+	return s.rx.pending(), nil
 }
 
 // ready is the poller's test: a frame on the rx ring, or a Wake.
-func (s *Socket) ready(uintptr) bool { return s.rx.available() > 0 || s.woken.Load() }
+func (s *Socket) ready(uintptr) bool { return s.rx.pending() || s.woken.Load() }
 
 func (s *Socket) pollErr(err error) error {
 	if s.closed.Load() {

@@ -705,7 +705,8 @@ func TestConcurrentRxTx(t *testing.T) {
 
 // TestWaitTransmitsStuckFrames leaves frames on the tx ring without a kick,
 // as when the kernel stopped taking them for lack of send buffer, and
-// waits for a frame that cannot come: the wait must drive them out (in
+// waits for a frame that cannot come as Link.ReadBatch does (its caller
+// both receives and transmits): the wait must drive them out (in
 // copy mode poll(2) transmits) instead of sleeping until something
 // arrives, which on a peer waiting for those very frames is never.
 func TestWaitTransmitsStuckFrames(t *testing.T) {
@@ -736,7 +737,9 @@ func TestWaitTransmitsStuckFrames(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		a.Wait(2 * time.Second) // nothing will arrive at A
+		a.mu.RLock()
+		a.wait(2*time.Second, true) // nothing will arrive at A
+		a.mu.RUnlock()
 	}()
 	got := recvN(t, b, len(want), 5*time.Second)
 	checkFrames(t, "frames stuck on A's tx ring", got, want)
