@@ -28,6 +28,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/sroce/sroce/tools/oob"
 )
@@ -247,7 +248,31 @@ func (pt *perftest) checkReadData(size, iters uint64) {
 // checkWriteTarget checks the regions after the peer's WRITEs of size
 // bytes, iters per QP: each slot hit holds the writer's pattern.
 func (pt *perftest) checkWriteTarget(size, iters uint64) {
+	if pt.p.Conn == oob.UC {
+		pt.awaitUCWrites(size, iters)
+	}
 	pt.checkSlots(size, iters, pt.regionOff, "the written region")
+}
+
+// ucSettle bounds the wait for UC WRITEs still on their way.
+const ucSettle = 2 * time.Second
+
+// awaitUCWrites waits until the device has received as many packets as
+// the peer's UC WRITEs make, or ucSettle passes. The peer's report comes
+// when its sends completed, which for UC means handed to its link: unlike
+// RC, nothing says the packets have arrived. Packets that never come were
+// lost, which UC allows; the check then finds their slots unwritten.
+func (pt *perftest) awaitUCWrites(size, iters uint64) {
+	mtu := uint64(pt.pro.MTU.Bytes())
+	if mtu == 0 {
+		mtu = 4096
+	}
+	perMsg := max((size+mtu-1)/mtu, 1)
+	want := perMsg * iters * uint64(len(pt.qps))
+	deadline := time.Now().Add(ucSettle)
+	for pt.syncMemory() < want && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // checkSlots checks, for every QP i, the slots that iters size-byte
