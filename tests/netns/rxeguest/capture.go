@@ -4,9 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/sroce/sroce/capture"
 	"io"
 	"os"
 	"os/exec"
@@ -207,90 +208,62 @@ func (c *Capture) Complete() error {
 
 // Frame is one captured frame.
 type Frame struct {
-	Time    time.Time
-	Data    []byte // the captured bytes
-	OrigLen int    // length on the wire
+	Time    time.Time // when it was captured (written by AppendPcap; not read back)
+	Data    []byte    // the captured bytes
+	OrigLen int       // length on the wire
 }
 
 // Pcap link types.
 const LinkTypeEthernet = 1
 
-// ReadPcapFile reads a classic pcap file (either byte order, microsecond or
-// nanosecond timestamps).
+// ReadPcapFile reads a capture file (pcap or pcapng, through package
+// capture) and returns its frames and the link type of the last one.
 func ReadPcapFile(path string) ([]Frame, uint32, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, 0, err
 	}
-	return ParsePcap(b)
+	defer f.Close()
+	return readPcap(f, path)
 }
 
-// ParsePcap parses a classic pcap file and returns its frames and link type.
+// ParsePcap parses a capture held in memory.
 func ParsePcap(b []byte) ([]Frame, uint32, error) {
-	if len(b) < 24 {
-		return nil, 0, errors.New("pcap: short file header")
-	}
-	var bo binary.ByteOrder
-	var nano bool
-	switch m := binary.LittleEndian.Uint32(b); m {
-	case 0xa1b2c3d4:
-		bo = binary.LittleEndian
-	case 0xa1b23c4d:
-		bo, nano = binary.LittleEndian, true
-	case 0xd4c3b2a1:
-		bo = binary.BigEndian
-	case 0x4d3cb2a1:
-		bo, nano = binary.BigEndian, true
-	default:
-		return nil, 0, fmt.Errorf("pcap: bad magic %#x (pcapng is not supported)", m)
-	}
-	link := bo.Uint32(b[20:]) & 0x0fffffff
-	var frames []Frame
-	for off := 24; off < len(b); {
-		if len(b)-off < 16 {
-			return frames, link, errors.New("pcap: truncated record header")
-		}
-		sec, frac := bo.Uint32(b[off:]), bo.Uint32(b[off+4:])
-		incl, orig := int(bo.Uint32(b[off+8:])), int(bo.Uint32(b[off+12:]))
-		off += 16
-		if incl > len(b)-off {
-			return frames, link, errors.New("pcap: truncated record")
-		}
-		ns := int64(frac)
-		if !nano {
-			ns *= 1000
-		}
-		frames = append(frames, Frame{
-			Time:    time.Unix(int64(sec), ns).UTC(),
-			Data:    append([]byte(nil), b[off:off+incl]...),
-			OrigLen: orig,
-		})
-		off += incl
-	}
-	return frames, link, nil
+	return readPcap(bytes.NewReader(b), "the capture")
 }
 
-// AppendPcap encodes frames as a classic little-endian pcap file with
-// microsecond timestamps.
-func AppendPcap(dst []byte, link uint32, frames []Frame) []byte {
-	le := binary.LittleEndian
-	dst = le.AppendUint32(dst, 0xa1b2c3d4)
-	dst = le.AppendUint16(dst, 2)
-	dst = le.AppendUint16(dst, 4)
-	dst = le.AppendUint32(dst, 0) // thiszone
-	dst = le.AppendUint32(dst, 0) // sigfigs
-	dst = le.AppendUint32(dst, 262144)
-	dst = le.AppendUint32(dst, link)
-	for _, f := range frames {
-		orig := f.OrigLen
-		if orig < len(f.Data) {
-			orig = len(f.Data)
-		}
-		dst = le.AppendUint32(dst, uint32(f.Time.Unix()))
-		dst = le.AppendUint32(dst, uint32(f.Time.Nanosecond()/1000))
-		dst = le.AppendUint32(dst, uint32(len(f.Data)))
-		dst = le.AppendUint32(dst, uint32(orig))
-		dst = append(dst, f.Data...)
+func readPcap(r io.Reader, name string) ([]Frame, uint32, error) {
+	cr, err := capture.Open(r, name)
+	if err != nil {
+		return nil, 0, err
 	}
-	return dst
+	var frames []Frame
+	var link uint32
+	for {
+		data, lt, wire, err := cr.Next()
+		if err == io.EOF {
+			return frames, link, nil
+		}
+		if err != nil {
+			return frames, link, err
+		}
+		link = uint32(lt)
+		frames = append(frames, Frame{Data: append([]byte(nil), data...), OrigLen: wire})
+	}
+}
+
+// AppendPcap encodes frames as a classic pcap file (through package
+// capture's writer) and appends it to dst.
+func AppendPcap(dst []byte, link uint32, frames []Frame) []byte {
+	buf := bytes.NewBuffer(dst)
+	w, err := capture.NewWriter(buf, layers.LinkType(link), 0)
+	if err != nil {
+		panic(err) // a bytes.Buffer does not fail
+	}
+	for _, f := range frames {
+		if err := w.WriteFrame(f.Time, f.Data, f.OrigLen); err != nil {
+			panic(err)
+		}
+	}
+	return buf.Bytes()
 }
