@@ -90,6 +90,13 @@ type Reader interface {
 	Next() (data []byte, link layers.LinkType, wireLen int, err error)
 }
 
+// Timestamper is implemented by the Readers that Open returns: Timestamp
+// is the capture time of the frame that Next returned last (the zero Time
+// before the first frame).
+type Timestamper interface {
+	Timestamp() time.Time
+}
+
 // frameBuf returns buf resized to n bytes (n <= MaxRecordLen), reusing
 // its storage when it is large enough.
 func frameBuf(buf []byte, n int) []byte {
@@ -130,9 +137,14 @@ type pcapFrames struct {
 	r    *bufio.Reader
 	bo   binary.ByteOrder
 	link layers.LinkType
+	nano bool // timestamps in nanoseconds (else microseconds)
 	hdr  [pcapRecordHdrLen]byte
 	buf  []byte
+	ts   time.Time
 }
+
+// Timestamp returns the capture time of the last frame Next returned.
+func (p *pcapFrames) Timestamp() time.Time { return p.ts }
 
 // newPcapFrames reads the 24-byte file header of a classic pcap file.
 func newPcapFrames(r *bufio.Reader) (*pcapFrames, error) {
@@ -144,6 +156,10 @@ func newPcapFrames(r *bufio.Reader) (*pcapFrames, error) {
 	switch binary.LittleEndian.Uint32(h[:]) {
 	case magicPcapMicroBE, magicPcapNanoBE:
 		p.bo = binary.BigEndian
+	}
+	switch binary.LittleEndian.Uint32(h[:]) {
+	case magicPcapNano, magicPcapNanoBE:
+		p.nano = true
 	}
 	if major, minor := p.bo.Uint16(h[4:]), p.bo.Uint16(h[6:]); major != 2 {
 		return nil, fmt.Errorf("version %d.%d, where 2.4 was expected", major, minor)
@@ -172,6 +188,11 @@ func (p *pcapFrames) Next() ([]byte, layers.LinkType, int, error) {
 	if err := readFull(p.r, p.buf); err != nil {
 		return nil, 0, 0, err
 	}
+	sec, frac := int64(p.bo.Uint32(p.hdr[0:])), int64(p.bo.Uint32(p.hdr[4:]))
+	if !p.nano {
+		frac *= 1000
+	}
+	p.ts = time.Unix(sec, frac).UTC()
 	return p.buf, p.link, int(wireLen), nil
 }
 
@@ -184,8 +205,76 @@ type ngFrames struct {
 	bo       binary.ByteOrder
 	links    []layers.LinkType // per interface of the current section
 	snaplens []uint32
+	tsresol  []uint8 // if_tsresol per interface (6, microseconds, by default)
 	hdr      [20]byte
 	buf      []byte
+	ts       time.Time
+}
+
+// Timestamp returns the capture time of the last frame Next returned (the
+// zero Time for a simple packet block, which has none).
+func (p *ngFrames) Timestamp() time.Time { return p.ts }
+
+// optTSResol is the pcapng interface option if_tsresol.
+const optTSResol = 9
+
+// readIDBOptions reads the options of an interface description block (n
+// bytes of them) and returns its if_tsresol (6 when absent).
+func (p *ngFrames) readIDBOptions(n int64) (uint8, error) {
+	res := uint8(6)
+	var o [4]byte
+	for n >= 4 {
+		if err := readFull(p.r, o[:]); err != nil {
+			return 0, err
+		}
+		n -= 4
+		code, l := p.bo.Uint16(o[0:]), int64(p.bo.Uint16(o[2:]))
+		if code == 0 {
+			break
+		}
+		padded := (l + 3) &^ 3
+		if padded > n {
+			return 0, errors.New("an interface option runs past its block")
+		}
+		if code == optTSResol && l >= 1 {
+			if err := readFull(p.r, o[:1]); err != nil {
+				return 0, err
+			}
+			res = o[0]
+			padded--
+		}
+		if err := skip(p.r, padded); err != nil {
+			return 0, err
+		}
+		n -= (l + 3) &^ 3
+	}
+	return res, skip(p.r, n)
+}
+
+// ngTime converts a pcapng timestamp in units of resolution res (if_tsresol)
+// to a time.
+func ngTime(ts uint64, res uint8) time.Time {
+	if res&0x80 == 0 { // a power of ten
+		e := res & 0x7f
+		if e > 9 {
+			for ; e > 9; e-- {
+				ts /= 10
+			}
+			return time.Unix(0, int64(ts)).UTC()
+		}
+		unit := uint64(1)
+		for ; e < 9; e++ {
+			unit *= 10
+		}
+		return time.Unix(0, int64(ts*unit)).UTC()
+	}
+	e := res & 0x7f // a power of two
+	if e > 63 {
+		return time.Time{}
+	}
+	sec := ts >> e
+	frac := ts & (1<<e - 1)
+	return time.Unix(int64(sec), int64(frac*1e9>>e)).UTC()
 }
 
 // maxInterfaces bounds the interfaces of one pcapng section (each costs a
@@ -215,7 +304,7 @@ func (p *ngFrames) readSHB() error {
 	if major := p.bo.Uint16(h[8:]); major != 1 {
 		return fmt.Errorf("section version %d.%d, where 1.0 was expected", major, p.bo.Uint16(h[10:]))
 	}
-	p.links, p.snaplens = p.links[:0], p.snaplens[:0]
+	p.links, p.snaplens, p.tsresol = p.links[:0], p.snaplens[:0], p.tsresol[:0]
 	return skip(p.r, int64(n)-16)
 }
 
@@ -255,7 +344,12 @@ func (p *ngFrames) Next() ([]byte, layers.LinkType, int, error) {
 			}
 			p.links = append(p.links, layers.LinkType(p.bo.Uint16(p.hdr[0:])))
 			p.snaplens = append(p.snaplens, p.bo.Uint32(p.hdr[4:]))
-			if err := skip(p.r, body-8+4); err != nil {
+			res, err := p.readIDBOptions(body - 8)
+			if err != nil {
+				return nil, 0, 0, err
+			}
+			p.tsresol = append(p.tsresol, res)
+			if err := skip(p.r, 4); err != nil {
 				return nil, 0, 0, err
 			}
 		case ngBlockEPB, ngBlockPB:
@@ -271,6 +365,11 @@ func (p *ngFrames) Next() ([]byte, layers.LinkType, int, error) {
 			} else {
 				ifc = uint32(p.bo.Uint16(p.hdr[0:]))
 			}
+			p.ts = time.Time{}
+			if int(ifc) < len(p.tsresol) {
+				ts := uint64(p.bo.Uint32(p.hdr[4:]))<<32 | uint64(p.bo.Uint32(p.hdr[8:]))
+				p.ts = ngTime(ts, p.tsresol[ifc])
+			}
 			caplen, wireLen := int64(p.bo.Uint32(p.hdr[12:])), p.bo.Uint32(p.hdr[16:])
 			return p.packet(ifc, caplen, wireLen, body-20)
 		case ngBlockSPB:
@@ -281,6 +380,7 @@ func (p *ngFrames) Next() ([]byte, layers.LinkType, int, error) {
 				return nil, 0, 0, err
 			}
 			wireLen := p.bo.Uint32(p.hdr[0:])
+			p.ts = time.Time{}
 			caplen := min(int64(wireLen), body-4)
 			if len(p.snaplens) > 0 && p.snaplens[0] > 0 {
 				caplen = min(caplen, int64(p.snaplens[0]))
