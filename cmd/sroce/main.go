@@ -55,6 +55,7 @@ type command struct {
 // line here.
 var commands = []command{
 	{"dissect", "decode the RoCEv2 packets of a pcap or pcapng capture", runDissect},
+	{"ladder", "explain the RC traffic of a capture as a ladder per QP pair", runLadder},
 	{"rc-pingpong", "ibv_rc_pingpong on a sroce device (RC SEND ping-pong)", runRCPingpong},
 	{"ud-pingpong", "ibv_ud_pingpong on a sroce device (UD SEND ping-pong)", runUDPingpong},
 	{"send-bw", "perftest's ib_send_bw on a sroce device (SEND bandwidth)", runSendBW},
