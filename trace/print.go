@@ -101,9 +101,8 @@ func (l *Ladder) Flush(w io.Writer) error {
 				return err
 			}
 		}
-		col := arrowWidth + 1
-		hdr := fmt.Sprintf("QP pair %d: A %s <-> B %s\n%6s %11s  %-*s%s\n",
-			c.ID, c.A, c.B, "frame", "time", col-len(c.B.Addr.String()), "A", c.B.Addr)
+		hdr := fmt.Sprintf("QP pair %d: A %s <-> B %s\n%6s %11s  %-*sB\n",
+			c.ID, c.A, c.B, "frame", "time", arrowWidth-1, "A")
 		if _, err := io.WriteString(w, hdr); err != nil {
 			return err
 		}

@@ -98,7 +98,8 @@ type pending struct {
 	frame  int
 	op     bth.Op
 	dmaLen uint32
-	got    int // response packets seen
+	// next is the PSN of the response packet the requester expects next.
+	next bth.PSN
 }
 
 // psnWindow remembers the last SentWindow PSNs added.
@@ -337,7 +338,7 @@ func (c *Conn) request(ev *Event, dir *direction, info *bth.OpInfo) {
 		if len(dir.outstanding) >= MaxOutstanding {
 			dir.outstanding = append(dir.outstanding[:0], dir.outstanding[1:]...)
 		}
-		dir.outstanding = append(dir.outstanding, pending{psn: p, frame: ev.Frame, op: info.Op, dmaLen: ev.DMALen})
+		dir.outstanding = append(dir.outstanding, pending{psn: p, frame: ev.Frame, op: info.Op, dmaLen: ev.DMALen, next: p})
 		ev.Analysis = append(ev.Analysis, "READ/atomic outstanding: "+strconv.Itoa(len(dir.outstanding)))
 	}
 }
@@ -468,7 +469,15 @@ func (c *Conn) readResponse(ev *Event, req *direction, info *bth.OpInfo) {
 		ev.Analysis = append(ev.Analysis, "READ response without a READ request seen")
 		return
 	}
-	r.got++
+	switch d := p.Diff(r.next); {
+	case d < 0:
+		ev.Analysis = append(ev.Analysis, "duplicate")
+	case d > 0:
+		ev.Analysis = append(ev.Analysis, "out of sequence: expected PSN "+psnText(r.next))
+		r.next = p.Next() // the requester retries; the ladder follows what came
+	default:
+		r.next = p.Next()
+	}
 	if known {
 		ev.Analysis = append(ev.Analysis, fmt.Sprintf("READ response %d/%d for the READ request at frame %d", idx, total, r.frame))
 	} else {

@@ -397,3 +397,18 @@ func FuzzAnalyzer(f *testing.F) {
 		}
 	})
 }
+
+func TestReadResponseGapAndDuplicate(t *testing.T) {
+	first := pkt{fromB: true, op: bth.RCReadResponseFirst, psn: 300, syndrome: bth.SyndromeACKUnlimited, msn: 1, payload: 1024}
+	check(t, []pkt{
+		{op: bth.RCReadRequest, psn: 300, ackReq: true, dmaLen: 4096},
+		first,
+		first,
+		{fromB: true, op: bth.RCReadResponseLast, psn: 303, syndrome: bth.SyndromeACKUnlimited, msn: 1, payload: 1024},
+	}, []string{
+		"READ/atomic outstanding: 1",
+		"READ response 1/4 for the READ request at frame 1",
+		"retransmission; duplicate; READ response 1/4 for the READ request at frame 1",
+		"out of sequence: expected PSN 0x00012d; READ response 4/4 for the READ request at frame 1; acks PSN 0x00012c..0x00012f",
+	})
+}
