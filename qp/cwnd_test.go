@@ -12,6 +12,7 @@ import (
 // counted, and the packet that fills a reduced window asks for an ACK.
 func TestCwndLossSignals(t *testing.T) {
 	a, b := pair(t, verbs.MTU1024)
+	a.q.SetCwnd(true) // off by default
 	if a.q.Cwnd() != CwndInit {
 		t.Fatalf("initial window %d", a.q.Cwnd())
 	}
@@ -103,6 +104,7 @@ func TestCwndLossSignals(t *testing.T) {
 // goes alone.
 func TestCwndReadBound(t *testing.T) {
 	a, b := pair(t, verbs.MTU1024)
+	a.q.SetCwnd(true) // off by default
 	a.q.req.cw.cwnd = 20 // as after losses
 	a.q.req.cw.ssthresh = 20
 	read := func(id uint64, n int) {
