@@ -104,7 +104,7 @@ func TestCwndLossSignals(t *testing.T) {
 // goes alone.
 func TestCwndReadBound(t *testing.T) {
 	a, b := pair(t, verbs.MTU1024)
-	a.q.SetCwnd(true) // off by default
+	a.q.SetCwnd(true)    // off by default
 	a.q.req.cw.cwnd = 20 // as after losses
 	a.q.req.cw.ssthresh = 20
 	read := func(id uint64, n int) {
