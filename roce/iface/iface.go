@@ -426,10 +426,12 @@ func (p *Port) watch(events <-chan netif.LinkEvent) {
 			was := p.active
 			p.active = false
 			p.mu.Unlock()
+			// Why first: a goroutine polling a CQ may see the flushed
+			// completions the moment PortDown makes them.
+			p.lose(fmt.Errorf("interface %s was deleted", p.ifname))
 			if was {
 				p.dev.PortDown()
 			}
-			p.lose(fmt.Errorf("interface %s was deleted", p.ifname))
 		case netif.EventError:
 			p.mu.Lock()
 			p.watchErr = ev.Err
@@ -447,12 +449,14 @@ func (p *Port) setActive(ev netif.LinkEvent) {
 	p.mu.Unlock()
 	switch {
 	case was && !now:
-		p.dev.PortDown()
+		// Why first: a goroutine polling a CQ may see the flushed
+		// completions the moment PortDown makes them.
 		if !ev.Up {
 			p.lose(fmt.Errorf("interface %s went down", p.ifname))
 		} else {
 			p.lose(fmt.Errorf("interface %s lost its carrier (the other end went down)", p.ifname))
 		}
+		p.dev.PortDown()
 	case !was && now:
 		p.dev.PortUp()
 	}
