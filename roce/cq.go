@@ -107,7 +107,11 @@ func (c *CQ) push(wc *verbs.WC, solicited bool) bool {
 // (ibv_poll_cq). It never blocks. On an inline device an empty CQ runs a
 // step of the loop first (Device.Progress).
 func (c *CQ) Poll(wcs []verbs.WC) int {
-	if k := c.poll(wcs); k > 0 || c.dev.mode != EngineInline {
+	if c.dev.mode != EngineInline {
+		return c.poll(wcs)
+	}
+	c.dev.polled.Store(true)
+	if k := c.poll(wcs); k > 0 {
 		return k
 	}
 	if !c.dev.Progress() {

@@ -124,16 +124,16 @@ type Device struct {
 	spinFor time.Duration // adaptive mode's spin after the last activity
 	parked  atomic.Bool   // the loop blocks (or is about to) in the link
 	// txDue is when frames an inline post held back must be sent (0: none
-	// held); postedSincePoll says the last inline step was a post's.
-	txDue           monotime.Time
-	heldSteps       int // steps in a row whose receive backlog held requests back (see pump)
-	postedSincePoll bool
-	pw              PartialWriter // the link's non-waiting transmit, if it has one
-	txBlocked       bool          // the last flush left frames the link had no room for
-	txStuckAt       monotime.Time // since when the link has taken none (0: it takes)
-	dbRung          atomic.Bool   // d.db is not empty
-	quietPolls      int           // empty inline polls since the last clock read
-	waiter          ReadyWaiter   // the link's wait without reading (inline mode)
+	// held); polled says a CQ was polled since the last inline post.
+	txDue      monotime.Time
+	heldSteps  int // steps in a row whose receive backlog held requests back (see pump)
+	polled     atomic.Bool
+	pw         PartialWriter // the link's non-waiting transmit, if it has one
+	txBlocked  bool          // the last flush left frames the link had no room for
+	txStuckAt  monotime.Time // since when the link has taken none (0: it takes)
+	dbRung     atomic.Bool   // d.db is not empty
+	quietPolls int           // empty inline polls since the last clock read
+	waiter     ReadyWaiter   // the link's wait without reading (inline mode)
 	// parkUntil is when the blocked loop wakes by itself (clock time).
 	parkUntil atomic.Int64
 	stop      context.CancelFunc
@@ -211,6 +211,7 @@ func Open(link Link, opts *Options) (*Device, error) {
 		d.spinFor = DefaultSpinFor
 	}
 	d.runq = make([]*QP, 0, 64)
+	d.polled.Store(true)
 	d.db = make([]*QP, 0, 64)
 	d.dbSpare = make([]*QP, 0, 64)
 	d.events.init()
@@ -311,9 +312,9 @@ func (d *Device) Start() error {
 	return nil
 }
 
-// Close stops the loop started by Start, closes the link and refuses
-// further work. Objects are not destroyed; their memory is simply no
-// longer touched.
+// Close stops the loop started by Start, sends what is left in the
+// transmit batch, closes the link and refuses further work. Objects are
+// not destroyed; their memory is simply no longer touched.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -327,6 +328,12 @@ func (d *Device) Close() error {
 		stop()
 		<-done
 	}
+	// Frames still in the transmit batch (an inline post's held frames)
+	// may belong to UD or UC sends that have already completed: send
+	// them before the link goes.
+	d.mu.Lock()
+	d.flushTx()
+	d.mu.Unlock()
 	d.events.close()
 	return d.link.Close()
 }

@@ -163,6 +163,9 @@ func (d *Device) Progress() bool { return d.progress(false) }
 // batch or txHoldMax sends (a throughput-bound program posts many, then
 // polls), so that one kernel kick carries many frames.
 func (d *Device) progress(post bool) bool {
+	if !post {
+		d.polled.Store(true)
+	}
 	if d.mode != EngineInline || !d.running.Load() || !d.mu.TryLock() {
 		return false
 	}
@@ -175,8 +178,8 @@ func (d *Device) progress(post bool) bool {
 		return false
 	}
 	now := d.clock.Now()
-	busy := d.step(now, 0, post && d.postedSincePoll)
-	d.postedSincePoll = post
+	// A post holds its frames unless a CQ was polled since the last post.
+	busy := d.step(now, 0, post && !d.polled.Swap(false))
 	dl, ok := d.nextDeadline()
 	if d.txDue != 0 && (!ok || d.txDue < dl) {
 		dl, ok = d.txDue, true
