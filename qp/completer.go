@@ -168,6 +168,12 @@ func (q *QP) handleResponse(now monotime.Time, pkt *bth.Packet, psn bth.PSN) boo
 		if psn == w.lastPSN && w.awaitingAck() {
 			q.finishWQE(w)
 		}
+		if r.compPSN.Diff(r.psn) > 0 {
+			// The ACK covers packets sent before a go-back that have
+			// not been sent again yet: resume after it instead of
+			// waiting for a timeout with nothing to send.
+			q.goBack()
+		}
 		return true
 	case bth.SyndromeRNR:
 		q.cnt[verbs.CntRcvdRNRErr]++

@@ -140,3 +140,52 @@ func TestCwndReadBound(t *testing.T) {
 		t.Fatalf("%d completions", len(a.cq.wcs))
 	}
 }
+
+// TestLateAckAfterGoBack: after a timeout the requester goes back and a
+// reduced window lets only a few packets out again; an ACK the responder
+// sent before the go-back, for a PSN further on, must move the requester
+// past it (it used to wait for the next timeout with nothing to send, and
+// so again after every timeout).
+func TestLateAckAfterGoBack(t *testing.T) {
+	a, b := pair(t, verbs.MTU1024)
+	a.q.SetCwnd(true)
+	a.q.req.cw.cwnd = 12 // reduced by earlier losses: it asks for ACKs mid-message
+	if err := a.q.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
+		SGL: []mr.SGE{a.sge(0, 20<<10)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	req := pump(a, 0)
+	if len(req) != 12 {
+		t.Fatalf("%d packets sent into a window of 12", len(req))
+	}
+	first := parse(t, req[0]).BTH().PSN()
+	// The responder takes the first 11 packets; its first ACK (asked for
+	// in the middle of the message) is late, and the rest is lost.
+	deliver(t, b, 0, req[:11]...)
+	acks := pump(b, 0)
+	if len(acks) == 0 {
+		t.Fatal("no ACK")
+	}
+	acks = acks[:1]
+	dl, ok := a.q.NextDeadline()
+	if !ok {
+		t.Fatal("no retransmit timer")
+	}
+	a.q.OnTimer(dl)
+	again := pump(a, dl)
+	if len(again) == 0 || len(again) >= 20 || parse(t, again[0]).BTH().PSN() != first {
+		t.Fatalf("after the timeout: %d packets from PSN %v (window %d)", len(again), parse(t, again[0]).BTH().PSN(), a.q.Cwnd())
+	}
+	ackPSN := parse(t, acks[len(acks)-1]).BTH().PSN()
+	if ackPSN.Diff(first) < int32(len(again)) {
+		t.Fatalf("the ACK (PSN %v) lies within what went out again; the test needs it further on", ackPSN)
+	}
+	deliver(t, a, dl, acks...)
+	next := pump(a, dl)
+	if len(next) == 0 {
+		t.Fatalf("nothing sent after the late ACK for PSN %v (window %d)", ackPSN, a.q.Cwnd())
+	}
+	if got := parse(t, next[0]).BTH().PSN(); got != ackPSN.Next() {
+		t.Errorf("after the late ACK for PSN %v the requester sent PSN %v, want %v", ackPSN, got, ackPSN.Next())
+	}
+}
