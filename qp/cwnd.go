@@ -40,23 +40,23 @@ type window struct {
 	acked    int     // packets acknowledged toward the next additive increase
 	recover  bth.PSN // one past the highest PSN sent when the window was last reduced
 	inLoss   bool    // a reduction happened and compPSN has not passed recover
-	on       bool    // the window applies (SetCwnd); off, the fixed limits only
+	off      bool    // no window: the fixed limits only (SetCwnd)
 }
 
-// initWindow returns the window of a new connection: off until SetCwnd
-// turns it on.
+// initWindow returns the window of a new connection (on unless SetCwnd
+// turned it off).
 func initWindow() window { return window{cwnd: CwndInit, ssthresh: CwndMax} }
 
 // reset returns the window of a new connection, keeping whether it is on.
 func (w *window) reset() window {
 	n := initWindow()
-	n.on = w.on
+	n.off = w.off
 	return n
 }
 
 // reduced reports whether the window is below the fixed limit, where it
 // also decides where ACKs are requested.
-func (w *window) reduced() bool { return w.on && w.cwnd < CwndMax }
+func (w *window) reduced() bool { return !w.off && w.cwnd < CwndMax }
 
 // ackEvery returns after how many packets without AckReq the requester
 // asks for an ACK: MaxPktPerAck on a full window, as rdma_rxe, and half
@@ -73,7 +73,7 @@ func (w *window) ackEvery() int {
 // outstanding. With nothing outstanding everything may, so that a READ
 // larger than the window is still sent (alone).
 func (w *window) allows(inflight, cost int) bool {
-	return !w.on || inflight == 0 || inflight+cost <= w.cwnd
+	return w.off || inflight == 0 || inflight+cost <= w.cwnd
 }
 
 // lossSignal reduces the window after a loss: a PSN sequence error NAK, a
@@ -84,7 +84,7 @@ func (w *window) allows(inflight, cost int) bool {
 // of what it was. maxPSN is one past the highest PSN sent. It reports
 // whether the window was reduced.
 func (w *window) lossSignal(maxPSN bth.PSN, timeout bool) bool {
-	if !w.on || w.inLoss && !timeout {
+	if w.off || w.inLoss && !timeout {
 		return false
 	}
 	w.ssthresh = max(w.cwnd/2, CwndMin)
@@ -138,14 +138,14 @@ func (w *window) onAck(n uint32, compPSN, maxPSN bth.PSN) {
 // called by the loop's owner.
 func (q *QP) Cwnd() int { return q.req.cw.cwnd }
 
-// SetCwnd turns the congestion window on or off (the default). Off, the
+// SetCwnd turns the congestion window on (the default) or off. Off, the
 // RC requester keeps only the fixed limits (MaxUnackedPSNs, max_rd_atomic)
 // and never reduces what it has in flight; for comparison, and for paths
 // known to be clean. Turning it either way starts it again at CwndInit.
 // It must be called by the loop's owner.
 func (q *QP) SetCwnd(on bool) {
 	q.req.cw = initWindow()
-	q.req.cw.on = on
+	q.req.cw.off = !on
 }
 
 // lossSignal reduces the congestion window after a loss and counts it.

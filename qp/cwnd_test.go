@@ -12,7 +12,6 @@ import (
 // counted, and the packet that fills a reduced window asks for an ACK.
 func TestCwndLossSignals(t *testing.T) {
 	a, b := pair(t, verbs.MTU1024)
-	a.q.SetCwnd(true) // off by default
 	if a.q.Cwnd() != CwndInit {
 		t.Fatalf("initial window %d", a.q.Cwnd())
 	}
@@ -104,7 +103,6 @@ func TestCwndLossSignals(t *testing.T) {
 // goes alone.
 func TestCwndReadBound(t *testing.T) {
 	a, b := pair(t, verbs.MTU1024)
-	a.q.SetCwnd(true)    // off by default
 	a.q.req.cw.cwnd = 20 // as after losses
 	a.q.req.cw.ssthresh = 20
 	read := func(id uint64, n int) {

@@ -1,13 +1,11 @@
 package roce
 
-// SetCongestionWindow turns the QP's congestion window on or off (the
-// default). The window bounds the packets an RC requester has in flight,
+// SetCongestionWindow turns the QP's congestion window on (the default)
+// or off. The window bounds the packets an RC requester has in flight,
 // READ responses included, to what the path is seen to carry: halved on
 // loss, grown on clean acknowledgements (see qp.CwndMax). Off, the
-// requester keeps only the fixed limits, as rdma_rxe does. It is off by
-// default because over real lossy links (the veth and guest tests, 2 %
-// loss) a window that had shrunk could stop recovery altogether; on the
-// in-memory link with a slow receiver it works as intended.
+// requester keeps only the fixed limits, as rdma_rxe does; for comparison,
+// and for paths known to be clean.
 func (q *QP) SetCongestionWindow(on bool) {
 	d := q.dev
 	d.mu.Lock()
