@@ -399,7 +399,7 @@ func (d *Device) Run(ctx context.Context) error {
 		if wait > 0 {
 			d.parkUntil.Store(int64(now.Add(wait)))
 			d.parked.Store(true)
-			if d.doorbellPending() {
+			if d.dbRung.Load() {
 				wait = 0
 			}
 		}

@@ -110,13 +110,6 @@ func (d *Device) spins(now, last monotime.Time) bool {
 	return false
 }
 
-// doorbellPending reports whether a doorbell rang since the last step.
-func (d *Device) doorbellPending() bool {
-	d.dbMu.Lock()
-	defer d.dbMu.Unlock()
-	return len(d.db) > 0
-}
-
 // kick wakes the loop if it is blocked in the link (or about to be).
 func (d *Device) kick() {
 	if d.parked.Load() {

@@ -43,6 +43,25 @@ not be read (no such file, not a capture, a damaged file, a record longer
 than 262144 bytes). The capture is read as a stream, so memory stays small
 whatever its size or compression ratio.`
 
+// openCapture opens the capture file path ("-": standard input) for the
+// command cmd, and returns its reader, its name for messages and the
+// function that closes it; on failure it says why on standard error and
+// reports false.
+func openCapture(e *env, cmd, path string) (capture.Reader, string, func() error, bool) {
+	in, name, err := openInput(e, path)
+	if err != nil {
+		fmt.Fprintf(e.Stderr, "sroce %s: %v\n", cmd, err)
+		return nil, "", nil, false
+	}
+	fr, err := capture.Open(in, name)
+	if err != nil {
+		in.Close()
+		fmt.Fprintf(e.Stderr, "sroce %s: %s\n", cmd, errText(err))
+		return nil, "", nil, false
+	}
+	return fr, name, in.Close, true
+}
+
 // runDissect implements "sroce dissect".
 func runDissect(e *env, args []string) int {
 	f := newFlags(e, "dissect", "sroce dissect [--json] FILE", dissectAbout)
@@ -54,17 +73,11 @@ func runDissect(e *env, args []string) int {
 	if len(pos) != 1 {
 		return f.usageError("expected one capture file (or - for standard input)")
 	}
-	in, name, err := openInput(e, pos[0])
-	if err != nil {
-		fmt.Fprintf(e.Stderr, "sroce dissect: %v\n", err)
+	fr, name, closeIn, ok := openCapture(e, "dissect", pos[0])
+	if !ok {
 		return exitUsage
 	}
-	defer in.Close()
-	fr, err := capture.Open(in, name)
-	if err != nil {
-		fmt.Fprintf(e.Stderr, "sroce dissect: %s\n", errText(err))
-		return exitUsage
-	}
+	defer closeIn()
 
 	out := bufio.NewWriterSize(e.Stdout, 64<<10)
 	format := dissect.Text

@@ -52,17 +52,11 @@ func runLadder(e *env, args []string) int {
 	if len(pos) != 1 {
 		return f.usageError("expected one capture file (or - for standard input)")
 	}
-	in, name, err := openInput(e, pos[0])
-	if err != nil {
-		fmt.Fprintf(e.Stderr, "sroce ladder: %v\n", err)
+	fr, name, closeIn, ok := openCapture(e, "ladder", pos[0])
+	if !ok {
 		return exitProblem
 	}
-	defer in.Close()
-	fr, err := capture.Open(in, name)
-	if err != nil {
-		fmt.Fprintf(e.Stderr, "sroce ladder: %s\n", errText(err))
-		return exitProblem
-	}
+	defer closeIn()
 	ts, _ := fr.(capture.Timestamper)
 
 	out := bufio.NewWriterSize(e.Stdout, 64<<10)

@@ -18,12 +18,10 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -81,38 +79,7 @@ func BenchmarkGuestTable(b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	share := b.TempDir()
-	if err := os.Chmod(share, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	buildStaticSroce(b, share)
-	img, err := rxeguest.ImageOptions{Logf: b.Logf}.Ensure(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	lan, err := rxeguest.NewLAN(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { lan.Close() })
-	var guests [2]*rxeguest.Guest
-	var errs [2]error
-	var wg sync.WaitGroup
-	for i, name := range []string{"bench-a", "bench-b"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			guests[i], errs[i] = lan.Boot(ctx, img, rxeguest.Config{Name: name,
-				IP: netip.MustParsePrefix(fmt.Sprintf("192.0.2.%d/24", i+1)), Share: share})
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	a, c := guests[0], guests[1]
+	_, a, c, share := bootSroceGuests(b, ctx, "bench-a", "bench-b")
 	profDir := os.Getenv("SROCE_BENCH_PROFILE")
 	for i := 0; i < b.N; i++ {
 		var out strings.Builder

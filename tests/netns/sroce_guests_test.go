@@ -42,6 +42,45 @@ func buildStaticSroce(t testing.TB, dir string) {
 	}
 }
 
+// bootSroceGuests builds a static sroce into a share, boots two guests of
+// the rxe image on one LAN with it (192.0.2.1 and .2) and returns the LAN,
+// the guests and the share's host directory. Everything is released when the test ends.
+func bootSroceGuests(t testing.TB, ctx context.Context, nameA, nameB string) (lan *rxeguest.LAN, a, b *rxeguest.Guest, share string) {
+	t.Helper()
+	share = t.TempDir()
+	if err := os.Chmod(share, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	buildStaticSroce(t, share)
+	img, err := rxeguest.ImageOptions{Logf: t.Logf}.Ensure(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lan, err = rxeguest.NewLAN(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lan.Close() })
+	var guests [2]*rxeguest.Guest
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i, name := range []string{nameA, nameB} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			guests[i], errs[i] = lan.Boot(ctx, img, rxeguest.Config{Name: name,
+				IP: netip.MustParsePrefix(fmt.Sprintf("192.0.2.%d/24", i+1)), Share: share})
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return lan, guests[0], guests[1], share
+}
+
 // guestSroceSlowdown is how many times slower than rxe's tool between the
 // same guests a sroce tool may be. sroce works in user space over AF_XDP
 // in copy mode, in an emulated guest: a few times slower is expected, an
@@ -60,38 +99,7 @@ func TestSroceInGuests(t *testing.T) {
 	rxeguest.Skip(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	share := t.TempDir()
-	if err := os.Chmod(share, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	buildStaticSroce(t, share)
-	img, err := rxeguest.ImageOptions{Logf: t.Logf}.Ensure(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lan, err := rxeguest.NewLAN(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lan.Close() })
-	var guests [2]*rxeguest.Guest
-	var errs [2]error
-	var wg sync.WaitGroup
-	for i, name := range []string{"sroce-a", "sroce-b"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			guests[i], errs[i] = lan.Boot(ctx, img, rxeguest.Config{Name: name,
-				IP: netip.MustParsePrefix(fmt.Sprintf("192.0.2.%d/24", i+1)), Share: share})
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	a, b := guests[0], guests[1]
+	lan, a, b, _ := bootSroceGuests(t, ctx, "sroce-a", "sroce-b")
 	sroce := "SROCE_LINK=xdp SROCE_STALL_TIMEOUT=60s " + rxeguest.SharePath + "/sroce"
 
 	for _, c := range []struct{ name, real, args string }{
