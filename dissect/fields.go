@@ -58,7 +58,7 @@ func AppendFields(fs []Field, p *bth.Packet, icrcOK bool) []Field {
 	if p.IPv6 {
 		ip := p.IPv6Header()
 		tc := ip.TrafficClass()
-		add("IPv6", "traffic class", fmt.Sprintf("%#04x (DSCP %d, ECN %d)", tc, tc>>2, tc&3))
+		add("IPv6", "traffic class", fmt.Sprintf("0x%02x (DSCP %d, ECN %d)", tc, tc>>2, tc&3))
 		add("IPv6", "flow label", hex(uint64(ip.FlowLabel()), 5))
 		add("IPv6", "payload length", dec(uint64(ip.PayloadLen())))
 		add("IPv6", "next header", dec(uint64(ip.NextHeader())))
@@ -69,7 +69,7 @@ func AppendFields(fs []Field, p *bth.Packet, icrcOK bool) []Field {
 		ip := p.IPv4Header()
 		tos := ip.TOS()
 		add("IPv4", "header length", dec(uint64(ip.HeaderLen())))
-		add("IPv4", "TOS", fmt.Sprintf("%#04x (DSCP %d, ECN %d)", tos, tos>>2, tos&3))
+		add("IPv4", "TOS", fmt.Sprintf("0x%02x (DSCP %d, ECN %d)", tos, tos>>2, tos&3))
 		add("IPv4", "total length", dec(uint64(ip.TotalLen())))
 		add("IPv4", "identification", hex(uint64(ip.ID()), 4))
 		add("IPv4", "don't fragment", flag(ip.DF()))

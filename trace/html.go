@@ -76,12 +76,15 @@ var TroubleColor = map[Trouble]string{
 // HTML gathers the events of a capture and writes them as an HTML page:
 // Add each event with its packet, then Write. Times are relative to the
 // first packet added. Memory stays bounded: at most MaxArrows packets per
-// QP pair and HTMLPageArrows in all are kept (with their header fields),
+// QP pair and PageArrows in all are kept (with their header fields),
 // the others are only counted.
 type HTML struct {
 	// MaxArrows is how many packets of one QP pair are drawn (0:
 	// DefaultHTMLArrows; at most MaxHTMLArrows).
 	MaxArrows int
+	// PageArrows is how many packets are drawn in all (0 or more than
+	// HTMLPageArrows: HTMLPageArrows).
+	PageArrows int
 
 	start  time.Time
 	first  bool
@@ -135,6 +138,14 @@ func (h *HTML) limit() int {
 	return h.MaxArrows
 }
 
+// pageLimit returns the number of arrows drawn in all.
+func (h *HTML) pageLimit() int {
+	if h.PageArrows <= 0 || h.PageArrows > HTMLPageArrows {
+		return HTMLPageArrows
+	}
+	return h.PageArrows
+}
+
 // Add records one event; p is its decoded packet, as given to
 // Analyzer.Add (it is not kept).
 func (h *HTML) Add(e *Event, p *bth.Packet) {
@@ -154,7 +165,7 @@ func (h *HTML) Add(e *Event, p *bth.Packet) {
 			hc.trouble[k]++
 		}
 	}
-	if len(hc.arrows) >= h.limit() || h.drawn >= HTMLPageArrows {
+	if len(hc.arrows) >= h.limit() || h.drawn >= h.pageLimit() {
 		hc.omitted++
 		for _, k := range Troubles {
 			if t&k != 0 {
@@ -263,7 +274,7 @@ type (
 // Write writes the page: title names it (the capture), summary is a line
 // of counts shown under the title.
 func (h *HTML) Write(w io.Writer, title, summary string) error {
-	v := pageView{Title: title, Summary: summary, PerPair: h.limit(), PageArrows: HTMLPageArrows,
+	v := pageView{Title: title, Summary: summary, PerPair: h.limit(), PageArrows: h.pageLimit(),
 		Data: pageData{Keys: h.keys, Arrows: make([]arrowData, 0, h.drawn)}}
 	if v.Data.Keys == nil {
 		v.Data.Keys = [][2]string{}
@@ -502,7 +513,7 @@ svg.ladder line.shaft { stroke: #495057; stroke-width: 2; }
 svg.ladder polygon.tip { fill: #495057; }
 svg.ladder .sum line.shaft { stroke-width: 4; }
 svg.ladder .hit { fill: transparent; }
-svg.ladder .arrow:hover .hit { fill: #e7f5ff; }
+svg.ladder .arrow:hover .hit, svg.ladder .arrow.linked .hit { fill: #e7f5ff; }
 svg.ladder .head { cursor: pointer; }
 svg.ladder .head rect { fill: #f8f9fa; }
 svg.ladder .head:hover rect { fill: #e9ecef; }
@@ -528,7 +539,7 @@ svg.ladder tspan.{{.Class}} { fill: {{.Color}}; font-weight: bold; }
 <p class="summary">{{.Summary}}</p>
 <ol id="script-errors" hidden></ol>
 <div class="legend"><span><i style="background-color:#495057"></i>no trouble</span>{{range .Legend}}<span class="{{.Class}}"><i></i>{{.Name}}</span>{{end}}</div>
-<p class="note">One arrow per packet, time going down. Hover over an arrow for every header field of its packet; click a burst's heading to open or close it (bursts without trouble start closed). At most {{.PerPair}} packets per QP pair and {{.PageArrows}} in all are drawn.</p>
+<p class="note">One arrow per packet, time going down. Hover over an arrow for every header field of its packet (the address #frame-N shows packet N's); click a burst's heading to open or close it (bursts without trouble start closed). At most {{.PerPair}} packets per QP pair and {{.PageArrows}} in all are drawn.</p>
 <p class="controls"><button type="button" id="open-all">open every burst</button><button type="button" id="close-all">close every burst</button></p>
 {{if not .Conns}}<p>No RoCEv2 packets in this capture.</p>{{end}}
 {{range .Conns}}<section class="conn" id="qp-pair-{{.ID}}">
@@ -548,11 +559,11 @@ svg.ladder tspan.{{.Class}} { fill: {{.Color}}; font-weight: bold; }
 <line class="lifeline" x1="{{.XA}}" y1="{{.LifeTop}}" x2="{{.XA}}" y2="{{.Height}}"/>
 <line class="lifeline" x1="{{.XB}}" y1="{{.LifeTop}}" x2="{{.XB}}" y2="{{.Height}}"/>
 <g class="rows">
-{{range .Items}}{{$y := .Y}}{{if .Row}}{{with .Row}}<g class="item arrow{{if .Class}} {{.Class}}{{end}}" data-i="{{.I}}" transform="translate(0,{{$y}})">{{template "row" .}}</g>
+{{range .Items}}{{$y := .Y}}{{if .Row}}{{with .Row}}<g class="item arrow{{if .Class}} {{.Class}}{{end}}" data-i="{{.I}}" id="frame-{{.Frame}}" transform="translate(0,{{$y}})">{{template "row" .}}</g>
 {{end}}{{else}}{{with .Burst}}<g class="item burst{{if .Collapsed}} collapsed{{end}}" data-n="{{.N}}" data-expanded="{{.ExpandedH}}" data-collapsed="{{.CollapsedH}}" transform="translate(0,{{$y}})">
 <g class="head" role="button" tabindex="0"><rect x="0" y="0" width="{{.Width}}" height="18" rx="3"/><text x="8" y="13"><tspan class="closed">▸ </tspan><tspan class="open">▾ </tspan>{{.Head}}</text></g>
 <g class="body"><line class="bracket" x1="3" y1="20" x2="3" y2="{{.ExpandedH}}"/>
-{{range .Rows}}<g class="arrow{{if .Class}} {{.Class}}{{end}}" data-i="{{.I}}" transform="translate(0,{{.Y}})">{{template "row" .}}</g>
+{{range .Rows}}<g class="arrow{{if .Class}} {{.Class}}{{end}}" data-i="{{.I}}" id="frame-{{.Frame}}" transform="translate(0,{{.Y}})">{{template "row" .}}</g>
 {{end}}</g>
 {{with .Summary}}<g class="sum{{if .Class}} {{.Class}}{{end}}" transform="translate(0,{{.Y}})">{{template "row" .}}</g>{{end}}
 </g>
@@ -633,48 +644,82 @@ svg.ladder tspan.{{.Class}} { fill: {{.Color}}; font-weight: bold; }
   document.getElementById('close-all').addEventListener('click', function () { all(false); });
 
   var tip = document.getElementById('tip');
+  // fill puts arrow g's heading and header fields into the hover box.
+  function fill(g) {
+    var a = data.arrows[Number(g.getAttribute('data-i'))];
+    if (!a) { return false; }
+    if (tip.getAttribute('data-i') === g.getAttribute('data-i')) { return true; }
+    tip.setAttribute('data-i', g.getAttribute('data-i'));
+    tip.textContent = '';
+    var t = document.createElement('div');
+    t.className = 't';
+    t.textContent = a.t;
+    tip.appendChild(t);
+    var table = document.createElement('table');
+    var layer = '';
+    for (var i = 0; i < a.k.length; i++) {
+      var key = data.keys[a.k[i]];
+      if (key[0] !== layer) {
+        layer = key[0];
+        var th = document.createElement('th');
+        th.colSpan = 2;
+        th.textContent = layer;
+        table.insertRow().appendChild(th);
+      }
+      var row = table.insertRow();
+      row.insertCell().textContent = key[1];
+      row.insertCell().textContent = a.v[i];
+    }
+    tip.appendChild(table);
+    return true;
+  }
+  // place shows the hover box near the point (x, y) of the window.
+  function place(x, y) {
+    tip.style.display = 'block';
+    var w = tip.offsetWidth, h = tip.offsetHeight;
+    var left = x + 16, top = y + 12;
+    if (left + w > window.innerWidth - 4) { left = Math.max(4, x - w - 16); }
+    if (top + h > window.innerHeight - 4) { top = Math.max(4, window.innerHeight - h - 4); }
+    tip.style.left = left + 'px';
+    tip.style.top = top + 'px';
+  }
+  var pinned = null; // the arrow named by the address's #frame-N, until the mouse moves
   function show(ev) {
     var g = ev.target.closest ? ev.target.closest('g.arrow') : null;
-    if (!g) { tip.style.display = 'none'; return; }
-    var a = data.arrows[Number(g.getAttribute('data-i'))];
-    if (!a) { tip.style.display = 'none'; return; }
-    if (tip.getAttribute('data-i') !== g.getAttribute('data-i')) {
-      tip.setAttribute('data-i', g.getAttribute('data-i'));
-      tip.textContent = '';
-      var t = document.createElement('div');
-      t.className = 't';
-      t.textContent = a.t;
-      tip.appendChild(t);
-      var table = document.createElement('table');
-      var layer = '';
-      for (var i = 0; i < a.k.length; i++) {
-        var key = data.keys[a.k[i]];
-        if (key[0] !== layer) {
-          layer = key[0];
-          var hr = table.insertRow();
-          var th = document.createElement('th');
-          th.colSpan = 2;
-          th.textContent = layer;
-          hr.appendChild(th);
-        }
-        var row = table.insertRow();
-        row.insertCell().textContent = key[1];
-        row.insertCell().textContent = a.v[i];
-      }
-      tip.appendChild(table);
+    if (!g) {
+      if (pinned) { return; }
+      tip.style.display = 'none';
+      return;
     }
-    tip.style.display = 'block';
-    var x = ev.clientX + 16, y = ev.clientY + 12;
-    var w = tip.offsetWidth, h = tip.offsetHeight;
-    if (x + w > window.innerWidth - 4) { x = Math.max(4, ev.clientX - w - 16); }
-    if (y + h > window.innerHeight - 4) { y = Math.max(4, window.innerHeight - h - 4); }
-    tip.style.left = x + 'px';
-    tip.style.top = y + 'px';
+    pinned = null;
+    if (!fill(g)) { tip.style.display = 'none'; return; }
+    place(ev.clientX, ev.clientY);
   }
+  // showFrame opens the burst of the arrow of frame n, scrolls to it and
+  // shows its hover box: the address #frame-N links to a packet.
+  function showFrame() {
+    var m = /^#frame-([0-9]+)$/.exec(window.location.hash);
+    var g = m ? document.getElementById('frame-' + m[1]) : null;
+    if (!g) { return; }
+    var burst = g.parentNode.parentNode;
+    if (burst.classList && burst.classList.contains('burst') && burst.classList.contains('collapsed')) {
+      toggle(burst, true);
+      layoutAll();
+    }
+    g.classList.add('linked');
+    g.scrollIntoView({block: 'center'});
+    if (fill(g)) {
+      var r = g.querySelector('line.shaft').getBoundingClientRect();
+      pinned = g;
+      place(r.left + r.width / 2, r.bottom);
+    }
+  }
+  window.addEventListener('hashchange', showFrame);
   document.addEventListener('mousemove', show);
   document.addEventListener('mouseleave', function () { tip.style.display = 'none'; });
 
   layoutAll();
+  showFrame();
   document.documentElement.setAttribute('data-ready', '1');
 })();
 </script>
