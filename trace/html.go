@@ -29,7 +29,7 @@ const (
 	MaxHTMLArrows = 100000
 	// HTMLPageArrows is how many arrows the page draws in all, whatever
 	// the QP pairs; the packets beyond are counted, not drawn.
-	HTMLPageArrows = 20000
+	HTMLPageArrows = 10000
 	// HTMLBurst is the length a run of consecutive packets in the same
 	// direction must exceed to be drawn as a burst that collapses into
 	// one arrow.
@@ -230,6 +230,7 @@ type (
 		AName, BName          string
 		AQP, BQP              string
 		Packets, Drawn        int
+		PacketsText           string // "1 packet", "41 packets"
 		Omitted               int
 		TroubleText           string
 		OmittedTrouble        string
@@ -288,6 +289,14 @@ func (h *HTML) Write(w io.Writer, title, summary string) error {
 	return pageTemplate.Execute(w, &v)
 }
 
+// plural returns "1 packet" or "n packets".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
 // troubleText lists counts of trouble: "3 retransmissions, 1 NAK".
 func troubleText(counts map[Trouble]int) string {
 	var parts []string
@@ -340,6 +349,7 @@ func arrowGeometry(fromA bool, y int) (x1, x2 int, head string) {
 func (h *HTML) connView(hc *htmlConn, d *pageData) connView {
 	c := hc.c
 	cv := connView{ID: c.ID, A: c.A.String(), B: c.B.String(), Packets: hc.packets, Drawn: len(hc.arrows),
+		PacketsText: plural(hc.packets, "packet"),
 		Omitted: hc.omitted, TroubleText: troubleText(hc.trouble), OmittedTrouble: troubleText(hc.omittedTrouble),
 		XA: xA, XB: xB, XFrame: xFrame, XTime: xTime, BoxAX: xA - boxWidth/2, BoxBX: xB - boxWidth/2,
 		LifeTop: hTop - 10, AName: "A " + c.A.Addr.String(), BName: "B " + c.B.Addr.String(),
@@ -544,8 +554,8 @@ svg.ladder tspan.{{.Class}} { fill: {{.Color}}; font-weight: bold; }
 {{if not .Conns}}<p>No RoCEv2 packets in this capture.</p>{{end}}
 {{range .Conns}}<section class="conn" id="qp-pair-{{.ID}}">
 <h2>QP pair {{.ID}}: A {{.A}} ⇄ B {{.B}}</h2>
-<p class="summary">{{.Packets}} packets{{if .TroubleText}}: {{.TroubleText}}{{else}}, no trouble{{end}}</p>
-{{if .Omitted}}<p class="cap">Only the first {{.Drawn}} of its {{.Packets}} packets are drawn (the page's limit); the other {{.Omitted}}{{if .OmittedTrouble}} ({{.OmittedTrouble}}){{end}} are in the text ladder: sroce ladder CAPTURE.</p>{{end}}
+<p class="summary">{{.PacketsText}}{{if .TroubleText}}: {{.TroubleText}}{{else}}, no trouble{{end}}</p>
+{{if .Omitted}}<p class="cap">{{if .Drawn}}Only the first {{.Drawn}} of its {{.PacketsText}} are drawn (the page's limit); the other {{.Omitted}}{{else}}Not drawn: the page reached its limit of {{$.PageArrows}} arrows before this QP pair began. Its {{.PacketsText}}{{end}}{{if .OmittedTrouble}} ({{.OmittedTrouble}}){{end}} can be read in the text ladder: sroce ladder CAPTURE.</p>{{end}}
 <div class="diagram">
 <svg class="ladder" xmlns="http://www.w3.org/2000/svg" width="{{.Width}}" height="{{.Height}}" data-top="{{.LifeTop}}">
 <rect x="{{.BoxAX}}" y="2" width="@boxWidth@" height="38" rx="4" class="box"/>

@@ -351,7 +351,7 @@ func TestHTMLBounds(t *testing.T) {
 	if n := strings.Count(page, `id="frame-`); n != 10 {
 		t.Errorf("%d arrows drawn, want 10", n)
 	}
-	want := "Only the first 10 of its 81 packets are drawn (the page's limit); the other 71 (1 retransmission, 1 duplicate) are in the text ladder"
+	want := "Only the first 10 of its 81 packets are drawn (the page's limit); the other 71 (1 retransmission, 1 duplicate) can be read in the text ladder"
 	if !strings.Contains(page, want) {
 		t.Errorf("the page does not say %q", want)
 	}
@@ -384,6 +384,26 @@ func TestHTMLBounds(t *testing.T) {
 	}
 	if kept != 25 {
 		t.Errorf("%d arrows kept in all, want 25", kept)
+	}
+	var b bytes.Buffer
+	if err := page2.Write(&b, "t", "s"); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(b.String(), "Not drawn: the page reached its limit of 25 arrows before this QP pair began. Its 1 packet can be read in the text ladder"); n != 75 {
+		t.Errorf("%d QP pairs say they were left out, want 75", n)
+	}
+}
+
+// TestHTMLEmpty checks the page of a capture without RoCEv2 packets.
+func TestHTMLEmpty(t *testing.T) {
+	var b bytes.Buffer
+	if err := NewHTML(0).Write(&b, "empty.pcap", "0 packets"); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	elements(t, page)
+	if !strings.Contains(page, "No RoCEv2 packets in this capture.") || strings.Contains(page, "<svg") {
+		t.Errorf("the empty page:\n%s", page)
 	}
 }
 

@@ -45,7 +45,7 @@ open and close (those without trouble start closed); hovering over an arrow
 shows every header field of the packet (Ethernet, IP, UDP, BTH, extended
 headers, ICRC); retransmissions, duplicates, sequence gaps, RNR NAKs, NAKs
 and bad ICRCs are drawn in colour, with a legend. The page draws at most
---html-arrows packets per QP pair and 20000 in all; it says how many more
+--html-arrows packets per QP pair and 10000 in all; it says how many more
 there were and what trouble they showed.
 
 Frames that are not RoCEv2 are skipped and counted in the summary line on

@@ -89,6 +89,19 @@ func TestLadderHTMLCommand(t *testing.T) {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
 		}
 	}
+	// The help states the page's bounds as package trace has them.
+	_, help, _ := runSroce(t, nil, "ladder", "-h")
+	help = strings.Join(strings.Fields(help), " ")
+	for _, want := range []string{
+		"runs of more than " + strconv.Itoa(trace.HTMLBurst) + " packets",
+		"per QP pair and " + strconv.Itoa(trace.HTMLPageArrows) + " in all",
+		"(default " + strconv.Itoa(trace.DefaultHTMLArrows) + ")",
+	} {
+		if !strings.Contains(help, want) {
+			t.Errorf("sroce ladder -h does not say %q", want)
+		}
+	}
+
 	bad := filepath.Join(dir, "no such directory", "page.html")
 	code, out, errOut = runSroce(t, nil, "ladder", "--html", bad, lossyPcap)
 	if code != exitProblem || out != "" || strings.Count(errOut, "\n") != 1 ||
