@@ -24,12 +24,12 @@ const (
 	// DefaultHTMLArrows is how many packets of one QP pair the page draws
 	// unless told otherwise.
 	DefaultHTMLArrows = 2000
-	// MaxHTMLArrows is the most packets of one QP pair the page can be
-	// told to draw.
-	MaxHTMLArrows = 100000
 	// HTMLPageArrows is how many arrows the page draws in all, whatever
 	// the QP pairs; the packets beyond are counted, not drawn.
 	HTMLPageArrows = 10000
+	// MaxHTMLArrows is the most packets of one QP pair the page can be
+	// told to draw: all it draws.
+	MaxHTMLArrows = HTMLPageArrows
 	// HTMLBurst is the length a run of consecutive packets in the same
 	// direction must exceed to be drawn as a burst that collapses into
 	// one arrow.
@@ -74,7 +74,8 @@ var TroubleColor = map[Trouble]string{
 }
 
 // HTML gathers the events of a capture and writes them as an HTML page:
-// Add each event with its packet, then Write. Times are relative to the
+// Add each event with its packet, then Write. The zero value is ready to
+// use. Times are relative to the
 // first packet added. Memory stays bounded: at most MaxArrows packets per
 // QP pair and PageArrows in all are kept (with their header fields),
 // the others are only counted.
@@ -86,14 +87,14 @@ type HTML struct {
 	// HTMLPageArrows: HTMLPageArrows).
 	PageArrows int
 
-	start  time.Time
-	first  bool
-	drawn  int // arrows kept, over every QP pair
-	conns  []*htmlConn
-	byConn map[*Conn]*htmlConn
-	fields []dissect.Field // scratch for AppendFields
-	names  map[[2]string]int
-	keys   [][2]string // field layer and name, indexed by names
+	start   time.Time
+	started bool
+	drawn   int // arrows kept, over every QP pair
+	conns   []*htmlConn
+	byConn  map[*Conn]*htmlConn
+	fields  []dissect.Field // scratch for AppendFields
+	names   map[[2]string]int
+	keys    [][2]string // field layer and name, indexed by names
 }
 
 // htmlConn is what the page keeps of one QP pair.
@@ -124,7 +125,7 @@ type htmlArrow struct {
 // NewHTML returns an empty page that draws at most maxArrows packets per
 // QP pair (0: DefaultHTMLArrows).
 func NewHTML(maxArrows int) *HTML {
-	return &HTML{MaxArrows: maxArrows, first: true, byConn: make(map[*Conn]*htmlConn), names: make(map[[2]string]int)}
+	return &HTML{MaxArrows: maxArrows}
 }
 
 // limit returns the number of arrows drawn per QP pair.
@@ -149,8 +150,9 @@ func (h *HTML) pageLimit() int {
 // Add records one event; p is its decoded packet, as given to
 // Analyzer.Add (it is not kept).
 func (h *HTML) Add(e *Event, p *bth.Packet) {
-	if h.first {
-		h.start, h.first = e.Time, false
+	if !h.started {
+		h.start, h.started = e.Time, true
+		h.byConn, h.names = make(map[*Conn]*htmlConn), make(map[[2]string]int)
 	}
 	hc := h.byConn[e.Conn]
 	if hc == nil {
@@ -350,7 +352,7 @@ func (h *HTML) connView(hc *htmlConn, d *pageData) connView {
 	c := hc.c
 	cv := connView{ID: c.ID, A: c.A.String(), B: c.B.String(), Packets: hc.packets, Drawn: len(hc.arrows),
 		PacketsText: plural(hc.packets, "packet"),
-		Omitted: hc.omitted, TroubleText: troubleText(hc.trouble), OmittedTrouble: troubleText(hc.omittedTrouble),
+		Omitted:     hc.omitted, TroubleText: troubleText(hc.trouble), OmittedTrouble: troubleText(hc.omittedTrouble),
 		XA: xA, XB: xB, XFrame: xFrame, XTime: xTime, BoxAX: xA - boxWidth/2, BoxBX: xB - boxWidth/2,
 		LifeTop: hTop - 10, AName: "A " + c.A.Addr.String(), BName: "B " + c.B.Addr.String(),
 		AQP: qpText(c.A), BQP: qpText(c.B)}
@@ -374,14 +376,14 @@ func (h *HTML) connView(hc *htmlConn, d *pageData) connView {
 			for k := i; k < j; k++ {
 				r := h.rowView(&arrows[k], len(d.Arrows), y)
 				r.Width = cv.Width
-				d.Arrows = append(d.Arrows, h.arrowData(&arrows[k], c))
+				d.Arrows = append(d.Arrows, h.arrowData(&arrows[k]))
 				cv.Items = append(cv.Items, itemView{Y: y, Row: &r})
 				y += hRow
 			}
 			i = j
 			continue
 		}
-		b := h.burstView(arrows[i:j], d, c, cv.Width)
+		b := h.burstView(arrows[i:j], d, cv.Width)
 		cv.Items = append(cv.Items, itemView{Y: y, Burst: b})
 		if b.Collapsed {
 			y += b.CollapsedH
@@ -403,7 +405,7 @@ func qpText(e Endpoint) string {
 }
 
 // arrowData returns the script's data of one arrow: its heading and fields.
-func (h *HTML) arrowData(a *htmlArrow, c *Conn) arrowData {
+func (h *HTML) arrowData(a *htmlArrow) arrowData {
 	from, to := "A", "B"
 	if !a.fromA {
 		from, to = "B", "A"
@@ -415,7 +417,7 @@ func (h *HTML) arrowData(a *htmlArrow, c *Conn) arrowData {
 // burstView lays out a run of packets in one direction: a heading that
 // toggles it, its rows, and the one arrow it collapses into. A burst
 // without trouble starts collapsed.
-func (h *HTML) burstView(run []htmlArrow, d *pageData, c *Conn, width int) *burstView {
+func (h *HTML) burstView(run []htmlArrow, d *pageData, width int) *burstView {
 	first, last := &run[0], &run[len(run)-1]
 	b := &burstView{N: len(run), Width: width}
 	direction := "A → B"
@@ -446,7 +448,7 @@ func (h *HTML) burstView(run []htmlArrow, d *pageData, c *Conn, width int) *burs
 	for i := range run {
 		r := h.rowView(&run[i], len(d.Arrows), y)
 		r.Width = width
-		d.Arrows = append(d.Arrows, h.arrowData(&run[i], c))
+		d.Arrows = append(d.Arrows, h.arrowData(&run[i]))
 		b.Rows = append(b.Rows, r)
 		y += hRow
 	}

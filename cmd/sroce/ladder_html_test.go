@@ -82,10 +82,10 @@ func TestLadderHTMLCommand(t *testing.T) {
 
 	for _, args := range [][]string{
 		{"ladder", "--html", page, "--html-arrows", "0", lossyPcap},
-		{"ladder", "--html", page, "--html-arrows", "100001", lossyPcap},
+		{"ladder", "--html", page, "--html-arrows", strconv.Itoa(trace.MaxHTMLArrows + 1), lossyPcap},
 	} {
 		code, out, errOut := runSroce(t, nil, args...)
-		if code != exitUsage || out != "" || !strings.Contains(errOut, "--html-arrows must be between 1 and 100000") {
+		if code != exitUsage || out != "" || !strings.Contains(errOut, "--html-arrows must be between 1 and "+strconv.Itoa(trace.MaxHTMLArrows)) {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
 		}
 	}
