@@ -74,6 +74,13 @@ func runLadder(e *env, args []string) int {
 	if *htmlArrows < 1 || *htmlArrows > trace.MaxHTMLArrows {
 		return f.usageError("--html-arrows must be between 1 and " + strconv.Itoa(trace.MaxHTMLArrows))
 	}
+	if *htmlPath != "" && pos[0] != "-" {
+		in, err1 := os.Stat(pos[0])
+		out, err2 := os.Stat(*htmlPath)
+		if err1 == nil && err2 == nil && os.SameFile(in, out) {
+			return f.usageError("the HTML page " + *htmlPath + " would overwrite the capture")
+		}
+	}
 	fr, name, closeIn, ok := openCapture(e, "ladder", pos[0])
 	if !ok {
 		return exitProblem

@@ -89,6 +89,21 @@ func TestLadderHTMLCommand(t *testing.T) {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
 		}
 	}
+	// The page may not overwrite the capture.
+	capCopy := filepath.Join(dir, "copy.pcap")
+	orig, err := os.ReadFile(lossyPcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(capCopy, orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runSroce(t, nil, "ladder", "--html", capCopy, capCopy)
+	if after, _ := os.ReadFile(capCopy); code != exitUsage || out != "" || !bytes.Equal(after, orig) ||
+		!strings.Contains(errOut, "the HTML page "+capCopy+" would overwrite the capture") {
+		t.Errorf("--html onto the capture: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+
 	// The help states the page's bounds as package trace has them.
 	_, help, _ := runSroce(t, nil, "ladder", "-h")
 	help = strings.Join(strings.Fields(help), " ")
