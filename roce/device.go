@@ -105,6 +105,9 @@ type Device struct {
 	tx      [][]byte
 	txView  [][]byte
 	txLen   []int
+	// loopQ holds frames to the device's own GIDs, which never go to the
+	// link: step receives them (loopFree recycles their buffers).
+	loopQ, loopFree [][]byte
 	txN     int
 	txHL    int
 	enc     bth.Encap
