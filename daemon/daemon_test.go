@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -230,6 +232,13 @@ func TestDevicesAndQueries(t *testing.T) {
 	if _, err := client.Open(r.socket, "sroce_nothere"); !errors.As(err, &ce) || ce.Errno != unix.ENODEV {
 		t.Errorf("unknown device: %v, want ENODEV", err)
 	}
+	st, err := client.Stats(r.socket, "sroce_mem1")
+	if err != nil || st.Device != "sroce_mem1" || st.Clients != 1 || st.PortState != "PORT_ACTIVE" || len(st.Engine) < 10 {
+		t.Errorf("stats: %+v, %v", st, err)
+	}
+	if _, err := client.Stats(r.socket, "sroce_nothere"); !errors.As(err, &ce) || ce.Errno != unix.ENODEV {
+		t.Errorf("stats of an unknown device: %v, want ENODEV", err)
+	}
 }
 
 // TestSendWriteReadAtomic moves data between two clients of one daemon,
@@ -446,5 +455,26 @@ func TestLoopback(t *testing.T) {
 	}
 	if wc := wait(t, a, "loopback send"); wc.Status != verbs.WCSuccess {
 		t.Errorf("loopback send: %+v", wc)
+	}
+}
+
+// TestSystemdUnit checks the unit file with systemd-analyze, with the
+// test binary standing in for /usr/local/bin/sroce.
+func TestSystemdUnit(t *testing.T) {
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not found: cannot check daemon/systemd/sroce.service")
+	}
+	unit, err := os.ReadFile("systemd/sroce.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, _ := os.Executable()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sroce.service")
+	os.WriteFile(path, bytes.ReplaceAll(unit, []byte("/usr/local/bin/sroce"), []byte(self)), 0o644)
+	out, err := exec.Command(sa, "verify", path).CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) != 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
 	}
 }

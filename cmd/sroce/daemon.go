@@ -52,7 +52,7 @@ func (r *repeated) Set(s string) error { *r = append(*r, s); return nil }
 func runDaemon(e *env, args []string) int {
 	f := newFlags(e, "daemon", "sroce daemon -d IF [-d IF ...] [--link auto|xdp|udp] [--socket PATH] [--metrics ADDR]", daemonAbout)
 	var ifs repeated
-	f.Var(&ifs, "d", "network `interface` to serve (repeatable)")
+	f.Var(&ifs, "d", "network `interface` to serve, or IF@ADDR to bind the UDP link to ADDR (repeatable)")
 	link := f.String("link", "auto", "link of the devices: `auto`, xdp or udp")
 	socket := f.String("socket", "", "unix socket to listen on (default: SROCE_SOCKET, or the place for this user)")
 	metrics := f.String("metrics", "", "serve Prometheus metrics on this `address` (host:port)")
@@ -105,8 +105,13 @@ func runDaemon(e *env, args []string) int {
 			p.Close()
 		}
 	}()
-	for _, name := range ifs {
-		p, err := iface.Open(context.Background(), name, iface.Options{Mode: mode, Engine: em})
+	for _, arg := range ifs {
+		spec, err := device.ParseSpec(arg)
+		if err != nil || spec.Ifname == "" {
+			return f.usageError(fmt.Sprintf("-d %q: want an interface name, or IF@ADDR for the UDP link's address", arg))
+		}
+		name := spec.Ifname
+		p, err := iface.Open(context.Background(), name, iface.Options{Mode: mode, Engine: em, Addr: spec.Addr})
 		if err != nil {
 			fmt.Fprintf(e.Stderr, "sroce daemon: %s: %v\n", name, err)
 			return exitProblem
