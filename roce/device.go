@@ -119,6 +119,16 @@ type Device struct {
 
 	events eventQueue
 
+	// Tracing: tracing is set while someone subscribes (trace.go);
+	// closedCh is closed by Close.
+	tracing  atomic.Bool
+	tr       tracer
+	closedCh chan struct{}
+	// impair drops transmitted frames on purpose (SetImpairment), under
+	// mu; impairDropped counts them.
+	impair        *impairState
+	impairDropped uint64
+
 	running atomic.Bool
 	mode    EngineMode    // resolved: never EngineAuto
 	spinFor time.Duration // adaptive mode's spin after the last activity
@@ -215,6 +225,7 @@ func Open(link Link, opts *Options) (*Device, error) {
 	d.db = make([]*QP, 0, 64)
 	d.dbSpare = make([]*QP, 0, 64)
 	d.events.init()
+	d.closedCh = make(chan struct{})
 	d.attr = verbs.DeviceAttr{
 		MaxQP: MaxQP, MaxQPWR: MaxQPWR, MaxSGE: MaxSGE, MaxInlineData: MaxInlineData,
 		MaxCQ: 1 << 16, MaxCQE: MaxCQE, MaxMR: mr.DefaultMaxMR, MaxPD: 1 << 16,
@@ -335,8 +346,13 @@ func (d *Device) Close() error {
 	d.flushTx()
 	d.mu.Unlock()
 	d.events.close()
+	d.closeTraces()
+	close(d.closedCh)
 	return d.link.Close()
 }
+
+// Closed returns a channel that is closed when the device closes.
+func (d *Device) Closed() <-chan struct{} { return d.closedCh }
 
 // maxIdle bounds the loop's sleep when no timer is due.
 const maxIdle = 100 * time.Millisecond
