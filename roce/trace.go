@@ -264,7 +264,7 @@ func (s *Subscription) Poll() (TraceEvent, bool) {
 // take pops an event; a lost-events mark before it comes out first.
 func (s *Subscription) take() (TraceEvent, bool) {
 	if s.n == 0 {
-		if s.closed && s.lost > 0 {
+		if s.lost > 0 {
 			ev := TraceEvent{Kind: TraceLost, Lost: s.lost}
 			s.lost = 0
 			return ev, true
