@@ -69,6 +69,7 @@ var commands = []command{
 	{"demo", "two sroce engines doing RDMA with each other, explained (start here)", runDemo},
 	{"devinfo", "describe the sroce device on a network interface, like ibv_devinfo", runDevinfo},
 	{"stat", "counters of a sroce device on a network interface", runStat},
+	{"trace", "attach to a running sroce device: its engine events and packets, live", runTrace},
 }
 
 // main runs the command line and exits with its status.

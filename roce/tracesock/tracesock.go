@@ -524,6 +524,10 @@ func (cl *Client) Next() (roce.TraceEvent, error) {
 	}
 }
 
+// Buffered returns how many bytes of the stream are read and not yet
+// decoded: zero means Next would wait for the server.
+func (cl *Client) Buffered() int { return cl.r.Buffered() }
+
 // SetDeadline bounds the wait of Next.
 func (cl *Client) SetDeadline(t time.Time) error { return cl.c.SetReadDeadline(t) }
 
