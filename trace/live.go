@@ -153,11 +153,11 @@ func (tl *Timeline) Line(e *Entry) string {
 	}
 	arrow := e.Packet.Arrow()
 	if e.Lost {
-		// The arrow stops half way: the packet never arrived.
+		// The arrow ends in X: the packet never arrived.
 		if e.Packet.FromA {
-			arrow = arrow[:len(arrow)/2] + " X" + strings.Repeat(" ", len(arrow)-len(arrow)/2-2)
+			arrow = arrow[:len(arrow)-1] + "X"
 		} else {
-			arrow = strings.Repeat(" ", len(arrow)/2-2) + "X " + arrow[len(arrow)/2:]
+			arrow = "X" + arrow[1:]
 		}
 	}
 	b.WriteString(arrow)
