@@ -79,6 +79,10 @@ type Timeline struct {
 	start   time.Time
 	started bool
 	pairs   int
+	// lostSent remembers the requests the impairment dropped (sender,
+	// receiver, QP, PSN), so that sending one again shows as a
+	// retransmission although the analysis never saw the first.
+	lostSent map[dirKeyPSN]bool
 	// Skipped counts frames that were not RoCEv2, or could not be
 	// decoded, or were cut short.
 	Skipped int
@@ -108,18 +112,38 @@ func (tl *Timeline) Add(side string, ev *roce.TraceEvent, t time.Time) (Entry, b
 	}
 	tl.frames++
 	var pe Event
+	p := &tl.dec.Packet
+	k := dirKeyPSN{dirKey{p.SrcAddr(), p.DstAddr(), p.BTH().DestQP()}, p.BTH().PSN(), p.Opcode}
 	if ev.Dropped {
-		pe = tl.an.Peek(tl.frames, t, &tl.dec.Packet, fm.ICRCOK)
+		pe = tl.an.Peek(tl.frames, t, p, fm.ICRCOK)
 		pe.Analysis = append(pe.Analysis, "lost on the way (dropped by the impairment)")
 		e.Lost = true
+		if tl.lostSent == nil || len(tl.lostSent) >= SentWindow {
+			tl.lostSent = make(map[dirKeyPSN]bool)
+		}
+		tl.lostSent[k] = true
 	} else {
-		pe = tl.an.Add(tl.frames, t, &tl.dec.Packet, fm.ICRCOK)
+		pe = tl.an.Add(tl.frames, t, p, fm.ICRCOK)
+		if tl.lostSent[k] {
+			delete(tl.lostSent, k)
+			if !pe.Retransmission {
+				pe.Retransmission = true
+				pe.Analysis = append([]string{"retransmission of a lost packet"}, pe.Analysis...)
+			}
+		}
 		if n := len(tl.an.conns); n > tl.pairs {
 			tl.pairs, e.NewPair = n, true
 		}
 	}
 	e.Packet = &pe
 	return e, true
+}
+
+// dirKeyPSN names one packet of one direction.
+type dirKeyPSN struct {
+	dirKey
+	psn bth.PSN
+	op  bth.Opcode
 }
 
 // Start returns the time of the first entry, which Line counts from.
