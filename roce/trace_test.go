@@ -272,16 +272,23 @@ func TestTraceDetachAnyTime(t *testing.T) {
 	lm, _ := a.reg(t, 4096, 0, 1)
 	rm, _ := c.reg(t, 4096, 0, 2)
 	var wg sync.WaitGroup
+	var subs []*roce.Subscription
 	for i := 0; i < 4; i++ {
 		s, err := a.dev.Subscribe(&roce.TraceOptions{Events: 8, SnapLen: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
+		subs = append(subs, s)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Each reader leaves after a few events, or when the main
+			// goroutine closes its subscription first.
 			for k := 0; k < 3+i*5; k++ {
 				ev, err := s.Next(context.Background())
+				if errors.Is(err, roce.ErrTraceClosed) {
+					return
+				}
 				if err != nil {
 					t.Errorf("Next: %v", err)
 					return
@@ -299,6 +306,12 @@ func TestTraceDetachAnyTime(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.waitWCs(a, 1)
+		if i == 25 {
+			subs[0].Close() // detached while the engine runs
+		}
+	}
+	for _, s := range subs {
+		s.Close()
 	}
 	wg.Wait()
 
