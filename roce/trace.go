@@ -132,8 +132,9 @@ var ErrTraceClosed = errors.New("roce: trace subscription closed")
 
 // tracer is the device's list of subscriptions.
 type tracer struct {
-	mu   sync.Mutex
-	subs []*Subscription
+	mu     sync.Mutex
+	subs   []*Subscription
+	closed bool // the device closed: no more subscriptions
 }
 
 // Subscription receives a device's trace events (Device.Subscribe).
@@ -149,8 +150,9 @@ type Subscription struct {
 	ring    []TraceEvent
 	head, n int
 	bytes   int
-	lost    uint64 // dropped since the last event buffered
-	dropped uint64 // dropped in all
+	lost    uint64        // dropped since the last event buffered
+	lastT   monotime.Time // time of the last event dropped
+	dropped uint64        // dropped in all
 	closed  bool
 	devGone bool
 }
@@ -175,13 +177,11 @@ func (d *Device) Subscribe(o *TraceOptions) (*Subscription, error) {
 	}
 	s.ring = make([]TraceEvent, s.maxEv)
 	s.clock0, s.wall0 = d.clock.Now(), time.Now()
-	d.mu.Lock()
-	closed := d.closed
-	d.mu.Unlock()
-	if closed {
+	d.tr.mu.Lock()
+	if d.tr.closed {
+		d.tr.mu.Unlock()
 		return nil, ErrClosed
 	}
-	d.tr.mu.Lock()
 	d.tr.subs = append(d.tr.subs, s)
 	d.tracing.Store(true)
 	d.tr.mu.Unlock()
@@ -247,6 +247,7 @@ func (d *Device) closeTraces() {
 	d.tr.mu.Lock()
 	subs := d.tr.subs
 	d.tr.subs = nil
+	d.tr.closed = true
 	d.tracing.Store(false)
 	d.tr.mu.Unlock()
 	for _, s := range subs {
@@ -265,7 +266,7 @@ func (s *Subscription) Poll() (TraceEvent, bool) {
 func (s *Subscription) take() (TraceEvent, bool) {
 	if s.n == 0 {
 		if s.lost > 0 {
-			ev := TraceEvent{Kind: TraceLost, Lost: s.lost}
+			ev := TraceEvent{Kind: TraceLost, Lost: s.lost, Time: s.lastT}
 			s.lost = 0
 			return ev, true
 		}
@@ -317,6 +318,7 @@ func (s *Subscription) push(ev *TraceEvent) {
 	if s.n == len(s.ring) || s.bytes+len(ev.Frame) > s.maxB {
 		s.lost++
 		s.dropped++
+		s.lastT = ev.Time
 		s.mu.Unlock()
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/dissect"
 	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/verbs"
 )
 
 // Peek returns the Event of a packet the way Add would label it (its
@@ -212,7 +213,7 @@ func Describe(ev *roce.TraceEvent) string {
 		return fmt.Sprintf("%s goes back to PSN %s and sends again (%v)", qpn, psnText(ev.PSN), ev.Reason)
 	case roce.TraceCompletion:
 		s := fmt.Sprintf("%s completion wr_id=%d %v %s", qpn, ev.WRID, ev.WCOpcode, ev.Status)
-		if ev.WCOpcode == 128 || ev.WCOpcode == 129 { // receive completions carry a byte count
+		if ev.WCOpcode == verbs.WCRecv || ev.WCOpcode == verbs.WCRecvRDMAWithImm {
 			s += fmt.Sprintf(" length=%d", ev.Length)
 		}
 		return s
