@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
@@ -113,14 +114,21 @@ func TestTraceLive(t *testing.T) {
 		code <- run([]string{"trace", "-d", "live", "--pcapng", capFile},
 			&env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr})
 	}()
+	var jout, jerr testpair.Buffer
+	jcode := make(chan int, 1)
+	go func() {
+		jcode <- run([]string{"trace", "-d", "sroce_live", "--json"},
+			&env{Stdin: strings.NewReader(""), Stdout: &jout, Stderr: &jerr})
+	}()
 	waitFor(t, &stderr, "tracing sroce_live")
+	waitFor(t, &jerr, "tracing sroce_live")
 	// The server subscribes once it accepted the connection: connect
 	// QP pairs until the trace shows one reaching RTS.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		connectLive(t, s)
 		time.Sleep(20 * time.Millisecond)
-		if strings.Contains(stdout.String(), "RTR -> RTS") {
+		if strings.Contains(stdout.String(), "RTR -> RTS") && strings.Contains(jout.String(), `"to":"RTS"`) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -133,9 +141,6 @@ func TestTraceLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, &stdout, "completion wr_id=7 RDMA_WRITE success")
-	if os.Getenv("SHOW") != "" {
-		t.Log(stdout.String())
-	}
 	a.dev.Close()
 	select {
 	case c := <-code:
@@ -144,6 +149,36 @@ func TestTraceLive(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("sroce trace did not end within 10s of its device closing:\n%s", stderr.String())
+	}
+	select {
+	case c := <-jcode:
+		if c != 0 {
+			t.Fatalf("sroce trace --json exited %d:\n%s", c, jerr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("sroce trace --json did not end within 10s of its device closing:\n%s", jerr.String())
+	}
+	kinds := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(jout.String()), "\n") {
+		var obj struct {
+			Kind   string `json:"kind"`
+			Packet *struct {
+				Opcode   string   `json:"opcode"`
+				Analysis []string `json:"analysis"`
+			} `json:"packet"`
+		}
+		if err := json.Unmarshal([]byte(l), &obj); err != nil {
+			t.Fatalf("not a JSON line: %q: %v", l, err)
+		}
+		kinds[obj.Kind]++
+		if (obj.Kind == "tx" || obj.Kind == "rx") && (obj.Packet == nil || obj.Packet.Opcode == "") {
+			t.Errorf("a %s line without its packet: %s", obj.Kind, l)
+		}
+	}
+	for _, k := range []string{"qp_state", "post_send", "tx", "rx", "timer_armed", "completion", "timer_stopped"} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s object in the JSON trace: %v", k, kinds)
+		}
 	}
 	out := stdout.String()
 	for _, want := range []string{
