@@ -239,5 +239,3 @@ func metricName(s string) string {
 		return '_'
 	}, s)
 }
-
-
