@@ -127,6 +127,8 @@ type Device struct {
 	tracing  atomic.Bool
 	tr       tracer
 	closedCh chan struct{}
+	onClose  []func() // run by Close, under mu to add
+
 	// impair drops transmitted frames on purpose (SetImpairment), under
 	// mu; impairDropped counts them.
 	impair        *impairState
@@ -351,7 +353,28 @@ func (d *Device) Close() error {
 	d.events.close()
 	d.closeTraces()
 	close(d.closedCh)
+	d.mu.Lock()
+	fns := d.onClose
+	d.onClose = nil
+	d.mu.Unlock()
+	for _, f := range fns {
+		f()
+	}
 	return d.link.Close()
+}
+
+// OnClose makes Close call f once the device is closed (its trace
+// subscriptions ended), before Close returns; on a closed device f runs at
+// once. f must not wait long: Close waits for it.
+func (d *Device) OnClose(f func()) {
+	d.mu.Lock()
+	if !d.closed {
+		d.onClose = append(d.onClose, f)
+		d.mu.Unlock()
+		return
+	}
+	d.mu.Unlock()
+	f()
 }
 
 // Closed returns a channel that is closed when the device closes.

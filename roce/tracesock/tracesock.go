@@ -77,6 +77,9 @@ const (
 	// WriteTimeout is how long a client's socket may take nothing
 	// before the client is disconnected.
 	WriteTimeout = 2 * time.Second
+	// EndTimeout bounds how long closing the device waits for its
+	// clients to get their end record.
+	EndTimeout = 200 * time.Millisecond
 	// eventFixed is the length of an event record's fixed part, kind
 	// byte included.
 	eventFixed = 1 + 1 + 8 + 4 + 8 + 1 + 1 + 1 + 4 + 1 + 8 + 1 + 4 + 1 + 1 + 1 + 4 + 8
@@ -109,6 +112,7 @@ type Server struct {
 	n    int // clients served now
 	once sync.Once
 	done chan struct{}
+	wg   sync.WaitGroup // clients being served
 }
 
 // Serve serves dev's trace on a socket in Dir until dev closes (or Close).
@@ -141,13 +145,22 @@ func Serve(dev *roce.Device) (*Server, error) {
 	ln.SetUnlinkOnClose(true)
 	s := &Server{dev: dev, path: path, ln: ln, done: make(chan struct{})}
 	go s.accept()
-	go func() {
-		select {
-		case <-dev.Closed():
-		case <-s.done:
-		}
+	// Closing the device ends the clients' streams with their end record
+	// (waiting at most EndTimeout for them) and removes the socket, so
+	// that a process that exits right after closing its device still
+	// tells its trace clients why.
+	dev.OnClose(func() {
 		s.Close()
-	}()
+		ended := make(chan struct{})
+		go func() {
+			s.wg.Wait()
+			close(ended)
+		}()
+		select {
+		case <-ended:
+		case <-time.After(EndTimeout):
+		}
+	})
 	return s, nil
 }
 
@@ -185,6 +198,7 @@ func (s *Server) accept() {
 		full := s.n >= MaxClients
 		if !full {
 			s.n++
+			s.wg.Add(1)
 		}
 		s.mu.Unlock()
 		if full {
@@ -198,6 +212,7 @@ func (s *Server) accept() {
 			continue
 		}
 		go func() {
+			defer s.wg.Done()
 			s.serve(c)
 			s.mu.Lock()
 			s.n--
@@ -248,8 +263,16 @@ func (s *Server) serve(c *net.UnixConn) {
 		ev, err := sub.Next(ctx)
 		if err != nil {
 			if sub.DeviceClosed() {
+				// What is still buffered, then the reason.
+				for {
+					ev, ok := sub.Poll()
+					if !ok {
+						break
+					}
+					w.Write(AppendEvent(buf[:0], &ev))
+				}
 				writeEnd(w, "the device closed")
-				c.SetWriteDeadline(time.Now().Add(WriteTimeout))
+				c.SetWriteDeadline(time.Now().Add(EndTimeout))
 				w.Flush()
 			}
 			return
