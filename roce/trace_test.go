@@ -341,3 +341,50 @@ func TestTraceDetachAnyTime(t *testing.T) {
 		t.Errorf("Subscribe on a closed device: %v", err)
 	}
 }
+
+// TestTraceRNR sends to a responder with no receive posted: the trace
+// shows the RNR NAK's wait (the RNR timer armed and fired) and the retry
+// for it, then the completion once a receive is there.
+func TestTraceRNR(t *testing.T) {
+	b := newBed(t, bedOpts{})
+	a, c := b.nodes[0], b.nodes[1]
+	qa, qc := b.pairQPs(rcOpts{minRNR: 5})
+	sub, err := a.dev.Subscribe(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	lm, _ := a.reg(t, 64, 0, 1)
+	rm, _ := c.reg(t, 64, 0, 2)
+	if err := qa.PostSend(&verbs.SendWR{WRID: 9, Opcode: verbs.WROpSend, Flags: verbs.Signaled,
+		SGL: []mr.SGE{lm.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	b.runLimit(func() bool { return a.dev.Counter(verbs.CntRcvdRNRErr) > 0 }, 10*time.Second)
+	if err := qc.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{rm.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	if wcs := b.waitWCs(a, 1); wcs[0].Status != verbs.WCSuccess {
+		t.Fatalf("SEND completed with %v", wcs[0].Status)
+	}
+	evs := drain(sub)
+	armed := index(evs, 0, func(e *roce.TraceEvent) bool {
+		return e.Kind == roce.TraceTimerArmed && e.Timer == qp.TimerRNR
+	})
+	retry := index(evs, armed, func(e *roce.TraceEvent) bool {
+		return e.Kind == roce.TraceRetransmit && e.Reason == qp.RetryRNR
+	})
+	fired := index(evs, retry, func(e *roce.TraceEvent) bool {
+		return e.Kind == roce.TraceTimerFired && e.Timer == qp.TimerRNR
+	})
+	again := index(evs, fired, func(e *roce.TraceEvent) bool { return e.Kind == roce.TraceTx })
+	comp := index(evs, again, func(e *roce.TraceEvent) bool {
+		return e.Kind == roce.TraceCompletion && e.WRID == 9 && e.Status == verbs.WCSuccess
+	})
+	if armed < 0 || retry < 0 || fired < 0 || again < 0 || comp < 0 {
+		t.Fatalf("want RNR timer armed, retry for RNR NAK, RNR timer fired, the SEND again, its completion; got %v", kinds(evs))
+	}
+	if d := evs[armed].Deadline.Sub(evs[armed].Time); d <= 0 {
+		t.Errorf("the RNR timer was armed for %v", d)
+	}
+}

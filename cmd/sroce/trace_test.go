@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -258,5 +259,66 @@ func TestTraceNoDevice(t *testing.T) {
 	stderr.Reset()
 	if c := run([]string{"trace", "-d", "peer", "--for", "50ms", "--json"}, e); c != exitOK || !strings.Contains(stderr.String(), "stopped after 50ms") {
 		t.Errorf("trace --for 50ms: exit %d, %s", c, stderr.String())
+	}
+}
+
+// TestTraceTool attaches "sroce trace" to the device of a real tool (an
+// rc-pingpong server on loopback), sees its SENDs, ACKs and completions,
+// and ends with its sentence when the tool exits.
+func TestTraceTool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a tool pair")
+	}
+	t.Setenv(tracesock.EnvDir, t.TempDir())
+	port := strconv.Itoa(pairs.Port(t))
+	common := []string{"-p", port, "-n", "3", "-s", "3000", "-m", "1024"}
+	sout, sdone := pairs.Start(append([]string{"rc-pingpong", "-d", "lo@" + pairs.Server.String()}, common...))
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(sout.String(), "local address") {
+		select {
+		case r := <-sdone:
+			if strings.Contains(r.Stderr, "address already in use") {
+				t.Skipf("port 4791 is taken on %s: %s", pairs.Server, r.Stderr)
+			}
+			t.Fatalf("the server ended before it was ready: %v", r)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server was not ready after 20s:\n%s", sout.String())
+		}
+	}
+	var stdout, stderr testpair.Buffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run([]string{"trace", "-d", "lo"}, &env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr})
+	}()
+	// Once trace names the device, the device has subscribed it.
+	waitFor(t, &stderr, "tracing sroce_lo")
+	_, cdone := pairs.Start(append(append([]string{"rc-pingpong", "-d", "lo@" + pairs.Client.String()}, common...), pairs.Server.String()))
+	for _, done := range []<-chan testpair.Result{sdone, cdone} {
+		select {
+		case r := <-done:
+			if r.Code != 0 {
+				t.Fatalf("rc-pingpong: %v", r)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("rc-pingpong did not finish within 60s")
+		}
+	}
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("sroce trace exited %d:\n%s", c, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("sroce trace did not end within 10s of the tool's exit:\n%s", stderr.String())
+	}
+	out := stdout.String()
+	if miss := lacks(out, "posts SEND wr_id=", "SEND_FIRST psn=", "SEND_LAST psn=", "ackreq", "acks PSN",
+		"completion wr_id=1 RECV success length=3000", "SEND success"); len(miss) > 0 {
+		t.Errorf("the trace of rc-pingpong lacks %q:\n%s", miss, out)
+	}
+	if !strings.Contains(stderr.String(), "went away: the device closed") {
+		t.Errorf("the trace did not end with its sentence:\n%s", stderr.String())
 	}
 }
