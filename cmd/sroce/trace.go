@@ -27,8 +27,8 @@ import (
 // traceAbout is the description printed by "sroce trace -h".
 const traceAbout = `
 Trace attaches to a sroce device that is running in another process (the
-tools, such as write-bw or rc-pingpong, and sroce demo serve their devices'
-traces while they run) and prints what its engine does, live, on one
+tools, such as write-bw or rc-pingpong, sroce demo and sroce daemon serve
+their devices' traces while they run) and prints what its engine does, live, on one
 timeline: the work requests posted (wr_id, opcode, length), every packet
 sent and received as a ladder line with the analysis of sroce ladder
 (retransmission, duplicate, out of sequence, what an ACK acknowledges, NAKs
@@ -81,7 +81,7 @@ func runTrace(e *env, args []string) int {
 		fmt.Fprintf(e.Stderr, "sroce trace: no device named %q serves its trace in %s%s\n", *dev, tracesock.Dir(), candidateList(cands))
 		return exitProblem
 	case len(pick) == 0:
-		fmt.Fprintf(e.Stderr, "sroce trace: no sroce device serves its trace in %s (the sroce tools and sroce demo serve their devices' traces while they run)\n", tracesock.Dir())
+		fmt.Fprintf(e.Stderr, "sroce trace: no sroce device serves its trace in %s (the sroce tools, sroce demo and sroce daemon serve their devices' traces while they run)\n", tracesock.Dir())
 		return exitProblem
 	case len(pick) > 1:
 		fmt.Fprintf(e.Stderr, "sroce trace: %d devices serve their trace; pick one with -d%s\n", len(pick), candidateList(pick))
