@@ -7,7 +7,6 @@ package main
 // operation, with plain-language lines under the steps that matter.
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"sort"
@@ -94,9 +93,7 @@ func (x *explainer) gather() []stamped {
 		} else if time.Since(quietSince) > 40*time.Millisecond {
 			break
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-		<-ctx.Done()
-		cancel()
+		time.Sleep(5 * time.Millisecond)
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].t.Before(evs[j].t) })
 	return evs
