@@ -19,6 +19,7 @@ import (
 
 	"github.com/sroce/sroce/daemon"
 	"github.com/sroce/sroce/roce/iface"
+	"github.com/sroce/sroce/roce/tracesock"
 	"github.com/sroce/sroce/tools/device"
 )
 
@@ -120,6 +121,12 @@ func runDaemon(e *env, args []string) int {
 		devs = append(devs, p)
 		log.Info("device ready", "device", p.Device().Name(), "interface", name, "link", p.LinkMode(),
 			"reason", p.Reason(), "engine", p.Device().Engine().String())
+		// "sroce trace" attaches to the device here.
+		if ts, err := tracesock.Serve(p.Device()); err != nil {
+			log.Warn("no live trace", "device", p.Device().Name(), "err", err)
+		} else {
+			log.Info("live trace", "device", p.Device().Name(), "socket", ts.Path())
+		}
 	}
 	srv, err := daemon.New(devs, daemon.Options{Logger: log,
 		Limits: daemon.Limits{QPs: *maxQPs, MRs: *maxMRs, RegBytes: *maxReg}})
@@ -232,5 +239,3 @@ func metricName(s string) string {
 		return '_'
 	}, s)
 }
-
-
