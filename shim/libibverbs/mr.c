@@ -32,6 +32,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,10 +83,12 @@ static int open_mem_fd(void)
 	struct stat st;
 	if (mem_fd >= 0)
 		return 0;
-	int fd = memfd_create("sroce-mr", MFD_CLOEXEC);
+	int fd = memfd_create("sroce-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return errno;
-	if (ftruncate(fd, (off_t)SROCE_MEMFD_SIZE) < 0 || fstat(fd, &st) < 0) {
+	/* The daemon maps only memfds that cannot shrink under it. */
+	if (ftruncate(fd, (off_t)SROCE_MEMFD_SIZE) < 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0 || fstat(fd, &st) < 0) {
 		int err = errno;
 		close(fd);
 		return err;
