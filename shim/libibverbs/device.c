@@ -227,7 +227,13 @@ EXPORT int ibv_close_device(struct ibv_context *context)
 /* Wakes the daemon after WQEs were published, when it asked for it. */
 void sroce_ring_doorbell(struct sroce_context *c)
 {
-	if (__atomic_load_n(&c->page->need_wakeup, __ATOMIC_SEQ_CST)) {
+	/*
+	 * The ring's index was stored before; a full fence keeps that store
+	 * from passing this load, or the daemon could set need_wakeup, find
+	 * the ring empty and sleep while this thread reads need_wakeup as 0.
+	 */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&c->page->need_wakeup, __ATOMIC_RELAXED)) {
 		uint64_t one = 1;
 		ssize_t r = write(c->doorbell, &one, sizeof(one));
 		(void)r; /* a full eventfd counter already wakes the daemon */
