@@ -265,3 +265,36 @@ func TestCompilerMissing(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestMemoryRemapping runs testdata/mr_test.c, compiled with the library's
+// sources: what ibv_reg_mr does to the program's memory, without a daemon.
+func TestMemoryRemapping(t *testing.T) {
+	cc, err := Compiler()
+	if err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	dir := t.TempDir()
+	if err := WriteSources(dir); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("testdata/mr_test.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "mr_test.c"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	names, _ := filepath.Glob(filepath.Join(dir, "*.c"))
+	args := append([]string{"-O1", "-Wall", "-DSROCE_NO_SYMVER", "-o", filepath.Join(dir, "mr_test")}, names...)
+	if out, err := exec.Command(cc, append(args, "-lpthread")...).CombinedOutput(); err != nil {
+		t.Fatalf("compiling mr_test.c: %v\n%s", err, out)
+	}
+	out, err := exec.Command(filepath.Join(dir, "mr_test")).CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("mr_test: %v", err)
+	}
+	if n := strings.Count(string(out), "ok "); n != 8 {
+		t.Fatalf("%d checks passed, want 8", n)
+	}
+}

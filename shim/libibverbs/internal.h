@@ -17,11 +17,21 @@
 #include "sroce_verbs.h"
 
 #define EXPORT __attribute__((visibility("default")))
-/* Exports name as name@@IBVERBS_1.1 beside its name@IBVERBS_1.0 compatibility version. */
+/*
+ * Exports name as name@@IBVERBS_1.1 beside its name@IBVERBS_1.0
+ * compatibility version. SROCE_NO_SYMVER leaves versions out, for test
+ * programs that link the sources into an executable.
+ */
+#ifndef SROCE_NO_SYMVER
 #define SROCE_DEFAULT_1_1(name)                                                              \
 	extern __typeof__(name) __sroce_default_##name                                       \
 		__attribute__((alias(#name), visibility("default")));                        \
 	__asm__(".symver __sroce_default_" #name "," #name "@@IBVERBS_1.1");
+#define SROCE_SYMVER(sym, versioned) __asm__(".symver " #sym "," versioned);
+#else
+#define SROCE_DEFAULT_1_1(name)
+#define SROCE_SYMVER(sym, versioned)
+#endif
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
 

@@ -345,7 +345,7 @@ EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, siz
 		errno = EOPNOTSUPP;                                               \
 		return NULL;                                                      \
 	}                                                                         \
-	__asm__(".symver __sroce_compat_" #name "," #name "@IBVERBS_1.0");
+	SROCE_SYMVER(__sroce_compat_##name, #name "@IBVERBS_1.0")
 #define COMPAT_INT(name)                                                          \
 	int __sroce_compat_##name(void);                                          \
 	EXPORT int __sroce_compat_##name(void)                                    \
@@ -353,13 +353,13 @@ EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, siz
 		errno = EOPNOTSUPP;                                               \
 		return EOPNOTSUPP;                                                \
 	}                                                                         \
-	__asm__(".symver __sroce_compat_" #name "," #name "@IBVERBS_1.0");
+	SROCE_SYMVER(__sroce_compat_##name, #name "@IBVERBS_1.0")
 #define COMPAT_VOID(name)                                                         \
 	void __sroce_compat_##name(void);                                         \
 	EXPORT void __sroce_compat_##name(void)                                   \
 	{                                                                         \
 	}                                                                         \
-	__asm__(".symver __sroce_compat_" #name "," #name "@IBVERBS_1.0");
+	SROCE_SYMVER(__sroce_compat_##name, #name "@IBVERBS_1.0")
 
 COMPAT_VOID(ibv_ack_async_event)
 COMPAT_VOID(ibv_ack_cq_events)
@@ -402,7 +402,7 @@ EXPORT void __sroce_compat_ibv_register_driver(const char *name, void *init)
 	(void)name;
 	(void)init;
 }
-__asm__(".symver __sroce_compat_ibv_register_driver,ibv_register_driver@IBVERBS_1.1");
+SROCE_SYMVER(__sroce_compat_ibv_register_driver, "ibv_register_driver@IBVERBS_1.1")
 
 /*
  * IBVERBS_PRIVATE_34: the interface between libibverbs and its providers.
