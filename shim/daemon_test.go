@@ -160,6 +160,26 @@ func TestRealProgramsOnTheDaemon(t *testing.T) {
 			t.Fatalf("ibv_devices: %v\n%s%s", err, out, errOut)
 		}
 	})
+	t.Run("verbs_test.c", func(t *testing.T) {
+		if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
+			t.Skip("skipping: /usr/include/infiniband/verbs.h is missing (apt-get install libibverbs-dev)")
+		}
+		cc, _ := shim.Compiler()
+		bin := filepath.Join(t.TempDir(), "verbs_test")
+		out, err := exec.Command(cc, "-O1", "-Wall", "-o", bin, "testdata/verbs_test.c",
+			filepath.Join(d.lib, shim.LibName)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("compiling testdata/verbs_test.c against the system's verbs.h: %v\n%s", err, out)
+		}
+		o, e, err := d.run(t, 60*time.Second, bin, "sroce_lo", g)
+		t.Logf("%s%s", o, e)
+		if err != nil {
+			t.Fatalf("verbs_test: %v", err)
+		}
+		if n := strings.Count(o, "ok "); n != 9 {
+			t.Fatalf("%d checks passed, want 9", n)
+		}
+	})
 	iters := regexp.MustCompile(`(?m)^100 iters in `)
 	for _, tc := range []struct {
 		prog string
