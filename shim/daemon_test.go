@@ -34,6 +34,7 @@ type liveDaemon struct {
 	gidIdx int
 	log    *bytes.Buffer
 	mu     sync.Mutex
+	stop   func() // stops the daemon (once)
 }
 
 func (d *liveDaemon) Write(p []byte) (int, error) {
@@ -74,9 +75,15 @@ func startDaemon(t *testing.T) *liveDaemon {
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
+	var once sync.Once
+	d.stop = func() {
+		once.Do(func() {
+			srv.Close()
+			<-done
+		})
+	}
 	t.Cleanup(func() {
-		srv.Close()
-		<-done
+		d.stop()
 		if t.Failed() {
 			d.mu.Lock()
 			t.Logf("daemon log:\n%s", d.log)
@@ -216,6 +223,74 @@ func TestRealProgramsOnTheDaemon(t *testing.T) {
 				t.Fatalf("no result table:\nserver:\n%s\nclient:\n%s", srv, cli)
 			}
 		})
+	}
+}
+
+// TestDaemonGoneIsDeviceFatal stops the daemon under a program waiting for
+// asynchronous events: it gets IBV_EVENT_DEVICE_FATAL, as when a device
+// goes away under rdma-core, and exits cleanly.
+func TestDaemonGoneIsDeviceFatal(t *testing.T) {
+	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
+		t.Skip("skipping: /usr/include/infiniband/verbs.h is missing (apt-get install libibverbs-dev)")
+	}
+	d := startDaemon(t)
+	cc, _ := shim.Compiler()
+	bin := filepath.Join(t.TempDir(), "async_test")
+	if out, err := exec.Command(cc, "-Wall", "-o", bin, "testdata/async_test.c", filepath.Join(d.lib, shim.LibName)).CombinedOutput(); err != nil {
+		t.Fatalf("compiling testdata/async_test.c: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+d.lib, "SROCE_SOCKET="+d.socket)
+	pr, pw := io.Pipe()
+	cmd.Stdout = pw
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 16)
+	go func() {
+		defer close(lines)
+		buf := make([]byte, 4096)
+		var acc string
+		for {
+			n, err := pr.Read(buf)
+			acc += string(buf[:n])
+			for {
+				i := strings.IndexByte(acc, '\n')
+				if i < 0 {
+					break
+				}
+				lines <- acc[:i]
+				acc = acc[i+1:]
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case l := <-lines:
+		if l != "ready" {
+			t.Fatalf("async_test printed %q first", l)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("async_test did not open the device within 20 s")
+	}
+	d.stop()
+	err := cmd.Wait()
+	pw.Close()
+	var got []string
+	for l := range lines {
+		got = append(got, l)
+	}
+	if err != nil {
+		t.Fatalf("async_test: %v: %q %s", err, got, errOut.String())
+	}
+	if len(got) != 1 || got[0] != "event: local catastrophic error" {
+		t.Fatalf("events %q, want one DEVICE_FATAL (\"local catastrophic error\")", got)
 	}
 }
 

@@ -773,8 +773,18 @@ EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_eve
 		ssize_t n = read(context->async_fd, &ev, sizeof(ev));
 		if (n < 0)
 			return -1;
+		if (n == 0) {
+			/* The daemon is gone: the device is, once, as after a fatal error. */
+			if (__atomic_exchange_n(&c->dead, 1, __ATOMIC_SEQ_CST)) {
+				errno = ECONNRESET;
+				return -1;
+			}
+			memset(event, 0, sizeof(*event));
+			event->event_type = IBV_EVENT_DEVICE_FATAL;
+			return 0;
+		}
 		if (n != sizeof(ev)) {
-			errno = n == 0 ? ECONNRESET : EPROTO;
+			errno = EPROTO;
 			return -1;
 		}
 		memset(event, 0, sizeof(*event));

@@ -63,6 +63,7 @@ struct sroce_context {
 	int doorbell;
 	struct sroce_ctx_page *page;
 	struct sroce_ctl_device_attr dattr;
+	int dead; /* the async socket reached its end: DEVICE_FATAL was reported */
 	pthread_mutex_t table_lock;
 	struct sroce_table cqs, qps, srqs, channels;
 	struct verbs_context vctx; /* last: ends with struct ibv_context */
