@@ -174,6 +174,8 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->num_comp_vectors = 1;
 	pthread_mutex_init(&ctx->mutex, NULL);
 	ctx->abi_compat = SROCE_ABI_EXTENDED;
+	ctx->ops._compat_query_device = ibv_query_device;
+	ctx->ops._compat_query_port = ibv_query_port;
 	ctx->ops.poll_cq = sroce_poll_cq;
 	ctx->ops.req_notify_cq = sroce_req_notify_cq;
 	ctx->ops.post_send = sroce_post_send;

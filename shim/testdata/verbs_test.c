@@ -122,7 +122,8 @@ int main(int argc, char **argv)
 	memset(a_buf, 0, len);
 	memset(b_buf, 0, len);
 	counter[0] = 1000;
-	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+		  IBV_ACCESS_MW_BIND;
 	struct ibv_mr *a_mr = ibv_reg_mr(pd, a_buf, len, acc);
 	struct ibv_mr *b_mr = ibv_reg_mr(pd, b_buf, len, acc);
 	struct ibv_mr *c_mr = ibv_reg_mr(pd, counter, 64, acc);
@@ -253,6 +254,49 @@ int main(int argc, char **argv)
 	poll_one(a_cq, "CMP_SWP");
 	CHECK(*(uint64_t *)a_buf == 1055 && counter[0] == 7, "cmp_swp");
 	printf("ok atomics\n");
+
+	/* A type 2 window bound by a work request on B's QP, written through by A. */
+	struct ibv_mw *mw2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+	CHECK(mw2, "ibv_alloc_mw type 2");
+	uint32_t rkey2 = ibv_inc_rkey(mw2->rkey);
+	struct ibv_send_wr bw = {.wr_id = 8, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED};
+	bw.bind_mw.mw = mw2;
+	bw.bind_mw.rkey = rkey2;
+	bw.bind_mw.bind_info.mr = b_mr;
+	bw.bind_mw.bind_info.addr = (uintptr_t)b_buf + 4096;
+	bw.bind_mw.bind_info.length = 4096;
+	bw.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	CHECK(!ibv_post_send(b_qp, &bw, &bad), "BIND_MW post");
+	wc = poll_one(b_cq, "BIND_MW");
+	CHECK(wc.opcode == IBV_WC_BIND_MW, "bind opcode %d", wc.opcode);
+	memset(a_buf, 'W', 64);
+	struct ibv_sge mws = {(uintptr_t)a_buf, 64, a_mr->lkey};
+	struct ibv_send_wr mww = {.wr_id = 9, .sg_list = &mws, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				  .send_flags = IBV_SEND_SIGNALED};
+	mww.wr.rdma.remote_addr = (uintptr_t)b_buf + 4096;
+	mww.wr.rdma.rkey = rkey2;
+	CHECK(!ibv_post_send(a_qp, &mww, &bad), "WRITE through the window");
+	poll_one(a_cq, "WRITE through the window");
+	CHECK(b_buf[4096] == 'W' && b_buf[4096 + 63] == 'W', "the window's WRITE did not land");
+	/* A type 1 window bound with ibv_bind_mw, read through by A. */
+	struct ibv_mw *mw1 = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+	CHECK(mw1, "ibv_alloc_mw type 1");
+	struct ibv_mw_bind mb = {.wr_id = 10, .send_flags = IBV_SEND_SIGNALED};
+	mb.bind_info.mr = b_mr;
+	mb.bind_info.addr = (uintptr_t)b_buf + 4096;
+	mb.bind_info.length = 128;
+	mb.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
+	CHECK(!ibv_bind_mw(b_qp, mw1, &mb), "ibv_bind_mw");
+	poll_one(b_cq, "ibv_bind_mw");
+	memset(a_buf, 0, 64);
+	mww.wr_id = 11;
+	mww.opcode = IBV_WR_RDMA_READ;
+	mww.wr.rdma.rkey = mw1->rkey;
+	CHECK(!ibv_post_send(a_qp, &mww, &bad), "READ through the window");
+	poll_one(a_cq, "READ through the window");
+	CHECK(a_buf[0] == 'W' && a_buf[63] == 'W', "the window's READ brought nothing");
+	CHECK(!ibv_dealloc_mw(mw1) && !ibv_dealloc_mw(mw2), "ibv_dealloc_mw");
+	printf("ok memory windows\n");
 
 	CHECK(!ibv_destroy_qp(a_qp) && !ibv_destroy_qp(b_qp), "ibv_destroy_qp");
 	CHECK(!ibv_destroy_cq(a_cq) && !ibv_destroy_cq(b_cq), "ibv_destroy_cq");
