@@ -137,6 +137,10 @@ void sroce_table_del(struct sroce_context *c, struct sroce_table *t, uint32_t ke
 /* mr.c */
 int sroce_mem_backing(void *addr, size_t length, int *fd, uint64_t *offset);
 
+/* exported verbs the library also calls itself */
+int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr);
+int ibv_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *attr);
+
 /* helpers shared between files */
 void sroce_ring_doorbell(struct sroce_context *c);
 int sroce_wait_acks(pthread_mutex_t *m, pthread_cond_t *cv, uint32_t *done_a,
