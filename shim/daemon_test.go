@@ -183,8 +183,8 @@ func TestRealProgramsOnTheDaemon(t *testing.T) {
 		if err != nil {
 			t.Fatalf("verbs_test: %v", err)
 		}
-		if n := strings.Count(o, "ok "); n != 10 {
-			t.Fatalf("%d checks passed, want 10", n)
+		if n := strings.Count(o, "ok "); n != 11 {
+			t.Fatalf("%d checks passed, want 11", n)
 		}
 	})
 	iters := regexp.MustCompile(`(?m)^100 iters in `)

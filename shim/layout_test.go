@@ -41,6 +41,8 @@ var layoutChecks = map[string][]string{
 	"ibv_recv_wr":         {"wr_id", "next", "sg_list", "num_sge"},
 	"ibv_srq":             {"context", "srq_context", "pd", "handle", "mutex", "cond", "events_completed"},
 	"ibv_qp":              {"context", "qp_context", "pd", "send_cq", "recv_cq", "srq", "handle", "qp_num", "state", "qp_type", "mutex", "cond", "events_completed"},
+	"ibv_qp_ex":           {"qp_base", "comp_mask", "wr_id", "wr_flags", "wr_atomic_cmp_swp", "wr_atomic_fetch_add", "wr_bind_mw", "wr_local_inv", "wr_rdma_read", "wr_rdma_write", "wr_rdma_write_imm", "wr_send", "wr_send_imm", "wr_send_inv", "wr_send_tso", "wr_set_ud_addr", "wr_set_xrc_srqn", "wr_set_inline_data", "wr_set_inline_data_list", "wr_set_sge", "wr_set_sge_list", "wr_start", "wr_complete", "wr_abort", "wr_atomic_write"},
+	"ibv_data_buf":        {"addr", "length"},
 	"ibv_comp_channel":    {"context", "fd", "refcnt"},
 	"ibv_cq":              {"context", "channel", "cq_context", "handle", "cqe", "mutex", "cond", "comp_events_completed", "async_events_completed"},
 	"ibv_poll_cq_attr":    {"comp_mask"},
@@ -65,7 +67,8 @@ var layoutEnums = []string{
 	"IBV_QP_INIT_ATTR_PD", "IBV_QP_INIT_ATTR_CREATE_FLAGS", "IBV_QP_INIT_ATTR_SEND_OPS_FLAGS",
 	"IBV_CQ_INIT_ATTR_MASK_FLAGS", "IBV_GID_TYPE_ROCE_V2", "IBV_FORK_UNNEEDED",
 	"IBV_PORT_ACTIVE_DEFER", "IBV_NODE_UNSPECIFIED", "IBV_MW_TYPE_2", "IBV_SRQ_LIMIT",
-	"IBV_ACCESS_HUGETLB",
+	"IBV_ACCESS_HUGETLB", "IBV_QP_EX_WITH_RDMA_WRITE", "IBV_QP_EX_WITH_SEND_WITH_INV",
+	"IBV_QP_EX_WITH_TSO", "IBV_QP_EX_WITH_ATOMIC_WRITE",
 }
 
 // TestLayoutMatchesSystemHeader prints, from a program compiled against the

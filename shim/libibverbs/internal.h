@@ -92,7 +92,15 @@ struct sroce_cq {
 };
 
 struct sroce_qp {
-	struct ibv_qp qp;
+	union {
+		struct ibv_qp qp;
+		struct ibv_qp_ex qpx; /* its prefix is the ibv_qp */
+	};
+	int extended;          /* created with send_ops_flags: the ibv_wr_* API */
+	uint64_t send_ops;     /* the opcodes it allows (IBV_QP_EX_WITH_*) */
+	uint32_t wr_pending;   /* ibv_wr_*: WQEs built since wr_start, not yet published */
+	int wr_err;            /* ibv_wr_*: the first error since wr_start */
+	struct sroce_send_wqe *wr_cur; /* ibv_wr_*: the WQE being built */
 	struct sroce_ctl_qp_cap cap;
 	int sq_sig_all;
 	struct sroce_qp_ctl *ctl;

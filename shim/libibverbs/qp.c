@@ -129,18 +129,30 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
 	return create_qp(pd, attr);
 }
 
+/* The opcodes of the ibv_wr_* API the library builds (rxe's, without TSO and ATOMIC_WRITE). */
+#define SROCE_SEND_OPS                                                                       \
+	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
+	 IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |                             \
+	 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |             \
+	 IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV)
+
+static void set_wr_ops(struct ibv_qp_ex *x);
+
 /*
- * ibv_create_qp_ex: a PD and optionally zero create flags; the ibv_wr_*
- * posting API (send_ops_flags), XRC, RSS and TSO are not offered.
+ * ibv_create_qp_ex: a PD, optionally zero create flags, and optionally
+ * send_ops_flags for the ibv_wr_* API (ibv_qp_to_qp_ex). XRC, RSS and TSO
+ * are not offered.
  */
 struct ibv_qp *sroce_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *a)
 {
 	struct ibv_qp_init_attr ia;
+	uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+			 IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || a->pd->context != context) {
 		errno = EINVAL;
 		return NULL;
 	}
-	if (a->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS)) {
+	if (a->comp_mask & ~known) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -148,18 +160,33 @@ struct ibv_qp *sroce_create_qp_ex(struct ibv_context *context, struct ibv_qp_ini
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
+	    (a->send_ops_flags & ~(uint64_t)SROCE_SEND_OPS)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
 	memcpy(&ia, a, sizeof(ia));
 	struct ibv_qp *qp = create_qp(a->pd, &ia);
-	if (qp)
-		a->cap = ia.cap;
+	if (!qp)
+		return NULL;
+	a->cap = ia.cap;
+	if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+		struct sroce_qp *sqp = container_of(qp, struct sroce_qp, qp);
+		sqp->extended = 1;
+		sqp->send_ops = a->send_ops_flags;
+		set_wr_ops(&sqp->qpx);
+	}
 	return qp;
 }
 
-EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *ibqp)
 {
-	(void)qp;
-	errno = EOPNOTSUPP;
-	return NULL;
+	struct sroce_qp *qp = container_of(ibqp, struct sroce_qp, qp);
+	if (!qp->extended) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return &qp->qpx;
 }
 
 static void ah_from_ctl(struct ibv_ah_attr *o, const struct sroce_ctl_ah_attr *a)
@@ -448,6 +475,323 @@ int sroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send
 	if (posted)
 		sroce_ring_doorbell(to_sctx(ibqp->context));
 	return err;
+}
+
+/*
+ * The ibv_wr_* API: between wr_start and wr_complete each wr_<opcode> call
+ * fills the next free slot of the send ring, unpublished; the wr_set_*
+ * calls complete it; wr_complete publishes them all at once (or none, if
+ * one was malformed), wr_abort drops them. The send queue's lock is held
+ * from wr_start to wr_complete or wr_abort.
+ */
+static struct sroce_qp *to_xqp(struct ibv_qp_ex *x)
+{
+	return container_of(x, struct sroce_qp, qpx);
+}
+
+static void xwr_start(struct ibv_qp_ex *x)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	pthread_spin_lock(&qp->sq_lock);
+	qp->wr_pending = 0;
+	qp->wr_err = 0;
+	qp->wr_cur = NULL;
+}
+
+/* A new WQE for opcode op, or NULL (and wr_err set). */
+static struct sroce_send_wqe *xwr_next(struct ibv_qp_ex *x, int op, uint64_t flag)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	struct sroce_ring_hdr *r = qp->sq;
+	qp->wr_cur = NULL;
+	if (qp->wr_err)
+		return NULL;
+	if (!(qp->send_ops & flag)) {
+		qp->wr_err = EOPNOTSUPP;
+		return NULL;
+	}
+	uint32_t idx = r->prod + qp->wr_pending;
+	if (idx - __atomic_load_n(&r->cons, __ATOMIC_ACQUIRE) >= r->limit) {
+		qp->wr_err = ENOMEM;
+		return NULL;
+	}
+	struct sroce_send_wqe *w = sroce_ring_slot(r, idx);
+	memset(w, 0, sizeof(*w));
+	w->wr_id = x->wr_id;
+	w->opcode = (uint8_t)op;
+	w->send_flags = x->wr_flags & ~(uint32_t)IBV_SEND_INLINE;
+	if (qp->sq_sig_all)
+		w->send_flags |= IBV_SEND_SIGNALED;
+	qp->wr_pending++;
+	qp->wr_cur = w;
+	return w;
+}
+
+static void xwr_rdma_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr)
+{
+	struct sroce_send_wqe *w = xwr_next(x, IBV_WR_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE);
+	if (w) {
+		w->rkey = rkey;
+		w->remote_addr = addr;
+	}
+}
+
+static void xwr_rdma_write_imm(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, uint32_t imm)
+{
+	struct sroce_send_wqe *w =
+		xwr_next(x, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM);
+	if (w) {
+		w->rkey = rkey;
+		w->remote_addr = addr;
+		w->imm = ntohl(imm);
+	}
+}
+
+static void xwr_rdma_read(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr)
+{
+	struct sroce_send_wqe *w = xwr_next(x, IBV_WR_RDMA_READ, IBV_QP_EX_WITH_RDMA_READ);
+	if (w) {
+		w->rkey = rkey;
+		w->remote_addr = addr;
+	}
+}
+
+static void xwr_send(struct ibv_qp_ex *x)
+{
+	xwr_next(x, IBV_WR_SEND, IBV_QP_EX_WITH_SEND);
+}
+
+static void xwr_send_imm(struct ibv_qp_ex *x, uint32_t imm)
+{
+	struct sroce_send_wqe *w = xwr_next(x, IBV_WR_SEND_WITH_IMM, IBV_QP_EX_WITH_SEND_WITH_IMM);
+	if (w)
+		w->imm = ntohl(imm);
+}
+
+static void xwr_send_inv(struct ibv_qp_ex *x, uint32_t rkey)
+{
+	struct sroce_send_wqe *w = xwr_next(x, IBV_WR_SEND_WITH_INV, IBV_QP_EX_WITH_SEND_WITH_INV);
+	if (w)
+		w->invalidate_rkey = rkey;
+}
+
+static void xwr_local_inv(struct ibv_qp_ex *x, uint32_t rkey)
+{
+	struct sroce_send_wqe *w = xwr_next(x, IBV_WR_LOCAL_INV, IBV_QP_EX_WITH_LOCAL_INV);
+	if (w)
+		w->invalidate_rkey = rkey;
+}
+
+static void xwr_atomic_cmp_swp(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, uint64_t compare,
+			       uint64_t swap)
+{
+	struct sroce_send_wqe *w =
+		xwr_next(x, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP);
+	if (w) {
+		w->rkey = rkey;
+		w->remote_addr = addr;
+		w->compare_add = compare;
+		w->swap = swap;
+		w->length = 8;
+	}
+}
+
+static void xwr_atomic_fetch_add(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, uint64_t add)
+{
+	struct sroce_send_wqe *w =
+		xwr_next(x, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD);
+	if (w) {
+		w->rkey = rkey;
+		w->remote_addr = addr;
+		w->compare_add = add;
+		w->length = 8;
+	}
+}
+
+static void xwr_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey,
+			const struct ibv_mw_bind_info *b)
+{
+	struct sroce_send_wqe *w = xwr_next(x, IBV_WR_BIND_MW, IBV_QP_EX_WITH_BIND_MW);
+	if (w) {
+		w->rkey = rkey;
+		w->invalidate_rkey = mw->rkey;
+		w->bind_addr = b->addr;
+		w->bind_length = b->length;
+		w->bind_lkey = b->mr ? b->mr->lkey : 0;
+		w->bind_access = b->mw_access_flags;
+	}
+}
+
+static void xwr_unsupported(struct ibv_qp_ex *x)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	qp->wr_cur = NULL;
+	if (!qp->wr_err)
+		qp->wr_err = EOPNOTSUPP;
+}
+
+static void xwr_send_tso(struct ibv_qp_ex *x, void *hdr, uint16_t hdr_sz, uint16_t mss)
+{
+	(void)hdr;
+	(void)hdr_sz;
+	(void)mss;
+	xwr_unsupported(x);
+}
+
+static void xwr_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, const void *data)
+{
+	(void)rkey;
+	(void)addr;
+	(void)data;
+	xwr_unsupported(x);
+}
+
+static void xwr_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t srqn)
+{
+	(void)srqn;
+	xwr_unsupported(x);
+}
+
+static void xwr_set_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ibah, uint32_t qpn, uint32_t qkey)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	struct sroce_send_wqe *w = qp->wr_cur;
+	if (!w)
+		return;
+	if (qp->qp.qp_type != IBV_QPT_UD || !ibah) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	struct sroce_ah *ah = container_of(ibah, struct sroce_ah, ah);
+	w->ah = ibah->handle;
+	memcpy(w->ud.dgid, ah->attr.dgid, 16);
+	w->ud.flow_label = ah->attr.flow_label;
+	w->ud.remote_qpn = qpn;
+	w->ud.remote_qkey = qkey;
+	w->ud.sgid_index = ah->attr.sgid_index;
+	w->ud.hop_limit = ah->attr.hop_limit;
+	w->ud.traffic_class = ah->attr.traffic_class;
+	w->ud.port_num = ah->attr.port_num;
+	memcpy(w->ud.dmac, ah->attr.dmac, 6);
+}
+
+static void xwr_set_sge_list(struct ibv_qp_ex *x, size_t n, const struct ibv_sge *sg)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	struct sroce_send_wqe *w = qp->wr_cur;
+	uint64_t total = 0;
+	if (!w)
+		return;
+	if (n > qp->cap.max_send_sge || sizeof(*w) + n * sizeof(struct sroce_sge) > qp->sq->stride) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	struct sroce_sge *dst = SROCE_SLOT_TAIL(w);
+	for (size_t i = 0; i < n; i++) {
+		dst[i].addr = sg[i].addr;
+		dst[i].length = sg[i].length;
+		dst[i].lkey = sg[i].lkey;
+		total += sg[i].length;
+	}
+	if (total > 0xffffffffu) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	w->num_sge = (uint8_t)n;
+	w->inline_len = 0;
+	w->send_flags &= ~(uint32_t)IBV_SEND_INLINE;
+	/* An atomic's length is its operand's, whatever the SGE says. */
+	if (w->opcode != IBV_WR_ATOMIC_CMP_AND_SWP && w->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD)
+		w->length = (uint32_t)total;
+}
+
+static void xwr_set_sge(struct ibv_qp_ex *x, uint32_t lkey, uint64_t addr, uint32_t length)
+{
+	struct ibv_sge sg = {.addr = addr, .length = length, .lkey = lkey};
+	xwr_set_sge_list(x, 1, &sg);
+}
+
+static void xwr_set_inline_data_list(struct ibv_qp_ex *x, size_t n, const struct ibv_data_buf *b)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	struct sroce_send_wqe *w = qp->wr_cur;
+	size_t total = 0;
+	if (!w)
+		return;
+	for (size_t i = 0; i < n; i++)
+		total += b[i].length;
+	if (total > qp->cap.max_inline_data || total > qp->sq->stride - sizeof(*w) ||
+	    total > 0xffff) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	uint8_t *dst = SROCE_SLOT_TAIL(w);
+	for (size_t i = 0; i < n; i++) {
+		memcpy(dst, b[i].addr, b[i].length);
+		dst += b[i].length;
+	}
+	w->num_sge = 0;
+	w->inline_len = (uint16_t)total;
+	w->length = (uint32_t)total;
+	w->send_flags |= IBV_SEND_INLINE;
+}
+
+static void xwr_set_inline_data(struct ibv_qp_ex *x, void *addr, size_t length)
+{
+	struct ibv_data_buf b = {.addr = addr, .length = length};
+	xwr_set_inline_data_list(x, 1, &b);
+}
+
+static int xwr_complete(struct ibv_qp_ex *x)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	int err = qp->wr_err;
+	uint32_t n = qp->wr_pending;
+	int state = qp->qp.state;
+	if (!err && n && (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR))
+		err = EINVAL;
+	if (!err && n)
+		__atomic_store_n(&qp->sq->prod, qp->sq->prod + n, __ATOMIC_RELEASE);
+	qp->wr_pending = 0;
+	qp->wr_cur = NULL;
+	pthread_spin_unlock(&qp->sq_lock);
+	if (!err && n)
+		sroce_ring_doorbell(to_sctx(qp->qp.context));
+	return err;
+}
+
+static void xwr_abort(struct ibv_qp_ex *x)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	qp->wr_pending = 0;
+	qp->wr_cur = NULL;
+	pthread_spin_unlock(&qp->sq_lock);
+}
+
+static void set_wr_ops(struct ibv_qp_ex *x)
+{
+	x->comp_mask = 0;
+	x->wr_atomic_cmp_swp = xwr_atomic_cmp_swp;
+	x->wr_atomic_fetch_add = xwr_atomic_fetch_add;
+	x->wr_bind_mw = xwr_bind_mw;
+	x->wr_local_inv = xwr_local_inv;
+	x->wr_rdma_read = xwr_rdma_read;
+	x->wr_rdma_write = xwr_rdma_write;
+	x->wr_rdma_write_imm = xwr_rdma_write_imm;
+	x->wr_send = xwr_send;
+	x->wr_send_imm = xwr_send_imm;
+	x->wr_send_inv = xwr_send_inv;
+	x->wr_send_tso = xwr_send_tso;
+	x->wr_set_ud_addr = xwr_set_ud_addr;
+	x->wr_set_xrc_srqn = xwr_set_xrc_srqn;
+	x->wr_set_inline_data = xwr_set_inline_data;
+	x->wr_set_inline_data_list = xwr_set_inline_data_list;
+	x->wr_set_sge = xwr_set_sge;
+	x->wr_set_sge_list = xwr_set_sge_list;
+	x->wr_start = xwr_start;
+	x->wr_complete = xwr_complete;
+	x->wr_abort = xwr_abort;
+	x->wr_atomic_write = xwr_atomic_write;
 }
 
 static int post_recv_ring(struct sroce_ring_hdr *r, pthread_spinlock_t *lock, uint32_t max_sge,

@@ -679,6 +679,62 @@ struct ibv_qp {
 	uint32_t events_completed;
 };
 
+struct ibv_data_buf {
+	void *addr;
+	size_t length;
+};
+
+enum ibv_qp_create_send_ops_flags {
+	IBV_QP_EX_WITH_RDMA_WRITE = 1 << 0,
+	IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM = 1 << 1,
+	IBV_QP_EX_WITH_SEND = 1 << 2,
+	IBV_QP_EX_WITH_SEND_WITH_IMM = 1 << 3,
+	IBV_QP_EX_WITH_RDMA_READ = 1 << 4,
+	IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP = 1 << 5,
+	IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD = 1 << 6,
+	IBV_QP_EX_WITH_LOCAL_INV = 1 << 7,
+	IBV_QP_EX_WITH_BIND_MW = 1 << 8,
+	IBV_QP_EX_WITH_SEND_WITH_INV = 1 << 9,
+	IBV_QP_EX_WITH_TSO = 1 << 10,
+	IBV_QP_EX_WITH_ATOMIC_WRITE = 1 << 12,
+};
+
+/* The extended QP: work requests built with the ibv_wr_* calls. */
+struct ibv_qp_ex {
+	struct ibv_qp qp_base;
+	uint64_t comp_mask;
+	uint64_t wr_id;
+	unsigned int wr_flags;
+	void (*wr_atomic_cmp_swp)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr,
+				  uint64_t compare, uint64_t swap);
+	void (*wr_atomic_fetch_add)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr,
+				    uint64_t add);
+	void (*wr_bind_mw)(struct ibv_qp_ex *qp, struct ibv_mw *mw, uint32_t rkey,
+			   const struct ibv_mw_bind_info *bind_info);
+	void (*wr_local_inv)(struct ibv_qp_ex *qp, uint32_t invalidate_rkey);
+	void (*wr_rdma_read)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr);
+	void (*wr_rdma_write)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr);
+	void (*wr_rdma_write_imm)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr,
+				  uint32_t imm_data);
+	void (*wr_send)(struct ibv_qp_ex *qp);
+	void (*wr_send_imm)(struct ibv_qp_ex *qp, uint32_t imm_data);
+	void (*wr_send_inv)(struct ibv_qp_ex *qp, uint32_t invalidate_rkey);
+	void (*wr_send_tso)(struct ibv_qp_ex *qp, void *hdr, uint16_t hdr_sz, uint16_t mss);
+	void (*wr_set_ud_addr)(struct ibv_qp_ex *qp, struct ibv_ah *ah, uint32_t remote_qpn,
+			       uint32_t remote_qkey);
+	void (*wr_set_xrc_srqn)(struct ibv_qp_ex *qp, uint32_t remote_srqn);
+	void (*wr_set_inline_data)(struct ibv_qp_ex *qp, void *addr, size_t length);
+	void (*wr_set_inline_data_list)(struct ibv_qp_ex *qp, size_t num_buf,
+					const struct ibv_data_buf *buf_list);
+	void (*wr_set_sge)(struct ibv_qp_ex *qp, uint32_t lkey, uint64_t addr, uint32_t length);
+	void (*wr_set_sge_list)(struct ibv_qp_ex *qp, size_t num_sge, const struct ibv_sge *sg_list);
+	void (*wr_start)(struct ibv_qp_ex *qp);
+	int (*wr_complete)(struct ibv_qp_ex *qp);
+	void (*wr_abort)(struct ibv_qp_ex *qp);
+	void (*wr_atomic_write)(struct ibv_qp_ex *qp, uint32_t rkey, uint64_t remote_addr,
+				const void *atomic_wr);
+};
+
 struct ibv_comp_channel {
 	struct ibv_context *context;
 	int fd;

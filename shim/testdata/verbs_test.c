@@ -298,6 +298,62 @@ int main(int argc, char **argv)
 	CHECK(!ibv_dealloc_mw(mw1) && !ibv_dealloc_mw(mw2), "ibv_dealloc_mw");
 	printf("ok memory windows\n");
 
+	/* Extended QPs: work requests built with ibv_wr_*, two per batch. */
+	struct ibv_qp_init_attr_ex xa = {.send_cq = a_cq, .recv_cq = a_cq, .qp_type = IBV_QPT_RC,
+					 .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2,
+						 .max_recv_sge = 2, .max_inline_data = 64},
+					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+					 .pd = pd,
+					 .send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND_WITH_IMM |
+							   IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD};
+	struct ibv_qp *c_qp = ibv_create_qp_ex(ctx, &xa);
+	xa.send_cq = b_cq;
+	xa.recv_cq = b_cq;
+	struct ibv_qp *d_qp = ibv_create_qp_ex(ctx, &xa);
+	CHECK(c_qp && d_qp, "ibv_create_qp_ex with send_ops_flags");
+	CHECK(ibv_qp_to_qp_ex(a_qp) == NULL, "ibv_qp_to_qp_ex of a plain QP");
+	struct ibv_qp_ex *cx_qp = ibv_qp_to_qp_ex(c_qp);
+	CHECK(cx_qp, "ibv_qp_to_qp_ex");
+	connect_qp(c_qp, d_qp->qp_num, &gid, gid_idx);
+	connect_qp(d_qp, c_qp->qp_num, &gid, gid_idx);
+	struct ibv_sge xrs = {(uintptr_t)b_buf, 256, b_mr->lkey};
+	struct ibv_recv_wr xrwr = {.wr_id = 20, .sg_list = &xrs, .num_sge = 1};
+	CHECK(!ibv_post_recv(d_qp, &xrwr, &bad_r), "post_recv on the extended QP");
+	memset(b_buf + 8192, 0, 128);
+	memset(a_buf, 'x', 128);
+	counter[0] = 5;
+	ibv_wr_start(cx_qp);
+	cx_qp->wr_id = 21;
+	cx_qp->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(cx_qp, b_mr->rkey, (uintptr_t)b_buf + 8192);
+	ibv_wr_set_sge(cx_qp, a_mr->lkey, (uintptr_t)a_buf, 128);
+	cx_qp->wr_id = 22;
+	ibv_wr_send_imm(cx_qp, htonl(77));
+	ibv_wr_set_inline_data(cx_qp, "built with ibv_wr", 18);
+	cx_qp->wr_id = 23;
+	ibv_wr_atomic_fetch_add(cx_qp, c_mr->rkey, (uintptr_t)counter, 10);
+	ibv_wr_set_sge(cx_qp, a_mr->lkey, (uintptr_t)a_buf + 1024, 8);
+	CHECK(!ibv_wr_complete(cx_qp), "ibv_wr_complete");
+	wc = poll_one(a_cq, "wr write");
+	CHECK(wc.wr_id == 21 && wc.opcode == IBV_WC_RDMA_WRITE, "wr write completion %lu", (unsigned long)wc.wr_id);
+	wc = poll_one(a_cq, "wr send");
+	CHECK(wc.wr_id == 22, "wr send completion");
+	wc = poll_one(a_cq, "wr fetch_add");
+	CHECK(wc.wr_id == 23 && *(uint64_t *)(a_buf + 1024) == 5 && counter[0] == 15, "wr fetch_add");
+	rwc = poll_one(b_cq, "wr recv");
+	CHECK(rwc.wr_id == 20 && ntohl(rwc.imm_data) == 77 && !strcmp(b_buf, "built with ibv_wr"), "wr recv");
+	CHECK(b_buf[8192] == 'x' && b_buf[8192 + 127] == 'x', "wr write data");
+	/* An opcode the QP was not created for: nothing is posted. */
+	ibv_wr_start(cx_qp);
+	cx_qp->wr_id = 24;
+	ibv_wr_rdma_read(cx_qp, b_mr->rkey, (uintptr_t)b_buf);
+	ibv_wr_set_sge(cx_qp, a_mr->lkey, (uintptr_t)a_buf, 8);
+	CHECK(ibv_wr_complete(cx_qp) != 0, "a READ on a QP without IBV_QP_EX_WITH_RDMA_READ was accepted");
+	ibv_wr_start(cx_qp);
+	ibv_wr_abort(cx_qp);
+	CHECK(!ibv_destroy_qp(c_qp) && !ibv_destroy_qp(d_qp), "destroy the extended QPs");
+	printf("ok ibv_wr_* on extended QPs\n");
+
 	CHECK(!ibv_destroy_qp(a_qp) && !ibv_destroy_qp(b_qp), "ibv_destroy_qp");
 	CHECK(!ibv_destroy_cq(a_cq) && !ibv_destroy_cq(b_cq), "ibv_destroy_cq");
 	CHECK(!ibv_destroy_comp_channel(ch), "ibv_destroy_comp_channel");
