@@ -190,6 +190,7 @@ func Open(socket, name string) (*Context, error) {
 		c.uc.Close()
 		return nil, err
 	}
+	unix.SetNonblock(fds[0], true) // so that reads honour deadlines
 	ctx := &Context{c: c, async: os.NewFile(uintptr(fds[0]), "sroce-async"), doorbell: fds[1], page: page,
 		Info: DeviceInfo{Name: ctl.Name(d.Name[:]), Ifname: ctl.Name(d.IfName[:]), Ifindex: int(d.IfIndex), NodeGUID: d.NodeGUID}}
 	ctx.needWake = (*uint32)(unsafe.Pointer(&page[0]))
@@ -366,6 +367,7 @@ func (x *Context) CreateCQ(cqe int, events bool) (*CQ, error) {
 			closeAll(fds)
 			return nil, errors.New("sroce daemon: completion channel without its socket")
 		}
+		unix.SetNonblock(fds[0], true) // so that reads honour deadlines
 		cq.ch = os.NewFile(uintptr(fds[0]), "sroce-channel")
 		in.Channel = h.Handle
 	}

@@ -105,12 +105,15 @@ type Device struct {
 	tx      [][]byte
 	txView  [][]byte
 	txLen   []int
-	txN     int
-	txHL    int
-	enc     bth.Encap
-	runq    []*QP
-	timers  timerHeap
-	ipID    uint16
+	// loopQ holds frames to the device's own GIDs, which never go to the
+	// link: step receives them (loopFree recycles their buffers).
+	loopQ, loopFree [][]byte
+	txN             int
+	txHL            int
+	enc             bth.Encap
+	runq            []*QP
+	timers          timerHeap
+	ipID            uint16
 
 	// Doorbells: QPs with newly posted work, from any goroutine.
 	dbMu    sync.Mutex
