@@ -187,6 +187,20 @@ func TestRealProgramsOnTheDaemon(t *testing.T) {
 			t.Fatalf("%d checks passed, want 11", n)
 		}
 	})
+	t.Run("pyverbs", func(t *testing.T) {
+		const python = "/usr/bin/python3"
+		if _, err := os.Stat("/usr/lib/python3/dist-packages/pyverbs"); err != nil {
+			t.Skip("skipping: pyverbs is not installed (apt-get install python3-pyverbs)")
+		}
+		o, e, err := d.run(t, 60*time.Second, python, "testdata/pyverbs_test.py", "sroce_lo", g)
+		t.Logf("%s%s", o, e)
+		if err != nil {
+			t.Fatalf("pyverbs_test.py: %v", err)
+		}
+		if n := strings.Count(o, "ok "); n != 3 {
+			t.Fatalf("%d checks passed, want 3", n)
+		}
+	})
 	iters := regexp.MustCompile(`(?m)^100 iters in `)
 	for _, tc := range []struct {
 		prog string
