@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -39,6 +40,15 @@ static void cqe_to_wc(const struct sroce_cqe *e, struct ibv_wc *wc)
 	wc->dlid_path_bits = e->dlid_path_bits;
 }
 
+/*
+ * The device is software: the daemon that produces completions needs a
+ * CPU, and a program polling an empty CQ in a loop can take the one it
+ * would run on. After SROCE_EMPTY_POLLS empty polls in a row, each further
+ * empty poll yields the CPU (sched_yield returns at once when no other
+ * thread waits for it).
+ */
+#define SROCE_EMPTY_POLLS 64
+
 int sroce_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 {
 	struct sroce_cq *cq = to_scq(ibcq);
@@ -51,7 +61,15 @@ int sroce_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		cqe_to_wc(e, &wc[i]);
 		sroce_ring_release(cq->ring);
 	}
+	if (i > 0 || n <= 0)
+		cq->empty_polls = 0;
+	else if (++cq->empty_polls > SROCE_EMPTY_POLLS)
+		i = -1;
 	pthread_spin_unlock(&cq->lock);
+	if (i < 0) {
+		sched_yield();
+		i = 0;
+	}
 	return i;
 }
 
@@ -85,8 +103,14 @@ static int cqx_start_poll(struct ibv_cq_ex *ex, struct ibv_poll_cq_attr *attr)
 		return EINVAL;
 	pthread_spin_lock(&cq->lock);
 	int err = cqx_load(cq);
-	if (err)
+	if (err) {
+		int yield = ++cq->empty_polls > SROCE_EMPTY_POLLS;
 		pthread_spin_unlock(&cq->lock);
+		if (yield)
+			sched_yield();
+	} else {
+		cq->empty_polls = 0;
+	}
 	return err;
 }
 

@@ -87,6 +87,7 @@ struct sroce_cq {
 	size_t mem_size;
 	pthread_spinlock_t lock;
 	struct sroce_cqe *cur;    /* extended polling: the entry being read */
+	uint32_t empty_polls;     /* polls in a row that found nothing */
 	uint32_t comp_delivered;  /* events handed to the program */
 	uint32_t async_delivered;
 };
