@@ -159,8 +159,14 @@ int sroce_call_fd(int sock, uint32_t *seq, uint16_t op, const void *req, size_t 
 		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			sroce_warn("the daemon at %s did not answer request %u (op %u) within %d s",
+				   socket_path[0] ? socket_path : sroce_socket_path(), myseq, op,
+				   SROCE_CTL_TIMEOUT_SEC);
+			return ETIMEDOUT;
+		}
 		if (n < 0)
-			return errno == EAGAIN ? ETIMEDOUT : errno;
+			return errno;
 		if (n == 0)
 			return ECONNRESET;
 		ngot = 0;
