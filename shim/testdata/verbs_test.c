@@ -104,6 +104,13 @@ int main(int argc, char **argv)
 	struct ibv_port_attr pa;
 	CHECK(!ibv_query_port(ctx, 1, &pa) && pa.state == IBV_PORT_ACTIVE && pa.link_layer == IBV_LINK_LAYER_ETHERNET,
 	      "ibv_query_port");
+	/* The exported ibv_query_port (IBVERBS_1.1) writes only the old, shorter struct. */
+	struct ibv_port_attr pold;
+	memset(&pold, 0xee, sizeof(pold));
+	CHECK(!(ibv_query_port)(ctx, 1, (struct _compat_ibv_port_attr *)&pold), "exported ibv_query_port");
+	CHECK(pold.port_cap_flags2 == 0xeeee && pold.state == pa.state && pold.gid_tbl_len == pa.gid_tbl_len &&
+		      pold.link_layer == pa.link_layer,
+	      "exported ibv_query_port wrote %#x into port_cap_flags2", pold.port_cap_flags2);
 	union ibv_gid gid;
 	CHECK(!ibv_query_gid(ctx, 1, gid_idx, &gid), "ibv_query_gid");
 	struct ibv_gid_entry ge;
