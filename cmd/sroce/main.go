@@ -67,6 +67,7 @@ var commands = []command{
 	{"read-lat", "perftest's ib_read_lat on a sroce device (RDMA READ latency)", runReadLat},
 	{"atomic-lat", "perftest's ib_atomic_lat on a sroce device (atomics latency)", runAtomicLat},
 	{"demo", "two sroce engines doing RDMA with each other, explained (start here)", runDemo},
+	{"run", "run an unmodified verbs program on sroce's drop-in libibverbs", runRun},
 	{"daemon", "serve sroce devices to other processes (the drop-in libibverbs, Go clients)", runDaemon},
 	{"devinfo", "describe the sroce device on a network interface, like ibv_devinfo", runDevinfo},
 	{"stat", "counters of a sroce device on a network interface", runStat},
