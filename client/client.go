@@ -9,6 +9,7 @@
 package client
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -622,3 +623,24 @@ func (q *QP) SendRing() *ring.Ring[ring.SendWQE] { return q.sq }
 // Ring writes the doorbell if the daemon sleeps: what posting does after
 // publishing, for callers that write the rings themselves.
 func (x *Context) Ring() { x.ring() }
+
+// Stats returns what the daemon at socket tells of its device name: the
+// link, the port and the counters (what "sroce stat" prints).
+func Stats(socket, name string) (*ctl.Stats, error) {
+	c, err := dial(socket)
+	if err != nil {
+		return nil, err
+	}
+	defer c.uc.Close()
+	var in ctl.Open
+	ctl.SetName(in.Name[:], name)
+	b, _, err := c.call(ctl.OpQueryStats, ctl.Bytes(&in), nil)
+	if err != nil {
+		return nil, err
+	}
+	st := &ctl.Stats{}
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("sroce daemon: unreadable QUERY_STATS reply: %v", err)
+	}
+	return st, nil
+}

@@ -225,7 +225,9 @@ func (c *conn) serve() {
 	}
 	c.uc.Close()
 	c.cleanup()
-	if strings.HasPrefix(reason, "client closed") {
+	if c.dev == nil && strings.HasPrefix(reason, "client closed") {
+		log.Debug("client gone without opening a device")
+	} else if strings.HasPrefix(reason, "client closed") {
 		log.Info("client gone, its objects freed")
 	} else {
 		log.Warn("client disconnected, its objects freed", "reason", reason)
@@ -339,6 +341,12 @@ func (c *conn) handle(h ctl.Hdr, b []byte, fds []int) ([]byte, []int, error) {
 		return out, nil, nil
 	case ctl.OpOpen:
 		return c.open(b)
+	case ctl.OpQueryStats:
+		in, err := body[ctl.Open](b)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c.s.stats(ctl.Name(in.Name[:]))
 	}
 	if c.dev == nil {
 		return nil, nil, misbehaved("%s before OPEN", h.Op)

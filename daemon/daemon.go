@@ -26,12 +26,17 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sroce/sroce/daemon/ctl"
+	"github.com/sroce/sroce/roce/iface"
+	"golang.org/x/sys/unix"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -93,14 +98,15 @@ type Server struct {
 	limits Limits
 	spin   time.Duration
 
-	mu     sync.Mutex
-	conns  map[*conn]struct{}
-	closed bool
-	lns    []*net.UnixListener
-	wg     sync.WaitGroup
-	nextID uint64
-	ctx    context.Context
-	cancel context.CancelFunc
+	mu      sync.Mutex
+	conns   map[*conn]struct{}
+	closed  bool
+	lns     []*net.UnixListener
+	wg      sync.WaitGroup
+	nextID  uint64
+	started time.Time
+	ctx     context.Context
+	cancel  context.CancelFunc
 }
 
 // served is one device with its name and the owners of its objects, to
@@ -122,6 +128,7 @@ type owner struct {
 func New(devs []Device, opts Options) (*Server, error) {
 	s := &Server{log: opts.Logger, limits: opts.Limits, spin: opts.SpinFor, conns: make(map[*conn]struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.started = time.Now()
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -358,4 +365,62 @@ func (sd *served) disown(obj any) {
 	sd.mu.Lock()
 	delete(sd.owners, obj)
 	sd.mu.Unlock()
+}
+
+// Inspector is what a Device may also tell about itself for QUERY_STATS
+// (iface.Port implements it).
+type Inspector interface {
+	LinkMode() string
+	Reason() string
+	PathMTU() int
+	Err() error
+	Counters() []iface.Stat
+	LinkStats() []iface.Stat
+}
+
+// stats answers QUERY_STATS for device name.
+func (s *Server) stats(name string) ([]byte, []int, error) {
+	var sd *served
+	for _, d := range s.devs {
+		if d.name == name {
+			sd = d
+		}
+	}
+	if sd == nil {
+		return nil, nil, unix.ENODEV
+	}
+	st := ctl.Stats{Device: sd.name, Interface: sd.dev.Ifname(), PortState: "PORT_ACTIVE",
+		ActiveMTU: sd.dev.ActiveMTU().Bytes(), Seconds: time.Since(s.started).Seconds()}
+	if sd.dev.State() != verbs.PortActive {
+		st.PortState = "PORT_DOWN"
+	}
+	s.mu.Lock()
+	for c := range s.conns {
+		if c.dev == sd {
+			st.Clients++
+		}
+	}
+	s.mu.Unlock()
+	if in, ok := sd.dev.(Inspector); ok {
+		st.LinkMode, st.Reason, st.ActiveMTU = in.LinkMode(), in.Reason(), in.PathMTU()
+		if err := in.Err(); err != nil && !errors.Is(err, iface.ErrClosed) {
+			st.PortErr = err.Error()
+		}
+		for _, c := range in.Counters() {
+			st.Engine = append(st.Engine, ctl.Counter{Name: c.Name, Value: c.Value})
+		}
+		for _, c := range in.LinkStats() {
+			st.Link = append(st.Link, ctl.Counter{Name: c.Name, Value: c.Value})
+		}
+	} else {
+		for name, v := range sd.dev.Device().Counters() {
+			st.Engine = append(st.Engine, ctl.Counter{Name: name, Value: v})
+		}
+		sort.Slice(st.Engine, func(i, j int) bool { return st.Engine[i].Name < st.Engine[j].Name })
+	}
+	b, err := json.Marshal(&st)
+	if err != nil || len(b) > ctl.MaxMsg-ctl.HdrSize {
+		return nil, nil, unix.EOVERFLOW
+	}
+	return b, nil, nil
 }

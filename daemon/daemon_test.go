@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -230,6 +232,13 @@ func TestDevicesAndQueries(t *testing.T) {
 	if _, err := client.Open(r.socket, "sroce_nothere"); !errors.As(err, &ce) || ce.Errno != unix.ENODEV {
 		t.Errorf("unknown device: %v, want ENODEV", err)
 	}
+	st, err := client.Stats(r.socket, "sroce_mem1")
+	if err != nil || st.Device != "sroce_mem1" || st.Clients != 1 || st.PortState != "PORT_ACTIVE" || len(st.Engine) < 10 {
+		t.Errorf("stats: %+v, %v", st, err)
+	}
+	if _, err := client.Stats(r.socket, "sroce_nothere"); !errors.As(err, &ce) || ce.Errno != unix.ENODEV {
+		t.Errorf("stats of an unknown device: %v, want ENODEV", err)
+	}
 }
 
 // TestSendWriteReadAtomic moves data between two clients of one daemon,
@@ -446,5 +455,76 @@ func TestLoopback(t *testing.T) {
 	}
 	if wc := wait(t, a, "loopback send"); wc.Status != verbs.WCSuccess {
 		t.Errorf("loopback send: %+v", wc)
+	}
+}
+
+// TestSystemdUnit checks the unit file with systemd-analyze, with the
+// test binary standing in for /usr/local/bin/sroce.
+func TestSystemdUnit(t *testing.T) {
+	sa, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not found: cannot check daemon/systemd/sroce.service")
+	}
+	unit, err := os.ReadFile("systemd/sroce.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, _ := os.Executable()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sroce.service")
+	os.WriteFile(path, bytes.ReplaceAll(unit, []byte("/usr/local/bin/sroce"), []byte(self)), 0o644)
+	out, err := exec.Command(sa, "verify", path).CombinedOutput()
+	if err != nil || len(bytes.TrimSpace(out)) != 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// TestClientLimits checks the per-client limits: the call past a limit
+// fails with ENOMEM, the client keeps what it has, and another client is
+// not affected.
+func TestClientLimits(t *testing.T) {
+	r := newRig(t, daemon.Options{Limits: daemon.Limits{QPs: 2, MRs: 2, RegBytes: 3 * 4096}})
+	x, err := client.Open(r.socket, "sroce_mem0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	pd, _ := x.AllocPD()
+	buf, _ := x.Alloc(8 * 4096)
+	var ce *client.Error
+	if _, err := pd.RegMR(buf, 0, 4*4096, mr.AccessLocalWrite); !errors.As(err, &ce) || ce.Errno != unix.ENOMEM {
+		t.Errorf("registering past the byte limit: %v, want ENOMEM", err)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := pd.RegMR(buf, i*4096, 4096, mr.AccessLocalWrite); err != nil {
+			t.Fatalf("MR %d: %v", i, err)
+		}
+	}
+	if _, err := pd.RegMR(buf, 2*4096, 4096, mr.AccessLocalWrite); !errors.As(err, &ce) || ce.Errno != unix.ENOMEM {
+		t.Errorf("third MR: %v, want ENOMEM", err)
+	}
+	cq, _ := x.CreateCQ(16, false)
+	cap := verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	for i := 0; i < 2; i++ {
+		if _, err := pd.CreateQP(verbs.QPTypeRC, cq, cq, cap, false); err != nil {
+			t.Fatalf("QP %d: %v", i, err)
+		}
+	}
+	if _, err := pd.CreateQP(verbs.QPTypeRC, cq, cq, cap, false); !errors.As(err, &ce) || ce.Errno != unix.ENOMEM {
+		t.Errorf("third QP: %v, want ENOMEM", err)
+	}
+	if !strings.Contains(r.logText(), "client limit reached") {
+		t.Error("the limits were not logged")
+	}
+	// Another client has its own budget.
+	y, err := client.Open(r.socket, "sroce_mem0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer y.Close()
+	pd2, _ := y.AllocPD()
+	buf2, _ := y.Alloc(4096)
+	if _, err := pd2.RegMR(buf2, 0, 4096, mr.AccessLocalWrite); err != nil {
+		t.Errorf("another client's MR: %v", err)
 	}
 }

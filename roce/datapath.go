@@ -94,6 +94,9 @@ func (d *Device) step(now monotime.Time, n int, hold bool) bool {
 
 // receive handles one frame.
 func (d *Device) receive(now monotime.Time, frame []byte) {
+	if d.tracing.Load() {
+		d.traceFrame(TraceRx, frame, d.clock.Now(), false)
+	}
 	p := &d.pkt
 	if err := p.Parse(frame); err != nil {
 		if errors.Is(err, bth.ErrNotRoCE) {
@@ -324,6 +327,15 @@ func (d *Device) send(ah *verbs.AH, src bth.QPN, pkt []byte) {
 		return
 	}
 	bth.PutICRC(f[l3:hl+len(pkt)], e.IPv6())
+	dropped := d.impair != nil && d.impair.drop()
+	if d.tracing.Load() {
+		d.traceFrame(TraceTx, f[:hl+len(pkt)], d.clock.Now(), dropped)
+	}
+	if dropped {
+		// The impairment loses it on the way: the buffer is used again.
+		d.impairDropped++
+		return
+	}
 	if d.isLocal(e.Dst) {
 		d.queueLoop(f[:hl+len(pkt)])
 		return

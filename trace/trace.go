@@ -287,6 +287,26 @@ func (a *Analyzer) Conns() []*Conn { return a.conns }
 // Add analyses one decoded RoCEv2 packet: its frame number, its capture
 // time, the packet and whether its ICRC verified. The packet is not kept.
 func (a *Analyzer) Add(frame int, t time.Time, p *bth.Packet, icrcOK bool) Event {
+	ev := newEvent(frame, t, p, icrcOK)
+	info := p.Info()
+	var srcQP bth.QPN
+	hasSrcQP := info.Headers&bth.HdrDETH != 0
+	if hasSrcQP {
+		srcQP = p.DETH().SrcQP()
+	}
+	h := a.find(ev.Src, ev.Dst, ev.DestQP, info, srcQP, hasSrcQP, ev.PSN, frame)
+	ev.Conn, ev.FromA = h.c, h.d == 0
+	if !icrcOK {
+		ev.Analysis = append(ev.Analysis, textICRCBad)
+	}
+	if info.Service == bth.ServiceRC {
+		h.c.analyse(&ev, h.d, info)
+	}
+	return ev
+}
+
+// newEvent copies a packet's fields into an Event.
+func newEvent(frame int, t time.Time, p *bth.Packet, icrcOK bool) Event {
 	b := p.BTH()
 	info := p.Info()
 	ev := Event{
@@ -300,19 +320,6 @@ func (a *Analyzer) Add(frame int, t time.Time, p *bth.Packet, icrcOK bool) Event
 	}
 	if info.Headers&bth.HdrRETH != 0 {
 		ev.HasRETH, ev.DMALen = true, p.RETH().DMALen()
-	}
-	var srcQP bth.QPN
-	hasSrcQP := info.Headers&bth.HdrDETH != 0
-	if hasSrcQP {
-		srcQP = p.DETH().SrcQP()
-	}
-	h := a.find(ev.Src, ev.Dst, ev.DestQP, info, srcQP, hasSrcQP, ev.PSN, frame)
-	ev.Conn, ev.FromA = h.c, h.d == 0
-	if !icrcOK {
-		ev.Analysis = append(ev.Analysis, textICRCBad)
-	}
-	if info.Service == bth.ServiceRC {
-		h.c.analyse(&ev, h.d, info)
 	}
 	return ev
 }

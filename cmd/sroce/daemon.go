@@ -19,6 +19,7 @@ import (
 
 	"github.com/sroce/sroce/daemon"
 	"github.com/sroce/sroce/roce/iface"
+	"github.com/sroce/sroce/roce/tracesock"
 	"github.com/sroce/sroce/tools/device"
 )
 
@@ -52,7 +53,7 @@ func (r *repeated) Set(s string) error { *r = append(*r, s); return nil }
 func runDaemon(e *env, args []string) int {
 	f := newFlags(e, "daemon", "sroce daemon -d IF [-d IF ...] [--link auto|xdp|udp] [--socket PATH] [--metrics ADDR]", daemonAbout)
 	var ifs repeated
-	f.Var(&ifs, "d", "network `interface` to serve (repeatable)")
+	f.Var(&ifs, "d", "network `interface` to serve, or IF@ADDR to bind the UDP link to ADDR (repeatable)")
 	link := f.String("link", "auto", "link of the devices: `auto`, xdp or udp")
 	socket := f.String("socket", "", "unix socket to listen on (default: SROCE_SOCKET, or the place for this user)")
 	metrics := f.String("metrics", "", "serve Prometheus metrics on this `address` (host:port)")
@@ -105,8 +106,13 @@ func runDaemon(e *env, args []string) int {
 			p.Close()
 		}
 	}()
-	for _, name := range ifs {
-		p, err := iface.Open(context.Background(), name, iface.Options{Mode: mode, Engine: em})
+	for _, arg := range ifs {
+		spec, err := device.ParseSpec(arg)
+		if err != nil || spec.Ifname == "" {
+			return f.usageError(fmt.Sprintf("-d %q: want an interface name, or IF@ADDR for the UDP link's address", arg))
+		}
+		name := spec.Ifname
+		p, err := iface.Open(context.Background(), name, iface.Options{Mode: mode, Engine: em, Addr: spec.Addr})
 		if err != nil {
 			fmt.Fprintf(e.Stderr, "sroce daemon: %s: %v\n", name, err)
 			return exitProblem
@@ -115,6 +121,12 @@ func runDaemon(e *env, args []string) int {
 		devs = append(devs, p)
 		log.Info("device ready", "device", p.Device().Name(), "interface", name, "link", p.LinkMode(),
 			"reason", p.Reason(), "engine", p.Device().Engine().String())
+		// "sroce trace" attaches to the device here.
+		if ts, err := tracesock.Serve(p.Device()); err != nil {
+			log.Warn("no live trace", "device", p.Device().Name(), "err", err)
+		} else {
+			log.Info("live trace", "device", p.Device().Name(), "socket", ts.Path())
+		}
 	}
 	srv, err := daemon.New(devs, daemon.Options{Logger: log,
 		Limits: daemon.Limits{QPs: *maxQPs, MRs: *maxMRs, RegBytes: *maxReg}})
@@ -227,5 +239,3 @@ func metricName(s string) string {
 		return '_'
 	}, s)
 }
-
-

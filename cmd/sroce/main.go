@@ -71,6 +71,7 @@ var commands = []command{
 	{"daemon", "serve sroce devices to other processes (the drop-in libibverbs, Go clients)", runDaemon},
 	{"devinfo", "describe the sroce device on a network interface, like ibv_devinfo", runDevinfo},
 	{"stat", "counters of a sroce device on a network interface", runStat},
+	{"trace", "attach to a running sroce device: its engine events and packets, live", runTrace},
 }
 
 // main runs the command line and exits with its status.

@@ -36,6 +36,7 @@ const (
 	OpQueryPort   Op = 5
 	OpQueryGID    Op = 6
 	OpQueryPKey   Op = 7
+	OpQueryStats  Op = 8 // request: Open; reply: a Stats as JSON
 
 	OpAllocPD   Op = 10
 	OpDeallocPD Op = 11
@@ -65,7 +66,7 @@ const (
 
 var opNames = map[Op]string{
 	OpHello: "HELLO", OpListDevices: "LIST_DEVICES", OpOpen: "OPEN", OpQueryDevice: "QUERY_DEVICE",
-	OpQueryPort: "QUERY_PORT", OpQueryGID: "QUERY_GID", OpQueryPKey: "QUERY_PKEY",
+	OpQueryPort: "QUERY_PORT", OpQueryGID: "QUERY_GID", OpQueryPKey: "QUERY_PKEY", OpQueryStats: "QUERY_STATS",
 	OpAllocPD: "ALLOC_PD", OpDeallocPD: "DEALLOC_PD", OpRegMR: "REG_MR", OpDeregMR: "DEREG_MR",
 	OpAllocMW: "ALLOC_MW", OpDeallocMW: "DEALLOC_MW",
 	OpCreateCompChannel: "CREATE_COMP_CHANNEL", OpDestroyCompChannel: "DESTROY_COMP_CHANNEL",
@@ -484,4 +485,26 @@ func Parse(b []byte) (Hdr, []byte, error) {
 // SRQCtl is an SRQ's control block (struct sroce_srq_ctl).
 type SRQCtl struct {
 	_ [16]uint32
+}
+
+// Stats is QUERY_STATS' reply, as JSON: what "sroce stat" shows of a
+// device the daemon serves.
+type Stats struct {
+	Device    string    `json:"device"`
+	Interface string    `json:"interface"`
+	LinkMode  string    `json:"link_mode"`
+	Reason    string    `json:"link_mode_reason"`
+	PortState string    `json:"port_state"`
+	ActiveMTU int       `json:"active_mtu"`
+	Seconds   float64   `json:"seconds_open"`
+	Clients   int       `json:"clients"`
+	Engine    []Counter `json:"counters"`
+	Link      []Counter `json:"link_counters"`
+	PortErr   string    `json:"port_error,omitempty"`
+}
+
+// Counter is one named counter of Stats.
+type Counter struct {
+	Name  string `json:"name"`
+	Value uint64 `json:"value"`
 }
