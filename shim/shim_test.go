@@ -294,7 +294,7 @@ func TestMemoryRemapping(t *testing.T) {
 	if err != nil {
 		t.Fatalf("mr_test: %v", err)
 	}
-	if n := strings.Count(string(out), "ok "); n != 8 {
-		t.Fatalf("%d checks passed, want 8", n)
+	if n := strings.Count(string(out), "ok "); n != 9 {
+		t.Fatalf("%d checks passed, want 9", n)
 	}
 }

@@ -145,6 +145,7 @@ void sroce_table_del(struct sroce_context *c, struct sroce_table *t, uint32_t ke
 
 /* mr.c */
 int sroce_mem_backing(void *addr, size_t length, int *fd, uint64_t *offset);
+void sroce_mem_release(void *addr, size_t length);
 
 /* exported verbs the library also calls itself */
 int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr);

@@ -16,6 +16,12 @@
  * earlier ones reuses their pages. Pages stay remapped after ibv_dereg_mr:
  * they are still the program's memory.
  *
+ * The file keeps its pages when the program unmaps them (free() of a large
+ * buffer), so the library keeps a table of the segments it remapped and of
+ * the live registrations; at every registration and deregistration it
+ * gives back to the system (FALLOC_FL_PUNCH_HOLE) the parts of remapped
+ * segments that the program no longer maps and no live MR covers.
+ *
  * Limits:
  * - Only private anonymous memory is remapped (heap, malloc, mmap of
  *   MAP_ANONYMOUS, posix_memalign, static data of the program and its
@@ -98,6 +104,134 @@ static int open_mem_fd(void)
 	return 0;
 }
 
+/* Whether a mapping is a piece of the memfd at the offset of its address. */
+static int is_ours(const struct maps_entry *e)
+{
+	return e->shared && e->ino == (unsigned long long)mem_ino &&
+	       !strncmp(e->path, "/memfd:sroce-mr", 15) && e->offset == (unsigned long long)e->start;
+}
+
+/* A page-aligned range of addresses, and so of memfd offsets. */
+struct ival {
+	uintptr_t s, e;
+};
+
+/* A growable list of ranges. */
+struct ivals {
+	struct ival *v;
+	size_t n, cap;
+};
+
+static struct ivals segs; /* ranges remapped onto the memfd */
+static struct ivals live; /* ranges of live MRs, one entry per MR */
+
+static int ivals_add(struct ivals *l, uintptr_t s, uintptr_t e)
+{
+	if (l->n == l->cap) {
+		size_t ncap = l->cap ? l->cap * 2 : 16;
+		struct ival *v = realloc(l->v, ncap * sizeof(*v));
+		if (!v)
+			return ENOMEM;
+		l->v = v;
+		l->cap = ncap;
+	}
+	l->v[l->n].s = s;
+	l->v[l->n].e = e;
+	l->n++;
+	return 0;
+}
+
+/* Adds to out the parts of in that overlap a range of with. */
+static void intersect(struct ival in, const struct ivals *with, struct ivals *out)
+{
+	for (size_t i = 0; i < with->n; i++) {
+		uintptr_t s = in.s > with->v[i].s ? in.s : with->v[i].s;
+		uintptr_t e = in.e < with->v[i].e ? in.e : with->v[i].e;
+		if (s < e)
+			ivals_add(out, s, e);
+	}
+}
+
+/* Adds to out the parts of in that no range of sub (from index i on) covers. */
+static void subtract(struct ival in, const struct ivals *sub, size_t i, struct ivals *out)
+{
+	for (; i < sub->n && in.s < in.e; i++) {
+		struct ival b = sub->v[i];
+		if (b.e <= in.s || b.s >= in.e)
+			continue;
+		if (b.s > in.s)
+			subtract((struct ival){in.s, b.s}, sub, i + 1, out);
+		in.s = b.e;
+	}
+	if (in.s < in.e)
+		ivals_add(out, in.s, in.e);
+}
+
+static int ival_cmp(const void *a, const void *b)
+{
+	const struct ival *x = a, *y = b;
+	return x->s < y->s ? -1 : x->s > y->s;
+}
+
+/* Reads the memfd's mappings in the process from /proc/self/maps. */
+static int our_mappings(struct ivals *out)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512];
+	if (!f)
+		return errno;
+	while (fgets(line, sizeof(line), f)) {
+		struct maps_entry e;
+		if (parse_maps_line(line, &e) == 0 && is_ours(&e))
+			ivals_add(out, e.start, e.end);
+	}
+	fclose(f);
+	return 0;
+}
+
+/*
+ * Gives back the memfd pages of remapped segments that the process no
+ * longer maps and no live MR covers, and keeps the rest in the table.
+ * Called with mem_lock held.
+ */
+static void reclaim(void)
+{
+	struct ivals ours = {0}, unmapped = {0}, dead = {0}, keep = {0};
+	if (mem_fd < 0 || !segs.n || our_mappings(&ours))
+		goto out;
+	for (size_t i = 0; i < segs.n; i++) {
+		intersect(segs.v[i], &ours, &keep);
+		subtract(segs.v[i], &ours, 0, &unmapped);
+	}
+	for (size_t i = 0; i < unmapped.n; i++) {
+		intersect(unmapped.v[i], &live, &keep);
+		subtract(unmapped.v[i], &live, 0, &dead);
+	}
+	for (size_t i = 0; i < dead.n; i++)
+		fallocate(mem_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)dead.v[i].s,
+			  (off_t)(dead.v[i].e - dead.v[i].s));
+	/* Sorted and merged, so that the table stays as small as what it covers. */
+	qsort(keep.v, keep.n, sizeof(*keep.v), ival_cmp);
+	size_t m = 0;
+	for (size_t i = 0; i < keep.n; i++) {
+		if (m && keep.v[i].s <= keep.v[m - 1].e) {
+			if (keep.v[i].e > keep.v[m - 1].e)
+				keep.v[m - 1].e = keep.v[i].e;
+		} else {
+			keep.v[m++] = keep.v[i];
+		}
+	}
+	keep.n = m;
+	free(segs.v);
+	segs = keep;
+	keep.v = NULL;
+out:
+	free(ours.v);
+	free(unmapped.v);
+	free(dead.v);
+	free(keep.v);
+}
+
 /* Remaps [start, end) of one private anonymous mapping onto the memfd. */
 static int remap(uintptr_t start, uintptr_t end, int prot)
 {
@@ -165,10 +299,7 @@ int sroce_mem_backing(void *addr, size_t length, int *fd, uint64_t *offset)
 			break;
 		}
 		uintptr_t s = covered, t = e.end < end ? e.end : end;
-		int ours = e.shared && e.ino == (unsigned long long)mem_ino &&
-			   !strncmp(e.path, "/memfd:sroce-mr", 15) &&
-			   e.offset == (unsigned long long)e.start;
-		if (!ours) {
+		if (!is_ours(&e)) {
 			int anon = e.ino == 0 && (e.path[0] == 0 || !strcmp(e.path, "[heap]"));
 			if (!anon || e.shared) {
 				err = EINVAL; /* stack, files, devices, shared memory */
@@ -188,8 +319,14 @@ int sroce_mem_backing(void *addr, size_t length, int *fd, uint64_t *offset)
 	fclose(f);
 	if (!err && covered < end)
 		err = EINVAL;
-	for (int i = 0; !err && i < ntodo; i++)
+	for (int i = 0; !err && i < ntodo; i++) {
 		err = remap(todo[i].start, todo[i].end, todo[i].prot);
+		if (!err)
+			err = ivals_add(&segs, todo[i].start, todo[i].end);
+	}
+	if (!err)
+		err = ivals_add(&live, start, end);
+	reclaim();
 out:
 	if (!err) {
 		*fd = mem_fd;
@@ -197,6 +334,25 @@ out:
 	}
 	pthread_mutex_unlock(&mem_lock);
 	return err;
+}
+
+/*
+ * The MR of [addr, addr + length) is gone (the daemon unmapped it): its
+ * pages may be given back once the program no longer maps them.
+ */
+void sroce_mem_release(void *addr, size_t length)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uintptr_t start = (uintptr_t)addr & ~(uintptr_t)(pg - 1);
+	uintptr_t end = ((uintptr_t)addr + length + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
+	pthread_mutex_lock(&mem_lock);
+	for (size_t i = 0; i < live.n; i++)
+		if (live.v[i].s == start && live.v[i].e == end) {
+			live.v[i] = live.v[--live.n];
+			break;
+		}
+	reclaim();
+	pthread_mutex_unlock(&mem_lock);
 }
 
 static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
@@ -224,6 +380,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint6
 	err = sroce_call(to_sctx(pd->context), SROCE_OP_REG_MR, &req, sizeof(req), &fd, 1, &reply,
 			 sizeof(reply), NULL, 0);
 	if (err) {
+		sroce_mem_release(addr, length);
 		errno = err;
 		return NULL;
 	}
@@ -232,6 +389,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint6
 		struct sroce_ctl_handle h = {.handle = reply.handle};
 		sroce_call(to_sctx(pd->context), SROCE_OP_DEREG_MR, &h, sizeof(h), NULL, 0, NULL, 0,
 			   NULL, 0);
+		sroce_mem_release(addr, length);
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -269,6 +427,7 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 			     NULL, 0, NULL, 0);
 	if (err)
 		return err;
+	sroce_mem_release(mr->addr, mr->length);
 	free(mr);
 	return 0;
 }

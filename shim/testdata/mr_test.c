@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -148,6 +149,40 @@ int main(void)
 	CHECK(sroce_mem_backing(hole, 3 * (size_t)pg, &fd, &off) == EINVAL, "a range with a hole was accepted");
 	CHECK(sroce_mem_backing(heap, 0, &fd, &off) == EINVAL, "an empty range was accepted");
 	printf("ok refused: stack, file, hole, empty\n");
+
+	/* Pages the program unmapped after their MR went away are given back to the system. */
+	{
+		size_t len = 256 * (size_t)pg;
+		struct stat st0, st1, st2;
+		unsigned char *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		fill(buf, len, 5);
+		fstat(fd, &st0);
+		CHECK(sroce_mem_backing(buf, len, &fd, &off) == 0, "reclaim: register");
+		fstat(fd, &st1);
+		CHECK((st1.st_blocks - st0.st_blocks) * 512 >= (long long)len, "the memfd did not grow by the range (%lld -> %lld blocks)",
+		      (long long)st0.st_blocks, (long long)st1.st_blocks);
+		/* Unmapped while its MR is live: kept. */
+		munmap(buf, len / 2);
+		CHECK(sroce_mem_backing(heap, 16, &fd, &off) == 0, "reclaim: another registration");
+		sroce_mem_release(heap, 16);
+		fstat(fd, &st2);
+		CHECK(st2.st_blocks == st1.st_blocks, "pages of a live MR were given back (%lld -> %lld blocks)",
+		      (long long)st1.st_blocks, (long long)st2.st_blocks);
+		/* The MR goes away: the unmapped half is given back, the mapped half stays. */
+		sroce_mem_release(buf, len);
+		fstat(fd, &st2);
+		CHECK((st1.st_blocks - st2.st_blocks) * 512 == (long long)len / 2, "%lld blocks given back, want %zu bytes' worth",
+		      (long long)(st1.st_blocks - st2.st_blocks), len / 2);
+		for (size_t i = len / 2; i < len; i++)
+			CHECK(buf[i] == (unsigned char)(i * 31 + 5), "reclaim: mapped byte %zu changed", i);
+		CHECK(same_as_fd(fd, buf + len / 2, len / 2), "reclaim: the mapped half left the memfd");
+		munmap(buf + len / 2, len / 2);
+		sroce_mem_release(heap, 0); /* no such MR: only reclaims */
+		struct stat st3;
+		fstat(fd, &st3);
+		CHECK((st1.st_blocks - st3.st_blocks) * 512 == (long long)len, "the rest was not given back");
+	}
+	printf("ok unmapped pages given back\n");
 
 	/* After fork the child shares registered pages (the documented limit). */
 	pid_t pid = fork();
