@@ -31,7 +31,13 @@ type realTool struct {
 	gid  string // "-g" (pingpong) or "-x" (perftest)
 }
 
-// realTools are the programs the issue names, each in a short run.
+// realTools are the programs the issue names, each in a short run, with
+// completion events (-e) where the tool has them. Not ib_send_lat -e:
+// Debian's perftest (4.5-0.17) waits for its send and its receive
+// completions on one completion channel and, woken by the other CQ's event,
+// can wait forever for an event already consumed (fixed upstream in
+// perftest 2209cf8, "Use separate completion channels for send and
+// receive"); that hang is the tool's and has nothing to do with the wire.
 var realTools = []realTool{
 	{"ibv_rc_pingpong", "-n 200 -s 4096 -c", "-g"},
 	{"ibv_rc_pingpong", "-n 100 -s 4096 -c -e", "-g"},
@@ -45,7 +51,6 @@ var realTools = []realTool{
 	{"ib_atomic_bw", "-n 300 -A FETCH_AND_ADD", "-x"},
 	{"ib_atomic_bw", "-n 300 -A CMP_AND_SWAP", "-x"},
 	{"ib_send_lat", "-n 300 -s 8", "-x"},
-	{"ib_send_lat", "-n 200 -s 8 -e", "-x"},
 	{"ib_write_lat", "-n 300 -s 8", "-x"},
 	{"ib_read_lat", "-n 300 -s 8", "-x"},
 }
@@ -126,24 +131,18 @@ func (d *daemonPair) gidIdx(t *testing.T, i int) string {
 	return ""
 }
 
-var (
-	pingpongDone = regexp.MustCompile(`(?m)^\d+ iters in [0-9.]+ seconds`)
-	perftestDone = regexp.MustCompile(`(?m)^\s*#bytes`)
-)
-
-// checkReal checks that both sides of a real tool ran to their result.
+// checkReal checks that both sides of a real tool ran to their result,
+// with the rules of sroce's own tools of the same name.
 func checkReal(t *testing.T, tool realTool, srv, cli toolOutcome) {
 	t.Helper()
-	done := perftestDone
-	if strings.HasSuffix(tool.prog, "_pingpong") {
-		done = pingpongDone
-	}
+	name := strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(tool.prog, "ibv_"), "ib_"), "_", "-")
 	for _, side := range []struct {
-		name string
-		o    toolOutcome
-	}{{"server", srv}, {"client", cli}} {
-		if !side.o.ok() || !done.MatchString(side.o.stdout+side.o.stderr) {
-			t.Errorf("%s %s %s did not finish with its result:\n%v", tool.prog, tool.args, side.name, side.o)
+		name   string
+		o      toolOutcome
+		server bool
+	}{{"server", srv, true}, {"client", cli, false}} {
+		if problem := sideProblem(name, side.o, side.server); problem != "" {
+			t.Errorf("%s %s %s %s:\n%v", tool.prog, tool.args, side.name, problem, side.o)
 		}
 	}
 }
