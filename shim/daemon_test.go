@@ -136,15 +136,20 @@ func (d *liveDaemon) pair(t *testing.T, prog string, args ...string) (srv, cli s
 		sc <- result{o, e, err}
 	}()
 	var c result
-	// The server needs a moment to listen on its TCP port; the client retries
-	// its connection only briefly, so try a few times.
-	for attempt := 0; attempt < 20; attempt++ {
-		time.Sleep(300 * time.Millisecond)
-		c.out, c.errOut, c.err = d.run(t, 60*time.Second, prog, append(append([]string{}, args...), "127.0.0.1")...)
-		if c.err == nil || !strings.Contains(c.out+c.errOut, "Couldn't connect") && !strings.Contains(c.out+c.errOut, "Unable to open file descriptor") {
+	// The client connects once, after the server listens on its TCP port
+	// (the tools' default, 18515).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, _ := exec.Command("ss", "-Hltn", "sport = :18515").Output()
+		if len(bytes.TrimSpace(out)) > 0 {
 			break
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's server did not listen on TCP port 18515 within 20 s", prog)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
+	c.out, c.errOut, c.err = d.run(t, 60*time.Second, prog, append(append([]string{}, args...), "127.0.0.1")...)
 	s := <-sc
 	if c.err != nil || s.err != nil {
 		t.Fatalf("%s %v:\nclient: %v\n%s%s\nserver: %v\n%s%s", prog, args, c.err, c.out, c.errOut, s.err, s.out, s.errOut)
