@@ -1,8 +1,9 @@
 package daemon
 
 import (
-	"context"
 	"errors"
+	"os"
+	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -12,7 +13,6 @@ import (
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/ring"
-	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/verbs"
 	"golang.org/x/sys/unix"
 )
@@ -29,16 +29,14 @@ import (
 // disconnected.
 type bridge struct {
 	c       *conn
-	ch      *roce.CompChannel // the engine's events for this client's CQs
 	page    *ctl.CtxPage
-	wakeC   chan struct{}
 	done    chan struct{}
 	exited  chan struct{}
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wr      verbs.SendWR
-	rwr     verbs.RecvWR
 	spinFor time.Duration
+	stopped atomic.Bool
+	// stuck says the last pass left WQEs in a ring because the engine's
+	// queue was full: the bridge must not sleep.
+	stuck bool
 }
 
 // idleWake bounds how long the bridge sleeps without a doorbell or a
@@ -46,29 +44,24 @@ type bridge struct {
 const idleWake = 100 * time.Millisecond
 
 func newBridge(c *conn) *bridge {
-	b := &bridge{c: c, ch: c.dev.dev.Device().CreateCompChannel(),
-		page:  (*ctl.CtxPage)(unsafe.Pointer(&c.ctxPage.mem[0])),
-		wakeC: make(chan struct{}, 1), done: make(chan struct{}), exited: make(chan struct{}),
-		spinFor: c.s.spin}
-	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b := &bridge{c: c, page: (*ctl.CtxPage)(unsafe.Pointer(&c.ctxPage.mem[0])),
+		done: make(chan struct{}), exited: make(chan struct{}), spinFor: c.s.spin}
 	go b.run()
-	go b.doorbells()
-	go b.events()
 	return b
 }
 
-// wake makes a sleeping bridge look at its rings.
+// wake makes a sleeping bridge look at its rings, as the client's
+// doorbell does.
 func (b *bridge) wake() {
-	select {
-	case b.wakeC <- struct{}{}:
-	default:
-	}
+	v := uint64(1)
+	unix.Write(int(b.c.doorbell.Fd()), (*[8]byte)(unsafe.Pointer(&v))[:])
 }
 
 // stop ends the bridge and waits for it (bounded: a pass is short).
 func (b *bridge) stop() {
-	b.cancel()
+	b.stopped.Store(true)
 	close(b.done)
+	b.wake()
 	select {
 	case <-b.exited:
 	case <-time.After(5 * time.Second):
@@ -76,42 +69,12 @@ func (b *bridge) stop() {
 	}
 }
 
-func (b *bridge) doorbells() {
-	var v [8]byte
-	for {
-		if _, err := b.c.doorbell.Read(v[:]); err != nil {
-			if errors.Is(err, unix.EAGAIN) {
-				continue
-			}
-			return
-		}
-		b.wake()
-	}
-}
-
-func (b *bridge) events() {
-	for {
-		cq, err := b.ch.GetEvent(b.ctx)
-		if err != nil {
-			return
-		}
-		b.ch.AckEvents(cq, 1)
-		b.wake()
-	}
-}
-
 func (b *bridge) run() {
 	defer close(b.exited)
-	timer := time.NewTimer(idleWake)
-	defer timer.Stop()
+	var v [8]byte
 	last := time.Now()
-	for {
-		select {
-		case <-b.done:
-			return
-		default:
-		}
-		work, err := b.pass(false)
+	for !b.stopped.Load() {
+		work, err := b.pass()
 		if err != nil {
 			b.fail(err)
 			return
@@ -120,22 +83,25 @@ func (b *bridge) run() {
 			last = time.Now()
 			continue
 		}
+		if b.stuck {
+			runtime.Gosched()
+			continue
+		}
 		if b.spinFor > 0 && time.Since(last) < b.spinFor {
 			continue
 		}
+		// Sleep: ask for the doorbell, look once more (a post may have
+		// come before the client saw the request), then wait for it.
 		atomic.StoreUint32(&b.page.NeedWakeup, 1)
-		work, err = b.pass(true)
+		work, err = b.pass()
 		if err != nil {
 			b.fail(err)
 			return
 		}
-		if !work {
-			timer.Reset(idleWake)
-			select {
-			case <-b.wakeC:
-			case <-timer.C:
-			case <-b.done:
-				return
+		if !work && !b.stuck {
+			b.c.doorbell.SetReadDeadline(time.Now().Add(idleWake))
+			if _, err := b.c.doorbell.Read(v[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, unix.EAGAIN) {
+				return // the doorbell closed: the connection is ending
 			}
 		}
 		atomic.StoreUint32(&b.page.NeedWakeup, 0)
@@ -149,19 +115,15 @@ func (b *bridge) fail(err error) {
 	b.c.uc.Close()
 }
 
-// pass moves what is ready once; arm asks the engine for an event on every
-// CQ first (before the bridge sleeps). It reports whether it moved
-// anything.
-func (b *bridge) pass(arm bool) (bool, error) {
+// pass posts the work requests waiting in the rings once and reports
+// whether there were any. Completions need no pass: the engine writes
+// them into the client's CQ rings itself.
+func (b *bridge) pass() (bool, error) {
 	c := b.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	work := false
-	if arm {
-		for _, o := range c.cqs {
-			o.cq.ReqNotify(false)
-		}
-	}
+	b.stuck = false
 	for _, o := range c.qps {
 		w, err := b.sends(o)
 		if err != nil {
@@ -169,7 +131,7 @@ func (b *bridge) pass(arm bool) (bool, error) {
 		}
 		work = work || w
 		if o.rq != nil {
-			w, err = b.recvs(o.rq, &o.rqCons, o.maxRecv, o.qp.PostRecv)
+			w, err = b.recvs(o.rq, &o.rqQ, o.qp.PostRecv)
 			if err != nil {
 				return work, err
 			}
@@ -178,45 +140,60 @@ func (b *bridge) pass(arm bool) (bool, error) {
 		atomic.StoreUint32(&o.ctl.State, uint32(o.qp.State()))
 	}
 	for _, s := range c.srqs {
-		w, err := b.recvs(s.rq, &s.cons, s.maxSGE, s.srq.PostRecv)
+		w, err := b.recvs(s.rq, &s.rqQ, s.srq.PostRecv)
 		if err != nil {
 			return work, err
 		}
 		work = work || w
 	}
-	for _, o := range c.cqs {
-		if b.completions(o) {
-			work = true
-		}
+	if work {
+		// Transmit now: an inline engine holds frames of consecutive
+		// posts for a batch until someone polls, and nobody polls the
+		// engine's CQs here.
+		c.dev.dev.Device().Progress()
 	}
 	return work, nil
 }
 
-// sends posts the send WQEs the client published on q.
+// sends posts the send WQEs the client published on q. A WQE's ring slot
+// is released before the engine sees the request (the client may post
+// again as soon as the request completes, which can happen before
+// PostSend returns); the request is copied out of the slot first. A
+// request the engine's full queue refused waits in o.pwr.
 func (b *bridge) sends(o *qpObj) (bool, error) {
+	moved := false
+	if o.pending {
+		if !b.post(o) {
+			return false, nil
+		}
+		moved = true
+	}
 	r := o.sq
 	n := r.Prod() - o.sqCons
 	if n == 0 {
-		return false, nil
+		return moved, nil
 	}
 	if n > r.Limit() {
-		return false, misbehaved("QP %d's send ring says %d entries wait; it holds %d", o.handle, n, r.Limit())
+		return moved, misbehaved("QP %d's send ring says %d entries wait; it holds %d", o.handle, n, r.Limit())
 	}
-	moved := false
 	for ; n > 0; n-- {
 		i := o.sqCons
 		e := r.At(i)
-		wr := &b.wr
+		wr := &o.pwr
 		*wr = verbs.SendWR{WRID: e.WRID, Opcode: verbs.WROpcode(e.Opcode), Flags: verbs.SendFlags(e.Flags),
 			Imm: e.Imm, InvalidateRKey: e.InvalidateRKey, RemoteAddr: e.RemoteAddr, RKey: e.RKey,
 			CompareAdd: e.CompareAdd, Swap: e.Swap, RegAccess: mr.Access(e.RegAccess),
 			Bind: mr.MWBind{LKey: e.BindLKey, Addr: e.BindAddr, Length: e.BindLength, Access: mr.Access(e.BindAccess)}}
+		o.bad = 0
 		if wr.Flags&verbs.Inline != 0 {
 			tail := r.Tail(i)
 			if int(e.InlineLen) > len(tail) {
 				return moved, misbehaved("QP %d: inline data of %d bytes in a %d-byte slot tail", o.handle, e.InlineLen, len(tail))
 			}
-			wr.InlineData = tail[:e.InlineLen]
+			if cap(o.inline) < len(tail) {
+				o.inline = make([]byte, len(tail))
+			}
+			wr.InlineData = append(o.inline[:0], tail[:e.InlineLen]...)
 		} else {
 			ns := int(e.NumSGE)
 			if ns > int(o.maxSend) || ns > r.MaxSGEs() {
@@ -225,129 +202,117 @@ func (b *bridge) sends(o *qpObj) (bool, error) {
 			copy(o.sge, r.SGEs(i, ns))
 			wr.SGL = o.sge[:ns]
 		}
-		var bad verbs.WCStatus
 		if o.typ == verbs.QPTypeUD {
 			ah := b.c.ahs[e.AH]
 			if ah == nil || ah.pd != o.pd {
-				bad = verbs.WCLocQPOpErr
+				o.bad = verbs.WCLocQPOpErr
 			} else {
 				wr.AH, wr.RemoteQPN, wr.RemoteQKey = ah.ah, bth.QPN(e.UD.RemoteQPN), e.UD.RemoteQKey
 			}
 		}
-		if bad == 0 {
-			err := o.qp.PostSend(wr)
-			if errors.Is(err, qp.ErrQueueFull) {
-				break // the engine's queue is full: the rest waits for completions
-			}
-			if err != nil {
-				bad = verbs.WCLocQPOpErr
-			}
-		}
-		if bad != 0 && !b.errorCQE(o.cqs[0], e.WRID, bad, o) {
-			break // the CQ ring is full: try again later
-		}
 		o.sqCons++
 		r.SetCons(o.sqCons)
 		moved = true
+		o.pending = true
+		if !b.post(o) {
+			break
+		}
 	}
 	return moved, nil
 }
 
-// errorCQE completes a WQE the engine refused with status st.
+// post hands the request in o.pwr to the engine, or completes it with
+// o.bad; it reports false (and leaves it pending, the bridge spinning)
+// when the engine's queue or the CQ is full.
+func (b *bridge) post(o *qpObj) bool {
+	if o.bad == 0 {
+		err := o.qp.PostSend(&o.pwr)
+		if errors.Is(err, qp.ErrQueueFull) {
+			b.stuck = true
+			return false
+		}
+		if err != nil {
+			o.bad = verbs.WCLocQPOpErr
+		}
+	}
+	if o.bad != 0 && !b.errorCQE(o.cqs[0], o.pwr.WRID, o.bad, o) {
+		b.stuck = true
+		return false
+	}
+	o.pending = false
+	return true
+}
+
+// errorCQE completes a WQE the engine refused with status st; it reports
+// false if the CQ is full.
 func (b *bridge) errorCQE(cq uint32, wrid uint64, st verbs.WCStatus, o *qpObj) bool {
 	c := b.c.cqs[cq]
 	if c == nil {
 		return true
 	}
-	s := c.ring.Next()
-	if s == nil {
-		return false
-	}
 	wc := verbs.WC{WRID: wrid, Status: st, QPNum: o.qp.QPN()}
-	s.SetWC(&wc)
-	c.ring.Publish()
-	b.notify(c)
-	return true
+	return c.cq.Inject(&wc)
 }
 
-// recvs posts the receive WQEs published on ring r.
-func (b *bridge) recvs(r *ring.Ring[ring.RecvWQE], cons *uint32, maxSGE uint32, post func(*verbs.RecvWR) error) (bool, error) {
-	n := r.Prod() - *cons
+// recvQ is the bridge's side of a receive ring: its consumer index and
+// the request being posted, copied out of its slot.
+type recvQ struct {
+	cons    uint32
+	maxSGE  uint32
+	pending bool
+	wr      verbs.RecvWR
+	sge     []mr.SGE
+}
+
+// recvs posts the receive WQEs published on ring r. As for sends, a slot
+// is released before the engine sees its request, which waits in q when
+// the engine's queue is full.
+func (b *bridge) recvs(r *ring.Ring[ring.RecvWQE], q *recvQ, post func(*verbs.RecvWR) error) (bool, error) {
+	moved := false
+	if q.pending {
+		if !b.postRecv(q, post) {
+			return false, nil
+		}
+		moved = true
+	}
+	n := r.Prod() - q.cons
 	if n == 0 {
-		return false, nil
+		return moved, nil
 	}
 	if n > r.Limit() {
-		return false, misbehaved("a receive ring says %d entries wait; it holds %d", n, r.Limit())
+		return moved, misbehaved("a receive ring says %d entries wait; it holds %d", n, r.Limit())
 	}
-	moved := false
 	for ; n > 0; n-- {
-		i := *cons
+		i := q.cons
 		e := r.At(i)
 		ns := int(e.NumSGE)
-		if ns > int(maxSGE) || ns > r.MaxSGEs() {
-			return moved, misbehaved("receive WQE with %d SGEs, the queue takes %d", ns, maxSGE)
+		if ns > int(q.maxSGE) || ns > r.MaxSGEs() {
+			return moved, misbehaved("receive WQE with %d SGEs, the queue takes %d", ns, q.maxSGE)
 		}
-		b.rwr = verbs.RecvWR{WRID: e.WRID, SGL: r.SGEs(i, ns)}
-		if err := post(&b.rwr); err != nil {
-			if errors.Is(err, qp.ErrQueueFull) {
-				break
-			}
-			// A QP in the error state flushes; anything else is the
-			// client's mistake, which the engine reports as it posts.
+		if cap(q.sge) < ns {
+			q.sge = make([]mr.SGE, q.maxSGE)
 		}
-		*cons++
-		r.SetCons(*cons)
+		q.wr = verbs.RecvWR{WRID: e.WRID, SGL: q.sge[:ns]}
+		copy(q.wr.SGL, r.SGEs(i, ns))
+		q.cons++
+		r.SetCons(q.cons)
 		moved = true
+		q.pending = true
+		if !b.postRecv(q, post) {
+			break
+		}
 	}
 	return moved, nil
 }
 
-// completions copies the engine's completions of one CQ to its ring.
-func (b *bridge) completions(o *cqObj) bool {
-	moved := false
-	for {
-		room := int(o.ring.Limit()) - int(o.ring.Prod()-o.ring.Cons())
-		if room <= 0 || room > int(o.ring.Limit()) {
-			break
-		}
-		if room > len(o.wcs) {
-			room = len(o.wcs)
-		}
-		n := o.cq.Poll(o.wcs[:room])
-		for i := 0; i < n; i++ {
-			s := o.ring.Next()
-			if s == nil {
-				break
-			}
-			s.SetWC(&o.wcs[i])
-			o.ring.Publish()
-		}
-		if n == 0 {
-			break
-		}
-		moved = true
+// postRecv posts q's request; false: the engine's queue is full.
+func (b *bridge) postRecv(q *recvQ, post func(*verbs.RecvWR) error) bool {
+	if err := post(&q.wr); errors.Is(err, qp.ErrQueueFull) {
+		b.stuck = true
+		return false
 	}
-	if moved {
-		b.notify(o)
-	}
-	if o.cq.Overflowed() {
-		atomic.StoreUint32(&o.ctl.Overflow, 1)
-	}
-	return moved
-}
-
-// notify sends the CQ's event to its channel if the client armed it.
-func (b *bridge) notify(o *cqObj) {
-	if o.ch == 0 || atomic.LoadUint32(&o.ctl.Arm) == 0 {
-		return
-	}
-	if !atomic.CompareAndSwapUint32(&o.ctl.Arm, 1, 0) && !atomic.CompareAndSwapUint32(&o.ctl.Arm, 2, 0) {
-		return
-	}
-	ch := b.c.chans[o.ch]
-	if ch == nil {
-		return
-	}
-	ev := ctl.CQEvent{CQ: o.handle}
-	unix.Write(ch.w, ctl.Bytes(&ev))
+	// Any other refusal is the engine's to report (a QP in the error
+	// state flushes the request).
+	q.pending = false
+	return true
 }

@@ -78,13 +78,11 @@ type chanObj struct {
 }
 
 type cqObj struct {
-	cq     *roce.CQ
+	cq     *roce.CQ // its ring is in mem, which the client polls
 	mem    *shm
-	ring   *ring.Ring[ring.CQE]
 	ctl    *ctl.CQCtl
 	ch     uint32
 	handle uint32
-	wcs    []verbs.WC
 }
 
 type qpObj struct {
@@ -93,7 +91,7 @@ type qpObj struct {
 	sq      *ring.Ring[ring.SendWQE]
 	rq      *ring.Ring[ring.RecvWQE]
 	sqCons  uint32
-	rqCons  uint32
+	rqQ     recvQ
 	ctl     *ctl.QPCtl
 	typ     verbs.QPType
 	pd      uint32
@@ -101,6 +99,11 @@ type qpObj struct {
 	srq     uint32
 	handle  uint32
 	sge     []mr.SGE
+	inline  []byte       // pwr's inline data
+	pwr     verbs.SendWR // the request being posted
+	pending bool         // pwr waits for room in the engine's queue
+	bad     verbs.WCStatus
+	cap     verbs.QPCap // as the client sees it
 	maxSend uint32
 	maxRecv uint32
 }
@@ -109,7 +112,7 @@ type srqObj struct {
 	srq    *roce.SRQ
 	mem    *shm
 	rq     *ring.Ring[ring.RecvWQE]
-	cons   uint32
+	rqQ    recvQ
 	pd     uint32
 	handle uint32
 	maxSGE uint32
@@ -730,18 +733,26 @@ func (c *conn) createCQ(b []byte) ([]byte, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := ring.Init[ring.CQE](mem.mem[ringOff:], ring.KindCQ, in.CQE, stride)
+	o := &cqObj{mem: mem, ctl: (*ctl.CQCtl)(unsafe.Pointer(&mem.mem[0])), ch: in.Channel, handle: h}
+	var notify func()
+	if ch := c.chans[in.Channel]; ch != nil {
+		// On the device loop, with the device lock held: a nonblocking
+		// write of one event (a full socket means the client is not
+		// reading its events; the event is dropped as a full queue
+		// would drop it).
+		w := ch.w
+		notify = func() {
+			ev := ctl.CQEvent{CQ: h}
+			unix.Write(w, ctl.Bytes(&ev))
+		}
+	}
+	cq, err := c.dev.dev.Device().CreateSharedCQ(int(in.CQE), roce.SharedCQ{Ring: mem.mem[ringOff:],
+		Arm: (*atomic.Uint32)(unsafe.Pointer(&o.ctl.Arm)), Notify: notify})
 	if err != nil {
 		mem.close()
 		return nil, nil, err
 	}
-	cq, err := c.dev.dev.Device().CreateCQ(int(in.CQE), c.br.ch)
-	if err != nil {
-		mem.close()
-		return nil, nil, err
-	}
-	o := &cqObj{cq: cq, mem: mem, ring: r, ctl: (*ctl.CQCtl)(unsafe.Pointer(&mem.mem[0])), ch: in.Channel,
-		handle: h, wcs: make([]verbs.WC, 32)}
+	o.cq = cq
 	c.cqs[h] = o
 	if in.Channel != 0 {
 		c.chans[in.Channel].refs++
@@ -820,7 +831,18 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if in.Cap.MaxSendWR == 0 {
+		in.Cap.MaxSendWR = 1
+	}
+	if in.Cap.MaxSendWR > roce.MaxQPWR {
+		return nil, nil, unix.EINVAL
+	}
 	attr := &roce.QPInitAttr{Type: typ, SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: capOf(in.Cap), SigAll: in.SQSigAll != 0}
+	// The client's send ring frees a slot when the bridge takes its WQE,
+	// before the engine completes it: the engine's send queue has room
+	// for twice the ring, so that the ring drains while the engine still
+	// holds the requests of the previous round.
+	attr.Cap.MaxSendWR = min(2*in.Cap.MaxSendWR, roce.MaxQPWR)
 	if srq != nil {
 		attr.SRQ = srq.srq
 		attr.Cap.MaxRecvWR, attr.Cap.MaxRecvSGE = 0, 0
@@ -831,9 +853,7 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 	}
 	_, ia := q.Query()
 	got := ia.Cap
-	if got.MaxSendWR == 0 {
-		got.MaxSendWR = 1
-	}
+	got.MaxSendWR = in.Cap.MaxSendWR
 	sqTail := int(got.MaxSendSGE) * int(unsafe.Sizeof(mr.SGE{}))
 	if int(got.MaxInlineData) > sqTail {
 		sqTail = int(got.MaxInlineData)
@@ -857,7 +877,7 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 		return nil, nil, err
 	}
 	o := &qpObj{qp: q, mem: mem, typ: typ, pd: in.PD, cqs: [2]uint32{in.SendCQ, in.RecvCQ}, srq: in.SRQ,
-		handle: h, ctl: (*ctl.QPCtl)(unsafe.Pointer(&mem.mem[0])), maxSend: got.MaxSendSGE, maxRecv: got.MaxRecvSGE}
+		handle: h, ctl: (*ctl.QPCtl)(unsafe.Pointer(&mem.mem[0])), maxSend: got.MaxSendSGE, maxRecv: got.MaxRecvSGE, cap: got, rqQ: recvQ{maxSGE: got.MaxRecvSGE}}
 	if o.sq, err = ring.Init[ring.SendWQE](mem.mem[sqOff:], ring.KindSend, got.MaxSendWR, sqStride); err == nil && srq == nil {
 		o.rq, err = ring.Init[ring.RecvWQE](mem.mem[rqOff:], ring.KindRecv, got.MaxRecvWR, rqStride)
 	}
@@ -958,7 +978,7 @@ func (c *conn) queryQP(b []byte) ([]byte, []int, error) {
 	out := ctl.ModifyQP{Handle: in.Handle, AttrMask: in.AttrMask, Attr: ctl.QPAttr{
 		QPState: uint32(a.State), CurQPState: uint32(a.State), PathMTU: uint32(a.PathMTU), QKey: a.QKey,
 		RQPSN: uint32(a.RQPSN), SQPSN: uint32(a.SQPSN), DestQPNum: uint32(a.DestQPN),
-		QPAccessFlags: uint32(a.AccessFlags), Cap: ctlCap(ia.Cap), AHAttr: ctlAH(&a.AH), PKeyIndex: a.PKeyIndex,
+		QPAccessFlags: uint32(a.AccessFlags), Cap: ctlCap(o.cap), AHAttr: ctlAH(&a.AH), PKeyIndex: a.PKeyIndex,
 		MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer,
 		PortNum: 1, Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, QPType: uint32(o.typ)}}
 	if a.EnSQDAsyncNotify {
@@ -1037,7 +1057,7 @@ func (c *conn) createSRQ(b []byte) ([]byte, []int, error) {
 		s.Destroy()
 		return nil, nil, err
 	}
-	c.srqs[h] = &srqObj{srq: s, mem: mem, rq: r, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE}
+	c.srqs[h] = &srqObj{srq: s, mem: mem, rq: r, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rqQ: recvQ{maxSGE: in.MaxSGE}}
 	c.dev.own(s, c, h)
 	fd, _ := unix.Dup(mem.fd)
 	out := ctl.SRQCreated{Handle: h, MaxWR: maxWR, MaxSGE: in.MaxSGE, RingOffset: uint64(off), MemSize: uint64(len(mem.mem))}

@@ -27,7 +27,9 @@ type CQ struct {
 	ring       *ring.Ring[ring.CQE] // produced by the loop, consumed under pollMu
 	pollMu     sync.Mutex
 	overflowed atomic.Bool
-	armed      atomic.Uint32 // armNone, armNext, armSolicited
+	armed      *atomic.Uint32 // armNone, armNext, armSolicited: armOwn, or shared memory
+	armOwn     atomic.Uint32
+	notify     func() // SharedCQ.Notify: called instead of posting to ch
 	ch         *CompChannel
 	nqp        int // QPs using the CQ (under the device lock)
 	dead       bool
@@ -57,7 +59,58 @@ func (d *Device) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CQ{dev: d, ring: r, ch: ch, wake: make(chan struct{}, 1)}, nil
+	c := &CQ{dev: d, ring: r, ch: ch, wake: make(chan struct{}, 1)}
+	c.armed = &c.armOwn
+	return c, nil
+}
+
+// SharedCQ is the memory of a CQ that another process consumes (the
+// daemon's clients): its ring, laid out as package ring says, and its arm
+// word, both in memory shared with the consumer.
+type SharedCQ struct {
+	// Ring is the memory of the CQE ring, which CreateSharedCQ
+	// initializes; the consumer attaches to it and releases entries.
+	Ring []byte
+	// Arm is the arm word: the consumer stores 1 (next completion) or 2
+	// (next solicited or failed one), the device clears it when it
+	// notifies.
+	Arm *atomic.Uint32
+	// Notify is called, on the device loop with the device lock held,
+	// when a completion arrives on an armed CQ. It must not block.
+	Notify func()
+}
+
+// CreateSharedCQ creates a CQ of cqe entries whose ring lives in m.Ring:
+// the device loop writes completions straight into memory another process
+// polls, with no copy and no wake-up of a goroutine in between. Poll and
+// Wait must not be used on it (the other process consumes the ring).
+func (d *Device) CreateSharedCQ(cqe int, m SharedCQ) (*CQ, error) {
+	if cqe < 1 || cqe > MaxCQE || m.Arm == nil {
+		return nil, ErrInvalid
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	r, err := ring.Init[ring.CQE](m.Ring, ring.KindCQ, uint32(cqe), ring.Stride[ring.CQE](0))
+	if err != nil {
+		return nil, err
+	}
+	return &CQ{dev: d, ring: r, armed: m.Arm, notify: m.Notify, wake: make(chan struct{}, 1)}, nil
+}
+
+// Inject appends a completion the caller made: a work request that never
+// reached a QP (a daemon refusing a malformed WQE from its ring completes
+// it with an error this way). It reports false if the CQ is full.
+func (c *CQ) Inject(wc *verbs.WC) bool {
+	d := c.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c.dead {
+		return false
+	}
+	return c.push(wc, true)
 }
 
 // Cqe returns the capacity of the CQ.
@@ -100,7 +153,10 @@ func (c *CQ) push(wc *verbs.WC, solicited bool) bool {
 	case c.wake <- struct{}{}:
 	default:
 	}
-	if notify && c.ch != nil {
+	switch {
+	case notify && c.notify != nil:
+		c.notify()
+	case notify && c.ch != nil:
 		c.ch.post(c)
 	}
 	return true
@@ -192,7 +248,7 @@ var timerPool = sync.Pool{New: func() any {
 // solicitedOnly the next solicited or failed completion, posts an event to
 // the CQ's completion channel.
 func (c *CQ) ReqNotify(solicitedOnly bool) error {
-	if c.ch == nil {
+	if c.ch == nil && c.notify == nil {
 		return ErrInvalid
 	}
 	if solicitedOnly {

@@ -60,6 +60,7 @@ func runDaemon(e *env, args []string) int {
 	engine := f.String("engine", "", "engine mode: auto, sleep, spin, adaptive or inline (default: SROCE_ENGINE, else auto)")
 	logFormat := f.String("log-format", "text", "log format: `text` or json")
 	verbose := f.Bool("v", false, "log every client request that fails")
+	spin := f.Duration("spin", 0, "how long a client's bridge keeps polling its rings after the last work before it sleeps (default 50µs; 0: the default; negative: never spin)")
 	maxQPs := f.Int("max-qps", daemon.DefaultLimits.QPs, "QPs one client may hold")
 	maxMRs := f.Int("max-mrs", daemon.DefaultLimits.MRs, "MRs and MWs one client may hold")
 	maxReg := f.Uint64("max-reg", daemon.DefaultLimits.RegBytes, "bytes one client may register")
@@ -128,7 +129,7 @@ func runDaemon(e *env, args []string) int {
 			log.Info("live trace", "device", p.Device().Name(), "socket", ts.Path())
 		}
 	}
-	srv, err := daemon.New(devs, daemon.Options{Logger: log,
+	srv, err := daemon.New(devs, daemon.Options{Logger: log, SpinFor: *spin,
 		Limits: daemon.Limits{QPs: *maxQPs, MRs: *maxMRs, RegBytes: *maxReg}})
 	if err != nil {
 		fmt.Fprintf(e.Stderr, "sroce daemon: %v\n", err)

@@ -39,7 +39,7 @@ type daemonPair struct {
 
 // startDaemons starts `sroce daemon` on each veth with link, as the
 // unprivileged user nobody when unprivileged is set.
-func startDaemons(t *testing.T, link string, unprivileged bool) *daemonPair {
+func startDaemons(t testing.TB, link string, unprivileged bool) *daemonPair {
 	t.Helper()
 	nsutil.Skip(t)
 	pair, err := nsutil.NewPair(nsutil.PairConfig{Prefix: "sroce-daemon", Seed: 11})
@@ -74,7 +74,11 @@ func startDaemons(t *testing.T, link string, unprivileged bool) *daemonPair {
 	}{{pair.A, pair.Veth.NameA}, {pair.B, pair.Veth.NameB}} {
 		d.sockets[i] = filepath.Join(dir, fmt.Sprintf("d%d.sock", i))
 		d.devs[i] = "sroce_" + side.ifname
-		cmd := side.ns.Command(context.Background(), d.bin, "daemon", "-d", side.ifname, "--link", link, "--socket", d.sockets[i], "-v")
+		args := []string{"daemon", "-d", side.ifname, "--link", link, "--socket", d.sockets[i], "-v"}
+		if s := os.Getenv("SROCE_TEST_DAEMON_SPIN"); s != "" {
+			args = append(args, "--spin", s)
+		}
+		cmd := side.ns.Command(context.Background(), d.bin, args...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if unprivileged {
 			cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 65534, Gid: 65534}

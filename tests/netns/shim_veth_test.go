@@ -56,7 +56,7 @@ var realTools = []realTool{
 }
 
 // needRealTools skips when the Debian programs or a C compiler are missing.
-func needRealTools(t *testing.T) {
+func needRealTools(t testing.TB) {
 	t.Helper()
 	for _, p := range []string{"ibv_rc_pingpong", "ib_write_bw", "gcc"} {
 		if _, err := exec.LookPath(p); err != nil {
@@ -67,7 +67,7 @@ func needRealTools(t *testing.T) {
 
 // runIn starts `sroce run -- prog args...` in a namespace with the
 // daemon's socket, as nobody when uid is set.
-func (d *daemonPair) runIn(t *testing.T, ctx context.Context, inA bool, nobody bool, env []string, prog string, args ...string) *toolProc {
+func (d *daemonPair) runIn(t testing.TB, ctx context.Context, inA bool, nobody bool, env []string, prog string, args ...string) *toolProc {
 	t.Helper()
 	ns, sock := d.pair.B, d.sockets[1]
 	if inA {
@@ -96,7 +96,7 @@ func listening(ctx context.Context, ns *nsutil.Namespace, srv *toolProc, port in
 
 // realPair runs a real tool's server in A and client in B through the
 // daemons and returns both outcomes.
-func (d *daemonPair) realPair(t *testing.T, tool realTool, port int, nobody bool, env []string) (srv, cli toolOutcome) {
+func (d *daemonPair) realPair(t testing.TB, tool realTool, port int, nobody bool, env []string) (srv, cli toolOutcome) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -115,7 +115,7 @@ func (d *daemonPair) realPair(t *testing.T, tool realTool, port int, nobody bool
 }
 
 // gidIdx returns the index of daemon i's IPv4 GID, as a flag value.
-func (d *daemonPair) gidIdx(t *testing.T, i int) string {
+func (d *daemonPair) gidIdx(t testing.TB, i int) string {
 	t.Helper()
 	x, err := client.Open(d.sockets[i], d.devs[i])
 	if err != nil {
@@ -133,7 +133,7 @@ func (d *daemonPair) gidIdx(t *testing.T, i int) string {
 
 // checkReal checks that both sides of a real tool ran to their result,
 // with the rules of sroce's own tools of the same name.
-func checkReal(t *testing.T, tool realTool, srv, cli toolOutcome) {
+func checkReal(t testing.TB, tool realTool, srv, cli toolOutcome) {
 	t.Helper()
 	name := strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(tool.prog, "ibv_"), "ib_"), "_", "-")
 	for _, side := range []struct {

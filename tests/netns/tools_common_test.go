@@ -22,7 +22,7 @@ import (
 
 // buildSroce builds cmd/sroce into a temporary directory of t and returns
 // the binary's path.
-func buildSroce(t *testing.T) string {
+func buildSroce(t testing.TB) string {
 	t.Helper()
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
@@ -61,7 +61,7 @@ type toolProc struct {
 
 // startTool starts cmd with start (which forks it inside the namespace)
 // and collects its output.
-func startTool(t *testing.T, cmd *exec.Cmd, start func(*exec.Cmd) error) *toolProc {
+func startTool(t testing.TB, cmd *exec.Cmd, start func(*exec.Cmd) error) *toolProc {
 	t.Helper()
 	p := &toolProc{cmd: cmd, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = &p.stdout, &p.stderr

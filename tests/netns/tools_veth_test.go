@@ -27,7 +27,7 @@ type vethPair struct {
 }
 
 // newVethPair creates the namespaces (impaired by netem if not nil).
-func newVethPair(t *testing.T, netem *nsutil.Netem) *vethPair {
+func newVethPair(t testing.TB, netem *nsutil.Netem) *vethPair {
 	t.Helper()
 	nsutil.Skip(t)
 	pair, err := nsutil.NewPair(nsutil.PairConfig{Prefix: "sroce-tools", Impair: netem, Seed: 7})
@@ -39,7 +39,7 @@ func newVethPair(t *testing.T, netem *nsutil.Netem) *vethPair {
 }
 
 // start starts sroce with args in namespace a (else b) on its veth.
-func (v *vethPair) start(t *testing.T, ctx context.Context, inA bool, env []string, args ...string) *toolProc {
+func (v *vethPair) start(t testing.TB, ctx context.Context, inA bool, env []string, args ...string) *toolProc {
 	t.Helper()
 	ns, ifname := v.pair.B, v.pair.Veth.NameB
 	if inA {
@@ -67,7 +67,7 @@ func (v *vethPair) waitServer(ctx context.Context, srv *toolProc, port int) erro
 
 // runPair runs cmd with args as server in A and client in B and checks
 // that both succeed and print their results.
-func (v *vethPair) runPair(t *testing.T, cmd string, args ...string) (srv, cli toolOutcome) {
+func (v *vethPair) runPair(t testing.TB, cmd string, args ...string) (srv, cli toolOutcome) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

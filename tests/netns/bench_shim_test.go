@@ -1,0 +1,118 @@
+package netns
+
+// BenchmarkShimTable: the real perftest tools through `sroce run` and two
+// sroce daemons, beside sroce's own perftest tools (the engine in the
+// tool's process) on the same veth pair over AF_XDP, in the same run, with
+// the daemons' CPU time per message.
+//
+//	go test -run '^$' -bench ShimTable -benchtime 1x ./tests/netns
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+)
+
+// shimFigures are the figures the daemon issue names.
+var shimFigures = []guestFigure{
+	{"write_bw 64 KiB x5000", "ib_write_bw", "-s 65536 -n 5000", "MB/s", bwAvg, false},
+	{"write_bw 8 B x100000", "ib_write_bw", "-s 8 -n 100000", "msg/s", bwRate, false},
+	{"send_lat 8 B typical", "ib_send_lat", "-s 8 -n 5000", "us", latTypical, true},
+}
+
+// daemonCPU returns the CPU time (user + system) daemon i has used.
+func (d *daemonPair) daemonCPU(i int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.procs[i].cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // clock ticks (USER_HZ 100)
+}
+
+func BenchmarkShimTable(b *testing.B) {
+	needRealTools(b)
+	// Two veth pairs built the same way: one with a daemon on each end
+	// for the real tools, one for sroce's own tools (which open the
+	// AF_XDP queue themselves). The figures alternate between the two.
+	d := startDaemons(b, "xdp", false)
+	v := newVethPair(b, nil)
+	type row struct {
+		fig              guestFigure
+		real, own        float64
+		cpuPerMsgDaemons time.Duration
+		msgs             int
+	}
+	var rows []row
+	for i, fig := range shimFigures {
+		r := row{fig: fig}
+		n, _ := strconv.Atoi(strings.Fields(fig.args)[3])
+		r.msgs = n
+		for iter := 0; iter < b.N; iter++ {
+			cpu0 := d.daemonCPU(0) + d.daemonCPU(1)
+			r.real = d.benchReal(b, fig, 19515+i)
+			r.cpuPerMsgDaemons = (d.daemonCPU(0) + d.daemonCPU(1) - cpu0) / time.Duration(n)
+			r.own = v.benchOwn(b, fig)
+		}
+		rows = append(rows, r)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "figure\tunit\treal tool via daemons\tsroce's own tool\treal / own\tdaemons' CPU per message\t\n")
+	for _, r := range rows {
+		ratio := 0.0
+		if r.own > 0 && r.real > 0 {
+			ratio = r.real / r.own
+			if r.fig.lower {
+				ratio = r.own / r.real
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.2f\t%v\t\n", r.fig.name, r.fig.unit, fmtFigure(r.real), fmtFigure(r.own), ratio, r.cpuPerMsgDaemons)
+	}
+	w.Flush()
+	fmt.Println("(ratio > 1: the real tool through the daemons does better; latency ratios are own/real)")
+}
+
+// benchReal runs a real tool pair through the daemons and returns its figure.
+func (d *daemonPair) benchReal(b *testing.B, fig guestFigure, port int) float64 {
+	srv, cli := d.realPair(b, realTool{fig.tool, fig.args, "-x"}, port, false, nil)
+	if !srv.ok() || !cli.ok() {
+		b.Logf("%s via daemons failed:\nserver: %v\nclient: %v", fig.tool, srv, cli)
+		return 0
+	}
+	return figureOf(b, fig, cli.stdout)
+}
+
+// benchOwn runs sroce's own tool pair and returns its figure.
+func (v *vethPair) benchOwn(b *testing.B, fig guestFigure) float64 {
+	cmd := strings.ReplaceAll(strings.TrimPrefix(fig.tool, "ib_"), "_", "-")
+	srv, cli := v.runPair(b, cmd, append([]string{"-x", "1"}, strings.Fields(fig.args)...)...)
+	if !srv.ok() || !cli.ok() {
+		b.Logf("sroce %s failed:\nserver: %v\nclient: %v", cmd, srv, cli)
+		return 0
+	}
+	return figureOf(b, fig, cli.stdout)
+}
+
+func figureOf(b *testing.B, fig guestFigure, out string) float64 {
+	row := bwRow
+	if fig.lower {
+		row = latRow
+	}
+	line := row.FindString(out)
+	if line == "" {
+		b.Logf("%s printed no result row:\n%s", fig.tool, out)
+		return 0
+	}
+	val, ok := fig.value(strings.Fields(line))
+	if !ok {
+		return 0
+	}
+	return val
+}
