@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sroce/sroce/tests/netns/rxeguest"
+	"github.com/sroce/sroce/internal/rxeguest"
 )
 
 // interopCase is one tool and the arguments both sides take (sroce's

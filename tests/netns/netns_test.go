@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sroce/sroce/tests/netns/rxeguest"
+	"github.com/sroce/sroce/internal/rxeguest"
 )
 
 // shared holds the image and the two-guest LAN that the tests of this
