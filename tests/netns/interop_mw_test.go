@@ -669,7 +669,7 @@ func startRxeMW(t *testing.T, ctx context.Context, g *rxeguest.Guest, ns *nsutil
 	t.Cleanup(func() { s.stop(t) })
 	lctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := waitListening(lctx, g, mwPort, proc); err != nil {
+	if err := g.WaitListening(lctx, mwPort, proc); err != nil {
 		t.Fatalf("waiting for sroce-mw to listen on port %d: %v", mwPort, err)
 	}
 	err = ns.Do(func() (err error) {
