@@ -61,8 +61,7 @@ type Rig struct {
 
 // RigConfig says how to make a Rig.
 type RigConfig struct {
-	// Bin is the sroce binary; Env its environment (nil: this process's
-	// with SROCE_LINK=xdp).
+	// Bin is the sroce binary; Env its environment (nil: DefaultEnv()).
 	Bin string
 	Env []string
 	// Logf, if not nil, is told the image build's progress.
@@ -76,7 +75,7 @@ func NewRig(ctx context.Context, cfg RigConfig) (*Rig, error) {
 		return nil, err
 	}
 	if cfg.Env == nil {
-		cfg.Env = append(os.Environ(), "SROCE_LINK=xdp")
+		cfg.Env = DefaultEnv()
 	}
 	img, err := rxeguest.ImageOptions{Logf: cfg.Logf}.Ensure(ctx)
 	if err != nil {
@@ -115,6 +114,28 @@ func (r *Rig) sroce(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := r.Host.NS.Command(ctx, r.Bin, args...)
 	cmd.Env = r.Env
 	return cmd
+}
+
+// DefaultEnv is the environment of sroce's tools in a rig: this
+// process's, with the AF_XDP link, and stall and exchange limits that fit
+// a slow emulated guest (90 s each).
+func DefaultEnv() []string {
+	return append(os.Environ(), "SROCE_LINK=xdp", "SROCE_STALL_TIMEOUT=90s", "SROCE_EXCHANGE_TIMEOUT=90s")
+}
+
+// LingerEnv is PairOpts.RealEnv for runs with loss: it makes
+// ibv_rc_pingpong keep its QP a second before destroying it
+// (rxeguest.LingerLib). The tool has no closing handshake: each side ends
+// at its own last completion, and when the ACK of the peer's last message
+// is lost the peer retransmits to a QP that is gone and fails, whatever
+// the peer is (two rxe guests fail the same way). sroce's tools linger on
+// their own; perftest's tools close with a TCP handshake that keeps both
+// QPs until each side has its completions.
+func LingerEnv(c Case) string {
+	if strings.HasSuffix(c.Real, "_pingpong") {
+		return "LD_PRELOAD=" + rxeguest.LingerLib + " SROCE_LINGER_MS=1000"
+	}
+	return ""
 }
 
 // PairOpts are what an impaired run of a pair adds: an environment for

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,20 +25,6 @@ import (
 	"github.com/sroce/sroce/internal/rxeguest"
 	"github.com/sroce/sroce/interop"
 )
-
-// lingerEnv makes ibv_rc_pingpong keep its QP a second before destroying
-// it (rxeguest.LingerLib). The tool has no closing handshake: each side
-// ends at its own last completion, and when the ACK of the peer's last
-// message is lost the peer retransmits to a QP that is gone and fails,
-// whatever the peer is (two rxe guests fail the same way). sroce's tools
-// linger on their own; perftest's tools close with a TCP handshake that
-// keeps both QPs until each side has its completions.
-func lingerEnv(c interop.Case) string {
-	if strings.HasSuffix(c.Real, "_pingpong") {
-		return "LD_PRELOAD=" + rxeguest.LingerLib + " SROCE_LINGER_MS=1000"
-	}
-	return ""
-}
 
 // impairedTest skips the impaired interop tests where they cannot run.
 func impairedTest(t *testing.T) {
@@ -63,7 +48,7 @@ func TestInteropRxeLossy(t *testing.T) {
 	}
 	var total rxeguest.LossCount
 	var mu sync.Mutex
-	opts := &interop.PairOpts{RealEnv: lingerEnv, Impair: func(ctx context.Context, _ string) (func() (string, error), error) {
+	opts := &interop.PairOpts{RealEnv: interop.LingerEnv, Impair: func(ctx context.Context, _ string) (func() (string, error), error) {
 		before, err := rig.Guest.RoCELoss(ctx)
 		if err != nil {
 			return nil, err
@@ -104,7 +89,7 @@ func TestInteropRxePaused(t *testing.T) {
 	var mu sync.Mutex
 	var pauses int
 	var paused time.Duration
-	opts := &interop.PairOpts{RealEnv: lingerEnv, Impair: func(ctx context.Context, pcap string) (func() (string, error), error) {
+	opts := &interop.PairOpts{RealEnv: interop.LingerEnv, Impair: func(ctx context.Context, pcap string) (func() (string, error), error) {
 		before, err := tapDrops(ctx, rig)
 		if err != nil {
 			return nil, err
