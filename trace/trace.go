@@ -82,8 +82,10 @@ type direction struct {
 	ePSNKnown bool
 	// ePSNLoose: after a READ request whose length in packets is not
 	// known, the next request is taken as in sequence whatever its PSN
-	// beyond the READ's.
+	// beyond the READ's; loosePSN is that READ's PSN, whose last
+	// response tells where the next request begins.
 	ePSNLoose bool
+	loosePSN  bth.PSN
 	// acked is the highest PSN of these requests acknowledged by the
 	// other side.
 	acked      bth.PSN
@@ -322,7 +324,7 @@ func (c *Conn) request(ev *Event, dir *direction, info *bth.OpInfo) {
 			if k, ok := c.readPackets(ev.DMALen); ok {
 				n = k
 			} else {
-				dir.ePSNLoose = true
+				dir.ePSNLoose, dir.loosePSN = true, p
 			}
 		}
 		dir.ePSN = p.Add(n)
@@ -484,9 +486,22 @@ func (c *Conn) readResponse(ev *Event, req *direction, info *bth.OpInfo) {
 		ev.Analysis = append(ev.Analysis, fmt.Sprintf("READ response %d for the READ request at frame %d", idx, r.frame))
 	}
 	if info.Position == bth.PosLast || info.Position == bth.PosOnly {
+		readPSN := r.psn
 		req.outstanding = append(req.outstanding[:i], req.outstanding[i+1:]...)
-		if !req.ePSNKnown || req.ePSNLoose || req.ePSN.LessThan(p.Next()) {
-			req.ePSN, req.ePSNKnown, req.ePSNLoose = p.Next(), true, false
+		// The end of a READ's response is where the requests after it
+		// begin: it settles the expected PSN when that READ is the one
+		// whose length was not known (the last request taken), and only
+		// moves it forward otherwise. An older READ ending says nothing
+		// about requests sent after the loose one.
+		switch {
+		case !req.ePSNKnown:
+			req.ePSN, req.ePSNKnown = p.Next(), true
+		case req.ePSNLoose:
+			if readPSN == req.loosePSN {
+				req.ePSN, req.ePSNLoose = p.Next(), false
+			}
+		case req.ePSN.LessThan(p.Next()):
+			req.ePSN = p.Next()
 		}
 	}
 }
