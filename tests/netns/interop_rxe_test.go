@@ -65,7 +65,7 @@ func runPair(t *testing.T, ctx context.Context, rig *interop.Rig, c interop.Case
 	// long log says what failed.
 	verdicts := res.Verdicts()
 	if res.Failed() {
-		dissect(t, rig, res.Pcap)
+		logDissect(t, rig, res.Pcap)
 		t.Logf("the guest after the run:\n%s", rig.GuestState(ctx))
 	}
 	for _, v := range verdicts {
@@ -78,9 +78,9 @@ func runPair(t *testing.T, ctx context.Context, rig *interop.Rig, c interop.Case
 	}
 }
 
-// dissect logs the decoded capture of a failed pair, and keeps the
+// logDissect logs the decoded capture of a failed pair, and keeps the
 // capture in $SROCE_CAPTURE_DIR when that is set.
-func dissect(t *testing.T, rig *interop.Rig, pcap string) {
+func logDissect(t *testing.T, rig *interop.Rig, pcap string) {
 	out, err := rig.Dissect(pcap)
 	t.Logf("RoCEv2 traffic on the guest's tap (sroce dissect, %v):\n%s", err, out)
 	if dir := os.Getenv("SROCE_CAPTURE_DIR"); dir != "" {
