@@ -10,8 +10,9 @@ package netns
 // exactly those an independent count finds (its own minimal parse of
 // Ethernet, IPv4, UDP and the BTH: per sender address, destination QP and
 // class, request or READ response, a PSN that sender already sent), every
-// NAK must carry an analysis string that explains it, and the run must
-// have had loss (at least one retransmission).
+// NAK must carry an analysis string that explains it, every READ response
+// must be paired with its READ, and the run must have had loss (at least
+// one retransmission).
 
 import (
 	"context"
@@ -156,6 +157,12 @@ func checkAnalysis(t *testing.T, pcap string) {
 			if strings.HasPrefix(a, "acks PSN ") && strings.Contains(a, "..") {
 				kinds["ACK of several PSNs"]++
 			}
+		}
+		// Every request the responder answered crossed the tap (the loss
+		// is inside the guest: before the tap on its way out, after it on
+		// its way in), so every READ response has its READ in the capture.
+		if slices.Contains(ev.Analysis, "READ response without a READ request seen") {
+			t.Errorf("frame %d: %s psn=%#06x is paired with no READ request, though every READ answered is in the capture", ev.Frame, ev.Opcode, uint32(ev.PSN))
 		}
 		if !ev.HasAETH || ev.Syndrome.IsACK() {
 			continue
