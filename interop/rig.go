@@ -42,8 +42,10 @@ const (
 	attempts = 3
 )
 
-// Rig is an rxe guest and a host network namespace with a veth on the
-// guest's bridge, where sroce's tools run over AF_XDP.
+// Rig is an rdma_rxe peer and a host network namespace with a veth on the
+// peer's bridge, where sroce's tools run over AF_XDP. The peer is a qemu
+// guest (Img, Guest) or this host's own rdma_rxe on the veth of another
+// namespace on the bridge (Guest and Img are nil then).
 type Rig struct {
 	Img   *rxeguest.Image
 	LAN   *rxeguest.LAN
@@ -54,9 +56,11 @@ type Rig struct {
 	Bin string
 	Env []string
 
-	dir  string // captures
-	mu   sync.Mutex
-	runs int
+	peer     peer
+	hostPeer *hostPeer // the peer, when it is this host's rdma_rxe
+	dir      string    // captures
+	mu       sync.Mutex
+	runs     int
 }
 
 // RigConfig says how to make a Rig.
@@ -64,22 +68,51 @@ type RigConfig struct {
 	// Bin is the sroce binary; Env its environment (nil: DefaultEnv()).
 	Bin string
 	Env []string
-	// Logf, if not nil, is told the image build's progress.
+	// Logf, if not nil, is told the image build's progress and which
+	// peer was chosen.
 	Logf func(format string, args ...any)
+	// Peer is PeerGuest (the default), PeerHost or PeerAuto.
+	Peer string
 }
 
-// NewRig builds (or finds in its cache) the guest image, boots the guest
-// and adds the host namespace. Close tears everything down.
+// NewRig sets up the peer (the guest: builds or finds in its cache the
+// guest image and boots the guest; this host: loads rdma_rxe and makes an
+// rxe device on a veth of a namespace of its own) and adds the host
+// namespace where sroce runs. Close tears everything down.
 func NewRig(ctx context.Context, cfg RigConfig) (*Rig, error) {
-	if err := rxeguest.Available(); err != nil {
-		return nil, err
+	logf := cfg.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	onHost := false
+	switch cfg.Peer {
+	case "", PeerGuest:
+	case PeerHost:
+		if err := HostRxe(); err != nil {
+			return nil, err
+		}
+		onHost = true
+	case PeerAuto:
+		if err := HostRxe(); err != nil {
+			logf("%v: the rdma_rxe peer is a qemu guest", err)
+		} else {
+			onHost = true
+		}
+	default:
+		return nil, fmt.Errorf("no such kind of peer %q (auto, host or guest)", cfg.Peer)
 	}
 	if cfg.Env == nil {
 		cfg.Env = DefaultEnv()
 	}
-	img, err := rxeguest.ImageOptions{Logf: cfg.Logf}.Ensure(ctx)
-	if err != nil {
+	var img *rxeguest.Image
+	if err := rxeguest.Available(); err != nil {
 		return nil, err
+	}
+	if !onHost {
+		var err error
+		if img, err = (rxeguest.ImageOptions{Logf: cfg.Logf}).Ensure(ctx); err != nil {
+			return nil, err
+		}
 	}
 	dir, err := os.MkdirTemp("", "sroce-interop-")
 	if err != nil {
@@ -90,9 +123,18 @@ func NewRig(ctx context.Context, cfg RigConfig) (*Rig, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	if r.Guest, err = r.LAN.Boot(ctx, img, rxeguest.Config{Name: "rxe-interop", IP: GuestAddr}); err != nil {
-		r.Close()
-		return nil, err
+	if onHost {
+		if r.hostPeer, err = newHostPeer(ctx, r.LAN, GuestAddr); err != nil {
+			r.Close()
+			return nil, err
+		}
+		r.peer = r.hostPeer
+	} else {
+		if r.Guest, err = r.LAN.Boot(ctx, img, rxeguest.Config{Name: "rxe-interop", IP: GuestAddr}); err != nil {
+			r.Close()
+			return nil, err
+		}
+		r.peer = guestPeer{r}
 	}
 	if r.Host, err = r.LAN.AddHost(ctx, rxeguest.HostConfig{IP: HostAddr}); err != nil {
 		r.Close()
@@ -101,8 +143,28 @@ func NewRig(ctx context.Context, cfg RigConfig) (*Rig, error) {
 	return r, nil
 }
 
-// Close stops the guest, deletes the namespaces and the captures.
+// Describe names the peer: the kernel and the packages of its tools, and
+// where it is.
+func (r *Rig) Describe() string {
+	if r.Guest == nil {
+		rel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+		return fmt.Sprintf("rdma_rxe of this host (Linux %s), device %s on a veth in a network namespace at %s",
+			strings.TrimSpace(string(rel)), r.hostPeer.dev, r.peer.ip())
+	}
+	d := fmt.Sprintf("rdma_rxe in a qemu guest at %s (Linux %s", r.Guest.IP(), r.Img.KernelRelease)
+	for _, p := range []string{"rdma-core", "perftest"} {
+		if v := r.Img.Packages[p]; v != "" {
+			d += ", " + p + " " + v
+		}
+	}
+	return d + ")"
+}
+
+// Close stops the peer, deletes the namespaces and the captures.
 func (r *Rig) Close() error {
+	if r.hostPeer != nil {
+		r.hostPeer.close()
+	}
 	err := r.LAN.Close()
 	os.RemoveAll(r.dir)
 	return err
@@ -286,7 +348,8 @@ func (r *Rig) runOnce(ctx context.Context, c Case, realServer bool, opts *PairOp
 	r.runs++
 	res.Pcap = filepath.Join(r.dir, fmt.Sprintf("%03d-%s-%s-%d.pcap", r.runs, c.Name, res.Direction(), attempt))
 	r.mu.Unlock()
-	capt, err := rxeguest.StartCapture(ctx, r.LAN.NS, r.Guest.Tap(), res.Pcap, "udp port 4791")
+	capNS, capIf := r.peer.capturePoint()
+	capt, err := rxeguest.StartCapture(ctx, capNS, capIf, res.Pcap, "udp port 4791")
 	if err != nil {
 		return res, err
 	}
@@ -298,7 +361,7 @@ func (r *Rig) runOnce(ctx context.Context, c Case, realServer bool, opts *PairOp
 	}()
 	realArgs := c.Args
 	if strings.HasPrefix(c.Real, "ib_") {
-		realArgs = "-d rxe0 " + realArgs
+		realArgs = "-d " + r.peer.device() + " " + realArgs
 	}
 	sroceArgs := append([]string{c.Cmd, "-d", r.Host.Ifname}, strings.Fields(c.Args)...)
 	realCmd := "exec stdbuf -oL -eL " + c.Real + " " + realArgs
@@ -325,17 +388,17 @@ func (r *Rig) runOnce(ctx context.Context, c Case, realServer bool, opts *PairOp
 	}
 
 	if realServer {
-		srv, err := r.Guest.Start(ctx, realCmd)
+		srv, err := r.peer.start(ctx, realCmd)
 		if err != nil {
 			return res, err
 		}
-		if err := r.Guest.WaitListening(ctx, 18515, srv); err != nil {
+		if err := r.peer.waitListening(ctx, 18515, srv); err != nil {
 			return res, fmt.Errorf("%s as the server: %w", c.Real, err)
 		}
 		if err := startImpairment(); err != nil {
 			return res, err
 		}
-		p, err := startProc(r.sroce(ctx, append(sroceArgs, r.Guest.IP().String())...))
+		p, err := startProc(r.sroce(ctx, append(sroceArgs, r.peer.ip().String())...))
 		if err != nil {
 			return res, err
 		}
@@ -362,7 +425,7 @@ func (r *Rig) runOnce(ctx context.Context, c Case, realServer bool, opts *PairOp
 		if err := startImpairment(); err != nil {
 			return res, err
 		}
-		cli, err := r.Guest.Start(ctx, realCmd+" "+HostAddr.Addr().String())
+		cli, err := r.peer.start(ctx, realCmd+" "+HostAddr.Addr().String())
 		if err != nil {
 			return res, err
 		}
@@ -388,14 +451,14 @@ func (r *Rig) runOnce(ctx context.Context, c Case, realServer bool, opts *PairOp
 		res.Impaired = strings.TrimPrefix(res.Impaired+"; the capture is not the whole exchange: "+err.Error(), "; ")
 	}
 	if opts != nil {
-		res.Impaired = strings.TrimPrefix(res.Impaired+"; "+Resent(res.Pcap, r.Guest.IP()), "; ")
+		res.Impaired = strings.TrimPrefix(res.Impaired+"; "+Resent(res.Pcap, r.peer.ip()), "; ")
 	}
 	return res, nil
 }
 
 // guestOutcome waits for a real tool; if kill is set (the sroce side has
 // already failed) it gives the tool a few seconds and then stops it.
-func (r *Rig) guestOutcome(ctx context.Context, p *rxeguest.Proc, kill bool) (Outcome, error) {
+func (r *Rig) guestOutcome(ctx context.Context, p peerProc, kill bool) (Outcome, error) {
 	limit := realLimit
 	if kill {
 		limit = realGrace
@@ -421,6 +484,9 @@ func (r *Rig) guestOutcome(ctx context.Context, p *rxeguest.Proc, kill bool) (Ou
 // consuming the guest's frames), or "" if the log has none. The guest's
 // agent answers over virtio-serial, so it is reachable when eth0 is not.
 func (r *Rig) nicHung(ctx context.Context) string {
+	if r.Guest == nil {
+		return ""
+	}
 	ctx, cancel := context.WithTimeout(ctx, guestQuery)
 	defer cancel()
 	res, err := r.Guest.Run(ctx, `dmesg | grep -m1 'NETDEV WATCHDOG.*transmit queue.*timed out' || true`)
@@ -444,18 +510,18 @@ func (r *Rig) reboot(ctx context.Context) error {
 	return nil
 }
 
-// GuestState describes the guest's side of a failed run: eth0's
-// counters, its qdiscs, rxe0's counters and the end of the kernel log, so
-// that a guest whose network or rxe stopped shows it.
+// GuestState describes the peer's side of a failed run: eth0's counters,
+// its qdiscs, the rxe device's counters and the end of the kernel log, so
+// that a peer whose network or rxe stopped shows it.
 func (r *Rig) GuestState(ctx context.Context) string {
 	ctx, cancel := context.WithTimeout(ctx, guestQuery)
 	defer cancel()
-	res, err := r.Guest.Run(ctx, `ip -s link show dev eth0
+	res, err := r.peer.Run(ctx, `ip -s link show dev eth0
 tc -s qdisc show dev eth0
-cd /sys/class/infiniband/rxe0/ports/1/hw_counters 2>/dev/null && for f in *; do printf '%s=%s ' "$f" "$(cat $f)"; done; echo
+cd /sys/class/infiniband/`+r.peer.device()+`/ports/1/hw_counters 2>/dev/null && for f in *; do printf '%s=%s ' "$f" "$(cat $f)"; done; echo
 dmesg | tail -n 20`)
 	if err != nil {
-		return fmt.Sprintf("(the guest did not answer within %v: %v)", guestQuery, err)
+		return fmt.Sprintf("(%s did not answer within %v: %v)", r.peer.name(), guestQuery, err)
 	}
 	return strings.TrimRight(string(res.Stdout)+string(res.Stderr), "\n")
 }
@@ -608,4 +674,16 @@ func poll(ctx context.Context, what string, cond func() (bool, error)) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// SetLoss makes the peer drop about pct percent of the RoCEv2 frames it
+// sends and receives (rxeguest.SetRoCELoss: netem and a tc gact action
+// on its eth0).
+func (r *Rig) SetLoss(ctx context.Context, pct float64) error {
+	return rxeguest.SetRoCELoss(ctx, r.peer, r.peer.name(), pct)
+}
+
+// Loss reads the counters of the loss SetLoss put in place.
+func (r *Rig) Loss(ctx context.Context) (rxeguest.LossCount, error) {
+	return rxeguest.RoCELoss(ctx, r.peer, r.peer.name())
 }

@@ -1,7 +1,7 @@
 package main
 
-// sroce interop: the interop matrix as a command. Package interop boots
-// the rxe guest, runs each pair and judges it; this file chooses the
+// sroce interop: the interop matrix as a command. Package interop sets up
+// the rdma_rxe peer, runs each pair and judges it; this file chooses the
 // pairs, prints the matrix as the runs end, and keeps the capture, the
 // ladder and both sides' output of every failed run.
 
@@ -31,23 +31,26 @@ const interopAbout = `
 Interop runs every sroce tool against its real counterpart (rdma-core's
 ibv_rc_pingpong and ibv_ud_pingpong, perftest's ib_*_bw and ib_*_lat) on a
 real rdma_rxe peer, in both directions: the real tool as the server and
-sroce as the client, then the other way round. The peer is a qemu guest
-(Debian bookworm, Linux 6.1, rdma_rxe on its eth0) on a bridge in a
-network namespace of its own; sroce runs in another namespace on a veth
-port of that bridge, over AF_XDP. The guest image is built on first use
-(debootstrap from the Debian mirror apt uses, about two minutes) and
-cached in /var/cache/sroce/rxe-guest ($SROCE_CACHE moves it). Needs root,
-qemu-system-x86_64, debootstrap, mkfs.ext4, ip and tcpdump.
+sroce as the client, then the other way round. sroce runs in a network
+namespace on a veth port of a bridge, over AF_XDP. The peer is on the
+same bridge: this host's own rdma_rxe, on the veth of another namespace
+(rdma link add), when the kernel has the module and the real tools are
+installed; a qemu guest otherwise (Debian bookworm, Linux 6.1, rdma_rxe on
+its eth0), whose image is built on first use (debootstrap from the Debian
+mirror apt uses, about two minutes) and cached in /var/cache/sroce/rxe-guest
+($SROCE_CACHE moves it). --peer host or guest insists on one. Needs root,
+ip and tcpdump, and for the guest qemu-system-x86_64, debootstrap and
+mkfs.ext4.
 
 It prints a matrix, one row per pair as it ends: PASS with the run's
 figure (the sroce side's, or the real tool's where sroce prints none),
 or FAIL with what went wrong. For each failed run it keeps, in the --keep
 directory (a new directory under the temporary directory by default),
-the RoCEv2 traffic on the guest's tap (NAME-DIRECTION.pcap), its ladder
+the RoCEv2 traffic on the peer's interface (NAME-DIRECTION.pcap), its ladder
 as "sroce ladder" prints it (NAME-DIRECTION.ladder.txt) and both sides'
 output (NAME-DIRECTION.log).
 
-With --loss PCT the guest drops PCT percent of the RoCEv2 frames it sends
+With --loss PCT the peer drops PCT percent of the RoCEv2 frames it sends
 (netem) and of those it receives (a tc gact action), and the pairs are
 the reliable (RC) tools with longer runs; the dropped frames are counted
 at the end. --only picks pairs by name or by sroce command (rc-pingpong,
@@ -68,13 +71,14 @@ const interopTimeoutDefault = time.Hour
 
 // runInterop implements "sroce interop".
 func runInterop(e *env, args []string) int {
-	f := newFlags(e, "interop", "sroce interop [--loss PCT] [--only LIST] [--all] [--keep DIR] [--engine MODE] [--timeout D]", interopAbout)
-	loss := f.Float64("loss", 0, "the guest drops `PCT` percent of the RoCEv2 frames each way")
+	f := newFlags(e, "interop", "sroce interop [--loss PCT] [--only LIST] [--all] [--keep DIR] [--engine MODE] [--peer KIND] [--timeout D]", interopAbout)
+	loss := f.Float64("loss", 0, "the peer drops `PCT` percent of the RoCEv2 frames each way")
 	only := f.String("only", "", "run only the pairs of `LIST` (names or sroce commands, comma-separated)")
 	all := f.Bool("all", false, "run every pair of the interop test suite")
 	keep := f.String("keep", "", "keep the captures and ladders of failed runs in `DIR`")
 	engine := f.String("engine", "", "run sroce's tools with engine `MODE` (auto, inline, sleep, spin, adaptive)")
 	timeout := f.Duration("timeout", interopTimeoutDefault, "give up after `D` in all")
+	peerKind := f.String("peer", interop.PeerAuto, "the rdma_rxe peer: `KIND` auto, host (this kernel's rdma_rxe) or guest")
 	pos, status, ok := f.parse(args)
 	if !ok {
 		return status
@@ -87,6 +91,11 @@ func runInterop(e *env, args []string) int {
 	}
 	if *timeout <= 0 {
 		return f.usageError("--timeout must be positive")
+	}
+	switch *peerKind {
+	case interop.PeerAuto, interop.PeerHost, interop.PeerGuest:
+	default:
+		return f.usageError(fmt.Sprintf("--peer %q is none of auto, host and guest", *peerKind))
 	}
 	if *engine != "" {
 		if _, err := roce.ParseEngineMode(*engine); err != nil {
@@ -113,7 +122,7 @@ func runInterop(e *env, args []string) int {
 	defer cancel()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	return interopRun(ctx, e, interopConfig{cases: cases, loss: *loss, keep: *keep, engine: *engine, timeout: *timeout})
+	return interopRun(ctx, e, interopConfig{cases: cases, loss: *loss, keep: *keep, engine: *engine, timeout: *timeout, peer: *peerKind})
 }
 
 // splitList splits a comma-separated list, dropping empty items.
@@ -143,6 +152,7 @@ type interopConfig struct {
 	keep    string
 	engine  string
 	timeout time.Duration
+	peer    string
 }
 
 // interopRun sets up the rig and runs the matrix.
@@ -152,41 +162,37 @@ func interopRun(ctx context.Context, e *env, cfg interopConfig) int {
 		fmt.Fprintf(e.Stderr, "sroce interop: cannot find the sroce binary to run the tools with: %v\n", err)
 		return exitProblem
 	}
-	if err := rxeguest.Available(); err != nil {
-		fmt.Fprintf(e.Stderr, "sroce interop: cannot set up an rxe peer: %v\n", err)
-		return exitProblem
-	}
 	envv := interop.DefaultEnv()
 	if cfg.engine != "" {
 		envv = append(envv, device.EnvEngine+"="+cfg.engine)
 	}
-	fmt.Fprintf(e.Stderr, "sroce interop: booting the rxe guest (the image is built on first use and cached in %s)\n", rxeguest.CacheDir())
+	fmt.Fprintf(e.Stderr, "sroce interop: setting up the rdma_rxe peer (a guest's image is built on first use and cached in %s)\n", rxeguest.CacheDir())
 	start := time.Now()
-	rig, err := interop.NewRig(ctx, interop.RigConfig{Bin: bin, Env: envv, Logf: func(format string, args ...any) {
+	rig, err := interop.NewRig(ctx, interop.RigConfig{Bin: bin, Env: envv, Peer: cfg.peer, Logf: func(format string, args ...any) {
 		fmt.Fprintf(e.Stderr, "sroce interop: "+format+"\n", args...)
 	}})
 	if err != nil {
-		fmt.Fprintf(e.Stderr, "sroce interop: %s\n", interopErr(ctx, cfg, "setting up the rxe guest", err))
+		fmt.Fprintf(e.Stderr, "sroce interop: %s\n", interopErr(ctx, cfg, "setting up the rdma_rxe peer", err))
 		return exitProblem
 	}
 	defer rig.Close()
-	fmt.Fprintf(e.Stderr, "sroce interop: guest ready in %v\n", time.Since(start).Round(100*time.Millisecond))
+	fmt.Fprintf(e.Stderr, "sroce interop: peer ready in %v\n", time.Since(start).Round(100*time.Millisecond))
 
 	var opts *interop.PairOpts
 	var lossMu sync.Mutex
 	var lost rxeguest.LossCount
 	if cfg.loss > 0 {
-		if err := rig.Guest.SetRoCELoss(ctx, cfg.loss); err != nil {
-			fmt.Fprintf(e.Stderr, "sroce interop: %s\n", interopErr(ctx, cfg, "setting the guest's loss", err))
+		if err := rig.SetLoss(ctx, cfg.loss); err != nil {
+			fmt.Fprintf(e.Stderr, "sroce interop: %s\n", interopErr(ctx, cfg, "setting the peer's loss", err))
 			return exitProblem
 		}
-		opts = &interop.PairOpts{RealEnv: interop.LingerEnv, Impair: func(ctx context.Context, _ string) (func() (string, error), error) {
-			before, err := rig.Guest.RoCELoss(ctx)
+		opts = &interop.PairOpts{Impair: func(ctx context.Context, _ string) (func() (string, error), error) {
+			before, err := rig.Loss(ctx)
 			if err != nil {
 				return nil, err
 			}
 			return func() (string, error) {
-				after, err := rig.Guest.RoCELoss(ctx)
+				after, err := rig.Loss(ctx)
 				if err != nil {
 					return "", err
 				}
@@ -199,6 +205,9 @@ func interopRun(ctx context.Context, e *env, cfg interopConfig) int {
 		}}
 	}
 
+	if opts != nil && rig.Guest != nil {
+		opts.RealEnv = interop.LingerEnv
+	}
 	m := newMatrixPrinter(e.Stdout, cfg.cases)
 	m.header(rig, cfg.loss)
 	keeper := &failureKeeper{dir: cfg.keep, e: e}
@@ -224,7 +233,7 @@ func interopRun(ctx context.Context, e *env, cfg interopConfig) int {
 			}
 			failed++
 			cells[i] = "FAIL  " + failureText(res)
-			if err := keeper.keep(res, rig.Host.Ifname, notes.String(), guestState(ctx, rig)); err != nil {
+			if err := keeper.keep(res, rig.Host.Ifname, notes.String(), peerState(ctx, rig)); err != nil {
 				fmt.Fprintf(e.Stderr, "sroce interop: keeping the failure of %s (%s): %v\n", c.Name, directionText(realServer), err)
 			}
 		}
@@ -309,16 +318,9 @@ func newMatrixPrinter(w io.Writer, cases []interop.Case) *matrixPrinter {
 
 // header names the peer and the columns.
 func (m *matrixPrinter) header(rig *interop.Rig, loss float64) {
-	peer := fmt.Sprintf("rdma_rxe in a qemu guest at %s (Linux %s", rig.Guest.IP(), rig.Img.KernelRelease)
-	for _, p := range []string{"rdma-core", "perftest"} {
-		if v := rig.Img.Packages[p]; v != "" {
-			peer += ", " + p + " " + v
-		}
-	}
-	peer += ")"
-	fmt.Fprintf(m.w, "sroce's tools against %s; sroce over AF_XDP on %s at %s", peer, rig.Host.Ifname, rig.Host.IP.Addr())
+	fmt.Fprintf(m.w, "sroce's tools against %s; sroce over AF_XDP on %s at %s", rig.Describe(), rig.Host.Ifname, rig.Host.IP.Addr())
 	if loss > 0 {
-		fmt.Fprintf(m.w, "; the guest drops %s%% of the RoCEv2 frames each way", strconv.FormatFloat(loss, 'f', -1, 64))
+		fmt.Fprintf(m.w, "; the peer drops %s%% of the RoCEv2 frames each way", strconv.FormatFloat(loss, 'f', -1, 64))
 	}
 	fmt.Fprintf(m.w, "\n\n%-*s  %-*s  %s\n", m.width, "pair", cellWidth, directionText(true), directionText(false))
 }
@@ -342,9 +344,9 @@ type failureKeeper struct {
 	e   *env
 }
 
-// guestState asks the rig's guest for its state after a failed run,
+// peerState asks the rig's peer for its state after a failed run,
 // within a minute.
-func guestState(ctx context.Context, rig *interop.Rig) string {
+func peerState(ctx context.Context, rig *interop.Rig) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	return rig.GuestState(ctx)
@@ -352,8 +354,8 @@ func guestState(ctx context.Context, rig *interop.Rig) string {
 
 // keep writes the files of res, a failed run of sroce on ifname, into the
 // keeper's directory: the capture, its ladder, and a log of the run with
-// the notes of earlier attempts and the guest's state.
-func (k *failureKeeper) keep(res interop.PairResult, ifname, notes, guest string) error {
+// the notes of earlier attempts and the peer's state.
+func (k *failureKeeper) keep(res interop.PairResult, ifname, notes, peer string) error {
 	if k.dir == "" {
 		d, err := os.MkdirTemp("", "sroce-interop-failures-")
 		if err != nil {
@@ -378,12 +380,12 @@ func (k *failureKeeper) keep(res interop.PairResult, ifname, notes, guest string
 	if err := os.WriteFile(base+".ladder.txt", ladder.Bytes(), 0o644); err != nil {
 		return err
 	}
-	return os.WriteFile(base+".log", []byte(runLog(res, ifname, notes, guest)), 0o644)
+	return os.WriteFile(base+".log", []byte(runLog(res, ifname, notes, peer)), 0o644)
 }
 
 // runLog is the text of a failed run's log: the pair, the verdicts, the
-// earlier attempts' notes, both sides' output and the guest's state.
-func runLog(res interop.PairResult, ifname, notes, guest string) string {
+// earlier attempts' notes, both sides' output and the peer's state.
+func runLog(res interop.PairResult, ifname, notes, peer string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pair %s (%s), run %d\n", res.Case.Name, directionText(res.RealServer), res.Attempt)
 	fmt.Fprintf(&b, "real: %s %s\nsroce: sroce %s -d %s %s\n", res.Case.Real, res.Case.Args, res.Case.Cmd, ifname, res.Case.Args)
@@ -401,6 +403,6 @@ func runLog(res interop.PairResult, ifname, notes, guest string) string {
 	for _, v := range res.Verdicts() {
 		fmt.Fprintf(&b, "\n%s (%s): %v", v.Who, v.Role, v.O)
 	}
-	fmt.Fprintf(&b, "\nthe guest after the run:\n%s\n", guest)
+	fmt.Fprintf(&b, "\nthe rdma_rxe peer after the run:\n%s\n", peer)
 	return b.String()
 }

@@ -25,6 +25,7 @@ func TestInteropUsage(t *testing.T) {
 		{[]string{"--engine", "warp"}, "--engine:"},
 		{[]string{"--timeout", "0s"}, "--timeout must be positive"},
 		{[]string{"extra"}, "expected no arguments"},
+		{[]string{"--peer", "moon"}, `--peer "moon" is none of auto, host and guest`},
 	} {
 		code, out, errOut := runSroce(t, nil, append([]string{"interop"}, tc.args...)...)
 		if code != exitUsage || out != "" || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "usage: sroce interop") {

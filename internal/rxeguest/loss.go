@@ -8,6 +8,12 @@ import (
 	"strings"
 )
 
+// Runner runs a shell script somewhere (a guest, or a network namespace
+// of this host) and returns its output and exit status.
+type Runner interface {
+	Run(ctx context.Context, script string) (Result, error)
+}
+
 // SetRoCELoss makes the guest drop about pct percent of the RoCEv2 frames
 // (UDP port 4791) at random each way: its egress goes through a prio
 // qdisc whose second band, where a u32 filter sends UDP port 4791, is
@@ -15,11 +21,17 @@ import (
 // that drops one frame in round(100/pct). Other traffic (TCP exchanges,
 // ARP) passes untouched. pct must be in (0, 100].
 func (g *Guest) SetRoCELoss(ctx context.Context, pct float64) error {
+	return SetRoCELoss(ctx, g, g.cfg.Name, pct)
+}
+
+// SetRoCELoss is Guest.SetRoCELoss on the eth0 of wherever r runs its
+// scripts, whose name the errors give.
+func SetRoCELoss(ctx context.Context, r Runner, name string, pct float64) error {
 	if !(pct > 0 && pct <= 100) {
 		return fmt.Errorf("a loss of %v%% is not a percentage in (0, 100]", pct)
 	}
 	oneIn := max(1, int(100/pct+0.5))
-	res, err := g.Run(ctx, fmt.Sprintf(`set -e
+	res, err := r.Run(ctx, fmt.Sprintf(`set -e
 tc qdisc replace dev eth0 root handle 1: prio bands 2 priomap 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0
 tc qdisc add dev eth0 parent 1:2 handle 20: netem loss %s%%
 tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 4791 0xffff flowid 1:2
@@ -31,7 +43,7 @@ tc filter show dev eth0 ingress`, strconv.FormatFloat(pct, 'f', -1, 64), oneIn))
 		err = res.Err()
 	}
 	if err != nil {
-		return fmt.Errorf("setting the loss of %s: %w", g.cfg.Name, err)
+		return fmt.Errorf("setting the loss of %s: %w", name, err)
 	}
 	return nil
 }
@@ -71,17 +83,23 @@ type tcStats struct {
 // counts the frames it passed and those it dropped, the gact action every
 // frame it saw and those it dropped.
 func (g *Guest) RoCELoss(ctx context.Context) (LossCount, error) {
-	res, err := g.Run(ctx, "tc -s -j qdisc show dev eth0 && echo && tc -s -j filter show dev eth0 ingress")
+	return RoCELoss(ctx, g, g.cfg.Name)
+}
+
+// RoCELoss is Guest.RoCELoss on the eth0 of wherever r runs its scripts,
+// whose name the errors give.
+func RoCELoss(ctx context.Context, r Runner, name string) (LossCount, error) {
+	res, err := r.Run(ctx, "tc -s -j qdisc show dev eth0 && echo && tc -s -j filter show dev eth0 ingress")
 	if err == nil {
 		err = res.Err()
 	}
 	if err != nil {
-		return LossCount{}, fmt.Errorf("reading the loss counters of %s: %w", g.cfg.Name, err)
+		return LossCount{}, fmt.Errorf("reading the loss counters of %s: %w", name, err)
 	}
 	qdiscJSON, filterJSON, _ := strings.Cut(string(res.Stdout), "\n")
 	var qdiscs []tcStats
 	if err := json.Unmarshal([]byte(qdiscJSON), &qdiscs); err != nil {
-		return LossCount{}, fmt.Errorf("the qdiscs of %s: %w: %q", g.cfg.Name, err, qdiscJSON)
+		return LossCount{}, fmt.Errorf("the qdiscs of %s: %w: %q", name, err, qdiscJSON)
 	}
 	var filters []struct {
 		Options struct {
@@ -92,7 +110,7 @@ func (g *Guest) RoCELoss(ctx context.Context) (LossCount, error) {
 		} `json:"options"`
 	}
 	if err := json.Unmarshal([]byte(strings.TrimSpace(filterJSON)), &filters); err != nil {
-		return LossCount{}, fmt.Errorf("the ingress filters of %s: %w: %q", g.cfg.Name, err, filterJSON)
+		return LossCount{}, fmt.Errorf("the ingress filters of %s: %w: %q", name, err, filterJSON)
 	}
 	var c LossCount
 	netem, gact := false, false
@@ -109,7 +127,7 @@ func (g *Guest) RoCELoss(ctx context.Context) (LossCount, error) {
 		}
 	}
 	if !netem || !gact {
-		return c, fmt.Errorf("the loss of %s is gone (netem %v, gact %v):\n%s", g.cfg.Name, netem, gact, res.Stdout)
+		return c, fmt.Errorf("the loss of %s is gone (netem %v, gact %v):\n%s", name, netem, gact, res.Stdout)
 	}
 	return c, nil
 }
