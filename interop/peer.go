@@ -138,6 +138,7 @@ func newHostPeer(ctx context.Context, lan *rxeguest.LAN, addr netip.Prefix) (*ho
 	}
 	p := &hostPeer{host: h, dev: fmt.Sprintf("sroce_rxe%d", os.Getpid())}
 	if out, err := h.NS.Exec(ctx, "rdma", "link", "add", p.dev, "type", "rxe", "netdev", h.Ifname); err != nil {
+		h.Close()
 		return nil, fmt.Errorf("creating the rxe device: %w: %s", err, out)
 	}
 	wctx, cancel := context.WithTimeout(ctx, hostActiveLimit)
@@ -146,8 +147,21 @@ func newHostPeer(ctx context.Context, lan *rxeguest.LAN, addr netip.Prefix) (*ho
 		out, err := h.NS.Exec(wctx, "rdma", "link", "show", p.dev+"/1")
 		return strings.Contains(string(out), "state ACTIVE"), err
 	})
+	if err == nil {
+		// rdma_rxe before it knew network namespaces kept its UDP socket
+		// in the initial one: a device on a veth elsewhere sends, but
+		// what comes back finds no socket.
+		out, serr := h.NS.Exec(ctx, "ss", "-Hlun", "sport = :4791")
+		switch {
+		case serr != nil:
+			err = serr
+		case strings.TrimSpace(string(out)) == "":
+			err = errors.New("this kernel's rdma_rxe has no socket on UDP port 4791 in the namespace of its device (it predates network namespace support), so it cannot receive there")
+		}
+	}
 	if err != nil {
 		p.close()
+		h.Close()
 		return nil, err
 	}
 	return p, nil

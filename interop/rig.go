@@ -84,53 +84,62 @@ func NewRig(ctx context.Context, cfg RigConfig) (*Rig, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	onHost := false
+	tryHost := false
 	switch cfg.Peer {
 	case "", PeerGuest:
 	case PeerHost:
 		if err := HostRxe(); err != nil {
 			return nil, err
 		}
-		onHost = true
+		tryHost = true
 	case PeerAuto:
 		if err := HostRxe(); err != nil {
 			logf("%v: the rdma_rxe peer is a qemu guest", err)
 		} else {
-			onHost = true
+			tryHost = true
 		}
 	default:
 		return nil, fmt.Errorf("no such kind of peer %q (auto, host or guest)", cfg.Peer)
 	}
-	if cfg.Env == nil {
-		cfg.Env = DefaultEnv()
-	}
-	var img *rxeguest.Image
-	if err := rxeguest.Available(); err != nil {
-		return nil, err
-	}
-	if !onHost {
-		var err error
-		if img, err = (rxeguest.ImageOptions{Logf: cfg.Logf}).Ensure(ctx); err != nil {
+	if !tryHost {
+		if err := rxeguest.Available(); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.Env == nil {
+		cfg.Env = DefaultEnv()
 	}
 	dir, err := os.MkdirTemp("", "sroce-interop-")
 	if err != nil {
 		return nil, fmt.Errorf("making a directory for the captures: %w", err)
 	}
-	r := &Rig{Img: img, Bin: cfg.Bin, Env: cfg.Env, dir: dir}
+	r := &Rig{Bin: cfg.Bin, Env: cfg.Env, dir: dir}
 	if r.LAN, err = rxeguest.NewLAN(ctx); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	if onHost {
-		if r.hostPeer, err = newHostPeer(ctx, r.LAN, GuestAddr); err != nil {
+	if tryHost {
+		hp, err := newHostPeer(ctx, r.LAN, GuestAddr)
+		switch {
+		case err == nil:
+			r.hostPeer, r.peer = hp, hp
+		case cfg.Peer == PeerHost:
+			r.Close()
+			return nil, err
+		default:
+			logf("%v: the rdma_rxe peer is a qemu guest", err)
+			if err := rxeguest.Available(); err != nil {
+				r.Close()
+				return nil, err
+			}
+		}
+	}
+	if r.peer == nil {
+		if r.Img, err = (rxeguest.ImageOptions{Logf: cfg.Logf}).Ensure(ctx); err != nil {
 			r.Close()
 			return nil, err
 		}
-		r.peer = r.hostPeer
-	} else {
-		if r.Guest, err = r.LAN.Boot(ctx, img, rxeguest.Config{Name: "rxe-interop", IP: GuestAddr}); err != nil {
+		if r.Guest, err = r.LAN.Boot(ctx, r.Img, rxeguest.Config{Name: "rxe-interop", IP: GuestAddr}); err != nil {
 			r.Close()
 			return nil, err
 		}
