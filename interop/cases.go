@@ -2,9 +2,10 @@
 // sroce tools and their real counterparts (rdma-core's ibv_*_pingpong,
 // perftest's ib_*), one run of a pair in either direction (the real tool
 // as the server and sroce as the client, or the other way round) against
-// an rxe peer in a qemu guest, what both sides must print, and the
-// figures they print. The rdma_rxe interop tests (tests/netns) and the
-// "sroce interop" command run their pairs through it.
+// an rdma_rxe peer (a qemu guest, or this host's own rdma_rxe in a network
+// namespace), what both sides must print, and the figures they print. The
+// rdma_rxe interop tests (tests/netns) and the "sroce interop" command run
+// their pairs through it.
 package interop
 
 import (

@@ -16,8 +16,9 @@ import (
 	"github.com/sroce/sroce/internal/rxeguest"
 )
 
-// Addresses of the rig's LAN: the rxe guest and the host namespace where
-// sroce runs.
+// Addresses of the rig's LAN: the rdma_rxe peer (the guest, or the
+// namespace of this host's rxe device) and the namespace where sroce
+// runs.
 var (
 	GuestAddr = netip.MustParsePrefix("192.0.2.1/24")
 	HostAddr  = netip.MustParsePrefix("192.0.2.10/24")
@@ -47,10 +48,10 @@ const (
 // guest (Img, Guest) or this host's own rdma_rxe on the veth of another
 // namespace on the bridge (Guest and Img are nil then).
 type Rig struct {
-	Img   *rxeguest.Image
-	LAN   *rxeguest.LAN
-	Guest *rxeguest.Guest
-	Host  *rxeguest.Host
+	Img   *rxeguest.Image // the guest's image
+	LAN   *rxeguest.LAN   // the bridge's namespace, which Close deletes
+	Guest *rxeguest.Guest // the guest (a reboot replaces it)
+	Host  *rxeguest.Host  // where sroce runs
 	// Bin is the sroce binary run in Host's namespace, Env its
 	// environment.
 	Bin string
