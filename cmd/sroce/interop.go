@@ -52,8 +52,9 @@ output (NAME-DIRECTION.log).
 
 With --loss PCT the peer drops PCT percent of the RoCEv2 frames it sends
 (netem) and of those it receives (a tc gact action), and the pairs are
-the reliable (RC) tools with longer runs; the dropped frames are counted
-at the end. --only picks pairs by name or by sroce command (rc-pingpong,
+the reliable (RC) tools with longer runs; what each run lost and sent
+again is said on standard error, the dropped frames of all runs at the
+end. --only picks pairs by name or by sroce command (rc-pingpong,
 write-bw, atomic-bw-fadd, ...); --all runs every pair of the interop test
 suite instead of one per tool.
 
@@ -226,6 +227,9 @@ func interopRun(ctx context.Context, e *env, cfg interopConfig) int {
 			runs++
 			if res.Attempt > 1 {
 				fmt.Fprintf(e.Stderr, "sroce interop: note: %s (%s) ran %d times: %s\n", c.Name, directionText(realServer), res.Attempt, firstLine(notes.String()))
+			}
+			if res.Impaired != "" {
+				fmt.Fprintf(e.Stderr, "sroce interop: %s (%s): %s\n", c.Name, directionText(realServer), res.Impaired)
 			}
 			if !res.Failed() {
 				cells[i] = "PASS  " + res.Figure()
