@@ -190,9 +190,15 @@ func (r *Rig) sroce(ctx context.Context, args ...string) *exec.Cmd {
 
 // DefaultEnv is the environment of sroce's tools in a rig: this
 // process's, with the AF_XDP link, and stall and exchange limits that fit
-// a slow emulated guest (90 s each).
+// a slow emulated guest (90 s each) unless the environment sets them.
 func DefaultEnv() []string {
-	return append(os.Environ(), "SROCE_LINK=xdp", "SROCE_STALL_TIMEOUT=90s", "SROCE_EXCHANGE_TIMEOUT=90s")
+	env := append(os.Environ(), "SROCE_LINK=xdp")
+	for _, kv := range []string{"SROCE_STALL_TIMEOUT=90s", "SROCE_EXCHANGE_TIMEOUT=90s"} {
+		if k, _, _ := strings.Cut(kv, "="); os.Getenv(k) == "" {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // LingerEnv is PairOpts.RealEnv for runs with loss: it makes

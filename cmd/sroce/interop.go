@@ -287,17 +287,25 @@ func firstLine(s string) string {
 }
 
 // failureText says in a few words what failed in a run: each failed
-// side's problem.
+// side's problem ("ib_write_bw: exit 1; sroce: no BW table row").
 func failureText(res interop.PairResult) string {
 	var parts []string
 	for _, v := range res.Verdicts() {
-		if v.Problem != "" {
-			who := v.Who
-			if strings.HasPrefix(who, "sroce ") {
-				who = "sroce"
-			}
-			parts = append(parts, who+" "+v.Problem)
+		if v.Problem == "" {
+			continue
 		}
+		who := v.Who
+		if strings.HasPrefix(who, "sroce ") {
+			who = "sroce"
+		}
+		problem := v.Problem
+		switch {
+		case !v.O.OK():
+			problem = "exit " + strconv.Itoa(v.O.Exit)
+		case strings.HasPrefix(problem, "did not print "):
+			problem = "no " + strings.TrimPrefix(strings.TrimPrefix(problem, "did not print "), "a ")
+		}
+		parts = append(parts, who+": "+problem)
 	}
 	return strings.Join(parts, "; ")
 }
@@ -358,7 +366,7 @@ func peerState(ctx context.Context, rig *interop.Rig) string {
 
 // keep writes the files of res, a failed run of sroce on ifname, into the
 // keeper's directory: the capture, its ladder, and a log of the run with
-// the notes of earlier attempts and the peer's state.
+// the notes on its runs and the peer's state.
 func (k *failureKeeper) keep(res interop.PairResult, ifname, notes, peer string) error {
 	if k.dir == "" {
 		d, err := os.MkdirTemp("", "sroce-interop-failures-")
@@ -388,7 +396,8 @@ func (k *failureKeeper) keep(res interop.PairResult, ifname, notes, peer string)
 }
 
 // runLog is the text of a failed run's log: the pair, the verdicts, the
-// earlier attempts' notes, both sides' output and the peer's state.
+// notes on its runs (impairment, earlier attempts), both sides' output and
+// the peer's state.
 func runLog(res interop.PairResult, ifname, notes, peer string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pair %s (%s), run %d\n", res.Case.Name, directionText(res.RealServer), res.Attempt)
@@ -402,7 +411,7 @@ func runLog(res interop.PairResult, ifname, notes, peer string) string {
 		}
 	}
 	if notes != "" {
-		fmt.Fprintf(&b, "\nearlier runs:\n%s", notes)
+		fmt.Fprintf(&b, "\nnotes on the runs of the pair:\n%s", notes)
 	}
 	for _, v := range res.Verdicts() {
 		fmt.Fprintf(&b, "\n%s (%s): %v", v.Who, v.Role, v.O)

@@ -54,7 +54,7 @@ func TestInteropKeep(t *testing.T) {
 	if !res.Failed() {
 		t.Fatal("the run is not judged failed")
 	}
-	if got := failureText(res); got != "sroce exited with 1" {
+	if got := failureText(res); got != "sroce: exit 1" {
 		t.Errorf("failureText = %q", got)
 	}
 	k := &failureKeeper{dir: filepath.Join(t.TempDir(), "kept")}
@@ -76,6 +76,23 @@ func TestInteropKeep(t *testing.T) {
 		"sroce: sroce read-bw -d eth0 -x 1 -n 10", "run 1: ib_read_bw could not calibrate", "no completion for 60s", "rxe0 counters"} {
 		if err != nil || !strings.Contains(string(log), w) {
 			t.Errorf("kept log (%v) lacks %q:\n%s", err, w, log)
+		}
+	}
+}
+
+// TestInteropFailureText checks the few words of a FAIL cell.
+func TestInteropFailureText(t *testing.T) {
+	c := interop.Case{Name: "read-lat", Cmd: "read-lat", Real: "ib_read_lat"}
+	for _, tc := range []struct {
+		res  interop.PairResult
+		want string
+	}{
+		{interop.PairResult{Case: c, RealServer: true, Real: interop.Outcome{Exit: 1}, Ours: interop.Outcome{Exit: -1}}, "ib_read_lat: exit 1; sroce: exit -1"},
+		{interop.PairResult{Case: c, RealServer: true, Real: interop.Outcome{}, Ours: interop.Outcome{Stdout: "nothing"}}, "sroce: no latency table row"},
+		{interop.PairResult{Case: c, RealServer: false, Real: interop.Outcome{Stdout: "nothing"}, Ours: interop.Outcome{}}, "ib_read_lat: no latency table row"},
+	} {
+		if got := failureText(tc.res); got != tc.want {
+			t.Errorf("failureText(%+v) = %q, want %q", tc.res, got, tc.want)
 		}
 	}
 }
