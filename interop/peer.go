@@ -174,8 +174,13 @@ func (p *hostPeer) close() {
 	p.host.NS.Exec(ctx, "rdma", "link", "delete", p.dev)
 }
 
+// Run runs script with sh in the peer's namespace, in a process group of
+// its own that is killed when ctx ends.
 func (p *hostPeer) Run(ctx context.Context, script string) (rxeguest.Result, error) {
 	cmd := p.host.NS.Command(ctx, "sh", "-c", script)
+	cmd.SysProcAttr.Setpgid = true
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

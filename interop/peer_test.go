@@ -93,3 +93,29 @@ func TestHostPeerUnavailable(t *testing.T) {
 		t.Errorf("NewRig with a bad peer kind: %v", err)
 	}
 }
+
+// TestHostPeerRunBounded: a script that outlives its context is killed,
+// children included, and Run says why.
+func TestHostPeerRunBounded(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: network namespaces need root")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns, err := rxeguest.NewNetns(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	p := &hostPeer{host: &rxeguest.Host{NS: ns, Ifname: "lo"}}
+	rctx, rcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer rcancel()
+	start := time.Now()
+	_, err = p.Run(rctx, "sleep 30 & sleep 30")
+	if err == nil || !strings.Contains(err.Error(), "running a script in") {
+		t.Errorf("Run past its context: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Run took %v after its context ended", d)
+	}
+}
