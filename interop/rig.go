@@ -483,12 +483,18 @@ func (r *Rig) guestOutcome(ctx context.Context, p peerProc, kill bool) (Outcome,
 	res, err := p.Wait(wctx)
 	cancel()
 	if err != nil {
+		if ctx.Err() != nil {
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			p.Kill(kctx)
+			cancel()
+			return Outcome{}, fmt.Errorf("waiting for the real tool in %s: %w", r.peer.name(), ctx.Err())
+		}
 		p.Kill(ctx)
 		kctx, cancel := context.WithTimeout(ctx, guestQuery)
 		res, err = p.Wait(kctx)
 		cancel()
 		if err != nil {
-			return Outcome{}, fmt.Errorf("collecting the real tool's output in the guest (killed after %v): %w", limit, err)
+			return Outcome{}, fmt.Errorf("collecting the output of the real tool in %s, killed after %v: %w", r.peer.name(), limit, err)
 		}
 		res.ExitCode = -1
 	}

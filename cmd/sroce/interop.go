@@ -211,7 +211,7 @@ func interopRun(ctx context.Context, e *env, cfg interopConfig) int {
 	}
 	m := newMatrixPrinter(e.Stdout, cfg.cases)
 	m.header(rig, cfg.loss)
-	keeper := &failureKeeper{dir: cfg.keep, e: e}
+	keeper := &failureKeeper{dir: cfg.keep}
 	runs, failed := 0, 0
 	for _, c := range cfg.cases {
 		var cells [2]string
@@ -220,7 +220,12 @@ func interopRun(ctx context.Context, e *env, cfg interopConfig) int {
 			logf := func(format string, args ...any) { fmt.Fprintf(&notes, format+"\n", args...) }
 			res, err := rig.RunPair(ctx, c, realServer, opts, logf)
 			if err != nil {
-				m.flush()
+				cells[i] = "NOT RUN  " + interopStop(ctx)
+				if i == 0 {
+					cells[1] = "NOT RUN"
+				}
+				m.row(c.Name, cells)
+				fmt.Fprintf(e.Stdout, "\nmatrix: stopped after %d runs, %d of them failed\n", runs, failed)
 				fmt.Fprintf(e.Stderr, "sroce interop: %s\n", interopErr(ctx, cfg, fmt.Sprintf("running %s (%s)", c.Name, directionText(realServer)), err))
 				return exitProblem
 			}
@@ -243,7 +248,6 @@ func interopRun(ctx context.Context, e *env, cfg interopConfig) int {
 		}
 		m.row(c.Name, cells)
 	}
-	m.flush()
 	lossMu.Lock()
 	defer lossMu.Unlock()
 	if cfg.loss > 0 {
@@ -270,6 +274,17 @@ func interopErr(ctx context.Context, cfg interopConfig, what string, err error) 
 		return fmt.Sprintf("interrupted while %s: %v", what, err)
 	}
 	return fmt.Sprintf("%s: %v", what, err)
+}
+
+// interopStop says in a word or two why a run could not be judged.
+func interopStop(ctx context.Context) string {
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return "(timeout)"
+	case ctx.Err() != nil:
+		return "(interrupted)"
+	}
+	return "(rig failure)"
 }
 
 // directionText says which side the real tool was.
@@ -342,18 +357,10 @@ func (m *matrixPrinter) row(name string, cells [2]string) {
 	fmt.Fprintf(m.w, "%-*s  %-*s  %s\n", m.width, name, cellWidth, cells[0], cells[1])
 }
 
-// flush flushes the writer if it buffers.
-func (m *matrixPrinter) flush() {
-	if f, ok := m.w.(interface{ Flush() error }); ok {
-		f.Flush()
-	}
-}
-
 // failureKeeper keeps what a failed run leaves: its capture, its ladder
 // and both sides' output.
 type failureKeeper struct {
 	dir string // "" until the first failure: a new temporary directory
-	e   *env
 }
 
 // peerState asks the rig's peer for its state after a failed run,
