@@ -464,7 +464,7 @@ func (r *Rig) runOnce(ctx context.Context, c Case, realServer bool, opts *PairOp
 	captured = true
 	capt.Stop()
 	if err := capt.Complete(); err != nil {
-		res.Impaired = strings.TrimPrefix(res.Impaired+"; the capture is not the whole exchange: "+err.Error(), "; ")
+		res.Impaired = strings.TrimPrefix(res.Impaired+"; "+err.Error(), "; ")
 	}
 	if opts != nil {
 		res.Impaired = strings.TrimPrefix(res.Impaired+"; "+Resent(res.Pcap, r.peer.ip()), "; ")
