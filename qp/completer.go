@@ -41,8 +41,11 @@ func (q *QP) response(now monotime.Time, pkt *bth.Packet) {
 	if progress {
 		if q.outstanding() {
 			q.armRetrans(now)
-		} else {
+		} else if r.retransArmed {
 			r.retransArmed = false
+			if q.tracing() {
+				q.trace(Trace{Kind: TraceTimerStopped, Timer: TimerRetransmit})
+			}
 		}
 	}
 	if q.state == verbs.QPStateSQD {
@@ -85,7 +88,7 @@ func (q *QP) handleResponse(now monotime.Time, pkt *bth.Packet, psn bth.PSN) boo
 		if isRdAtomic(w.wr.Opcode) {
 			// A later PSN answered before this READ or atomic: its
 			// response was lost. Go back for it.
-			q.errorRetry(now, false)
+			q.errorRetry(now, RetryImpliedNAK)
 			return progress
 		}
 		q.finishWQE(w)
@@ -188,6 +191,10 @@ func (q *QP) handleResponse(now monotime.Time, pkt *bth.Packet, psn bth.PSN) boo
 			r.waitRNR = true
 			r.rnrAt = now.Add(time.Duration(bth.RNRTimerMicros(syn.Value())) * time.Microsecond)
 			q.goBack()
+			if q.tracing() {
+				q.trace(Trace{Kind: TraceTimerArmed, Timer: TimerRNR, At: r.rnrAt})
+				q.traceRetry(RetryRNR)
+			}
 		} else {
 			q.cnt[verbs.CntRetryRNRExceededErr]++
 			q.failHead(w, verbs.WCRNRRetryExcErr)
@@ -201,7 +208,7 @@ func (q *QP) handleResponse(now monotime.Time, pkt *bth.Packet, psn bth.PSN) boo
 				r.compPSN = psn
 				progress = true
 			}
-			q.errorRetry(now, false)
+			q.errorRetry(now, RetrySeqNAK)
 		case bth.NAKInvalidRequest:
 			q.failHead(w, verbs.WCRemInvReqErr)
 		case bth.NAKRemoteAccessError:
@@ -294,7 +301,8 @@ func (q *QP) localError(w *sendWQE, err error) {
 // errorRetry starts a retry after a PSN sequence NAK, a lost READ or atomic
 // response, or a timeout; or fails the oldest request when the retry
 // budget is spent (rdma_rxe's COMPST_ERROR_RETRY).
-func (q *QP) errorRetry(now monotime.Time, timeout bool) {
+func (q *QP) errorRetry(now monotime.Time, reason RetryReason) {
+	timeout := reason == RetryTimeout
 	r := &q.req
 	if r.compIdx == q.sq.prod.Load() {
 		return
@@ -315,6 +323,7 @@ func (q *QP) errorRetry(now monotime.Time, timeout bool) {
 			q.lossSignal(timeout)
 			q.goBack()
 			r.startedRetry = true
+			q.traceRetry(reason)
 		}
 		return
 	}

@@ -8,6 +8,7 @@ package qp
 
 import (
 	"encoding/binary"
+	"sync/atomic"
 	"time"
 
 	"github.com/sroce/sroce/bth"
@@ -71,6 +72,10 @@ type Config struct {
 	Env      Env
 	Counters *verbs.Counters
 	Context  any // free for the device's use
+	// Tracing, when not nil, says whether someone listens to the QP's
+	// timers, retries and state changes; while it is set the QP reports
+	// them to Env, which must then implement Tracer.
+	Tracing *atomic.Bool
 }
 
 // QP is one queue pair's transport state machines: requester, completer and
@@ -105,6 +110,9 @@ type QP struct {
 
 	req  requester
 	resp responder
+
+	traceOn *atomic.Bool // Config.Tracing
+	tracer  Tracer
 }
 
 // New creates a QP in the RESET state.
@@ -117,6 +125,7 @@ func New(c *Config) *QP {
 	if q.cnt == nil {
 		q.cnt = new(verbs.Counters)
 	}
+	q.traceSetup(c)
 	if q.typ == verbs.QPTypeGSI {
 		q.qkey = verbs.GSIQKey
 	}
@@ -155,6 +164,9 @@ func (q *QP) State() verbs.QPState { return q.pubState.load() }
 func (q *QP) AH() *verbs.AH { return &q.av }
 
 func (q *QP) setState(s verbs.QPState) {
+	if q.tracing() && s != q.state {
+		q.trace(Trace{Kind: TraceState, From: q.state, To: s})
+	}
 	q.state = s
 	q.attr.State = s
 	q.pubState.store(s)
@@ -360,15 +372,21 @@ func (q *QP) OnTimer(now monotime.Time) {
 	r := &q.req
 	if r.waitRNR && now >= r.rnrAt {
 		r.waitRNR = false
+		if q.tracing() {
+			q.trace(Trace{Kind: TraceTimerFired, Timer: TimerRNR})
+		}
 		if q.state == verbs.QPStateRTS || q.state == verbs.QPStateSQD {
 			q.goBack()
 		}
 	}
 	if r.retransArmed && now >= r.retransAt {
 		r.retransArmed = false
+		if q.tracing() {
+			q.trace(Trace{Kind: TraceTimerFired, Timer: TimerRetransmit})
+		}
 		if (q.state == verbs.QPStateRTS || q.state == verbs.QPStateSQD) && q.outstanding() {
 			q.cnt[verbs.CntTimeouts]++
-			q.errorRetry(now, true)
+			q.errorRetry(now, RetryTimeout)
 			if q.state != verbs.QPStateErr && q.outstanding() && !r.retransArmed {
 				q.armRetrans(now)
 			}

@@ -53,6 +53,9 @@ func (q *QP) armRetrans(now monotime.Time) {
 	if q.rto > 0 {
 		q.req.retransArmed = true
 		q.req.retransAt = now.Add(q.rto)
+		if q.tracing() {
+			q.trace(Trace{Kind: TraceTimerArmed, Timer: TimerRetransmit, At: q.req.retransAt})
+		}
 	}
 }
 

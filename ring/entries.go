@@ -99,8 +99,10 @@ type SendWQE struct {
 	BindLKey   uint32
 	BindAccess uint32
 	RegAccess  uint32
-	_          uint32
-	UD         UDAddr
+	// AH names the address handle of a UD send on a daemon's ring
+	// (the handle the daemon gave the client); in process it is 0.
+	AH uint32
+	UD UDAddr
 }
 
 // RecvWQE is the fixed part of a receive queue slot (struct

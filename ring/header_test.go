@@ -96,6 +96,7 @@ func layout() []field {
 		off("sroce_send_wqe", "bind_lkey", unsafe.Offsetof(s.BindLKey)),
 		off("sroce_send_wqe", "bind_access", unsafe.Offsetof(s.BindAccess)),
 		off("sroce_send_wqe", "reg_access", unsafe.Offsetof(s.RegAccess)),
+		off("sroce_send_wqe", "ah", unsafe.Offsetof(s.AH)),
 		off("sroce_send_wqe", "ud", unsafe.Offsetof(s.UD)),
 
 		size("sroce_recv_wqe", unsafe.Sizeof(r)),

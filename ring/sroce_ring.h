@@ -116,7 +116,7 @@ struct sroce_send_wqe {
 	uint32_t bind_lkey;
 	uint32_t bind_access;
 	uint32_t reg_access;      /* REG_MR */
-	uint32_t reserved0;
+	uint32_t ah;              /* UD on a daemon's ring: the AH's handle */
 	struct sroce_ud_addr ud;  /* UD only */
 	/* struct sroce_sge sge[num_sge] or uint8_t inline_data[inline_len] */
 };

@@ -82,6 +82,9 @@ func (c *CQ) push(wc *verbs.WC, solicited bool) bool {
 	}
 	e.SetWC(wc)
 	c.ring.Publish()
+	if c.dev.tracing.Load() {
+		c.dev.traceCompletion(wc)
+	}
 	notify := false
 	for {
 		a := c.armed.Load()

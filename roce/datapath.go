@@ -11,6 +11,7 @@ package roce
 
 import (
 	"errors"
+	"net/netip"
 	"time"
 
 	"github.com/sroce/sroce/bth"
@@ -77,6 +78,10 @@ func (d *Device) step(now monotime.Time, n int, hold bool) bool {
 		did = true
 	}
 	more := d.pump(now, backlog)
+	if len(d.loopQ) > 0 {
+		did = true
+		more = d.loopback(now) || more
+	}
 	if hold && d.txN > 0 && d.txN < len(d.tx) {
 		if d.txDue == 0 {
 			d.txDue = now.Add(txHoldMax)
@@ -89,6 +94,9 @@ func (d *Device) step(now monotime.Time, n int, hold bool) bool {
 
 // receive handles one frame.
 func (d *Device) receive(now monotime.Time, frame []byte) {
+	if d.tracing.Load() {
+		d.traceFrame(TraceRx, frame, d.clock.Now(), false)
+	}
 	p := &d.pkt
 	if err := p.Parse(frame); err != nil {
 		if errors.Is(err, bth.ErrNotRoCE) {
@@ -319,8 +327,71 @@ func (d *Device) send(ah *verbs.AH, src bth.QPN, pkt []byte) {
 		return
 	}
 	bth.PutICRC(f[l3:hl+len(pkt)], e.IPv6())
+	dropped := d.impair != nil && d.impair.drop()
+	if d.tracing.Load() {
+		d.traceFrame(TraceTx, f[:hl+len(pkt)], d.clock.Now(), dropped)
+	}
+	if dropped {
+		// The impairment loses it on the way: the buffer is used again.
+		d.impairDropped++
+		return
+	}
+	if d.isLocal(e.Dst) {
+		d.queueLoop(f[:hl+len(pkt)])
+		return
+	}
 	d.txLen[d.txN] = hl + len(pkt)
 	d.txN++
+}
+
+// isLocal reports whether a is the address of one of the device's GIDs:
+// a packet to it stays in the device.
+func (d *Device) isLocal(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, g := range d.gidAddrs {
+		if g.Unmap() == a {
+			return true
+		}
+	}
+	return false
+}
+
+// maxLoop bounds the frames to the device itself waiting to be received;
+// beyond it they are dropped as a full link would drop them, and RC
+// recovers by retransmission.
+const maxLoop = 4096
+
+// queueLoop keeps a copy of a frame to one of the device's own GIDs.
+func (d *Device) queueLoop(frame []byte) {
+	if len(d.loopQ) >= maxLoop {
+		d.cnt[verbs.CntSendErr]++
+		return
+	}
+	var b []byte
+	if n := len(d.loopFree); n > 0 {
+		b, d.loopFree = d.loopFree[n-1][:0], d.loopFree[:n-1]
+	}
+	d.loopQ = append(d.loopQ, append(b, frame...))
+}
+
+// loopback receives the frames the device sent to itself, and what they
+// make the QPs send, for a bounded number of rounds. It reports whether
+// frames are still waiting.
+func (d *Device) loopback(now monotime.Time) bool {
+	for round := 0; round < 8 && len(d.loopQ) > 0; round++ {
+		q := d.loopQ
+		d.loopQ = nil
+		for _, f := range q {
+			d.receive(now, f)
+			d.loopFree = append(d.loopFree, f)
+		}
+		d.doorbells()
+		d.pump(now, false)
+		if d.loopQ == nil {
+			d.loopQ = q[:0]
+		}
+	}
+	return len(d.loopQ) > 0
 }
 
 // UDPSourcePort returns the UDP source port of a QP's packets, as rdma_rxe

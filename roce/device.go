@@ -105,12 +105,15 @@ type Device struct {
 	tx      [][]byte
 	txView  [][]byte
 	txLen   []int
-	txN     int
-	txHL    int
-	enc     bth.Encap
-	runq    []*QP
-	timers  timerHeap
-	ipID    uint16
+	// loopQ holds frames to the device's own GIDs, which never go to the
+	// link: step receives them (loopFree recycles their buffers).
+	loopQ, loopFree [][]byte
+	txN             int
+	txHL            int
+	enc             bth.Encap
+	runq            []*QP
+	timers          timerHeap
+	ipID            uint16
 
 	// Doorbells: QPs with newly posted work, from any goroutine.
 	dbMu    sync.Mutex
@@ -118,6 +121,18 @@ type Device struct {
 	dbSpare []*QP
 
 	events eventQueue
+
+	// Tracing: tracing is set while someone subscribes (trace.go);
+	// closedCh is closed by Close.
+	tracing  atomic.Bool
+	tr       tracer
+	closedCh chan struct{}
+	onClose  []func() // run by Close, under mu to add
+
+	// impair drops transmitted frames on purpose (SetImpairment), under
+	// mu; impairDropped counts them.
+	impair        *impairState
+	impairDropped uint64
 
 	running atomic.Bool
 	mode    EngineMode    // resolved: never EngineAuto
@@ -215,6 +230,7 @@ func Open(link Link, opts *Options) (*Device, error) {
 	d.db = make([]*QP, 0, 64)
 	d.dbSpare = make([]*QP, 0, 64)
 	d.events.init()
+	d.closedCh = make(chan struct{})
 	d.attr = verbs.DeviceAttr{
 		MaxQP: MaxQP, MaxQPWR: MaxQPWR, MaxSGE: MaxSGE, MaxInlineData: MaxInlineData,
 		MaxCQ: 1 << 16, MaxCQE: MaxCQE, MaxMR: mr.DefaultMaxMR, MaxPD: 1 << 16,
@@ -335,8 +351,34 @@ func (d *Device) Close() error {
 	d.flushTx()
 	d.mu.Unlock()
 	d.events.close()
+	d.closeTraces()
+	close(d.closedCh)
+	d.mu.Lock()
+	fns := d.onClose
+	d.onClose = nil
+	d.mu.Unlock()
+	for _, f := range fns {
+		f()
+	}
 	return d.link.Close()
 }
+
+// OnClose makes Close call f once the device is closed (its trace
+// subscriptions ended), before Close returns; on a closed device f runs at
+// once. f must not wait long: Close waits for it.
+func (d *Device) OnClose(f func()) {
+	d.mu.Lock()
+	if !d.closed {
+		d.onClose = append(d.onClose, f)
+		d.mu.Unlock()
+		return
+	}
+	d.mu.Unlock()
+	f()
+}
+
+// Closed returns a channel that is closed when the device closes.
+func (d *Device) Closed() <-chan struct{} { return d.closedCh }
 
 // maxIdle bounds the loop's sleep when no timer is due.
 const maxIdle = 100 * time.Millisecond

@@ -127,7 +127,7 @@ const quietClockEvery = 16
 // timer due. A busily polling application then costs a few loads per
 // poll instead of a step.
 func (d *Device) quiet() bool {
-	if d.txN > 0 || len(d.runq) > 0 || d.dbRung.Load() || d.waiter.Ready() {
+	if d.txN > 0 || len(d.loopQ) > 0 || len(d.runq) > 0 || d.dbRung.Load() || d.waiter.Ready() {
 		return false
 	}
 	if d.quietPolls++; d.quietPolls < quietClockEvery {

@@ -103,6 +103,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	cfg := &qp.Config{
 		QPN: qpn, Type: attr.Type, PD: pd.pd.ForQP(), SendCQ: (*cqSink)(attr.SendCQ), RecvCQ: (*cqSink)(attr.RecvCQ),
 		Cap: c, SigAll: attr.SigAll, PortMTU: d.portMTU, Env: (*env)(d), Counters: &d.cnt, Context: q,
+		Tracing: &d.tracing,
 	}
 	if attr.SRQ != nil {
 		cfg.SRQ = attr.SRQ.srq
@@ -177,10 +178,20 @@ func (q *QP) PostSend(wr *verbs.SendWR) error {
 	if q.gone.Load() {
 		return ErrDestroyed
 	}
+	var t monotime.Time
+	tracing := q.dev.tracing.Load()
+	if tracing {
+		// The loop may send the request before it is reported: the
+		// event carries the time of the post.
+		t = q.dev.clock.Now()
+	}
 	q.sendMu.Lock()
 	err := q.qp.PostSend(wr)
 	q.sendMu.Unlock()
 	if err == nil {
+		if tracing {
+			q.tracePost(wr, t)
+		}
 		q.dev.ring(q)
 	}
 	return err
@@ -192,6 +203,11 @@ func (q *QP) PostSendList(wrs []verbs.SendWR) (int, error) {
 	if q.gone.Load() {
 		return 0, ErrDestroyed
 	}
+	var t monotime.Time
+	tracing := q.dev.tracing.Load()
+	if tracing {
+		t = q.dev.clock.Now()
+	}
 	q.sendMu.Lock()
 	n := 0
 	var err error
@@ -202,6 +218,11 @@ func (q *QP) PostSendList(wrs []verbs.SendWR) (int, error) {
 		n++
 	}
 	q.sendMu.Unlock()
+	if n > 0 && tracing {
+		for i := range wrs[:n] {
+			q.tracePost(&wrs[i], t)
+		}
+	}
 	if n > 0 {
 		q.dev.ring(q)
 	}
@@ -243,6 +264,9 @@ func (q *QP) PostRecv(wr *verbs.RecvWR) error {
 	err := q.qp.PostRecv(wr)
 	q.recvMu.Unlock()
 	if err == nil {
+		if q.dev.tracing.Load() {
+			q.traceRecv(wr)
+		}
 		q.dev.ringRecv(q)
 	}
 	return err
@@ -264,6 +288,11 @@ func (q *QP) PostRecvList(wrs []verbs.RecvWR) (int, error) {
 		n++
 	}
 	q.recvMu.Unlock()
+	if n > 0 && q.dev.tracing.Load() {
+		for i := range wrs[:n] {
+			q.traceRecv(&wrs[i])
+		}
+	}
 	if n > 0 {
 		q.dev.ringRecv(q)
 	}

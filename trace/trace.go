@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sroce/sroce/bth"
@@ -38,6 +39,110 @@ const (
 	// 128 at most).
 	MaxOutstanding = 256
 )
+
+// The analysis strings that report trouble, or their beginnings: Trouble
+// classifies a string by them.
+const (
+	textRetransmission  = "retransmission"
+	textDuplicate       = "duplicate"
+	textICRCBad         = "ICRC bad"
+	prefixOutOfSequence = "out of sequence: "
+	prefixRNRNAK        = "RNR NAK: "
+	prefixNAK           = "NAK: "
+	prefixImpliedNAK    = "implied NAK: "
+)
+
+// Trouble is a set of the kinds of trouble a packet shows.
+type Trouble uint8
+
+// Kinds of trouble, from the least to the most severe.
+const (
+	// TroubleRetransmission: the sender already sent this PSN.
+	TroubleRetransmission Trouble = 1 << iota
+	// TroubleDuplicate: the receiver had already taken this PSN.
+	TroubleDuplicate
+	// TroubleGap: a sequence gap, the packet is not the PSN expected.
+	TroubleGap
+	// TroubleRNR: an RNR NAK.
+	TroubleRNR
+	// TroubleNAK: a NAK, or an implied NAK.
+	TroubleNAK
+	// TroubleICRC: the ICRC does not verify.
+	TroubleICRC
+)
+
+// Troubles lists the kinds of trouble from the least to the most severe.
+var Troubles = []Trouble{TroubleRetransmission, TroubleDuplicate, TroubleGap, TroubleRNR, TroubleNAK, TroubleICRC}
+
+// String names one kind of trouble ("retransmission", "duplicate",
+// "sequence gap", "RNR NAK", "NAK", "bad ICRC"), or lists a set of them
+// joined by "+".
+func (t Trouble) String() string {
+	var s string
+	for _, k := range Troubles {
+		if t&k == 0 {
+			continue
+		}
+		if s != "" {
+			s += "+"
+		}
+		s += troubleNames[k]
+	}
+	return s
+}
+
+// troubleNames names each kind of trouble.
+var troubleNames = map[Trouble]string{
+	TroubleRetransmission: "retransmission", TroubleDuplicate: "duplicate",
+	TroubleGap: "sequence gap", TroubleRNR: "RNR NAK", TroubleNAK: "NAK",
+	TroubleICRC: "bad ICRC",
+}
+
+// Worst returns the most severe kind of trouble in t (0 for none).
+func (t Trouble) Worst() Trouble {
+	for i := len(Troubles) - 1; i >= 0; i-- {
+		if t&Troubles[i] != 0 {
+			return Troubles[i]
+		}
+	}
+	return 0
+}
+
+// TroubleOf returns the kind of trouble one analysis string reports (0 for
+// none: "acks PSN ...", "READ response ...").
+func TroubleOf(analysis string) Trouble {
+	switch {
+	case analysis == textRetransmission:
+		return TroubleRetransmission
+	case analysis == textDuplicate:
+		return TroubleDuplicate
+	case analysis == textICRCBad:
+		return TroubleICRC
+	case strings.HasPrefix(analysis, prefixOutOfSequence):
+		return TroubleGap
+	case strings.HasPrefix(analysis, prefixRNRNAK):
+		return TroubleRNR
+	case strings.HasPrefix(analysis, prefixNAK), strings.HasPrefix(analysis, prefixImpliedNAK):
+		return TroubleNAK
+	}
+	return 0
+}
+
+// Trouble returns the kinds of trouble the packet shows: what its analysis
+// strings report, and a bad ICRC.
+func (e *Event) Trouble() Trouble {
+	var t Trouble
+	for _, s := range e.Analysis {
+		t |= TroubleOf(s)
+	}
+	if e.Retransmission {
+		t |= TroubleRetransmission
+	}
+	if !e.ICRCOK {
+		t |= TroubleICRC
+	}
+	return t
+}
 
 // Endpoint is one side of a QP pair: its IP address and the QPN that
 // packets to it carry.
@@ -189,6 +294,26 @@ func (a *Analyzer) Conns() []*Conn { return a.conns }
 // Add analyses one decoded RoCEv2 packet: its frame number, its capture
 // time, the packet and whether its ICRC verified. The packet is not kept.
 func (a *Analyzer) Add(frame int, t time.Time, p *bth.Packet, icrcOK bool) Event {
+	ev := newEvent(frame, t, p, icrcOK)
+	info := p.Info()
+	var srcQP bth.QPN
+	hasSrcQP := info.Headers&bth.HdrDETH != 0
+	if hasSrcQP {
+		srcQP = p.DETH().SrcQP()
+	}
+	h := a.find(ev.Src, ev.Dst, ev.DestQP, info, srcQP, hasSrcQP, ev.PSN, frame)
+	ev.Conn, ev.FromA = h.c, h.d == 0
+	if !icrcOK {
+		ev.Analysis = append(ev.Analysis, textICRCBad)
+	}
+	if info.Service == bth.ServiceRC {
+		h.c.analyse(&ev, h.d, info)
+	}
+	return ev
+}
+
+// newEvent copies a packet's fields into an Event.
+func newEvent(frame int, t time.Time, p *bth.Packet, icrcOK bool) Event {
 	b := p.BTH()
 	info := p.Info()
 	ev := Event{
@@ -202,19 +327,6 @@ func (a *Analyzer) Add(frame int, t time.Time, p *bth.Packet, icrcOK bool) Event
 	}
 	if info.Headers&bth.HdrRETH != 0 {
 		ev.HasRETH, ev.DMALen = true, p.RETH().DMALen()
-	}
-	var srcQP bth.QPN
-	hasSrcQP := info.Headers&bth.HdrDETH != 0
-	if hasSrcQP {
-		srcQP = p.DETH().SrcQP()
-	}
-	h := a.find(ev.Src, ev.Dst, ev.DestQP, info, srcQP, hasSrcQP, ev.PSN, frame)
-	ev.Conn, ev.FromA = h.c, h.d == 0
-	if !icrcOK {
-		ev.Analysis = append(ev.Analysis, "ICRC bad")
-	}
-	if info.Service == bth.ServiceRC {
-		h.c.analyse(&ev, h.d, info)
 	}
 	return ev
 }
@@ -303,7 +415,7 @@ func (c *Conn) request(ev *Event, dir *direction, info *bth.OpInfo) {
 	p := ev.PSN
 	if dir.reqSeen.has(p) {
 		ev.Retransmission = true
-		ev.Analysis = append(ev.Analysis, "retransmission")
+		ev.Analysis = append(ev.Analysis, textRetransmission)
 	}
 	dir.reqSeen.add(p)
 	if !dir.ackedKnown {
@@ -317,9 +429,9 @@ func (c *Conn) request(ev *Event, dir *direction, info *bth.OpInfo) {
 	case diff == 0 || (diff > 0 && dir.ePSNLoose):
 		taken = ev.ICRCOK
 	case diff < 0:
-		ev.Analysis = append(ev.Analysis, "duplicate")
+		ev.Analysis = append(ev.Analysis, textDuplicate)
 	default:
-		ev.Analysis = append(ev.Analysis, "out of sequence: expected PSN "+psnText(dir.ePSN))
+		ev.Analysis = append(ev.Analysis, prefixOutOfSequence+"expected PSN "+psnText(dir.ePSN))
 	}
 	isRead, isAtomic := info.Op == bth.OpReadRequest, info.Op.Atomic()
 	if taken {
@@ -374,7 +486,7 @@ func (c *Conn) response(ev *Event, resp, req *direction, info *bth.OpInfo) {
 	case bth.OpReadResponse:
 		if resp.respSeen.has(p) {
 			ev.Retransmission = true
-			ev.Analysis = append(ev.Analysis, "retransmission")
+			ev.Analysis = append(ev.Analysis, textRetransmission)
 		}
 		resp.respSeen.add(p)
 		c.readResponse(ev, req, info)
@@ -398,12 +510,12 @@ func (c *Conn) response(ev *Event, resp, req *direction, info *bth.OpInfo) {
 		c.ack(ev, req, upTo, info.Op == bth.OpAck)
 	case s.IsRNR():
 		us := bth.RNRTimerMicros(s.Value())
-		ev.Analysis = append(ev.Analysis, "RNR NAK: retry after "+
+		ev.Analysis = append(ev.Analysis, prefixRNRNAK+"retry after "+
 			strconv.FormatFloat(float64(us)/1000, 'f', -1, 64)+" ms")
 		c.ack(ev, req, p.Add(bth.PSNMask), false)
 		req.ePSN, req.ePSNKnown, req.ePSNLoose = p, true, false // not taken
 	case s.IsNAK():
-		ev.Analysis = append(ev.Analysis, "NAK: "+nakText(s.Value()))
+		ev.Analysis = append(ev.Analysis, prefixNAK+nakText(s.Value()))
 		if s.Value() == bth.NAKPSNSeqError {
 			ev.Analysis = append(ev.Analysis, "expects PSN "+psnText(p))
 			c.ack(ev, req, p.Add(bth.PSNMask), false)
@@ -527,9 +639,9 @@ func (c *Conn) readResponse(ev *Event, req *direction, info *bth.OpInfo) {
 	}
 	switch d := p.Diff(r.next); {
 	case d < 0:
-		ev.Analysis = append(ev.Analysis, "duplicate")
+		ev.Analysis = append(ev.Analysis, textDuplicate)
 	case d > 0:
-		ev.Analysis = append(ev.Analysis, "out of sequence: expected PSN "+psnText(r.next))
+		ev.Analysis = append(ev.Analysis, prefixOutOfSequence+"expected PSN "+psnText(r.next))
 		r.next = p.Next() // the requester retries; the ladder follows what came
 	default:
 		r.next = p.Next()
@@ -591,7 +703,7 @@ func (c *Conn) ack(ev *Event, req *direction, upTo bth.PSN, plainACK bool) {
 	kept := req.outstanding[:0]
 	for _, r := range req.outstanding {
 		if r.psn.LessThanEq(upTo) {
-			ev.Analysis = append(ev.Analysis, fmt.Sprintf("implied NAK: no response to the %s request at frame %d", opName(r.op), r.frame))
+			ev.Analysis = append(ev.Analysis, fmt.Sprintf(prefixImpliedNAK+"no response to the %s request at frame %d", opName(r.op), r.frame))
 			continue
 		}
 		kept = append(kept, r)

@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"bytes"
 	"net/netip"
 	"slices"
 	"strings"
@@ -327,13 +328,15 @@ func TestLabelAndArrow(t *testing.T) {
 
 // FuzzAnalyzer feeds arbitrary sequences of packets (any opcode, PSNs close
 // together so that they repeat and wrap, any syndrome, bad ICRCs) to the
-// analysis: it must not panic, and an event's Retransmission flag must agree
-// with its analysis.
+// analysis and to an HTML page: neither may panic, an event's
+// Retransmission flag must agree with its analysis, and the page must draw
+// every packet.
 func FuzzAnalyzer(f *testing.F) {
 	f.Add([]byte{0x04, 0xff, 0xff, 0x00, 0x11, 0x80, 0x1f, 0x00, 0x0c, 0x00, 0x00, 0x10, 0x0d, 0x80, 0x00})
 	f.Add([]byte{0x0c, 0x00, 0x01, 0x00, 0x0e, 0x80, 0x02, 0x00, 0x0f, 0x80, 0x03, 0x60, 0x11, 0x80, 0x01, 0x20})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var a Analyzer
+		var page HTML
 		frame := 0
 		for len(data) >= 4 {
 			op, lo, flags, syn := bth.Opcode(data[0]), data[1], data[2], data[3]
@@ -387,6 +390,14 @@ func FuzzAnalyzer(f *testing.F) {
 			}
 			ev.Arrow()
 			ev.AppendJSON(nil, 0)
+			page.Add(&ev, &bp)
+		}
+		var out bytes.Buffer
+		if err := page.Write(&out, "fuzz", ""); err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(out.String(), `id="frame-`); n != frame {
+			t.Fatalf("the page draws %d arrows for %d packets", n, frame)
 		}
 		for _, c := range a.Conns() {
 			for _, d := range c.dir {

@@ -18,6 +18,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -34,6 +35,7 @@ import (
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
+	"github.com/sroce/sroce/roce/tracesock"
 	"github.com/sroce/sroce/verbs"
 )
 
@@ -60,6 +62,20 @@ the counters then show the retransmissions that repaired the damage.
 -v prints every packet the two engines send, one line each, in the format
 of "sroce dissect".
 
+--explain runs each operation once (--iters 1) on a 2500-byte message (path
+MTU 1024, so a message takes three packets) and follows each one with its
+ladder: both engines' events on one timeline (work requests posted, every
+packet with the analysis of "sroce ladder", timers, retransmissions and why,
+completions, QP state changes), with a plain-language line under each step
+that matters. --loss PCT makes both engines drop that share of the frames
+they send (the engine's own impairment, seeded by --seed, so a run loses the
+same frames again; no root or netem needed), and the ladders then show the
+recovery step by step: the lost packet, the gap the receiver sees, its
+sequence NAK or the retransmit timer, the retransmission and what the ACK
+covered. Without root, --netem "loss N%" is taken as --loss N.
+
+While it runs, "sroce trace" can attach to either device.
+
 The namespaces, XDP programs and sockets are always removed, also when the
 demo fails or is interrupted with Ctrl-C.
 
@@ -76,6 +92,9 @@ type demoConfig struct {
 	netem   *nsutil.Netem
 	verbose bool
 	timeout time.Duration
+	explain bool
+	loss    float64 // the engines' own impairment, percent
+	seed    uint64
 }
 
 // runDemo implements "sroce demo".
@@ -89,6 +108,9 @@ func runDemo(e *env, args []string) int {
 	netem := f.String("netem", "", "impair the veth with netem `OPTIONS`, e.g. \"loss 2%\" (root)")
 	timeout := f.Duration("timeout", 10*time.Second, "give up on an operation after this long")
 	verbose := f.Bool("v", false, "print every packet sent, as sroce dissect does")
+	explain := f.Bool("explain", false, "follow every operation with its ladder, explained")
+	loss := f.Float64("loss", 0, "make both engines drop `PCT` percent of the frames they send")
+	seed := f.Uint64("seed", 1, "seed of --loss's choice of frames")
 	pos, status, ok := f.parse(args)
 	if !ok {
 		return status
@@ -96,7 +118,18 @@ func runDemo(e *env, args []string) int {
 	if len(pos) != 0 {
 		return f.usageError("demo takes no arguments")
 	}
-	cfg := demoConfig{size: *size, iters: *iters, burst: *burst, mtu: *mtu, verbose: *verbose, timeout: *timeout}
+	cfg := demoConfig{size: *size, iters: *iters, burst: *burst, mtu: *mtu, verbose: *verbose, timeout: *timeout,
+		explain: *explain, loss: *loss, seed: *seed}
+	if cfg.explain {
+		set := map[string]bool{}
+		f.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+		if !set["size"] {
+			cfg.size = explainSize
+		}
+		if !set["iters"] {
+			cfg.iters = 1
+		}
+	}
 	m, err := iface.ParseMode(*mode)
 	if err != nil {
 		return f.usageError(err.Error())
@@ -113,6 +146,8 @@ func runDemo(e *env, args []string) int {
 		return f.usageError("--mtu must be between 592 and 9000")
 	case cfg.timeout <= 0:
 		return f.usageError("--timeout must be positive")
+	case !(cfg.loss >= 0 && cfg.loss < 100):
+		return f.usageError("--loss must be a percentage from 0 up to, not including, 100")
 	}
 	if *netem != "" {
 		n, err := parseNetem(*netem)
@@ -120,6 +155,12 @@ func runDemo(e *env, args []string) int {
 			return f.usageError(err.Error())
 		}
 		cfg.netem = &n
+		if nsutil.Available() != nil && n == (nsutil.Netem{Loss: n.Loss}) && cfg.loss == 0 {
+			// No namespaces to put netem on: the engines lose the
+			// frames themselves.
+			cfg.loss, cfg.netem = n.Loss, nil
+			fmt.Fprintf(e.Stderr, "sroce demo: not root, so --netem \"%s\" is done by the engines' own impairment (--loss %g)\n", *netem, n.Loss)
+		}
 	}
 	if err := demo(e, &cfg); err != nil {
 		if demoInterrupted.Load() {
@@ -348,6 +389,26 @@ func demo(e *env, cfg *demoConfig) (err error) {
 		return err
 	}
 	dn.describe(out, cfg, privileged)
+	for _, p := range dn.ports {
+		// "sroce trace" can attach while the demo runs.
+		tracesock.Serve(p.Device())
+		if cfg.loss > 0 {
+			if err := p.Device().SetImpairment(roce.Impairment{Loss: cfg.loss, Seed: cfg.seed}); err != nil {
+				return fmt.Errorf("cannot impair %s: %v", p.Device().Name(), err)
+			}
+			cfg.seed++ // the other side loses other frames
+		}
+	}
+	if cfg.loss > 0 {
+		fmt.Fprintf(out, "  both engines drop %g%% of the frames they send (their own impairment, seeded)\n", cfg.loss)
+	}
+	var ex *explainer
+	if cfg.explain {
+		if ex, err = newExplainer(out, [2]*roce.Device{dn.ports[0].Device(), dn.ports[1].Device()}); err != nil {
+			return err
+		}
+		defer ex.close()
+	}
 
 	ctx := context.Background()
 	a, err := newDemoSide("A", dn.ports[0], cfg)
@@ -367,9 +428,19 @@ func demo(e *env, cfg *demoConfig) (err error) {
 	}
 	fmt.Fprintf(out, "RC QPs connected: A 0x%06x (PSN 0x%06x) <-> B 0x%06x (PSN 0x%06x), path MTU %d\n\n",
 		uint32(a.qp.QPN()), uint32(a.psn), uint32(b.qp.QPN()), uint32(b.psn), a.mtu.Bytes())
+	if ex != nil {
+		ex.mtu = a.mtu.Bytes()
+		fmt.Fprintf(out, "Each step below is a line: the frame number (packets), seconds since the first event, the side (A or B)\n")
+		fmt.Fprintf(out, "that reported it, then either an arrow (a packet from A's column to B's or back, with its opcode and PSN,\n")
+		fmt.Fprintf(out, "and what the analysis says of it) or \"*\" and what the engine did. Lines with \"~\" explain.\n\n")
+		fmt.Fprintf(out, "== connecting: each side moves its QP through RESET, INIT, RTR and RTS (no packets yet)\n")
+		ex.show()
+	}
 
 	r := &demoRunner{cfg: cfg, a: a, b: b, pr: pr, out: out}
-	fmt.Fprintf(out, "%-22s %8s %12s %10s   %s\n", "operation", "messages", "bytes", "time", "result")
+	if ex == nil {
+		fmt.Fprintf(out, "%-22s %8s %12s %10s   %s\n", "operation", "messages", "bytes", "time", "result")
+	}
 	for _, op := range []struct {
 		name string
 		run  func() (demoResult, error)
@@ -382,16 +453,32 @@ func demo(e *env, cfg *demoConfig) (err error) {
 		{"COMPARE_SWAP on B", r.compareSwap},
 	} {
 		pr.note("%s", op.name)
+		if ex != nil {
+			fmt.Fprintf(out, "== %s\n%s\n", op.name, wrapText(explainIntro(op.name, cfg.size, a.mtu.Bytes()), 100))
+		}
 		start := time.Now()
 		res, err := op.run()
+		took := time.Since(start)
+		if ex != nil {
+			ex.show()
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", op.name, err)
 		}
-		fmt.Fprintf(out, "%-22s %8d %12d %10s   %s\n", op.name, res.msgs, res.bytes, fmtDur(time.Since(start)), res.note)
+		if ex != nil {
+			fmt.Fprintf(out, "Result: %d message(s), %d bytes, %s: %s.\n\n", res.msgs, res.bytes, fmtDur(took), res.note)
+			continue
+		}
+		fmt.Fprintf(out, "%-22s %8d %12d %10s   %s\n", op.name, res.msgs, res.bytes, fmtDur(took), res.note)
 	}
-	pr.note("WRITE burst")
-	if err := r.writeBurst(); err != nil {
-		return fmt.Errorf("WRITE burst: %w", err)
+	if ex != nil {
+		ex.summary()
+		fmt.Fprintf(out, "(The timed WRITE burst is left out with --explain.)\n")
+	} else {
+		pr.note("WRITE burst")
+		if err := r.writeBurst(); err != nil {
+			return fmt.Errorf("WRITE burst: %w", err)
+		}
 	}
 	dn.printCounters(out)
 	fmt.Fprintf(out, "\nAll operations completed and every byte was verified.\n")
@@ -526,6 +613,9 @@ func newDemoSide(name string, p *iface.Port, cfg *demoConfig) (*demoSide, error)
 	}
 	s.psn = bth.PSN(rand.Uint32() & 0xffffff)
 	s.mtu = p.ActiveMTU()
+	if cfg.explain && s.mtu > verbs.MTU1024 {
+		s.mtu = verbs.MTU1024 // several packets per message, short lines
+	}
 	return s, nil
 }
 
@@ -539,7 +629,7 @@ func newDemoSide(name string, p *iface.Port, cfg *demoConfig) (*demoSide, error)
 // a finite one.
 func (s *demoSide) connect(ctx context.Context, peer *demoSide, cfg *demoConfig) error {
 	retry := uint8(6)
-	if cfg.netem != nil {
+	if cfg.netem != nil || cfg.loss > 0 {
 		retry = 7
 	}
 	actx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -27,11 +27,15 @@ var update = flag.Bool("update", false, "rewrite the expected outputs in testdat
 var ladderCaptures = []string{"read_bw", "rc_pingpong", "atomic_fadd", "send_imm"}
 
 // TestLadderGolden compares the text and JSON ladders of committed rxe
-// captures with testdata/ladder; rewrite them with
+// captures, and of the lossy capture in testdata/ladder, with
+// testdata/ladder; rewrite them with
 // go test ./cmd/sroce -run TestLadderGolden -update and review the diff.
 func TestLadderGolden(t *testing.T) {
-	for _, name := range ladderCaptures {
+	for _, name := range append(ladderCaptures, "lossy") {
 		path := filepath.Join("..", "..", "bth", "testdata", "rxe", name+".pcap")
+		if name == "lossy" {
+			path = lossyPcap
+		}
 		for _, c := range []struct {
 			args []string
 			file string
@@ -149,7 +153,7 @@ func independentRetransmissions(t *testing.T, frames [][]byte) int {
 // retransmissions are as many as an independent count finds, for a capture
 // with retransmissions and for every committed rxe capture.
 func TestLadderRetransmissionCount(t *testing.T) {
-	captures := map[string][][]byte{"lossy": lossyCapture(t)}
+	captures := map[string][][]byte{"lossy": lossyCapture(t), "lossy.pcap": readFrames(t, lossyPcap)}
 	for _, name := range ladderCaptures {
 		captures[name] = readFrames(t, filepath.Join("..", "..", "bth", "testdata", "rxe", name+".pcap"))
 	}
@@ -223,7 +227,7 @@ func TestLadderCommandLine(t *testing.T) {
 		{"ladder", "--json=maybe", goodPath},
 	} {
 		code, out, errOut := runSroce(t, nil, args...)
-		if code != exitUsage || out != "" || !strings.Contains(errOut, "usage: sroce ladder [--json] CAPTURE") {
+		if code != exitUsage || out != "" || !strings.Contains(errOut, "usage: sroce ladder [--json] [--html FILE [--html-arrows N]] CAPTURE") {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
 		}
 	}

@@ -68,8 +68,11 @@ var commands = []command{
 	{"atomic-lat", "perftest's ib_atomic_lat on a sroce device (atomics latency)", runAtomicLat},
 	{"interop", "every sroce tool against its real counterpart on rdma_rxe, both ways: a PASS/FAIL matrix", runInterop},
 	{"demo", "two sroce engines doing RDMA with each other, explained (start here)", runDemo},
+	{"run", "run an unmodified verbs program on sroce's drop-in libibverbs", runRun},
+	{"daemon", "serve sroce devices to other processes (the drop-in libibverbs, Go clients)", runDaemon},
 	{"devinfo", "describe the sroce device on a network interface, like ibv_devinfo", runDevinfo},
 	{"stat", "counters of a sroce device on a network interface", runStat},
+	{"trace", "attach to a running sroce device: its engine events and packets, live", runTrace},
 }
 
 // main runs the command line and exits with its status.

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sroce/sroce/client"
+	"github.com/sroce/sroce/daemon"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/tools/device"
 	"github.com/sroce/sroce/verbs"
@@ -28,9 +30,11 @@ unknown_qpn, bad_dgid, ...), and the link's: for AF_XDP the kernel's socket
 statistics (rx_dropped counts frames too large for a UMEM chunk or without a
 fill buffer) and the socket's own; for the UDP link its datagram counts.
 
-What it can and cannot show. sroce has no daemon yet: a device exists only
-inside the process that opened it, and its counters die with it. So stat
-opens a fresh device on the interface (the one a tool would get, with
+What it shows. When a sroce daemon serves the interface (at --socket, or
+SROCE_SOCKET, or the daemon's usual place), stat prints the counters of the
+daemon's device, which every program run through the daemon uses.
+Otherwise a device exists only inside the process that opened it, and its
+counters die with it; then stat opens a fresh device on the interface (the one a tool would get, with
 --mode), keeps it open for --for (default 0: just open it) counting whatever
 RoCEv2 traffic reaches it, for example packets a peer still sends to a QP
 that no longer exists (unknown_qpn), and prints the port state and the
@@ -52,6 +56,7 @@ func runStat(e *env, args []string) int {
 	listen := f.Duration("for", 0, "keep the device open this long, counting what arrives")
 	asJSON := f.Bool("json", false, "print one JSON object")
 	nonzero := f.Bool("nonzero", false, "print only counters that are not zero")
+	socket := f.String("socket", "", "the daemon's socket (default: SROCE_SOCKET, or the place for this user)")
 	pos, status, ok := f.parse(args)
 	if !ok {
 		return status
@@ -71,6 +76,15 @@ func runStat(e *env, args []string) int {
 			fmt.Fprintf(e.Stderr, "sroce stat: %v\n", err)
 			return exitProblem
 		}
+	}
+	if snap := daemonStat(*socket, dev); snap != nil {
+		if *asJSON {
+			b, _ := json.MarshalIndent(snap, "", "  ")
+			e.Stdout.Write(append(b, '\n'))
+			return exitOK
+		}
+		printStat(e.Stdout, snap, *nonzero)
+		return exitOK
 	}
 	p, err := iface.Open(context.Background(), dev, iface.Options{Mode: m, AllowDown: true})
 	if err != nil {
@@ -109,6 +123,34 @@ type statData struct {
 	LinkMap    map[string]uint64 `json:"link_counters"`
 	PortErr    string            `json:"port_error,omitempty"`
 	Limitation string            `json:"note"`
+	Daemon     string            `json:"daemon_socket,omitempty"`
+	Clients    int               `json:"daemon_clients,omitempty"`
+}
+
+// daemonStat returns the counters of the device the sroce daemon at socket
+// (default: its usual place) serves on interface ifname, or nil when no
+// daemon serves it.
+func daemonStat(socket, ifname string) *statData {
+	if socket == "" {
+		socket = daemon.DefaultSocket()
+	}
+	st, err := client.Stats(socket, "sroce_"+ifname)
+	if err != nil {
+		return nil
+	}
+	d := &statData{Device: st.Device, Interface: st.Interface, LinkMode: st.LinkMode, Reason: st.Reason,
+		PortState: st.PortState, ActiveMTU: st.ActiveMTU, Seconds: st.Seconds, PortErr: st.PortErr,
+		EngineMap: map[string]uint64{}, LinkMap: map[string]uint64{}, Daemon: socket, Clients: st.Clients,
+		Limitation: "the device of a running sroce daemon"}
+	for _, c := range st.Engine {
+		d.Engine = append(d.Engine, iface.Stat{Name: c.Name, Value: c.Value})
+		d.EngineMap[c.Name] = c.Value
+	}
+	for _, c := range st.Link {
+		d.Link = append(d.Link, iface.Stat{Name: c.Name, Value: c.Value})
+		d.LinkMap[c.Name] = c.Value
+	}
+	return d
 }
 
 // statSnapshot reads a port's state and counters.
@@ -140,7 +182,9 @@ func statSnapshot(p *iface.Port, open time.Duration) *statData {
 func printStat(w io.Writer, d *statData, nonzero bool) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s on %s: %s, %s, active_mtu %d\n", d.Device, d.Interface, d.LinkMode, d.PortState, d.ActiveMTU)
-	if d.Seconds > 0 {
+	if d.Daemon != "" {
+		fmt.Fprintf(&b, "the device of the sroce daemon at %s, up %.0fs, serving %d client(s)\n", d.Daemon, d.Seconds, d.Clients)
+	} else if d.Seconds > 0 {
 		fmt.Fprintf(&b, "a fresh device, open for %gs; devices of other processes are not visible (see sroce help stat)\n", d.Seconds)
 	} else {
 		fmt.Fprintf(&b, "a fresh device; devices of other processes are not visible (see sroce help stat)\n")

@@ -30,6 +30,9 @@ var shared struct {
 }
 
 func TestMain(m *testing.M) {
+	if v := os.Getenv(killedClientEnv); v != "" {
+		os.Exit(killedClient(v)) // TestDaemonKilledClient's client
+	}
 	code := m.Run()
 	if shared.pair != nil {
 		if err := shared.pair.Close(); err != nil {

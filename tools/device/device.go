@@ -20,6 +20,7 @@ import (
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/roce/netif"
+	"github.com/sroce/sroce/roce/tracesock"
 )
 
 // EnvLink names the environment variable that picks the link: "auto" (the
@@ -132,14 +133,23 @@ func Engine() (roce.EngineMode, error) {
 }
 
 // Open opens the device on the interface of d with the link mode and the
-// engine mode of SROCE_ENGINE, within ctx.
+// engine mode of SROCE_ENGINE, within ctx, and serves its live trace
+// (package roce/tracesock) until it closes.
 func Open(ctx context.Context, d Spec, mode iface.Mode) (*iface.Port, error) {
 	engine, err := Engine()
 	if err != nil {
 		return nil, err
 	}
-	return iface.Open(ctx, d.Ifname, iface.Options{Mode: mode, Addr: d.Addr, ResolveTimeout: ResolveTimeout,
+	port, err := iface.Open(ctx, d.Ifname, iface.Options{Mode: mode, Addr: d.Addr, ResolveTimeout: ResolveTimeout,
 		Engine: engine})
+	if err != nil {
+		return nil, err
+	}
+	// "sroce trace" attaches here. A tool runs as well without it (a
+	// runtime directory it may not create), so a failure only means no
+	// trace; the socket goes when the device closes.
+	tracesock.Serve(port.Device())
+	return port, nil
 }
 
 // DefaultRouteInterface returns the interface of the default route (IPv4,

@@ -1,0 +1,646 @@
+// Package client is the Go client of the sroce daemon: the verbs of
+// package roce (contexts, PDs, MRs, CQs, QPs, AHs) on a device the daemon
+// serves, over its unix socket (package daemon/ctl) and the shared rings of
+// package ring. Posting and polling touch only shared memory; the doorbell
+// is written only when the daemon's bridge sleeps.
+//
+// Memory to register must be shared with the daemon: Context.Alloc returns
+// a buffer in a memfd, and PD.RegMR registers (part of) one.
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/daemon/ctl"
+	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/ring"
+	"github.com/sroce/sroce/verbs"
+	"golang.org/x/sys/unix"
+)
+
+// Timeout bounds every request to the daemon.
+const Timeout = 30 * time.Second
+
+// Error is a request the daemon refused, with its errno.
+type Error struct {
+	Op    ctl.Op
+	Errno unix.Errno
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("sroce daemon: %s: %v", e.Op, e.Errno) }
+
+// Unwrap returns the errno.
+func (e *Error) Unwrap() error { return e.Errno }
+
+// conn is one connection to the daemon.
+type conn struct {
+	mu  sync.Mutex
+	uc  *net.UnixConn
+	seq uint32
+	buf []byte
+	oob []byte
+}
+
+func dial(path string) (*conn, error) {
+	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("sroce daemon at %s: %w (is `sroce daemon` running?)", path, err)
+	}
+	c := &conn{uc: uc, buf: make([]byte, ctl.MaxMsg), oob: make([]byte, unix.CmsgSpace(ctl.MaxFDs*4))}
+	hello := ctl.Hello{ABI: ctl.Version}
+	if _, _, err := c.call(ctl.OpHello, ctl.Bytes(&hello), nil); err != nil {
+		uc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// call sends a request and returns the reply's body and descriptors.
+func (c *conn) call(op ctl.Op, body []byte, fds []int) ([]byte, []int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	msg := ctl.Append(nil, ctl.Hdr{Op: op, Seq: c.seq, NFDs: uint32(len(fds))}, body)
+	var rights []byte
+	if len(fds) > 0 {
+		rights = unix.UnixRights(fds...)
+	}
+	c.uc.SetDeadline(time.Now().Add(Timeout))
+	defer c.uc.SetDeadline(time.Time{})
+	if _, _, err := c.uc.WriteMsgUnix(msg, rights, nil); err != nil {
+		return nil, nil, fmt.Errorf("sroce daemon: sending %s: %w", op, err)
+	}
+	n, oobn, _, _, err := c.uc.ReadMsgUnix(c.buf, c.oob)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sroce daemon: waiting for the reply to %s: %w", op, err)
+	}
+	var rfds []int
+	if oobn > 0 {
+		msgs, _ := unix.ParseSocketControlMessage(c.oob[:oobn])
+		for _, m := range msgs {
+			if f, err := unix.ParseUnixRights(&m); err == nil {
+				rfds = append(rfds, f...)
+			}
+		}
+	}
+	h, rb, err := ctl.Parse(c.buf[:n])
+	if err != nil || h.Op != op || h.Seq != c.seq {
+		closeAll(rfds)
+		return nil, nil, fmt.Errorf("sroce daemon: bad reply to %s: %v", op, err)
+	}
+	if h.Err != 0 {
+		closeAll(rfds)
+		return nil, nil, &Error{Op: op, Errno: unix.Errno(h.Err)}
+	}
+	return append([]byte(nil), rb...), rfds, nil
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+func reply[T any](b []byte, op ctl.Op) (T, error) {
+	v, err := ctl.Get[T](b)
+	if err != nil {
+		return v, fmt.Errorf("sroce daemon: short reply to %s", op)
+	}
+	return v, nil
+}
+
+// DeviceInfo describes a device the daemon serves.
+type DeviceInfo struct {
+	Name     string // sroce_<interface>
+	Ifname   string
+	Ifindex  int
+	NodeGUID uint64
+}
+
+// Devices lists the daemon's devices (ibv_get_device_list).
+func Devices(socket string) ([]DeviceInfo, error) {
+	c, err := dial(socket)
+	if err != nil {
+		return nil, err
+	}
+	defer c.uc.Close()
+	b, _, err := c.call(ctl.OpListDevices, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	hd, err := reply[ctl.Devices](b, ctl.OpListDevices)
+	if err != nil {
+		return nil, err
+	}
+	var out []DeviceInfo
+	b = b[8:]
+	for i := 0; i < int(hd.Count); i++ {
+		d, err := reply[ctl.Device](b, ctl.OpListDevices)
+		if err != nil {
+			return nil, err
+		}
+		b = b[unsafe.Sizeof(d):]
+		out = append(out, DeviceInfo{Name: ctl.Name(d.Name[:]), Ifname: ctl.Name(d.IfName[:]), Ifindex: int(d.IfIndex), NodeGUID: d.NodeGUID})
+	}
+	return out, nil
+}
+
+// Context is an open device (struct ibv_context): one connection to the
+// daemon. Closing it frees everything created through it.
+type Context struct {
+	c        *conn
+	Info     DeviceInfo
+	async    *os.File
+	doorbell int
+	page     []byte
+	needWake *uint32
+}
+
+// Open opens device name on the daemon at socket.
+func Open(socket, name string) (*Context, error) {
+	c, err := dial(socket)
+	if err != nil {
+		return nil, err
+	}
+	var in ctl.Open
+	ctl.SetName(in.Name[:], name)
+	b, fds, err := c.call(ctl.OpOpen, ctl.Bytes(&in), nil)
+	if err != nil {
+		c.uc.Close()
+		return nil, err
+	}
+	d, err := reply[ctl.Device](b, ctl.OpOpen)
+	if err != nil || len(fds) != 3 {
+		closeAll(fds)
+		c.uc.Close()
+		return nil, fmt.Errorf("sroce daemon: OPEN reply with %d descriptors", len(fds))
+	}
+	page, err := unix.Mmap(fds[2], 0, ctl.CtxPageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	unix.Close(fds[2])
+	if err != nil {
+		closeAll(fds[:2])
+		c.uc.Close()
+		return nil, err
+	}
+	unix.SetNonblock(fds[0], true) // so that reads honour deadlines
+	ctx := &Context{c: c, async: os.NewFile(uintptr(fds[0]), "sroce-async"), doorbell: fds[1], page: page,
+		Info: DeviceInfo{Name: ctl.Name(d.Name[:]), Ifname: ctl.Name(d.IfName[:]), Ifindex: int(d.IfIndex), NodeGUID: d.NodeGUID}}
+	ctx.needWake = (*uint32)(unsafe.Pointer(&page[0]))
+	return ctx, nil
+}
+
+// Close ends the connection; the daemon frees what it held.
+func (x *Context) Close() error {
+	err := x.c.uc.Close()
+	x.async.Close()
+	unix.Close(x.doorbell)
+	unix.Munmap(x.page)
+	return err
+}
+
+// ring writes the doorbell if the daemon asked for it.
+func (x *Context) ring() {
+	if atomic.LoadUint32(x.needWake) != 0 {
+		v := uint64(1)
+		unix.Write(x.doorbell, (*[8]byte)(unsafe.Pointer(&v))[:])
+	}
+}
+
+// QueryDevice returns the device's attributes (ibv_query_device).
+func (x *Context) QueryDevice() (ctl.DeviceAttr, error) {
+	b, _, err := x.c.call(ctl.OpQueryDevice, nil, nil)
+	if err != nil {
+		return ctl.DeviceAttr{}, err
+	}
+	return reply[ctl.DeviceAttr](b, ctl.OpQueryDevice)
+}
+
+// QueryPort returns port 1's attributes (ibv_query_port).
+func (x *Context) QueryPort() (ctl.PortAttr, error) {
+	in := ctl.Port{PortNum: 1}
+	b, _, err := x.c.call(ctl.OpQueryPort, ctl.Bytes(&in), nil)
+	if err != nil {
+		return ctl.PortAttr{}, err
+	}
+	return reply[ctl.PortAttr](b, ctl.OpQueryPort)
+}
+
+// QueryGID returns GID index of port 1 (ibv_query_gid).
+func (x *Context) QueryGID(index int) (bth.GID, error) {
+	in := ctl.Port{PortNum: 1, Index: uint32(index)}
+	b, _, err := x.c.call(ctl.OpQueryGID, ctl.Bytes(&in), nil)
+	if err != nil {
+		return bth.GID{}, err
+	}
+	g, err := reply[ctl.GID](b, ctl.OpQueryGID)
+	return bth.GID(g.GID), err
+}
+
+// AsyncEvent reads the next asynchronous event, waiting at most timeout.
+func (x *Context) AsyncEvent(timeout time.Duration) (ctl.AsyncEvent, error) {
+	var ev ctl.AsyncEvent
+	x.async.SetReadDeadline(time.Now().Add(timeout))
+	_, err := x.async.Read(ctl.Bytes(&ev))
+	if err != nil {
+		return ev, fmt.Errorf("waiting %v for an asynchronous event: %w", timeout, err)
+	}
+	return ev, nil
+}
+
+func (x *Context) handleCall(op ctl.Op, h uint32) error {
+	in := ctl.Handle{Handle: h}
+	_, _, err := x.c.call(op, ctl.Bytes(&in), nil)
+	return err
+}
+
+// PD is a protection domain.
+type PD struct {
+	x *Context
+	h uint32
+}
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (x *Context) AllocPD() (*PD, error) {
+	b, _, err := x.c.call(ctl.OpAllocPD, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	h, err := reply[ctl.Handle](b, ctl.OpAllocPD)
+	return &PD{x: x, h: h.Handle}, err
+}
+
+// Dealloc frees the PD (ibv_dealloc_pd).
+func (p *PD) Dealloc() error { return p.x.handleCall(ctl.OpDeallocPD, p.h) }
+
+// Buffer is memory shared with the daemon: a memfd mapped here.
+type Buffer struct {
+	fd  int
+	Buf []byte
+}
+
+// Alloc returns n bytes of memory the daemon can reach, for RegMR.
+func (x *Context) Alloc(n int) (*Buffer, error) {
+	size := (n + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
+	fd, err := unix.MemfdCreate("sroce-client", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW)
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return &Buffer{fd: fd, Buf: mem[:n]}, nil
+}
+
+// Free unmaps the buffer; MRs on it must be deregistered first.
+func (b *Buffer) Free() {
+	unix.Munmap(b.Buf[:cap(b.Buf)])
+	unix.Close(b.fd)
+}
+
+// Addr returns the address of byte off of the buffer (the address SGEs
+// and remote peers use).
+func (b *Buffer) Addr(off int) uint64 { return uint64(uintptr(unsafe.Pointer(&b.Buf[off]))) }
+
+// MR is a registered memory region.
+type MR struct {
+	pd         *PD
+	h          uint32
+	LKey, RKey uint32
+	Addr       uint64
+}
+
+// RegMR registers n bytes of buf from off (ibv_reg_mr).
+func (p *PD) RegMR(buf *Buffer, off, n int, access mr.Access) (*MR, error) {
+	if off < 0 || n <= 0 || off+n > len(buf.Buf) {
+		return nil, errors.New("client: RegMR range outside the buffer")
+	}
+	in := ctl.RegMR{PD: p.h, Access: uint32(access), Addr: buf.Addr(off), Length: uint64(n), IOVA: buf.Addr(off), FDOffset: uint64(off)}
+	b, _, err := p.x.c.call(ctl.OpRegMR, ctl.Bytes(&in), []int{buf.fd})
+	if err != nil {
+		return nil, err
+	}
+	r, err := reply[ctl.MR](b, ctl.OpRegMR)
+	return &MR{pd: p, h: r.Handle, LKey: r.LKey, RKey: r.RKey, Addr: in.Addr}, err
+}
+
+// Dereg deregisters the MR (ibv_dereg_mr).
+func (m *MR) Dereg() error { return m.pd.x.handleCall(ctl.OpDeregMR, m.h) }
+
+// CQ is a completion queue whose entries the client polls from shared
+// memory.
+type CQ struct {
+	x    *Context
+	h    uint32
+	mem  []byte
+	ring *ring.Ring[ring.CQE]
+	ctl  *ctl.CQCtl
+	ch   *os.File
+}
+
+// CreateCQ creates a CQ of cqe entries; with events, completions can be
+// waited for with Wait (a completion channel of its own).
+func (x *Context) CreateCQ(cqe int, events bool) (*CQ, error) {
+	cq := &CQ{x: x}
+	in := ctl.CreateCQ{CQE: uint32(cqe)}
+	if events {
+		b, fds, err := x.c.call(ctl.OpCreateCompChannel, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		h, _ := reply[ctl.Handle](b, ctl.OpCreateCompChannel)
+		if len(fds) != 1 {
+			closeAll(fds)
+			return nil, errors.New("sroce daemon: completion channel without its socket")
+		}
+		unix.SetNonblock(fds[0], true) // so that reads honour deadlines
+		cq.ch = os.NewFile(uintptr(fds[0]), "sroce-channel")
+		in.Channel = h.Handle
+	}
+	b, fds, err := x.c.call(ctl.OpCreateCQ, ctl.Bytes(&in), nil)
+	if err != nil {
+		return nil, err
+	}
+	r, err := reply[ctl.CQ](b, ctl.OpCreateCQ)
+	if err != nil || len(fds) != 1 {
+		closeAll(fds)
+		return nil, fmt.Errorf("sroce daemon: bad CREATE_CQ reply (%v)", err)
+	}
+	cq.h = r.Handle
+	cq.mem, err = unix.Mmap(fds[0], 0, int(r.MemSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	unix.Close(fds[0])
+	if err != nil {
+		return nil, err
+	}
+	cq.ctl = (*ctl.CQCtl)(unsafe.Pointer(&cq.mem[0]))
+	if cq.ring, err = ring.Attach[ring.CQE](cq.mem[r.RingOffset:], ring.KindCQ); err != nil {
+		return nil, err
+	}
+	return cq, nil
+}
+
+// Poll takes up to len(wcs) completions (ibv_poll_cq).
+func (cq *CQ) Poll(wcs []verbs.WC) int {
+	n := 0
+	for n < len(wcs) {
+		e := cq.ring.Front()
+		if e == nil {
+			break
+		}
+		e.WC(&wcs[n])
+		cq.ring.Release(1)
+		n++
+	}
+	return n
+}
+
+// Wait polls, arming the CQ and sleeping on its channel when it is empty,
+// for at most timeout.
+func (cq *CQ) Wait(wcs []verbs.WC, timeout time.Duration) (int, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		if n := cq.Poll(wcs); n > 0 {
+			return n, nil
+		}
+		if cq.ch == nil {
+			if time.Now().After(deadline) {
+				return 0, fmt.Errorf("no completion within %v", timeout)
+			}
+			time.Sleep(20 * time.Microsecond)
+			continue
+		}
+		atomic.StoreUint32(&cq.ctl.Arm, 1)
+		if n := cq.Poll(wcs); n > 0 {
+			return n, nil
+		}
+		var ev ctl.CQEvent
+		cq.ch.SetReadDeadline(deadline)
+		if _, err := cq.ch.Read(ctl.Bytes(&ev)); err != nil {
+			return 0, fmt.Errorf("waiting %v for a completion event: %w", timeout, err)
+		}
+	}
+}
+
+// Destroy destroys the CQ (ibv_destroy_cq).
+func (cq *CQ) Destroy() error {
+	err := cq.x.handleCall(ctl.OpDestroyCQ, cq.h)
+	if err == nil {
+		unix.Munmap(cq.mem)
+		if cq.ch != nil {
+			cq.ch.Close()
+		}
+	}
+	return err
+}
+
+// QP is a queue pair whose work queues are shared rings.
+type QP struct {
+	x   *Context
+	h   uint32
+	QPN bth.QPN
+	Cap ctl.QPCap
+	mem []byte
+	sq  *ring.Ring[ring.SendWQE]
+	rq  *ring.Ring[ring.RecvWQE]
+	typ verbs.QPType
+}
+
+// CreateQP creates a QP (ibv_create_qp).
+func (p *PD) CreateQP(typ verbs.QPType, send, recv *CQ, cap verbs.QPCap, sigAll bool) (*QP, error) {
+	in := ctl.CreateQP{PD: p.h, SendCQ: send.h, RecvCQ: recv.h, QPType: uint8(typ),
+		Cap: ctl.QPCap{MaxSendWR: cap.MaxSendWR, MaxRecvWR: cap.MaxRecvWR, MaxSendSGE: cap.MaxSendSGE,
+			MaxRecvSGE: cap.MaxRecvSGE, MaxInlineData: cap.MaxInlineData}}
+	if sigAll {
+		in.SQSigAll = 1
+	}
+	b, fds, err := p.x.c.call(ctl.OpCreateQP, ctl.Bytes(&in), nil)
+	if err != nil {
+		return nil, err
+	}
+	r, err := reply[ctl.QP](b, ctl.OpCreateQP)
+	if err != nil || len(fds) != 1 {
+		closeAll(fds)
+		return nil, fmt.Errorf("sroce daemon: bad CREATE_QP reply (%v)", err)
+	}
+	q := &QP{x: p.x, h: r.Handle, QPN: bth.QPN(r.QPN), Cap: r.Cap, typ: typ}
+	q.mem, err = unix.Mmap(fds[0], 0, int(r.MemSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	unix.Close(fds[0])
+	if err != nil {
+		return nil, err
+	}
+	if q.sq, err = ring.Attach[ring.SendWQE](q.mem[r.SQOffset:], ring.KindSend); err != nil {
+		return nil, err
+	}
+	if r.RQOffset != 0 {
+		if q.rq, err = ring.Attach[ring.RecvWQE](q.mem[r.RQOffset:], ring.KindRecv); err != nil {
+			return nil, err
+		}
+	}
+	return q, nil
+}
+
+// Modify changes the QP's attributes (ibv_modify_qp); the daemon resolves
+// the destination MAC of an address vector.
+func (q *QP) Modify(a *ctl.QPAttr, mask verbs.QPAttrMask) error {
+	in := ctl.ModifyQP{Handle: q.h, AttrMask: uint32(mask), Attr: *a}
+	_, _, err := q.x.c.call(ctl.OpModifyQP, ctl.Bytes(&in), nil)
+	return err
+}
+
+// Query returns the QP's attributes (ibv_query_qp).
+func (q *QP) Query() (ctl.QPAttr, error) {
+	in := ctl.ModifyQP{Handle: q.h}
+	b, _, err := q.x.c.call(ctl.OpQueryQP, ctl.Bytes(&in), nil)
+	if err != nil {
+		return ctl.QPAttr{}, err
+	}
+	r, err := reply[ctl.ModifyQP](b, ctl.OpQueryQP)
+	return r.Attr, err
+}
+
+// State returns the QP state the daemon keeps in the shared control block.
+func (q *QP) State() verbs.QPState {
+	return verbs.QPState(atomic.LoadUint32((*uint32)(unsafe.Pointer(&q.mem[0]))))
+}
+
+// ErrFull reports a work queue with no free slot.
+var ErrFull = errors.New("client: work queue full")
+
+// PostSend posts a send work request (ibv_post_send). A UD send names its
+// address handle with ah.
+func (q *QP) PostSend(wr *verbs.SendWR, ah *AH) error {
+	s := q.sq.Next()
+	if s == nil {
+		return ErrFull
+	}
+	var attr *verbs.AHAttr
+	if ah != nil {
+		attr = &ah.attr
+	}
+	s.SetWR(wr, attr)
+	if ah != nil {
+		s.AH = ah.h
+	}
+	i := q.sq.Prod()
+	if wr.Flags&verbs.Inline != 0 && wr.InlineData != nil {
+		tail := q.sq.Tail(i)
+		if len(wr.InlineData) > len(tail) {
+			return errors.New("client: inline data larger than the QP's slots")
+		}
+		copy(tail, wr.InlineData)
+		s.InlineLen = uint16(len(wr.InlineData))
+		s.Length = uint32(len(wr.InlineData))
+	} else {
+		if len(wr.SGL) > q.sq.MaxSGEs() {
+			return errors.New("client: more SGEs than the QP takes")
+		}
+		copy(q.sq.SGEs(i, len(wr.SGL)), wr.SGL)
+		s.NumSGE = uint8(len(wr.SGL))
+		for _, g := range wr.SGL {
+			s.Length += g.Length
+		}
+	}
+	q.sq.Publish()
+	q.x.ring()
+	return nil
+}
+
+// PostRecv posts a receive work request (ibv_post_recv).
+func (q *QP) PostRecv(wr *verbs.RecvWR) error {
+	if q.rq == nil {
+		return errors.New("client: the QP uses a shared receive queue")
+	}
+	s := q.rq.Next()
+	if s == nil {
+		return ErrFull
+	}
+	if len(wr.SGL) > q.rq.MaxSGEs() {
+		return errors.New("client: more SGEs than the QP takes")
+	}
+	i := q.rq.Prod()
+	*s = ring.RecvWQE{WRID: wr.WRID, NumSGE: uint32(len(wr.SGL))}
+	copy(q.rq.SGEs(i, len(wr.SGL)), wr.SGL)
+	for _, g := range wr.SGL {
+		s.Length += g.Length
+	}
+	q.rq.Publish()
+	q.x.ring()
+	return nil
+}
+
+// Destroy destroys the QP (ibv_destroy_qp).
+func (q *QP) Destroy() error {
+	err := q.x.handleCall(ctl.OpDestroyQP, q.h)
+	if err == nil {
+		unix.Munmap(q.mem)
+	}
+	return err
+}
+
+// AH is an address handle.
+type AH struct {
+	pd   *PD
+	h    uint32
+	attr verbs.AHAttr
+}
+
+// CreateAH creates an address handle (ibv_create_ah); the daemon resolves
+// the destination MAC.
+func (p *PD) CreateAH(a *ctl.AHAttr) (*AH, error) {
+	in := ctl.AH{PDOrHandle: p.h, Attr: *a}
+	b, _, err := p.x.c.call(ctl.OpCreateAH, ctl.Bytes(&in), nil)
+	if err != nil {
+		return nil, err
+	}
+	r, err := reply[ctl.AH](b, ctl.OpCreateAH)
+	got := r.Attr
+	return &AH{pd: p, h: r.PDOrHandle, attr: verbs.AHAttr{DGID: got.DGID, FlowLabel: got.FlowLabel,
+		SGIDIndex: got.SGIDIndex, HopLimit: got.HopLimit, TrafficClass: got.TrafficClass, DMAC: got.DMAC, PortNum: 1}}, err
+}
+
+// Destroy destroys the AH (ibv_destroy_ah).
+func (a *AH) Destroy() error { return a.pd.x.handleCall(ctl.OpDestroyAH, a.h) }
+
+// SendRing returns the QP's send ring as mapped here, for tools that
+// inspect it (and tests that check what the daemon does with a corrupt one).
+func (q *QP) SendRing() *ring.Ring[ring.SendWQE] { return q.sq }
+
+// Ring writes the doorbell if the daemon sleeps: what posting does after
+// publishing, for callers that write the rings themselves.
+func (x *Context) Ring() { x.ring() }
+
+// Stats returns what the daemon at socket tells of its device name: the
+// link, the port and the counters (what "sroce stat" prints).
+func Stats(socket, name string) (*ctl.Stats, error) {
+	c, err := dial(socket)
+	if err != nil {
+		return nil, err
+	}
+	defer c.uc.Close()
+	var in ctl.Open
+	ctl.SetName(in.Name[:], name)
+	b, _, err := c.call(ctl.OpQueryStats, ctl.Bytes(&in), nil)
+	if err != nil {
+		return nil, err
+	}
+	st := &ctl.Stats{}
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("sroce daemon: unreadable QUERY_STATS reply: %v", err)
+	}
+	return st, nil
+}

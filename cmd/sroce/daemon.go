@@ -1,0 +1,241 @@
+package main
+
+// sroce daemon: owns sroce devices on network interfaces and serves them
+// to other processes (the drop-in libibverbs that "sroce run" loads, and
+// Go programs through package client).
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sroce/sroce/daemon"
+	"github.com/sroce/sroce/roce/iface"
+	"github.com/sroce/sroce/roce/tracesock"
+	"github.com/sroce/sroce/tools/device"
+)
+
+const daemonAbout = `
+Daemon opens a sroce device on each interface given with -d (named
+sroce_<interface>, as "sroce devinfo" prints it) and serves the devices to
+local processes over a unix socket: programs run with "sroce run" (the
+drop-in libibverbs) and Go programs using package client do RDMA on them.
+
+The socket is /run/sroce/sroce.sock as root and $XDG_RUNTIME_DIR/sroce.sock
+otherwise; --socket or SROCE_SOCKET choose another. --link picks the link
+of every device: xdp (AF_XDP, needs root), udp (a UDP socket on port 4791,
+no privileges) or auto (xdp when permitted). Each client's objects are
+freed when it exits or is killed; a client that breaks the protocol is
+disconnected and the reason logged. --max-qps, --max-mrs and --max-reg
+bound what one client may hold.
+
+--metrics ADDR serves Prometheus metrics at http://ADDR/metrics: every
+device's counters (those "sroce stat" names) and each client's QPs, MRs and
+registered bytes. Logs are structured (--log-format text or json) on
+standard error. SIGINT or SIGTERM stops the daemon: clients are
+disconnected and everything freed.`
+
+// repeated is a flag that may be given several times.
+type repeated []string
+
+func (r *repeated) String() string     { return strings.Join(*r, ",") }
+func (r *repeated) Set(s string) error { *r = append(*r, s); return nil }
+
+// runDaemon implements "sroce daemon".
+func runDaemon(e *env, args []string) int {
+	f := newFlags(e, "daemon", "sroce daemon -d IF [-d IF ...] [--link auto|xdp|udp] [--socket PATH] [--metrics ADDR]", daemonAbout)
+	var ifs repeated
+	f.Var(&ifs, "d", "network `interface` to serve, or IF@ADDR to bind the UDP link to ADDR (repeatable)")
+	link := f.String("link", "auto", "link of the devices: `auto`, xdp or udp")
+	socket := f.String("socket", "", "unix socket to listen on (default: SROCE_SOCKET, or the place for this user)")
+	metrics := f.String("metrics", "", "serve Prometheus metrics on this `address` (host:port)")
+	engine := f.String("engine", "", "engine mode: auto, sleep, spin, adaptive or inline (default: SROCE_ENGINE, else auto)")
+	logFormat := f.String("log-format", "text", "log format: `text` or json")
+	verbose := f.Bool("v", false, "log every client request that fails")
+	maxQPs := f.Int("max-qps", daemon.DefaultLimits.QPs, "QPs one client may hold")
+	maxMRs := f.Int("max-mrs", daemon.DefaultLimits.MRs, "MRs and MWs one client may hold")
+	maxReg := f.Uint64("max-reg", daemon.DefaultLimits.RegBytes, "bytes one client may register")
+	pos, status, ok := f.parse(args)
+	if !ok {
+		return status
+	}
+	if len(pos) != 0 {
+		return f.usageError("daemon takes no arguments")
+	}
+	if len(ifs) == 0 {
+		return f.usageError("give at least one interface with -d")
+	}
+	mode, err := iface.ParseMode(*link)
+	if err != nil {
+		return f.usageError(err.Error())
+	}
+	if *engine != "" {
+		os.Setenv(device.EnvEngine, *engine)
+	}
+	em, err := device.Engine()
+	if err != nil {
+		return f.usageError(err.Error())
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	var h slog.Handler
+	switch *logFormat {
+	case "text":
+		h = slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: level})
+	case "json":
+		h = slog.NewJSONHandler(e.Stderr, &slog.HandlerOptions{Level: level})
+	default:
+		return f.usageError(fmt.Sprintf("--log-format %q: want text or json", *logFormat))
+	}
+	log := slog.New(h)
+
+	var devs []daemon.Device
+	var ports []*iface.Port
+	defer func() {
+		for _, p := range ports {
+			p.Close()
+		}
+	}()
+	for _, arg := range ifs {
+		spec, err := device.ParseSpec(arg)
+		if err != nil || spec.Ifname == "" {
+			return f.usageError(fmt.Sprintf("-d %q: want an interface name, or IF@ADDR for the UDP link's address", arg))
+		}
+		name := spec.Ifname
+		p, err := iface.Open(context.Background(), name, iface.Options{Mode: mode, Engine: em, Addr: spec.Addr})
+		if err != nil {
+			fmt.Fprintf(e.Stderr, "sroce daemon: %s: %v\n", name, err)
+			return exitProblem
+		}
+		ports = append(ports, p)
+		devs = append(devs, p)
+		log.Info("device ready", "device", p.Device().Name(), "interface", name, "link", p.LinkMode(),
+			"reason", p.Reason(), "engine", p.Device().Engine().String())
+		// "sroce trace" attaches to the device here.
+		if ts, err := tracesock.Serve(p.Device()); err != nil {
+			log.Warn("no live trace", "device", p.Device().Name(), "err", err)
+		} else {
+			log.Info("live trace", "device", p.Device().Name(), "socket", ts.Path())
+		}
+	}
+	srv, err := daemon.New(devs, daemon.Options{Logger: log,
+		Limits: daemon.Limits{QPs: *maxQPs, MRs: *maxMRs, RegBytes: *maxReg}})
+	if err != nil {
+		fmt.Fprintf(e.Stderr, "sroce daemon: %v\n", err)
+		return exitUsage
+	}
+	path := *socket
+	if path == "" {
+		path = daemon.DefaultSocket()
+	}
+	ln, err := daemon.Listen(path)
+	if err != nil {
+		fmt.Fprintf(e.Stderr, "sroce daemon: %v\n", err)
+		return exitProblem
+	}
+	defer os.Remove(path)
+	log.Info("listening", "socket", path)
+
+	if *metrics != "" {
+		mln, err := net.Listen("tcp", *metrics)
+		if err != nil {
+			fmt.Fprintf(e.Stderr, "sroce daemon: --metrics: %v\n", err)
+			srv.Close()
+			return exitProblem
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			writeMetrics(w, srv, ports)
+		})
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go hs.Serve(mln)
+		defer hs.Close()
+		log.Info("metrics", "url", "http://"+mln.Addr().String()+"/metrics")
+	}
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	lost := make(chan string, len(ports))
+	for _, p := range ports {
+		go func() {
+			<-p.Lost()
+			lost <- p.Ifname()
+		}()
+	}
+	code := exitOK
+	select {
+	case s := <-sig:
+		log.Info("stopping", "signal", s.String())
+	case err := <-served:
+		log.Error("serving stopped", "err", err)
+		code = exitProblem
+	case name := <-lost:
+		log.Error("interface lost; stopping", "interface", name)
+		code = exitProblem
+	}
+	if err := srv.Close(); err != nil {
+		log.Error("closing", "err", err)
+		code = exitProblem
+	}
+	return code
+}
+
+// writeMetrics writes the Prometheus text exposition of the daemon's
+// devices and clients.
+func writeMetrics(w interface{ Write([]byte) (int, error) }, srv *daemon.Server, ports []*iface.Port) {
+	var b strings.Builder
+	seen := map[string]bool{}
+	for _, p := range ports {
+		dev := p.Device().Name()
+		for _, st := range append(p.Counters(), p.LinkStats()...) {
+			name := "sroce_" + metricName(st.Name)
+			if !seen[name] {
+				fmt.Fprintf(&b, "# TYPE %s counter\n", name)
+				seen[name] = true
+			}
+			fmt.Fprintf(&b, "%s{device=%q} %d\n", name, dev, st.Value)
+		}
+	}
+	clients := srv.Clients()
+	sort.Slice(clients, func(i, j int) bool { return clients[i].ID < clients[j].ID })
+	b.WriteString("# TYPE sroce_clients gauge\n")
+	fmt.Fprintf(&b, "sroce_clients %d\n", len(clients))
+	for _, g := range []struct {
+		name string
+		val  func(daemon.ClientStat) uint64
+	}{
+		{"sroce_client_qps", func(c daemon.ClientStat) uint64 { return uint64(c.QPs) }},
+		{"sroce_client_mrs", func(c daemon.ClientStat) uint64 { return uint64(c.MRs) }},
+		{"sroce_client_registered_bytes", func(c daemon.ClientStat) uint64 { return c.Bytes }},
+	} {
+		fmt.Fprintf(&b, "# TYPE %s gauge\n", g.name)
+		for _, c := range clients {
+			fmt.Fprintf(&b, "%s{client=\"%d\",pid=\"%d\",comm=%q,device=%q} %d\n", g.name, c.ID, c.PID, c.Comm, c.Device, g.val(c))
+		}
+	}
+	w.Write([]byte(b.String()))
+}
+
+// metricName makes a counter name a valid Prometheus metric name.
+func metricName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
+			return r
+		}
+		return '_'
+	}, s)
+}

@@ -1,0 +1,1232 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/daemon/ctl"
+	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/ring"
+	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/verbs"
+	"golang.org/x/sys/unix"
+)
+
+// Version is the daemon's version string, sent in HELLO.
+const Version = "sroce 0.1"
+
+// errClient is an error that ends the connection: the client broke the
+// protocol. Its text goes to the log.
+type errClient struct{ reason string }
+
+func (e *errClient) Error() string { return e.reason }
+
+func misbehaved(format string, args ...any) error {
+	return &errClient{fmt.Sprintf(format, args...)}
+}
+
+// conn is one client connection: one device context and its objects.
+type conn struct {
+	s    *Server
+	uc   *net.UnixConn
+	id   uint64
+	pid  int32
+	uid  uint32
+	comm string
+	dev  *served
+
+	// mu guards the object tables; the bridge reads them under it.
+	mu       sync.Mutex
+	next     uint32
+	pds      map[uint32]*roce.PD
+	mrs      map[uint32]*mrObj
+	mws      map[uint32]*mr.MW
+	chans    map[uint32]*chanObj
+	cqs      map[uint32]*cqObj
+	qps      map[uint32]*qpObj
+	srqs     map[uint32]*srqObj
+	ahs      map[uint32]*ahObj
+	regBytes uint64
+
+	ctxPage  *shm
+	doorbell *os.File // the eventfd clients write to
+	asyncW   int      // the daemon's end of the async event socket
+	br       *bridge
+	gone     atomic.Bool
+}
+
+type mrObj struct {
+	mr  *roce.MR
+	mem *clientMem
+	pd  uint32
+}
+
+type chanObj struct {
+	w    int // the daemon's end of the channel socket
+	refs int // CQs using it
+}
+
+type cqObj struct {
+	cq     *roce.CQ
+	mem    *shm
+	ring   *ring.Ring[ring.CQE]
+	ctl    *ctl.CQCtl
+	ch     uint32
+	handle uint32
+	wcs    []verbs.WC
+}
+
+type qpObj struct {
+	qp      *roce.QP
+	mem     *shm
+	sq      *ring.Ring[ring.SendWQE]
+	rq      *ring.Ring[ring.RecvWQE]
+	sqCons  uint32
+	rqCons  uint32
+	ctl     *ctl.QPCtl
+	typ     verbs.QPType
+	pd      uint32
+	cqs     [2]uint32
+	srq     uint32
+	handle  uint32
+	sge     []mr.SGE
+	maxSend uint32
+	maxRecv uint32
+}
+
+type srqObj struct {
+	srq    *roce.SRQ
+	mem    *shm
+	rq     *ring.Ring[ring.RecvWQE]
+	cons   uint32
+	pd     uint32
+	handle uint32
+	maxSGE uint32
+	refs   int
+}
+
+type ahObj struct {
+	ah *verbs.AH
+	pd uint32
+}
+
+// newConn identifies the peer (SO_PEERCRED).
+func (s *Server) newConn(uc *net.UnixConn) (*conn, error) {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	if cerr != nil {
+		return nil, fmt.Errorf("SO_PEERCRED: %w", cerr)
+	}
+	s.mu.Lock()
+	s.nextID++
+	id := s.nextID
+	s.mu.Unlock()
+	c := &conn{s: s, uc: uc, id: id, pid: cred.Pid, uid: cred.Uid, asyncW: -1,
+		pds: map[uint32]*roce.PD{}, mrs: map[uint32]*mrObj{}, mws: map[uint32]*mr.MW{},
+		chans: map[uint32]*chanObj{}, cqs: map[uint32]*cqObj{}, qps: map[uint32]*qpObj{},
+		srqs: map[uint32]*srqObj{}, ahs: map[uint32]*ahObj{}}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cred.Pid)); err == nil {
+		c.comm = strings.TrimSpace(string(b))
+	}
+	return c, nil
+}
+
+func (c *conn) stat() ClientStat {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := ClientStat{ID: c.id, PID: c.pid, UID: c.uid, Comm: c.comm, QPs: len(c.qps), MRs: len(c.mrs), Bytes: c.regBytes}
+	if c.dev != nil {
+		st.Device = c.dev.name
+	}
+	return st
+}
+
+// serve reads requests until the client goes away or breaks the protocol,
+// then frees everything the connection holds.
+func (c *conn) serve() {
+	log := c.s.log.With("client", c.id, "pid", c.pid, "uid", c.uid, "comm", c.comm)
+	log.Debug("client connected")
+	buf := make([]byte, ctl.MaxMsg+1)
+	oob := make([]byte, unix.CmsgSpace(ctl.MaxFDs*4))
+	reason := "client closed the connection"
+	for {
+		n, oobn, flags, _, err := c.uc.ReadMsgUnix(buf, oob)
+		if err != nil || n == 0 {
+			if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) && !errors.Is(err, unix.ECONNRESET) {
+				reason = "reading: " + err.Error()
+			}
+			break
+		}
+		fds, ferr := parseFDs(oob[:oobn])
+		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > ctl.MaxMsg {
+			closeFDs(fds)
+			reason = "sent a datagram larger than the protocol allows"
+			break
+		}
+		if ferr != nil {
+			closeFDs(fds)
+			reason = ferr.Error()
+			break
+		}
+		h, body, err := ctl.Parse(buf[:n])
+		if err == nil && int(h.NFDs) != len(fds) {
+			err = fmt.Errorf("header announces %d descriptors, %d came", h.NFDs, len(fds))
+		}
+		if err != nil {
+			closeFDs(fds)
+			reason = "protocol error: " + err.Error()
+			break
+		}
+		reply, rfds, herr := c.handle(h, body, fds)
+		closeFDs(fds) // handlers dup what they keep
+		var ce *errClient
+		if errors.As(herr, &ce) {
+			closeFDs(rfds)
+			reason = fmt.Sprintf("%s request: %s", h.Op, ce.reason)
+			break
+		}
+		rh := ctl.Hdr{Op: h.Op, Seq: h.Seq, NFDs: uint32(len(rfds))}
+		var msg []byte
+		if herr != nil {
+			rh.Err, rh.NFDs = errnoOf(herr), 0
+			closeFDs(rfds)
+			rfds = nil
+			log.Debug("request failed", "op", h.Op.String(), "err", herr)
+			msg = ctl.Append(nil, rh)
+		} else {
+			msg = ctl.Append(nil, rh, reply)
+		}
+		var rights []byte
+		if len(rfds) > 0 {
+			rights = unix.UnixRights(rfds...)
+		}
+		_, _, werr := c.uc.WriteMsgUnix(msg, rights, nil)
+		closeFDs(rfds) // the client has its own copies now
+		if werr != nil {
+			reason = "writing a reply: " + werr.Error()
+			break
+		}
+	}
+	c.uc.Close()
+	c.cleanup()
+	if c.dev == nil && strings.HasPrefix(reason, "client closed") {
+		log.Debug("client gone without opening a device")
+	} else if strings.HasPrefix(reason, "client closed") {
+		log.Info("client gone, its objects freed")
+	} else {
+		log.Warn("client disconnected, its objects freed", "reason", reason)
+	}
+}
+
+func parseFDs(oob []byte) ([]int, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("unreadable control message: %v", err)
+	}
+	var fds []int
+	for _, m := range msgs {
+		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_RIGHTS {
+			continue
+		}
+		f, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			return fds, fmt.Errorf("unreadable SCM_RIGHTS: %v", err)
+		}
+		fds = append(fds, f...)
+	}
+	return fds, nil
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// errnoOf maps an engine error to the errno the verbs call returns.
+func errnoOf(err error) int32 {
+	var en unix.Errno
+	switch {
+	case errors.As(err, &en):
+		return int32(en)
+	case errors.Is(err, roce.ErrNoResources), errors.Is(err, mr.ErrNoResources), errors.Is(err, qp.ErrQueueFull):
+		return int32(unix.ENOMEM)
+	case errors.Is(err, roce.ErrBusy), errors.Is(err, mr.ErrBusy), errors.Is(err, mr.ErrWindowsBound):
+		return int32(unix.EBUSY)
+	case errors.Is(err, roce.ErrNotSupported):
+		return int32(unix.EOPNOTSUPP)
+	case errors.Is(err, roce.ErrClosed):
+		return int32(unix.ENODEV)
+	case errors.Is(err, roce.ErrBadGIDIndex):
+		return int32(unix.ENODATA)
+	}
+	return int32(unix.EINVAL)
+}
+
+// alloc returns the next handle, checking a table's limit.
+func (c *conn) alloc(have, limit int, what string) (uint32, error) {
+	if have >= limit {
+		c.s.log.Warn("client limit reached", "client", c.id, "what", what, "limit", limit)
+		return 0, unix.ENOMEM
+	}
+	c.next++
+	if c.next == 0 {
+		c.next++
+	}
+	return c.next, nil
+}
+
+func body[T any](b []byte) (T, error) {
+	v, err := ctl.Get[T](b)
+	if err != nil {
+		var z T
+		return v, misbehaved("body of %d bytes, the operation needs %d", len(b), unsafe.Sizeof(z))
+	}
+	return v, nil
+}
+
+// handle runs one request and returns the reply body and the descriptors
+// to pass. fds are closed by the caller after handle returns.
+func (c *conn) handle(h ctl.Hdr, b []byte, fds []int) ([]byte, []int, error) {
+	if h.Op != ctl.OpRegMR && len(fds) != 0 {
+		return nil, nil, misbehaved("passed descriptors with a request that takes none")
+	}
+	switch h.Op {
+	case ctl.OpHello:
+		in, err := body[ctl.Hello](b)
+		if err != nil {
+			return nil, nil, err
+		}
+		if in.ABI != ctl.Version {
+			return nil, nil, unix.EPROTO
+		}
+		out := ctl.Hello{ABI: ctl.Version, NDevices: uint32(len(c.s.devs))}
+		copy(out.Version[:len(out.Version)-1], Version)
+		return ctl.Bytes(&out), nil, nil
+	case ctl.OpListDevices:
+		n := len(c.s.devs)
+		if max := (ctl.MaxMsg - ctl.HdrSize - 8) / int(unsafe.Sizeof(ctl.Device{})); n > max {
+			n = max
+		}
+		hd := ctl.Devices{Count: uint32(n)}
+		out := append([]byte(nil), ctl.Bytes(&hd)...)
+		for _, d := range c.s.devs[:n] {
+			var e ctl.Device
+			ctl.SetName(e.Name[:], d.name)
+			ctl.SetName(e.IfName[:], d.dev.Ifname())
+			g := d.dev.NodeGUID()
+			e.NodeGUID = *(*uint64)(unsafe.Pointer(&g))
+			e.IfIndex = uint32(d.dev.Ifindex())
+			out = append(out, ctl.Bytes(&e)...)
+		}
+		return out, nil, nil
+	case ctl.OpOpen:
+		return c.open(b)
+	case ctl.OpQueryStats:
+		in, err := body[ctl.Open](b)
+		if err != nil {
+			return nil, nil, err
+		}
+		return c.s.stats(ctl.Name(in.Name[:]))
+	}
+	if c.dev == nil {
+		return nil, nil, misbehaved("%s before OPEN", h.Op)
+	}
+	switch h.Op {
+	case ctl.OpQueryDevice:
+		return c.queryDevice()
+	case ctl.OpQueryPort:
+		return c.queryPort(b)
+	case ctl.OpQueryGID:
+		return c.queryGID(b)
+	case ctl.OpQueryPKey:
+		in, err := body[ctl.Port](b)
+		if err != nil {
+			return nil, nil, err
+		}
+		if in.PortNum != 1 || in.Index != 0 {
+			return nil, nil, unix.EINVAL
+		}
+		out := ctl.PKey{PKey: 0xffff}
+		return ctl.Bytes(&out), nil, nil
+	case ctl.OpAllocPD:
+		return c.allocPD()
+	case ctl.OpDeallocPD:
+		return c.deallocPD(b)
+	case ctl.OpRegMR:
+		return c.regMR(b, fds)
+	case ctl.OpDeregMR:
+		return c.deregMR(b)
+	case ctl.OpAllocMW:
+		return c.allocMW(b)
+	case ctl.OpDeallocMW:
+		return c.deallocMW(b)
+	case ctl.OpCreateCompChannel:
+		return c.createChannel()
+	case ctl.OpDestroyCompChannel:
+		return c.destroyChannel(b)
+	case ctl.OpCreateCQ:
+		return c.createCQ(b)
+	case ctl.OpDestroyCQ:
+		return c.destroyCQ(b)
+	case ctl.OpCreateQP:
+		return c.createQP(b)
+	case ctl.OpModifyQP:
+		return c.modifyQP(b)
+	case ctl.OpQueryQP:
+		return c.queryQP(b)
+	case ctl.OpDestroyQP:
+		return c.destroyQP(b)
+	case ctl.OpCreateSRQ:
+		return c.createSRQ(b)
+	case ctl.OpModifySRQ:
+		return c.modifySRQ(b)
+	case ctl.OpQuerySRQ:
+		return c.querySRQ(b)
+	case ctl.OpDestroySRQ:
+		return c.destroySRQ(b)
+	case ctl.OpCreateAH:
+		return c.createAH(b)
+	case ctl.OpDestroyAH:
+		return c.destroyAH(b)
+	}
+	return nil, nil, misbehaved("unknown operation %d", uint16(h.Op))
+}
+
+func (c *conn) open(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.Open](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c.dev != nil {
+		return nil, nil, misbehaved("OPEN twice on one connection")
+	}
+	name := ctl.Name(in.Name[:])
+	for _, d := range c.s.devs {
+		if d.name == name {
+			c.dev = d
+		}
+	}
+	if c.dev == nil {
+		return nil, nil, unix.ENODEV
+	}
+	page, err := newShm("ctx", ctl.CtxPageSize)
+	if err != nil {
+		c.dev = nil
+		return nil, nil, err
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		page.close()
+		c.dev = nil
+		return nil, nil, err
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		page.close()
+		unix.Close(efd)
+		c.dev = nil
+		return nil, nil, err
+	}
+	unix.SetNonblock(pair[0], true)
+	c.ctxPage, c.asyncW = page, pair[0]
+	c.doorbell = os.NewFile(uintptr(efd), "sroce-doorbell")
+	c.br = newBridge(c)
+	// The reply passes the client's copies: its async socket end, the
+	// eventfd and the context page (dup'd, as the caller closes what it
+	// passes).
+	dbl, _ := unix.Dup(efd)
+	pg, _ := unix.Dup(page.fd)
+	dev := ctl.Device{}
+	ctl.SetName(dev.Name[:], c.dev.name)
+	ctl.SetName(dev.IfName[:], c.dev.dev.Ifname())
+	g := c.dev.dev.NodeGUID()
+	dev.NodeGUID = *(*uint64)(unsafe.Pointer(&g))
+	dev.IfIndex = uint32(c.dev.dev.Ifindex())
+	c.s.log.Info("client opened device", "client", c.id, "pid", c.pid, "comm", c.comm, "device", c.dev.name)
+	return ctl.Bytes(&dev), []int{pair[1], dbl, pg}, nil
+}
+
+func (c *conn) queryDevice() ([]byte, []int, error) {
+	a := c.dev.dev.Device().Query()
+	g := c.dev.dev.NodeGUID()
+	guid := *(*uint64)(unsafe.Pointer(&g))
+	out := ctl.DeviceAttr{NodeGUID: guid, SysImageGUID: guid, MaxMRSize: ^uint64(0), PageSizeCap: 0xfffff000,
+		VendorID: 0xffffff, MaxQP: uint32(a.MaxQP), MaxQPWR: uint32(a.MaxQPWR),
+		// rxe's: BAD_PKEY_CNTR, CHANGE_PHY_PORT, AUTO_PATH_MIG, UD_AV_PORT_ENFORCE,
+		// PORT_ACTIVE_EVENT, SYS_IMAGE_GUID, RC_RNR_NAK_GEN, SRQ_RESIZE,
+		// MEM_WINDOW, MEM_MGT_EXTENSIONS, MEM_WINDOW_TYPE_2B (as ibv_devinfo -v shows it).
+		DeviceCapFlags: 1<<1 | 1<<5 | 1<<6 | 1<<9 | 1<<10 | 1<<11 | 1<<12 | 1<<13 | 1<<17 | 1<<21 | 1<<24,
+		MaxSGE:         uint32(a.MaxSGE), MaxSGERd: uint32(a.MaxSGE), MaxCQ: uint32(a.MaxCQ), MaxCQE: uint32(a.MaxCQE),
+		MaxMR: uint32(a.MaxMR), MaxPD: uint32(a.MaxPD), MaxQPRdAtom: uint32(a.MaxQPRdAtom),
+		MaxResRdAtom: uint32(a.MaxQPRdAtom) * uint32(a.MaxQP), MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom),
+		AtomicCap: 1, MaxMW: uint32(a.MaxMR), MaxAH: uint32(a.MaxQP), MaxSRQ: uint32(a.MaxSRQ),
+		MaxSRQWR: uint32(a.MaxSRQWR), MaxSRQSGE: uint32(a.MaxSGE), MaxPKeys: 64, LocalCAAckDelay: 15,
+		PhysPortCnt: 1, MaxInlineData: uint32(a.MaxInlineData), MaxMcastGrp: 8192, MaxMcastQPAttach: 56,
+		MaxTotalMcastQPAttach: 8192 * 56}
+	ctl.SetName(out.FWVer[:], "0.0.0")
+	return ctl.Bytes(&out), nil, nil
+}
+
+func (c *conn) queryPort(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.Port](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if in.PortNum != 1 {
+		return nil, nil, unix.EINVAL
+	}
+	d := c.dev.dev
+	pa := d.Device().QueryPort()
+	state := uint32(d.State())
+	phys := uint8(3) // disabled
+	if d.State() == verbs.PortActive {
+		phys = 5 // link up
+	}
+	out := ctl.PortAttr{State: state, MaxMTU: uint32(pa.MaxMTU), ActiveMTU: uint32(d.ActiveMTU()),
+		GIDTblLen: int32(pa.GIDTblLen), PortCapFlags: 1<<16 | 1<<26 | 1<<27, // CM_SUP, IP_BASED_GIDS, ...
+		MaxMsgSz: 0x80000000, PKeyTblLen: uint16(pa.PKeyTblLen), MaxVLNum: 1, ActiveWidth: 2, // 4X
+		ActiveSpeed: 32, PhysState: phys, LinkLayer: 2 /* Ethernet */, LinkMTU: uint32(d.MTU())}
+	return ctl.Bytes(&out), nil, nil
+}
+
+func (c *conn) queryGID(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.Port](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if in.PortNum != 1 {
+		return nil, nil, unix.EINVAL
+	}
+	g, err := c.dev.dev.Device().QueryGID(int(in.Index))
+	if err != nil {
+		return nil, nil, err
+	}
+	if g == (bth.GID{}) {
+		return nil, nil, unix.ENODATA
+	}
+	out := ctl.GID{GID: g, GIDType: 1, NdevIfIndex: uint32(c.dev.dev.Ifindex())}
+	return ctl.Bytes(&out), nil, nil
+}
+
+func handleReply(h uint32) ([]byte, []int, error) {
+	out := ctl.Handle{Handle: h}
+	return ctl.Bytes(&out), nil, nil
+}
+
+func (c *conn) allocPD() ([]byte, []int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, err := c.alloc(len(c.pds), c.s.limits.Objects, "PDs")
+	if err != nil {
+		return nil, nil, err
+	}
+	pd, err := c.dev.dev.Device().AllocPD()
+	if err != nil {
+		return nil, nil, err
+	}
+	c.pds[h] = pd
+	return handleReply(h)
+}
+
+func (c *conn) deallocPD(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.Handle](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pd, ok := c.pds[in.Handle]
+	if !ok {
+		return nil, nil, unix.EINVAL
+	}
+	if err := pd.Dealloc(); err != nil {
+		return nil, nil, err
+	}
+	delete(c.pds, in.Handle)
+	return nil, nil, nil
+}
+
+func (c *conn) regMR(b []byte, fds []int) ([]byte, []int, error) {
+	in, err := body[ctl.RegMR](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(fds) != 1 {
+		return nil, nil, misbehaved("REG_MR with %d descriptors, it takes one memfd", len(fds))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pd, ok := c.pds[in.PD]
+	if !ok {
+		return nil, nil, unix.EINVAL
+	}
+	if in.Length == 0 || in.Length > 1<<40 {
+		return nil, nil, unix.EINVAL
+	}
+	if c.regBytes+in.Length > c.s.limits.RegBytes {
+		c.s.log.Warn("client limit reached", "client", c.id, "what", "registered bytes", "limit", c.s.limits.RegBytes)
+		return nil, nil, unix.ENOMEM
+	}
+	h, err := c.alloc(len(c.mrs)+len(c.mws), c.s.limits.MRs, "MRs")
+	if err != nil {
+		return nil, nil, err
+	}
+	mem, err := mapClientMem(fds[0], in.FDOffset, in.Length)
+	if err != nil {
+		return nil, nil, misbehaved("REG_MR: %v", err)
+	}
+	m, err := pd.RegMRRegion(mem, in.IOVA, mr.Access(in.Access))
+	if err != nil {
+		mem.unmap()
+		return nil, nil, err
+	}
+	c.mrs[h] = &mrObj{mr: m, mem: mem, pd: in.PD}
+	c.regBytes += in.Length
+	out := ctl.MR{Handle: h, LKey: m.LKey(), RKey: m.RKey()}
+	return ctl.Bytes(&out), nil, nil
+}
+
+func (c *conn) deregMR(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.Handle](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.mrs[in.Handle]
+	if !ok {
+		return nil, nil, unix.EINVAL
+	}
+	if err := o.mr.Dereg(); err != nil {
+		return nil, nil, err
+	}
+	c.regBytes -= uint64(len(o.mem.bytes))
+	o.mem.unmap()
+	delete(c.mrs, in.Handle)
+	return nil, nil, nil
+}
+
+func (c *conn) allocMW(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.MW](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pd, ok := c.pds[in.PDOrHandle]
+	if !ok || (in.TypeOrRKey != 1 && in.TypeOrRKey != 2) {
+		return nil, nil, unix.EINVAL
+	}
+	h, err := c.alloc(len(c.mrs)+len(c.mws), c.s.limits.MRs, "MWs")
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := pd.AllocMW(mr.MWType(in.TypeOrRKey))
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mws[h] = w
+	out := ctl.MW{PDOrHandle: h, TypeOrRKey: w.RKey()}
+	return ctl.Bytes(&out), nil, nil
+}
+
+func (c *conn) deallocMW(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.Handle](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w, ok := c.mws[in.Handle]
+	if !ok {
+		return nil, nil, unix.EINVAL
+	}
+	if err := w.Dealloc(); err != nil {
+		return nil, nil, err
+	}
+	delete(c.mws, in.Handle)
+	return nil, nil, nil
+}
+
+func (c *conn) createChannel() ([]byte, []int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, err := c.alloc(len(c.chans), c.s.limits.Objects, "completion channels")
+	if err != nil {
+		return nil, nil, err
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	unix.SetNonblock(pair[0], true)
+	c.chans[h] = &chanObj{w: pair[0]}
+	out := ctl.Handle{Handle: h}
+	return ctl.Bytes(&out), []int{pair[1]}, nil
+}
+
+func (c *conn) destroyChannel(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.Handle](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch, ok := c.chans[in.Handle]
+	if !ok {
+		return nil, nil, unix.EINVAL
+	}
+	if ch.refs > 0 {
+		return nil, nil, unix.EBUSY
+	}
+	unix.Close(ch.w)
+	delete(c.chans, in.Handle)
+	return nil, nil, nil
+}
+
+// cacheLine rounds n up to a 64-byte boundary.
+func cacheLine(n int) int { return (n + 63) &^ 63 }
+
+func (c *conn) createCQ(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.CreateCQ](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if in.CQE == 0 || in.CQE > roce.MaxCQE {
+		return nil, nil, unix.EINVAL
+	}
+	if in.Channel != 0 && c.chans[in.Channel] == nil {
+		return nil, nil, unix.EINVAL
+	}
+	h, err := c.alloc(len(c.cqs), c.s.limits.CQs, "CQs")
+	if err != nil {
+		return nil, nil, err
+	}
+	stride := ring.Stride[ring.CQE](0)
+	ringOff := cacheLine(int(unsafe.Sizeof(ctl.CQCtl{})))
+	mem, err := newShm("cq", ringOff+ring.Bytes(in.CQE, stride))
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := ring.Init[ring.CQE](mem.mem[ringOff:], ring.KindCQ, in.CQE, stride)
+	if err != nil {
+		mem.close()
+		return nil, nil, err
+	}
+	cq, err := c.dev.dev.Device().CreateCQ(int(in.CQE), c.br.ch)
+	if err != nil {
+		mem.close()
+		return nil, nil, err
+	}
+	o := &cqObj{cq: cq, mem: mem, ring: r, ctl: (*ctl.CQCtl)(unsafe.Pointer(&mem.mem[0])), ch: in.Channel,
+		handle: h, wcs: make([]verbs.WC, 32)}
+	c.cqs[h] = o
+	if in.Channel != 0 {
+		c.chans[in.Channel].refs++
+	}
+	c.dev.own(cq, c, h)
+	fd, _ := unix.Dup(mem.fd)
+	out := ctl.CQ{Handle: h, CQE: in.CQE, RingOffset: uint64(ringOff), MemSize: uint64(len(mem.mem))}
+	return ctl.Bytes(&out), []int{fd}, nil
+}
+
+func (c *conn) destroyCQ(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.Handle](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.cqs[in.Handle]
+	if !ok {
+		return nil, nil, unix.EINVAL
+	}
+	for _, q := range c.qps {
+		if q.cqs[0] == in.Handle || q.cqs[1] == in.Handle {
+			return nil, nil, unix.EBUSY
+		}
+	}
+	if err := o.cq.Destroy(); err != nil {
+		return nil, nil, err
+	}
+	c.dropCQ(in.Handle, o)
+	return nil, nil, nil
+}
+
+// dropCQ forgets a destroyed CQ; c.mu is held.
+func (c *conn) dropCQ(h uint32, o *cqObj) {
+	c.dev.disown(o.cq)
+	if ch := c.chans[o.ch]; ch != nil {
+		ch.refs--
+	}
+	delete(c.cqs, h)
+	o.mem.close()
+}
+
+func capOf(q ctl.QPCap) verbs.QPCap {
+	return verbs.QPCap{MaxSendWR: q.MaxSendWR, MaxRecvWR: q.MaxRecvWR, MaxSendSGE: q.MaxSendSGE,
+		MaxRecvSGE: q.MaxRecvSGE, MaxInlineData: q.MaxInlineData}
+}
+
+func ctlCap(q verbs.QPCap) ctl.QPCap {
+	return ctl.QPCap{MaxSendWR: q.MaxSendWR, MaxRecvWR: q.MaxRecvWR, MaxSendSGE: q.MaxSendSGE,
+		MaxRecvSGE: q.MaxRecvSGE, MaxInlineData: q.MaxInlineData}
+}
+
+func (c *conn) createQP(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.CreateQP](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pd, scq, rcq := c.pds[in.PD], c.cqs[in.SendCQ], c.cqs[in.RecvCQ]
+	if pd == nil || scq == nil || rcq == nil {
+		return nil, nil, unix.EINVAL
+	}
+	typ := verbs.QPType(in.QPType)
+	if typ != verbs.QPTypeRC && typ != verbs.QPTypeUC && typ != verbs.QPTypeUD {
+		return nil, nil, unix.EOPNOTSUPP
+	}
+	var srq *srqObj
+	if in.SRQ != 0 {
+		if srq = c.srqs[in.SRQ]; srq == nil {
+			return nil, nil, unix.EINVAL
+		}
+	}
+	h, err := c.alloc(len(c.qps), c.s.limits.QPs, "QPs")
+	if err != nil {
+		return nil, nil, err
+	}
+	attr := &roce.QPInitAttr{Type: typ, SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: capOf(in.Cap), SigAll: in.SQSigAll != 0}
+	if srq != nil {
+		attr.SRQ = srq.srq
+		attr.Cap.MaxRecvWR, attr.Cap.MaxRecvSGE = 0, 0
+	}
+	q, err := pd.CreateQP(attr)
+	if err != nil {
+		return nil, nil, err
+	}
+	_, ia := q.Query()
+	got := ia.Cap
+	if got.MaxSendWR == 0 {
+		got.MaxSendWR = 1
+	}
+	sqTail := int(got.MaxSendSGE) * int(unsafe.Sizeof(mr.SGE{}))
+	if int(got.MaxInlineData) > sqTail {
+		sqTail = int(got.MaxInlineData)
+	}
+	sqStride := ring.Stride[ring.SendWQE](sqTail)
+	sqOff := cacheLine(int(unsafe.Sizeof(ctl.QPCtl{})))
+	size := sqOff + ring.Bytes(got.MaxSendWR, sqStride)
+	rqOff := 0
+	var rqStride uint32
+	if srq == nil {
+		if got.MaxRecvWR == 0 {
+			got.MaxRecvWR = 1
+		}
+		rqStride = ring.Stride[ring.RecvWQE](int(got.MaxRecvSGE) * int(unsafe.Sizeof(mr.SGE{})))
+		rqOff = cacheLine(size)
+		size = rqOff + ring.Bytes(got.MaxRecvWR, rqStride)
+	}
+	mem, err := newShm("qp", size)
+	if err != nil {
+		q.Destroy()
+		return nil, nil, err
+	}
+	o := &qpObj{qp: q, mem: mem, typ: typ, pd: in.PD, cqs: [2]uint32{in.SendCQ, in.RecvCQ}, srq: in.SRQ,
+		handle: h, ctl: (*ctl.QPCtl)(unsafe.Pointer(&mem.mem[0])), maxSend: got.MaxSendSGE, maxRecv: got.MaxRecvSGE}
+	if o.sq, err = ring.Init[ring.SendWQE](mem.mem[sqOff:], ring.KindSend, got.MaxSendWR, sqStride); err == nil && srq == nil {
+		o.rq, err = ring.Init[ring.RecvWQE](mem.mem[rqOff:], ring.KindRecv, got.MaxRecvWR, rqStride)
+	}
+	if err != nil {
+		mem.close()
+		q.Destroy()
+		return nil, nil, err
+	}
+	sge := got.MaxSendSGE
+	if got.MaxRecvSGE > sge {
+		sge = got.MaxRecvSGE
+	}
+	o.sge = make([]mr.SGE, sge+1)
+	atomic.StoreUint32(&o.ctl.State, uint32(q.State()))
+	c.qps[h] = o
+	if srq != nil {
+		srq.refs++
+	}
+	c.dev.own(q, c, h)
+	fd, _ := unix.Dup(mem.fd)
+	out := ctl.QP{Handle: h, QPN: uint32(q.QPN()), Cap: ctlCap(got), SQOffset: uint64(sqOff), RQOffset: uint64(rqOff),
+		MemSize: uint64(len(mem.mem))}
+	if srq != nil {
+		out.Cap.MaxRecvWR, out.Cap.MaxRecvSGE = 0, 0
+	}
+	return ctl.Bytes(&out), []int{fd}, nil
+}
+
+func ahAttrOf(a *ctl.AHAttr) verbs.AHAttr {
+	return verbs.AHAttr{DGID: a.DGID, FlowLabel: a.FlowLabel, SGIDIndex: a.SGIDIndex, HopLimit: a.HopLimit,
+		TrafficClass: a.TrafficClass, DMAC: a.DMAC, PortNum: a.PortNum}
+}
+
+func ctlAH(a *verbs.AHAttr) ctl.AHAttr {
+	return ctl.AHAttr{DGID: a.DGID, FlowLabel: a.FlowLabel, SGIDIndex: a.SGIDIndex, HopLimit: a.HopLimit,
+		TrafficClass: a.TrafficClass, IsGlobal: 1, PortNum: 1, DMAC: a.DMAC}
+}
+
+// resolve fills in the destination MAC of a path, as rdma-core does for
+// RoCE when a QP moves to RTR or an AH is created (bounded).
+func (c *conn) resolve(a *ctl.AHAttr) (verbs.AHAttr, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got, err := c.dev.dev.AHAttr(ctx, bth.GID(a.DGID), int(a.SGIDIndex))
+	if err != nil {
+		return verbs.AHAttr{}, err
+	}
+	got.FlowLabel, got.HopLimit, got.TrafficClass = a.FlowLabel, a.HopLimit, a.TrafficClass
+	return got, nil
+}
+
+func (c *conn) modifyQP(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.ModifyQP](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	o, ok := c.qps[in.Handle]
+	c.mu.Unlock()
+	if !ok {
+		return nil, nil, unix.EINVAL
+	}
+	a := &in.Attr
+	mask := verbs.QPAttrMask(in.AttrMask)
+	attr := verbs.QPAttr{State: verbs.QPState(a.QPState), CurState: verbs.QPState(a.CurQPState),
+		PathMTU: verbs.MTU(a.PathMTU), QKey: a.QKey, RQPSN: bth.PSN(a.RQPSN), SQPSN: bth.PSN(a.SQPSN),
+		DestQPN: bth.QPN(a.DestQPNum), AccessFlags: mr.Access(a.QPAccessFlags), Cap: capOf(a.Cap),
+		PKeyIndex: a.PKeyIndex, EnSQDAsyncNotify: a.EnSQDAsyncNotify != 0, MaxRdAtomic: a.MaxRdAtomic,
+		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer, PortNum: a.PortNum, Timeout: a.Timeout,
+		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry}
+	if mask&verbs.AttrAV != 0 {
+		ah, err := c.resolve(&a.AHAttr)
+		if err != nil {
+			return nil, nil, unix.EHOSTUNREACH
+		}
+		attr.AH = ah
+	}
+	if err := o.qp.Modify(&attr, mask); err != nil {
+		return nil, nil, err
+	}
+	atomic.StoreUint32(&o.ctl.State, uint32(o.qp.State()))
+	c.br.wake()
+	return nil, nil, nil
+}
+
+func (c *conn) queryQP(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.ModifyQP](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	o, ok := c.qps[in.Handle]
+	c.mu.Unlock()
+	if !ok {
+		return nil, nil, unix.EINVAL
+	}
+	a, ia := o.qp.Query()
+	out := ctl.ModifyQP{Handle: in.Handle, AttrMask: in.AttrMask, Attr: ctl.QPAttr{
+		QPState: uint32(a.State), CurQPState: uint32(a.State), PathMTU: uint32(a.PathMTU), QKey: a.QKey,
+		RQPSN: uint32(a.RQPSN), SQPSN: uint32(a.SQPSN), DestQPNum: uint32(a.DestQPN),
+		QPAccessFlags: uint32(a.AccessFlags), Cap: ctlCap(ia.Cap), AHAttr: ctlAH(&a.AH), PKeyIndex: a.PKeyIndex,
+		MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer,
+		PortNum: 1, Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, QPType: uint32(o.typ)}}
+	if a.EnSQDAsyncNotify {
+		out.Attr.EnSQDAsyncNotify = 1
+	}
+	if a.SQDraining {
+		out.Attr.SQDraining = 1
+	}
+	if ia.SigAll {
+		out.Attr.SQSigAll = 1
+	}
+	return ctl.Bytes(&out), nil, nil
+}
+
+func (c *conn) destroyQP(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.Handle](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.qps[in.Handle]
+	if !ok {
+		return nil, nil, unix.EINVAL
+	}
+	if err := o.qp.Destroy(); err != nil {
+		return nil, nil, err
+	}
+	c.dropQP(in.Handle, o)
+	return nil, nil, nil
+}
+
+// dropQP forgets a destroyed QP; c.mu is held.
+func (c *conn) dropQP(h uint32, o *qpObj) {
+	c.dev.disown(o.qp)
+	if s := c.srqs[o.srq]; s != nil {
+		s.refs--
+	}
+	delete(c.qps, h)
+	o.mem.close()
+}
+
+func (c *conn) createSRQ(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.SRQ](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pd := c.pds[in.PDOrHandle]
+	if pd == nil || in.MaxWR == 0 {
+		return nil, nil, unix.EINVAL
+	}
+	h, err := c.alloc(len(c.srqs), c.s.limits.Objects, "SRQs")
+	if err != nil {
+		return nil, nil, err
+	}
+	if in.MaxSGE == 0 {
+		in.MaxSGE = 1
+	}
+	s, err := pd.CreateSRQ(in.MaxWR, in.MaxSGE, in.SRQLimit)
+	if err != nil {
+		return nil, nil, err
+	}
+	maxWR, _, _ := s.Query()
+	stride := ring.Stride[ring.RecvWQE](int(in.MaxSGE) * int(unsafe.Sizeof(mr.SGE{})))
+	off := cacheLine(int(unsafe.Sizeof(ctl.SRQCtl{})))
+	mem, err := newShm("srq", off+ring.Bytes(maxWR, stride))
+	if err != nil {
+		s.Destroy()
+		return nil, nil, err
+	}
+	r, err := ring.Init[ring.RecvWQE](mem.mem[off:], ring.KindRecv, maxWR, stride)
+	if err != nil {
+		mem.close()
+		s.Destroy()
+		return nil, nil, err
+	}
+	c.srqs[h] = &srqObj{srq: s, mem: mem, rq: r, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE}
+	c.dev.own(s, c, h)
+	fd, _ := unix.Dup(mem.fd)
+	out := ctl.SRQCreated{Handle: h, MaxWR: maxWR, MaxSGE: in.MaxSGE, RingOffset: uint64(off), MemSize: uint64(len(mem.mem))}
+	return ctl.Bytes(&out), []int{fd}, nil
+}
+
+func (c *conn) modifySRQ(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.SRQ](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	o, ok := c.srqs[in.PDOrHandle]
+	c.mu.Unlock()
+	if !ok {
+		return nil, nil, unix.EINVAL
+	}
+	const srqMaxWR, srqLimit = 1, 2 // enum ibv_srq_attr_mask
+	if in.AttrMask&srqMaxWR != 0 {
+		return nil, nil, unix.EOPNOTSUPP // resizing is not supported
+	}
+	if in.AttrMask&srqLimit != 0 {
+		if err := o.srq.Arm(in.SRQLimit); err != nil {
+			return nil, nil, err
+		}
+	}
+	return nil, nil, nil
+}
+
+func (c *conn) querySRQ(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.Handle](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	o, ok := c.srqs[in.Handle]
+	c.mu.Unlock()
+	if !ok {
+		return nil, nil, unix.EINVAL
+	}
+	maxWR, limit, _ := o.srq.Query()
+	out := ctl.SRQ{PDOrHandle: in.Handle, MaxWR: maxWR, MaxSGE: o.maxSGE, SRQLimit: limit}
+	return ctl.Bytes(&out), nil, nil
+}
+
+func (c *conn) destroySRQ(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.Handle](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.srqs[in.Handle]
+	if !ok {
+		return nil, nil, unix.EINVAL
+	}
+	if o.refs > 0 {
+		return nil, nil, unix.EBUSY
+	}
+	if err := o.srq.Destroy(); err != nil {
+		return nil, nil, err
+	}
+	c.dev.disown(o.srq)
+	delete(c.srqs, in.Handle)
+	o.mem.close()
+	return nil, nil, nil
+}
+
+func (c *conn) createAH(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.AH](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	pd := c.pds[in.PDOrHandle]
+	n := len(c.ahs)
+	c.mu.Unlock()
+	if pd == nil {
+		return nil, nil, unix.EINVAL
+	}
+	attr, err := c.resolve(&in.Attr)
+	if err != nil {
+		return nil, nil, unix.EHOSTUNREACH
+	}
+	ah, err := pd.CreateAH(&attr)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, err := c.alloc(n, c.s.limits.Objects, "AHs")
+	if err != nil {
+		pd.DestroyAH(ah)
+		return nil, nil, err
+	}
+	c.ahs[h] = &ahObj{ah: ah, pd: in.PDOrHandle}
+	out := ctl.AH{PDOrHandle: h, Attr: ctlAH(&attr)}
+	out.Attr.SL, out.Attr.StaticRate = in.Attr.SL, in.Attr.StaticRate
+	return ctl.Bytes(&out), nil, nil
+}
+
+func (c *conn) destroyAH(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.Handle](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.ahs[in.Handle]
+	if !ok {
+		return nil, nil, unix.EINVAL
+	}
+	if pd := c.pds[o.pd]; pd != nil {
+		pd.DestroyAH(o.ah)
+	}
+	delete(c.ahs, in.Handle)
+	return nil, nil, nil
+}
+
+// asyncEvent sends an asynchronous event to the client (dropped if its
+// socket is full: the client is not reading its events).
+func (c *conn) asyncEvent(typ, handle uint32) {
+	if c.gone.Load() || c.asyncW < 0 {
+		return
+	}
+	ev := ctl.AsyncEvent{EventType: typ, Handle: handle}
+	unix.Write(c.asyncW, ctl.Bytes(&ev))
+}
+
+// cleanup frees everything the connection holds, in the order that keeps
+// the engine away from memory before it is unmapped: the bridge stops,
+// QPs go to the error state and are destroyed (their work flushed), then
+// windows, MRs (and their mappings), SRQs, CQs, AHs, PDs, channels.
+func (c *conn) cleanup() {
+	c.gone.Store(true)
+	if c.br != nil {
+		c.br.stop()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for h, o := range c.qps {
+		o.qp.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.AttrState)
+		o.qp.Destroy()
+		c.dropQP(h, o)
+	}
+	for h, w := range c.mws {
+		w.Dealloc()
+		delete(c.mws, h)
+	}
+	for h, o := range c.mrs {
+		if err := o.mr.Dereg(); err != nil {
+			c.s.log.Error("deregistering a departed client's MR failed; its mapping is kept", "client", c.id, "err", err)
+			delete(c.mrs, h)
+			continue
+		}
+		o.mem.unmap()
+		delete(c.mrs, h)
+	}
+	c.regBytes = 0
+	for h, o := range c.srqs {
+		o.srq.Destroy()
+		c.dev.disown(o.srq)
+		delete(c.srqs, h)
+		o.mem.close()
+	}
+	for h, o := range c.cqs {
+		o.cq.Destroy()
+		c.dropCQ(h, o)
+	}
+	for h, o := range c.ahs {
+		if pd := c.pds[o.pd]; pd != nil {
+			pd.DestroyAH(o.ah)
+		}
+		delete(c.ahs, h)
+	}
+	for h, pd := range c.pds {
+		pd.Dealloc()
+		delete(c.pds, h)
+	}
+	for h, ch := range c.chans {
+		unix.Close(ch.w)
+		delete(c.chans, h)
+	}
+	c.ctxPage.close()
+	if c.doorbell != nil {
+		c.doorbell.Close()
+	}
+	if c.asyncW >= 0 {
+		unix.Close(c.asyncW)
+		c.asyncW = -1
+	}
+}

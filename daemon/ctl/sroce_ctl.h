@@ -1,0 +1,421 @@
+/*
+ * sroce_ctl.h: the control protocol between the sroce daemon and its
+ * clients (the drop-in libibverbs in shim/, and the Go client). Package
+ * daemon/ctl holds the same structs in Go; its tests compile this file and
+ * compare every offset and size.
+ *
+ * Transport: a unix SOCK_SEQPACKET socket (default /run/sroce/sroce.sock as
+ * root, $XDG_RUNTIME_DIR/sroce.sock otherwise, SROCE_SOCKET overrides). One
+ * connection is one device context (struct ibv_context): everything it
+ * creates belongs to it and is destroyed when it closes, as when a process
+ * closes its uverbs file. A connection that has not sent SROCE_OP_OPEN may
+ * only send HELLO and LIST_DEVICES.
+ *
+ * Every message, either way, is one datagram: a struct sroce_ctl_hdr, then
+ * the body of its op. The client sends a request and reads its reply before
+ * sending the next (the reply echoes op and seq). File descriptors travel
+ * as SCM_RIGHTS with the message; hdr.nfds says how many. All integers are
+ * little-endian (the host order of every platform sroce runs on). A
+ * request the daemon cannot parse (bad magic, version, length, op, fds)
+ * ends the connection, with the reason in the daemon's log.
+ *
+ * Handles (pd, mr, cq, qp, ...) are numbers the daemon gives out, private
+ * to the connection, never 0.
+ *
+ * Shared memory: queues live in memfds the daemon creates and passes with
+ * the reply that creates them. Each starts with a 64-byte control block
+ * (struct sroce_cq_ctl, struct sroce_qp_ctl, struct sroce_srq_ctl) and
+ * holds rings (sroce_ring.h) at the offsets the reply gives. Memory a client
+ * registers travels the other way: the client passes a memfd that backs the
+ * registered range (the shim remaps the pages of ibv_reg_mr onto one), and
+ * the daemon maps it.
+ *
+ * Doorbell: after publishing send or receive WQEs, the client reads
+ * ctx_page->need_wakeup (struct sroce_ctx_page, the memfd of the OPEN
+ * reply); if it is not 0 it writes the 8-byte value 1 to the doorbell
+ * eventfd of the OPEN reply. While the daemon polls the rings it keeps
+ * need_wakeup 0 and no system call is needed.
+ */
+#ifndef SROCE_CTL_H
+#define SROCE_CTL_H
+
+#include <stdint.h>
+
+#define SROCE_CTL_MAGIC   0x4c435253u /* "SRCL" */
+#define SROCE_CTL_VERSION 1
+#define SROCE_CTL_MAX_MSG 8192 /* the largest datagram either way */
+#define SROCE_CTL_MAX_FDS 4
+#define SROCE_CTL_NAME    64   /* device name buffer, NUL-terminated */
+
+enum sroce_ctl_op {
+	SROCE_OP_HELLO        = 1,
+	SROCE_OP_LIST_DEVICES = 2,
+	SROCE_OP_OPEN         = 3,  /* binds the connection to a device */
+	SROCE_OP_QUERY_DEVICE = 4,
+	SROCE_OP_QUERY_PORT   = 5,
+	SROCE_OP_QUERY_GID    = 6,
+	SROCE_OP_QUERY_PKEY   = 7,
+	SROCE_OP_QUERY_STATS  = 8,  /* request {name}, allowed before OPEN; reply: JSON text */
+
+	SROCE_OP_ALLOC_PD     = 10,
+	SROCE_OP_DEALLOC_PD   = 11,
+	SROCE_OP_REG_MR       = 12, /* fds: the memfd backing the range */
+	SROCE_OP_DEREG_MR     = 13,
+	SROCE_OP_ALLOC_MW     = 14,
+	SROCE_OP_DEALLOC_MW   = 15,
+
+	SROCE_OP_CREATE_COMP_CHANNEL  = 20, /* reply fds: the channel's socket */
+	SROCE_OP_DESTROY_COMP_CHANNEL = 21,
+	SROCE_OP_CREATE_CQ    = 22, /* reply fds: the CQ's memfd */
+	SROCE_OP_DESTROY_CQ   = 23,
+
+	SROCE_OP_CREATE_QP    = 30, /* reply fds: the QP's memfd */
+	SROCE_OP_MODIFY_QP    = 31,
+	SROCE_OP_QUERY_QP     = 32,
+	SROCE_OP_DESTROY_QP   = 33,
+
+	SROCE_OP_CREATE_SRQ   = 40, /* reply fds: the SRQ's memfd */
+	SROCE_OP_MODIFY_SRQ   = 41,
+	SROCE_OP_QUERY_SRQ    = 42,
+	SROCE_OP_DESTROY_SRQ  = 43,
+
+	SROCE_OP_CREATE_AH    = 50,
+	SROCE_OP_DESTROY_AH   = 51,
+};
+
+struct sroce_ctl_hdr {
+	uint32_t magic;   /* SROCE_CTL_MAGIC */
+	uint16_t version; /* SROCE_CTL_VERSION */
+	uint16_t op;      /* enum sroce_ctl_op */
+	uint32_t len;     /* bytes of the datagram, this header included */
+	uint32_t seq;     /* the client's request number, echoed in the reply */
+	int32_t  err;     /* reply: 0 or a positive errno value (then no body) */
+	uint32_t nfds;    /* descriptors passed with this datagram */
+};
+
+/* HELLO: request and reply. */
+struct sroce_ctl_hello {
+	uint32_t abi;        /* request: SROCE_CTL_VERSION; reply: the daemon's */
+	uint32_t ndevices;   /* reply: devices the daemon serves */
+	char     version[32]; /* reply: the daemon's version string */
+};
+
+/* LIST_DEVICES reply: a count, then count entries. */
+struct sroce_ctl_devices {
+	uint32_t count;
+	uint32_t reserved;
+	/* struct sroce_ctl_device dev[count]; */
+};
+
+struct sroce_ctl_device {
+	char     name[SROCE_CTL_NAME]; /* "sroce_eth0" */
+	char     ifname[16];           /* "eth0" */
+	uint64_t node_guid;            /* as ibv_get_device_guid returns it (network order bytes as a number) */
+	uint32_t ifindex;
+	uint32_t reserved;
+};
+
+/* OPEN: request {name}; reply {the device} with fds: [0] the async event
+ * socket (SOCK_SEQPACKET, datagrams of struct sroce_ctl_async_event), [1]
+ * the doorbell eventfd, [2] the context page memfd (struct
+ * sroce_ctx_page, 4096 bytes). */
+struct sroce_ctl_open {
+	char name[SROCE_CTL_NAME];
+};
+
+struct sroce_ctx_page {
+	uint32_t need_wakeup; /* written by the daemon */
+	uint32_t reserved[15];
+};
+
+/* QUERY_DEVICE reply: struct ibv_device_attr's fields. */
+struct sroce_ctl_device_attr {
+	char     fw_ver[64];
+	uint64_t node_guid;
+	uint64_t sys_image_guid;
+	uint64_t max_mr_size;
+	uint64_t page_size_cap;
+	uint32_t vendor_id;
+	uint32_t vendor_part_id;
+	uint32_t hw_ver;
+	uint32_t max_qp;
+	uint32_t max_qp_wr;
+	uint32_t device_cap_flags;
+	uint32_t max_sge;
+	uint32_t max_sge_rd;
+	uint32_t max_cq;
+	uint32_t max_cqe;
+	uint32_t max_mr;
+	uint32_t max_pd;
+	uint32_t max_qp_rd_atom;
+	uint32_t max_ee_rd_atom;
+	uint32_t max_res_rd_atom;
+	uint32_t max_qp_init_rd_atom;
+	uint32_t max_ee_init_rd_atom;
+	uint32_t atomic_cap;       /* enum ibv_atomic_cap */
+	uint32_t max_ee;
+	uint32_t max_rdd;
+	uint32_t max_mw;
+	uint32_t max_raw_ipv6_qp;
+	uint32_t max_raw_ethy_qp;
+	uint32_t max_mcast_grp;
+	uint32_t max_mcast_qp_attach;
+	uint32_t max_total_mcast_qp_attach;
+	uint32_t max_ah;
+	uint32_t max_fmr;
+	uint32_t max_map_per_fmr;
+	uint32_t max_srq;
+	uint32_t max_srq_wr;
+	uint32_t max_srq_sge;
+	uint16_t max_pkeys;
+	uint8_t  local_ca_ack_delay;
+	uint8_t  phys_port_cnt;
+	uint32_t max_inline_data;  /* what create_qp grants at most */
+};
+
+/* QUERY_PORT: request {port}; reply: struct ibv_port_attr's fields. */
+struct sroce_ctl_port {
+	uint32_t port_num;
+	uint32_t index;            /* QUERY_GID, QUERY_PKEY: the table index */
+};
+
+struct sroce_ctl_port_attr {
+	uint32_t state;            /* enum ibv_port_state */
+	uint32_t max_mtu;          /* enum ibv_mtu */
+	uint32_t active_mtu;
+	int32_t  gid_tbl_len;
+	uint32_t port_cap_flags;
+	uint32_t max_msg_sz;
+	uint32_t bad_pkey_cntr;
+	uint32_t qkey_viol_cntr;
+	uint16_t pkey_tbl_len;
+	uint16_t lid;
+	uint16_t sm_lid;
+	uint8_t  lmc;
+	uint8_t  max_vl_num;
+	uint8_t  sm_sl;
+	uint8_t  subnet_timeout;
+	uint8_t  init_type_reply;
+	uint8_t  active_width;
+	uint8_t  active_speed;
+	uint8_t  phys_state;
+	uint8_t  link_layer;       /* IBV_LINK_LAYER_ETHERNET */
+	uint8_t  flags;
+	uint32_t port_cap_flags2;
+	uint32_t active_speed_ex;
+	uint32_t link_mtu;         /* the interface's MTU (sroce's addition) */
+};
+
+/* QUERY_GID reply (err ENODATA: the entry is empty). */
+struct sroce_ctl_gid {
+	uint8_t  gid[16];
+	uint32_t gid_type;         /* enum ibv_gid_type_sysfs: 0 IB/RoCE v1, 1 RoCE v2 */
+	uint32_t ndev_ifindex;
+};
+
+/* QUERY_PKEY reply. */
+struct sroce_ctl_pkey {
+	uint16_t pkey;             /* host order */
+	uint16_t reserved0;
+	uint32_t reserved1;
+};
+
+/* A handle alone: DEALLOC_PD, DEREG_MR, DEALLOC_MW, DESTROY_*; the reply
+ * of ALLOC_PD and CREATE_COMP_CHANNEL (fds: [0] the channel's socket,
+ * SOCK_SEQPACKET, datagrams of struct sroce_ctl_cq_event). */
+struct sroce_ctl_handle {
+	uint32_t handle;
+	uint32_t reserved;
+};
+
+/* REG_MR request, with fds [0]: a memfd whose bytes from fd_offset on are
+ * the registered range [addr, addr + length). The daemon maps the pages
+ * that cover it. */
+struct sroce_ctl_reg_mr {
+	uint32_t pd;
+	uint32_t access;           /* enum ibv_access_flags */
+	uint64_t addr;             /* the range's address in the client */
+	uint64_t length;
+	uint64_t iova;             /* the address remote peers use (= addr for ibv_reg_mr) */
+	uint64_t fd_offset;        /* where addr is in the memfd */
+};
+
+/* REG_MR reply. */
+struct sroce_ctl_mr {
+	uint32_t handle;
+	uint32_t lkey;
+	uint32_t rkey;
+	uint32_t reserved;
+};
+
+/* ALLOC_MW request {pd, type}; reply {handle, rkey}. */
+struct sroce_ctl_mw {
+	uint32_t pd_or_handle;     /* request: the PD; reply: the MW */
+	uint32_t type_or_rkey;     /* request: IBV_MW_TYPE_1 or 2; reply: its rkey */
+};
+
+/* CREATE_CQ request; reply {handle, cqe, ring} and fds [0] the memfd:
+ * struct sroce_cq_ctl at 0, the CQE ring (SROCE_RING_CQ) at ring_offset. */
+struct sroce_ctl_create_cq {
+	uint32_t cqe;
+	uint32_t channel;          /* 0: no completion channel */
+	uint32_t comp_vector;
+	uint32_t reserved;
+};
+
+struct sroce_ctl_cq {
+	uint32_t handle;
+	uint32_t cqe;              /* what the CQ holds (>= requested) */
+	uint64_t ring_offset;
+	uint64_t mem_size;         /* bytes of the memfd */
+};
+
+/* The CQ's control block. arm: the client stores 1 (next completion) or 2
+ * (next solicited) with release ordering to request a notification
+ * (ibv_req_notify_cq); the daemon sets it back to 0 when it sends the
+ * event on the channel socket (struct sroce_ctl_cq_event). overflow: set
+ * by the daemon when a completion was lost. */
+struct sroce_cq_ctl {
+	uint32_t arm;
+	uint32_t overflow;
+	uint32_t reserved[14];
+};
+
+struct sroce_ctl_cq_event {
+	uint32_t cq;               /* the CQ's handle */
+	uint32_t reserved;
+};
+
+/* An asynchronous event (ibv_get_async_event). */
+struct sroce_ctl_async_event {
+	uint32_t event_type;       /* enum ibv_event_type */
+	uint32_t handle;           /* the QP, CQ or SRQ handle, or the port number */
+};
+
+/* The sizes of a QP's queues (struct ibv_qp_cap). */
+struct sroce_ctl_qp_cap {
+	uint32_t max_send_wr;
+	uint32_t max_recv_wr;
+	uint32_t max_send_sge;
+	uint32_t max_recv_sge;
+	uint32_t max_inline_data;
+};
+
+/* CREATE_QP request. */
+struct sroce_ctl_create_qp {
+	uint32_t pd;
+	uint32_t send_cq;
+	uint32_t recv_cq;
+	uint32_t srq;              /* 0: none */
+	uint8_t  qp_type;          /* enum ibv_qp_type: 2 RC, 3 UC, 4 UD */
+	uint8_t  sq_sig_all;
+	uint16_t reserved0;
+	struct sroce_ctl_qp_cap cap;
+};
+
+/* CREATE_QP reply, fds [0] the memfd: struct sroce_qp_ctl at 0, the send
+ * ring (SROCE_RING_SEND) at sq_offset, the receive ring (SROCE_RING_RECV)
+ * at rq_offset (0 when the QP uses an SRQ). */
+struct sroce_ctl_qp {
+	uint32_t handle;
+	uint32_t qpn;
+	struct sroce_ctl_qp_cap cap; /* what the QP got (>= requested) */
+	uint32_t reserved;
+	uint64_t sq_offset;
+	uint64_t rq_offset;
+	uint64_t mem_size;
+};
+
+struct sroce_qp_ctl {
+	uint32_t state;            /* enum ibv_qp_state, kept current by the daemon */
+	uint32_t reserved[15];
+};
+
+/* struct ibv_ah_attr with its GRH, as RoCE uses it. */
+struct sroce_ctl_ah_attr {
+	uint8_t  dgid[16];
+	uint32_t flow_label;
+	uint8_t  sgid_index;
+	uint8_t  hop_limit;
+	uint8_t  traffic_class;
+	uint8_t  sl;
+	uint8_t  is_global;
+	uint8_t  port_num;
+	uint8_t  static_rate;
+	uint8_t  src_path_bits;
+	uint16_t dlid;
+	uint8_t  dmac[6];          /* CREATE_AH reply and QUERY_QP: resolved */
+};
+
+/* struct ibv_qp_attr's fields that RoCE uses. */
+struct sroce_ctl_qp_attr {
+	uint32_t qp_state;
+	uint32_t cur_qp_state;
+	uint32_t path_mtu;
+	uint32_t path_mig_state;
+	uint32_t qkey;
+	uint32_t rq_psn;
+	uint32_t sq_psn;
+	uint32_t dest_qp_num;
+	uint32_t qp_access_flags;
+	struct sroce_ctl_qp_cap cap;
+	struct sroce_ctl_ah_attr ah_attr;
+	uint16_t pkey_index;
+	uint8_t  en_sqd_async_notify;
+	uint8_t  sq_draining;
+	uint8_t  max_rd_atomic;
+	uint8_t  max_dest_rd_atomic;
+	uint8_t  min_rnr_timer;
+	uint8_t  port_num;
+	uint8_t  timeout;
+	uint8_t  retry_cnt;
+	uint8_t  rnr_retry;
+	uint8_t  sq_sig_all;       /* QUERY_QP reply */
+	uint32_t qp_type;          /* QUERY_QP reply */
+};
+
+/* MODIFY_QP request; QUERY_QP request {handle, attr_mask} and reply
+ * {handle, attr_mask, attr}. */
+struct sroce_ctl_modify_qp {
+	uint32_t handle;
+	uint32_t attr_mask;        /* enum ibv_qp_attr_mask */
+	struct sroce_ctl_qp_attr attr;
+};
+
+/* CREATE_SRQ request {pd, max_wr, max_sge, srq_limit}; MODIFY_SRQ
+ * {handle, attr_mask, max_wr, srq_limit}; QUERY_SRQ reply {handle, 0,
+ * max_wr, max_sge, srq_limit}. */
+struct sroce_ctl_srq {
+	uint32_t pd_or_handle;
+	uint32_t attr_mask;        /* MODIFY_SRQ: enum ibv_srq_attr_mask */
+	uint32_t max_wr;
+	uint32_t max_sge;
+	uint32_t srq_limit;
+	uint32_t reserved;
+};
+
+/* CREATE_SRQ reply, fds [0] the memfd: struct sroce_srq_ctl at 0, the
+ * receive ring at ring_offset. */
+struct sroce_ctl_srq_created {
+	uint32_t handle;
+	uint32_t max_wr;
+	uint32_t max_sge;
+	uint32_t reserved;
+	uint64_t ring_offset;
+	uint64_t mem_size;
+};
+
+struct sroce_srq_ctl {
+	uint32_t reserved[16];
+};
+
+/* CREATE_AH request {pd, attr}; reply {handle, attr with dmac}. A UD
+ * send WQE names its AH by handle (sroce_send_wqe.ah) and carries its
+ * attributes too. */
+struct sroce_ctl_ah {
+	uint32_t pd_or_handle;
+	uint32_t reserved;
+	struct sroce_ctl_ah_attr attr;
+};
+
+#endif /* SROCE_CTL_H */

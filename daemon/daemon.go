@@ -1,0 +1,426 @@
+// Package daemon is the sroce daemon: it owns sroce devices (one per
+// network interface, each a roce.Device with its engine) and serves them
+// to local processes over a unix socket, so that programs in other
+// processes, through the drop-in libibverbs of shim/ or the Go client,
+// do RDMA on them.
+//
+// The protocol is package ctl's (daemon/ctl/sroce_ctl.h). One connection is
+// one device context: every PD, MR, CQ, QP, SRQ, AH, MW and completion
+// channel it creates belongs to it, and when the connection ends (the
+// process exits, is killed, or misbehaves and is disconnected) the daemon
+// moves its QPs to the error state, destroys them, deregisters its MRs and
+// unmaps its memory, and frees the rest, as the kernel does when a process
+// closes its uverbs file. Other connections carry on.
+//
+// Work requests and completions move through rings in memfds the daemon
+// creates and shares (package ring); a bridge goroutine per connection
+// takes the WQEs the client publishes, posts them to the roce QPs, and
+// copies the QPs' completions into the client's CQ rings. It spins while
+// there is work and for a while after, then sleeps, telling the client
+// through the context page that the next post must ring the doorbell.
+//
+// A client's registered memory reaches the daemon as a memfd: the shim
+// moves the pages of ibv_reg_mr's range onto one and passes it, and the
+// daemon maps it (see shim/ for the limits this brings).
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"github.com/sroce/sroce/daemon/ctl"
+	"github.com/sroce/sroce/roce/iface"
+	"golang.org/x/sys/unix"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/verbs"
+)
+
+// Device is a device the daemon serves: a roce.Device on a network
+// interface, with what the interface tells (iface.Port implements it).
+type Device interface {
+	// Device returns the running engine.
+	Device() *roce.Device
+	// Ifname and Ifindex name the interface.
+	Ifname() string
+	Ifindex() int
+	// NodeGUID is the GUID rxe derives from the interface's MAC.
+	NodeGUID() [8]byte
+	// State is the port state.
+	State() verbs.PortState
+	// ActiveMTU is the path MTU of the port.
+	ActiveMTU() verbs.MTU
+	// MTU is the interface MTU.
+	MTU() int
+	// AHAttr resolves the destination MAC of a path to dgid.
+	AHAttr(ctx context.Context, dgid bth.GID, sgidIndex int) (verbs.AHAttr, error)
+}
+
+// Limits bound what one connection may hold, so that one client cannot
+// exhaust the daemon.
+type Limits struct {
+	QPs      int    // QPs per connection
+	CQs      int    // CQs per connection
+	MRs      int    // MRs and MWs per connection
+	RegBytes uint64 // bytes registered per connection
+	Objects  int    // PDs, AHs, SRQs and completion channels per connection
+}
+
+// DefaultLimits are the limits when Options.Limits is zero.
+var DefaultLimits = Limits{QPs: 4096, CQs: 4096, MRs: 16384, RegBytes: 64 << 30, Objects: 16384}
+
+// Options configures a Server.
+type Options struct {
+	// Logger receives the daemon's structured log; nil means slog's
+	// default.
+	Logger *slog.Logger
+	// Limits per connection; zero fields take DefaultLimits'.
+	Limits Limits
+	// SpinFor is how long a connection's bridge keeps polling its rings
+	// after the last work before it sleeps (default 50µs; negative: never
+	// spin).
+	SpinFor time.Duration
+}
+
+// Server serves devices to local clients.
+type Server struct {
+	devs   []*served
+	log    *slog.Logger
+	limits Limits
+	spin   time.Duration
+
+	mu      sync.Mutex
+	conns   map[*conn]struct{}
+	closed  bool
+	lns     []*net.UnixListener
+	wg      sync.WaitGroup
+	nextID  uint64
+	started time.Time
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+// served is one device with its name and the owners of its objects, to
+// route asynchronous events.
+type served struct {
+	name string
+	dev  Device
+
+	mu     sync.Mutex
+	owners map[any]owner // *roce.QP, *roce.CQ, *roce.SRQ -> owner
+}
+
+type owner struct {
+	c      *conn
+	handle uint32
+}
+
+// New returns a server for devs, named sroce_<interface>.
+func New(devs []Device, opts Options) (*Server, error) {
+	s := &Server{log: opts.Logger, limits: opts.Limits, spin: opts.SpinFor, conns: make(map[*conn]struct{})}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.started = time.Now()
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	def := DefaultLimits
+	if s.limits.QPs <= 0 {
+		s.limits.QPs = def.QPs
+	}
+	if s.limits.CQs <= 0 {
+		s.limits.CQs = def.CQs
+	}
+	if s.limits.MRs <= 0 {
+		s.limits.MRs = def.MRs
+	}
+	if s.limits.RegBytes == 0 {
+		s.limits.RegBytes = def.RegBytes
+	}
+	if s.limits.Objects <= 0 {
+		s.limits.Objects = def.Objects
+	}
+	if s.spin == 0 {
+		s.spin = 50 * time.Microsecond
+	}
+	seen := map[string]bool{}
+	for _, d := range devs {
+		sd := &served{name: "sroce_" + d.Ifname(), dev: d, owners: make(map[any]owner)}
+		if seen[sd.name] {
+			return nil, fmt.Errorf("interface %s given twice", d.Ifname())
+		}
+		seen[sd.name] = true
+		s.devs = append(s.devs, sd)
+		s.wg.Add(1)
+		go s.asyncEvents(sd)
+	}
+	return s, nil
+}
+
+// DefaultSocket is where the daemon listens when neither --socket nor
+// SROCE_SOCKET says otherwise: /run/sroce/sroce.sock as root,
+// $XDG_RUNTIME_DIR/sroce.sock otherwise.
+func DefaultSocket() string {
+	if p := os.Getenv("SROCE_SOCKET"); p != "" {
+		return p
+	}
+	if os.Geteuid() == 0 {
+		return "/run/sroce/sroce.sock"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "sroce.sock")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("sroce-%d.sock", os.Getuid()))
+}
+
+// Listen creates the socket at path (removing a stale one that nobody
+// listens on) and returns its listener.
+func Listen(path string) (*net.UnixListener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("creating the socket's directory: %w", err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		if c, err := net.DialTimeout("unixpacket", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("a daemon is already listening on %s", path)
+		}
+		os.Remove(path)
+	}
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	// Every local user may connect: what a client may do is bounded by
+	// its own connection's objects and limits, as with /dev/infiniband.
+	os.Chmod(path, 0o666)
+	return ln, nil
+}
+
+// Serve accepts clients on ln until Close. It returns nil after Close.
+func (s *Server) Serve(ln *net.UnixListener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errors.New("daemon: server closed")
+	}
+	s.lns = append(s.lns, ln)
+	s.mu.Unlock()
+	for {
+		uc, err := ln.AcceptUnix()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("daemon: accepting a client: %w", err)
+		}
+		c, err := s.newConn(uc)
+		if err != nil {
+			s.log.Warn("client refused", "err", err)
+			uc.Close()
+			continue
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			uc.Close()
+			continue
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			c.serve()
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// Close stops accepting, disconnects every client (freeing what they
+// held) and waits for the connections to end. It does not close the
+// devices.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.cancel()
+	for _, ln := range s.lns {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.uc.Close()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return errors.New("daemon: clients still being cleaned up after 10 s")
+	}
+}
+
+// ClientStat describes one connected client.
+type ClientStat struct {
+	ID     uint64
+	PID    int32
+	UID    uint32
+	Comm   string
+	Device string
+	QPs    int
+	MRs    int
+	Bytes  uint64 // registered
+}
+
+// Clients returns the connected clients.
+func (s *Server) Clients() []ClientStat {
+	s.mu.Lock()
+	cs := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	out := make([]ClientStat, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, c.stat())
+	}
+	return out
+}
+
+// Devices returns the names and engines of the served devices.
+func (s *Server) Devices() map[string]Device {
+	m := make(map[string]Device, len(s.devs))
+	for _, d := range s.devs {
+		m[d.name] = d.dev
+	}
+	return m
+}
+
+// asyncEvents routes the device's asynchronous events to the connections
+// that own the objects; port events go to every connection of the device.
+func (s *Server) asyncEvents(sd *served) {
+	defer s.wg.Done()
+	dev := sd.dev.Device()
+	for {
+		ev, err := dev.GetAsyncEvent(s.ctx)
+		if err != nil {
+			return // the device or the server closed
+		}
+		var obj any
+		switch {
+		case ev.QP != nil:
+			obj = ev.QP
+		case ev.CQ != nil:
+			obj = ev.CQ
+		case ev.SRQ != nil:
+			obj = ev.SRQ
+		}
+		if obj == nil {
+			s.mu.Lock()
+			for c := range s.conns {
+				if c.dev == sd {
+					c.asyncEvent(uint32(ev.Type), 1)
+				}
+			}
+			s.mu.Unlock()
+			continue
+		}
+		sd.mu.Lock()
+		o, ok := sd.owners[obj]
+		sd.mu.Unlock()
+		if ok {
+			o.c.asyncEvent(uint32(ev.Type), o.handle)
+		}
+	}
+}
+
+func (sd *served) own(obj any, c *conn, h uint32) {
+	sd.mu.Lock()
+	sd.owners[obj] = owner{c, h}
+	sd.mu.Unlock()
+}
+
+func (sd *served) disown(obj any) {
+	sd.mu.Lock()
+	delete(sd.owners, obj)
+	sd.mu.Unlock()
+}
+
+// Inspector is what a Device may also tell about itself for QUERY_STATS
+// (iface.Port implements it).
+type Inspector interface {
+	LinkMode() string
+	Reason() string
+	PathMTU() int
+	Err() error
+	Counters() []iface.Stat
+	LinkStats() []iface.Stat
+}
+
+// stats answers QUERY_STATS for device name.
+func (s *Server) stats(name string) ([]byte, []int, error) {
+	var sd *served
+	for _, d := range s.devs {
+		if d.name == name {
+			sd = d
+		}
+	}
+	if sd == nil {
+		return nil, nil, unix.ENODEV
+	}
+	st := ctl.Stats{Device: sd.name, Interface: sd.dev.Ifname(), PortState: "PORT_ACTIVE",
+		ActiveMTU: sd.dev.ActiveMTU().Bytes(), Seconds: time.Since(s.started).Seconds()}
+	if sd.dev.State() != verbs.PortActive {
+		st.PortState = "PORT_DOWN"
+	}
+	s.mu.Lock()
+	for c := range s.conns {
+		if c.dev == sd {
+			st.Clients++
+		}
+	}
+	s.mu.Unlock()
+	if in, ok := sd.dev.(Inspector); ok {
+		st.LinkMode, st.Reason, st.ActiveMTU = in.LinkMode(), in.Reason(), in.PathMTU()
+		if err := in.Err(); err != nil && !errors.Is(err, iface.ErrClosed) {
+			st.PortErr = err.Error()
+		}
+		for _, c := range in.Counters() {
+			st.Engine = append(st.Engine, ctl.Counter{Name: c.Name, Value: c.Value})
+		}
+		for _, c := range in.LinkStats() {
+			st.Link = append(st.Link, ctl.Counter{Name: c.Name, Value: c.Value})
+		}
+	} else {
+		for name, v := range sd.dev.Device().Counters() {
+			st.Engine = append(st.Engine, ctl.Counter{Name: name, Value: v})
+		}
+		sort.Slice(st.Engine, func(i, j int) bool { return st.Engine[i].Name < st.Engine[j].Name })
+	}
+	b, err := json.Marshal(&st)
+	if err != nil || len(b) > ctl.MaxMsg-ctl.HdrSize {
+		return nil, nil, unix.EOVERFLOW
+	}
+	return b, nil, nil
+}

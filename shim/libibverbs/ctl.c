@@ -1,0 +1,286 @@
+/*
+ * ctl.c: the client side of the control protocol (sroce_ctl.h). A request
+ * is one datagram on the context's SOCK_SEQPACKET connection, descriptors
+ * ride along as SCM_RIGHTS, and the reply echoes op and seq. Calls on one
+ * connection are serialized by the context's lock; every wait for a reply
+ * is bounded by SROCE_CTL_TIMEOUT_SEC.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+
+/* The daemon's socket: SROCE_SOCKET, else the default for this user. */
+const char *sroce_socket_path(void)
+{
+	const char *env = getenv("SROCE_SOCKET");
+	if (env && *env) {
+		snprintf(socket_path, sizeof(socket_path), "%s", env);
+	} else if (geteuid() == 0) {
+		snprintf(socket_path, sizeof(socket_path), "/run/sroce/sroce.sock");
+	} else {
+		const char *rt = getenv("XDG_RUNTIME_DIR");
+		if (rt && *rt)
+			snprintf(socket_path, sizeof(socket_path), "%s/sroce.sock", rt);
+		else
+			snprintf(socket_path, sizeof(socket_path), "/run/user/%u/sroce.sock",
+				 (unsigned)geteuid());
+	}
+	return socket_path;
+}
+
+/* Prints one line on standard error, prefixed with the library's name. */
+void sroce_warn(const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "libibverbs (sroce): %s\n", buf);
+}
+
+/* Opens a connection to the daemon and says hello; 0 or an errno value. */
+int sroce_connect(int *fd_out)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	const char *path = sroce_socket_path();
+	struct timeval tv = {.tv_sec = SROCE_CTL_TIMEOUT_SEC};
+	struct sroce_ctl_hello hello = {.abi = SROCE_CTL_VERSION}, reply;
+	uint32_t seq = 0;
+	int fd, err;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return errno;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		err = errno;
+		close(fd);
+		return err;
+	}
+	err = sroce_call_fd(fd, &seq, SROCE_OP_HELLO, &hello, sizeof(hello), NULL, 0,
+			    &reply, sizeof(reply), NULL, NULL, NULL);
+	if (err) {
+		close(fd);
+		return err;
+	}
+	*fd_out = fd;
+	return 0;
+}
+
+static void close_fds(int *fds, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+/*
+ * Sends one request and reads its reply on sock. The reply body (at most
+ * replymax bytes) goes to reply, its length to *replylen; descriptors to
+ * rfds (*nrfds in: room, out: received). Returns 0, the daemon's errno, or
+ * the errno of the transport (ETIMEDOUT when the daemon did not answer,
+ * EPROTO for a malformed reply).
+ */
+int sroce_call_fd(int sock, uint32_t *seq, uint16_t op, const void *req, size_t reqlen,
+		  const int *fds, unsigned nfds, void *reply, size_t replymax,
+		  size_t *replylen, int *rfds, unsigned *nrfds)
+{
+	uint8_t buf[SROCE_CTL_MAX_MSG];
+	struct sroce_ctl_hdr *h = (struct sroce_ctl_hdr *)buf;
+	union {
+		char b[CMSG_SPACE(sizeof(int) * SROCE_CTL_MAX_FDS)];
+		struct cmsghdr align;
+	} cbuf;
+	struct iovec iov;
+	struct msghdr msg;
+	struct cmsghdr *cm;
+	int got[SROCE_CTL_MAX_FDS];
+	unsigned ngot = 0, room = nrfds ? *nrfds : 0;
+	ssize_t n;
+	uint32_t myseq = ++*seq;
+
+	if (sizeof(*h) + reqlen > sizeof(buf) || nfds > SROCE_CTL_MAX_FDS)
+		return EINVAL;
+	memset(h, 0, sizeof(*h));
+	h->magic = SROCE_CTL_MAGIC;
+	h->version = SROCE_CTL_VERSION;
+	h->op = op;
+	h->len = (uint32_t)(sizeof(*h) + reqlen);
+	h->seq = myseq;
+	h->nfds = nfds;
+	if (reqlen)
+		memcpy(buf + sizeof(*h), req, reqlen);
+
+	memset(&msg, 0, sizeof(msg));
+	iov.iov_base = buf;
+	iov.iov_len = h->len;
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	if (nfds) {
+		memset(&cbuf, 0, sizeof(cbuf));
+		msg.msg_control = cbuf.b;
+		msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+	}
+	do {
+		n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+	} while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return errno == EAGAIN ? ETIMEDOUT : errno;
+
+	for (;;) {
+		memset(&msg, 0, sizeof(msg));
+		iov.iov_base = buf;
+		iov.iov_len = sizeof(buf);
+		msg.msg_iov = &iov;
+		msg.msg_iovlen = 1;
+		msg.msg_control = cbuf.b;
+		msg.msg_controllen = sizeof(cbuf.b);
+		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			sroce_warn("the daemon at %s did not answer request %u (op %u) within %d s",
+				   socket_path[0] ? socket_path : sroce_socket_path(), myseq, op,
+				   SROCE_CTL_TIMEOUT_SEC);
+			return ETIMEDOUT;
+		}
+		if (n < 0)
+			return errno;
+		if (n == 0)
+			return ECONNRESET;
+		ngot = 0;
+		for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+				continue;
+			unsigned k = (unsigned)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			for (unsigned i = 0; i < k && ngot < SROCE_CTL_MAX_FDS; i++)
+				memcpy(&got[ngot++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+		}
+		if ((size_t)n < sizeof(*h) || h->magic != SROCE_CTL_MAGIC || h->len != (uint32_t)n ||
+		    (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+			close_fds(got, ngot);
+			return EPROTO;
+		}
+		if (h->seq != myseq || h->op != op) {
+			/* A reply to an earlier request that timed out: drop it. */
+			close_fds(got, ngot);
+			continue;
+		}
+		break;
+	}
+	if (h->err) {
+		close_fds(got, ngot);
+		return h->err > 0 ? h->err : EPROTO;
+	}
+	size_t body = (size_t)n - sizeof(*h);
+	if (replylen)
+		*replylen = body;
+	else if (body < replymax) {
+		close_fds(got, ngot);
+		return EPROTO;
+	}
+	if (reply)
+		memcpy(reply, buf + sizeof(*h), body < replymax ? body : replymax);
+	if (ngot < room) {
+		/* The reply lacks descriptors the op promises. */
+		close_fds(got, ngot);
+		return EPROTO;
+	}
+	for (unsigned i = 0; i < ngot; i++) {
+		if (i < room)
+			rfds[i] = got[i];
+		else
+			close(got[i]);
+	}
+	if (nrfds)
+		*nrfds = ngot < room ? ngot : room;
+	return 0;
+}
+
+/* A call on a context's connection with a fixed-size reply and nrfds descriptors. */
+int sroce_call(struct sroce_context *c, uint16_t op, const void *req, size_t reqlen,
+	       const int *fds, unsigned nfds, void *reply, size_t replylen,
+	       int *rfds, unsigned nrfds)
+{
+	int err;
+	unsigned n = nrfds;
+	pthread_mutex_lock(&c->ctl_lock);
+	err = sroce_call_fd(c->sock, &c->seq, op, req, reqlen, fds, nfds, reply, replylen,
+			    NULL, rfds, nrfds ? &n : NULL);
+	pthread_mutex_unlock(&c->ctl_lock);
+	return err;
+}
+
+/* Handle tables: open addressing would be faster; these are control-path only. */
+int sroce_table_put(struct sroce_context *c, struct sroce_table *t, uint32_t key, void *val)
+{
+	int err = 0;
+	pthread_mutex_lock(&c->table_lock);
+	if (t->n == t->cap) {
+		uint32_t ncap = t->cap ? t->cap * 2 : 16;
+		uint32_t *k = realloc(t->keys, ncap * sizeof(*k));
+		if (k)
+			t->keys = k;
+		void **v = k ? realloc(t->vals, ncap * sizeof(*v)) : NULL;
+		if (v)
+			t->vals = v;
+		if (!k || !v)
+			err = ENOMEM;
+		else
+			t->cap = ncap;
+	}
+	if (!err) {
+		t->keys[t->n] = key;
+		t->vals[t->n] = val;
+		t->n++;
+	}
+	pthread_mutex_unlock(&c->table_lock);
+	return err;
+}
+
+void *sroce_table_get(struct sroce_context *c, struct sroce_table *t, uint32_t key)
+{
+	void *v = NULL;
+	pthread_mutex_lock(&c->table_lock);
+	for (uint32_t i = 0; i < t->n; i++)
+		if (t->keys[i] == key) {
+			v = t->vals[i];
+			break;
+		}
+	pthread_mutex_unlock(&c->table_lock);
+	return v;
+}
+
+void sroce_table_del(struct sroce_context *c, struct sroce_table *t, uint32_t key)
+{
+	pthread_mutex_lock(&c->table_lock);
+	for (uint32_t i = 0; i < t->n; i++)
+		if (t->keys[i] == key) {
+			t->keys[i] = t->keys[t->n - 1];
+			t->vals[i] = t->vals[t->n - 1];
+			t->n--;
+			break;
+		}
+	pthread_mutex_unlock(&c->table_lock);
+}

@@ -1,0 +1,505 @@
+/*
+ * mr.c: memory registration.
+ *
+ * The daemon reaches a registered range through a memfd. The library keeps
+ * one memfd for the whole process, as large as the user address space and
+ * sparse, in which the page at virtual address A lives at file offset A.
+ * ibv_reg_mr remaps the pages that cover the range onto it: it copies their
+ * current contents into the memfd and maps the memfd over the same
+ * addresses with MAP_SHARED | MAP_FIXED and the same protection, so the
+ * program sees the same bytes at the same addresses and the daemon, which
+ * maps the same file pages, sees what the program writes and the program
+ * sees what the daemon writes. Because offsets equal addresses, any range
+ * is contiguous in the file whatever was remapped before, and pages already
+ * remapped (found in /proc/self/maps, which stays right when the program
+ * unmaps and maps again) are left as they are, so an MR inside or across
+ * earlier ones reuses their pages. Pages stay remapped after ibv_dereg_mr:
+ * they are still the program's memory.
+ *
+ * The file keeps its pages when the program unmaps them (free() of a large
+ * buffer), so the library keeps a table of the segments it remapped and of
+ * the live registrations; at every registration and deregistration it
+ * gives back to the system (FALLOC_FL_PUNCH_HOLE) the parts of remapped
+ * segments that the program no longer maps and no live MR covers.
+ *
+ * Limits:
+ * - Only private anonymous memory is remapped (heap, malloc, mmap of
+ *   MAP_ANONYMOUS, posix_memalign, static data of the program and its
+ *   libraries are refused with EINVAL if they are file-backed). The stack,
+ *   file-backed mappings, hugetlbfs, device mappings and unmapped holes are
+ *   refused with EINVAL.
+ * - After fork the child shares the remapped pages with the parent
+ *   (MAP_SHARED) instead of getting a copy-on-write copy, as if the range
+ *   had been given to ibv_dontfork_range and then shared; a child must not
+ *   write to buffers its parent uses for RDMA.
+ * - While ibv_reg_mr copies and remaps, other threads must not write to the
+ *   pages being registered (a write between the copy and the remap is lost).
+ * - Registrations are serialized by one lock per process.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define SROCE_MEMFD_SIZE (1ULL << 47)
+
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static int mem_fd = -1;
+static ino_t mem_ino;
+
+struct maps_entry {
+	uintptr_t start, end;
+	int prot;
+	int shared;
+	unsigned long long offset;
+	unsigned long long ino;
+	char path[256];
+};
+
+static int parse_maps_line(const char *line, struct maps_entry *e)
+{
+	char perms[8] = {0};
+	unsigned maj, min;
+	int pos = 0;
+	e->path[0] = 0;
+	if (sscanf(line, "%lx-%lx %7s %llx %x:%x %llu %n", &e->start, &e->end, perms, &e->offset,
+		   &maj, &min, &e->ino, &pos) < 7)
+		return -1;
+	if (pos > 0) {
+		snprintf(e->path, sizeof(e->path), "%s", line + pos);
+		size_t l = strlen(e->path);
+		if (l && e->path[l - 1] == '\n')
+			e->path[l - 1] = 0;
+	}
+	e->prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
+		  (perms[2] == 'x' ? PROT_EXEC : 0);
+	e->shared = perms[3] == 's';
+	return 0;
+}
+
+static int open_mem_fd(void)
+{
+	struct stat st;
+	if (mem_fd >= 0)
+		return 0;
+	int fd = memfd_create("sroce-mr", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return errno;
+	/* The daemon maps only memfds that cannot shrink under it. */
+	if (ftruncate(fd, (off_t)SROCE_MEMFD_SIZE) < 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0 || fstat(fd, &st) < 0) {
+		int err = errno;
+		close(fd);
+		return err;
+	}
+	mem_fd = fd;
+	mem_ino = st.st_ino;
+	return 0;
+}
+
+/* Whether a mapping is a piece of the memfd at the offset of its address. */
+static int is_ours(const struct maps_entry *e)
+{
+	return e->shared && e->ino == (unsigned long long)mem_ino &&
+	       !strncmp(e->path, "/memfd:sroce-mr", 15) && e->offset == (unsigned long long)e->start;
+}
+
+/* A page-aligned range of addresses, and so of memfd offsets. */
+struct ival {
+	uintptr_t s, e;
+};
+
+/* A growable list of ranges. */
+struct ivals {
+	struct ival *v;
+	size_t n, cap;
+};
+
+static struct ivals segs; /* ranges remapped onto the memfd */
+static struct ivals live; /* ranges of live MRs, one entry per MR */
+
+static int ivals_add(struct ivals *l, uintptr_t s, uintptr_t e)
+{
+	if (l->n == l->cap) {
+		size_t ncap = l->cap ? l->cap * 2 : 16;
+		struct ival *v = realloc(l->v, ncap * sizeof(*v));
+		if (!v)
+			return ENOMEM;
+		l->v = v;
+		l->cap = ncap;
+	}
+	l->v[l->n].s = s;
+	l->v[l->n].e = e;
+	l->n++;
+	return 0;
+}
+
+/* Adds to out the parts of in that overlap a range of with. */
+static void intersect(struct ival in, const struct ivals *with, struct ivals *out)
+{
+	for (size_t i = 0; i < with->n; i++) {
+		uintptr_t s = in.s > with->v[i].s ? in.s : with->v[i].s;
+		uintptr_t e = in.e < with->v[i].e ? in.e : with->v[i].e;
+		if (s < e)
+			ivals_add(out, s, e);
+	}
+}
+
+/* Adds to out the parts of in that no range of sub (from index i on) covers. */
+static void subtract(struct ival in, const struct ivals *sub, size_t i, struct ivals *out)
+{
+	for (; i < sub->n && in.s < in.e; i++) {
+		struct ival b = sub->v[i];
+		if (b.e <= in.s || b.s >= in.e)
+			continue;
+		if (b.s > in.s)
+			subtract((struct ival){in.s, b.s}, sub, i + 1, out);
+		in.s = b.e;
+	}
+	if (in.s < in.e)
+		ivals_add(out, in.s, in.e);
+}
+
+static int ival_cmp(const void *a, const void *b)
+{
+	const struct ival *x = a, *y = b;
+	return x->s < y->s ? -1 : x->s > y->s;
+}
+
+/* Reads the memfd's mappings in the process from /proc/self/maps. */
+static int our_mappings(struct ivals *out)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512];
+	if (!f)
+		return errno;
+	while (fgets(line, sizeof(line), f)) {
+		struct maps_entry e;
+		if (parse_maps_line(line, &e) == 0 && is_ours(&e))
+			ivals_add(out, e.start, e.end);
+	}
+	fclose(f);
+	return 0;
+}
+
+/*
+ * Gives back the memfd pages of remapped segments that the process no
+ * longer maps and no live MR covers, and keeps the rest in the table.
+ * Called with mem_lock held.
+ */
+static void reclaim(void)
+{
+	struct ivals ours = {0}, unmapped = {0}, dead = {0}, keep = {0};
+	if (mem_fd < 0 || !segs.n || our_mappings(&ours))
+		goto out;
+	for (size_t i = 0; i < segs.n; i++) {
+		intersect(segs.v[i], &ours, &keep);
+		subtract(segs.v[i], &ours, 0, &unmapped);
+	}
+	for (size_t i = 0; i < unmapped.n; i++) {
+		intersect(unmapped.v[i], &live, &keep);
+		subtract(unmapped.v[i], &live, 0, &dead);
+	}
+	for (size_t i = 0; i < dead.n; i++)
+		fallocate(mem_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)dead.v[i].s,
+			  (off_t)(dead.v[i].e - dead.v[i].s));
+	/* Sorted and merged, so that the table stays as small as what it covers. */
+	qsort(keep.v, keep.n, sizeof(*keep.v), ival_cmp);
+	size_t m = 0;
+	for (size_t i = 0; i < keep.n; i++) {
+		if (m && keep.v[i].s <= keep.v[m - 1].e) {
+			if (keep.v[i].e > keep.v[m - 1].e)
+				keep.v[m - 1].e = keep.v[i].e;
+		} else {
+			keep.v[m++] = keep.v[i];
+		}
+	}
+	keep.n = m;
+	free(segs.v);
+	segs = keep;
+	keep.v = NULL;
+out:
+	free(ours.v);
+	free(unmapped.v);
+	free(dead.v);
+	free(keep.v);
+}
+
+/* Remaps [start, end) of one private anonymous mapping onto the memfd. */
+static int remap(uintptr_t start, uintptr_t end, int prot)
+{
+	size_t len = end - start;
+	int tmpprot = prot | PROT_READ;
+	if (!(prot & PROT_READ) && mprotect((void *)start, len, tmpprot) < 0)
+		return errno;
+	/* pwrite copies the current contents into the file at offset == address. */
+	size_t done = 0;
+	while (done < len) {
+		ssize_t n = pwrite(mem_fd, (void *)(start + done), len - done, (off_t)(start + done));
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno;
+		}
+		done += (size_t)n;
+	}
+	void *p = mmap((void *)start, len, prot, MAP_SHARED | MAP_FIXED, mem_fd, (off_t)start);
+	if (p == MAP_FAILED)
+		return errno;
+	return 0;
+}
+
+/*
+ * Makes [addr, addr + length) live in the process memfd; returns 0 and the
+ * memfd (owned by the library: the caller sends it, never closes it) and
+ * the offset of addr in it, or EINVAL for memory that cannot be remapped.
+ */
+int sroce_mem_backing(void *addr, size_t length, int *fd, uint64_t *offset)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uintptr_t start = (uintptr_t)addr & ~(uintptr_t)(pg - 1);
+	uintptr_t end;
+	int err = 0;
+
+	if (length == 0 || (uintptr_t)addr + length < (uintptr_t)addr)
+		return EINVAL;
+	end = ((uintptr_t)addr + length + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
+	if (end > SROCE_MEMFD_SIZE)
+		return EINVAL;
+
+	pthread_mutex_lock(&mem_lock);
+	err = open_mem_fd();
+	if (err)
+		goto out;
+	FILE *f = fopen("/proc/self/maps", "re");
+	if (!f) {
+		err = errno;
+		goto out;
+	}
+	/* First pass: check that every page is ours already or can be remapped. */
+	struct maps_entry todo[64];
+	int ntodo = 0;
+	uintptr_t covered = start;
+	char line[512];
+	while (fgets(line, sizeof(line), f) && covered < end) {
+		struct maps_entry e;
+		if (parse_maps_line(line, &e))
+			continue;
+		if (e.end <= covered)
+			continue;
+		if (e.start > covered) {
+			err = EINVAL; /* a hole */
+			break;
+		}
+		uintptr_t s = covered, t = e.end < end ? e.end : end;
+		if (!is_ours(&e)) {
+			int anon = e.ino == 0 && (e.path[0] == 0 || !strcmp(e.path, "[heap]"));
+			if (!anon || e.shared) {
+				err = EINVAL; /* stack, files, devices, shared memory */
+				break;
+			}
+			if (ntodo == (int)(sizeof(todo) / sizeof(todo[0]))) {
+				err = ENOMEM;
+				break;
+			}
+			todo[ntodo] = e;
+			todo[ntodo].start = s;
+			todo[ntodo].end = t;
+			ntodo++;
+		}
+		covered = t;
+	}
+	fclose(f);
+	if (!err && covered < end)
+		err = EINVAL;
+	for (int i = 0; !err && i < ntodo; i++) {
+		err = remap(todo[i].start, todo[i].end, todo[i].prot);
+		if (!err)
+			err = ivals_add(&segs, todo[i].start, todo[i].end);
+	}
+	if (!err)
+		err = ivals_add(&live, start, end);
+	reclaim();
+out:
+	if (!err) {
+		*fd = mem_fd;
+		*offset = (uint64_t)(uintptr_t)addr;
+	}
+	pthread_mutex_unlock(&mem_lock);
+	return err;
+}
+
+/*
+ * The MR of [addr, addr + length) is gone (the daemon unmapped it): its
+ * pages may be given back once the program no longer maps them.
+ */
+void sroce_mem_release(void *addr, size_t length)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uintptr_t start = (uintptr_t)addr & ~(uintptr_t)(pg - 1);
+	uintptr_t end = ((uintptr_t)addr + length + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
+	pthread_mutex_lock(&mem_lock);
+	for (size_t i = 0; i < live.n; i++)
+		if (live.v[i].s == start && live.v[i].e == end) {
+			live.v[i] = live.v[--live.n];
+			break;
+		}
+	reclaim();
+	pthread_mutex_unlock(&mem_lock);
+}
+
+static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+			     unsigned int access)
+{
+	struct sroce_ctl_reg_mr req = {0};
+	struct sroce_ctl_mr reply;
+	struct ibv_mr *mr;
+	int fd;
+	uint64_t off;
+	int err;
+
+	access &= ~SROCE_ACCESS_OPTIONAL_RANGE;
+	err = sroce_mem_backing(addr, length, &fd, &off);
+	if (err) {
+		errno = err;
+		return NULL;
+	}
+	req.pd = pd->handle;
+	req.access = access;
+	req.addr = (uint64_t)(uintptr_t)addr;
+	req.length = length;
+	req.iova = iova;
+	req.fd_offset = off;
+	err = sroce_call(to_sctx(pd->context), SROCE_OP_REG_MR, &req, sizeof(req), &fd, 1, &reply,
+			 sizeof(reply), NULL, 0);
+	if (err) {
+		sroce_mem_release(addr, length);
+		errno = err;
+		return NULL;
+	}
+	mr = calloc(1, sizeof(*mr));
+	if (!mr) {
+		struct sroce_ctl_handle h = {.handle = reply.handle};
+		sroce_call(to_sctx(pd->context), SROCE_OP_DEREG_MR, &h, sizeof(h), NULL, 0, NULL, 0,
+			   NULL, 0);
+		sroce_mem_release(addr, length);
+		errno = ENOMEM;
+		return NULL;
+	}
+	mr->context = pd->context;
+	mr->pd = pd;
+	mr->addr = addr;
+	mr->length = length;
+	mr->handle = reply.handle;
+	mr->lkey = reply.lkey;
+	mr->rkey = reply.rkey;
+	return mr;
+}
+
+EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return reg_mr(pd, addr, length, (uint64_t)(uintptr_t)addr, (unsigned)access);
+}
+
+EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length,
+				      uint64_t iova, int access)
+{
+	return reg_mr(pd, addr, length, iova, (unsigned)access);
+}
+
+EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length,
+				       uint64_t iova, unsigned int access)
+{
+	return reg_mr(pd, addr, length, iova, access);
+}
+
+EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
+{
+	struct sroce_ctl_handle h = {.handle = mr->handle};
+	int err = sroce_call(to_sctx(mr->context), SROCE_OP_DEREG_MR, &h, sizeof(h), NULL, 0,
+			     NULL, 0, NULL, 0);
+	if (err)
+		return err;
+	sroce_mem_release(mr->addr, mr->length);
+	free(mr);
+	return 0;
+}
+
+/* Memory windows. */
+struct ibv_mw *sroce_alloc_mw(struct ibv_pd *pd, int type)
+{
+	struct sroce_ctl_mw req = {.pd_or_handle = pd->handle, .type_or_rkey = (uint32_t)type};
+	struct sroce_ctl_mw reply;
+	struct ibv_mw *mw;
+	int err;
+	if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) {
+		errno = EINVAL;
+		return NULL;
+	}
+	err = sroce_call(to_sctx(pd->context), SROCE_OP_ALLOC_MW, &req, sizeof(req), NULL, 0,
+			 &reply, sizeof(reply), NULL, 0);
+	if (err) {
+		errno = err;
+		return NULL;
+	}
+	mw = calloc(1, sizeof(*mw));
+	if (!mw) {
+		struct sroce_ctl_handle h = {.handle = reply.pd_or_handle};
+		sroce_call(to_sctx(pd->context), SROCE_OP_DEALLOC_MW, &h, sizeof(h), NULL, 0, NULL,
+			   0, NULL, 0);
+		errno = ENOMEM;
+		return NULL;
+	}
+	mw->context = pd->context;
+	mw->pd = pd;
+	mw->handle = reply.pd_or_handle;
+	mw->rkey = reply.type_or_rkey;
+	mw->type = type;
+	return mw;
+}
+
+int sroce_dealloc_mw(struct ibv_mw *mw)
+{
+	struct sroce_ctl_handle h = {.handle = mw->handle};
+	int err = sroce_call(to_sctx(mw->context), SROCE_OP_DEALLOC_MW, &h, sizeof(h), NULL, 0,
+			     NULL, 0, NULL, 0);
+	if (err)
+		return err;
+	free(mw);
+	return 0;
+}
+
+/*
+ * ibv_bind_mw (type 1): posts an IBV_WR_BIND_MW work request on the QP, as
+ * rxe's provider does, with the next rkey tag; the window takes the new
+ * rkey when the post succeeds.
+ */
+int sroce_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
+{
+	struct ibv_send_wr wr, *bad;
+	uint32_t rkey = (mw->rkey & ~0xffu) | ((mw->rkey + 1) & 0xffu);
+	int err;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = bind->wr_id;
+	wr.opcode = IBV_WR_BIND_MW;
+	wr.send_flags = bind->send_flags;
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = rkey;
+	wr.bind_mw.bind_info = bind->bind_info;
+	err = sroce_post_send(qp, &wr, &bad);
+	if (err)
+		return err;
+	mw->rkey = rkey;
+	return 0;
+}
+
+/* Names that also have an IBVERBS_1.0 compatibility version get their default version here. */
+SROCE_DEFAULT_1_1(ibv_dereg_mr)
+SROCE_DEFAULT_1_1(ibv_reg_mr)

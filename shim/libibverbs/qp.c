@@ -1,0 +1,981 @@
+/*
+ * qp.c: queue pairs and shared receive queues. The program's thread writes
+ * work requests as struct sroce_send_wqe / sroce_recv_wqe into the QP's
+ * rings in shared memory (SGEs or inline data in the slot's tail), then
+ * rings the doorbell eventfd only if the daemon asked for it
+ * (ctx_page->need_wakeup).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static int ring_ok(void *mem, uint64_t mem_size, uint64_t off, uint16_t kind, size_t entry)
+{
+	if (off + SROCE_RING_HDR_SIZE > mem_size)
+		return 0;
+	struct sroce_ring_hdr *r = (struct sroce_ring_hdr *)((char *)mem + off);
+	if (r->magic != SROCE_RING_MAGIC || r->kind != kind || r->stride < entry || r->size == 0 ||
+	    (r->size & (r->size - 1)) || r->limit > r->size)
+		return 0;
+	return off + SROCE_RING_HDR_SIZE + (uint64_t)r->size * r->stride <= mem_size;
+}
+
+static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
+{
+	struct ibv_context *context = pd->context;
+	struct sroce_context *c = to_sctx(context);
+	struct sroce_ctl_create_qp req = {0};
+	struct sroce_ctl_qp reply;
+	struct sroce_qp *qp;
+	int fd = -1, err;
+
+	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD) {
+		/* XRC, raw packet and driver QPs: rxe refuses them the same way. */
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!a->send_cq || !a->recv_cq) {
+		errno = EINVAL;
+		return NULL;
+	}
+	req.pd = pd->handle;
+	req.send_cq = a->send_cq->handle;
+	req.recv_cq = a->recv_cq->handle;
+	req.srq = a->srq ? a->srq->handle : 0;
+	req.qp_type = (uint8_t)a->qp_type;
+	req.sq_sig_all = a->sq_sig_all ? 1 : 0;
+	req.cap.max_send_wr = a->cap.max_send_wr;
+	req.cap.max_recv_wr = a->srq ? 0 : a->cap.max_recv_wr;
+	req.cap.max_send_sge = a->cap.max_send_sge;
+	req.cap.max_recv_sge = a->srq ? 0 : a->cap.max_recv_sge;
+	req.cap.max_inline_data = a->cap.max_inline_data;
+	qp = calloc(1, sizeof(*qp));
+	if (!qp) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = sroce_call(c, SROCE_OP_CREATE_QP, &req, sizeof(req), NULL, 0, &reply, sizeof(reply),
+			 &fd, 1);
+	if (err) {
+		free(qp);
+		errno = err;
+		return NULL;
+	}
+	qp->mem = mmap(NULL, reply.mem_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (qp->mem == MAP_FAILED) {
+		err = errno;
+		goto fail;
+	}
+	qp->mem_size = reply.mem_size;
+	if (!ring_ok(qp->mem, reply.mem_size, reply.sq_offset, SROCE_RING_SEND,
+		     sizeof(struct sroce_send_wqe)) ||
+	    (!a->srq && !ring_ok(qp->mem, reply.mem_size, reply.rq_offset, SROCE_RING_RECV,
+				 sizeof(struct sroce_recv_wqe)))) {
+		err = EPROTO;
+		goto fail;
+	}
+	qp->ctl = qp->mem;
+	qp->sq = (struct sroce_ring_hdr *)((char *)qp->mem + reply.sq_offset);
+	qp->rq = a->srq ? NULL : (struct sroce_ring_hdr *)((char *)qp->mem + reply.rq_offset);
+	qp->cap = reply.cap;
+	qp->sq_sig_all = a->sq_sig_all;
+	pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
+	pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
+	qp->qp.context = context;
+	qp->qp.qp_context = a->qp_context;
+	qp->qp.pd = pd;
+	qp->qp.send_cq = a->send_cq;
+	qp->qp.recv_cq = a->recv_cq;
+	qp->qp.srq = a->srq;
+	qp->qp.handle = reply.handle;
+	qp->qp.qp_num = reply.qpn;
+	qp->qp.state = IBV_QPS_RESET;
+	qp->qp.qp_type = a->qp_type;
+	pthread_mutex_init(&qp->qp.mutex, NULL);
+	pthread_cond_init(&qp->qp.cond, NULL);
+	err = sroce_table_put(c, &c->qps, reply.handle, qp);
+	if (err)
+		goto fail;
+	/* What the QP got, as rdma-core reports it back. */
+	a->cap.max_send_wr = reply.cap.max_send_wr;
+	a->cap.max_send_sge = reply.cap.max_send_sge;
+	a->cap.max_inline_data = reply.cap.max_inline_data;
+	if (!a->srq) {
+		a->cap.max_recv_wr = reply.cap.max_recv_wr;
+		a->cap.max_recv_sge = reply.cap.max_recv_sge;
+	}
+	return &qp->qp;
+fail:
+	if (qp->mem && qp->mem != MAP_FAILED)
+		munmap(qp->mem, reply.mem_size);
+	{
+		struct sroce_ctl_handle h = {.handle = reply.handle};
+		sroce_call(c, SROCE_OP_DESTROY_QP, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
+	}
+	free(qp);
+	errno = err;
+	return NULL;
+}
+
+EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	return create_qp(pd, attr);
+}
+
+/* The opcodes of the ibv_wr_* API the library builds (rxe's, without TSO and ATOMIC_WRITE). */
+#define SROCE_SEND_OPS                                                                       \
+	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
+	 IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |                             \
+	 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |             \
+	 IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV)
+
+static void set_wr_ops(struct ibv_qp_ex *x);
+
+/*
+ * ibv_create_qp_ex: a PD, optionally zero create flags, and optionally
+ * send_ops_flags for the ibv_wr_* API (ibv_qp_to_qp_ex). XRC, RSS and TSO
+ * are not offered.
+ */
+struct ibv_qp *sroce_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *a)
+{
+	struct ibv_qp_init_attr ia;
+	uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+			 IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || a->pd->context != context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (a->comp_mask & ~known) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
+	    (a->send_ops_flags & ~(uint64_t)SROCE_SEND_OPS)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	memcpy(&ia, a, sizeof(ia));
+	struct ibv_qp *qp = create_qp(a->pd, &ia);
+	if (!qp)
+		return NULL;
+	a->cap = ia.cap;
+	if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+		struct sroce_qp *sqp = container_of(qp, struct sroce_qp, qp);
+		sqp->extended = 1;
+		sqp->send_ops = a->send_ops_flags;
+		set_wr_ops(&sqp->qpx);
+	}
+	return qp;
+}
+
+EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *ibqp)
+{
+	struct sroce_qp *qp = container_of(ibqp, struct sroce_qp, qp);
+	if (!qp->extended) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return &qp->qpx;
+}
+
+static void ah_from_ctl(struct ibv_ah_attr *o, const struct sroce_ctl_ah_attr *a)
+{
+	memset(o, 0, sizeof(*o));
+	memcpy(o->grh.dgid.raw, a->dgid, 16);
+	o->grh.flow_label = a->flow_label;
+	o->grh.sgid_index = a->sgid_index;
+	o->grh.hop_limit = a->hop_limit;
+	o->grh.traffic_class = a->traffic_class;
+	o->dlid = a->dlid;
+	o->sl = a->sl;
+	o->src_path_bits = a->src_path_bits;
+	o->static_rate = a->static_rate;
+	o->is_global = a->is_global;
+	o->port_num = a->port_num;
+}
+
+EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
+{
+	struct sroce_ctl_modify_qp req;
+	struct sroce_ctl_qp_attr *o = &req.attr;
+	int err;
+
+	memset(&req, 0, sizeof(req));
+	req.handle = qp->handle;
+	req.attr_mask = (uint32_t)mask;
+	o->qp_state = (uint32_t)a->qp_state;
+	o->cur_qp_state = (uint32_t)a->cur_qp_state;
+	o->path_mtu = (uint32_t)a->path_mtu;
+	o->path_mig_state = (uint32_t)a->path_mig_state;
+	o->qkey = a->qkey;
+	o->rq_psn = a->rq_psn;
+	o->sq_psn = a->sq_psn;
+	o->dest_qp_num = a->dest_qp_num;
+	o->qp_access_flags = a->qp_access_flags;
+	o->cap.max_send_wr = a->cap.max_send_wr;
+	o->cap.max_recv_wr = a->cap.max_recv_wr;
+	o->cap.max_send_sge = a->cap.max_send_sge;
+	o->cap.max_recv_sge = a->cap.max_recv_sge;
+	o->cap.max_inline_data = a->cap.max_inline_data;
+	memcpy(o->ah_attr.dgid, a->ah_attr.grh.dgid.raw, 16);
+	o->ah_attr.flow_label = a->ah_attr.grh.flow_label;
+	o->ah_attr.sgid_index = a->ah_attr.grh.sgid_index;
+	o->ah_attr.hop_limit = a->ah_attr.grh.hop_limit;
+	o->ah_attr.traffic_class = a->ah_attr.grh.traffic_class;
+	o->ah_attr.sl = a->ah_attr.sl;
+	o->ah_attr.is_global = a->ah_attr.is_global;
+	o->ah_attr.port_num = a->ah_attr.port_num;
+	o->ah_attr.static_rate = a->ah_attr.static_rate;
+	o->ah_attr.src_path_bits = a->ah_attr.src_path_bits;
+	o->ah_attr.dlid = a->ah_attr.dlid;
+	o->pkey_index = a->pkey_index;
+	o->en_sqd_async_notify = a->en_sqd_async_notify;
+	o->sq_draining = a->sq_draining;
+	o->max_rd_atomic = a->max_rd_atomic;
+	o->max_dest_rd_atomic = a->max_dest_rd_atomic;
+	o->min_rnr_timer = a->min_rnr_timer;
+	o->port_num = a->port_num;
+	o->timeout = a->timeout;
+	o->retry_cnt = a->retry_cnt;
+	o->rnr_retry = a->rnr_retry;
+	if (mask & (IBV_QP_ALT_PATH | IBV_QP_RATE_LIMIT))
+		return EOPNOTSUPP;
+	err = sroce_call(to_sctx(qp->context), SROCE_OP_MODIFY_QP, &req, sizeof(req), NULL, 0,
+			 NULL, 0, NULL, 0);
+	if (err)
+		return err;
+	if (mask & IBV_QP_STATE)
+		qp->state = a->qp_state;
+	return 0;
+}
+
+EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *a, int mask,
+			struct ibv_qp_init_attr *init)
+{
+	struct sroce_qp *qp = container_of(ibqp, struct sroce_qp, qp);
+	struct sroce_ctl_modify_qp req = {.handle = ibqp->handle, .attr_mask = (uint32_t)mask};
+	struct sroce_ctl_modify_qp reply;
+	int err = sroce_call(to_sctx(ibqp->context), SROCE_OP_QUERY_QP, &req, sizeof(req), NULL, 0,
+			     &reply, sizeof(reply), NULL, 0);
+	if (err)
+		return err;
+	const struct sroce_ctl_qp_attr *r = &reply.attr;
+	memset(a, 0, sizeof(*a));
+	a->qp_state = (int)r->qp_state;
+	a->cur_qp_state = (int)r->cur_qp_state;
+	a->path_mtu = (int)r->path_mtu;
+	a->path_mig_state = (int)r->path_mig_state;
+	a->qkey = r->qkey;
+	a->rq_psn = r->rq_psn;
+	a->sq_psn = r->sq_psn;
+	a->dest_qp_num = r->dest_qp_num;
+	a->qp_access_flags = r->qp_access_flags;
+	a->cap.max_send_wr = r->cap.max_send_wr;
+	a->cap.max_recv_wr = r->cap.max_recv_wr;
+	a->cap.max_send_sge = r->cap.max_send_sge;
+	a->cap.max_recv_sge = r->cap.max_recv_sge;
+	a->cap.max_inline_data = r->cap.max_inline_data;
+	ah_from_ctl(&a->ah_attr, &r->ah_attr);
+	a->pkey_index = r->pkey_index;
+	a->en_sqd_async_notify = r->en_sqd_async_notify;
+	a->sq_draining = r->sq_draining;
+	a->max_rd_atomic = r->max_rd_atomic;
+	a->max_dest_rd_atomic = r->max_dest_rd_atomic;
+	a->min_rnr_timer = r->min_rnr_timer;
+	a->port_num = r->port_num;
+	a->timeout = r->timeout;
+	a->retry_cnt = r->retry_cnt;
+	a->rnr_retry = r->rnr_retry;
+	ibqp->state = a->qp_state;
+	if (init) {
+		memset(init, 0, sizeof(*init));
+		init->qp_context = ibqp->qp_context;
+		init->send_cq = ibqp->send_cq;
+		init->recv_cq = ibqp->recv_cq;
+		init->srq = ibqp->srq;
+		init->cap = a->cap;
+		init->qp_type = ibqp->qp_type;
+		init->sq_sig_all = qp->sq_sig_all;
+	}
+	return 0;
+}
+
+EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
+{
+	struct sroce_qp *qp = container_of(ibqp, struct sroce_qp, qp);
+	struct sroce_context *c = to_sctx(ibqp->context);
+	struct sroce_ctl_handle h = {.handle = ibqp->handle};
+	int err;
+
+	sroce_table_del(c, &c->qps, ibqp->handle);
+	pthread_mutex_lock(&c->table_lock);
+	uint32_t async = qp->async_delivered;
+	pthread_mutex_unlock(&c->table_lock);
+	err = sroce_wait_acks(&ibqp->mutex, &ibqp->cond, &ibqp->events_completed, async, NULL, 0,
+			      "ibv_destroy_qp");
+	if (!err)
+		err = sroce_call(c, SROCE_OP_DESTROY_QP, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
+	if (err) {
+		sroce_table_put(c, &c->qps, ibqp->handle, qp);
+		return err;
+	}
+	munmap(qp->mem, qp->mem_size);
+	pthread_spin_destroy(&qp->sq_lock);
+	pthread_spin_destroy(&qp->rq_lock);
+	free(qp);
+	return 0;
+}
+
+/* Fills one send WQE; 0 or an errno value for a malformed request. */
+static int fill_send(struct sroce_qp *qp, struct sroce_ring_hdr *r, struct sroce_send_wqe *w,
+		     const struct ibv_send_wr *wr)
+{
+	size_t room = r->stride - sizeof(*w);
+	uint64_t total = 0;
+
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge)
+		return EINVAL;
+	memset(w, 0, sizeof(*w));
+	w->wr_id = wr->wr_id;
+	w->opcode = (uint8_t)wr->opcode;
+	w->send_flags = wr->send_flags;
+	if (qp->sq_sig_all)
+		w->send_flags |= IBV_SEND_SIGNALED;
+	switch (wr->opcode) {
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+	case IBV_WR_SEND_WITH_IMM:
+		w->imm = ntohl(wr->imm_data);
+		break;
+	case IBV_WR_SEND_WITH_INV:
+	case IBV_WR_LOCAL_INV:
+		w->invalidate_rkey = wr->invalidate_rkey;
+		break;
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_SEND:
+	case IBV_WR_RDMA_READ:
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+	case IBV_WR_BIND_MW:
+		break;
+	default:
+		return EINVAL; /* TSO, driver opcodes, ATOMIC_WRITE: as rxe */
+	}
+	switch (wr->opcode) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+	case IBV_WR_RDMA_READ:
+		w->remote_addr = wr->wr.rdma.remote_addr;
+		w->rkey = wr->wr.rdma.rkey;
+		break;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		w->remote_addr = wr->wr.atomic.remote_addr;
+		w->rkey = wr->wr.atomic.rkey;
+		w->compare_add = wr->wr.atomic.compare_add;
+		w->swap = wr->wr.atomic.swap;
+		break;
+	case IBV_WR_BIND_MW:
+		/* rkey: the window's new rkey; invalidate_rkey: its current one. */
+		w->rkey = wr->bind_mw.rkey;
+		w->invalidate_rkey = wr->bind_mw.mw ? wr->bind_mw.mw->rkey : 0;
+		w->bind_addr = wr->bind_mw.bind_info.addr;
+		w->bind_length = wr->bind_mw.bind_info.length;
+		w->bind_lkey = wr->bind_mw.bind_info.mr ? wr->bind_mw.bind_info.mr->lkey : 0;
+		w->bind_access = wr->bind_mw.bind_info.mw_access_flags;
+		break;
+	default:
+		break;
+	}
+	if (qp->qp.qp_type == IBV_QPT_UD) {
+		if (!wr->wr.ud.ah)
+			return EINVAL;
+		struct sroce_ah *ah = container_of(wr->wr.ud.ah, struct sroce_ah, ah);
+		w->ah = ah->ah.handle;
+		memcpy(w->ud.dgid, ah->attr.dgid, 16);
+		w->ud.flow_label = ah->attr.flow_label;
+		w->ud.remote_qpn = wr->wr.ud.remote_qpn;
+		w->ud.remote_qkey = wr->wr.ud.remote_qkey;
+		w->ud.sgid_index = ah->attr.sgid_index;
+		w->ud.hop_limit = ah->attr.hop_limit;
+		w->ud.traffic_class = ah->attr.traffic_class;
+		w->ud.port_num = ah->attr.port_num;
+		memcpy(w->ud.dmac, ah->attr.dmac, 6);
+	}
+	if ((wr->send_flags & IBV_SEND_INLINE) &&
+	    (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM ||
+	     wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
+	     wr->opcode == IBV_WR_SEND_WITH_INV)) {
+		uint8_t *dst = SROCE_SLOT_TAIL(w);
+		for (int i = 0; i < wr->num_sge; i++)
+			total += wr->sg_list[i].length;
+		if (total > qp->cap.max_inline_data || total > room || total > 0xffff)
+			return EINVAL;
+		for (int i = 0; i < wr->num_sge; i++) {
+			memcpy(dst, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
+			dst += wr->sg_list[i].length;
+		}
+		w->inline_len = (uint16_t)total;
+		w->num_sge = 0;
+	} else {
+		struct sroce_sge *sge = SROCE_SLOT_TAIL(w);
+		if ((size_t)wr->num_sge * sizeof(*sge) > room)
+			return EINVAL;
+		for (int i = 0; i < wr->num_sge; i++) {
+			sge[i].addr = wr->sg_list[i].addr;
+			sge[i].length = wr->sg_list[i].length;
+			sge[i].lkey = wr->sg_list[i].lkey;
+			total += wr->sg_list[i].length;
+		}
+		w->num_sge = (uint8_t)wr->num_sge;
+		w->send_flags &= ~(uint32_t)IBV_SEND_INLINE;
+	}
+	if (total > 0xffffffffu)
+		return EINVAL;
+	w->length = (uint32_t)total;
+	return 0;
+}
+
+int sroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct sroce_qp *qp = container_of(ibqp, struct sroce_qp, qp);
+	int err = 0, posted = 0;
+	int state = ibqp->state;
+
+	if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) {
+		*bad = wr;
+		return EINVAL;
+	}
+	pthread_spin_lock(&qp->sq_lock);
+	for (; wr; wr = wr->next) {
+		struct sroce_send_wqe *w = sroce_ring_next(qp->sq);
+		if (!w) {
+			err = ENOMEM;
+			break;
+		}
+		err = fill_send(qp, qp->sq, w, wr);
+		if (err)
+			break;
+		sroce_ring_publish(qp->sq);
+		posted++;
+	}
+	pthread_spin_unlock(&qp->sq_lock);
+	if (err)
+		*bad = wr;
+	if (posted)
+		sroce_ring_doorbell(to_sctx(ibqp->context));
+	return err;
+}
+
+/*
+ * The ibv_wr_* API: between wr_start and wr_complete each wr_<opcode> call
+ * fills the next free slot of the send ring, unpublished; the wr_set_*
+ * calls complete it; wr_complete publishes them all at once (or none, if
+ * one was malformed), wr_abort drops them. The send queue's lock is held
+ * from wr_start to wr_complete or wr_abort.
+ */
+static struct sroce_qp *to_xqp(struct ibv_qp_ex *x)
+{
+	return container_of(x, struct sroce_qp, qpx);
+}
+
+static void xwr_start(struct ibv_qp_ex *x)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	pthread_spin_lock(&qp->sq_lock);
+	qp->wr_pending = 0;
+	qp->wr_err = 0;
+	qp->wr_cur = NULL;
+}
+
+/* A new WQE for opcode op, or NULL (and wr_err set). */
+static struct sroce_send_wqe *xwr_next(struct ibv_qp_ex *x, int op, uint64_t flag)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	struct sroce_ring_hdr *r = qp->sq;
+	qp->wr_cur = NULL;
+	if (qp->wr_err)
+		return NULL;
+	if (!(qp->send_ops & flag)) {
+		qp->wr_err = EOPNOTSUPP;
+		return NULL;
+	}
+	uint32_t idx = r->prod + qp->wr_pending;
+	if (idx - __atomic_load_n(&r->cons, __ATOMIC_ACQUIRE) >= r->limit) {
+		qp->wr_err = ENOMEM;
+		return NULL;
+	}
+	struct sroce_send_wqe *w = sroce_ring_slot(r, idx);
+	memset(w, 0, sizeof(*w));
+	w->wr_id = x->wr_id;
+	w->opcode = (uint8_t)op;
+	w->send_flags = x->wr_flags & ~(uint32_t)IBV_SEND_INLINE;
+	if (qp->sq_sig_all)
+		w->send_flags |= IBV_SEND_SIGNALED;
+	qp->wr_pending++;
+	qp->wr_cur = w;
+	return w;
+}
+
+static void xwr_rdma_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr)
+{
+	struct sroce_send_wqe *w = xwr_next(x, IBV_WR_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE);
+	if (w) {
+		w->rkey = rkey;
+		w->remote_addr = addr;
+	}
+}
+
+static void xwr_rdma_write_imm(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, uint32_t imm)
+{
+	struct sroce_send_wqe *w =
+		xwr_next(x, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM);
+	if (w) {
+		w->rkey = rkey;
+		w->remote_addr = addr;
+		w->imm = ntohl(imm);
+	}
+}
+
+static void xwr_rdma_read(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr)
+{
+	struct sroce_send_wqe *w = xwr_next(x, IBV_WR_RDMA_READ, IBV_QP_EX_WITH_RDMA_READ);
+	if (w) {
+		w->rkey = rkey;
+		w->remote_addr = addr;
+	}
+}
+
+static void xwr_send(struct ibv_qp_ex *x)
+{
+	xwr_next(x, IBV_WR_SEND, IBV_QP_EX_WITH_SEND);
+}
+
+static void xwr_send_imm(struct ibv_qp_ex *x, uint32_t imm)
+{
+	struct sroce_send_wqe *w = xwr_next(x, IBV_WR_SEND_WITH_IMM, IBV_QP_EX_WITH_SEND_WITH_IMM);
+	if (w)
+		w->imm = ntohl(imm);
+}
+
+static void xwr_send_inv(struct ibv_qp_ex *x, uint32_t rkey)
+{
+	struct sroce_send_wqe *w = xwr_next(x, IBV_WR_SEND_WITH_INV, IBV_QP_EX_WITH_SEND_WITH_INV);
+	if (w)
+		w->invalidate_rkey = rkey;
+}
+
+static void xwr_local_inv(struct ibv_qp_ex *x, uint32_t rkey)
+{
+	struct sroce_send_wqe *w = xwr_next(x, IBV_WR_LOCAL_INV, IBV_QP_EX_WITH_LOCAL_INV);
+	if (w)
+		w->invalidate_rkey = rkey;
+}
+
+static void xwr_atomic_cmp_swp(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, uint64_t compare,
+			       uint64_t swap)
+{
+	struct sroce_send_wqe *w =
+		xwr_next(x, IBV_WR_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP);
+	if (w) {
+		w->rkey = rkey;
+		w->remote_addr = addr;
+		w->compare_add = compare;
+		w->swap = swap;
+		w->length = 8;
+	}
+}
+
+static void xwr_atomic_fetch_add(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, uint64_t add)
+{
+	struct sroce_send_wqe *w =
+		xwr_next(x, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD);
+	if (w) {
+		w->rkey = rkey;
+		w->remote_addr = addr;
+		w->compare_add = add;
+		w->length = 8;
+	}
+}
+
+static void xwr_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey,
+			const struct ibv_mw_bind_info *b)
+{
+	struct sroce_send_wqe *w = xwr_next(x, IBV_WR_BIND_MW, IBV_QP_EX_WITH_BIND_MW);
+	if (w) {
+		w->rkey = rkey;
+		w->invalidate_rkey = mw->rkey;
+		w->bind_addr = b->addr;
+		w->bind_length = b->length;
+		w->bind_lkey = b->mr ? b->mr->lkey : 0;
+		w->bind_access = b->mw_access_flags;
+	}
+}
+
+static void xwr_unsupported(struct ibv_qp_ex *x)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	qp->wr_cur = NULL;
+	if (!qp->wr_err)
+		qp->wr_err = EOPNOTSUPP;
+}
+
+static void xwr_send_tso(struct ibv_qp_ex *x, void *hdr, uint16_t hdr_sz, uint16_t mss)
+{
+	(void)hdr;
+	(void)hdr_sz;
+	(void)mss;
+	xwr_unsupported(x);
+}
+
+static void xwr_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, const void *data)
+{
+	(void)rkey;
+	(void)addr;
+	(void)data;
+	xwr_unsupported(x);
+}
+
+static void xwr_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t srqn)
+{
+	(void)srqn;
+	xwr_unsupported(x);
+}
+
+static void xwr_set_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ibah, uint32_t qpn, uint32_t qkey)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	struct sroce_send_wqe *w = qp->wr_cur;
+	if (!w)
+		return;
+	if (qp->qp.qp_type != IBV_QPT_UD || !ibah) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	struct sroce_ah *ah = container_of(ibah, struct sroce_ah, ah);
+	w->ah = ibah->handle;
+	memcpy(w->ud.dgid, ah->attr.dgid, 16);
+	w->ud.flow_label = ah->attr.flow_label;
+	w->ud.remote_qpn = qpn;
+	w->ud.remote_qkey = qkey;
+	w->ud.sgid_index = ah->attr.sgid_index;
+	w->ud.hop_limit = ah->attr.hop_limit;
+	w->ud.traffic_class = ah->attr.traffic_class;
+	w->ud.port_num = ah->attr.port_num;
+	memcpy(w->ud.dmac, ah->attr.dmac, 6);
+}
+
+static void xwr_set_sge_list(struct ibv_qp_ex *x, size_t n, const struct ibv_sge *sg)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	struct sroce_send_wqe *w = qp->wr_cur;
+	uint64_t total = 0;
+	if (!w)
+		return;
+	if (n > qp->cap.max_send_sge || sizeof(*w) + n * sizeof(struct sroce_sge) > qp->sq->stride) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	struct sroce_sge *dst = SROCE_SLOT_TAIL(w);
+	for (size_t i = 0; i < n; i++) {
+		dst[i].addr = sg[i].addr;
+		dst[i].length = sg[i].length;
+		dst[i].lkey = sg[i].lkey;
+		total += sg[i].length;
+	}
+	if (total > 0xffffffffu) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	w->num_sge = (uint8_t)n;
+	w->inline_len = 0;
+	w->send_flags &= ~(uint32_t)IBV_SEND_INLINE;
+	/* An atomic's length is its operand's, whatever the SGE says. */
+	if (w->opcode != IBV_WR_ATOMIC_CMP_AND_SWP && w->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD)
+		w->length = (uint32_t)total;
+}
+
+static void xwr_set_sge(struct ibv_qp_ex *x, uint32_t lkey, uint64_t addr, uint32_t length)
+{
+	struct ibv_sge sg = {.addr = addr, .length = length, .lkey = lkey};
+	xwr_set_sge_list(x, 1, &sg);
+}
+
+static void xwr_set_inline_data_list(struct ibv_qp_ex *x, size_t n, const struct ibv_data_buf *b)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	struct sroce_send_wqe *w = qp->wr_cur;
+	size_t total = 0;
+	if (!w)
+		return;
+	for (size_t i = 0; i < n; i++)
+		total += b[i].length;
+	if (total > qp->cap.max_inline_data || total > qp->sq->stride - sizeof(*w) ||
+	    total > 0xffff) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	uint8_t *dst = SROCE_SLOT_TAIL(w);
+	for (size_t i = 0; i < n; i++) {
+		memcpy(dst, b[i].addr, b[i].length);
+		dst += b[i].length;
+	}
+	w->num_sge = 0;
+	w->inline_len = (uint16_t)total;
+	w->length = (uint32_t)total;
+	w->send_flags |= IBV_SEND_INLINE;
+}
+
+static void xwr_set_inline_data(struct ibv_qp_ex *x, void *addr, size_t length)
+{
+	struct ibv_data_buf b = {.addr = addr, .length = length};
+	xwr_set_inline_data_list(x, 1, &b);
+}
+
+static int xwr_complete(struct ibv_qp_ex *x)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	int err = qp->wr_err;
+	uint32_t n = qp->wr_pending;
+	int state = qp->qp.state;
+	if (!err && n && (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR))
+		err = EINVAL;
+	if (!err && n)
+		__atomic_store_n(&qp->sq->prod, qp->sq->prod + n, __ATOMIC_RELEASE);
+	qp->wr_pending = 0;
+	qp->wr_cur = NULL;
+	pthread_spin_unlock(&qp->sq_lock);
+	if (!err && n)
+		sroce_ring_doorbell(to_sctx(qp->qp.context));
+	return err;
+}
+
+static void xwr_abort(struct ibv_qp_ex *x)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	qp->wr_pending = 0;
+	qp->wr_cur = NULL;
+	pthread_spin_unlock(&qp->sq_lock);
+}
+
+static void set_wr_ops(struct ibv_qp_ex *x)
+{
+	x->comp_mask = 0;
+	x->wr_atomic_cmp_swp = xwr_atomic_cmp_swp;
+	x->wr_atomic_fetch_add = xwr_atomic_fetch_add;
+	x->wr_bind_mw = xwr_bind_mw;
+	x->wr_local_inv = xwr_local_inv;
+	x->wr_rdma_read = xwr_rdma_read;
+	x->wr_rdma_write = xwr_rdma_write;
+	x->wr_rdma_write_imm = xwr_rdma_write_imm;
+	x->wr_send = xwr_send;
+	x->wr_send_imm = xwr_send_imm;
+	x->wr_send_inv = xwr_send_inv;
+	x->wr_send_tso = xwr_send_tso;
+	x->wr_set_ud_addr = xwr_set_ud_addr;
+	x->wr_set_xrc_srqn = xwr_set_xrc_srqn;
+	x->wr_set_inline_data = xwr_set_inline_data;
+	x->wr_set_inline_data_list = xwr_set_inline_data_list;
+	x->wr_set_sge = xwr_set_sge;
+	x->wr_set_sge_list = xwr_set_sge_list;
+	x->wr_start = xwr_start;
+	x->wr_complete = xwr_complete;
+	x->wr_abort = xwr_abort;
+	x->wr_atomic_write = xwr_atomic_write;
+}
+
+static int post_recv_ring(struct sroce_ring_hdr *r, pthread_spinlock_t *lock, uint32_t max_sge,
+			  struct ibv_recv_wr *wr, struct ibv_recv_wr **bad, int *posted)
+{
+	int err = 0;
+	pthread_spin_lock(lock);
+	for (; wr; wr = wr->next) {
+		struct sroce_recv_wqe *w = sroce_ring_next(r);
+		uint64_t total = 0;
+		if (!w) {
+			err = ENOMEM;
+			break;
+		}
+		if (wr->num_sge < 0 || (uint32_t)wr->num_sge > max_sge ||
+		    sizeof(*w) + (size_t)wr->num_sge * sizeof(struct sroce_sge) > r->stride) {
+			err = EINVAL;
+			break;
+		}
+		struct sroce_sge *sge = SROCE_SLOT_TAIL(w);
+		for (int i = 0; i < wr->num_sge; i++) {
+			sge[i].addr = wr->sg_list[i].addr;
+			sge[i].length = wr->sg_list[i].length;
+			sge[i].lkey = wr->sg_list[i].lkey;
+			total += wr->sg_list[i].length;
+		}
+		if (total > 0xffffffffu) {
+			err = EINVAL;
+			break;
+		}
+		w->wr_id = wr->wr_id;
+		w->num_sge = (uint32_t)wr->num_sge;
+		w->length = (uint32_t)total;
+		sroce_ring_publish(r);
+		(*posted)++;
+	}
+	pthread_spin_unlock(lock);
+	if (err)
+		*bad = wr;
+	return err;
+}
+
+int sroce_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct sroce_qp *qp = container_of(ibqp, struct sroce_qp, qp);
+	int posted = 0, err;
+	if (!qp->rq || ibqp->state == IBV_QPS_RESET) {
+		*bad = wr;
+		return EINVAL;
+	}
+	err = post_recv_ring(qp->rq, &qp->rq_lock, qp->cap.max_recv_sge, wr, bad, &posted);
+	if (posted)
+		sroce_ring_doorbell(to_sctx(ibqp->context));
+	return err;
+}
+
+/* Shared receive queues. */
+EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
+{
+	struct sroce_context *c = to_sctx(pd->context);
+	struct sroce_ctl_srq req = {.pd_or_handle = pd->handle,
+				    .max_wr = a->attr.max_wr,
+				    .max_sge = a->attr.max_sge,
+				    .srq_limit = a->attr.srq_limit};
+	struct sroce_ctl_srq_created reply;
+	struct sroce_srq *srq;
+	int fd = -1, err;
+
+	srq = calloc(1, sizeof(*srq));
+	if (!srq) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = sroce_call(c, SROCE_OP_CREATE_SRQ, &req, sizeof(req), NULL, 0, &reply, sizeof(reply),
+			 &fd, 1);
+	if (err) {
+		free(srq);
+		errno = err;
+		return NULL;
+	}
+	srq->mem = mmap(NULL, reply.mem_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (srq->mem == MAP_FAILED) {
+		err = errno;
+		goto fail;
+	}
+	srq->mem_size = reply.mem_size;
+	if (!ring_ok(srq->mem, reply.mem_size, reply.ring_offset, SROCE_RING_RECV,
+		     sizeof(struct sroce_recv_wqe))) {
+		err = EPROTO;
+		goto fail;
+	}
+	srq->rq = (struct sroce_ring_hdr *)((char *)srq->mem + reply.ring_offset);
+	srq->max_wr = reply.max_wr;
+	srq->max_sge = reply.max_sge;
+	pthread_spin_init(&srq->lock, PTHREAD_PROCESS_PRIVATE);
+	srq->srq.context = pd->context;
+	srq->srq.srq_context = a->srq_context;
+	srq->srq.pd = pd;
+	srq->srq.handle = reply.handle;
+	pthread_mutex_init(&srq->srq.mutex, NULL);
+	pthread_cond_init(&srq->srq.cond, NULL);
+	err = sroce_table_put(c, &c->srqs, reply.handle, srq);
+	if (err)
+		goto fail;
+	a->attr.max_wr = reply.max_wr;
+	a->attr.max_sge = reply.max_sge;
+	return &srq->srq;
+fail:
+	if (srq->mem && srq->mem != MAP_FAILED)
+		munmap(srq->mem, reply.mem_size);
+	{
+		struct sroce_ctl_handle h = {.handle = reply.handle};
+		sroce_call(c, SROCE_OP_DESTROY_SRQ, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
+	}
+	free(srq);
+	errno = err;
+	return NULL;
+}
+
+EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *a, int mask)
+{
+	struct sroce_ctl_srq req = {.pd_or_handle = srq->handle,
+				    .attr_mask = (uint32_t)mask,
+				    .max_wr = a->max_wr,
+				    .srq_limit = a->srq_limit};
+	return sroce_call(to_sctx(srq->context), SROCE_OP_MODIFY_SRQ, &req, sizeof(req), NULL, 0,
+			  NULL, 0, NULL, 0);
+}
+
+EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *a)
+{
+	struct sroce_ctl_srq req = {.pd_or_handle = srq->handle}, reply;
+	int err = sroce_call(to_sctx(srq->context), SROCE_OP_QUERY_SRQ, &req, sizeof(req), NULL, 0,
+			     &reply, sizeof(reply), NULL, 0);
+	if (err)
+		return err;
+	a->max_wr = reply.max_wr;
+	a->max_sge = reply.max_sge;
+	a->srq_limit = reply.srq_limit;
+	return 0;
+}
+
+EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
+{
+	struct sroce_srq *srq = container_of(ibsrq, struct sroce_srq, srq);
+	struct sroce_context *c = to_sctx(ibsrq->context);
+	struct sroce_ctl_handle h = {.handle = ibsrq->handle};
+	int err;
+
+	sroce_table_del(c, &c->srqs, ibsrq->handle);
+	pthread_mutex_lock(&c->table_lock);
+	uint32_t async = srq->async_delivered;
+	pthread_mutex_unlock(&c->table_lock);
+	err = sroce_wait_acks(&ibsrq->mutex, &ibsrq->cond, &ibsrq->events_completed, async, NULL,
+			      0, "ibv_destroy_srq");
+	if (!err)
+		err = sroce_call(c, SROCE_OP_DESTROY_SRQ, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
+	if (err) {
+		sroce_table_put(c, &c->srqs, ibsrq->handle, srq);
+		return err;
+	}
+	munmap(srq->mem, srq->mem_size);
+	pthread_spin_destroy(&srq->lock);
+	free(srq);
+	return 0;
+}
+
+int sroce_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct sroce_srq *srq = container_of(ibsrq, struct sroce_srq, srq);
+	int posted = 0;
+	int err = post_recv_ring(srq->rq, &srq->lock, srq->max_sge, wr, bad, &posted);
+	if (posted)
+		sroce_ring_doorbell(to_sctx(ibsrq->context));
+	return err;
+}
+
+/* Names that also have an IBVERBS_1.0 compatibility version get their default version here. */
+SROCE_DEFAULT_1_1(ibv_create_qp)
+SROCE_DEFAULT_1_1(ibv_create_srq)
+SROCE_DEFAULT_1_1(ibv_destroy_qp)
+SROCE_DEFAULT_1_1(ibv_destroy_srq)
+SROCE_DEFAULT_1_1(ibv_modify_qp)
+SROCE_DEFAULT_1_1(ibv_modify_srq)
+SROCE_DEFAULT_1_1(ibv_query_qp)
+SROCE_DEFAULT_1_1(ibv_query_srq)

@@ -1,0 +1,218 @@
+// Package shim builds sroce's drop-in libibverbs.so.1: a C library with the
+// binary interface and symbol versions of rdma-core 44's libibverbs, which
+// serves the verbs of unmodified programs from the sroce daemon (the control
+// protocol of daemon/ctl/sroce_ctl.h, the shared rings of ring/sroce_ring.h).
+//
+// The C sources are embedded in the sroce binary and compiled with the
+// system C compiler on first use into a cache directory keyed by a hash of
+// the sources and flags, never over the system library: a program is pointed
+// at it with LD_LIBRARY_PATH (sroce run).
+package shim
+
+import (
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+//go:embed libibverbs/*.c libibverbs/*.h libibverbs/libibverbs.map
+var sources embed.FS
+
+// LibName is the file name (and soname) of the library Build produces.
+const LibName = "libibverbs.so.1"
+
+// srcDir is the directory of the C sources inside the embedded tree.
+const srcDir = "libibverbs"
+
+// BuildTimeout bounds one run of the C compiler.
+const BuildTimeout = 2 * time.Minute
+
+// cflags are the compiler flags of every build; they are part of the cache key.
+var cflags = []string{
+	"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-fvisibility=hidden",
+	"-Wl,--version-script=libibverbs.map", "-Wl,-soname," + LibName,
+	"-Wl,-z,defs",
+}
+
+// ErrNoCompiler is returned (wrapped) when no C compiler can be found.
+var ErrNoCompiler = errors.New("no C compiler found")
+
+// Compiler returns the C compiler to use: $CC if set, else cc, else gcc.
+func Compiler() (string, error) {
+	var tried []string
+	if cc := os.Getenv("CC"); cc != "" {
+		if p, err := exec.LookPath(cc); err == nil {
+			return p, nil
+		}
+		tried = append(tried, "$CC="+cc)
+	}
+	for _, name := range []string{"cc", "gcc"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p, nil
+		}
+		tried = append(tried, name)
+	}
+	return "", fmt.Errorf("%w (looked for %s): sroce's libibverbs is compiled on first use; install one (on Debian: apt-get install gcc)",
+		ErrNoCompiler, strings.Join(tried, ", "))
+}
+
+// sourceFiles returns the names of the embedded C sources and headers, sorted.
+func sourceFiles() ([]string, error) {
+	entries, err := fs.ReadDir(sources, srcDir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// Hash returns the cache key of the library: a hash of every embedded source
+// file (name and contents) and of the compiler flags.
+func Hash() (string, error) {
+	names, err := sourceFiles()
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	for _, n := range names {
+		b, err := sources.ReadFile(srcDir + "/" + n)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", n, len(b))
+		h.Write(b)
+	}
+	fmt.Fprintf(h, "flags\x00%s", strings.Join(cflags, "\x00"))
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// CacheDir returns the directory that holds built libraries:
+// /var/cache/sroce as root, else $XDG_CACHE_HOME/sroce or ~/.cache/sroce.
+func CacheDir() (string, error) {
+	if os.Geteuid() == 0 {
+		return "/var/cache/sroce", nil
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "sroce"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no cache directory for sroce's libibverbs: neither XDG_CACHE_HOME nor a home directory is set: %w", err)
+	}
+	return filepath.Join(home, ".cache", "sroce"), nil
+}
+
+// WriteSources writes the embedded C sources into dir.
+func WriteSources(dir string) error {
+	names, err := sourceFiles()
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		b, err := sources.ReadFile(srcDir + "/" + n)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, n), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Compile writes the sources into dir and compiles LibName there. It returns
+// what the compiler printed (empty for a warning-free build) and an error
+// that quotes it when the build failed.
+func Compile(ctx context.Context, dir string) (string, error) {
+	cc, err := Compiler()
+	if err != nil {
+		return "", err
+	}
+	if err := WriteSources(dir); err != nil {
+		return "", fmt.Errorf("writing libibverbs sources to %s: %w", dir, err)
+	}
+	names, err := sourceFiles()
+	if err != nil {
+		return "", err
+	}
+	args := append([]string{}, cflags...)
+	args = append(args, "-o", LibName)
+	for _, n := range names {
+		if strings.HasSuffix(n, ".c") {
+			args = append(args, n)
+		}
+	}
+	args = append(args, "-lpthread")
+	ctx, cancel := context.WithTimeout(ctx, BuildTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cc, args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() == context.DeadlineExceeded {
+		return string(out), fmt.Errorf("compiling sroce's libibverbs with %s took longer than %v", cc, BuildTimeout)
+	}
+	if err != nil {
+		return string(out), fmt.Errorf("compiling sroce's libibverbs with %s failed (%v):\n%s", cc, err, out)
+	}
+	return string(out), nil
+}
+
+// Lib returns the directory holding a built LibName for the embedded
+// sources, compiling it first if the cache does not have it. The build goes
+// to a temporary directory beside the final one, which is then renamed into
+// place, so concurrent first uses never see a half-written library.
+func Lib(ctx context.Context) (string, error) {
+	cache, err := CacheDir()
+	if err != nil {
+		return "", err
+	}
+	return LibIn(ctx, cache)
+}
+
+// LibIn is Lib with the cache directory given.
+func LibIn(ctx context.Context, cache string) (string, error) {
+	key, err := Hash()
+	if err != nil {
+		return "", err
+	}
+	final := filepath.Join(cache, "libibverbs-"+key)
+	if _, err := os.Stat(filepath.Join(final, LibName)); err == nil {
+		return final, nil
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", fmt.Errorf("creating the cache directory for sroce's libibverbs: %w", err)
+	}
+	tmp, err := os.MkdirTemp(cache, ".build-libibverbs-")
+	if err != nil {
+		return "", fmt.Errorf("creating a build directory for sroce's libibverbs: %w", err)
+	}
+	defer os.RemoveAll(tmp) // a no-op once renamed
+	if _, err := Compile(ctx, tmp); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		// Someone else finished the same build first: theirs is as good.
+		if _, serr := os.Stat(filepath.Join(final, LibName)); serr == nil {
+			return final, nil
+		}
+		return "", fmt.Errorf("moving the built libibverbs into %s: %w", final, err)
+	}
+	return final, nil
+}

@@ -1,0 +1,372 @@
+/*
+ * verbs_test.c: a verbs program written against the system's
+ * <infiniband/verbs.h>, run on sroce's libibverbs against a live daemon by
+ * TestVerbsProgram. Two RC QPs of one device connected to each other:
+ * SEND with immediate (inline and not), RDMA WRITE with immediate, READ,
+ * FETCH_ADD and CMP_SWAP, each checked in memory; completions read with
+ * ibv_poll_cq and with the extended CQ API; a completion event through a
+ * channel; query_qp; everything destroyed. Prints "ok NAME" per check and
+ * exits 1 at the first failure. Usage: verbs_test DEVICE GID_INDEX
+ */
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHECK(cond, ...)                                                  \
+	do {                                                              \
+		if (!(cond)) {                                            \
+			printf("FAIL line %d: ", __LINE__);               \
+			printf(__VA_ARGS__);                              \
+			printf("\n");                                     \
+			exit(1);                                          \
+		}                                                         \
+	} while (0)
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static struct ibv_wc poll_one(struct ibv_cq *cq, const char *what)
+{
+	struct ibv_wc wc;
+	double deadline = now() + 10;
+	for (;;) {
+		int n = ibv_poll_cq(cq, 1, &wc);
+		CHECK(n >= 0, "%s: ibv_poll_cq failed", what);
+		if (n == 1)
+			break;
+		CHECK(now() < deadline, "%s: no completion within 10 s", what);
+	}
+	CHECK(wc.status == IBV_WC_SUCCESS, "%s: status %s", what, ibv_wc_status_str(wc.status));
+	return wc;
+}
+
+static void connect_qp(struct ibv_qp *qp, uint32_t remote_qpn, union ibv_gid *gid, int gid_idx)
+{
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), "INIT");
+	CHECK(qp->state == IBV_QPS_INIT, "qp->state after INIT is %d", qp->state);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = remote_qpn;
+	a.rq_psn = 100;
+	a.max_dest_rd_atomic = 4;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = *gid;
+	a.ah_attr.grh.sgid_index = (uint8_t)gid_idx;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+					     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+	      "RTR");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.sq_psn = 100;
+	a.max_rd_atomic = 4;
+	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+					     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+	      "RTS");
+}
+
+int main(int argc, char **argv)
+{
+	CHECK(argc == 3, "usage: verbs_test DEVICE GID_INDEX");
+	int gid_idx = atoi(argv[2]);
+	int n;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	struct ibv_device *dev = NULL;
+	for (int i = 0; list && i < n; i++)
+		if (!strcmp(ibv_get_device_name(list[i]), argv[1]))
+			dev = list[i];
+	CHECK(dev, "device %s not listed", argv[1]);
+	struct ibv_context *ctx = ibv_open_device(dev);
+	ibv_free_device_list(list);
+	CHECK(ctx, "ibv_open_device");
+	printf("ok open\n");
+
+	struct ibv_port_attr pa;
+	CHECK(!ibv_query_port(ctx, 1, &pa) && pa.state == IBV_PORT_ACTIVE && pa.link_layer == IBV_LINK_LAYER_ETHERNET,
+	      "ibv_query_port");
+	/* The exported ibv_query_port (IBVERBS_1.1) writes only the old, shorter struct. */
+	struct ibv_port_attr pold;
+	memset(&pold, 0xee, sizeof(pold));
+	CHECK(!(ibv_query_port)(ctx, 1, (struct _compat_ibv_port_attr *)&pold), "exported ibv_query_port");
+	CHECK(pold.port_cap_flags2 == 0xeeee && pold.state == pa.state && pold.gid_tbl_len == pa.gid_tbl_len &&
+		      pold.link_layer == pa.link_layer,
+	      "exported ibv_query_port wrote %#x into port_cap_flags2", pold.port_cap_flags2);
+	union ibv_gid gid;
+	CHECK(!ibv_query_gid(ctx, 1, gid_idx, &gid), "ibv_query_gid");
+	struct ibv_gid_entry ge;
+	CHECK(!ibv_query_gid_ex(ctx, 1, (uint32_t)gid_idx, &ge, 0) && ge.gid_type == IBV_GID_TYPE_ROCE_V2 &&
+		      !memcmp(ge.gid.raw, gid.raw, 16),
+	      "ibv_query_gid_ex");
+	struct ibv_device_attr_ex dx;
+	CHECK(!ibv_query_device_ex(ctx, NULL, &dx) && dx.orig_attr.phys_port_cnt == 1, "ibv_query_device_ex");
+	printf("ok queries\n");
+
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	CHECK(pd, "ibv_alloc_pd");
+	size_t len = 1 << 16;
+	char *a_buf = malloc(len), *b_buf = malloc(len);
+	uint64_t *counter = aligned_alloc(8, 64);
+	memset(a_buf, 0, len);
+	memset(b_buf, 0, len);
+	counter[0] = 1000;
+	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+		  IBV_ACCESS_MW_BIND;
+	struct ibv_mr *a_mr = ibv_reg_mr(pd, a_buf, len, acc);
+	struct ibv_mr *b_mr = ibv_reg_mr(pd, b_buf, len, acc);
+	struct ibv_mr *c_mr = ibv_reg_mr(pd, counter, 64, acc);
+	CHECK(a_mr && b_mr && c_mr, "ibv_reg_mr");
+
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	CHECK(ch, "ibv_create_comp_channel");
+	struct ibv_cq *a_cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_cq_init_attr_ex cx = {.cqe = 64, .channel = ch, .cq_context = (void *)0x1234,
+					 .wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM};
+	struct ibv_cq_ex *b_cqx = ibv_create_cq_ex(ctx, &cx);
+	CHECK(a_cq && b_cqx, "create cq");
+	struct ibv_cq *b_cq = ibv_cq_ex_to_cq(b_cqx);
+	struct ibv_qp_init_attr qa = {.send_cq = a_cq, .recv_cq = a_cq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 2,
+					      .max_recv_sge = 2, .max_inline_data = 64}};
+	struct ibv_qp *a_qp = ibv_create_qp(pd, &qa);
+	qa.send_cq = b_cq;
+	qa.recv_cq = b_cq;
+	struct ibv_qp *b_qp = ibv_create_qp(pd, &qa);
+	CHECK(a_qp && b_qp, "ibv_create_qp");
+	CHECK(qa.cap.max_inline_data >= 64, "max_inline_data %u", qa.cap.max_inline_data);
+	connect_qp(a_qp, b_qp->qp_num, &gid, gid_idx);
+	connect_qp(b_qp, a_qp->qp_num, &gid, gid_idx);
+	struct ibv_qp_attr qattr;
+	struct ibv_qp_init_attr qinit;
+	CHECK(!ibv_query_qp(a_qp, &qattr, IBV_QP_STATE | IBV_QP_DEST_QPN, &qinit) && qattr.qp_state == IBV_QPS_RTS &&
+		      qattr.dest_qp_num == b_qp->qp_num && qinit.send_cq == a_cq,
+	      "ibv_query_qp: state %d dest %u", qattr.qp_state, qattr.dest_qp_num);
+	printf("ok connected\n");
+
+	/* SEND with immediate, two SGEs into a receive of two SGEs; a completion event. */
+	CHECK(!ibv_req_notify_cq(b_cq, 0), "ibv_req_notify_cq");
+	struct ibv_sge rs[2] = {{(uintptr_t)b_buf, 100, b_mr->lkey}, {(uintptr_t)b_buf + 1000, 100, b_mr->lkey}};
+	struct ibv_recv_wr rwr = {.wr_id = 7, .sg_list = rs, .num_sge = 2}, *bad_r;
+	CHECK(!ibv_post_recv(b_qp, &rwr, &bad_r), "ibv_post_recv");
+	strcpy(a_buf, "first part,");
+	strcpy(a_buf + 500, "second part");
+	struct ibv_sge ss[2] = {{(uintptr_t)a_buf, 11, a_mr->lkey}, {(uintptr_t)a_buf + 500, 12, a_mr->lkey}};
+	struct ibv_send_wr swr = {.wr_id = 1, .sg_list = ss, .num_sge = 2, .opcode = IBV_WR_SEND_WITH_IMM,
+				  .send_flags = IBV_SEND_SIGNALED, .imm_data = htonl(0xabcdef01)};
+	struct ibv_send_wr *bad;
+	CHECK(!ibv_post_send(a_qp, &swr, &bad), "ibv_post_send SEND");
+	struct ibv_wc wc = poll_one(a_cq, "SEND");
+	CHECK(wc.opcode == IBV_WC_SEND && wc.wr_id == 1, "SEND completion opcode %d", wc.opcode);
+	struct pollfd pfd = {.fd = ch->fd, .events = POLLIN};
+	CHECK(poll(&pfd, 1, 10000) == 1, "no completion event within 10 s");
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	CHECK(!ibv_get_cq_event(ch, &ev_cq, &ev_ctx) && ev_cq == b_cq && ev_ctx == (void *)0x1234, "ibv_get_cq_event");
+	ibv_ack_cq_events(ev_cq, 1);
+	struct ibv_poll_cq_attr pattr = {0};
+	double deadline = now() + 10;
+	int ret;
+	while ((ret = ibv_start_poll(b_cqx, &pattr)) == ENOENT)
+		CHECK(now() < deadline, "no receive completion");
+	CHECK(ret == 0, "ibv_start_poll %d", ret);
+	CHECK(b_cqx->status == IBV_WC_SUCCESS && b_cqx->wr_id == 7, "recv status %d", b_cqx->status);
+	CHECK(ibv_wc_read_opcode(b_cqx) == IBV_WC_RECV, "recv opcode");
+	CHECK(ibv_wc_read_byte_len(b_cqx) == 23, "byte_len %u", ibv_wc_read_byte_len(b_cqx));
+	CHECK((ibv_wc_read_wc_flags(b_cqx) & IBV_WC_WITH_IMM) && ntohl(ibv_wc_read_imm_data(b_cqx)) == 0xabcdef01,
+	      "immediate %x", ntohl(ibv_wc_read_imm_data(b_cqx)));
+	CHECK(ibv_wc_read_qp_num(b_cqx) == b_qp->qp_num, "qp_num");
+	ibv_end_poll(b_cqx);
+	CHECK(!memcmp(b_buf, "first part,second part", 22) || (!memcmp(b_buf, "first part,", 11) && !memcmp(b_buf + 11, "second part", 11)),
+	      "received %.23s", b_buf);
+	printf("ok send with immediate, event, extended poll\n");
+
+	/* Inline SEND. */
+	CHECK(!ibv_post_recv(b_qp, &rwr, &bad_r), "ibv_post_recv");
+	char inl[40] = "inline payload";
+	struct ibv_sge is = {(uintptr_t)inl, 40, 0};
+	struct ibv_send_wr iwr = {.wr_id = 2, .sg_list = &is, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE};
+	CHECK(!ibv_post_send(a_qp, &iwr, &bad), "inline SEND");
+	memset(inl, 0, sizeof(inl)); /* inline data was copied at post time */
+	poll_one(a_cq, "inline SEND");
+	struct ibv_wc rwc = poll_one(b_cq, "inline recv");
+	CHECK(rwc.byte_len == 40 && !strcmp(b_buf, "inline payload"), "inline data %s", b_buf);
+	printf("ok inline send\n");
+
+	/* RDMA WRITE with immediate: 64 KiB, beyond the path MTU. */
+	for (size_t i = 0; i < len; i++)
+		a_buf[i] = (char)(i * 7);
+	CHECK(!ibv_post_recv(b_qp, &rwr, &bad_r), "ibv_post_recv");
+	struct ibv_sge ws = {(uintptr_t)a_buf, (uint32_t)len, a_mr->lkey};
+	struct ibv_send_wr wwr = {.wr_id = 3, .sg_list = &ws, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+				  .send_flags = IBV_SEND_SIGNALED, .imm_data = htonl(42)};
+	wwr.wr.rdma.remote_addr = (uintptr_t)b_buf;
+	wwr.wr.rdma.rkey = b_mr->rkey;
+	CHECK(!ibv_post_send(a_qp, &wwr, &bad), "WRITE");
+	poll_one(a_cq, "WRITE");
+	rwc = poll_one(b_cq, "WRITE imm");
+	CHECK(rwc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && ntohl(rwc.imm_data) == 42, "write imm opcode %d imm %u", rwc.opcode,
+	      ntohl(rwc.imm_data));
+	CHECK(!memcmp(a_buf, b_buf, len), "WRITE data differs");
+	printf("ok rdma write with immediate\n");
+
+	/* RDMA READ back into a zeroed buffer. */
+	memset(a_buf, 0, len);
+	struct ibv_send_wr rdwr = {.wr_id = 4, .sg_list = &ws, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+				   .send_flags = IBV_SEND_SIGNALED};
+	rdwr.wr.rdma.remote_addr = (uintptr_t)b_buf;
+	rdwr.wr.rdma.rkey = b_mr->rkey;
+	CHECK(!ibv_post_send(a_qp, &rdwr, &bad), "READ");
+	wc = poll_one(a_cq, "READ");
+	CHECK(wc.opcode == IBV_WC_RDMA_READ && wc.byte_len == len, "READ completion");
+	CHECK(!memcmp(a_buf, b_buf, len), "READ data differs");
+	printf("ok rdma read\n");
+
+	/* Atomics on the counter. */
+	struct ibv_sge as = {(uintptr_t)a_buf, 8, a_mr->lkey};
+	struct ibv_send_wr fa = {.wr_id = 5, .sg_list = &as, .num_sge = 1, .opcode = IBV_WR_ATOMIC_FETCH_AND_ADD,
+				 .send_flags = IBV_SEND_SIGNALED};
+	fa.wr.atomic.remote_addr = (uintptr_t)counter;
+	fa.wr.atomic.rkey = c_mr->rkey;
+	fa.wr.atomic.compare_add = 55;
+	CHECK(!ibv_post_send(a_qp, &fa, &bad), "FETCH_ADD");
+	poll_one(a_cq, "FETCH_ADD");
+	CHECK(*(uint64_t *)a_buf == 1000 && counter[0] == 1055, "fetch_add: old %lu new %lu",
+	      (unsigned long)*(uint64_t *)a_buf, (unsigned long)counter[0]);
+	struct ibv_send_wr cs = fa;
+	cs.wr_id = 6;
+	cs.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+	cs.wr.atomic.compare_add = 1055;
+	cs.wr.atomic.swap = 7;
+	CHECK(!ibv_post_send(a_qp, &cs, &bad), "CMP_SWP");
+	poll_one(a_cq, "CMP_SWP");
+	CHECK(*(uint64_t *)a_buf == 1055 && counter[0] == 7, "cmp_swp");
+	printf("ok atomics\n");
+
+	/* A type 2 window bound by a work request on B's QP, written through by A. */
+	struct ibv_mw *mw2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+	CHECK(mw2, "ibv_alloc_mw type 2");
+	uint32_t rkey2 = ibv_inc_rkey(mw2->rkey);
+	struct ibv_send_wr bw = {.wr_id = 8, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED};
+	bw.bind_mw.mw = mw2;
+	bw.bind_mw.rkey = rkey2;
+	bw.bind_mw.bind_info.mr = b_mr;
+	bw.bind_mw.bind_info.addr = (uintptr_t)b_buf + 4096;
+	bw.bind_mw.bind_info.length = 4096;
+	bw.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	CHECK(!ibv_post_send(b_qp, &bw, &bad), "BIND_MW post");
+	wc = poll_one(b_cq, "BIND_MW");
+	CHECK(wc.opcode == IBV_WC_BIND_MW, "bind opcode %d", wc.opcode);
+	memset(a_buf, 'W', 64);
+	struct ibv_sge mws = {(uintptr_t)a_buf, 64, a_mr->lkey};
+	struct ibv_send_wr mww = {.wr_id = 9, .sg_list = &mws, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				  .send_flags = IBV_SEND_SIGNALED};
+	mww.wr.rdma.remote_addr = (uintptr_t)b_buf + 4096;
+	mww.wr.rdma.rkey = rkey2;
+	CHECK(!ibv_post_send(a_qp, &mww, &bad), "WRITE through the window");
+	poll_one(a_cq, "WRITE through the window");
+	CHECK(b_buf[4096] == 'W' && b_buf[4096 + 63] == 'W', "the window's WRITE did not land");
+	/* A type 1 window bound with ibv_bind_mw, read through by A. */
+	struct ibv_mw *mw1 = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+	CHECK(mw1, "ibv_alloc_mw type 1");
+	struct ibv_mw_bind mb = {.wr_id = 10, .send_flags = IBV_SEND_SIGNALED};
+	mb.bind_info.mr = b_mr;
+	mb.bind_info.addr = (uintptr_t)b_buf + 4096;
+	mb.bind_info.length = 128;
+	mb.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
+	CHECK(!ibv_bind_mw(b_qp, mw1, &mb), "ibv_bind_mw");
+	poll_one(b_cq, "ibv_bind_mw");
+	memset(a_buf, 0, 64);
+	mww.wr_id = 11;
+	mww.opcode = IBV_WR_RDMA_READ;
+	mww.wr.rdma.rkey = mw1->rkey;
+	CHECK(!ibv_post_send(a_qp, &mww, &bad), "READ through the window");
+	poll_one(a_cq, "READ through the window");
+	CHECK(a_buf[0] == 'W' && a_buf[63] == 'W', "the window's READ brought nothing");
+	CHECK(!ibv_dealloc_mw(mw1) && !ibv_dealloc_mw(mw2), "ibv_dealloc_mw");
+	printf("ok memory windows\n");
+
+	/* Extended QPs: work requests built with ibv_wr_*, two per batch. */
+	struct ibv_qp_init_attr_ex xa = {.send_cq = a_cq, .recv_cq = a_cq, .qp_type = IBV_QPT_RC,
+					 .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2,
+						 .max_recv_sge = 2, .max_inline_data = 64},
+					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+					 .pd = pd,
+					 .send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND_WITH_IMM |
+							   IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD};
+	struct ibv_qp *c_qp = ibv_create_qp_ex(ctx, &xa);
+	xa.send_cq = b_cq;
+	xa.recv_cq = b_cq;
+	struct ibv_qp *d_qp = ibv_create_qp_ex(ctx, &xa);
+	CHECK(c_qp && d_qp, "ibv_create_qp_ex with send_ops_flags");
+	CHECK(ibv_qp_to_qp_ex(a_qp) == NULL, "ibv_qp_to_qp_ex of a plain QP");
+	struct ibv_qp_ex *cx_qp = ibv_qp_to_qp_ex(c_qp);
+	CHECK(cx_qp, "ibv_qp_to_qp_ex");
+	connect_qp(c_qp, d_qp->qp_num, &gid, gid_idx);
+	connect_qp(d_qp, c_qp->qp_num, &gid, gid_idx);
+	struct ibv_sge xrs = {(uintptr_t)b_buf, 256, b_mr->lkey};
+	struct ibv_recv_wr xrwr = {.wr_id = 20, .sg_list = &xrs, .num_sge = 1};
+	CHECK(!ibv_post_recv(d_qp, &xrwr, &bad_r), "post_recv on the extended QP");
+	memset(b_buf + 8192, 0, 128);
+	memset(a_buf, 'x', 128);
+	counter[0] = 5;
+	ibv_wr_start(cx_qp);
+	cx_qp->wr_id = 21;
+	cx_qp->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(cx_qp, b_mr->rkey, (uintptr_t)b_buf + 8192);
+	ibv_wr_set_sge(cx_qp, a_mr->lkey, (uintptr_t)a_buf, 128);
+	cx_qp->wr_id = 22;
+	ibv_wr_send_imm(cx_qp, htonl(77));
+	ibv_wr_set_inline_data(cx_qp, "built with ibv_wr", 18);
+	cx_qp->wr_id = 23;
+	ibv_wr_atomic_fetch_add(cx_qp, c_mr->rkey, (uintptr_t)counter, 10);
+	ibv_wr_set_sge(cx_qp, a_mr->lkey, (uintptr_t)a_buf + 1024, 8);
+	CHECK(!ibv_wr_complete(cx_qp), "ibv_wr_complete");
+	wc = poll_one(a_cq, "wr write");
+	CHECK(wc.wr_id == 21 && wc.opcode == IBV_WC_RDMA_WRITE, "wr write completion %lu", (unsigned long)wc.wr_id);
+	wc = poll_one(a_cq, "wr send");
+	CHECK(wc.wr_id == 22, "wr send completion");
+	wc = poll_one(a_cq, "wr fetch_add");
+	CHECK(wc.wr_id == 23 && *(uint64_t *)(a_buf + 1024) == 5 && counter[0] == 15, "wr fetch_add");
+	rwc = poll_one(b_cq, "wr recv");
+	CHECK(rwc.wr_id == 20 && ntohl(rwc.imm_data) == 77 && !strcmp(b_buf, "built with ibv_wr"), "wr recv");
+	CHECK(b_buf[8192] == 'x' && b_buf[8192 + 127] == 'x', "wr write data");
+	/* An opcode the QP was not created for: nothing is posted. */
+	ibv_wr_start(cx_qp);
+	cx_qp->wr_id = 24;
+	ibv_wr_rdma_read(cx_qp, b_mr->rkey, (uintptr_t)b_buf);
+	ibv_wr_set_sge(cx_qp, a_mr->lkey, (uintptr_t)a_buf, 8);
+	CHECK(ibv_wr_complete(cx_qp) != 0, "a READ on a QP without IBV_QP_EX_WITH_RDMA_READ was accepted");
+	ibv_wr_start(cx_qp);
+	ibv_wr_abort(cx_qp);
+	CHECK(!ibv_destroy_qp(c_qp) && !ibv_destroy_qp(d_qp), "destroy the extended QPs");
+	printf("ok ibv_wr_* on extended QPs\n");
+
+	CHECK(!ibv_destroy_qp(a_qp) && !ibv_destroy_qp(b_qp), "ibv_destroy_qp");
+	CHECK(!ibv_destroy_cq(a_cq) && !ibv_destroy_cq(b_cq), "ibv_destroy_cq");
+	CHECK(!ibv_destroy_comp_channel(ch), "ibv_destroy_comp_channel");
+	CHECK(!ibv_dereg_mr(a_mr) && !ibv_dereg_mr(b_mr) && !ibv_dereg_mr(c_mr), "ibv_dereg_mr");
+	CHECK(!ibv_dealloc_pd(pd), "ibv_dealloc_pd");
+	CHECK(!ibv_close_device(ctx), "ibv_close_device");
+	printf("ok destroyed\n");
+	return 0;
+}
