@@ -2,6 +2,7 @@ package interop
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/client"
 	"github.com/sroce/sroce/internal/rxeguest"
 )
 
@@ -58,8 +60,9 @@ type Rig struct {
 	Env []string
 
 	peer     peer
-	hostPeer *hostPeer // the peer, when it is this host's rdma_rxe
-	dir      string    // captures
+	hostPeer *hostPeer   // the peer, when it is this host's rdma_rxe
+	daemon   *shimDaemon // with RigConfig.Shim
+	dir      string      // captures
 	mu       sync.Mutex
 	runs     int
 }
@@ -74,6 +77,45 @@ type RigConfig struct {
 	Logf func(format string, args ...any)
 	// Peer is PeerGuest (the default), PeerHost or PeerAuto.
 	Peer string
+	// Shim starts a sroce daemon on the host namespace's interface, so
+	// that pairs can run the real tool on sroce's side too, through
+	// "sroce run" and the drop-in libibverbs (PairOpts.Shim).
+	Shim bool
+}
+
+// shimDaemon is the sroce daemon of a rig, serving Host's interface.
+type shimDaemon struct {
+	proc   *proc
+	socket string
+	dev    string // its device, as the real tools name it
+}
+
+// daemonLimit bounds the wait for the daemon's socket.
+const daemonLimit = time.Minute
+
+// startDaemon starts "sroce daemon" on Host's interface and waits until
+// it answers on its socket.
+func (r *Rig) startDaemon(ctx context.Context) error {
+	sock := filepath.Join(r.dir, "daemon.sock")
+	p, err := startProc(r.sroce(context.Background(), "daemon", "-d", r.Host.Ifname, "--link", "xdp", "--socket", sock))
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, daemonLimit)
+	defer cancel()
+	err = poll(wctx, "the sroce daemon to answer on "+sock, func() (bool, error) {
+		if p.exited() {
+			return false, fmt.Errorf("the sroce daemon ended:\n%v", p.wait(wctx))
+		}
+		_, err := client.Devices(sock)
+		return err == nil, nil
+	})
+	if err != nil {
+		p.kill()
+		return err
+	}
+	r.daemon = &shimDaemon{proc: p, socket: sock, dev: "sroce_" + r.Host.Ifname}
+	return nil
 }
 
 // NewRig sets up the peer (the guest: builds or finds in its cache the
@@ -150,6 +192,12 @@ func NewRig(ctx context.Context, cfg RigConfig) (*Rig, error) {
 		r.Close()
 		return nil, err
 	}
+	if cfg.Shim {
+		if err := r.startDaemon(ctx); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
 	return r, nil
 }
 
@@ -172,6 +220,9 @@ func (r *Rig) Describe() string {
 
 // Close stops the peer, deletes the namespaces and the captures.
 func (r *Rig) Close() error {
+	if r.daemon != nil {
+		r.daemon.proc.kill()
+	}
 	if r.hostPeer != nil {
 		r.hostPeer.close()
 	}
@@ -226,6 +277,9 @@ type PairOpts struct {
 	// traffic is being captured into pcap; the function it returns stops
 	// it and describes what it did.
 	Impair func(ctx context.Context, pcap string) (stop func() (string, error), err error)
+	// Shim runs the real tool on sroce's side too, through "sroce run" on
+	// the rig's daemon (RigConfig.Shim), instead of sroce's own tool.
+	Shim bool
 }
 
 // PairResult is the last run of a pair.
@@ -242,6 +296,12 @@ type PairResult struct {
 	Impaired string
 	// Attempt numbers this run from 1 (see RunPair).
 	Attempt int
+	// Shim reports that sroce's side was the real tool through "sroce
+	// run" and the daemon.
+	Shim bool
+	// CaptureErr, if not nil, says that Pcap misses frames (tcpdump
+	// could not keep up).
+	CaptureErr error
 }
 
 // Direction names the run's direction: "real-server" or "real-client".
@@ -269,7 +329,7 @@ func (p PairResult) Verdicts() []Verdict {
 		who    string
 		o      Outcome
 		server bool
-	}{{p.Case.Real, p.Real, p.RealServer}, {"sroce " + p.Case.Cmd, p.Ours, !p.RealServer}} {
+	}{{p.Case.Real, p.Real, p.RealServer}, {p.oursName(), p.Ours, !p.RealServer}} {
 		v := Verdict{Who: side.who, Role: "client", O: side.o, Problem: SideProblem(p.Case.Cmd, side.o, side.server)}
 		if side.server {
 			v.Role = "server"
@@ -277,6 +337,15 @@ func (p PairResult) Verdicts() []Verdict {
 		vs = append(vs, v)
 	}
 	return vs
+}
+
+// oursName names sroce's side: "sroce write-bw", or "sroce run ib_write_bw"
+// through the shim.
+func (p PairResult) oursName() string {
+	if p.Shim {
+		return "sroce run " + p.Case.Real
+	}
+	return "sroce " + p.Case.Cmd
 }
 
 // Failed reports whether either side failed.
@@ -359,7 +428,7 @@ func (r *Rig) RunPair(ctx context.Context, c Case, realServer bool, opts *PairOp
 func (r *Rig) runOnce(ctx context.Context, c Case, realServer bool, opts *PairOpts, attempt int) (res PairResult, err error) {
 	ctx, cancel := context.WithTimeout(ctx, RunLimit)
 	defer cancel()
-	res = PairResult{Case: c, RealServer: realServer, Attempt: attempt}
+	res = PairResult{Case: c, RealServer: realServer, Attempt: attempt, Shim: opts != nil && opts.Shim}
 	r.mu.Lock()
 	r.runs++
 	res.Pcap = filepath.Join(r.dir, fmt.Sprintf("%03d-%s-%s-%d.pcap", r.runs, c.Name, res.Direction(), attempt))
@@ -380,6 +449,12 @@ func (r *Rig) runOnce(ctx context.Context, c Case, realServer bool, opts *PairOp
 		realArgs = "-d " + r.peer.device() + " " + realArgs
 	}
 	sroceArgs := append([]string{c.Cmd, "-d", r.Host.Ifname}, strings.Fields(c.Args)...)
+	if res.Shim {
+		if r.daemon == nil {
+			return res, errors.New("the rig has no sroce daemon for the real tools through the shim (RigConfig.Shim)")
+		}
+		sroceArgs = append([]string{"run", "--socket", r.daemon.socket, "--", c.Real, "-d", r.daemon.dev}, strings.Fields(c.Args)...)
+	}
 	realCmd := "exec stdbuf -oL -eL " + c.Real + " " + realArgs
 	if opts != nil && opts.RealEnv != nil {
 		if env := opts.RealEnv(c); env != "" {
@@ -464,9 +539,10 @@ func (r *Rig) runOnce(ctx context.Context, c Case, realServer bool, opts *PairOp
 	captured = true
 	capt.Stop()
 	if err := capt.Complete(); err != nil {
+		res.CaptureErr = err
 		res.Impaired = strings.TrimPrefix(res.Impaired+"; "+err.Error(), "; ")
 	}
-	if opts != nil {
+	if opts != nil && opts.Impair != nil {
 		res.Impaired = strings.TrimPrefix(res.Impaired+"; "+Resent(res.Pcap, r.peer.ip()), "; ")
 	}
 	return res, nil

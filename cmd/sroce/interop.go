@@ -56,7 +56,10 @@ the reliable (RC) tools with longer runs; what each run lost and sent
 again is said on standard error, the dropped frames of all runs at the
 end. --only picks pairs by name or by sroce command (rc-pingpong,
 write-bw, atomic-bw-fadd, ...); --all runs every pair of the interop test
-suite instead of one per tool.
+suite instead of one per tool. --shim adds a row under each pair: the
+real tool on sroce's side too, run through "sroce run" (sroce's drop-in
+libibverbs) on a sroce daemon serving the same interface, against the
+real tool on rdma_rxe (needs a C compiler for the library's first build).
 
 A real tool that could not calibrate its cycle counter in the emulated
 guest, and a run during which the guest's emulated NIC hung, are run
@@ -72,13 +75,14 @@ const interopTimeoutDefault = time.Hour
 
 // runInterop implements "sroce interop".
 func runInterop(e *env, args []string) int {
-	f := newFlags(e, "interop", "sroce interop [--loss PCT] [--only LIST] [--all] [--keep DIR] [--engine MODE] [--peer KIND] [--timeout D]", interopAbout)
+	f := newFlags(e, "interop", "sroce interop [--loss PCT] [--only LIST] [--all] [--shim] [--keep DIR] [--engine MODE] [--peer KIND] [--timeout D]", interopAbout)
 	loss := f.Float64("loss", 0, "the peer drops `PCT` percent of the RoCEv2 frames each way")
 	only := f.String("only", "", "run only the pairs of `LIST` (names or sroce commands, comma-separated)")
 	all := f.Bool("all", false, "run every pair of the interop test suite")
 	keep := f.String("keep", "", "keep the captures and ladders of failed runs in `DIR`")
 	engine := f.String("engine", "", "run sroce's tools with engine `MODE` (auto, inline, sleep, spin, adaptive)")
 	timeout := f.Duration("timeout", interopTimeoutDefault, "give up after `D` in all")
+	shim := f.Bool("shim", false, "also run each real tool on sroce's side, through sroce run and a sroce daemon")
 	peerKind := f.String("peer", interop.PeerAuto, "the rdma_rxe peer: `KIND` auto, host (this kernel's rdma_rxe) or guest")
 	pos, status, ok := f.parse(args)
 	if !ok {
@@ -123,7 +127,7 @@ func runInterop(e *env, args []string) int {
 	defer cancel()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	return interopRun(ctx, e, interopConfig{cases: cases, loss: *loss, keep: *keep, engine: *engine, timeout: *timeout, peer: *peerKind})
+	return interopRun(ctx, e, interopConfig{cases: cases, loss: *loss, keep: *keep, engine: *engine, timeout: *timeout, peer: *peerKind, shim: *shim})
 }
 
 // splitList splits a comma-separated list, dropping empty items.
@@ -154,6 +158,7 @@ type interopConfig struct {
 	engine  string
 	timeout time.Duration
 	peer    string
+	shim    bool
 }
 
 // interopRun sets up the rig and runs the matrix.
@@ -169,7 +174,7 @@ func interopRun(ctx context.Context, e *env, cfg interopConfig) int {
 	}
 	fmt.Fprintf(e.Stderr, "sroce interop: setting up the rdma_rxe peer (a guest's image is built on first use and cached in %s)\n", rxeguest.CacheDir())
 	start := time.Now()
-	rig, err := interop.NewRig(ctx, interop.RigConfig{Bin: bin, Env: envv, Peer: cfg.peer, Logf: func(format string, args ...any) {
+	rig, err := interop.NewRig(ctx, interop.RigConfig{Bin: bin, Env: envv, Peer: cfg.peer, Shim: cfg.shim, Logf: func(format string, args ...any) {
 		fmt.Fprintf(e.Stderr, "sroce interop: "+format+"\n", args...)
 	}})
 	if err != nil {
@@ -209,44 +214,62 @@ func interopRun(ctx context.Context, e *env, cfg interopConfig) int {
 	if opts != nil && rig.Guest != nil {
 		opts.RealEnv = interop.LingerEnv
 	}
-	m := newMatrixPrinter(e.Stdout, cfg.cases)
+	// Each row: sroce's tool, or the real tool through the shim.
+	type rowKind struct {
+		suffix string
+		opts   *interop.PairOpts
+	}
+	kinds := []rowKind{{"", opts}}
+	if cfg.shim {
+		var so interop.PairOpts
+		if opts != nil {
+			so = *opts
+		}
+		so.Shim = true
+		kinds = append(kinds, rowKind{shimSuffix, &so})
+	}
+	m := newMatrixPrinter(e.Stdout, cfg.cases, cfg.shim)
 	m.header(rig, cfg.loss)
 	keeper := &failureKeeper{dir: cfg.keep}
 	runs, failed := 0, 0
 	for _, c := range cfg.cases {
-		var cells [2]string
-		for i, realServer := range []bool{true, false} {
-			var notes bytes.Buffer
-			logf := func(format string, args ...any) { fmt.Fprintf(&notes, format+"\n", args...) }
-			res, err := rig.RunPair(ctx, c, realServer, opts, logf)
-			if err != nil {
-				cells[i] = "NOT RUN  " + interopStop(ctx)
-				if i == 0 {
-					cells[1] = "NOT RUN"
+		for _, kind := range kinds {
+			name := c.Name + kind.suffix
+			opts := kind.opts
+			var cells [2]string
+			for i, realServer := range []bool{true, false} {
+				var notes bytes.Buffer
+				logf := func(format string, args ...any) { fmt.Fprintf(&notes, format+"\n", args...) }
+				res, err := rig.RunPair(ctx, c, realServer, opts, logf)
+				if err != nil {
+					cells[i] = "NOT RUN  " + interopStop(ctx)
+					if i == 0 {
+						cells[1] = "NOT RUN"
+					}
+					m.row(name, cells)
+					fmt.Fprintf(e.Stdout, "\nmatrix: stopped after %d runs, %d of them failed\n", runs, failed)
+					fmt.Fprintf(e.Stderr, "sroce interop: %s\n", interopErr(ctx, cfg, fmt.Sprintf("running %s (%s)", name, directionText(realServer)), err))
+					return exitProblem
 				}
-				m.row(c.Name, cells)
-				fmt.Fprintf(e.Stdout, "\nmatrix: stopped after %d runs, %d of them failed\n", runs, failed)
-				fmt.Fprintf(e.Stderr, "sroce interop: %s\n", interopErr(ctx, cfg, fmt.Sprintf("running %s (%s)", c.Name, directionText(realServer)), err))
-				return exitProblem
+				runs++
+				if res.Attempt > 1 {
+					fmt.Fprintf(e.Stderr, "sroce interop: note: %s (%s) ran %d times: %s\n", name, directionText(realServer), res.Attempt, firstLine(notes.String()))
+				}
+				if res.Impaired != "" {
+					fmt.Fprintf(e.Stderr, "sroce interop: %s (%s): %s\n", name, directionText(realServer), res.Impaired)
+				}
+				if !res.Failed() {
+					cells[i] = "PASS  " + res.Figure()
+					continue
+				}
+				failed++
+				cells[i] = "FAIL  " + failureText(res)
+				if err := keeper.keep(res, rig.Host.Ifname, notes.String(), peerState(ctx, rig)); err != nil {
+					fmt.Fprintf(e.Stderr, "sroce interop: keeping the failure of %s (%s): %v\n", name, directionText(realServer), err)
+				}
 			}
-			runs++
-			if res.Attempt > 1 {
-				fmt.Fprintf(e.Stderr, "sroce interop: note: %s (%s) ran %d times: %s\n", c.Name, directionText(realServer), res.Attempt, firstLine(notes.String()))
-			}
-			if res.Impaired != "" {
-				fmt.Fprintf(e.Stderr, "sroce interop: %s (%s): %s\n", c.Name, directionText(realServer), res.Impaired)
-			}
-			if !res.Failed() {
-				cells[i] = "PASS  " + res.Figure()
-				continue
-			}
-			failed++
-			cells[i] = "FAIL  " + failureText(res)
-			if err := keeper.keep(res, rig.Host.Ifname, notes.String(), peerState(ctx, rig)); err != nil {
-				fmt.Fprintf(e.Stderr, "sroce interop: keeping the failure of %s (%s): %v\n", c.Name, directionText(realServer), err)
-			}
+			m.row(name, cells)
 		}
-		m.row(c.Name, cells)
 	}
 	lossMu.Lock()
 	defer lossMu.Unlock()
@@ -334,11 +357,19 @@ type matrixPrinter struct {
 // cellWidth is the width of a direction's column.
 const cellWidth = 44
 
-// newMatrixPrinter sizes the first column for the pairs' names.
-func newMatrixPrinter(w io.Writer, cases []interop.Case) *matrixPrinter {
+// shimSuffix marks the rows of the real tools through the shim.
+const shimSuffix = " (shim)"
+
+// newMatrixPrinter sizes the first column for the pairs' names (with the
+// shim's rows when shim is set).
+func newMatrixPrinter(w io.Writer, cases []interop.Case, shim bool) *matrixPrinter {
 	width := len("pair")
 	for _, c := range cases {
-		width = max(width, len(c.Name))
+		n := len(c.Name)
+		if shim {
+			n += len(shimSuffix)
+		}
+		width = max(width, n)
 	}
 	return &matrixPrinter{w: w, width: width}
 }
@@ -385,7 +416,11 @@ func (k *failureKeeper) keep(res interop.PairResult, ifname, notes, peer string)
 	if err := os.MkdirAll(k.dir, 0o755); err != nil {
 		return err
 	}
-	base := filepath.Join(k.dir, res.Case.Name+"-"+res.Direction())
+	name := res.Case.Name
+	if res.Shim {
+		name += "-shim"
+	}
+	base := filepath.Join(k.dir, name+"-"+res.Direction())
 	data, err := os.ReadFile(res.Pcap)
 	if err != nil {
 		return fmt.Errorf("reading the capture: %w", err)
@@ -408,7 +443,12 @@ func (k *failureKeeper) keep(res interop.PairResult, ifname, notes, peer string)
 func runLog(res interop.PairResult, ifname, notes, peer string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pair %s (%s), run %d\n", res.Case.Name, directionText(res.RealServer), res.Attempt)
-	fmt.Fprintf(&b, "real: %s %s\nsroce: sroce %s -d %s %s\n", res.Case.Real, res.Case.Args, res.Case.Cmd, ifname, res.Case.Args)
+	fmt.Fprintf(&b, "real: %s %s\n", res.Case.Real, res.Case.Args)
+	if res.Shim {
+		fmt.Fprintf(&b, "sroce: sroce run -- %s -d sroce_%s %s (on a sroce daemon)\n", res.Case.Real, ifname, res.Case.Args)
+	} else {
+		fmt.Fprintf(&b, "sroce: sroce %s -d %s %s\n", res.Case.Cmd, ifname, res.Case.Args)
+	}
 	if res.Impaired != "" {
 		fmt.Fprintf(&b, "impairment: %s\n", res.Impaired)
 	}
