@@ -24,6 +24,10 @@ import (
 var (
 	GuestAddr = netip.MustParsePrefix("192.0.2.1/24")
 	HostAddr  = netip.MustParsePrefix("192.0.2.10/24")
+	// ShimAddr is the namespace of the sroce daemon (RigConfig.Shim): a
+	// daemon holds its interface's AF_XDP queue, so sroce's own tools
+	// run beside it, not on it.
+	ShimAddr = netip.MustParsePrefix("192.0.2.11/24")
 )
 
 // Bounds of the waits of one pair.
@@ -54,6 +58,9 @@ type Rig struct {
 	LAN   *rxeguest.LAN   // the bridge's namespace, which Close deletes
 	Guest *rxeguest.Guest // the guest (a reboot replaces it)
 	Host  *rxeguest.Host  // where sroce runs
+	// ShimHost is where the sroce daemon and the real tools through the
+	// shim run (RigConfig.Shim), nil without.
+	ShimHost *rxeguest.Host
 	// Bin is the sroce binary run in Host's namespace, Env its
 	// environment.
 	Bin string
@@ -93,11 +100,16 @@ type shimDaemon struct {
 // daemonLimit bounds the wait for the daemon's socket.
 const daemonLimit = time.Minute
 
-// startDaemon starts "sroce daemon" on Host's interface and waits until
-// it answers on its socket.
+// startDaemon adds ShimHost, starts "sroce daemon" on its interface and
+// waits until the daemon answers on its socket.
 func (r *Rig) startDaemon(ctx context.Context) error {
+	h, err := r.LAN.AddHost(ctx, rxeguest.HostConfig{IP: ShimAddr})
+	if err != nil {
+		return err
+	}
+	r.ShimHost = h
 	sock := filepath.Join(r.dir, "daemon.sock")
-	p, err := startProc(r.sroce(context.Background(), "daemon", "-d", r.Host.Ifname, "--link", "xdp", "--socket", sock))
+	p, err := startProc(r.sroce(context.Background(), h, "daemon", "-d", h.Ifname, "--link", "xdp", "--socket", sock))
 	if err != nil {
 		return err
 	}
@@ -114,7 +126,7 @@ func (r *Rig) startDaemon(ctx context.Context) error {
 		p.kill()
 		return err
 	}
-	r.daemon = &shimDaemon{proc: p, socket: sock, dev: "sroce_" + r.Host.Ifname}
+	r.daemon = &shimDaemon{proc: p, socket: sock, dev: "sroce_" + h.Ifname}
 	return nil
 }
 
@@ -231,10 +243,9 @@ func (r *Rig) Close() error {
 	return err
 }
 
-// sroce returns the command that runs sroce with args in the host
-// namespace.
-func (r *Rig) sroce(ctx context.Context, args ...string) *exec.Cmd {
-	cmd := r.Host.NS.Command(ctx, r.Bin, args...)
+// sroce returns the command that runs sroce with args in h's namespace.
+func (r *Rig) sroce(ctx context.Context, h *rxeguest.Host, args ...string) *exec.Cmd {
+	cmd := h.NS.Command(ctx, r.Bin, args...)
 	cmd.Env = r.Env
 	return cmd
 }
@@ -448,11 +459,13 @@ func (r *Rig) runOnce(ctx context.Context, c Case, realServer bool, opts *PairOp
 	if strings.HasPrefix(c.Real, "ib_") {
 		realArgs = "-d " + r.peer.device() + " " + realArgs
 	}
+	host := r.Host
 	sroceArgs := append([]string{c.Cmd, "-d", r.Host.Ifname}, strings.Fields(c.Args)...)
 	if res.Shim {
 		if r.daemon == nil {
 			return res, errors.New("the rig has no sroce daemon for the real tools through the shim (RigConfig.Shim)")
 		}
+		host = r.ShimHost
 		sroceArgs = append([]string{"run", "--socket", r.daemon.socket, "--", c.Real, "-d", r.daemon.dev}, strings.Fields(c.Args)...)
 	}
 	realCmd := "exec stdbuf -oL -eL " + c.Real + " " + realArgs
@@ -489,7 +502,7 @@ func (r *Rig) runOnce(ctx context.Context, c Case, realServer bool, opts *PairOp
 		if err := startImpairment(); err != nil {
 			return res, err
 		}
-		p, err := startProc(r.sroce(ctx, append(sroceArgs, r.peer.ip().String())...))
+		p, err := startProc(r.sroce(ctx, host, append(sroceArgs, r.peer.ip().String())...))
 		if err != nil {
 			return res, err
 		}
@@ -498,7 +511,7 @@ func (r *Rig) runOnce(ctx context.Context, c Case, realServer bool, opts *PairOp
 			return res, err
 		}
 	} else {
-		p, err := startProc(r.sroce(ctx, sroceArgs...))
+		p, err := startProc(r.sroce(ctx, host, sroceArgs...))
 		if err != nil {
 			return res, err
 		}
@@ -507,7 +520,7 @@ func (r *Rig) runOnce(ctx context.Context, c Case, realServer bool, opts *PairOp
 			if p.exited() {
 				return false, fmt.Errorf("sroce %s as the server ended before listening:\n%v", c.Cmd, p.wait(ctx))
 			}
-			out, err := r.Host.NS.Exec(ctx, "ss", "-Hltn", "sport = :18515")
+			out, err := host.NS.Exec(ctx, "ss", "-Hltn", "sport = :18515")
 			return strings.TrimSpace(string(out)) != "", err
 		})
 		if err != nil {
@@ -516,7 +529,7 @@ func (r *Rig) runOnce(ctx context.Context, c Case, realServer bool, opts *PairOp
 		if err := startImpairment(); err != nil {
 			return res, err
 		}
-		cli, err := r.peer.start(ctx, realCmd+" "+HostAddr.Addr().String())
+		cli, err := r.peer.start(ctx, realCmd+" "+host.IP.Addr().String())
 		if err != nil {
 			return res, err
 		}
@@ -605,6 +618,9 @@ func (r *Rig) reboot(ctx context.Context) error {
 	}
 	r.Guest = g
 	r.Host.NS.Exec(ctx, "ip", "neigh", "flush", "all")
+	if r.ShimHost != nil {
+		r.ShimHost.NS.Exec(ctx, "ip", "neigh", "flush", "all")
+	}
 	return nil
 }
 

@@ -377,6 +377,9 @@ func newMatrixPrinter(w io.Writer, cases []interop.Case, shim bool) *matrixPrint
 // header names the peer and the columns.
 func (m *matrixPrinter) header(rig *interop.Rig, loss float64) {
 	fmt.Fprintf(m.w, "sroce's tools against %s; sroce over AF_XDP on %s at %s", rig.Describe(), rig.Host.Ifname, rig.Host.IP.Addr())
+	if rig.ShimHost != nil {
+		fmt.Fprintf(m.w, "; (shim) rows: the real tool through sroce run on a sroce daemon on %s at %s", rig.ShimHost.Ifname, rig.ShimHost.IP.Addr())
+	}
 	if loss > 0 {
 		fmt.Fprintf(m.w, "; the peer drops %s%% of the RoCEv2 frames each way", strconv.FormatFloat(loss, 'f', -1, 64))
 	}
