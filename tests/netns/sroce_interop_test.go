@@ -4,7 +4,8 @@ package netns
 // its own rdma_rxe peer (a guest here: the host kernel has no rdma_rxe),
 // with a short set of pairs: one of each kind (a pingpong, a READ
 // bandwidth run, a latency run whose server prints no figure), then one
-// pair with loss. The matrix must name the peer, hold one row per pair
+// pair with the real tool through sroce's shim on a sroce daemon too, then
+// one pair with loss. The matrix must name the peer, hold one row per pair
 // with a PASS and a figure in each direction, say what the loss dropped,
 // and end with every run passed.
 
@@ -39,6 +40,16 @@ func TestSroceInterop(t *testing.T) {
 	t.Run("matrix", func(t *testing.T) {
 		out := runInteropCmd(t, bin, "--only", "rc-pingpong,read-bw,read-lat")
 		checkMatrix(t, out, map[string]string{"rc-pingpong": figPingpong, "read-bw": figBW, "read-lat": figLat}, 6)
+	})
+	t.Run("shim", func(t *testing.T) {
+		if _, err := exec.LookPath("gcc"); err != nil {
+			t.Skip("skipping: sroce run builds its libibverbs with gcc, which is not installed")
+		}
+		out := runInteropCmd(t, bin, "--shim", "--only", "write-bw")
+		checkMatrix(t, out, map[string]string{"write-bw": figBW, `write-bw \(shim\)`: figBW}, 4)
+		if !strings.Contains(out, "; (shim) rows: the real tool through sroce run on a sroce daemon on eth0 at 192.0.2.11\n") {
+			t.Errorf("the matrix does not say where the shim's daemon runs")
+		}
 	})
 	t.Run("loss", func(t *testing.T) {
 		out := runInteropCmd(t, bin, "--loss", "2", "--only", "read-bw")
