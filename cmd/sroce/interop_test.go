@@ -96,3 +96,26 @@ func TestInteropFailureText(t *testing.T) {
 		}
 	}
 }
+
+// TestInteropKeepShim: a failed run of the real tool through the shim is
+// kept under a name of its own and its log says how sroce's side ran.
+func TestInteropKeepShim(t *testing.T) {
+	res := interop.PairResult{
+		Case: interop.Case{Name: "read-bw", Cmd: "read-bw", Real: "ib_read_bw", Args: "-x 1 -n 10"},
+		Ours: interop.Outcome{Exit: 1}, Real: interop.Outcome{Exit: 1},
+		Pcap: filepath.Join("..", "..", "bth", "testdata", "rxe", "read_bw.pcap"),
+		Shim: true, Attempt: 1,
+	}
+	if got := failureText(res); got != "sroce: exit 1; ib_read_bw: exit 1" && got != "ib_read_bw: exit 1; sroce: exit 1" {
+		t.Errorf("failureText = %q", got)
+	}
+	k := &failureKeeper{dir: t.TempDir()}
+	if err := k.keep(res, "eth0", "", ""); err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.ReadFile(filepath.Join(k.dir, "read-bw-shim-real-client.log"))
+	if err != nil || !strings.Contains(string(log), "sroce: sroce run -- ib_read_bw -d sroce_eth0 -x 1 -n 10 (on a sroce daemon)") ||
+		!strings.Contains(string(log), "sroce run ib_read_bw as server exited with 1") {
+		t.Errorf("kept log (%v):\n%s", err, log)
+	}
+}
