@@ -265,10 +265,10 @@ func interopRun(ctx context.Context, e *env, cfg interopConfig) int {
 				failed++
 				cells[i] = "FAIL  " + failureText(res)
 				ifname := rig.Host.Ifname
-			if res.Shim {
-				ifname = rig.ShimHost.Ifname
-			}
-			if err := keeper.keep(res, ifname, notes.String(), peerState(ctx, rig)); err != nil {
+				if res.Shim {
+					ifname = rig.ShimHost.Ifname
+				}
+				if err := keeper.keep(res, ifname, notes.String(), peerState(ctx, rig)); err != nil {
 					fmt.Fprintf(e.Stderr, "sroce interop: keeping the failure of %s (%s): %v\n", name, directionText(realServer), err)
 				}
 			}
