@@ -187,14 +187,21 @@ type direction struct {
 	ePSNKnown bool
 	// ePSNLoose: after a READ request whose length in packets is not
 	// known, the next request is taken as in sequence whatever its PSN
-	// beyond the READ's.
+	// beyond the READ's; loosePSN is that READ's PSN, whose last
+	// response tells where the next request begins.
 	ePSNLoose bool
+	loosePSN  bth.PSN
 	// acked is the highest PSN of these requests acknowledged by the
 	// other side.
 	acked      bth.PSN
 	ackedKnown bool
 	// outstanding READ and atomic requests, oldest first.
 	outstanding []pending
+	// answered READ requests whose last response was seen, oldest first
+	// (at most MaxOutstanding): a responder that answers a READ twice
+	// (the requester sent it again while the first answer was on its
+	// way) sends responses that belong to one of these.
+	answered []pending
 }
 
 // pending is a READ or atomic request waiting for its response.
@@ -434,7 +441,7 @@ func (c *Conn) request(ev *Event, dir *direction, info *bth.OpInfo) {
 			if k, ok := c.readPackets(ev.DMALen); ok {
 				n = k
 			} else {
-				dir.ePSNLoose = true
+				dir.ePSNLoose, dir.loosePSN = true, p
 			}
 		}
 		dir.ePSN = p.Add(n)
@@ -547,20 +554,73 @@ func opName(op bth.Op) string {
 	return "?"
 }
 
-// find returns the index of the newest outstanding request whose PSN range
-// may hold p (a READ's range is its response packets, whose number the
-// caller checks), or -1.
+// find returns the index of the outstanding request whose PSN range may
+// hold p (a READ's range is its response packets, whose number the caller
+// checks), or -1: the newest request at p itself, else the READ that
+// starts closest before p. Requests are outstanding in the order they
+// were sent, not in PSN order: a requester that asks again for the rest
+// of an earlier READ sends a READ whose PSN is below those of READs still
+// outstanding.
 func (dir *direction) find(p bth.PSN) int {
+	best := -1
 	for i := len(dir.outstanding) - 1; i >= 0; i-- {
 		r := dir.outstanding[i]
 		if p == r.psn {
 			return i
 		}
-		if r.op == bth.OpReadRequest && r.psn.LessThan(p) {
-			return i // checked against the READ's length by the caller
+		if r.op == bth.OpReadRequest && r.psn.LessThan(p) &&
+			(best < 0 || p.Diff(r.psn) < p.Diff(dir.outstanding[best].psn)) {
+			best = i // checked against the READ's length by the caller
 		}
 	}
-	return -1
+	return best
+}
+
+// readPosition returns where the response packet at p (of position pos)
+// stands in the response of READ r: its index from 1 and, when the MTU
+// is known, the number of packets; ok is false when p is outside r's
+// response.
+func (c *Conn) readPosition(r *pending, p bth.PSN, pos bth.Position) (idx int, total uint32, known, ok bool) {
+	if p.LessThan(r.psn) {
+		return 0, 0, false, false
+	}
+	idx = int(p.Diff(r.psn)) + 1
+	total, known = c.readPackets(r.dmaLen)
+	if pos == bth.PosOnly && idx == 1 {
+		total, known = 1, true
+	}
+	return idx, total, known, !known || idx <= int(total)
+}
+
+// readText names a READ response packet's place in its READ's response.
+func readText(idx int, total uint32, known bool, frame int) string {
+	if known {
+		return fmt.Sprintf("READ response %d/%d for the READ request at frame %d", idx, total, frame)
+	}
+	return fmt.Sprintf("READ response %d for the READ request at frame %d", idx, frame)
+}
+
+// answeredResponse explains a READ response that belongs to no
+// outstanding READ: a response to a READ already answered (the
+// responder answers a READ the requester sent again), or one whose READ
+// was not seen.
+func (c *Conn) answeredResponse(ev *Event, req *direction, info *bth.OpInfo) {
+	p := ev.PSN
+	best := -1
+	for j := len(req.answered) - 1; j >= 0; j-- {
+		a := &req.answered[j]
+		if _, _, _, ok := c.readPosition(a, p, info.Position); ok &&
+			(best < 0 || p.Diff(a.psn) < p.Diff(req.answered[best].psn)) {
+			best = j
+		}
+	}
+	if best < 0 {
+		ev.Analysis = append(ev.Analysis, "READ response without a READ request seen")
+		return
+	}
+	a := &req.answered[best]
+	idx, total, known, _ := c.readPosition(a, p, info.Position)
+	ev.Analysis = append(ev.Analysis, "duplicate", readText(idx, total, known, a.frame)+", answered already")
 }
 
 // readResponse pairs a READ response packet with its request.
@@ -568,17 +628,13 @@ func (c *Conn) readResponse(ev *Event, req *direction, info *bth.OpInfo) {
 	p := ev.PSN
 	i := req.find(p)
 	if i < 0 || req.outstanding[i].op != bth.OpReadRequest {
-		ev.Analysis = append(ev.Analysis, "READ response without a READ request seen")
+		c.answeredResponse(ev, req, info)
 		return
 	}
 	r := &req.outstanding[i]
-	idx := int(p.Diff(r.psn)) + 1
-	total, known := c.readPackets(r.dmaLen)
-	if info.Position == bth.PosOnly && idx == 1 {
-		total, known = 1, true
-	}
-	if known && idx > int(total) {
-		ev.Analysis = append(ev.Analysis, "READ response without a READ request seen")
+	idx, total, known, ok := c.readPosition(r, p, info.Position)
+	if !ok {
+		c.answeredResponse(ev, req, info)
 		return
 	}
 	switch d := p.Diff(r.next); {
@@ -590,15 +646,28 @@ func (c *Conn) readResponse(ev *Event, req *direction, info *bth.OpInfo) {
 	default:
 		r.next = p.Next()
 	}
-	if known {
-		ev.Analysis = append(ev.Analysis, fmt.Sprintf("READ response %d/%d for the READ request at frame %d", idx, total, r.frame))
-	} else {
-		ev.Analysis = append(ev.Analysis, fmt.Sprintf("READ response %d for the READ request at frame %d", idx, r.frame))
-	}
+	ev.Analysis = append(ev.Analysis, readText(idx, total, known, r.frame))
 	if info.Position == bth.PosLast || info.Position == bth.PosOnly {
+		readPSN := r.psn
+		if len(req.answered) >= MaxOutstanding {
+			req.answered = append(req.answered[:0], req.answered[1:]...)
+		}
+		req.answered = append(req.answered, *r)
 		req.outstanding = append(req.outstanding[:i], req.outstanding[i+1:]...)
-		if !req.ePSNKnown || req.ePSNLoose || req.ePSN.LessThan(p.Next()) {
-			req.ePSN, req.ePSNKnown, req.ePSNLoose = p.Next(), true, false
+		// The end of a READ's response is where the requests after it
+		// begin: it settles the expected PSN when that READ is the one
+		// whose length was not known (the last request taken), and only
+		// moves it forward otherwise. An older READ ending says nothing
+		// about requests sent after the loose one.
+		switch {
+		case !req.ePSNKnown:
+			req.ePSN, req.ePSNKnown = p.Next(), true
+		case req.ePSNLoose:
+			if readPSN == req.loosePSN {
+				req.ePSN, req.ePSNLoose = p.Next(), false
+			}
+		case req.ePSN.LessThan(p.Next()):
+			req.ePSN = p.Next()
 		}
 	}
 }

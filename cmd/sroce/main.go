@@ -66,6 +66,7 @@ var commands = []command{
 	{"write-lat", "perftest's ib_write_lat on a sroce device (RDMA WRITE latency)", runWriteLat},
 	{"read-lat", "perftest's ib_read_lat on a sroce device (RDMA READ latency)", runReadLat},
 	{"atomic-lat", "perftest's ib_atomic_lat on a sroce device (atomics latency)", runAtomicLat},
+	{"interop", "every sroce tool against its real counterpart on rdma_rxe, both ways: a PASS/FAIL matrix", runInterop},
 	{"demo", "two sroce engines doing RDMA with each other, explained (start here)", runDemo},
 	{"run", "run an unmodified verbs program on sroce's drop-in libibverbs", runRun},
 	{"daemon", "serve sroce devices to other processes (the drop-in libibverbs, Go clients)", runDaemon},

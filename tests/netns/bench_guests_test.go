@@ -26,7 +26,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sroce/sroce/tests/netns/rxeguest"
+	"github.com/sroce/sroce/internal/rxeguest"
 )
 
 // guestFigure is one row of the table: a tool, its flags, and which

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sroce/sroce/tests/netns/rxeguest"
+	"github.com/sroce/sroce/internal/rxeguest"
 )
 
 var update = flag.Bool("update", false, "capture fresh rxe traffic and rewrite the golden files in "+goldenDir)
@@ -65,7 +65,7 @@ var captureKinds = []captureKind{
 	},
 	{
 		name: "send_imm",
-		about: "sroce-imm (tests/netns/rxeguest/guest/sroce-imm.c): RC SEND with immediate and RDMA WRITE with immediate, " +
+		about: "sroce-imm (internal/rxeguest/guest/sroce-imm.c): RC SEND with immediate and RDMA WRITE with immediate, " +
 			"64-byte (ONLY) and 4096-byte (FIRST/MIDDLE/LAST) messages; perftest 4.5 has no immediate-data option",
 		steps: []captureStep{same(18604, rxeguest.ImmTool+" -d rxe0 -g 1 -p %d -n 4 -s 4096")},
 		want:  []byte{0x05, 0x00, 0x01, 0x03, 0x0b, 0x06, 0x07, 0x09, 0x11},

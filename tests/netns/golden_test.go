@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sroce/sroce/tests/netns/rxeguest"
+	"github.com/sroce/sroce/internal/rxeguest"
 )
 
 // TestGoldenFiles checks the committed golden files without privileges:

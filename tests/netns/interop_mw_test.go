@@ -3,7 +3,7 @@ package netns
 // Memory windows, fast-registration MRs and SEND with invalidate between
 // sroce (the Go API, over AF_XDP in a host namespace on the shared guests'
 // bridge) and rdma_rxe in guest rxe-a, over RC. On the guest side the
-// program sroce-mw (rxeguest/guest/sroce-mw.c) does what the test tells it
+// program sroce-mw (internal/rxeguest/guest/sroce-mw.c) does what the test tells it
 // over TCP, one verb a line.
 //
 // What rdma-core 44 and rxe (Linux 6.1) allow shapes the test:
@@ -50,10 +50,10 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/internal/nsutil"
+	"github.com/sroce/sroce/internal/rxeguest"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
-	"github.com/sroce/sroce/tests/netns/rxeguest"
 	"github.com/sroce/sroce/verbs"
 )
 
@@ -669,7 +669,7 @@ func startRxeMW(t *testing.T, ctx context.Context, g *rxeguest.Guest, ns *nsutil
 	t.Cleanup(func() { s.stop(t) })
 	lctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := waitListening(lctx, g, mwPort, proc); err != nil {
+	if err := g.WaitListening(lctx, mwPort, proc); err != nil {
 		t.Fatalf("waiting for sroce-mw to listen on port %d: %v", mwPort, err)
 	}
 	err = ns.Do(func() (err error) {

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sroce/sroce/tests/netns/rxeguest"
+	"github.com/sroce/sroce/internal/rxeguest"
 )
 
 // shared holds the image and the two-guest LAN that the tests of this
@@ -79,30 +79,6 @@ func testContext(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// waitListening polls g until a TCP socket listens on port.
-func waitListening(ctx context.Context, g *rxeguest.Guest, port int, server *rxeguest.Proc) error {
-	for {
-		res, err := g.Run(ctx, fmt.Sprintf("ss -Hltn 'sport = :%d'", port))
-		if err != nil {
-			return err
-		}
-		if strings.TrimSpace(string(res.Stdout)) != "" {
-			return nil
-		}
-		if done, err := server.Exited(ctx); err != nil {
-			return err
-		} else if done {
-			res, _ := server.Wait(ctx)
-			return fmt.Errorf("server exited before listening: %w", res.Err())
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 const toolPairTimeout = 2 * time.Minute
 
 // runToolPair runs server on a and client on b (with a's address appended)
@@ -122,7 +98,7 @@ func runToolPair(ctx context.Context, a, b *rxeguest.Guest, port int, server, cl
 			cancel()
 		}
 	}()
-	if err := waitListening(ctx, a, port, p); err != nil {
+	if err := a.WaitListening(ctx, port, p); err != nil {
 		return srv, cli, fmt.Errorf("%s: %w", server, err)
 	}
 	cli, err = b.Run(ctx, client+" "+a.IP().String())

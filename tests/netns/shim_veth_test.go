@@ -254,7 +254,7 @@ func TestRealToolKilled(t *testing.T) {
 	}
 	time.Sleep(1500 * time.Millisecond) // mid-run
 	cmd.Process.Signal(syscall.SIGKILL)
-	if o := cli.wait(ctx); o.exit != -1 {
+	if o := cli.wait(ctx); o.Exit != -1 {
 		t.Errorf("the client was not killed: %v", o)
 	}
 	if err := waitFor(ctx, "daemon B to free the killed program", func() (bool, error) {

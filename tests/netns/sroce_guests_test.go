@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/tests/netns/rxeguest"
+	"github.com/sroce/sroce/internal/rxeguest"
 )
 
 // buildStaticSroce builds cmd/sroce without cgo into dir, for guests whose

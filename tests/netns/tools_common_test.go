@@ -10,14 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sroce/sroce/internal/testpair"
+	"github.com/sroce/sroce/interop"
 )
 
 // buildSroce builds cmd/sroce into a temporary directory of t and returns
@@ -39,18 +38,7 @@ func buildSroce(t testing.TB) string {
 }
 
 // toolOutcome is how one side of a tool pair ended.
-type toolOutcome struct {
-	exit           int
-	stdout, stderr string
-}
-
-// ok reports whether the side exited with status 0.
-func (o toolOutcome) ok() bool { return o.exit == 0 }
-
-// String shows the outcome in a test log.
-func (o toolOutcome) String() string {
-	return fmt.Sprintf("exit %d\n--- stdout:\n%s--- stderr:\n%s", o.exit, o.stdout, o.stderr)
-}
+type toolOutcome = interop.Outcome
 
 // toolProc is a sroce process started in a namespace.
 type toolProc struct {
@@ -105,9 +93,9 @@ func (p *toolProc) wait(ctx context.Context) toolOutcome {
 		p.cmd.Process.Kill()
 		<-p.done
 	}
-	o := toolOutcome{exit: -1, stdout: p.stdout.String(), stderr: p.stderr.String()}
+	o := toolOutcome{Exit: -1, Stdout: p.stdout.String(), Stderr: p.stderr.String()}
 	if p.cmd.ProcessState != nil && p.cmd.ProcessState.Exited() {
-		o.exit = p.cmd.ProcessState.ExitCode()
+		o.Exit = p.cmd.ProcessState.ExitCode()
 	}
 	return o
 }
@@ -118,61 +106,15 @@ func sroceEnv(link string) []string {
 	return append(os.Environ(), "SROCE_LINK="+link, "SROCE_STALL_TIMEOUT=90s", "SROCE_EXCHANGE_TIMEOUT=90s")
 }
 
-// Result lines of the tools, which both sides must print.
+// Result lines of the tools (package interop's).
 var (
-	pingpongResult = regexp.MustCompile(`(?m)^\d+ bytes in [\d.]+ seconds = [\d.]+ Mbit/sec\n\d+ iters in [\d.]+ seconds = [\d.]+ usec/iter$`)
-	bwRow          = regexp.MustCompile(`(?m)^ \d+ +\d+ +[\d.]+ +[\d.]+\s+[\d.]+$`)
-	latRow         = regexp.MustCompile(`(?m)^ \d+ +\d+ +([\d.]+|inf)\s+([\d.]+|inf)\s+([\d.]+|inf)\s+([\d.]+|inf)\s+(-?[\d.]+|-?nan|inf)\s+([\d.]+|inf)\s+([\d.]+|inf)\s*$`)
+	bwRow  = interop.BWRow
+	latRow = interop.LatRow
 )
-
-// toolKind says which result lines a tool prints.
-type toolKind int
-
-// Tool kinds.
-const (
-	kindPingpong toolKind = iota
-	kindBW
-	kindLat
-)
-
-// kindOf returns the kind of a sroce subcommand.
-func kindOf(cmd string) toolKind {
-	switch {
-	case strings.HasSuffix(cmd, "pingpong"):
-		return kindPingpong
-	case strings.HasSuffix(cmd, "-bw"):
-		return kindBW
-	}
-	return kindLat
-}
-
-// printsResult reports whether one side of a run of cmd printed its
-// result: pingpong and BW tools print it on both sides, latency tools on
-// the sides that measure (read-lat and atomic-lat only on the client).
-func printsResult(cmd string, out string, server bool) (bool, string) {
-	switch kindOf(cmd) {
-	case kindPingpong:
-		return pingpongResult.MatchString(out), "the pingpong result lines"
-	case kindBW:
-		return bwRow.MatchString(out), "a BW table row"
-	}
-	if server && (strings.HasPrefix(cmd, "read") || strings.HasPrefix(cmd, "atomic")) {
-		return true, ""
-	}
-	return latRow.MatchString(out), "a latency table row"
-}
 
 // sideProblem says what is wrong with one side of a run of cmd (server
-// or client), or returns "": it must exit 0 and print its result.
-func sideProblem(cmd string, o toolOutcome, server bool) string {
-	if !o.ok() {
-		return fmt.Sprintf("exited with %d", o.exit)
-	}
-	if ok, what := printsResult(cmd, o.stdout, server); !ok {
-		return "did not print " + what
-	}
-	return ""
-}
+// or client), or returns "".
+var sideProblem = interop.SideProblem
 
 // waitFor polls cond every 100ms until it holds or ctx ends.
 func waitFor(ctx context.Context, what string, cond func() (bool, error)) error {

@@ -90,8 +90,8 @@ func (v *vethPair) runPair(t testing.TB, cmd string, args ...string) (srv, cli t
 			t.Errorf("%s %s %s: %v", cmd, side.name, problem, side.o)
 			continue
 		}
-		if side.o.stderr != "" && !strings.Contains(cmd, "read") && !strings.Contains(cmd, "atomic") {
-			t.Errorf("%s %s wrote to stderr: %q", cmd, side.name, side.o.stderr)
+		if side.o.Stderr != "" && !strings.Contains(cmd, "read") && !strings.Contains(cmd, "atomic") {
+			t.Errorf("%s %s wrote to stderr: %q", cmd, side.name, side.o.Stderr)
 		}
 	}
 	if t.Failed() {
@@ -187,7 +187,7 @@ func TestToolsVethFailures(t *testing.T) {
 			Pdeathsig: syscall.SIGKILL}
 		o := startTool(t, cmd, v.pair.A.Start).wait(ctx)
 		want := fmt.Sprintf("sroce write-bw: AF_XDP on %s needs root", v.pair.Veth.NameA)
-		if o.exit != 1 || !strings.HasPrefix(o.stderr, want) || strings.Count(o.stderr, "\n") != 1 {
+		if o.Exit != 1 || !strings.HasPrefix(o.Stderr, want) || strings.Count(o.Stderr, "\n") != 1 {
 			t.Errorf("want exit 1 and %q, got %v", want, o)
 		}
 	})
@@ -205,7 +205,7 @@ func TestToolsVethFailures(t *testing.T) {
 		s.cmd.Process.Kill()
 		s.wait(ctx)
 		o := c.wait(ctx)
-		if o.exit != 1 || !strings.Contains(o.stderr, "no completion for 3s") || !strings.Contains(o.stderr, "the peer stopped answering") {
+		if o.Exit != 1 || !strings.Contains(o.Stderr, "no completion for 3s") || !strings.Contains(o.Stderr, "the peer stopped answering") {
 			t.Errorf("client: %v", o)
 		}
 	})
@@ -260,7 +260,7 @@ func TestToolsVethFailures(t *testing.T) {
 		}
 		defer v.pair.B.SetLinkUp(v.pair.Veth.NameB, true)
 		o := c.wait(ctx)
-		if o.exit != 1 || !strings.Contains(o.stderr, v.pair.Veth.NameB) || strings.Count(o.stderr, "\n") != 1 {
+		if o.Exit != 1 || !strings.Contains(o.Stderr, v.pair.Veth.NameB) || strings.Count(o.Stderr, "\n") != 1 {
 			t.Errorf("client: %v", o)
 		}
 		s.cmd.Process.Kill()

@@ -26,7 +26,7 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/internal/nsutil"
-	"github.com/sroce/sroce/tests/netns/rxeguest"
+	"github.com/sroce/sroce/internal/rxeguest"
 	"github.com/sroce/sroce/verbs"
 )
 

@@ -545,3 +545,28 @@ func (p *Proc) Kill(ctx context.Context) error {
 	}
 	return res.Err()
 }
+
+// WaitListening polls the guest every 100 ms until a TCP socket listens on
+// port, and fails if server (which is to open it) exits first or ctx ends.
+func (g *Guest) WaitListening(ctx context.Context, port int, server *Proc) error {
+	for {
+		res, err := g.Run(ctx, fmt.Sprintf("ss -Hltn 'sport = :%d'", port))
+		if err != nil {
+			return fmt.Errorf("waiting for a listener on TCP port %d in %s: %w", port, g.cfg.Name, err)
+		}
+		if strings.TrimSpace(string(res.Stdout)) != "" {
+			return nil
+		}
+		if done, err := server.Exited(ctx); err != nil {
+			return fmt.Errorf("waiting for a listener on TCP port %d in %s: %w", port, g.cfg.Name, err)
+		} else if done {
+			res, _ := server.Wait(ctx)
+			return fmt.Errorf("server exited before listening: %w", res.Err())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for a listener on TCP port %d in %s: %w", port, g.cfg.Name, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
