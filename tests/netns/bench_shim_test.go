@@ -82,22 +82,22 @@ func BenchmarkShimTable(b *testing.B) {
 // benchReal runs a real tool pair through the daemons and returns its figure.
 func (d *daemonPair) benchReal(b *testing.B, fig guestFigure, port int) float64 {
 	srv, cli := d.realPair(b, realTool{fig.tool, fig.args, "-x"}, port, false, nil)
-	if !srv.ok() || !cli.ok() {
+	if !srv.OK() || !cli.OK() {
 		b.Logf("%s via daemons failed:\nserver: %v\nclient: %v", fig.tool, srv, cli)
 		return 0
 	}
-	return figureOf(b, fig, cli.stdout)
+	return figureOf(b, fig, cli.Stdout)
 }
 
 // benchOwn runs sroce's own tool pair and returns its figure.
 func (v *vethPair) benchOwn(b *testing.B, fig guestFigure) float64 {
 	cmd := strings.ReplaceAll(strings.TrimPrefix(fig.tool, "ib_"), "_", "-")
 	srv, cli := v.runPair(b, cmd, append([]string{"-x", "1"}, strings.Fields(fig.args)...)...)
-	if !srv.ok() || !cli.ok() {
+	if !srv.OK() || !cli.OK() {
 		b.Logf("sroce %s failed:\nserver: %v\nclient: %v", cmd, srv, cli)
 		return 0
 	}
-	return figureOf(b, fig, cli.stdout)
+	return figureOf(b, fig, cli.Stdout)
 }
 
 func figureOf(b *testing.B, fig guestFigure, out string) float64 {
