@@ -63,14 +63,23 @@ func (e *Event) Arrow() string {
 // writes them, a connection at a time, with a header naming its two
 // endpoints. Times are relative to the first packet added.
 type Ladder struct {
-	start time.Time
-	first bool
-	conns []*Conn
-	lines map[*Conn][]string
+	start   time.Time
+	first   bool
+	conns   []*Conn
+	lines   map[*Conn][]string
+	kept    int
+	omitted map[*Conn]int
 }
 
+// MaxLadderLines bounds the lines a Ladder keeps until Flush (about 100
+// bytes each); the packets beyond are counted per QP pair and said so.
+// JSON output streams every packet instead.
+const MaxLadderLines = 200000
+
 // NewLadder returns an empty ladder.
-func NewLadder() *Ladder { return &Ladder{first: true, lines: make(map[*Conn][]string)} }
+func NewLadder() *Ladder {
+	return &Ladder{first: true, lines: make(map[*Conn][]string), omitted: make(map[*Conn]int)}
+}
 
 // Add records one event's line.
 func (l *Ladder) Add(e *Event) {
@@ -78,8 +87,15 @@ func (l *Ladder) Add(e *Event) {
 		l.start, l.first = e.Time, false
 	}
 	if _, ok := l.lines[e.Conn]; !ok {
-		l.conns = append(l.conns, e.Conn)
+		if _, ok := l.omitted[e.Conn]; !ok {
+			l.conns = append(l.conns, e.Conn)
+		}
 	}
+	if l.kept >= MaxLadderLines {
+		l.omitted[e.Conn]++
+		return
+	}
+	l.kept++
 	line := fmt.Sprintf("%6d %11s  %s", e.Frame, relTime(e.Time.Sub(l.start)), e.Arrow())
 	if len(e.Analysis) > 0 {
 		line += "  " + strings.Join(e.Analysis, "; ")
@@ -111,8 +127,14 @@ func (l *Ladder) Flush(w io.Writer) error {
 				return err
 			}
 		}
+		if n := l.omitted[c]; n > 0 {
+			note := fmt.Sprintf("   ... %d more packets of this QP pair not shown: the text ladder keeps %d lines (--json prints every packet)\n", n, MaxLadderLines)
+			if _, err := io.WriteString(w, note); err != nil {
+				return err
+			}
+		}
 	}
-	l.conns, l.lines = nil, make(map[*Conn][]string)
+	l.conns, l.lines, l.kept, l.omitted = nil, make(map[*Conn][]string), 0, make(map[*Conn]int)
 	return nil
 }
 

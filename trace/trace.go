@@ -38,6 +38,10 @@ const (
 	// a connection keeps waiting for their responses (rdma_rxe allows
 	// 128 at most).
 	MaxOutstanding = 256
+	// MaxConns is how many QP pairs an Analyzer follows at once; a new
+	// pair beyond it makes the analyzer forget the oldest one (a later
+	// packet of that pair starts a new pair, with a new number).
+	MaxConns = 256
 )
 
 // The analysis strings that report trouble, or their beginnings: Trouble
@@ -173,7 +177,8 @@ type Conn struct {
 	// packets show it (0 until one was seen).
 	MTU int
 
-	dir [2]direction // [0]: A to B, [1]: B to A
+	dir  [2]direction // [0]: A to B, [1]: B to A
+	keys []dirKey     // the analyzer's keys of its directions
 }
 
 // direction is what one side sent: its requests (followed as the other
@@ -284,12 +289,23 @@ type half struct {
 // Analyzer follows the connections of one capture. The zero value is
 // ready to use.
 type Analyzer struct {
-	dirs  map[dirKey]half
-	conns []*Conn
+	dirs    map[dirKey]half
+	conns   []*Conn // followed now, oldest first
+	seen    int     // pairs ever created
+	evicted int     // pairs forgotten to stay within MaxConns
 }
 
-// Conns returns the connections seen so far, in the order they appeared.
+// Conns returns the connections followed now (at most MaxConns), in the
+// order they appeared.
 func (a *Analyzer) Conns() []*Conn { return a.conns }
+
+// Seen returns how many QP pairs the analyzer has met, those it forgot
+// to stay within MaxConns included.
+func (a *Analyzer) Seen() int { return a.seen }
+
+// Forgotten returns how many QP pairs the analyzer forgot to stay within
+// MaxConns.
+func (a *Analyzer) Forgotten() int { return a.evicted }
 
 // Add analyses one decoded RoCEv2 packet: its frame number, its capture
 // time, the packet and whether its ICRC verified. The packet is not kept.
@@ -353,7 +369,11 @@ func (a *Analyzer) find(src, dst netip.Addr, qpn bth.QPN, info *bth.OpInfo, srcQ
 		h = a.pair(src, dst, qpn, info, psn)
 	}
 	if h.c == nil {
-		c := &Conn{ID: len(a.conns) + 1, FirstFrame: frame,
+		if len(a.conns) >= MaxConns {
+			a.forgetOldest()
+		}
+		a.seen++
+		c := &Conn{ID: a.seen, FirstFrame: frame,
 			A: Endpoint{Addr: src, QPN: srcQP, QPNKnown: hasSrcQP},
 			B: Endpoint{Addr: dst, QPN: qpn, QPNKnown: true}}
 		a.conns = append(a.conns, c)
@@ -366,7 +386,19 @@ func (a *Analyzer) find(src, dst netip.Addr, qpn bth.QPN, info *bth.OpInfo, srcQ
 		to.QPN, to.QPNKnown = qpn, true
 	}
 	a.dirs[k] = h
+	h.c.keys = append(h.c.keys, k)
 	return h
+}
+
+// forgetOldest drops the oldest connection and its directions.
+func (a *Analyzer) forgetOldest() {
+	c := a.conns[0]
+	for _, k := range c.keys {
+		delete(a.dirs, k)
+	}
+	a.conns[0] = nil
+	a.conns = a.conns[1:]
+	a.evicted++
 }
 
 // pair looks for the connection whose one direction is the reverse of

@@ -548,3 +548,75 @@ func TestReadAnsweredTwice(t *testing.T) {
 		"READ response without a READ request seen",
 	})
 }
+
+// TestManyPairsForgotten feeds more QP pairs than an analyzer follows: it
+// keeps MaxConns, counts the rest, and a pair seen again after it was
+// forgotten starts afresh.
+func TestManyPairsForgotten(t *testing.T) {
+	var a Analyzer
+	t0 := time.Unix(1700000000, 0)
+	frame := build(t, send(0x10, true))
+	add := func(qpn bth.QPN, n int) Event {
+		var bp bth.Packet
+		f := append([]byte(nil), frame...)
+		if err := bp.Parse(f); err != nil {
+			t.Fatal(err)
+		}
+		bf := bp.BTH().Fields()
+		bf.DestQP = qpn
+		bf.Encode(bp.BTH())
+		return a.Add(n, t0, &bp, true)
+	}
+	const pairs = 3 * MaxConns
+	for i := 0; i < pairs; i++ {
+		add(bth.QPN(0x100+i), i+1)
+	}
+	if len(a.Conns()) != MaxConns || a.Seen() != pairs || a.Forgotten() != pairs-MaxConns || len(a.dirs) != MaxConns {
+		t.Fatalf("following %d pairs (%d directions), seen %d, forgotten %d", len(a.Conns()), len(a.dirs), a.Seen(), a.Forgotten())
+	}
+	if ev := add(0x100, pairs+1); ev.Conn.ID != pairs+1 {
+		t.Errorf("a forgotten pair seen again is pair %d, want a new pair %d", ev.Conn.ID, pairs+1)
+	}
+}
+
+// TestLadderLineBound feeds more packets than the text ladder keeps: the
+// rest are counted and said so when it is written.
+func TestLadderLineBound(t *testing.T) {
+	var a Analyzer
+	l := NewLadder()
+	var bp bth.Packet
+	t0 := time.Unix(1700000000, 0)
+	for i := 0; i < MaxLadderLines+5; i++ {
+		if err := bp.Parse(build(t, send(bth.PSN(i), false))); err != nil {
+			t.Fatal(err)
+		}
+		ev := a.Add(i+1, t0, &bp, true)
+		l.Add(&ev)
+	}
+	var b strings.Builder
+	if err := l.Flush(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if n := strings.Count(out, "\n"); n != MaxLadderLines+3 {
+		t.Errorf("%d lines written, want the header, %d packets and the note", n, MaxLadderLines)
+	}
+	if !strings.Contains(out, "... 5 more packets of this QP pair not shown") {
+		t.Errorf("no note of the packets left out; the output ends with %q", out[len(out)-200:])
+	}
+}
+
+// TestReordered feeds a connection's packets in reverse order: every
+// packet gets an analysis, none is taken for new data.
+func TestReordered(t *testing.T) {
+	var ps []pkt
+	for i := 9; i >= 0; i-- {
+		ps = append(ps, send(bth.PSN(0x100+i), false))
+	}
+	evs := run(t, ps)
+	for i, ev := range evs[1:] {
+		if len(ev.Analysis) == 0 {
+			t.Errorf("frame %d (PSN %#x, sent before the one ahead of it) has no analysis", i+2, uint32(ev.PSN))
+		}
+	}
+}

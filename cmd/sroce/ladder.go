@@ -167,10 +167,13 @@ func runLadder(e *env, args []string) int {
 		return exitProblem
 	}
 	pairs := "QP pairs"
-	if len(an.Conns()) == 1 {
+	if an.Seen() == 1 {
 		pairs = "QP pair"
 	}
-	summary := fmt.Sprintf("%s; %d %s", tally.Summary(), len(an.Conns()), pairs)
+	summary := fmt.Sprintf("%s; %d %s", tally.Summary(), an.Seen(), pairs)
+	if n := an.Forgotten(); n > 0 {
+		summary += fmt.Sprintf(" (%d forgotten along the way: the analysis follows %d at once)", n, trace.MaxConns)
+	}
 	if page != nil {
 		title := "sroce ladder " + filepath.Base(name)
 		w := bufio.NewWriterSize(pageFile, 64<<10)
