@@ -45,8 +45,15 @@ func TestSroceInterop(t *testing.T) {
 		if _, err := exec.LookPath("gcc"); err != nil {
 			t.Skip("skipping: sroce run builds its libibverbs with gcc, which is not installed")
 		}
-		out := runInteropCmd(t, bin, "--shim", "--only", "write-bw")
-		checkMatrix(t, out, map[string]string{"write-bw": figBW, `write-bw \(shim\)`: figBW}, 4)
+		// Every pair, both ways: Debian's real tools on rdma_rxe against
+		// the same real tools through sroce run on a sroce daemon (the
+		// (shim) rows), beside sroce's own tools.
+		out := runInteropCmd(t, bin, "--shim")
+		rows := regexp.MustCompile(`(?m)^(\S+) \(shim\)\s+PASS .*\sPASS `).FindAllStringSubmatch(out, -1)
+		if len(rows) != 12 {
+			t.Errorf("%d (shim) rows passed both ways, want 12", len(rows))
+		}
+		checkMatrix(t, out, map[string]string{"write-bw": figBW, `write-bw \(shim\)`: figBW}, 48)
 		if !strings.Contains(out, "; (shim) rows: the real tool through sroce run on a sroce daemon on eth0 at 192.0.2.11\n") {
 			t.Errorf("the matrix does not say where the shim's daemon runs")
 		}
