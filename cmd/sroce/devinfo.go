@@ -8,12 +8,15 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"strings"
 
+	"github.com/sroce/sroce/client"
+	"github.com/sroce/sroce/daemon"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/roce/netif"
 	"github.com/sroce/sroce/tools/device"
@@ -31,9 +34,11 @@ down to 256..4096, as rxe computes it), and the GID table with its indexes
 interface, the link mode (XDP zero-copy or copy, with the attach mode of the
 steering program, or UDP) and why that mode was chosen.
 
-sroce has no daemon: a device exists inside the process that opened it.
-Devinfo opens one on the interface (as a tool would, with --mode), describes
-it and closes it. If the link cannot be opened right now (another sroce
+When a sroce daemon serves the interface (at --socket, SROCE_SOCKET or the
+daemon's usual place), devinfo describes the daemon's device, the one
+programs run through the daemon use. Otherwise a device exists inside the
+process that opened it: devinfo opens one on the interface (as a tool
+would, with --mode), describes it and closes it. If the link cannot be opened right now (another sroce
 process holds the AF_XDP queue or UDP port 4791) it says so and shows what
 the interface alone tells.
 
@@ -50,6 +55,7 @@ func runDevinfo(e *env, args []string) int {
 	list := f.Bool("l", false, "list the interfaces a device can be opened on")
 	verbose := f.Bool("v", false, "also print the device limits")
 	mode := f.String("mode", "auto", "link to open: `auto`, xdp or udp")
+	socket := f.String("socket", "", "the daemon's socket (default: SROCE_SOCKET, or the place for this user)")
 	pos, status, ok := f.parse(args)
 	if !ok {
 		return status
@@ -73,6 +79,9 @@ func runDevinfo(e *env, args []string) int {
 			fmt.Fprintf(e.Stderr, "sroce devinfo: %v\n", err)
 			return exitProblem
 		}
+	}
+	if daemonDevinfo(e.Stdout, *socket, dev, *verbose) {
+		return exitOK
 	}
 	if err := devinfo(e.Stdout, dev, m, *verbose); err != nil {
 		fmt.Fprintf(e.Stderr, "sroce devinfo: %v\n", err)
@@ -261,4 +270,75 @@ func netInterfaces() ([]string, error) {
 		names = append(names, ifc.Name)
 	}
 	return names, nil
+}
+
+// daemonDevinfo prints the device the sroce daemon at socket serves on
+// ifname, and reports whether there was one.
+func daemonDevinfo(w io.Writer, socket, ifname string, verbose bool) bool {
+	if socket == "" {
+		socket = daemon.DefaultSocket()
+	}
+	st, err := client.Stats(socket, "sroce_"+ifname)
+	if err != nil {
+		return false
+	}
+	x, err := client.Open(socket, st.Device)
+	if err != nil {
+		return false
+	}
+	defer x.Close()
+	da, err := x.QueryDevice()
+	if err != nil {
+		return false
+	}
+	pa, err := x.QueryPort()
+	if err != nil {
+		return false
+	}
+	var b strings.Builder
+	dev := func(k string, format string, args ...any) { kv(&b, 1, 40, k, fmt.Sprintf(format, args...)) }
+	port := func(k string, format string, args ...any) { kv(&b, 3, 48, k, fmt.Sprintf(format, args...)) }
+	var g [8]byte
+	binary.LittleEndian.PutUint64(g[:], da.NodeGUID)
+	guid := iface.FormatGUID(g)
+	fmt.Fprintf(&b, "hca_id:\t%s\n", st.Device)
+	dev("transport", "InfiniBand (0)")
+	dev("fw_ver", "0.0.0")
+	dev("node_guid", "%s", guid)
+	dev("sys_image_guid", "%s", guid)
+	dev("vendor_id", "0x%x", da.VendorID)
+	dev("vendor_part_id", "%d", da.VendorPartID)
+	dev("hw_ver", "0x%x", da.HWVer)
+	dev("phys_port_cnt", "%d", da.PhysPortCnt)
+	dev("netdev", "%s (mtu %d)", st.Interface, pa.LinkMTU)
+	dev("link_mode", "%s", st.LinkMode)
+	dev("daemon", "%s (%d clients)", socket, st.Clients)
+	if verbose {
+		dev("max_qp", "%d", da.MaxQP)
+		dev("max_qp_wr", "%d", da.MaxQPWR)
+		dev("max_sge", "%d", da.MaxSGE)
+		dev("max_cq", "%d", da.MaxCQ)
+		dev("max_cqe", "%d", da.MaxCQE)
+		dev("max_mr", "%d", da.MaxMR)
+		dev("max_pd", "%d", da.MaxPD)
+		dev("max_qp_rd_atom", "%d", da.MaxQPRdAtom)
+		dev("max_srq", "%d", da.MaxSRQ)
+		dev("max_inline_data", "%d", da.MaxInlineData)
+	}
+	fmt.Fprintf(&b, "\t\tport:\t1\n")
+	state := map[uint32]string{1: "PORT_DOWN", 2: "PORT_INIT", 3: "PORT_ARMED", 4: "PORT_ACTIVE"}[pa.State]
+	port("state", "%s (%d)", state, pa.State)
+	port("max_mtu", "%s (%d)", verbs.MTU(pa.MaxMTU), pa.MaxMTU)
+	port("active_mtu", "%s (%d)", verbs.MTU(pa.ActiveMTU), pa.ActiveMTU)
+	port("sm_lid", "0")
+	port("port_lid", "0")
+	port("port_lmc", "0x00")
+	port("link_layer", "Ethernet")
+	for i := 0; i < int(pa.GIDTblLen); i++ {
+		if gid, err := x.QueryGID(i); err == nil {
+			port(fmt.Sprintf("GID[%3d]", i), "%s, RoCE v2", netif.FormatGID(gid))
+		}
+	}
+	io.WriteString(w, b.String())
+	return true
 }

@@ -245,6 +245,17 @@ func TestDaemonsXDP(t *testing.T) {
 	if err != nil || !strings.HasPrefix(st.LinkMode, "XDP") || st.Clients != 1 {
 		t.Errorf("daemon A's stats: %+v, %v", st, err)
 	}
+	// sroce devinfo and sroce stat describe the daemon's device.
+	ifname := strings.TrimPrefix(d.devs[0], "sroce_")
+	out, err := exec.Command(d.bin, "devinfo", "-d", ifname, "--socket", d.sockets[0]).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "hca_id:\t"+d.devs[0]) || !strings.Contains(string(out), "(1 clients)") ||
+		!strings.Contains(string(out), a.gid.Addr().String()+", RoCE v2") {
+		t.Errorf("sroce devinfo on the daemon: %v\n%s", err, out)
+	}
+	out, err = exec.Command(d.bin, "stat", "-d", ifname, "--socket", d.sockets[0], "--nonzero").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "the device of the sroce daemon at "+d.sockets[0]) || !strings.Contains(string(out), "rcvd_pkts") {
+		t.Errorf("sroce stat on the daemon: %v\n%s", err, out)
+	}
 }
 
 // TestDaemonsUDPUnprivileged does the same over the UDP link with the
