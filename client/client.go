@@ -23,6 +23,7 @@ import (
 	"github.com/sroce/sroce/daemon/ctl"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/ring"
+	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/verbs"
 	"golang.org/x/sys/unix"
 )
@@ -157,6 +158,8 @@ func Devices(socket string) ([]DeviceInfo, error) {
 // Context is an open device (struct ibv_context): one connection to the
 // daemon. Closing it frees everything created through it.
 type Context struct {
+	mu       sync.Mutex
+	ahs      map[*verbs.AH]uint32
 	c        *conn
 	Info     DeviceInfo
 	async    *os.File
@@ -192,7 +195,7 @@ func Open(socket, name string) (*Context, error) {
 		return nil, err
 	}
 	unix.SetNonblock(fds[0], true) // so that reads honour deadlines
-	ctx := &Context{c: c, async: os.NewFile(uintptr(fds[0]), "sroce-async"), doorbell: fds[1], page: page,
+	ctx := &Context{c: c, ahs: make(map[*verbs.AH]uint32), async: os.NewFile(uintptr(fds[0]), "sroce-async"), doorbell: fds[1], page: page,
 		Info: DeviceInfo{Name: ctl.Name(d.Name[:]), Ifname: ctl.Name(d.IfName[:]), Ifindex: int(d.IfIndex), NodeGUID: d.NodeGUID}}
 	ctx.needWake = (*uint32)(unsafe.Pointer(&page[0]))
 	return ctx, nil
@@ -321,8 +324,23 @@ func (b *Buffer) Addr(off int) uint64 { return uint64(uintptr(unsafe.Pointer(&b.
 type MR struct {
 	pd         *PD
 	h          uint32
-	LKey, RKey uint32
-	Addr       uint64
+	lkey, rkey uint32
+	addr       uint64
+}
+
+// LKey returns the MR's local key.
+func (m *MR) LKey() uint32 { return m.lkey }
+
+// RKey returns the MR's remote key.
+func (m *MR) RKey() uint32 { return m.rkey }
+
+// Addr returns the address of the MR's first byte (what SGEs and remote
+// peers use).
+func (m *MR) Addr() uint64 { return m.addr }
+
+// SGE returns the SGE of n bytes at offset off of the MR.
+func (m *MR) SGE(off, n int) mr.SGE {
+	return mr.SGE{Addr: m.addr + uint64(off), Length: uint32(n), LKey: m.lkey}
 }
 
 // RegMR registers n bytes of buf from off (ibv_reg_mr).
@@ -336,7 +354,7 @@ func (p *PD) RegMR(buf *Buffer, off, n int, access mr.Access) (*MR, error) {
 		return nil, err
 	}
 	r, err := reply[ctl.MR](b, ctl.OpRegMR)
-	return &MR{pd: p, h: r.Handle, LKey: r.LKey, RKey: r.RKey, Addr: in.Addr}, err
+	return &MR{pd: p, h: r.Handle, lkey: r.LKey, rkey: r.RKey, addr: in.Addr}, err
 }
 
 // Dereg deregisters the MR (ibv_dereg_mr).
@@ -452,7 +470,7 @@ func (cq *CQ) Destroy() error {
 type QP struct {
 	x   *Context
 	h   uint32
-	QPN bth.QPN
+	qpn bth.QPN
 	Cap ctl.QPCap
 	mem []byte
 	sq  *ring.Ring[ring.SendWQE]
@@ -460,8 +478,21 @@ type QP struct {
 	typ verbs.QPType
 }
 
+// QPInitAttr describes a QP to create (struct ibv_qp_init_attr), as
+// roce.QPInitAttr does with the client's CQs.
+type QPInitAttr struct {
+	Type           verbs.QPType
+	SendCQ, RecvCQ *CQ
+	Cap            verbs.QPCap
+	SigAll         bool
+}
+
 // CreateQP creates a QP (ibv_create_qp).
-func (p *PD) CreateQP(typ verbs.QPType, send, recv *CQ, cap verbs.QPCap, sigAll bool) (*QP, error) {
+func (p *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
+	typ, send, recv, cap, sigAll := attr.Type, attr.SendCQ, attr.RecvCQ, attr.Cap, attr.SigAll
+	if send == nil || recv == nil {
+		return nil, errors.New("client: CreateQP needs a send and a receive CQ")
+	}
 	in := ctl.CreateQP{PD: p.h, SendCQ: send.h, RecvCQ: recv.h, QPType: uint8(typ),
 		Cap: ctl.QPCap{MaxSendWR: cap.MaxSendWR, MaxRecvWR: cap.MaxRecvWR, MaxSendSGE: cap.MaxSendSGE,
 			MaxRecvSGE: cap.MaxRecvSGE, MaxInlineData: cap.MaxInlineData}}
@@ -477,7 +508,7 @@ func (p *PD) CreateQP(typ verbs.QPType, send, recv *CQ, cap verbs.QPCap, sigAll 
 		closeAll(fds)
 		return nil, fmt.Errorf("sroce daemon: bad CREATE_QP reply (%v)", err)
 	}
-	q := &QP{x: p.x, h: r.Handle, QPN: bth.QPN(r.QPN), Cap: r.Cap, typ: typ}
+	q := &QP{x: p.x, h: r.Handle, qpn: bth.QPN(r.QPN), Cap: r.Cap, typ: typ}
 	q.mem, err = unix.Mmap(fds[0], 0, int(r.MemSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	unix.Close(fds[0])
 	if err != nil {
@@ -494,23 +525,54 @@ func (p *PD) CreateQP(typ verbs.QPType, send, recv *CQ, cap verbs.QPCap, sigAll 
 	return q, nil
 }
 
-// Modify changes the QP's attributes (ibv_modify_qp); the daemon resolves
-// the destination MAC of an address vector.
-func (q *QP) Modify(a *ctl.QPAttr, mask verbs.QPAttrMask) error {
-	in := ctl.ModifyQP{Handle: q.h, AttrMask: uint32(mask), Attr: *a}
+// Modify changes the QP's attributes (ibv_modify_qp), as roce's QP.Modify
+// does; the daemon resolves the destination MAC of an address vector.
+func (q *QP) Modify(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	in := ctl.ModifyQP{Handle: q.h, AttrMask: uint32(mask), Attr: ctl.QPAttr{
+		QPState: uint32(a.State), CurQPState: uint32(a.CurState), PathMTU: uint32(a.PathMTU), QKey: a.QKey,
+		RQPSN: uint32(a.RQPSN), SQPSN: uint32(a.SQPSN), DestQPNum: uint32(a.DestQPN),
+		QPAccessFlags: uint32(a.AccessFlags), PKeyIndex: a.PKeyIndex, MaxRdAtomic: a.MaxRdAtomic,
+		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer, PortNum: a.PortNum, Timeout: a.Timeout,
+		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry,
+		Cap: ctl.QPCap{MaxSendWR: a.Cap.MaxSendWR, MaxRecvWR: a.Cap.MaxRecvWR, MaxSendSGE: a.Cap.MaxSendSGE,
+			MaxRecvSGE: a.Cap.MaxRecvSGE, MaxInlineData: a.Cap.MaxInlineData},
+		AHAttr: ctl.AHAttr{DGID: a.AH.DGID, FlowLabel: a.AH.FlowLabel, SGIDIndex: a.AH.SGIDIndex, HopLimit: a.AH.HopLimit,
+			TrafficClass: a.AH.TrafficClass, IsGlobal: 1, PortNum: 1, DMAC: a.AH.DMAC}}}
+	if a.EnSQDAsyncNotify {
+		in.Attr.EnSQDAsyncNotify = 1
+	}
 	_, _, err := q.x.c.call(ctl.OpModifyQP, ctl.Bytes(&in), nil)
 	return err
 }
 
+// Connect moves the QP through INIT, RTR and RTS as roce's QP.Connect
+// does.
+func (q *QP) Connect(c *roce.ConnectAttr) error { return roce.ConnectQP(q, c) }
+
+// QPN returns the QP number.
+func (q *QP) QPN() bth.QPN { return q.qpn }
+
+// Type returns the QP's transport.
+func (q *QP) Type() verbs.QPType { return q.typ }
+
 // Query returns the QP's attributes (ibv_query_qp).
-func (q *QP) Query() (ctl.QPAttr, error) {
+func (q *QP) Query() (verbs.QPAttr, error) {
 	in := ctl.ModifyQP{Handle: q.h}
 	b, _, err := q.x.c.call(ctl.OpQueryQP, ctl.Bytes(&in), nil)
 	if err != nil {
-		return ctl.QPAttr{}, err
+		return verbs.QPAttr{}, err
 	}
 	r, err := reply[ctl.ModifyQP](b, ctl.OpQueryQP)
-	return r.Attr, err
+	a := r.Attr
+	return verbs.QPAttr{State: verbs.QPState(a.QPState), CurState: verbs.QPState(a.CurQPState),
+		PathMTU: verbs.MTU(a.PathMTU), QKey: a.QKey, RQPSN: bth.PSN(a.RQPSN), SQPSN: bth.PSN(a.SQPSN),
+		DestQPN: bth.QPN(a.DestQPNum), AccessFlags: mr.Access(a.QPAccessFlags),
+		Cap: verbs.QPCap{MaxSendWR: a.Cap.MaxSendWR, MaxRecvWR: a.Cap.MaxRecvWR, MaxSendSGE: a.Cap.MaxSendSGE,
+			MaxRecvSGE: a.Cap.MaxRecvSGE, MaxInlineData: a.Cap.MaxInlineData},
+		AH: verbs.AHAttr{DGID: a.AHAttr.DGID, FlowLabel: a.AHAttr.FlowLabel, SGIDIndex: a.AHAttr.SGIDIndex,
+			HopLimit: a.AHAttr.HopLimit, TrafficClass: a.AHAttr.TrafficClass, DMAC: a.AHAttr.DMAC, PortNum: 1},
+		PKeyIndex: a.PKeyIndex, MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic,
+		MinRNRTimer: a.MinRNRTimer, PortNum: 1, Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry}, err
 }
 
 // State returns the QP state the daemon keeps in the shared control block.
@@ -521,21 +583,28 @@ func (q *QP) State() verbs.QPState {
 // ErrFull reports a work queue with no free slot.
 var ErrFull = errors.New("client: work queue full")
 
-// PostSend posts a send work request (ibv_post_send). A UD send names its
-// address handle with ah.
-func (q *QP) PostSend(wr *verbs.SendWR, ah *AH) error {
+// PostSend posts a send work request (ibv_post_send). A UD send names
+// its address handle with wr.AH, one PD.CreateAH returned.
+func (q *QP) PostSend(wr *verbs.SendWR) error {
+	var ahh uint32
+	if wr.AH != nil {
+		q.x.mu.Lock()
+		ahh = q.x.ahs[wr.AH]
+		q.x.mu.Unlock()
+		if ahh == 0 {
+			return errors.New("client: the send's address handle was not created by this context")
+		}
+	}
 	s := q.sq.Next()
 	if s == nil {
 		return ErrFull
 	}
 	var attr *verbs.AHAttr
-	if ah != nil {
-		attr = &ah.attr
+	if wr.AH != nil {
+		attr = &wr.AH.Attr
 	}
 	s.SetWR(wr, attr)
-	if ah != nil {
-		s.AH = ah.h
-	}
+	s.AH = ahh
 	i := q.sq.Prod()
 	if wr.Flags&verbs.Inline != 0 && wr.InlineData != nil {
 		tail := q.sq.Tail(i)
@@ -592,29 +661,40 @@ func (q *QP) Destroy() error {
 	return err
 }
 
-// AH is an address handle.
-type AH struct {
-	pd   *PD
-	h    uint32
-	attr verbs.AHAttr
-}
-
-// CreateAH creates an address handle (ibv_create_ah); the daemon resolves
-// the destination MAC.
-func (p *PD) CreateAH(a *ctl.AHAttr) (*AH, error) {
-	in := ctl.AH{PDOrHandle: p.h, Attr: *a}
+// CreateAH creates an address handle (ibv_create_ah) for UD sends; the
+// daemon resolves the destination MAC. It returns the resolved handle, as
+// roce's PD.CreateAH does.
+func (p *PD) CreateAH(a *verbs.AHAttr) (*verbs.AH, error) {
+	in := ctl.AH{PDOrHandle: p.h, Attr: ctl.AHAttr{DGID: a.DGID, FlowLabel: a.FlowLabel, SGIDIndex: a.SGIDIndex,
+		HopLimit: a.HopLimit, TrafficClass: a.TrafficClass, IsGlobal: 1, PortNum: 1, DMAC: a.DMAC}}
 	b, _, err := p.x.c.call(ctl.OpCreateAH, ctl.Bytes(&in), nil)
 	if err != nil {
 		return nil, err
 	}
 	r, err := reply[ctl.AH](b, ctl.OpCreateAH)
+	if err != nil {
+		return nil, err
+	}
 	got := r.Attr
-	return &AH{pd: p, h: r.PDOrHandle, attr: verbs.AHAttr{DGID: got.DGID, FlowLabel: got.FlowLabel,
-		SGIDIndex: got.SGIDIndex, HopLimit: got.HopLimit, TrafficClass: got.TrafficClass, DMAC: got.DMAC, PortNum: 1}}, err
+	ah := &verbs.AH{Attr: verbs.AHAttr{DGID: got.DGID, FlowLabel: got.FlowLabel, SGIDIndex: got.SGIDIndex,
+		HopLimit: got.HopLimit, TrafficClass: got.TrafficClass, DMAC: got.DMAC, PortNum: 1}}
+	p.x.mu.Lock()
+	p.x.ahs[ah] = r.PDOrHandle
+	p.x.mu.Unlock()
+	return ah, nil
 }
 
-// Destroy destroys the AH (ibv_destroy_ah).
-func (a *AH) Destroy() error { return a.pd.x.handleCall(ctl.OpDestroyAH, a.h) }
+// DestroyAH destroys an address handle (ibv_destroy_ah).
+func (p *PD) DestroyAH(ah *verbs.AH) error {
+	p.x.mu.Lock()
+	h := p.x.ahs[ah]
+	delete(p.x.ahs, ah)
+	p.x.mu.Unlock()
+	if h == 0 {
+		return errors.New("client: the address handle was not created by this context")
+	}
+	return p.x.handleCall(ctl.OpDestroyAH, h)
+}
 
 // SendRing returns the QP's send ring as mapped here, for tools that
 // inspect it (and tests that check what the daemon does with a corrupt one).

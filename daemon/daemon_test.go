@@ -157,7 +157,7 @@ func newEndpoint(t *testing.T, r *rig, dev string, events bool) *endpoint {
 	if e.cq, err = x.CreateCQ(64, events); err != nil {
 		t.Fatal(err)
 	}
-	if e.qp, err = e.pd.CreateQP(verbs.QPTypeRC, e.cq, e.cq, verbs.QPCap{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}, false); err != nil {
+	if e.qp, err = e.pd.CreateQP(&client.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq, Cap: verbs.QPCap{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}, SigAll: false}); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -165,27 +165,18 @@ func newEndpoint(t *testing.T, r *rig, dev string, events bool) *endpoint {
 
 func connect(t *testing.T, a *endpoint, peerQPN bth.QPN, peerGID bth.GID) {
 	t.Helper()
-	at := ctl.QPAttr{QPState: uint32(verbs.QPStateInit), PortNum: 1,
-		QPAccessFlags: uint32(mr.AccessRemoteWrite | mr.AccessRemoteRead | mr.AccessRemoteAtomic)}
-	if err := a.qp.Modify(&at, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
-		t.Fatalf("INIT: %v", err)
-	}
-	at = ctl.QPAttr{QPState: uint32(verbs.QPStateRTR), PathMTU: uint32(verbs.MTU1024), DestQPNum: uint32(peerQPN),
-		RQPSN: 100, MaxDestRdAtomic: 4, MinRNRTimer: 12, AHAttr: ctl.AHAttr{DGID: peerGID, IsGlobal: 1, HopLimit: 64, PortNum: 1}}
-	if err := a.qp.Modify(&at, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
-		t.Fatalf("RTR: %v", err)
-	}
-	at = ctl.QPAttr{QPState: uint32(verbs.QPStateRTS), SQPSN: 100, Timeout: 14, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 4}
-	if err := a.qp.Modify(&at, verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic); err != nil {
-		t.Fatalf("RTS: %v", err)
+	if err := a.qp.Connect(&roce.ConnectAttr{Access: mr.AccessRemoteWrite | mr.AccessRemoteRead | mr.AccessRemoteAtomic,
+		AH: verbs.AHAttr{DGID: peerGID, HopLimit: 64}, PathMTU: verbs.MTU1024, DestQPN: peerQPN, RQPSN: 100,
+		MaxDestRdAtomic: 4, MinRNRTimer: 12, SQPSN: 100, Timeout: 14, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 4}); err != nil {
+		t.Fatal(err)
 	}
 }
 
 func pair(t *testing.T, r *rig, events bool) (*endpoint, *endpoint) {
 	a := newEndpoint(t, r, "sroce_mem0", events)
 	b := newEndpoint(t, r, "sroce_mem1", events)
-	connect(t, a, b.qp.QPN, r.gids[1])
-	connect(t, b, a.qp.QPN, r.gids[0])
+	connect(t, a, b.qp.QPN(), r.gids[1])
+	connect(t, b, a.qp.QPN(), r.gids[0])
 	return a, b
 }
 
@@ -251,12 +242,12 @@ func TestSendWriteReadAtomic(t *testing.T) {
 
 			// SEND with a receive posted.
 			copy(b.buf.Buf[0:], make([]byte, 100))
-			if err := b.qp.PostRecv(&verbs.RecvWR{WRID: 7, SGL: []mr.SGE{{Addr: b.buf.Addr(0), Length: 100, LKey: b.mr.LKey}}}); err != nil {
+			if err := b.qp.PostRecv(&verbs.RecvWR{WRID: 7, SGL: []mr.SGE{{Addr: b.buf.Addr(0), Length: 100, LKey: b.mr.LKey()}}}); err != nil {
 				t.Fatal(err)
 			}
 			copy(a.buf.Buf[1000:], "hello through the daemon")
 			if err := a.qp.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, Flags: verbs.Signaled,
-				SGL: []mr.SGE{{Addr: a.buf.Addr(1000), Length: 24, LKey: a.mr.LKey}}}, nil); err != nil {
+				SGL: []mr.SGE{{Addr: a.buf.Addr(1000), Length: 24, LKey: a.mr.LKey()}}}); err != nil {
 				t.Fatal(err)
 			}
 			if wc := wait(t, a, "send completion"); wc.Status != verbs.WCSuccess || wc.WRID != 1 {
@@ -271,7 +262,7 @@ func TestSendWriteReadAtomic(t *testing.T) {
 
 			// Inline WRITE into b's memory.
 			if err := a.qp.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled | verbs.Inline,
-				InlineData: []byte("inline write"), RemoteAddr: b.buf.Addr(4096), RKey: b.mr.RKey}, nil); err != nil {
+				InlineData: []byte("inline write"), RemoteAddr: b.buf.Addr(4096), RKey: b.mr.RKey()}); err != nil {
 				t.Fatal(err)
 			}
 			if wc := wait(t, a, "write completion"); wc.Status != verbs.WCSuccess {
@@ -286,8 +277,8 @@ func TestSendWriteReadAtomic(t *testing.T) {
 				b.buf.Buf[8192+i] = byte(i * 7)
 			}
 			if err := a.qp.PostSend(&verbs.SendWR{WRID: 3, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled,
-				SGL:        []mr.SGE{{Addr: a.buf.Addr(30000), Length: 20000, LKey: a.mr.LKey}},
-				RemoteAddr: b.buf.Addr(8192), RKey: b.mr.RKey}, nil); err != nil {
+				SGL:        []mr.SGE{{Addr: a.buf.Addr(30000), Length: 20000, LKey: a.mr.LKey()}},
+				RemoteAddr: b.buf.Addr(8192), RKey: b.mr.RKey()}); err != nil {
 				t.Fatal(err)
 			}
 			if wc := wait(t, a, "read completion"); wc.Status != verbs.WCSuccess {
@@ -300,8 +291,8 @@ func TestSendWriteReadAtomic(t *testing.T) {
 			// FETCH_AND_ADD on b's memory.
 			b.buf.Buf[100] = 5
 			if err := a.qp.PostSend(&verbs.SendWR{WRID: 4, Opcode: verbs.WROpAtomicFetchAdd, Flags: verbs.Signaled,
-				SGL:        []mr.SGE{{Addr: a.buf.Addr(200), Length: 8, LKey: a.mr.LKey}},
-				RemoteAddr: b.buf.Addr(96 + 8), RKey: b.mr.RKey, CompareAdd: 3}, nil); err != nil {
+				SGL:        []mr.SGE{{Addr: a.buf.Addr(200), Length: 8, LKey: a.mr.LKey()}},
+				RemoteAddr: b.buf.Addr(96 + 8), RKey: b.mr.RKey(), CompareAdd: 3}); err != nil {
 				t.Fatal(err)
 			}
 			if wc := wait(t, a, "atomic completion"); wc.Status != verbs.WCSuccess {
@@ -310,8 +301,8 @@ func TestSendWriteReadAtomic(t *testing.T) {
 
 			// A bad rkey: remote access error at a, and a's QP in error.
 			if err := a.qp.PostSend(&verbs.SendWR{WRID: 5, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
-				SGL:        []mr.SGE{{Addr: a.buf.Addr(0), Length: 8, LKey: a.mr.LKey}},
-				RemoteAddr: b.buf.Addr(0), RKey: b.mr.RKey ^ 0x55}, nil); err != nil {
+				SGL:        []mr.SGE{{Addr: a.buf.Addr(0), Length: 8, LKey: a.mr.LKey()}},
+				RemoteAddr: b.buf.Addr(0), RKey: b.mr.RKey() ^ 0x55}); err != nil {
 				t.Fatal(err)
 			}
 			if wc := wait(t, a, "bad rkey completion"); wc.Status != verbs.WCRemAccessErr || wc.WRID != 5 {
@@ -338,7 +329,7 @@ func TestClientGoneFreesEverything(t *testing.T) {
 	}
 	// a dies with receives posted and memory registered.
 	for i := 0; i < 8; i++ {
-		a.qp.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGL: []mr.SGE{{Addr: a.buf.Addr(0), Length: 64, LKey: a.mr.LKey}}})
+		a.qp.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGL: []mr.SGE{{Addr: a.buf.Addr(0), Length: 64, LKey: a.mr.LKey()}}})
 	}
 	a.x.Close()
 	deadline := time.Now().Add(5 * time.Second)
@@ -354,7 +345,7 @@ func TestClientGoneFreesEverything(t *testing.T) {
 	}
 	// b's SEND to the vanished QP fails within its retry budget.
 	if err := b.qp.PostSend(&verbs.SendWR{WRID: 9, Opcode: verbs.WROpSend, Flags: verbs.Signaled,
-		SGL: []mr.SGE{{Addr: b.buf.Addr(0), Length: 8, LKey: b.mr.LKey}}}, nil); err != nil {
+		SGL: []mr.SGE{{Addr: b.buf.Addr(0), Length: 8, LKey: b.mr.LKey()}}}); err != nil {
 		t.Fatal(err)
 	}
 	wcs := make([]verbs.WC, 1)
@@ -433,8 +424,8 @@ func TestMisbehavingClients(t *testing.T) {
 	}
 	// The daemon still serves.
 	a, b := pair(t, r, true)
-	b.qp.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{{Addr: b.buf.Addr(0), Length: 64, LKey: b.mr.LKey}}})
-	a.qp.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, Flags: verbs.Signaled | verbs.Inline, InlineData: []byte("still here")}, nil)
+	b.qp.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{{Addr: b.buf.Addr(0), Length: 64, LKey: b.mr.LKey()}}})
+	a.qp.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, Flags: verbs.Signaled | verbs.Inline, InlineData: []byte("still here")})
 	if wc := wait(t, b, "receive after the misbehaving clients"); wc.Status != verbs.WCSuccess {
 		t.Errorf("receive: %+v", wc)
 	}
@@ -446,10 +437,10 @@ func TestLoopback(t *testing.T) {
 	r := newRig(t, daemon.Options{})
 	a := newEndpoint(t, r, "sroce_mem0", true)
 	b := newEndpoint(t, r, "sroce_mem0", true)
-	connect(t, a, b.qp.QPN, r.gids[0])
-	connect(t, b, a.qp.QPN, r.gids[0])
-	b.qp.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{{Addr: b.buf.Addr(0), Length: 64, LKey: b.mr.LKey}}})
-	a.qp.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, Flags: verbs.Signaled | verbs.Inline, InlineData: []byte("to myself")}, nil)
+	connect(t, a, b.qp.QPN(), r.gids[0])
+	connect(t, b, a.qp.QPN(), r.gids[0])
+	b.qp.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{{Addr: b.buf.Addr(0), Length: 64, LKey: b.mr.LKey()}}})
+	a.qp.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, Flags: verbs.Signaled | verbs.Inline, InlineData: []byte("to myself")})
 	if wc := wait(t, b, "loopback receive"); wc.Status != verbs.WCSuccess || string(b.buf.Buf[:9]) != "to myself" {
 		t.Errorf("loopback receive: %+v %q", wc, b.buf.Buf[:9])
 	}
@@ -506,11 +497,11 @@ func TestClientLimits(t *testing.T) {
 	cq, _ := x.CreateCQ(16, false)
 	cap := verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 	for i := 0; i < 2; i++ {
-		if _, err := pd.CreateQP(verbs.QPTypeRC, cq, cq, cap, false); err != nil {
+		if _, err := pd.CreateQP(&client.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: cap, SigAll: false}); err != nil {
 			t.Fatalf("QP %d: %v", i, err)
 		}
 	}
-	if _, err := pd.CreateQP(verbs.QPTypeRC, cq, cq, cap, false); !errors.As(err, &ce) || ce.Errno != unix.ENOMEM {
+	if _, err := pd.CreateQP(&client.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: cap, SigAll: false}); !errors.As(err, &ce) || ce.Errno != unix.ENOMEM {
 		t.Errorf("third QP: %v, want ENOMEM", err)
 	}
 	if !strings.Contains(r.logText(), "client limit reached") {

@@ -55,7 +55,20 @@ func (e *ConnectError) Unwrap() error { return e.Err }
 // transition requires for q's transport (one ibv_modify_qp per state, as
 // verbs programs do). The error is a *ConnectError naming the state that
 // was refused.
-func (q *QP) Connect(c *ConnectAttr) error {
+func (q *QP) Connect(c *ConnectAttr) error { return ConnectQP(q, c) }
+
+// Connectable is a QP that ConnectQP can move through INIT, RTR and RTS:
+// a roce.QP, or a QP of another implementation of the verbs (the daemon's
+// Go client).
+type Connectable interface {
+	Type() verbs.QPType
+	State() verbs.QPState
+	QPN() bth.QPN
+	Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error
+}
+
+// ConnectQP is QP.Connect for any Connectable.
+func ConnectQP(q Connectable, c *ConnectAttr) error {
 	typ := q.Type()
 	datagram := typ == verbs.QPTypeUD || typ == verbs.QPTypeGSI
 	if q.State() == verbs.QPStateReset {

@@ -336,7 +336,7 @@ func (d *Device) send(ah *verbs.AH, src bth.QPN, pkt []byte) {
 		d.impairDropped++
 		return
 	}
-	if d.isLocal(e.Dst) {
+	if !d.linkLoopback && d.isLocal(e.Dst) {
 		d.queueLoop(f[:hl+len(pkt)])
 		return
 	}

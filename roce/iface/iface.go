@@ -282,7 +282,7 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 		name = "sroce_" + ifc.Name
 	}
 	dev, err := roce.Open(link, &roce.Options{Name: name, Clock: opts.Clock, Rand: opts.Rand,
-		Engine: opts.Engine, SpinFor: opts.SpinFor,
+		Engine: opts.Engine, SpinFor: opts.SpinFor, LinkLoopback: p.UDPLink() != nil,
 		GIDs: gidArray(p.gidt)})
 	if err != nil {
 		p.link.Close()

@@ -25,6 +25,7 @@ import (
 	"github.com/sroce/sroce/daemon/ctl"
 	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/verbs"
 )
 
@@ -148,7 +149,7 @@ func openEnd(t *testing.T, socket, dev string, size int) *dEnd {
 	if e.cq, err = x.CreateCQ(256, true); err != nil {
 		t.Fatal(err)
 	}
-	if e.qp, err = e.pd.CreateQP(verbs.QPTypeRC, e.cq, e.cq, verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 128, MaxSendSGE: 1, MaxRecvSGE: 1}, false); err != nil {
+	if e.qp, err = e.pd.CreateQP(&client.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq, Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 128, MaxSendSGE: 1, MaxRecvSGE: 1}, SigAll: false}); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -156,23 +157,16 @@ func openEnd(t *testing.T, socket, dev string, size int) *dEnd {
 
 func (e *dEnd) connect(t *testing.T, peer *dEnd, retry uint8) {
 	t.Helper()
-	steps := []struct {
-		a    ctl.QPAttr
-		mask verbs.QPAttrMask
-	}{
-		{ctl.QPAttr{QPState: uint32(verbs.QPStateInit), PortNum: 1, QPAccessFlags: uint32(mr.AccessRemoteWrite | mr.AccessRemoteRead)},
-			verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
-		{ctl.QPAttr{QPState: uint32(verbs.QPStateRTR), PathMTU: uint32(verbs.MTU1024), DestQPNum: uint32(peer.qp.QPN), RQPSN: 1,
-			MaxDestRdAtomic: 4, MinRNRTimer: 12, AHAttr: ctl.AHAttr{DGID: peer.gid, SGIDIndex: e.sgi, IsGlobal: 1, HopLimit: 64, PortNum: 1}},
-			verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
-		{ctl.QPAttr{QPState: uint32(verbs.QPStateRTS), SQPSN: 1, Timeout: 14, RetryCnt: retry, RNRRetry: 7, MaxRdAtomic: 4},
-			verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic},
+	if err := e.qp.Connect(connectAttr(peer.qp.QPN(), peer.gid, e.sgi, retry, mr.AccessRemoteWrite|mr.AccessRemoteRead)); err != nil {
+		t.Fatal(err)
 	}
-	for _, s := range steps {
-		if err := e.qp.Modify(&s.a, s.mask); err != nil {
-			t.Fatalf("modify to %v: %v", verbs.QPState(s.a.QPState), err)
-		}
-	}
+}
+
+// connectAttr is the RC connection the daemon tests make.
+func connectAttr(peer bth.QPN, gid bth.GID, sgi, retry uint8, access mr.Access) *roce.ConnectAttr {
+	return &roce.ConnectAttr{Access: access, AH: verbs.AHAttr{DGID: gid, SGIDIndex: sgi, HopLimit: 64},
+		PathMTU: verbs.MTU1024, DestQPN: peer, RQPSN: 1, MaxDestRdAtomic: 4, MinRNRTimer: 12,
+		SQPSN: 1, Timeout: 14, RetryCnt: retry, RNRRetry: 7, MaxRdAtomic: 4}
 }
 
 func (e *dEnd) complete(t *testing.T, what string) verbs.WC {
@@ -194,13 +188,13 @@ func moveData(t *testing.T, a, b *dEnd) {
 		a.buf.Buf[i] = byte(i*31 + 7)
 	}
 	for i := 0; i < 16; i++ {
-		if err := b.qp.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGL: []mr.SGE{{Addr: b.buf.Addr(2 * mib), Length: 4096, LKey: b.mr.LKey}}}); err != nil {
+		if err := b.qp.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGL: []mr.SGE{{Addr: b.buf.Addr(2 * mib), Length: 4096, LKey: b.mr.LKey()}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := 0; i < 16; i++ {
 		if err := a.qp.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpSend, Flags: verbs.Signaled,
-			SGL: []mr.SGE{{Addr: a.buf.Addr(i * 4096), Length: 4096, LKey: a.mr.LKey}}}, nil); err != nil {
+			SGL: []mr.SGE{{Addr: a.buf.Addr(i * 4096), Length: 4096, LKey: a.mr.LKey()}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -214,8 +208,8 @@ func moveData(t *testing.T, a, b *dEnd) {
 		t.Error("the last SEND arrived damaged")
 	}
 	if err := a.qp.PostSend(&verbs.SendWR{WRID: 100, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
-		SGL:        []mr.SGE{{Addr: a.buf.Addr(0), Length: mib, LKey: a.mr.LKey}},
-		RemoteAddr: b.buf.Addr(0), RKey: b.mr.RKey}, nil); err != nil {
+		SGL:        []mr.SGE{{Addr: a.buf.Addr(0), Length: mib, LKey: a.mr.LKey()}},
+		RemoteAddr: b.buf.Addr(0), RKey: b.mr.RKey()}); err != nil {
 		t.Fatal(err)
 	}
 	a.complete(t, "WRITE")
@@ -223,8 +217,8 @@ func moveData(t *testing.T, a, b *dEnd) {
 		t.Error("the WRITE left other bytes")
 	}
 	if err := a.qp.PostSend(&verbs.SendWR{WRID: 101, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled,
-		SGL:        []mr.SGE{{Addr: a.buf.Addr(mib), Length: mib, LKey: a.mr.LKey}},
-		RemoteAddr: b.buf.Addr(0), RKey: b.mr.RKey}, nil); err != nil {
+		SGL:        []mr.SGE{{Addr: a.buf.Addr(mib), Length: mib, LKey: a.mr.LKey()}},
+		RemoteAddr: b.buf.Addr(0), RKey: b.mr.RKey()}); err != nil {
 		t.Fatal(err)
 	}
 	a.complete(t, "READ")
@@ -302,7 +296,7 @@ func killedClient(v string) int {
 		return 1
 	}
 	cq, _ := x.CreateCQ(256, false)
-	q, err := pd.CreateQP(verbs.QPTypeRC, cq, cq, verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}, false)
+	q, err := pd.CreateQP(&client.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}, SigAll: false})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -318,28 +312,16 @@ func killedClient(v string) int {
 	}
 	raddr, _ := strconv.ParseUint(f[4], 0, 64)
 	rkey, _ := strconv.ParseUint(f[5], 0, 32)
-	for _, s := range []struct {
-		a    ctl.QPAttr
-		mask verbs.QPAttrMask
-	}{
-		{ctl.QPAttr{QPState: uint32(verbs.QPStateInit), PortNum: 1}, verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
-		{ctl.QPAttr{QPState: uint32(verbs.QPStateRTR), PathMTU: uint32(verbs.MTU1024), DestQPNum: uint32(qpn), RQPSN: 1, MaxDestRdAtomic: 4, MinRNRTimer: 12,
-			AHAttr: ctl.AHAttr{DGID: gid, SGIDIndex: sgi, IsGlobal: 1, HopLimit: 64, PortNum: 1}},
-			verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
-		{ctl.QPAttr{QPState: uint32(verbs.QPStateRTS), SQPSN: 1, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
-			verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic},
-	} {
-		if err := q.Modify(&s.a, s.mask); err != nil {
-			fmt.Fprintln(os.Stderr, "modify:", err)
-			return 1
-		}
+	if err := q.Connect(connectAttr(bth.QPN(qpn), gid, sgi, 7, 0)); err != nil {
+		fmt.Fprintln(os.Stderr, "connect:", err)
+		return 1
 	}
-	fmt.Printf("qpn %d\n", q.QPN)
+	fmt.Printf("qpn %d\n", q.QPN())
 	os.Stdout.Sync()
 	wcs := make([]verbs.WC, 64)
 	for i := 0; ; i++ {
 		for q.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
-			SGL: []mr.SGE{{Addr: buf.Addr(0), Length: 65536, LKey: m.LKey}}, RemoteAddr: raddr, RKey: uint32(rkey)}, nil) == nil {
+			SGL: []mr.SGE{{Addr: buf.Addr(0), Length: 65536, LKey: m.LKey()}}, RemoteAddr: raddr, RKey: uint32(rkey)}) == nil {
 		}
 		cq.Poll(wcs)
 		time.Sleep(100 * time.Microsecond)
@@ -363,7 +345,7 @@ func TestDaemonKilledClient(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, self, "-test.run=^$")
 	cmd.Env = append(os.Environ(), killedClientEnv+"="+strings.Join([]string{d.sockets[0], d.devs[0],
-		strconv.Itoa(int(b.qp.QPN)), b.gid.String(), strconv.FormatUint(b.buf.Addr(0), 10), strconv.FormatUint(uint64(b.mr.RKey), 10)}, ","))
+		strconv.Itoa(int(b.qp.QPN())), b.gid.String(), strconv.FormatUint(b.buf.Addr(0), 10), strconv.FormatUint(uint64(b.mr.RKey()), 10)}, ","))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -380,7 +362,9 @@ func TestDaemonKilledClient(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	b.connect(t, &dEnd{qp: &client.QP{QPN: bth.QPN(peerQPN)}, gid: other.gid}, 3)
+	if err := b.qp.Connect(connectAttr(bth.QPN(peerQPN), other.gid, b.sgi, 3, mr.AccessRemoteWrite|mr.AccessRemoteRead)); err != nil {
+		t.Fatal(err)
+	}
 	// Let the WRITEs flow, then kill the client mid-transfer.
 	time.Sleep(300 * time.Millisecond)
 	before, err := client.Stats(d.sockets[1], d.devs[1])
@@ -405,7 +389,7 @@ func TestDaemonKilledClient(t *testing.T) {
 	// B's QP now sends to a QP that is gone: a SEND fails within its
 	// retry budget (3 retries of 67 ms).
 	if err := b.qp.PostSend(&verbs.SendWR{WRID: 9, Opcode: verbs.WROpSend, Flags: verbs.Signaled,
-		SGL: []mr.SGE{{Addr: b.buf.Addr(0), Length: 8, LKey: b.mr.LKey}}}, nil); err != nil {
+		SGL: []mr.SGE{{Addr: b.buf.Addr(0), Length: 8, LKey: b.mr.LKey()}}}); err != nil {
 		t.Fatal(err)
 	}
 	wcs := make([]verbs.WC, 1)
