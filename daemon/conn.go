@@ -307,6 +307,27 @@ func body[T any](b []byte) (T, error) {
 	return v, nil
 }
 
+// destroy is the request that frees one object: the body names it by
+// handle in table m; free releases it (c.mu held) and, when it succeeds,
+// the handle is forgotten.
+func destroy[T any](c *conn, b []byte, m map[uint32]T, free func(h uint32, o T) error) ([]byte, []int, error) {
+	in, err := body[ctl.Handle](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := m[in.Handle]
+	if !ok {
+		return nil, nil, unix.EINVAL
+	}
+	if err := free(in.Handle, o); err != nil {
+		return nil, nil, err
+	}
+	delete(m, in.Handle)
+	return nil, nil, nil
+}
+
 // handle runs one request and returns the reply body and the descriptors
 // to pass. fds are closed by the caller after handle returns.
 func (c *conn) handle(h ctl.Hdr, b []byte, fds []int) ([]byte, []int, error) {
@@ -552,21 +573,7 @@ func (c *conn) allocPD() ([]byte, []int, error) {
 }
 
 func (c *conn) deallocPD(b []byte) ([]byte, []int, error) {
-	in, err := body[ctl.Handle](b)
-	if err != nil {
-		return nil, nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	pd, ok := c.pds[in.Handle]
-	if !ok {
-		return nil, nil, unix.EINVAL
-	}
-	if err := pd.Dealloc(); err != nil {
-		return nil, nil, err
-	}
-	delete(c.pds, in.Handle)
-	return nil, nil, nil
+	return destroy(c, b, c.pds, func(_ uint32, pd *roce.PD) error { return pd.Dealloc() })
 }
 
 func (c *conn) regMR(b []byte, fds []int) ([]byte, []int, error) {
@@ -610,23 +617,14 @@ func (c *conn) regMR(b []byte, fds []int) ([]byte, []int, error) {
 }
 
 func (c *conn) deregMR(b []byte) ([]byte, []int, error) {
-	in, err := body[ctl.Handle](b)
-	if err != nil {
-		return nil, nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	o, ok := c.mrs[in.Handle]
-	if !ok {
-		return nil, nil, unix.EINVAL
-	}
-	if err := o.mr.Dereg(); err != nil {
-		return nil, nil, err
-	}
-	c.regBytes -= uint64(len(o.mem.bytes))
-	o.mem.unmap()
-	delete(c.mrs, in.Handle)
-	return nil, nil, nil
+	return destroy(c, b, c.mrs, func(_ uint32, o *mrObj) error {
+		if err := o.mr.Dereg(); err != nil {
+			return err
+		}
+		c.regBytes -= uint64(len(o.mem.bytes))
+		o.mem.unmap()
+		return nil
+	})
 }
 
 func (c *conn) allocMW(b []byte) ([]byte, []int, error) {
@@ -654,21 +652,7 @@ func (c *conn) allocMW(b []byte) ([]byte, []int, error) {
 }
 
 func (c *conn) deallocMW(b []byte) ([]byte, []int, error) {
-	in, err := body[ctl.Handle](b)
-	if err != nil {
-		return nil, nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	w, ok := c.mws[in.Handle]
-	if !ok {
-		return nil, nil, unix.EINVAL
-	}
-	if err := w.Dealloc(); err != nil {
-		return nil, nil, err
-	}
-	delete(c.mws, in.Handle)
-	return nil, nil, nil
+	return destroy(c, b, c.mws, func(_ uint32, w *mr.MW) error { return w.Dealloc() })
 }
 
 func (c *conn) createChannel() ([]byte, []int, error) {
@@ -689,22 +673,12 @@ func (c *conn) createChannel() ([]byte, []int, error) {
 }
 
 func (c *conn) destroyChannel(b []byte) ([]byte, []int, error) {
-	in, err := body[ctl.Handle](b)
-	if err != nil {
-		return nil, nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch, ok := c.chans[in.Handle]
-	if !ok {
-		return nil, nil, unix.EINVAL
-	}
-	if ch.refs > 0 {
-		return nil, nil, unix.EBUSY
-	}
-	unix.Close(ch.w)
-	delete(c.chans, in.Handle)
-	return nil, nil, nil
+	return destroy(c, b, c.chans, func(_ uint32, ch *chanObj) error {
+		if ch.refs > 0 {
+			return unix.EBUSY
+		}
+		return unix.Close(ch.w)
+	})
 }
 
 // cacheLine rounds n up to a 64-byte boundary.
@@ -764,26 +738,18 @@ func (c *conn) createCQ(b []byte) ([]byte, []int, error) {
 }
 
 func (c *conn) destroyCQ(b []byte) ([]byte, []int, error) {
-	in, err := body[ctl.Handle](b)
-	if err != nil {
-		return nil, nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	o, ok := c.cqs[in.Handle]
-	if !ok {
-		return nil, nil, unix.EINVAL
-	}
-	for _, q := range c.qps {
-		if q.cqs[0] == in.Handle || q.cqs[1] == in.Handle {
-			return nil, nil, unix.EBUSY
+	return destroy(c, b, c.cqs, func(h uint32, o *cqObj) error {
+		for _, q := range c.qps {
+			if q.cqs[0] == h || q.cqs[1] == h {
+				return unix.EBUSY
+			}
 		}
-	}
-	if err := o.cq.Destroy(); err != nil {
-		return nil, nil, err
-	}
-	c.dropCQ(in.Handle, o)
-	return nil, nil, nil
+		if err := o.cq.Destroy(); err != nil {
+			return err
+		}
+		c.dropCQ(h, o)
+		return nil
+	})
 }
 
 // dropCQ forgets a destroyed CQ; c.mu is held.
@@ -994,21 +960,13 @@ func (c *conn) queryQP(b []byte) ([]byte, []int, error) {
 }
 
 func (c *conn) destroyQP(b []byte) ([]byte, []int, error) {
-	in, err := body[ctl.Handle](b)
-	if err != nil {
-		return nil, nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	o, ok := c.qps[in.Handle]
-	if !ok {
-		return nil, nil, unix.EINVAL
-	}
-	if err := o.qp.Destroy(); err != nil {
-		return nil, nil, err
-	}
-	c.dropQP(in.Handle, o)
-	return nil, nil, nil
+	return destroy(c, b, c.qps, func(h uint32, o *qpObj) error {
+		if err := o.qp.Destroy(); err != nil {
+			return err
+		}
+		c.dropQP(h, o)
+		return nil
+	})
 }
 
 // dropQP forgets a destroyed QP; c.mu is held.
@@ -1104,26 +1062,17 @@ func (c *conn) querySRQ(b []byte) ([]byte, []int, error) {
 }
 
 func (c *conn) destroySRQ(b []byte) ([]byte, []int, error) {
-	in, err := body[ctl.Handle](b)
-	if err != nil {
-		return nil, nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	o, ok := c.srqs[in.Handle]
-	if !ok {
-		return nil, nil, unix.EINVAL
-	}
-	if o.refs > 0 {
-		return nil, nil, unix.EBUSY
-	}
-	if err := o.srq.Destroy(); err != nil {
-		return nil, nil, err
-	}
-	c.dev.disown(o.srq)
-	delete(c.srqs, in.Handle)
-	o.mem.close()
-	return nil, nil, nil
+	return destroy(c, b, c.srqs, func(_ uint32, o *srqObj) error {
+		if o.refs > 0 {
+			return unix.EBUSY
+		}
+		if err := o.srq.Destroy(); err != nil {
+			return err
+		}
+		c.dev.disown(o.srq)
+		o.mem.close()
+		return nil
+	})
 }
 
 func (c *conn) createAH(b []byte) ([]byte, []int, error) {
@@ -1160,21 +1109,12 @@ func (c *conn) createAH(b []byte) ([]byte, []int, error) {
 }
 
 func (c *conn) destroyAH(b []byte) ([]byte, []int, error) {
-	in, err := body[ctl.Handle](b)
-	if err != nil {
-		return nil, nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	o, ok := c.ahs[in.Handle]
-	if !ok {
-		return nil, nil, unix.EINVAL
-	}
-	if pd := c.pds[o.pd]; pd != nil {
-		pd.DestroyAH(o.ah)
-	}
-	delete(c.ahs, in.Handle)
-	return nil, nil, nil
+	return destroy(c, b, c.ahs, func(_ uint32, o *ahObj) error {
+		if pd := c.pds[o.pd]; pd != nil {
+			pd.DestroyAH(o.ah)
+		}
+		return nil
+	})
 }
 
 // asyncEvent sends an asynchronous event to the client (dropped if its
