@@ -389,6 +389,15 @@ func TestMisbehavingClients(t *testing.T) {
 	uc.Write(ctl.Append(nil, ctl.Hdr{Op: ctl.OpAllocPD, Seq: 1}))
 	expectClosed(uc, "ALLOC_PD before OPEN")
 
+	// Descriptors with a request that takes none.
+	uc = raw()
+	hello := ctl.Hello{ABI: ctl.Version}
+	pr, pw, _ := os.Pipe()
+	uc.WriteMsgUnix(ctl.Append(nil, ctl.Hdr{Op: ctl.OpHello, Seq: 1, NFDs: 1}, ctl.Bytes(&hello)), unix.UnixRights(int(pr.Fd())), nil)
+	pr.Close()
+	pw.Close()
+	expectClosed(uc, "a descriptor with HELLO")
+
 	// A REG_MR whose descriptor is not a sealed memfd.
 	x, err := client.Open(r.socket, "sroce_mem0")
 	if err != nil {
@@ -417,7 +426,7 @@ func TestMisbehavingClients(t *testing.T) {
 	if !strings.Contains(r.logText(), "its rings are corrupt") {
 		t.Error("a corrupt send ring was not reported")
 	}
-	for _, want := range []string{"protocol error", "before OPEN", "REG_MR"} {
+	for _, want := range []string{"protocol error", "before OPEN", "REG_MR", "passed descriptors with a request that takes none"} {
 		if !strings.Contains(r.logText(), want) {
 			t.Errorf("log lacks %q:\n%s", want, r.logText())
 		}
