@@ -155,3 +155,27 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParse feeds arbitrary datagrams to the framing and to every body
+// decoder: errors, never a panic, and a datagram Parse accepts keeps its
+// length.
+func FuzzParse(f *testing.F) {
+	h := Hello{ABI: Version}
+	f.Add(Append(nil, Hdr{Op: OpHello, Seq: 1}, Bytes(&h)))
+	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		hdr, body, err := Parse(b)
+		if err != nil {
+			return
+		}
+		if int(hdr.Len) != len(b) || len(body) != len(b)-HdrSize {
+			t.Fatalf("accepted a datagram of %d bytes whose header says %d", len(b), hdr.Len)
+		}
+		Get[Hello](body)
+		Get[RegMR](body)
+		Get[ModifyQP](body)
+		Get[CreateQP](body)
+		Get[AH](body)
+		Name(body)
+	})
+}
