@@ -79,33 +79,38 @@ type IPHeader struct {
 }
 
 // Encode writes h into the first IPHeaderLen bytes of b. Src and Dst must
-// both be IPv4 (an IPv4-mapped IPv6 address counts as IPv4) or both IPv6.
+// both be IPv4 (an IPv4-mapped IPv6 address counts as IPv4), which makes an
+// IPv4 header, or both IPv6 (one of them may be IPv4-mapped), which makes
+// an IPv6 header.
 func (h *IPHeader) Encode(b []byte) error {
 	if len(b) < IPHeaderLen {
 		return errAt("IP CM header", KindTooShort)
 	}
 	src, dst := h.Src.Unmap(), h.Dst.Unmap()
-	if !src.IsValid() || !dst.IsValid() || src.Is4() != dst.Is4() {
-		return errAt("IP CM header addresses", KindOutOfRange)
-	}
-	clear(b[:IPHeaderLen])
-	b[0] = IPCMVersion
-	binary.BigEndian.PutUint16(b[2:], h.SrcPort)
-	if src.Is4() {
+	switch {
+	case src.Is4() && dst.Is4():
+		clear(b[:IPHeaderLen])
 		b[1] = 4 << 4
 		s, d := src.As4(), dst.As4()
 		copy(b[4+12:], s[:])
 		copy(b[20+12:], d[:])
-	} else {
+	case h.Src.Is6() && h.Dst.Is6():
+		clear(b[:IPHeaderLen])
 		b[1] = 6 << 4
-		s, d := src.As16(), dst.As16()
+		s, d := h.Src.As16(), h.Dst.As16()
 		copy(b[4:], s[:])
 		copy(b[20:], d[:])
+	default:
+		return errAt("IP CM header addresses", KindOutOfRange)
 	}
+	b[0] = IPCMVersion
+	binary.BigEndian.PutUint16(b[2:], h.SrcPort)
 	return nil
 }
 
 // Decode reads h from b: version 0.0 and IP version 4 or 6, else an error.
+// The addresses of an IPv6 header are IPv6 addresses, IPv4-mapped ones
+// included.
 func (h *IPHeader) Decode(b []byte) error {
 	if len(b) < IPHeaderLen {
 		return errAt("IP CM header", KindTooShort)
