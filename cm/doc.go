@@ -22,4 +22,8 @@
 // (ServiceID), and a REQ's private data starts with the IP CM header of the
 // IBTA's annex A11 (IPHeader), the source and destination addresses and the
 // source port, before the application's private data.
+//
+// State names the states of the CM's state machine, and TimeoutDuration,
+// ResponseWait and MRAWait turn the messages' 5-bit timeout fields into the
+// spans a sender waits before resending.
 package cm
