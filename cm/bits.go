@@ -36,9 +36,7 @@ type enc struct {
 // they are; a value wider than the field is an error naming field.
 func (e *enc) put(l loc, v uint64, field string) {
 	if v&^l.mask() != 0 {
-		if e.err == nil {
-			e.err = errAt(e.msg+" "+field, KindOutOfRange)
-		}
+		e.outOfRange(field)
 		return
 	}
 	b := e.d[l.off : l.off+l.n]
@@ -50,6 +48,13 @@ func (e *enc) put(l loc, v uint64, field string) {
 	for i := len(b) - 1; i >= 0; i-- {
 		b[i] = byte(w)
 		w >>= 8
+	}
+}
+
+// outOfRange records that field's value does not fit.
+func (e *enc) outOfRange(field string) {
+	if e.err == nil {
+		e.err = errAt(e.msg+" "+field, KindOutOfRange)
 	}
 }
 

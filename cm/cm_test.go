@@ -27,7 +27,7 @@ func gid(seed byte) bth.GID { return bth.GID(pattern(seed, 16)) }
 func samples() []Message {
 	return []Message{
 		&REQ{
-			LocalCommID: 0x11223344, ServiceID: 0x0000000001061d2f, LocalCAGUID: 0x0102030405060708,
+			LocalCommID: 0x11223344, VendorID: 0x00c0ffee, ServiceID: 0x0000000001061d2f, LocalCAGUID: 0x0102030405060708,
 			LocalQKey: 0x0a0b0c0d, LocalQPN: 0xabcdef, ResponderResources: 0x21, LocalEECN: 0x345678,
 			InitiatorDepth: 0x22, RemoteEECN: 0x456789, RemoteCMResponseTimeout: 0x13,
 			Transport: TransportUC, EndToEndFlowControl: true, StartingPSN: 0x987654,
@@ -54,13 +54,13 @@ func samples() []Message {
 		&REP{LocalCommID: 0x31323334, RemoteCommID: 0x41424344, LocalQKey: 0x51525354, LocalQPN: 0x616263,
 			LocalEECN: 0x717273, StartingPSN: 0x818283, ResponderResources: 0x91, InitiatorDepth: 0x92,
 			TargetACKDelay: 0x1d, FailoverAccepted: 2, EndToEndFlowControl: true, RNRRetryCount: 6,
-			SRQ: true, LocalCAGUID: 0xa1a2a3a4a5a6a7a8, PrivateData: pattern(0x20, REPPrivateLen)},
+			SRQ: true, LocalCAGUID: 0xa1a2a3a4a5a6a7a8, VendorID: 0xb1b2b3, PrivateData: pattern(0x20, REPPrivateLen)},
 		&RTU{LocalCommID: 0xb1b2b3b4, RemoteCommID: 0xc1c2c3c4, PrivateData: pattern(0x33, RTUPrivateLen)},
 		&DREQ{LocalCommID: 0xd1d2d3d4, RemoteCommID: 0xe1e2e3e4, RemoteQPN: 0xf1f2f3, PrivateData: pattern(0x44, DREQPrivateLen)},
 		&DREP{LocalCommID: 0x0f0e0d0c, RemoteCommID: 0x0b0a0908, PrivateData: pattern(0x55, DREPPrivateLen)},
 		&SIDRREQ{RequestID: 0x12345678, PKey: 0xfffe, ServiceID: 0x0000000001114e21, PrivateData: pattern(0x66, SIDRREQPrivateLen)},
 		&SIDRREP{RequestID: 0x87654321, Status: SIDRRedirect, InfoLen: 40, QPN: 0x0a0b0c, ServiceID: 0x0000000001114e22,
-			QKey: 0x01234567, Info: pattern(0x77, 40), PrivateData: pattern(0x88, SIDRREPPrivateLen)},
+			QKey: 0x01234567, VendorID: 0xc1c2c3, Info: pattern(0x77, 40), PrivateData: pattern(0x88, SIDRREPPrivateLen)},
 		&ClassPortInfo{
 			BaseVersion: 1, ClassVersion: 2, CapabilityMask: 0x0102, CapabilityMask2: 0x5abcdef, RespTimeValue: 0x13,
 			RedirectGID: gid(0x01), RedirectTC: 0x21, RedirectSL: 0xa, RedirectFL: 0xf1234, RedirectLID: 0x3031,
@@ -200,6 +200,29 @@ func TestKnownPositions(t *testing.T) {
 	}
 }
 
+// TestVendorIDPositions pins the ECE vendor IDs, which share words with
+// other fields or are split over several bytes.
+func TestVendorIDPositions(t *testing.T) {
+	for _, c := range []struct {
+		msg  Message
+		want map[int]byte
+	}{
+		{&REQ{VendorID: 0x123456}, map[int]byte{5: 0x12, 6: 0x34, 7: 0x56}},
+		{&REP{VendorID: 0x123456}, map[int]byte{15: 0x12, 19: 0x34, 23: 0x56}},
+		{&SIDRREP{VendorID: 0x123456}, map[int]byte{6: 0x12, 7: 0x34, 11: 0x56}},
+	} {
+		data := make([]byte, DataLen)
+		if err := c.msg.Encode(data); err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range data {
+			if b != c.want[i] {
+				t.Errorf("%v: data byte %d = %#02x, want %#02x", c.msg.Attr(), i, b, c.want[i])
+			}
+		}
+	}
+}
+
 func TestOutOfRange(t *testing.T) {
 	cases := []Message{
 		&REQ{LocalQPN: 1 << 24},
@@ -213,6 +236,9 @@ func TestOutOfRange(t *testing.T) {
 		&MRA{MessageMRAed: 4},
 		&REJ{RejectedInfoLen: 128},
 		&REP{RNRRetryCount: 8},
+		&REP{VendorID: 1 << 24},
+		&REQ{VendorID: 1 << 24},
+		&SIDRREP{VendorID: 1 << 24},
 		&DREQ{RemoteQPN: 1 << 24},
 		&SIDRREP{QPN: 1 << 24},
 		&ClassPortInfo{CapabilityMask2: 1 << 27},

@@ -124,6 +124,7 @@ func check(data []byte, n int, msg string) error {
 // REQ is the connection request (attribute 0x0010), sent by the active side.
 type REQ struct {
 	LocalCommID             uint32
+	VendorID                uint32 // 24 bits: the sender's vendor ID for enhanced connection establishment (ECE)
 	ServiceID               uint64
 	LocalCAGUID             uint64
 	LocalQKey               uint32
@@ -153,6 +154,7 @@ type REQ struct {
 
 var (
 	reqCommID    = u32(0)
+	reqVendorID  = loc{4, 4, 0, 24}
 	reqService   = u64(8)
 	reqGUID      = u64(16)
 	reqQKey      = u32(28)
@@ -193,6 +195,7 @@ func (r *REQ) Encode(data []byte) error {
 		return err
 	}
 	e.put(reqCommID, uint64(r.LocalCommID), "local comm ID")
+	e.put(reqVendorID, uint64(r.VendorID), "vendor ID")
 	e.put(reqService, r.ServiceID, "service ID")
 	e.put(reqGUID, r.LocalCAGUID, "local CA GUID")
 	e.put(reqQKey, uint64(r.LocalQKey), "local Q_Key")
@@ -229,7 +232,8 @@ func (r *REQ) Decode(data []byte) error {
 	}
 	d := data
 	*r = REQ{
-		LocalCommID: uint32(get(d, reqCommID)), ServiceID: get(d, reqService),
+		LocalCommID: uint32(get(d, reqCommID)), VendorID: uint32(get(d, reqVendorID)),
+		ServiceID:   get(d, reqService),
 		LocalCAGUID: get(d, reqGUID), LocalQKey: uint32(get(d, reqQKey)),
 		LocalQPN: bth.QPN(get(d, reqQPN)), ResponderResources: uint8(get(d, reqRespRes)),
 		LocalEECN: uint32(get(d, reqLEECN)), InitiatorDepth: uint8(get(d, reqInitDepth)),
@@ -397,6 +401,7 @@ type REP struct {
 	RNRRetryCount       uint8 // 3 bits
 	SRQ                 bool
 	LocalCAGUID         uint64
+	VendorID            uint32 // 24 bits (ECE), carried in the bytes after the QPN, EECN and PSN
 	PrivateData         []byte // up to REPPrivateLen bytes
 }
 
@@ -415,6 +420,9 @@ var (
 	repRNR      = bitsAt(27, 0, 3)
 	repSRQ      = bitsAt(27, 3, 1)
 	repGUID     = u64(28)
+	repVendorH  = u8(15)
+	repVendorM  = u8(19)
+	repVendorL  = u8(23)
 )
 
 const repPrivate = 36
@@ -442,6 +450,7 @@ func (r *REP) Encode(data []byte) error {
 	e.put(repRNR, uint64(r.RNRRetryCount), "RNR retry count")
 	e.flag(repSRQ, r.SRQ, "SRQ")
 	e.put(repGUID, r.LocalCAGUID, "local CA GUID")
+	putVendor3(e, r.VendorID, repVendorH, repVendorM, repVendorL)
 	e.bytes(repPrivate, REPPrivateLen, r.PrivateData, "private data")
 	return e.err
 }
@@ -460,6 +469,7 @@ func (r *REP) Decode(data []byte) error {
 		TargetACKDelay: uint8(get(d, repAckDelay)), FailoverAccepted: uint8(get(d, repFailover)),
 		EndToEndFlowControl: getBool(d, repEEFC), RNRRetryCount: uint8(get(d, repRNR)),
 		SRQ: getBool(d, repSRQ), LocalCAGUID: get(d, repGUID),
+		VendorID:    uint32(get(d, repVendorH)<<16 | get(d, repVendorM)<<8 | get(d, repVendorL)),
 		PrivateData: cloneBytes(d[repPrivate : repPrivate+REPPrivateLen]),
 	}
 	return nil
@@ -652,6 +662,7 @@ type SIDRREP struct {
 	QPN         bth.QPN // 24 bits
 	ServiceID   uint64
 	QKey        uint32
+	VendorID    uint32 // 24 bits (ECE): the high 16 after the information length, the low 8 after the QPN
 	Info        []byte // additional information, up to SIDRREPInfoLen bytes
 	PrivateData []byte // up to SIDRREPPrivateLen bytes
 }
@@ -663,6 +674,8 @@ var (
 	sidrRepQPN     = u24(8)
 	sidrRepSvc     = u64(12)
 	sidrRepQKey    = u32(20)
+	sidrRepVendorH = u16(6)
+	sidrRepVendorL = u8(11)
 )
 
 const (
@@ -685,6 +698,12 @@ func (r *SIDRREP) Encode(data []byte) error {
 	e.put(sidrRepQPN, uint64(r.QPN), "QPN")
 	e.put(sidrRepSvc, r.ServiceID, "service ID")
 	e.put(sidrRepQKey, uint64(r.QKey), "Q_Key")
+	if r.VendorID>>24 != 0 {
+		e.outOfRange("vendor ID")
+	} else {
+		e.put(sidrRepVendorH, uint64(r.VendorID>>8), "vendor ID")
+		e.put(sidrRepVendorL, uint64(r.VendorID&0xff), "vendor ID")
+	}
 	e.bytes(sidrRepInfo, SIDRREPInfoLen, r.Info, "additional information")
 	e.bytes(sidrRepPrivate, SIDRREPPrivateLen, r.PrivateData, "private data")
 	return e.err
@@ -701,8 +720,21 @@ func (r *SIDRREP) Decode(data []byte) error {
 		RequestID: uint32(get(data, sidrRepID)), Status: SIDRStatus(get(data, sidrRepStatus)),
 		InfoLen: uint8(n), QPN: bth.QPN(get(data, sidrRepQPN)), ServiceID: get(data, sidrRepSvc),
 		QKey:        uint32(get(data, sidrRepQKey)),
+		VendorID:    uint32(get(data, sidrRepVendorH)<<8 | get(data, sidrRepVendorL)),
 		Info:        cloneBytes(data[sidrRepInfo : sidrRepInfo+min(n, SIDRREPInfoLen)]),
 		PrivateData: cloneBytes(data[sidrRepPrivate : sidrRepPrivate+SIDRREPPrivateLen]),
 	}
 	return nil
+}
+
+// putVendor3 writes a 24-bit vendor ID split over three single bytes, most
+// significant first; a wider value is an error.
+func putVendor3(e *enc, v uint32, h, m, l loc) {
+	if v>>24 != 0 {
+		e.outOfRange("vendor ID")
+		return
+	}
+	e.put(h, uint64(v>>16), "vendor ID")
+	e.put(m, uint64(v>>8&0xff), "vendor ID")
+	e.put(l, uint64(v&0xff), "vendor ID")
 }
