@@ -10,7 +10,8 @@
 //	+--------------------------+----------------------------------------+
 //
 // MAD is an accessor type over the 256 bytes in the style of package bth,
-// and Header its decoded header. Each CM message (REQ, MRA, REJ, REP, RTU,
+// and Header its decoded header; FromPacket finds the MAD in a parsed
+// RoCEv2 packet. Each CM message (REQ, MRA, REJ, REP, RTU,
 // DREQ, DREP, SIDR_REQ, SIDR_REP) and ClassPortInfo is a struct whose Encode
 // writes every field at its IBTA position in the MAD data and whose Decode
 // reads it back; Marshal and Unmarshal do the whole MAD. Nothing here panics

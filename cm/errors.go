@@ -14,6 +14,7 @@ const (
 	KindOutOfRange                          // a value does not fit its field (encoders)
 	KindPrivateDataLen                      // private data longer than the message carries
 	KindBadIPHeader                         // IP CM header: unknown version or IP version
+	KindNotGSI                              // packet is not a UD SEND ONLY to QP1 with the GSI Q_Key
 )
 
 var kindText = [...]string{
@@ -25,6 +26,7 @@ var kindText = [...]string{
 	KindOutOfRange:     "value out of range",
 	KindPrivateDataLen: "private data too long",
 	KindBadIPHeader:    "bad IP CM header",
+	KindNotGSI:         "not a MAD for QP1",
 }
 
 // String returns the kind in words.
@@ -70,6 +72,7 @@ var (
 	ErrOutOfRange     = &Error{Kind: KindOutOfRange}
 	ErrPrivateDataLen = &Error{Kind: KindPrivateDataLen}
 	ErrBadIPHeader    = &Error{Kind: KindBadIPHeader}
+	ErrNotGSI         = &Error{Kind: KindNotGSI}
 )
 
 func errAt(where string, k ErrorKind) error { return &Error{Kind: k, Where: where} }
