@@ -401,7 +401,7 @@ func TestIPHeader(t *testing.T) {
 		{SrcPort: 0x8001, Src: netip.MustParseAddr("10.1.2.3"), Dst: netip.MustParseAddr("192.168.7.9")},
 		{SrcPort: 65535, Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fe80::aa:bb")},
 	} {
-		pd, err := IPPrivateData(h, []byte("hello"))
+		pd, err := IPPrivateData(h, []byte("hello"), REQPrivateLen)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -422,11 +422,11 @@ func TestIPHeader(t *testing.T) {
 		}
 	}
 	mapped := IPHeader{Src: netip.MustParseAddr("::ffff:10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2")}
-	if pd, err := IPPrivateData(mapped, nil); err != nil || pd[1] != 0x40 {
+	if pd, err := IPPrivateData(mapped, nil, REQPrivateLen); err != nil || pd[1] != 0x40 {
 		t.Errorf("mapped IPv4: % x %v", pd, err)
 	}
 	mixed := IPHeader{Src: netip.MustParseAddr("::ffff:10.0.0.1"), Dst: netip.MustParseAddr("fd00::2")}
-	if pd, err := IPPrivateData(mixed, nil); err != nil || pd[1] != 0x60 || pd[14] != 0xff {
+	if pd, err := IPPrivateData(mixed, nil, REQPrivateLen); err != nil || pd[1] != 0x60 || pd[14] != 0xff {
 		t.Errorf("IPv6 with a mapped address: % x %v", pd, err)
 	} else if got, _, _ := SplitIPPrivateData(pd); got != mixed {
 		t.Errorf("IPv6 with a mapped address decodes as %+v", got)
@@ -436,14 +436,14 @@ func TestIPHeader(t *testing.T) {
 		{Src: netip.MustParseAddr("10.0.0.1")},
 	}
 	for _, h := range bad {
-		if _, err := IPPrivateData(h, nil); !errors.Is(err, ErrOutOfRange) {
+		if _, err := IPPrivateData(h, nil, REQPrivateLen); !errors.Is(err, ErrOutOfRange) {
 			t.Errorf("%+v: %v", h, err)
 		}
 	}
-	if _, err := IPPrivateData(IPHeader{Src: netip.IPv4Unspecified(), Dst: netip.IPv4Unspecified()}, make([]byte, REQAppPrivateLen+1)); !errors.Is(err, ErrPrivateDataLen) {
+	if _, err := IPPrivateData(IPHeader{Src: netip.IPv4Unspecified(), Dst: netip.IPv4Unspecified()}, make([]byte, REQAppPrivateLen+1), REQPrivateLen); !errors.Is(err, ErrPrivateDataLen) {
 		t.Errorf("too much application data: %v", err)
 	}
-	pd, _ := IPPrivateData(IPHeader{Src: netip.IPv4Unspecified(), Dst: netip.IPv4Unspecified()}, nil)
+	pd, _ := IPPrivateData(IPHeader{Src: netip.IPv4Unspecified(), Dst: netip.IPv4Unspecified()}, nil, REQPrivateLen)
 	for n := 0; n < IPHeaderLen; n++ {
 		if _, _, err := SplitIPPrivateData(pd[:n]); !errors.Is(err, ErrTooShort) {
 			t.Errorf("%d bytes: %v", n, err)
@@ -455,6 +455,34 @@ func TestIPHeader(t *testing.T) {
 		if _, _, err := SplitIPPrivateData(b); !errors.Is(err, ErrBadIPHeader) {
 			t.Errorf("byte %d = %#x: %v", c.off, c.val, err)
 		}
+	}
+}
+
+// TestSIDRWithIPHeader resolves a UDP port space service as rdma_cm does:
+// a SIDR_REQ whose private data starts with the IP CM header.
+func TestSIDRWithIPHeader(t *testing.T) {
+	h := IPHeader{SrcPort: 40000, Src: netip.MustParseAddr("10.9.8.7"), Dst: netip.MustParseAddr("10.9.8.6")}
+	app := pattern(1, SIDRAppPrivateLen)
+	pd, err := IPPrivateData(h, app, SIDRREQPrivateLen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mad, err := Send(9, &SIDRREQ{RequestID: 5, PKey: 0xffff, ServiceID: ServiceID(PortSpaceUDP, 4791), PrivateData: pd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, msg, err := Unmarshal(mad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := msg.(*SIDRREQ)
+	ps, port, ok := ParseServiceID(req.ServiceID)
+	got, gotApp, err := SplitIPPrivateData(req.PrivateData)
+	if !ok || ps != PortSpaceUDP || port != 4791 || err != nil || got != h || !bytes.Equal(gotApp, app) {
+		t.Errorf("SIDR_REQ: %v %d %v %+v %v", ps, port, ok, got, err)
+	}
+	if _, err := IPPrivateData(h, append(app, 0), SIDRREQPrivateLen); !errors.Is(err, ErrPrivateDataLen) {
+		t.Errorf("one byte too many: %v", err)
 	}
 }
 
@@ -487,14 +515,14 @@ func FuzzUnmarshal(f *testing.F) {
 }
 
 func FuzzIPHeader(f *testing.F) {
-	pd, _ := IPPrivateData(IPHeader{SrcPort: 1, Src: netip.MustParseAddr("1.2.3.4"), Dst: netip.MustParseAddr("5.6.7.8")}, []byte("x"))
+	pd, _ := IPPrivateData(IPHeader{SrcPort: 1, Src: netip.MustParseAddr("1.2.3.4"), Dst: netip.MustParseAddr("5.6.7.8")}, []byte("x"), REQPrivateLen)
 	f.Add(pd)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, app, err := SplitIPPrivateData(b)
 		if err != nil {
 			return
 		}
-		pd, err := IPPrivateData(h, app[:min(len(app), REQAppPrivateLen)])
+		pd, err := IPPrivateData(h, app[:min(len(app), SIDRAppPrivateLen)], SIDRREQPrivateLen)
 		if err != nil {
 			t.Fatalf("re-encoding %+v: %v", h, err)
 		}

@@ -59,6 +59,8 @@ const (
 	// REQAppPrivateLen is how much application private data a REQ carries
 	// after the IP CM header.
 	REQAppPrivateLen = REQPrivateLen - IPHeaderLen
+	// SIDRAppPrivateLen is how much a SIDR_REQ carries after the header.
+	SIDRAppPrivateLen = SIDRREQPrivateLen - IPHeaderLen
 )
 
 // IPHeader is the IP CM private-data header of the IBTA's annex A11, which
@@ -132,11 +134,13 @@ func (h *IPHeader) Decode(b []byte) error {
 	return nil
 }
 
-// IPPrivateData returns a REQ's private data for RDMA CM: h followed by the
-// application's private data app, at most REQAppPrivateLen bytes.
-func IPPrivateData(h IPHeader, app []byte) ([]byte, error) {
-	if len(app) > REQAppPrivateLen {
-		return nil, errAt("REQ application private data", KindPrivateDataLen)
+// IPPrivateData returns the private data of an RDMA CM REQ or SIDR_REQ: h
+// followed by the application's private data app. size is the message's
+// private data size (REQPrivateLen or SIDRREQPrivateLen), so app holds at
+// most REQAppPrivateLen or SIDRAppPrivateLen bytes.
+func IPPrivateData(h IPHeader, app []byte, size int) ([]byte, error) {
+	if IPHeaderLen+len(app) > size {
+		return nil, errAt("application private data", KindPrivateDataLen)
 	}
 	b := make([]byte, IPHeaderLen+len(app))
 	if err := h.Encode(b); err != nil {
@@ -146,9 +150,9 @@ func IPPrivateData(h IPHeader, app []byte) ([]byte, error) {
 	return b, nil
 }
 
-// SplitIPPrivateData splits an RDMA CM REQ's private data into the IP CM
-// header and the application's private data after it (which the REQ pads
-// with zeros to its size).
+// SplitIPPrivateData splits an RDMA CM REQ's or SIDR_REQ's private data
+// into the IP CM header and the application's private data after it (which
+// the message pads with zeros to its size).
 func SplitIPPrivateData(pd []byte) (IPHeader, []byte, error) {
 	var h IPHeader
 	if err := h.Decode(pd); err != nil {

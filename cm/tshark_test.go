@@ -95,7 +95,7 @@ type wsCase struct {
 // port space service ID, GIDs that are the IP addresses, the IP CM header
 // and the application's private data.
 func rdmaREQ(t *testing.T, src, dst netip.Addr) *REQ {
-	pd, err := IPPrivateData(IPHeader{SrcPort: 0xd431, Src: src, Dst: dst}, []byte("sroce app data"))
+	pd, err := IPPrivateData(IPHeader{SrcPort: 0xd431, Src: src, Dst: dst}, []byte("sroce app data"), REQPrivateLen)
 	if err != nil {
 		t.Fatal(err)
 	}
