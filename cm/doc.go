@@ -26,5 +26,6 @@
 //
 // State names the states of the CM's state machine, and TimeoutDuration,
 // ResponseWait and MRAWait turn the messages' 5-bit timeout fields into the
-// spans a sender waits before resending.
+// spans a sender waits before resending; Retry is a message's resend
+// schedule in the caller's (virtual) time.
 package cm
