@@ -27,5 +27,7 @@
 // State names the states of the CM's state machine, and TimeoutDuration,
 // ResponseWait and MRAWait turn the messages' 5-bit timeout fields into the
 // spans a sender waits before resending; Retry is a message's resend
-// schedule in the caller's (virtual) time.
+// schedule in the caller's (virtual) time, and Dedup the bounded memory of
+// received MADs (by sender, transaction ID and attribute) that answers a
+// resent request again instead of handling it twice.
 package cm
