@@ -343,17 +343,18 @@ func (c *conn) handle(h ctl.Hdr, b []byte, fds []int) ([]byte, []int, error) {
 		if in.ABI != ctl.Version {
 			return nil, nil, unix.EPROTO
 		}
-		out := ctl.Hello{ABI: ctl.Version, NDevices: uint32(len(c.s.devs))}
+		out := ctl.Hello{ABI: ctl.Version, NDevices: uint32(len(c.s.devices()))}
 		copy(out.Version[:len(out.Version)-1], Version)
 		return ctl.Bytes(&out), nil, nil
 	case ctl.OpListDevices:
-		n := len(c.s.devs)
+		devs := c.s.devices()
+		n := len(devs)
 		if max := (ctl.MaxMsg - ctl.HdrSize - 8) / int(unsafe.Sizeof(ctl.Device{})); n > max {
 			n = max
 		}
 		hd := ctl.Devices{Count: uint32(n)}
 		out := append([]byte(nil), ctl.Bytes(&hd)...)
-		for _, d := range c.s.devs[:n] {
+		for _, d := range devs[:n] {
 			var e ctl.Device
 			ctl.SetName(e.Name[:], d.name)
 			ctl.SetName(e.IfName[:], d.dev.Ifname())
@@ -445,7 +446,7 @@ func (c *conn) open(b []byte) ([]byte, []int, error) {
 		return nil, nil, misbehaved("OPEN twice on one connection")
 	}
 	name := ctl.Name(in.Name[:])
-	for _, d := range c.s.devs {
+	for _, d := range c.s.devices() {
 		if d.name == name {
 			c.dev = d
 		}

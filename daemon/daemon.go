@@ -281,6 +281,44 @@ func (s *Server) Close() error {
 	}
 }
 
+// devices returns the served devices now.
+func (s *Server) devices() []*served {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.devs
+}
+
+// Remove stops serving the device on interface ifname (its interface went
+// away): its clients are disconnected, which frees their objects and tells
+// the drop-in library's programs IBV_EVENT_DEVICE_FATAL, and new clients
+// no longer see it. It reports how many devices are left.
+func (s *Server) Remove(ifname string) int {
+	s.mu.Lock()
+	var gone *served
+	kept := s.devs[:0:0]
+	for _, d := range s.devs {
+		if d.dev.Ifname() == ifname && gone == nil {
+			gone = d
+			continue
+		}
+		kept = append(kept, d)
+	}
+	s.devs = kept
+	if gone != nil {
+		for c := range s.conns {
+			if c.dev == gone {
+				c.uc.Close()
+			}
+		}
+	}
+	n := len(s.devs)
+	s.mu.Unlock()
+	if gone != nil {
+		s.log.Warn("device removed: its interface went away; its clients were disconnected", "device", gone.name)
+	}
+	return n
+}
+
 // ClientStat describes one connected client.
 type ClientStat struct {
 	ID     uint64
@@ -310,8 +348,9 @@ func (s *Server) Clients() []ClientStat {
 
 // Devices returns the names and engines of the served devices.
 func (s *Server) Devices() map[string]Device {
-	m := make(map[string]Device, len(s.devs))
-	for _, d := range s.devs {
+	devs := s.devices()
+	m := make(map[string]Device, len(devs))
+	for _, d := range devs {
 		m[d.name] = d.dev
 	}
 	return m
@@ -381,7 +420,7 @@ type Inspector interface {
 // stats answers QUERY_STATS for device name.
 func (s *Server) stats(name string) ([]byte, []int, error) {
 	var sd *served
-	for _, d := range s.devs {
+	for _, d := range s.devices() {
 		if d.name == name {
 			sd = d
 		}

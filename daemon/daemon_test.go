@@ -528,3 +528,40 @@ func TestClientLimits(t *testing.T) {
 		t.Errorf("another client's MR: %v", err)
 	}
 }
+
+// TestRemoveDevice removes a device whose interface went away: its
+// clients are disconnected and it is no longer listed; the other device's
+// clients carry on.
+func TestRemoveDevice(t *testing.T) {
+	r := newRig(t, daemon.Options{})
+	gone, err := client.Open(r.socket, "sroce_mem0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gone.Close()
+	stays, err := client.Open(r.socket, "sroce_mem1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stays.Close()
+	if n := r.srv.Remove("mem0"); n != 1 {
+		t.Fatalf("%d devices left, want 1", n)
+	}
+	if _, err := gone.QueryPort(); err == nil {
+		t.Error("the removed device's client still gets answers")
+	}
+	if _, err := stays.QueryPort(); err != nil {
+		t.Errorf("the other device's client: %v", err)
+	}
+	devs, err := client.Devices(r.socket)
+	if err != nil || len(devs) != 1 || devs[0].Name != "sroce_mem1" {
+		t.Errorf("devices after the removal: %+v, %v", devs, err)
+	}
+	var ce *client.Error
+	if _, err := client.Open(r.socket, "sroce_mem0"); !errors.As(err, &ce) || ce.Errno != unix.ENODEV {
+		t.Errorf("opening the removed device: %v, want ENODEV", err)
+	}
+	if !strings.Contains(r.logText(), "device removed") {
+		t.Error("the removal was not logged")
+	}
+}

@@ -178,15 +178,31 @@ func runDaemon(e *env, args []string) int {
 		}()
 	}
 	code := exitOK
-	select {
-	case s := <-sig:
-		log.Info("stopping", "signal", s.String())
-	case err := <-served:
-		log.Error("serving stopped", "err", err)
-		code = exitProblem
-	case name := <-lost:
-		log.Error("interface lost; stopping", "interface", name)
-		code = exitProblem
+wait:
+	for {
+		select {
+		case s := <-sig:
+			log.Info("stopping", "signal", s.String())
+			break wait
+		case err := <-served:
+			log.Error("serving stopped", "err", err)
+			code = exitProblem
+			break wait
+		case name := <-lost:
+			// The interface went away: its device is gone, the others
+			// carry on.
+			left := srv.Remove(name)
+			for _, p := range ports {
+				if p.Ifname() == name {
+					p.Close()
+				}
+			}
+			if left == 0 {
+				log.Error("the last interface went away; stopping", "interface", name)
+				code = exitProblem
+				break wait
+			}
+		}
 	}
 	if err := srv.Close(); err != nil {
 		log.Error("closing", "err", err)
