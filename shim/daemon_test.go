@@ -43,7 +43,7 @@ func (d *liveDaemon) Write(p []byte) (int, error) {
 	return d.log.Write(p)
 }
 
-func startDaemon(t *testing.T) *liveDaemon {
+func startDaemon(t testing.TB) *liveDaemon {
 	t.Helper()
 	if _, err := shim.Compiler(); err != nil {
 		t.Skipf("skipping: %v", err)
@@ -104,7 +104,7 @@ func startDaemon(t *testing.T) *liveDaemon {
 }
 
 // run runs a program on the library against the daemon, bounded by timeout.
-func (d *liveDaemon) run(t *testing.T, timeout time.Duration, prog string, args ...string) (string, string, error) {
+func (d *liveDaemon) run(t testing.TB, timeout time.Duration, prog string, args ...string) (string, string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -314,3 +314,32 @@ func TestDaemonGoneIsDeviceFatal(t *testing.T) {
 }
 
 var _ io.Writer = (*liveDaemon)(nil)
+
+// BenchmarkRegMR prints what ibv_reg_mr and ibv_dereg_mr cost through the
+// library (the pages remapped onto its memfd, the daemon mapping them):
+//
+//	go test -run '^$' -bench RegMR -benchtime 1x ./shim
+func BenchmarkRegMR(b *testing.B) {
+	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
+		b.Skip("skipping: /usr/include/infiniband/verbs.h is missing (apt-get install libibverbs-dev)")
+	}
+	d := startDaemon(b)
+	cc, _ := shim.Compiler()
+	bin := filepath.Join(b.TempDir(), "regmr_bench")
+	if out, err := exec.Command(cc, "-O2", "-Wall", "-o", bin, "testdata/regmr_bench.c", filepath.Join(d.lib, shim.LibName)).CombinedOutput(); err != nil {
+		b.Fatalf("compiling testdata/regmr_bench.c: %v\n%s", err, out)
+	}
+	for i := 0; i < b.N; i++ {
+		o, e, err := d.run(b, 2*time.Minute, bin, "sroce_lo")
+		if err != nil {
+			b.Fatalf("regmr_bench: %v\n%s%s", err, o, e)
+		}
+		fmt.Printf("%12s %14s %16s %10s\n", "bytes", "ibv_reg_mr us", "ibv_dereg_mr us", "GB/s")
+		for _, line := range strings.Split(strings.TrimSpace(o), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 4 {
+				fmt.Printf("%12s %14s %16s %10s\n", f[0], f[1], f[2], f[3])
+			}
+		}
+	}
+}
