@@ -1,10 +1,10 @@
 package main
 
 // sroce devinfo: what ibv_devinfo shows of an rdma_rxe device, for the
-// sroce device a tool would open on an interface. The device is opened
-// (roce/iface), described and closed again: sroce devices live inside the
-// process that uses them, so this is the device any sroce tool would get
-// on that interface at this moment.
+// sroce device on an interface: the running daemon's when it serves the
+// interface, otherwise a fresh device opened (roce/iface), described and
+// closed again, the device any sroce tool would get on that interface at
+// this moment.
 
 import (
 	"context"

@@ -1,9 +1,10 @@
 package main
 
-// sroce stat: the counters of a sroce device. Without a daemon a device
-// lives in the process that opened it, so stat opens a fresh one on the
-// interface, optionally keeps it listening for a while, and prints its
-// port state, the engine's counters and the link's (see statAbout).
+// sroce stat: the counters of a sroce device: the running daemon's device
+// on the interface when there is one; otherwise a device lives in the
+// process that opened it, so stat opens a fresh one on the interface,
+// optionally keeps it listening for a while, and prints its port state,
+// the engine's counters and the link's (see statAbout).
 
 import (
 	"context"
