@@ -48,7 +48,7 @@ max_qp_wr, ...).`
 
 // runDevinfo implements "sroce devinfo".
 func runDevinfo(e *env, args []string) int {
-	f := newFlags(e, "devinfo", "sroce devinfo [-d IF] [-l] [-v] [--mode auto|xdp|udp]", devinfoAbout)
+	f := newFlags(e, "devinfo", "sroce devinfo [-d IF] [-l] [-v] [--socket PATH] [--mode auto|xdp|udp]", devinfoAbout)
 	var dev string
 	f.StringVar(&dev, "d", "", "network `interface` (default: the one of the default route)")
 	f.StringVar(&dev, "ib-dev", "", "same as -d")

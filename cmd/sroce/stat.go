@@ -35,12 +35,12 @@ What it shows. When a sroce daemon serves the interface (at --socket, or
 SROCE_SOCKET, or the daemon's usual place), stat prints the counters of the
 daemon's device, which every program run through the daemon uses.
 Otherwise a device exists only inside the process that opened it, and its
-counters die with it; then stat opens a fresh device on the interface (the one a tool would get, with
---mode), keeps it open for --for (default 0: just open it) counting whatever
+counters die with it; then stat opens a fresh device on the interface (the
+one a tool would get, with --mode), keeps it open for --for (default 0: just open it) counting whatever
 RoCEv2 traffic reaches it, for example packets a peer still sends to a QP
 that no longer exists (unknown_qpn), and prints the port state and the
-counters. It cannot show the counters of a device another process is using;
-"sroce demo" prints its devices' counters at the end of its run. While
+counters. It cannot show the counters of a device another program opened
+in its own process; "sroce demo" prints its devices' counters at the end of its run. While
 another sroce process holds the interface's AF_XDP queue or UDP port 4791,
 stat cannot open the device and says so.
 
@@ -49,7 +49,7 @@ counters that are zero.`
 
 // runStat implements "sroce stat".
 func runStat(e *env, args []string) int {
-	f := newFlags(e, "stat", "sroce stat [-d IF] [--mode auto|xdp|udp] [--for DURATION] [--json] [--nonzero]", statAbout)
+	f := newFlags(e, "stat", "sroce stat [-d IF] [--socket PATH] [--mode auto|xdp|udp] [--for DURATION] [--json] [--nonzero]", statAbout)
 	var dev string
 	f.StringVar(&dev, "d", "", "network `interface` (default: the one of the default route)")
 	f.StringVar(&dev, "ib-dev", "", "same as -d")
