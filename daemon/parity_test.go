@@ -1,7 +1,7 @@
 package daemon_test
 
-// The same verbs program run twice: on two in-process roce devices, and
-// through the daemon with package client on two devices of the same kind.
+// The same verbs program run twice through package rdma: on two in-process
+// roce devices, and through the daemon on two devices of the same kind.
 // Every completion (status, opcode, length, immediate data) and every byte
 // of memory must come out the same.
 
@@ -10,38 +10,31 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/client"
 	"github.com/sroce/sroce/daemon"
 	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/rdma"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/memlink"
 	"github.com/sroce/sroce/verbs"
 )
 
-// verbsQP is what the program needs of a QP, which both roce.QP and
-// client.QP have.
-type verbsQP interface {
-	Connect(*roce.ConnectAttr) error
-	PostSend(*verbs.SendWR) error
-	PostRecv(*verbs.RecvWR) error
-	QPN() bth.QPN
-	State() verbs.QPState
-}
-
 // end is one side of the program: an RC QP, its CQ, 64 KiB of registered
-// memory, and a UD QP with an address handle toward the other side.
+// memory, and a UD QP with an address handle toward the other side, all
+// through package rdma's interfaces.
 type end struct {
-	qp, ud     verbsQP
+	qp, ud     rdma.QP
 	poll       func([]verbs.WC) int
 	buf        []byte
 	base       uint64
 	lkey, rkey uint32
 	gid        bth.GID
 	dmac       [6]byte // where peers send (in process; the daemon resolves it)
+	peerMAC    [6]byte // the other side's, for the AH (in process)
 	ah         func(dgid bth.GID) *verbs.AH
 }
 
@@ -49,13 +42,56 @@ const parityAccess = mr.AccessLocalWrite | mr.AccessRemoteWrite | mr.AccessRemot
 
 var parityCap = verbs.QPCap{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}
 
+// newEnd sets up one side on dev, the same calls whatever dev is.
+func newEnd(t *testing.T, dev rdma.Device, dmac [6]byte) *end {
+	t.Helper()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := dev.Alloc(1 << 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := pd.RegMR(buf, parityAccess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := dev.CreateCQ(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.CreateQP(&rdma.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: parityCap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ud, err := pd.CreateQP(&rdma.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: cq, RecvCQ: cq, Cap: parityCap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gid, err := dev.QueryGID(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &end{qp: qp, ud: ud, poll: cq.Poll, buf: buf, base: m.Addr(), lkey: m.LKey(), rkey: m.RKey(), gid: gid, dmac: dmac}
+	e.ah = func(dgid bth.GID) *verbs.AH {
+		ah, err := pd.CreateAH(&verbs.AHAttr{DGID: dgid, HopLimit: 64, DMAC: e.peerMAC})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ah
+	}
+	return e
+}
+
 // inProcessEnds opens two roce devices on a memlink router.
 func inProcessEnds(t *testing.T) [2]*end {
 	router := memlink.NewRouter(roce.SystemClock(), 1, memlink.Impairments{})
 	var ends [2]*end
 	for i := range ends {
 		gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}))
-		d, err := roce.Open(router.NewPort(net.HardwareAddr{2, 0, 0, 0, 0, byte(i + 1)}, 1500), &roce.Options{GIDs: []bth.GID{gid}})
+		mac := [6]byte{2, 0, 0, 0, 0, byte(i + 1)}
+		d, err := roce.Open(router.NewPort(net.HardwareAddr(mac[:]), 1500), &roce.Options{GIDs: []bth.GID{gid}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,70 +99,23 @@ func inProcessEnds(t *testing.T) [2]*end {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { d.Close() })
-		pd, _ := d.AllocPD()
-		buf := make([]byte, 1<<16)
-		m, err := pd.RegMR(buf, parityAccess)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cq, _ := d.CreateCQ(64, nil)
-		qp, err := pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: parityCap})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ud, err := pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: cq, RecvCQ: cq, Cap: parityCap})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e := &end{qp: qp, ud: ud, poll: cq.Poll, buf: buf, base: m.Addr(), lkey: m.LKey(), rkey: m.RKey(), gid: gid,
-			dmac: [6]byte{2, 0, 0, 0, 0, byte(i + 1)}}
-		e.ah = func(dgid bth.GID) *verbs.AH {
-			a := verbs.AHAttr{DGID: dgid, HopLimit: 64, DMAC: [6]byte{2, 0, 0, 0, 0, byte(2 - i)}}
-			ah, err := pd.CreateAH(&a)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return ah
-		}
-		ends[i] = e
+		ends[i] = newEnd(t, rdma.InProcess(d), mac)
 	}
+	ends[0].peerMAC, ends[1].peerMAC = ends[1].dmac, ends[0].dmac
 	return ends
 }
 
-// daemonEnds opens two contexts on a daemon serving two memlink devices.
+// daemonEnds opens two devices of a daemon serving two memlink devices.
 func daemonEnds(t *testing.T) [2]*end {
 	r := newRig(t, daemon.Options{})
 	var ends [2]*end
 	for i := range ends {
-		x, err := client.Open(r.socket, fmt.Sprintf("sroce_mem%d", i))
+		dev, err := rdma.Daemon(r.socket, fmt.Sprintf("sroce_mem%d", i))
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { x.Close() })
-		pd, _ := x.AllocPD()
-		b, _ := x.Alloc(1 << 16)
-		m, err := pd.RegMR(b, 0, 1<<16, parityAccess)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cq, _ := x.CreateCQ(64, false)
-		qp, err := pd.CreateQP(&client.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: parityCap})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ud, err := pd.CreateQP(&client.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: cq, RecvCQ: cq, Cap: parityCap})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e := &end{qp: qp, ud: ud, poll: cq.Poll, buf: b.Buf, base: m.Addr(), lkey: m.LKey(), rkey: m.RKey(), gid: r.gids[i]}
-		e.ah = func(dgid bth.GID) *verbs.AH {
-			ah, err := pd.CreateAH(&verbs.AHAttr{DGID: dgid, HopLimit: 64})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return ah
-		}
-		ends[i] = e
+		t.Cleanup(func() { dev.Close() })
+		ends[i] = newEnd(t, dev, [6]byte{})
 	}
 	return ends
 }
@@ -246,5 +235,25 @@ func TestSameProgramInProcessAndThroughDaemon(t *testing.T) {
 	}
 	if len(wantC) != 13 || wantC[len(wantC)-1].Status != verbs.WCRemAccessErr {
 		t.Errorf("the program saw %d completions, the last %+v", len(wantC), wantC[len(wantC)-1])
+	}
+}
+
+// TestRDMAOpen checks rdma.Open's one call: a daemon that serves the
+// device gets it; with none, an interface that does not exist is a clear
+// error.
+func TestRDMAOpen(t *testing.T) {
+	r := newRig(t, daemon.Options{})
+	t.Setenv("SROCE_SOCKET", r.socket)
+	dev, err := rdma.Open("sroce_mem1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if dev.Name() != "sroce_mem1" || len(r.srv.Clients()) != 1 {
+		t.Errorf("rdma.Open gave %q, the daemon has %d clients", dev.Name(), len(r.srv.Clients()))
+	}
+	t.Setenv("SROCE_SOCKET", r.socket+".none")
+	if _, err := rdma.Open("sroce_nosuchif9"); err == nil || !strings.Contains(err.Error(), "no daemon serves sroce_nosuchif9") {
+		t.Errorf("rdma.Open of a missing interface: %v", err)
 	}
 }

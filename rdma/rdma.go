@@ -1,0 +1,280 @@
+// Package rdma is the verbs for Go programs that do not care where the
+// engine runs: one set of interfaces over a device in the program's own
+// process (package roce) or a device of the sroce daemon (package client).
+// A program picks with one call:
+//
+//	dev, err := rdma.Open("sroce_eth0") // the daemon's device if a daemon serves it, else in process
+//	dev := rdma.InProcess(port.Device()) // a roce device the program opened
+//	dev, err := rdma.Daemon(socket, "sroce_eth0")
+//
+// and then uses the same calls either way: AllocPD, Alloc (memory that can
+// be registered wherever the engine runs), RegMR, CreateCQ, CreateQP,
+// CreateAH, Connect, PostSend, PostRecv, Poll.
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/client"
+	"github.com/sroce/sroce/daemon"
+	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/roce/iface"
+	"github.com/sroce/sroce/verbs"
+)
+
+// Device is an open RDMA device.
+type Device interface {
+	// Name returns the device's name ("sroce_eth0").
+	Name() string
+	// QueryGID returns entry index of the GID table.
+	QueryGID(index int) (bth.GID, error)
+	// AllocPD allocates a protection domain.
+	AllocPD() (PD, error)
+	// CreateCQ creates a completion queue of cqe entries.
+	CreateCQ(cqe int) (CQ, error)
+	// Alloc returns n bytes of memory that PD.RegMR can register (for
+	// the daemon, memory it shares with the program).
+	Alloc(n int) ([]byte, error)
+	// Close releases the device (in process: the device itself only when
+	// Open opened it).
+	Close() error
+}
+
+// PD is a protection domain.
+type PD interface {
+	// RegMR registers buf, which Device.Alloc returned (or a part of it).
+	RegMR(buf []byte, access mr.Access) (MR, error)
+	CreateQP(attr *QPInitAttr) (QP, error)
+	// CreateAH creates an address handle for UD sends (wr.AH).
+	CreateAH(attr *verbs.AHAttr) (*verbs.AH, error)
+	DestroyAH(ah *verbs.AH) error
+	Dealloc() error
+}
+
+// MR is a registered memory region.
+type MR interface {
+	LKey() uint32
+	RKey() uint32
+	// Addr is the address of the region's first byte, for SGEs and peers.
+	Addr() uint64
+	Dereg() error
+}
+
+// CQ is a completion queue.
+type CQ interface {
+	// Poll takes up to len(wcs) completions without waiting.
+	Poll(wcs []verbs.WC) int
+	// WaitTimeout waits at most timeout for a completion.
+	WaitTimeout(wcs []verbs.WC, timeout time.Duration) (int, error)
+	Destroy() error
+}
+
+// QP is a queue pair.
+type QP interface {
+	QPN() bth.QPN
+	Type() verbs.QPType
+	State() verbs.QPState
+	Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error
+	// Connect moves the QP through INIT, RTR and RTS (roce.QP.Connect).
+	Connect(c *roce.ConnectAttr) error
+	PostSend(wr *verbs.SendWR) error
+	PostRecv(wr *verbs.RecvWR) error
+	Destroy() error
+}
+
+// QPInitAttr describes a QP to create.
+type QPInitAttr struct {
+	Type           verbs.QPType
+	SendCQ, RecvCQ CQ
+	Cap            verbs.QPCap
+	SigAll         bool
+}
+
+// ErrForeignCQ reports a CQ of another device.
+var ErrForeignCQ = errors.New("rdma: the CQ belongs to another device")
+
+// Open opens device name ("sroce_eth0", or the interface name "eth0"):
+// the sroce daemon's device when a daemon at its usual socket
+// (SROCE_SOCKET) serves it, else a device of this process on the
+// interface, opened as the sroce tools open theirs.
+func Open(name string) (Device, error) {
+	name = "sroce_" + strings.TrimPrefix(name, "sroce_")
+	if d, err := Daemon(daemon.DefaultSocket(), name); err == nil {
+		return d, nil
+	}
+	p, err := iface.Open(context.Background(), strings.TrimPrefix(name, "sroce_"), iface.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("rdma: no daemon serves %s, and opening it in process: %w", name, err)
+	}
+	return &local{dev: p.Device(), closer: p.Close}, nil
+}
+
+// InProcess returns dev, a device of this process, as a Device. Closing
+// the Device leaves dev open.
+func InProcess(dev *roce.Device) Device { return &local{dev: dev} }
+
+// Daemon opens device name of the sroce daemon at socket.
+func Daemon(socket, name string) (Device, error) {
+	x, err := client.Open(socket, name)
+	if err != nil {
+		return nil, err
+	}
+	return &remote{x: x}, nil
+}
+
+// --- in process ----------------------------------------------------------
+
+type local struct {
+	dev    *roce.Device
+	closer func() error
+}
+
+type localPD struct{ *roce.PD }
+type localCQ struct{ *roce.CQ }
+type localMR struct{ *roce.MR }
+
+func (l *local) Name() string                    { return l.dev.Name() }
+func (l *local) QueryGID(i int) (bth.GID, error) { return l.dev.QueryGID(i) }
+func (l *local) Alloc(n int) ([]byte, error)     { return make([]byte, n), nil }
+func (l *local) AllocPD() (PD, error)            { pd, err := l.dev.AllocPD(); return wrapPD(pd, err) }
+func (l *local) CreateCQ(cqe int) (CQ, error) {
+	c, err := l.dev.CreateCQ(cqe, nil)
+	return wrapCQ(c, err)
+}
+func (p localPD) Dealloc() error { return p.PD.Dealloc() }
+func (p localPD) RegMR(b []byte, a mr.Access) (MR, error) {
+	m, err := p.PD.RegMR(b, a)
+	if err != nil {
+		return nil, err
+	}
+	return localMR{m}, nil
+}
+
+func (l *local) Close() error {
+	if l.closer != nil {
+		return l.closer()
+	}
+	return nil
+}
+
+func wrapPD(pd *roce.PD, err error) (PD, error) {
+	if err != nil {
+		return nil, err
+	}
+	return localPD{pd}, nil
+}
+
+func wrapCQ(c *roce.CQ, err error) (CQ, error) {
+	if err != nil {
+		return nil, err
+	}
+	return localCQ{c}, nil
+}
+
+func (p localPD) CreateQP(a *QPInitAttr) (QP, error) {
+	s, ok1 := a.SendCQ.(localCQ)
+	r, ok2 := a.RecvCQ.(localCQ)
+	if !ok1 || !ok2 {
+		return nil, ErrForeignCQ
+	}
+	q, err := p.PD.CreateQP(&roce.QPInitAttr{Type: a.Type, SendCQ: s.CQ, RecvCQ: r.CQ, Cap: a.Cap, SigAll: a.SigAll})
+	if err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// --- through the daemon --------------------------------------------------
+
+type remote struct {
+	x    *client.Context
+	mu   sync.Mutex
+	bufs []*client.Buffer
+}
+
+type remotePD struct {
+	*client.PD
+	r *remote
+}
+type remoteCQ struct{ *client.CQ }
+
+func (r *remote) Name() string                    { return r.x.Info.Name }
+func (r *remote) QueryGID(i int) (bth.GID, error) { return r.x.QueryGID(i) }
+func (r *remote) Close() error                    { return r.x.Close() }
+
+func (r *remote) AllocPD() (PD, error) {
+	pd, err := r.x.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	return remotePD{pd, r}, nil
+}
+
+func (r *remote) CreateCQ(cqe int) (CQ, error) {
+	c, err := r.x.CreateCQ(cqe, true)
+	if err != nil {
+		return nil, err
+	}
+	return remoteCQ{c}, nil
+}
+
+func (r *remote) Alloc(n int) ([]byte, error) {
+	b, err := r.x.Alloc(n)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.bufs = append(r.bufs, b)
+	r.mu.Unlock()
+	return b.Buf, nil
+}
+
+// buffer finds the shared buffer that holds buf, and buf's offset in it.
+func (r *remote) buffer(buf []byte) (*client.Buffer, int, bool) {
+	if len(buf) == 0 {
+		return nil, 0, false
+	}
+	p := uintptr(unsafe.Pointer(&buf[0]))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, b := range r.bufs {
+		base := uintptr(unsafe.Pointer(&b.Buf[0]))
+		if p >= base && p+uintptr(len(buf)) <= base+uintptr(len(b.Buf)) {
+			return b, int(p - base), true
+		}
+	}
+	return nil, 0, false
+}
+
+func (c remoteCQ) WaitTimeout(wcs []verbs.WC, timeout time.Duration) (int, error) {
+	return c.CQ.Wait(wcs, timeout)
+}
+
+func (p remotePD) RegMR(buf []byte, access mr.Access) (MR, error) {
+	b, off, ok := p.r.buffer(buf)
+	if !ok {
+		return nil, errors.New("rdma: a daemon's device registers only memory from Device.Alloc")
+	}
+	return p.PD.RegMR(b, off, len(buf), access)
+}
+
+func (p remotePD) CreateQP(a *QPInitAttr) (QP, error) {
+	s, ok1 := a.SendCQ.(remoteCQ)
+	r, ok2 := a.RecvCQ.(remoteCQ)
+	if !ok1 || !ok2 {
+		return nil, ErrForeignCQ
+	}
+	q, err := p.PD.CreateQP(&client.QPInitAttr{Type: a.Type, SendCQ: s.CQ, RecvCQ: r.CQ, Cap: a.Cap, SigAll: a.SigAll})
+	if err != nil {
+		return nil, err
+	}
+	return q, nil
+}
