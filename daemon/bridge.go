@@ -54,7 +54,7 @@ func newBridge(c *conn) *bridge {
 // doorbell does.
 func (b *bridge) wake() {
 	v := uint64(1)
-	unix.Write(int(b.c.doorbell.Fd()), (*[8]byte)(unsafe.Pointer(&v))[:])
+	unix.Write(b.c.doorbellFD, (*[8]byte)(unsafe.Pointer(&v))[:])
 }
 
 // stop ends the bridge and waits for it (bounded: a pass is short).

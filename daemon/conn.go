@@ -59,11 +59,12 @@ type conn struct {
 	ahs      map[uint32]*ahObj
 	regBytes uint64
 
-	ctxPage  *shm
-	doorbell *os.File // the eventfd clients write to
-	asyncW   int      // the daemon's end of the async event socket
-	br       *bridge
-	gone     atomic.Bool
+	ctxPage    *shm
+	doorbell   *os.File // the eventfd clients write to (closed with the connection)
+	doorbellFD int      // its descriptor, nonblocking
+	asyncW     int      // the daemon's end of the async event socket
+	br         *bridge
+	gone       atomic.Bool
 }
 
 type mrObj struct {
@@ -474,7 +475,7 @@ func (c *conn) open(b []byte) ([]byte, []int, error) {
 	}
 	unix.SetNonblock(pair[0], true)
 	c.ctxPage, c.asyncW = page, pair[0]
-	c.doorbell = os.NewFile(uintptr(efd), "sroce-doorbell")
+	c.doorbell, c.doorbellFD = os.NewFile(uintptr(efd), "sroce-doorbell"), efd
 	c.br = newBridge(c)
 	// The reply passes the client's copies: its async socket end, the
 	// eventfd and the context page (dup'd, as the caller closes what it
