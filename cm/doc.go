@@ -30,4 +30,14 @@
 // schedule in the caller's (virtual) time, and Dedup the bounded memory of
 // received MADs (by sender, transaction ID and attribute) that answers a
 // resent request again instead of handling it twice.
+//
+// Manager is the connection state machine of both sides, pure like the QP
+// logic: the caller feeds it received MADs, the application's calls and
+// the virtual time, and takes the MADs to send, the librdmacm-style events
+// (CONNECT_REQUEST, ESTABLISHED, REJECTED, DISCONNECTED, UNREACHABLE,
+// TIMEWAIT_EXIT) and the next deadline. It resends REQ, REP and DREQ per
+// Retry, lets an MRA extend the wait, answers duplicates through Dedup,
+// rejects a REQ for a service nobody listens on with "invalid service ID"
+// (as Linux's ib_cm does), answers a DREQ for an unknown connection with a
+// DREP, and bounds the passive connections not yet established.
 package cm

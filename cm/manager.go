@@ -359,6 +359,9 @@ func (m *Manager) established(c *conn) {
 	}
 }
 
+// timeWait enters TIMEWAIT for the local ACK timeout of the path (the
+// packet lifetime exponent plus one, twice the packet lifetime), the span
+// Linux's ib_cm waits before it lets the QP be reused.
 func (m *Manager) timeWait(now monotime.Time, c *conn) {
 	c.retry.Stop()
 	c.state = StateTimeWait

@@ -162,8 +162,8 @@ func TestManagerConnectDisconnect(t *testing.T) {
 			t.Fatalf("state %v after disconnect, want TIMEWAIT", s)
 		}
 		d, ok := m.Deadline()
-		if !ok {
-			t.Fatal("no TIMEWAIT timer")
+		if !ok || d != now.Add(2*TimeoutDuration(16)) {
+			t.Fatalf("TIMEWAIT timer %v (running %v), want %v", d, ok, now.Add(2*TimeoutDuration(16)))
 		}
 		m.Tick(d.Add(-1))
 		if _, ev := m.Take(); len(ev) != 0 {
