@@ -126,6 +126,7 @@ type conn struct {
 	deadline     monotime.Time // TIMEWAIT end, or the consumer's decision limit in REQ_RCVD
 	req          REQ
 	halfOpen     bool
+	remoteQPN    bth.QPN // the peer's QP, named in a DREQ
 }
 
 // Manager is the connection manager's state machine for both sides, pure:
@@ -307,7 +308,11 @@ func (m *Manager) Reject(now monotime.Time, id uint32, reason RejReason, private
 	if c.state != StateREQRcvd {
 		return ErrWrongState
 	}
-	b := m.send(c.peer, c.tid, &REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: MsgREQ, Reason: reason, PrivateData: private})
+	b, err := Send(c.tid, &REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: MsgREQ, Reason: reason, PrivateData: private})
+	if err != nil {
+		return err
+	}
+	m.out = append(m.out, Out{To: c.peer, MAD: b})
 	m.dedup.Answer(m.reqKey(c), b)
 	m.free(c)
 	return nil
@@ -326,11 +331,7 @@ func (m *Manager) Disconnect(now monotime.Time, id uint32) error {
 	}
 	c.dreqTID = m.nextTID
 	m.nextTID++
-	var qpn bth.QPN
-	if c.passive {
-		qpn = c.req.LocalQPN
-	}
-	c.last = m.send(c.peer, c.dreqTID, &DREQ{LocalCommID: c.id, RemoteCommID: c.remoteID, RemoteQPN: qpn})
+	c.last = m.send(c.peer, c.dreqTID, &DREQ{LocalCommID: c.id, RemoteCommID: c.remoteID, RemoteQPN: c.remoteQPN})
 	c.state = StateDREQSent
 	c.retry.Start(now, c.respWait, m.cfg.MaxRetries)
 	return nil
@@ -469,9 +470,16 @@ func (m *Manager) lookup(from Addr, localID, remoteID uint32) (*conn, error) {
 
 func (m *Manager) onREQ(now monotime.Time, from Addr, tid uint64, key DupKey, r *REQ) {
 	if id, ok := m.byPeer[peerKey{from.GID, r.LocalCommID}]; ok {
-		// A resend the Dedup no longer remembers.
-		if c := m.conns[id]; c != nil && c.state == StateREPSent && c.last != nil {
+		c := m.conns[id]
+		switch {
+		case c == nil:
+		case c.state == StateREPSent && c.last != nil:
+			// A resend the Dedup no longer remembers.
 			m.out = append(m.out, Out{To: from, MAD: c.last})
+		case c.state == StateTimeWait:
+			// The peer reuses the ID of a connection not yet out of
+			// TIMEWAIT.
+			m.send(from, tid, &REJ{LocalCommID: c.id, RemoteCommID: r.LocalCommID, MessageRejected: MsgREQ, Reason: RejStaleConn})
 		}
 		return
 	}
@@ -489,7 +497,7 @@ func (m *Manager) onREQ(now monotime.Time, from Addr, tid uint64, key DupKey, r 
 	}
 	c := &conn{
 		id: m.newID(), remoteID: r.LocalCommID, peer: from, state: StateREQRcvd,
-		passive: true, tid: tid, req: *r, halfOpen: true,
+		passive: true, tid: tid, req: *r, halfOpen: true, remoteQPN: r.LocalQPN,
 	}
 	// The active side gives up after its retries: so does the wait for the
 	// consumer's decision.
@@ -516,7 +524,7 @@ func (m *Manager) onREP(now monotime.Time, from Addr, key DupKey, r *REP) error 
 	default:
 		return nil
 	}
-	c.remoteID = r.LocalCommID
+	c.remoteID, c.remoteQPN = r.LocalCommID, r.LocalQPN
 	c.retry.Stop()
 	b := m.send(from, c.tid, &RTU{LocalCommID: c.id, RemoteCommID: c.remoteID})
 	m.dedup.Answer(key, b)

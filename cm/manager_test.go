@@ -143,6 +143,9 @@ func TestManagerConnectDisconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	pout, _ = p.Take()
+	if _, msg := decode(t, pout[0]); msg.(*DREQ).RemoteQPN != 0x11 {
+		t.Fatalf("DREQ names QP %v, want the active side's 0x11", msg.(*DREQ).RemoteQPN)
+	}
 	deliver(t, now, a, addrP, pout)
 	out, aev = a.Take()
 	if !eqAttrs(attrs(t, out), AttrDREP) || !eqTypes(types(aev), EventDisconnected) {
@@ -393,12 +396,16 @@ func TestManagerDREQTimeout(t *testing.T) {
 	o, _ := a.Take()
 	deliver(t, now, p, addrA, o)
 	_, ev := p.Take()
-	p.Accept(now, ev[0].ID, REP{})
+	p.Accept(now, ev[0].ID, REP{LocalQPN: 0x22})
 	o, _ = p.Take()
 	deliver(t, now, a, addrP, o)
 	a.Take()
 	a.Disconnect(now, id)
-	a.Take()
+	if o, _ := a.Take(); len(o) != 1 {
+		t.Fatalf("disconnect sent %d MADs", len(o))
+	} else if _, msg := decode(t, o[0]); msg.(*DREQ).RemoteQPN != 0x22 {
+		t.Fatalf("DREQ names QP %v, want the passive side's 0x22", msg.(*DREQ).RemoteQPN)
+	}
 	now, _ = a.Deadline()
 	a.Tick(now)
 	if o, _ := a.Take(); !eqAttrs(attrs(t, o), AttrDREQ) {
@@ -485,5 +492,51 @@ func TestManagerMalformed(t *testing.T) {
 		if err := p.Receive(0, addrA, mad(t, 1, msg)); err == nil {
 			t.Errorf("%v for no connection accepted", msg.Attr())
 		}
+	}
+}
+
+func TestManagerStaleREQInTimeWait(t *testing.T) {
+	var now monotime.Time
+	p := NewManager(Config{})
+	p.Listen(svc)
+	req := testREQ()
+	req.LocalCommID = 6
+	p.Receive(now, addrA, mad(t, 1, &req))
+	_, ev := p.Take()
+	id := ev[0].ID
+	p.Accept(now, id, REP{})
+	p.Receive(now, addrA, mad(t, 1, &RTU{LocalCommID: 6, RemoteCommID: id}))
+	p.Receive(now, addrA, mad(t, 2, &DREQ{LocalCommID: 6, RemoteCommID: id}))
+	p.Take()
+	if s, _ := p.State(id); s != StateTimeWait {
+		t.Fatalf("state %v after DREQ", s)
+	}
+	// A duplicate DREQ is answered with the same DREP.
+	p.Receive(now, addrA, mad(t, 2, &DREQ{LocalCommID: 6, RemoteCommID: id}))
+	if out, ev := p.Take(); !eqAttrs(attrs(t, out), AttrDREP) || len(ev) != 0 {
+		t.Fatalf("duplicate DREQ: sent %v, events %v", attrs(t, out), types(ev))
+	}
+	// A new REQ reusing the communication ID during TIMEWAIT is stale.
+	p.Receive(now, addrA, mad(t, 3, &req))
+	out, ev := p.Take()
+	if len(ev) != 0 || !eqAttrs(attrs(t, out), AttrREJ) {
+		t.Fatalf("REQ in TIMEWAIT: sent %v, events %v", attrs(t, out), types(ev))
+	}
+	if _, msg := decode(t, out[0]); msg.(*REJ).Reason != RejStaleConn {
+		t.Fatalf("REJ reason %v", msg.(*REJ).Reason)
+	}
+}
+
+func TestManagerRejectTooMuchPrivateData(t *testing.T) {
+	p := NewManager(Config{})
+	p.Listen(svc)
+	req := testREQ()
+	p.Receive(0, addrA, mad(t, 1, &req))
+	_, ev := p.Take()
+	if err := p.Reject(0, ev[0].ID, RejConsumerDefined, make([]byte, REJPrivateLen+1)); err == nil {
+		t.Fatal("REJ with too much private data accepted")
+	}
+	if s, ok := p.State(ev[0].ID); !ok || s != StateREQRcvd {
+		t.Fatalf("state %v after a failed reject", s)
 	}
 }
