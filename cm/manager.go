@@ -187,25 +187,20 @@ func (m *Manager) Take() ([]Out, []Event) {
 func (m *Manager) Deadline() (monotime.Time, bool) {
 	var d monotime.Time
 	ok := false
+	take := func(t monotime.Time) {
+		if !ok || t.Before(d) {
+			d, ok = t, true
+		}
+	}
 	for _, c := range m.conns {
-		for _, t := range c.timers() {
-			if !ok || t.Before(d) {
-				d, ok = t, true
-			}
+		if c.retry.Active() {
+			take(c.retry.Deadline())
+		}
+		if c.state == StateTimeWait || c.state == StateREQRcvd {
+			take(c.deadline)
 		}
 	}
 	return d, ok
-}
-
-func (c *conn) timers() []monotime.Time {
-	var ts []monotime.Time
-	if c.retry.Active() {
-		ts = append(ts, c.retry.Deadline())
-	}
-	if c.state == StateTimeWait || c.state == StateREQRcvd {
-		ts = append(ts, c.deadline)
-	}
-	return ts
 }
 
 // Listen makes REQs for serviceID raise CONNECT_REQUEST events.

@@ -424,7 +424,7 @@ func TestManagerDREQTimeout(t *testing.T) {
 func TestManagerHalfOpenBounded(t *testing.T) {
 	const limit, n = 100, 3000
 	var now monotime.Time
-	p := NewManager(Config{MaxHalfOpen: limit})
+	p := NewManager(Config{MaxHalfOpen: limit, DedupCapacity: 500})
 	p.Listen(svc)
 	var rejs, reqs int
 	for i := 0; i < n; i++ {
@@ -442,6 +442,9 @@ func TestManagerHalfOpenBounded(t *testing.T) {
 			}
 		}
 		now = now.Add(time.Microsecond)
+	}
+	if p.dedup.Len() > 500 {
+		t.Fatalf("duplicate detection holds %d keys, above its capacity 500", p.dedup.Len())
 	}
 	if reqs != limit || rejs != n-limit || p.Len() != limit || p.HalfOpen() != limit {
 		t.Fatalf("%d requests, %d REJs, %d connections, %d half-open", reqs, rejs, p.Len(), p.HalfOpen())
