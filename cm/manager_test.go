@@ -543,3 +543,82 @@ func TestManagerRejectTooMuchPrivateData(t *testing.T) {
 		t.Fatalf("state %v after a failed reject", s)
 	}
 }
+
+// connected returns two managers with an established connection and its
+// IDs on each side.
+func connected(t *testing.T, now monotime.Time) (a, p *Manager, aid, pid uint32) {
+	t.Helper()
+	a, p = NewManager(Config{}), NewManager(Config{})
+	if err := p.Listen(svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Listen(svc); err == nil {
+		t.Fatal("second Listen on the same service ID accepted")
+	}
+	aid, _ = a.Connect(now, addrP, testREQ())
+	o, _ := a.Take()
+	deliver(t, now, p, addrA, o)
+	_, ev := p.Take()
+	pid = ev[0].ID
+	p.Accept(now, pid, REP{LocalQPN: 0x22})
+	o, _ = p.Take()
+	deliver(t, now, a, addrP, o)
+	o, _ = a.Take()
+	deliver(t, now, p, addrA, o)
+	p.Take()
+	if s, _ := p.State(pid); s != StateEstablished {
+		t.Fatalf("passive state %v", s)
+	}
+	return a, p, aid, pid
+}
+
+func TestManagerSimultaneousDisconnect(t *testing.T) {
+	var now monotime.Time
+	a, p, aid, pid := connected(t, now)
+	a.Disconnect(now, aid)
+	p.Disconnect(now, pid)
+	ao, _ := a.Take()
+	po, _ := p.Take()
+	deliver(t, now, a, addrP, po)
+	deliver(t, now, p, addrA, ao)
+	ao, aev := a.Take()
+	po, pev := p.Take()
+	if !eqTypes(types(aev), EventDisconnected) || !eqTypes(types(pev), EventDisconnected) ||
+		!eqAttrs(attrs(t, ao), AttrDREP) || !eqAttrs(attrs(t, po), AttrDREP) {
+		t.Fatalf("crossing DREQs: active %v %v, passive %v %v", attrs(t, ao), types(aev), attrs(t, po), types(pev))
+	}
+	// The DREPs crossing too change nothing more.
+	deliver(t, now, a, addrP, po)
+	deliver(t, now, p, addrA, ao)
+	if _, ev := a.Take(); len(ev) != 0 {
+		t.Fatalf("late DREP raised %v", types(ev))
+	}
+	if s, _ := a.State(aid); s != StateTimeWait {
+		t.Fatalf("state %v", s)
+	}
+}
+
+func TestManagerMRAForREP(t *testing.T) {
+	var now monotime.Time
+	p := NewManager(Config{})
+	p.Listen(svc)
+	req := testREQ()
+	req.LocalCommID = 4
+	p.Receive(now, addrA, mad(t, 1, &req))
+	_, ev := p.Take()
+	id := ev[0].ID
+	p.Accept(now, id, REP{})
+	p.Take()
+	if err := p.Receive(now, addrA, mad(t, 1, &MRA{LocalCommID: 4, RemoteCommID: id, MessageMRAed: MsgREP, ServiceTimeout: 25})); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := p.Deadline()
+	if s, _ := p.State(id); s != StateMRAREPRcvd || d != now.Add(MRAWait(16, 25)) {
+		t.Fatalf("after MRA: state %v, deadline %v", s, d)
+	}
+	// The RTU still completes the connection.
+	p.Receive(now, addrA, mad(t, 1, &RTU{LocalCommID: 4, RemoteCommID: id}))
+	if _, ev := p.Take(); !eqTypes(types(ev), EventEstablished) {
+		t.Fatalf("RTU after MRA: events %v", types(ev))
+	}
+}
