@@ -622,3 +622,18 @@ func TestManagerMRAForREP(t *testing.T) {
 		t.Fatalf("RTU after MRA: events %v", types(ev))
 	}
 }
+
+func TestManagerWrongRemoteCommID(t *testing.T) {
+	var now monotime.Time
+	a, p, aid, pid := connected(t, now)
+	// The right local ID but another peer connection's ID: not this connection.
+	if err := p.Receive(now, addrA, mad(t, 7, &DREP{LocalCommID: aid + 100, RemoteCommID: pid})); err == nil {
+		t.Fatal("DREP with a wrong sender comm ID accepted")
+	}
+	if err := a.Receive(now, addrP, mad(t, 7, &REJ{LocalCommID: pid + 100, RemoteCommID: aid, Reason: RejConsumerDefined})); err == nil {
+		t.Fatal("REJ with a wrong sender comm ID accepted")
+	}
+	if s, _ := a.State(aid); s != StateEstablished {
+		t.Fatalf("state %v after a stray REJ", s)
+	}
+}
