@@ -23,6 +23,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/sroce/sroce/daemon/ctl"
+	"github.com/sroce/sroce/ring"
 )
 
 //go:embed libibverbs/*.c libibverbs/*.h libibverbs/libibverbs.map
@@ -66,35 +69,43 @@ func Compiler() (string, error) {
 		ErrNoCompiler, strings.Join(tried, ", "))
 }
 
-// sourceFiles returns the names of the embedded C sources and headers, sorted.
-func sourceFiles() ([]string, error) {
+// source is one file of the library's build: a C source or header.
+type source struct {
+	name string
+	data []byte
+}
+
+// sourceFiles returns the library's files, sorted by name: the embedded C
+// sources and headers, and the protocol and ring headers of packages
+// daemon/ctl and ring (one copy of each, where its Go side lives).
+func sourceFiles() ([]source, error) {
 	entries, err := fs.ReadDir(sources, srcDir)
 	if err != nil {
 		return nil, err
 	}
-	var names []string
+	files := []source{{"sroce_ctl.h", ctl.CHeader}, {"sroce_ring.h", ring.CHeader}}
 	for _, e := range entries {
-		names = append(names, e.Name())
+		b, err := sources.ReadFile(srcDir + "/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, source{e.Name(), b})
 	}
-	sort.Strings(names)
-	return names, nil
+	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
+	return files, nil
 }
 
-// Hash returns the cache key of the library: a hash of every embedded source
-// file (name and contents) and of the compiler flags.
+// Hash returns the cache key of the library: a hash of every source file
+// (name and contents) and of the compiler flags.
 func Hash() (string, error) {
-	names, err := sourceFiles()
+	files, err := sourceFiles()
 	if err != nil {
 		return "", err
 	}
 	h := sha256.New()
-	for _, n := range names {
-		b, err := sources.ReadFile(srcDir + "/" + n)
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(h, "%s\x00%d\x00", n, len(b))
-		h.Write(b)
+	for _, f := range files {
+		fmt.Fprintf(h, "%s\x00%d\x00", f.name, len(f.data))
+		h.Write(f.data)
 	}
 	fmt.Fprintf(h, "flags\x00%s", strings.Join(cflags, "\x00"))
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
@@ -116,18 +127,14 @@ func CacheDir() (string, error) {
 	return filepath.Join(home, ".cache", "sroce"), nil
 }
 
-// WriteSources writes the embedded C sources into dir.
+// WriteSources writes the library's sources and headers into dir.
 func WriteSources(dir string) error {
-	names, err := sourceFiles()
+	files, err := sourceFiles()
 	if err != nil {
 		return err
 	}
-	for _, n := range names {
-		b, err := sources.ReadFile(srcDir + "/" + n)
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, n), b, 0o644); err != nil {
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f.name), f.data, 0o644); err != nil {
 			return err
 		}
 	}
@@ -145,15 +152,15 @@ func Compile(ctx context.Context, dir string) (string, error) {
 	if err := WriteSources(dir); err != nil {
 		return "", fmt.Errorf("writing libibverbs sources to %s: %w", dir, err)
 	}
-	names, err := sourceFiles()
+	files, err := sourceFiles()
 	if err != nil {
 		return "", err
 	}
 	args := append([]string{}, cflags...)
 	args = append(args, "-o", LibName)
-	for _, n := range names {
-		if strings.HasSuffix(n, ".c") {
-			args = append(args, n)
+	for _, f := range files {
+		if strings.HasSuffix(f.name, ".c") {
+			args = append(args, f.name)
 		}
 	}
 	args = append(args, "-lpthread")
