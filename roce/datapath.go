@@ -115,15 +115,7 @@ func (d *Device) receive(now monotime.Time, frame []byte) {
 		// (ICRCVerifier), so a mismatch proves nothing: count and accept.
 		d.cnt[verbs.CntICRCUnchecked]++
 	}
-	dst := p.DstAddr()
-	local := false
-	for _, a := range d.gidAddrs {
-		if a == dst {
-			local = true
-			break
-		}
-	}
-	if !local {
+	if !d.isLocal(p.DstAddr()) {
 		d.cnt[verbs.CntBadDGID]++
 		return
 	}
@@ -344,12 +336,12 @@ func (d *Device) send(ah *verbs.AH, src bth.QPN, pkt []byte) {
 	d.txN++
 }
 
-// isLocal reports whether a is the address of one of the device's GIDs:
-// a packet to it stays in the device.
+// isLocal reports whether a (unmapped, as bth.GID.Addr gives it) is the
+// address of one of the device's GIDs: the device accepts packets to it,
+// and keeps those it sends to it.
 func (d *Device) isLocal(a netip.Addr) bool {
-	a = a.Unmap()
 	for _, g := range d.gidAddrs {
-		if g.Unmap() == a {
+		if g == a {
 			return true
 		}
 	}
@@ -375,23 +367,24 @@ func (d *Device) queueLoop(frame []byte) {
 }
 
 // loopback receives the frames the device sent to itself, and what they
-// make the QPs send, for a bounded number of rounds. It reports whether
-// frames are still waiting.
+// make the QPs send, for a bounded number of rounds. Frames queued while
+// it runs join the queue behind the ones being received; the queue and
+// the frames' buffers are reused. It reports whether frames still wait.
 func (d *Device) loopback(now monotime.Time) bool {
-	for round := 0; round < 8 && len(d.loopQ) > 0; round++ {
-		q := d.loopQ
-		d.loopQ = nil
-		for _, f := range q {
+	done := 0
+	for round := 0; round < 8 && done < len(d.loopQ); round++ {
+		for end := len(d.loopQ); done < end; done++ {
+			f := d.loopQ[done]
 			d.receive(now, f)
 			d.loopFree = append(d.loopFree, f)
 		}
 		d.doorbells()
 		d.pump(now, false)
-		if d.loopQ == nil {
-			d.loopQ = q[:0]
-		}
 	}
-	return len(d.loopQ) > 0
+	n := copy(d.loopQ, d.loopQ[done:])
+	clear(d.loopQ[n:])
+	d.loopQ = d.loopQ[:n]
+	return n > 0
 }
 
 // UDPSourcePort returns the UDP source port of a QP's packets, as rdma_rxe
