@@ -137,7 +137,9 @@ func (b *bridge) pass() (bool, error) {
 			}
 			work = work || w
 		}
-		atomic.StoreUint32(&o.ctl.State, uint32(o.qp.State()))
+		if st := uint32(o.qp.State()); atomic.LoadUint32(&o.ctl.State) != st {
+			atomic.StoreUint32(&o.ctl.State, st) // written on a change only: the client reads this line
+		}
 	}
 	for _, s := range c.srqs {
 		w, err := b.recvs(s.rq, &s.rqQ, s.srq.PostRecv)

@@ -163,15 +163,7 @@ func printDevinfo(w io.Writer, d devinfoData, verbose bool) {
 	dev := func(k string, format string, args ...any) { kv(&b, 1, 40, k, fmt.Sprintf(format, args...)) }
 	port := func(k string, format string, args ...any) { kv(&b, 3, 48, k, fmt.Sprintf(format, args...)) }
 	guid := iface.FormatGUID(iface.NodeGUID(d.ifc.MAC))
-	fmt.Fprintf(&b, "hca_id:\t%s\n", d.name)
-	dev("transport", "InfiniBand (0)")
-	dev("fw_ver", "0.0.0")
-	dev("node_guid", "%s", guid)
-	dev("sys_image_guid", "%s", guid)
-	dev("vendor_id", "0xffffff")
-	dev("vendor_part_id", "0")
-	dev("hw_ver", "0x0")
-	dev("phys_port_cnt", "1")
+	writeDevHead(&b, d.name, guid)
 	dev("netdev", "%s (ifindex %d, mtu %d, mac %s)", d.ifc.Name, d.ifc.Index, d.ifc.MTU, d.ifc.MAC)
 	if d.port != nil {
 		lm := d.port.LinkMode()
@@ -220,13 +212,7 @@ func printDevinfo(w io.Writer, d devinfoData, verbose bool) {
 	if d.port != nil {
 		active = d.port.ActiveMTU()
 	}
-	port("state", "%s", state)
-	port("max_mtu", "4096 (5)")
-	port("active_mtu", "%s (%d)", active, active)
-	port("sm_lid", "0")
-	port("port_lid", "0")
-	port("port_lmc", "0x00")
-	port("link_layer", "Ethernet")
+	writePortHead(&b, state, verbs.MTU4096, active)
 	gids := d.ifc.GIDs
 	if d.port != nil {
 		gids = d.port.GIDs()
@@ -301,15 +287,7 @@ func daemonDevinfo(w io.Writer, socket, ifname string, verbose bool) bool {
 	var g [8]byte
 	binary.LittleEndian.PutUint64(g[:], da.NodeGUID)
 	guid := iface.FormatGUID(g)
-	fmt.Fprintf(&b, "hca_id:\t%s\n", st.Device)
-	dev("transport", "InfiniBand (0)")
-	dev("fw_ver", "0.0.0")
-	dev("node_guid", "%s", guid)
-	dev("sys_image_guid", "%s", guid)
-	dev("vendor_id", "0x%x", da.VendorID)
-	dev("vendor_part_id", "%d", da.VendorPartID)
-	dev("hw_ver", "0x%x", da.HWVer)
-	dev("phys_port_cnt", "%d", da.PhysPortCnt)
+	writeDevHead(&b, st.Device, guid)
 	dev("netdev", "%s (mtu %d)", st.Interface, pa.LinkMTU)
 	dev("link_mode", "%s", st.LinkMode)
 	dev("daemon", "%s (%d clients)", socket, st.Clients)
@@ -327,13 +305,7 @@ func daemonDevinfo(w io.Writer, socket, ifname string, verbose bool) bool {
 	}
 	fmt.Fprintf(&b, "\t\tport:\t1\n")
 	state := map[uint32]string{1: "PORT_DOWN", 2: "PORT_INIT", 3: "PORT_ARMED", 4: "PORT_ACTIVE"}[pa.State]
-	port("state", "%s (%d)", state, pa.State)
-	port("max_mtu", "%s (%d)", verbs.MTU(pa.MaxMTU), pa.MaxMTU)
-	port("active_mtu", "%s (%d)", verbs.MTU(pa.ActiveMTU), pa.ActiveMTU)
-	port("sm_lid", "0")
-	port("port_lid", "0")
-	port("port_lmc", "0x00")
-	port("link_layer", "Ethernet")
+	writePortHead(&b, fmt.Sprintf("%s (%d)", state, pa.State), verbs.MTU(pa.MaxMTU), verbs.MTU(pa.ActiveMTU))
 	for i := 0; i < int(pa.GIDTblLen); i++ {
 		if gid, err := x.QueryGID(i); err == nil {
 			port(fmt.Sprintf("GID[%3d]", i), "%s, RoCE v2", netif.FormatGID(gid))
@@ -341,4 +313,32 @@ func daemonDevinfo(w io.Writer, socket, ifname string, verbose bool) bool {
 	}
 	io.WriteString(w, b.String())
 	return true
+}
+
+// writeDevHead writes the lines ibv_devinfo starts a device with, with the
+// values an rdma_rxe device has (column 40).
+func writeDevHead(b *strings.Builder, name, guid string) {
+	dev := func(k, v string) { kv(b, 1, 40, k, v) }
+	fmt.Fprintf(b, "hca_id:\t%s\n", name)
+	dev("transport", "InfiniBand (0)")
+	dev("fw_ver", "0.0.0")
+	dev("node_guid", guid)
+	dev("sys_image_guid", guid)
+	dev("vendor_id", "0xffffff")
+	dev("vendor_part_id", "0")
+	dev("hw_ver", "0x0")
+	dev("phys_port_cnt", "1")
+}
+
+// writePortHead writes port 1's state, MTUs, LID fields and link layer, as
+// ibv_devinfo does (column 48).
+func writePortHead(b *strings.Builder, state string, max, active verbs.MTU) {
+	port := func(k, v string) { kv(b, 3, 48, k, v) }
+	port("state", state)
+	port("max_mtu", fmt.Sprintf("%s (%d)", max, max))
+	port("active_mtu", fmt.Sprintf("%s (%d)", active, active))
+	port("sm_lid", "0")
+	port("port_lid", "0")
+	port("port_lmc", "0x00")
+	port("link_layer", "Ethernet")
 }
