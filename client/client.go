@@ -493,9 +493,7 @@ func (p *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	if send == nil || recv == nil {
 		return nil, errors.New("client: CreateQP needs a send and a receive CQ")
 	}
-	in := ctl.CreateQP{PD: p.h, SendCQ: send.h, RecvCQ: recv.h, QPType: uint8(typ),
-		Cap: ctl.QPCap{MaxSendWR: cap.MaxSendWR, MaxRecvWR: cap.MaxRecvWR, MaxSendSGE: cap.MaxSendSGE,
-			MaxRecvSGE: cap.MaxRecvSGE, MaxInlineData: cap.MaxInlineData}}
+	in := ctl.CreateQP{PD: p.h, SendCQ: send.h, RecvCQ: recv.h, QPType: uint8(typ), Cap: ctl.CapOf(cap)}
 	if sigAll {
 		in.SQSigAll = 1
 	}
@@ -528,19 +526,7 @@ func (p *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 // Modify changes the QP's attributes (ibv_modify_qp), as roce's QP.Modify
 // does; the daemon resolves the destination MAC of an address vector.
 func (q *QP) Modify(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
-	in := ctl.ModifyQP{Handle: q.h, AttrMask: uint32(mask), Attr: ctl.QPAttr{
-		QPState: uint32(a.State), CurQPState: uint32(a.CurState), PathMTU: uint32(a.PathMTU), QKey: a.QKey,
-		RQPSN: uint32(a.RQPSN), SQPSN: uint32(a.SQPSN), DestQPNum: uint32(a.DestQPN),
-		QPAccessFlags: uint32(a.AccessFlags), PKeyIndex: a.PKeyIndex, MaxRdAtomic: a.MaxRdAtomic,
-		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer, PortNum: a.PortNum, Timeout: a.Timeout,
-		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry,
-		Cap: ctl.QPCap{MaxSendWR: a.Cap.MaxSendWR, MaxRecvWR: a.Cap.MaxRecvWR, MaxSendSGE: a.Cap.MaxSendSGE,
-			MaxRecvSGE: a.Cap.MaxRecvSGE, MaxInlineData: a.Cap.MaxInlineData},
-		AHAttr: ctl.AHAttr{DGID: a.AH.DGID, FlowLabel: a.AH.FlowLabel, SGIDIndex: a.AH.SGIDIndex, HopLimit: a.AH.HopLimit,
-			TrafficClass: a.AH.TrafficClass, IsGlobal: 1, PortNum: 1, DMAC: a.AH.DMAC}}}
-	if a.EnSQDAsyncNotify {
-		in.Attr.EnSQDAsyncNotify = 1
-	}
+	in := ctl.ModifyQP{Handle: q.h, AttrMask: uint32(mask), Attr: ctl.QPAttrOf(a)}
 	_, _, err := q.x.c.call(ctl.OpModifyQP, ctl.Bytes(&in), nil)
 	return err
 }
@@ -563,16 +549,7 @@ func (q *QP) Query() (verbs.QPAttr, error) {
 		return verbs.QPAttr{}, err
 	}
 	r, err := reply[ctl.ModifyQP](b, ctl.OpQueryQP)
-	a := r.Attr
-	return verbs.QPAttr{State: verbs.QPState(a.QPState), CurState: verbs.QPState(a.CurQPState),
-		PathMTU: verbs.MTU(a.PathMTU), QKey: a.QKey, RQPSN: bth.PSN(a.RQPSN), SQPSN: bth.PSN(a.SQPSN),
-		DestQPN: bth.QPN(a.DestQPNum), AccessFlags: mr.Access(a.QPAccessFlags),
-		Cap: verbs.QPCap{MaxSendWR: a.Cap.MaxSendWR, MaxRecvWR: a.Cap.MaxRecvWR, MaxSendSGE: a.Cap.MaxSendSGE,
-			MaxRecvSGE: a.Cap.MaxRecvSGE, MaxInlineData: a.Cap.MaxInlineData},
-		AH: verbs.AHAttr{DGID: a.AHAttr.DGID, FlowLabel: a.AHAttr.FlowLabel, SGIDIndex: a.AHAttr.SGIDIndex,
-			HopLimit: a.AHAttr.HopLimit, TrafficClass: a.AHAttr.TrafficClass, DMAC: a.AHAttr.DMAC, PortNum: 1},
-		PKeyIndex: a.PKeyIndex, MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic,
-		MinRNRTimer: a.MinRNRTimer, PortNum: 1, Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry}, err
+	return r.Attr.Verbs(), err
 }
 
 // State returns the QP state the daemon keeps in the shared control block.
@@ -665,8 +642,7 @@ func (q *QP) Destroy() error {
 // daemon resolves the destination MAC. It returns the resolved handle, as
 // roce's PD.CreateAH does.
 func (p *PD) CreateAH(a *verbs.AHAttr) (*verbs.AH, error) {
-	in := ctl.AH{PDOrHandle: p.h, Attr: ctl.AHAttr{DGID: a.DGID, FlowLabel: a.FlowLabel, SGIDIndex: a.SGIDIndex,
-		HopLimit: a.HopLimit, TrafficClass: a.TrafficClass, IsGlobal: 1, PortNum: 1, DMAC: a.DMAC}}
+	in := ctl.AH{PDOrHandle: p.h, Attr: ctl.AHOf(a)}
 	b, _, err := p.x.c.call(ctl.OpCreateAH, ctl.Bytes(&in), nil)
 	if err != nil {
 		return nil, err
@@ -675,9 +651,7 @@ func (p *PD) CreateAH(a *verbs.AHAttr) (*verbs.AH, error) {
 	if err != nil {
 		return nil, err
 	}
-	got := r.Attr
-	ah := &verbs.AH{Attr: verbs.AHAttr{DGID: got.DGID, FlowLabel: got.FlowLabel, SGIDIndex: got.SGIDIndex,
-		HopLimit: got.HopLimit, TrafficClass: got.TrafficClass, DMAC: got.DMAC, PortNum: 1}}
+	ah := &verbs.AH{Attr: r.Attr.Verbs()}
 	p.x.mu.Lock()
 	p.x.ahs[ah] = r.PDOrHandle
 	p.x.mu.Unlock()

@@ -764,16 +764,6 @@ func (c *conn) dropCQ(h uint32, o *cqObj) {
 	o.mem.close()
 }
 
-func capOf(q ctl.QPCap) verbs.QPCap {
-	return verbs.QPCap{MaxSendWR: q.MaxSendWR, MaxRecvWR: q.MaxRecvWR, MaxSendSGE: q.MaxSendSGE,
-		MaxRecvSGE: q.MaxRecvSGE, MaxInlineData: q.MaxInlineData}
-}
-
-func ctlCap(q verbs.QPCap) ctl.QPCap {
-	return ctl.QPCap{MaxSendWR: q.MaxSendWR, MaxRecvWR: q.MaxRecvWR, MaxSendSGE: q.MaxSendSGE,
-		MaxRecvSGE: q.MaxRecvSGE, MaxInlineData: q.MaxInlineData}
-}
-
 func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 	in, err := body[ctl.CreateQP](b)
 	if err != nil {
@@ -805,7 +795,7 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 	if in.Cap.MaxSendWR > roce.MaxQPWR {
 		return nil, nil, unix.EINVAL
 	}
-	attr := &roce.QPInitAttr{Type: typ, SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: capOf(in.Cap), SigAll: in.SQSigAll != 0}
+	attr := &roce.QPInitAttr{Type: typ, SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: in.Cap.Verbs(), SigAll: in.SQSigAll != 0}
 	// The client's send ring frees a slot when the bridge takes its WQE,
 	// before the engine completes it: the engine's send queue has room
 	// for twice the ring, so that the ring drains while the engine still
@@ -866,22 +856,12 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 	}
 	c.dev.own(q, c, h)
 	fd, _ := unix.Dup(mem.fd)
-	out := ctl.QP{Handle: h, QPN: uint32(q.QPN()), Cap: ctlCap(got), SQOffset: uint64(sqOff), RQOffset: uint64(rqOff),
+	out := ctl.QP{Handle: h, QPN: uint32(q.QPN()), Cap: ctl.CapOf(got), SQOffset: uint64(sqOff), RQOffset: uint64(rqOff),
 		MemSize: uint64(len(mem.mem))}
 	if srq != nil {
 		out.Cap.MaxRecvWR, out.Cap.MaxRecvSGE = 0, 0
 	}
 	return ctl.Bytes(&out), []int{fd}, nil
-}
-
-func ahAttrOf(a *ctl.AHAttr) verbs.AHAttr {
-	return verbs.AHAttr{DGID: a.DGID, FlowLabel: a.FlowLabel, SGIDIndex: a.SGIDIndex, HopLimit: a.HopLimit,
-		TrafficClass: a.TrafficClass, DMAC: a.DMAC, PortNum: a.PortNum}
-}
-
-func ctlAH(a *verbs.AHAttr) ctl.AHAttr {
-	return ctl.AHAttr{DGID: a.DGID, FlowLabel: a.FlowLabel, SGIDIndex: a.SGIDIndex, HopLimit: a.HopLimit,
-		TrafficClass: a.TrafficClass, IsGlobal: 1, PortNum: 1, DMAC: a.DMAC}
 }
 
 // resolve fills in the destination MAC of a path, as rdma-core does for
@@ -910,12 +890,8 @@ func (c *conn) modifyQP(b []byte) ([]byte, []int, error) {
 	}
 	a := &in.Attr
 	mask := verbs.QPAttrMask(in.AttrMask)
-	attr := verbs.QPAttr{State: verbs.QPState(a.QPState), CurState: verbs.QPState(a.CurQPState),
-		PathMTU: verbs.MTU(a.PathMTU), QKey: a.QKey, RQPSN: bth.PSN(a.RQPSN), SQPSN: bth.PSN(a.SQPSN),
-		DestQPN: bth.QPN(a.DestQPNum), AccessFlags: mr.Access(a.QPAccessFlags), Cap: capOf(a.Cap),
-		PKeyIndex: a.PKeyIndex, EnSQDAsyncNotify: a.EnSQDAsyncNotify != 0, MaxRdAtomic: a.MaxRdAtomic,
-		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer, PortNum: a.PortNum, Timeout: a.Timeout,
-		RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry}
+	attr := a.Verbs()
+	attr.AH = verbs.AHAttr{}
 	if mask&verbs.AttrAV != 0 {
 		ah, err := c.resolve(&a.AHAttr)
 		if err != nil {
@@ -943,18 +919,9 @@ func (c *conn) queryQP(b []byte) ([]byte, []int, error) {
 		return nil, nil, unix.EINVAL
 	}
 	a, ia := o.qp.Query()
-	out := ctl.ModifyQP{Handle: in.Handle, AttrMask: in.AttrMask, Attr: ctl.QPAttr{
-		QPState: uint32(a.State), CurQPState: uint32(a.State), PathMTU: uint32(a.PathMTU), QKey: a.QKey,
-		RQPSN: uint32(a.RQPSN), SQPSN: uint32(a.SQPSN), DestQPNum: uint32(a.DestQPN),
-		QPAccessFlags: uint32(a.AccessFlags), Cap: ctlCap(o.cap), AHAttr: ctlAH(&a.AH), PKeyIndex: a.PKeyIndex,
-		MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer,
-		PortNum: 1, Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, QPType: uint32(o.typ)}}
-	if a.EnSQDAsyncNotify {
-		out.Attr.EnSQDAsyncNotify = 1
-	}
-	if a.SQDraining {
-		out.Attr.SQDraining = 1
-	}
+	a.CurState = a.State
+	out := ctl.ModifyQP{Handle: in.Handle, AttrMask: in.AttrMask, Attr: ctl.QPAttrOf(&a)}
+	out.Attr.Cap, out.Attr.PortNum, out.Attr.QPType = ctl.CapOf(o.cap), 1, uint32(o.typ)
 	if ia.SigAll {
 		out.Attr.SQSigAll = 1
 	}
@@ -1105,7 +1072,7 @@ func (c *conn) createAH(b []byte) ([]byte, []int, error) {
 		return nil, nil, err
 	}
 	c.ahs[h] = &ahObj{ah: ah, pd: in.PDOrHandle}
-	out := ctl.AH{PDOrHandle: h, Attr: ctlAH(&attr)}
+	out := ctl.AH{PDOrHandle: h, Attr: ctl.AHOf(&attr)}
 	out.Attr.SL, out.Attr.StaticRate = in.Attr.SL, in.Attr.StaticRate
 	return ctl.Bytes(&out), nil, nil
 }
