@@ -272,6 +272,24 @@ void *sroce_table_get(struct sroce_context *c, struct sroce_table *t, uint32_t k
 	return v;
 }
 
+/* The value of key with the uint32_t counter at byte offset off in it
+ * incremented, both under the table lock: an event delivered for the
+ * object, which its destruction waits to see acknowledged. NULL if the key
+ * is unknown (the object was destroyed meanwhile). */
+void *sroce_table_get_counted(struct sroce_context *c, struct sroce_table *t, uint32_t key, size_t off)
+{
+	void *v = NULL;
+	pthread_mutex_lock(&c->table_lock);
+	for (uint32_t i = 0; i < t->n; i++)
+		if (t->keys[i] == key) {
+			v = t->vals[i];
+			(*(uint32_t *)((char *)v + off))++;
+			break;
+		}
+	pthread_mutex_unlock(&c->table_lock);
+	return v;
+}
+
 void sroce_table_del(struct sroce_context *c, struct sroce_table *t, uint32_t key)
 {
 	pthread_mutex_lock(&c->table_lock);

@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -714,16 +715,7 @@ EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq
 			errno = n == 0 ? ECONNRESET : EPROTO;
 			return -1;
 		}
-		pthread_mutex_lock(&c->table_lock);
-		struct sroce_cq *scq = NULL;
-		for (uint32_t i = 0; i < c->cqs.n; i++)
-			if (c->cqs.keys[i] == ev.cq) {
-				scq = c->cqs.vals[i];
-				break;
-			}
-		if (scq)
-			scq->comp_delivered++;
-		pthread_mutex_unlock(&c->table_lock);
+		struct sroce_cq *scq = sroce_table_get_counted(c, &c->cqs, ev.cq, offsetof(struct sroce_cq, comp_delivered));
 		if (!scq)
 			continue;
 		*cq = (struct ibv_cq *)&scq->cq;
@@ -793,14 +785,8 @@ EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_eve
 		event->event_type = (int)ev.event_type;
 		switch (ev.event_type) {
 		case IBV_EVENT_CQ_ERR: {
-			pthread_mutex_lock(&c->table_lock);
-			struct sroce_cq *o = NULL;
-			for (uint32_t i = 0; i < c->cqs.n; i++)
-				if (c->cqs.keys[i] == ev.handle)
-					o = c->cqs.vals[i];
-			if (o)
-				o->async_delivered++;
-			pthread_mutex_unlock(&c->table_lock);
+			struct sroce_cq *o = sroce_table_get_counted(c, &c->cqs, ev.handle,
+								    offsetof(struct sroce_cq, async_delivered));
 			if (!o)
 				continue;
 			event->element.cq = (struct ibv_cq *)&o->cq;
@@ -814,14 +800,8 @@ EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_eve
 		case IBV_EVENT_PATH_MIG:
 		case IBV_EVENT_PATH_MIG_ERR:
 		case IBV_EVENT_QP_LAST_WQE_REACHED: {
-			pthread_mutex_lock(&c->table_lock);
-			struct sroce_qp *o = NULL;
-			for (uint32_t i = 0; i < c->qps.n; i++)
-				if (c->qps.keys[i] == ev.handle)
-					o = c->qps.vals[i];
-			if (o)
-				o->async_delivered++;
-			pthread_mutex_unlock(&c->table_lock);
+			struct sroce_qp *o = sroce_table_get_counted(c, &c->qps, ev.handle,
+								    offsetof(struct sroce_qp, async_delivered));
 			if (!o)
 				continue;
 			event->element.qp = &o->qp;
@@ -829,14 +809,8 @@ EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_eve
 		}
 		case IBV_EVENT_SRQ_ERR:
 		case IBV_EVENT_SRQ_LIMIT_REACHED: {
-			pthread_mutex_lock(&c->table_lock);
-			struct sroce_srq *o = NULL;
-			for (uint32_t i = 0; i < c->srqs.n; i++)
-				if (c->srqs.keys[i] == ev.handle)
-					o = c->srqs.vals[i];
-			if (o)
-				o->async_delivered++;
-			pthread_mutex_unlock(&c->table_lock);
+			struct sroce_srq *o = sroce_table_get_counted(c, &c->srqs, ev.handle,
+								    offsetof(struct sroce_srq, async_delivered));
 			if (!o)
 				continue;
 			event->element.srq = &o->srq;

@@ -141,6 +141,7 @@ void sroce_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* table */
 int sroce_table_put(struct sroce_context *c, struct sroce_table *t, uint32_t key, void *val);
 void *sroce_table_get(struct sroce_context *c, struct sroce_table *t, uint32_t key);
+void *sroce_table_get_counted(struct sroce_context *c, struct sroce_table *t, uint32_t key, size_t off);
 void sroce_table_del(struct sroce_context *c, struct sroce_table *t, uint32_t key);
 
 /* mr.c */
