@@ -62,12 +62,6 @@ type Options struct {
 	// SpinFor is how long an adaptive loop spins after its last activity
 	// before it blocks; zero means DefaultSpinFor.
 	SpinFor time.Duration
-	// LinkLoopback says the link itself delivers frames sent to the
-	// device's own addresses back to it (a UDP socket does, through the
-	// kernel): the device then sends them like any other. Otherwise (an
-	// AF_XDP socket, the in-memory link) the device keeps such frames and
-	// receives them itself, so that its QPs can talk to each other.
-	LinkLoopback bool
 }
 
 // Device is an RDMA device over a Link: the GID table, the QP number space,
@@ -90,7 +84,8 @@ type Device struct {
 	// icrcBlind is set for links that cannot show a received frame's IP
 	// header as it was on the wire (ICRCVerifier reporting false).
 	icrcBlind bool
-	// linkLoopback: Options.LinkLoopback.
+	// linkLoopback: the link delivers frames to the device's own
+	// addresses itself (SelfDelivering).
 	linkLoopback bool
 
 	mu       sync.Mutex // the device lock
@@ -180,7 +175,9 @@ func Open(link Link, opts *Options) (*Device, error) {
 	if v, ok := link.(ICRCVerifier); ok {
 		d.icrcBlind = !v.VerifiesICRC()
 	}
-	d.linkLoopback = opts.LinkLoopback
+	if v, ok := link.(SelfDelivering); ok {
+		d.linkLoopback = v.DeliversToSelf()
+	}
 	d.portMTU = verbs.PortMTU(d.linkMTU)
 	if !d.portMTU.Valid() {
 		return nil, fmt.Errorf("roce: link MTU %d is too small for RoCE", d.linkMTU)

@@ -18,6 +18,16 @@ type ICRCVerifier interface {
 	VerifiesICRC() bool
 }
 
+// SelfDelivering is implemented by links that deliver frames sent to the
+// device's own addresses back to it themselves (a UDP socket does, through
+// the kernel), and whose other addresses may belong to other devices on
+// the same interface. A device on such a link sends those frames like any
+// other; on the others (an AF_XDP socket, the in-memory link) it keeps them
+// and receives them itself, so that its QPs can talk to each other.
+type SelfDelivering interface {
+	DeliversToSelf() bool
+}
+
 // Link moves whole Ethernet frames. Implementations: an AF_XDP socket, a
 // UDP socket, and the in-memory router of package memlink.
 type Link interface {

@@ -282,7 +282,7 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 		name = "sroce_" + ifc.Name
 	}
 	dev, err := roce.Open(link, &roce.Options{Name: name, Clock: opts.Clock, Rand: opts.Rand,
-		Engine: opts.Engine, SpinFor: opts.SpinFor, LinkLoopback: p.UDPLink() != nil,
+		Engine: opts.Engine, SpinFor: opts.SpinFor,
 		GIDs: gidArray(p.gidt)})
 	if err != nil {
 		p.link.Close()
@@ -680,6 +680,18 @@ func (t *tapLink) Ready() bool {
 		return w.Ready()
 	}
 	return true
+}
+
+// DeliversToSelf forwards roce.SelfDelivering of the wrapped link.
+func (t *tapLink) DeliversToSelf() bool {
+	v, ok := t.Link.(roce.SelfDelivering)
+	return ok && v.DeliversToSelf()
+}
+
+// VerifiesICRC forwards roce.ICRCVerifier of the wrapped link.
+func (t *tapLink) VerifiesICRC() bool {
+	v, ok := t.Link.(roce.ICRCVerifier)
+	return !ok || v.VerifiesICRC()
 }
 
 func (t *tapLink) WriteBatch(frames [][]byte) (int, error) {

@@ -251,6 +251,11 @@ func (l *Link) HardwareAddr() net.HardwareAddr { return l.mac }
 // that do not match.
 func (l *Link) VerifiesICRC() bool { return true }
 
+// DeliversToSelf implements roce.SelfDelivering: the kernel delivers a
+// datagram to the socket's own address back to it, and the interface's
+// other addresses may be other devices' (two devices on lo).
+func (l *Link) DeliversToSelf() bool { return true }
+
 // Stats returns a snapshot of the link's counters.
 func (l *Link) Stats() Stats {
 	return Stats{
