@@ -698,3 +698,8 @@ func Stats(socket, name string) (*ctl.Stats, error) {
 	}
 	return st, nil
 }
+
+// Overflowed reports whether the CQ lost completions because it was full
+// (roce's CQ.Overflowed); the context's asynchronous events carry an
+// EventCQErr for it too.
+func (cq *CQ) Overflowed() bool { return atomic.LoadUint32(&cq.ctl.Overflow) != 0 }

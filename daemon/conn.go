@@ -1092,6 +1092,14 @@ func (c *conn) asyncEvent(typ, handle uint32) {
 	if c.gone.Load() || c.asyncW < 0 {
 		return
 	}
+	if verbs.EventType(typ) == verbs.EventCQErr {
+		// The CQ lost completions: say so in its control block too.
+		c.mu.Lock()
+		if o := c.cqs[handle]; o != nil {
+			atomic.StoreUint32(&o.ctl.Overflow, 1)
+		}
+		c.mu.Unlock()
+	}
 	ev := ctl.AsyncEvent{EventType: typ, Handle: handle}
 	unix.Write(c.asyncW, ctl.Bytes(&ev))
 }

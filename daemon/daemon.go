@@ -346,16 +346,6 @@ func (s *Server) Clients() []ClientStat {
 	return out
 }
 
-// Devices returns the names and engines of the served devices.
-func (s *Server) Devices() map[string]Device {
-	devs := s.devices()
-	m := make(map[string]Device, len(devs))
-	for _, d := range devs {
-		m[d.name] = d.dev
-	}
-	return m
-}
-
 // asyncEvents routes the device's asynchronous events to the connections
 // that own the objects; port events go to every connection of the device.
 func (s *Server) asyncEvents(sd *served) {

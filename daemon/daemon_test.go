@@ -565,3 +565,42 @@ func TestRemoveDevice(t *testing.T) {
 		t.Error("the removal was not logged")
 	}
 }
+
+// TestCQOverflow fills a client's CQ: the client gets EventCQErr for it on
+// its asynchronous events and sees the CQ marked in shared memory.
+func TestCQOverflow(t *testing.T) {
+	r := newRig(t, daemon.Options{})
+	a, b := pair(t, r, false)
+	small, err := a.x.CreateCQ(2, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := a.pd.CreateQP(&client.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: small, RecvCQ: small,
+		Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second QP of b for q to talk to.
+	bq, err := b.pd.CreateQP(&client.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: b.cq, RecvCQ: b.cq,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := &endpoint{qp: q}
+	cb := &endpoint{qp: bq}
+	connect(t, ca, bq.QPN(), r.gids[1])
+	connect(t, cb, q.QPN(), r.gids[0])
+	for i := 0; i < 5; i++ {
+		if err := q.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled | verbs.Inline,
+			InlineData: []byte("x"), RemoteAddr: b.buf.Addr(0), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev, err := a.x.AsyncEvent(10 * time.Second)
+	if err != nil || verbs.EventType(ev.EventType) != verbs.EventCQErr {
+		t.Fatalf("asynchronous event %+v, %v; want a CQ error", ev, err)
+	}
+	if !small.Overflowed() {
+		t.Error("the CQ's control block does not say it overflowed")
+	}
+}
