@@ -1089,16 +1089,17 @@ func (c *conn) destroyAH(b []byte) ([]byte, []int, error) {
 // asyncEvent sends an asynchronous event to the client (dropped if its
 // socket is full: the client is not reading its events).
 func (c *conn) asyncEvent(typ, handle uint32) {
+	// Under c.mu: cleanup closes the socket (and the CQs) under it.
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.gone.Load() || c.asyncW < 0 {
 		return
 	}
 	if verbs.EventType(typ) == verbs.EventCQErr {
 		// The CQ lost completions: say so in its control block too.
-		c.mu.Lock()
 		if o := c.cqs[handle]; o != nil {
 			atomic.StoreUint32(&o.ctl.Overflow, 1)
 		}
-		c.mu.Unlock()
 	}
 	ev := ctl.AsyncEvent{EventType: typ, Handle: handle}
 	unix.Write(c.asyncW, ctl.Bytes(&ev))
