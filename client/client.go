@@ -9,6 +9,7 @@
 package client
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/daemon/ctl"
 	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/ring"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/verbs"
@@ -437,7 +439,7 @@ func (cq *CQ) Wait(wcs []verbs.WC, timeout time.Duration) (int, error) {
 		}
 		if cq.ch == nil {
 			if time.Now().After(deadline) {
-				return 0, fmt.Errorf("no completion within %v", timeout)
+				return 0, fmt.Errorf("no completion within %v: %w", timeout, context.DeadlineExceeded)
 			}
 			time.Sleep(20 * time.Microsecond)
 			continue
@@ -449,6 +451,9 @@ func (cq *CQ) Wait(wcs []verbs.WC, timeout time.Duration) (int, error) {
 		var ev ctl.CQEvent
 		cq.ch.SetReadDeadline(deadline)
 		if _, err := cq.ch.Read(ctl.Bytes(&ev)); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return cq.Poll(wcs), fmt.Errorf("no completion within %v: %w", timeout, context.DeadlineExceeded)
+			}
 			return 0, fmt.Errorf("waiting %v for a completion event: %w", timeout, err)
 		}
 	}
@@ -562,7 +567,20 @@ var ErrFull = errors.New("client: work queue full")
 
 // PostSend posts a send work request (ibv_post_send). A UD send names
 // its address handle with wr.AH, one PD.CreateAH returned.
+//
+// The request is checked as the engine checks it (qp.CheckSendWR, and the
+// QP's state) before it goes on the ring, so that a post is refused exactly
+// when an in-process QP would refuse it.
 func (q *QP) PostSend(wr *verbs.SendWR) error {
+	switch q.State() {
+	case verbs.QPStateRTS, verbs.QPStateSQD, verbs.QPStateSQE, verbs.QPStateErr:
+	default:
+		return qp.ErrPostState
+	}
+	vc := q.Cap.Verbs()
+	if err := qp.CheckSendWR(q.typ, &vc, wr); err != nil {
+		return err
+	}
 	var ahh uint32
 	if wr.AH != nil {
 		q.x.mu.Lock()
@@ -609,7 +627,10 @@ func (q *QP) PostSend(wr *verbs.SendWR) error {
 // PostRecv posts a receive work request (ibv_post_recv).
 func (q *QP) PostRecv(wr *verbs.RecvWR) error {
 	if q.rq == nil {
-		return errors.New("client: the QP uses a shared receive queue")
+		return qp.ErrHasSRQ
+	}
+	if q.State() == verbs.QPStateReset {
+		return qp.ErrPostState
 	}
 	s := q.rq.Next()
 	if s == nil {

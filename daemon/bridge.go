@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -120,6 +121,9 @@ func (b *bridge) fail(err error) {
 // them into the client's CQ rings itself.
 func (b *bridge) pass() (bool, error) {
 	c := b.c
+	if err := c.ringErr.Load(); err != nil {
+		return false, *err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	work := false
@@ -256,9 +260,14 @@ func (b *bridge) errorCQE(cq uint32, wrid uint64, st verbs.WCStatus, o *qpObj) b
 	return c.cq.Inject(&wc)
 }
 
-// recvQ is the bridge's side of a receive ring: its consumer index and
-// the request being posted, copied out of its slot.
+// recvQ is the daemon's side of a receive ring: its consumer index and
+// the request being posted, copied out of its slot. Two goroutines drain
+// it: the bridge, and the engine's loop when a message finds the QP's (or
+// SRQ's) queue empty (roce.QP.SetRecvRefill), so a receive the client
+// posted before the message came is never answered with an RNR NAK.
 type recvQ struct {
+	mu      sync.Mutex // the fields below; the ring's memory while !closed
+	closed  bool
 	cons    uint32
 	maxSGE  uint32
 	pending bool
@@ -266,30 +275,43 @@ type recvQ struct {
 	sge     []mr.SGE
 }
 
-// recvs posts the receive WQEs published on ring r. As for sends, a slot
-// is released before the engine sees its request, which waits in q when
-// the engine's queue is full.
+// recvs posts the receive WQEs published on ring r (recvQ.drain).
 func (b *bridge) recvs(r *ring.Ring[ring.RecvWQE], q *recvQ, post func(*verbs.RecvWR) error) (bool, error) {
-	moved := false
+	moved, stuck, err := q.drain(r, post)
+	if stuck {
+		b.stuck = true
+	}
+	return moved, err
+}
+
+// drain posts the receive WQEs published on ring r. As for sends, a slot
+// is released before the engine sees its request, which waits in q when
+// the engine's queue is full (stuck).
+func (q *recvQ) drain(r *ring.Ring[ring.RecvWQE], post func(*verbs.RecvWR) error) (moved, stuck bool, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return false, false, nil
+	}
 	if q.pending {
-		if !b.postRecv(q, post) {
-			return false, nil
+		if !q.postRecv(post) {
+			return false, true, nil
 		}
 		moved = true
 	}
 	n := r.Prod() - q.cons
 	if n == 0 {
-		return moved, nil
+		return moved, false, nil
 	}
 	if n > r.Limit() {
-		return moved, misbehaved("a receive ring says %d entries wait; it holds %d", n, r.Limit())
+		return moved, false, misbehaved("a receive ring says %d entries wait; it holds %d", n, r.Limit())
 	}
 	for ; n > 0; n-- {
 		i := q.cons
 		e := r.At(i)
 		ns := int(e.NumSGE)
 		if ns > int(q.maxSGE) || ns > r.MaxSGEs() {
-			return moved, misbehaved("receive WQE with %d SGEs, the queue takes %d", ns, q.maxSGE)
+			return moved, false, misbehaved("receive WQE with %d SGEs, the queue takes %d", ns, q.maxSGE)
 		}
 		if cap(q.sge) < ns {
 			q.sge = make([]mr.SGE, q.maxSGE)
@@ -300,17 +322,36 @@ func (b *bridge) recvs(r *ring.Ring[ring.RecvWQE], q *recvQ, post func(*verbs.Re
 		r.SetCons(q.cons)
 		moved = true
 		q.pending = true
-		if !b.postRecv(q, post) {
-			break
+		if !q.postRecv(post) {
+			return moved, true, nil
 		}
 	}
-	return moved, nil
+	return moved, false, nil
+}
+
+// close stops every later drain: the ring's memory is about to go.
+func (q *recvQ) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+}
+
+// refill returns the function the engine calls when a message finds the
+// queue empty: it drains the ring on the engine's goroutine. A corrupt
+// ring found there is reported to the bridge, which disconnects the
+// client on its next pass.
+func (c *conn) refill(r *ring.Ring[ring.RecvWQE], q *recvQ, post func(*verbs.RecvWR) error) func() {
+	return func() {
+		if _, _, err := q.drain(r, post); err != nil {
+			c.ringErr.CompareAndSwap(nil, &err)
+			c.br.wake()
+		}
+	}
 }
 
 // postRecv posts q's request; false: the engine's queue is full.
-func (b *bridge) postRecv(q *recvQ, post func(*verbs.RecvWR) error) bool {
+func (q *recvQ) postRecv(post func(*verbs.RecvWR) error) bool {
 	if err := post(&q.wr); errors.Is(err, qp.ErrQueueFull) {
-		b.stuck = true
 		return false
 	}
 	// Any other refusal is the engine's to report (a QP in the error

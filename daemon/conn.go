@@ -65,6 +65,7 @@ type conn struct {
 	asyncW     int      // the daemon's end of the async event socket
 	br         *bridge
 	gone       atomic.Bool
+	ringErr    atomic.Pointer[error] // a corrupt ring the engine found (recvQ refill)
 }
 
 type mrObj struct {
@@ -853,6 +854,8 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 	c.qps[h] = o
 	if srq != nil {
 		srq.refs++
+	} else {
+		q.SetRecvRefill(c.refill(o.rq, &o.rqQ, q.PostRecv))
 	}
 	c.dev.own(q, c, h)
 	fd, _ := unix.Dup(mem.fd)
@@ -945,6 +948,8 @@ func (c *conn) dropQP(h uint32, o *qpObj) {
 		s.refs--
 	}
 	delete(c.qps, h)
+	o.qp.SetRecvRefill(nil)
+	o.rqQ.close()
 	o.mem.close()
 }
 
@@ -984,7 +989,9 @@ func (c *conn) createSRQ(b []byte) ([]byte, []int, error) {
 		s.Destroy()
 		return nil, nil, err
 	}
-	c.srqs[h] = &srqObj{srq: s, mem: mem, rq: r, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rqQ: recvQ{maxSGE: in.MaxSGE}}
+	so := &srqObj{srq: s, mem: mem, rq: r, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rqQ: recvQ{maxSGE: in.MaxSGE}}
+	c.srqs[h] = so
+	s.SetRecvRefill(c.refill(r, &so.rqQ, s.PostRecv))
 	c.dev.own(s, c, h)
 	fd, _ := unix.Dup(mem.fd)
 	out := ctl.SRQCreated{Handle: h, MaxWR: maxWR, MaxSGE: in.MaxSGE, RingOffset: uint64(off), MemSize: uint64(len(mem.mem))}
@@ -1039,6 +1046,8 @@ func (c *conn) destroySRQ(b []byte) ([]byte, []int, error) {
 			return err
 		}
 		c.dev.disown(o.srq)
+		o.srq.SetRecvRefill(nil)
+		o.rqQ.close()
 		o.mem.close()
 		return nil
 	})
@@ -1139,6 +1148,8 @@ func (c *conn) cleanup() {
 		o.srq.Destroy()
 		c.dev.disown(o.srq)
 		delete(c.srqs, h)
+		o.srq.SetRecvRefill(nil)
+		o.rqQ.close()
 		o.mem.close()
 	}
 	for h, o := range c.cqs {

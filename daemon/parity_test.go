@@ -84,11 +84,18 @@ func newEnd(t *testing.T, dev rdma.Device, dmac [6]byte) *end {
 	return e
 }
 
-// inProcessEnds opens two roce devices on a memlink router.
-func inProcessEnds(t *testing.T) [2]*end {
+// memDevice is a roce device of this process on a memlink router, as
+// package rdma sees it, and its MAC.
+type memDevice struct {
+	dev rdma.Device
+	mac [6]byte
+}
+
+// inProcessDevices opens two roce devices on a memlink router.
+func inProcessDevices(t *testing.T) [2]memDevice {
 	router := memlink.NewRouter(roce.SystemClock(), 1, memlink.Impairments{})
-	var ends [2]*end
-	for i := range ends {
+	var devs [2]memDevice
+	for i := range devs {
 		gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}))
 		mac := [6]byte{2, 0, 0, 0, 0, byte(i + 1)}
 		d, err := roce.Open(router.NewPort(net.HardwareAddr(mac[:]), 1500), &roce.Options{GIDs: []bth.GID{gid}})
@@ -99,7 +106,16 @@ func inProcessEnds(t *testing.T) [2]*end {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { d.Close() })
-		ends[i] = newEnd(t, rdma.InProcess(d), mac)
+		devs[i] = memDevice{rdma.InProcess(d), mac}
+	}
+	return devs
+}
+
+// inProcessEnds sets up the program's two ends on in-process devices.
+func inProcessEnds(t *testing.T) [2]*end {
+	var ends [2]*end
+	for i, d := range inProcessDevices(t) {
+		ends[i] = newEnd(t, d.dev, d.mac)
 	}
 	ends[0].peerMAC, ends[1].peerMAC = ends[1].dmac, ends[0].dmac
 	return ends

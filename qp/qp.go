@@ -113,6 +113,21 @@ type QP struct {
 
 	traceOn *atomic.Bool // Config.Tracing
 	tracer  Tracer
+
+	refill atomic.Pointer[func()] // SetRecvRefill
+}
+
+// SetRecvRefill sets f, which the QP calls on the loop when a message
+// needs a receive request and its receive queue is empty, before it
+// answers with an RNR NAK (RC) or drops the message (UC, UD). f may post
+// receives (PostRecv); it is how requests that wait outside the QP (the
+// daemon's shared rings) reach it in time. nil removes it.
+func (q *QP) SetRecvRefill(f func()) {
+	if f == nil {
+		q.refill.Store(nil)
+		return
+	}
+	q.refill.Store(&f)
 }
 
 // New creates a QP in the RESET state.
@@ -174,21 +189,18 @@ func (q *QP) setState(s verbs.QPState) {
 
 // --- Posting ---------------------------------------------------------------
 
-// PostSend validates wr and queues it (ibv_post_send for one request). It
-// may be called from any goroutine, but calls for one QP must be
-// serialized by the caller. Errors name what is wrong with the request;
-// requests whose problems show only when executed (bad lkey, remote
-// errors) complete with an error status instead.
-func (q *QP) PostSend(wr *verbs.SendWR) error {
-	switch q.pubState.load() {
-	case verbs.QPStateRTS, verbs.QPStateSQD, verbs.QPStateSQE, verbs.QPStateErr:
-	default:
-		return ErrPostState
-	}
-	if uint32(len(wr.SGL)) > q.cap.MaxSendSGE && !(wr.Flags&verbs.Inline != 0 && wr.InlineData != nil) {
+// CheckSendWR reports what is wrong with wr as a request for a QP of type
+// typ with capacities cap, as PostSend does before it queues anything: the
+// opcode for the QP type, the SGE count, the message and inline sizes, an
+// atomic's buffer and alignment, a local operation's fields, a UD
+// request's address handle. A process that queues requests for a QP of
+// another process (the daemon's clients) checks them with it so that a
+// post is refused exactly when the engine would refuse it.
+func CheckSendWR(typ verbs.QPType, cap *verbs.QPCap, wr *verbs.SendWR) error {
+	if uint32(len(wr.SGL)) > cap.MaxSendSGE && !(wr.Flags&verbs.Inline != 0 && wr.InlineData != nil) {
 		return ErrTooManySGE
 	}
-	switch q.typ {
+	switch typ {
 	case verbs.QPTypeRC:
 		switch wr.Opcode {
 		case verbs.WROpSend, verbs.WROpSendWithImm, verbs.WROpSendWithInv, verbs.WROpRDMAWrite,
@@ -214,24 +226,46 @@ func (q *QP) PostSend(wr *verbs.SendWR) error {
 	if err := checkLocalWR(wr); err != nil {
 		return err
 	}
-	var total uint64
-	inline := wr.Flags&verbs.Inline != 0 && (isSend(wr.Opcode) || isWrite(wr.Opcode))
-	if inline && wr.InlineData != nil {
-		total = uint64(len(wr.InlineData))
-	} else {
-		for i := range wr.SGL {
-			total += uint64(wr.SGL[i].Length)
-		}
-	}
+	total, inline := sendSize(wr)
 	if total > MaxMsgSize {
 		return ErrMsgTooBig
 	}
-	if inline && total > uint64(q.cap.MaxInlineData) {
+	if inline && total > uint64(cap.MaxInlineData) {
 		return ErrInlineTooBig
 	}
 	if isAtomic(wr.Opcode) && (total != 8 || wr.RemoteAddr&7 != 0) {
 		return ErrAtomicWR
 	}
+	return nil
+}
+
+// sendSize returns wr's message length and whether its data is inline.
+func sendSize(wr *verbs.SendWR) (total uint64, inline bool) {
+	inline = wr.Flags&verbs.Inline != 0 && (isSend(wr.Opcode) || isWrite(wr.Opcode))
+	if inline && wr.InlineData != nil {
+		return uint64(len(wr.InlineData)), true
+	}
+	for i := range wr.SGL {
+		total += uint64(wr.SGL[i].Length)
+	}
+	return total, inline
+}
+
+// PostSend validates wr and queues it (ibv_post_send for one request). It
+// may be called from any goroutine, but calls for one QP must be
+// serialized by the caller. Errors name what is wrong with the request;
+// requests whose problems show only when executed (bad lkey, remote
+// errors) complete with an error status instead.
+func (q *QP) PostSend(wr *verbs.SendWR) error {
+	switch q.pubState.load() {
+	case verbs.QPStateRTS, verbs.QPStateSQD, verbs.QPStateSQE, verbs.QPStateErr:
+	default:
+		return ErrPostState
+	}
+	if err := CheckSendWR(q.typ, &q.cap, wr); err != nil {
+		return err
+	}
+	total, inline := sendSize(wr)
 	if q.sq.full() {
 		return ErrQueueFull
 	}

@@ -239,6 +239,19 @@ type SRQ struct {
 	limit atomic.Uint32
 	// Context is free for the device's use.
 	Context any
+
+	refill atomic.Pointer[func()] // SetRecvRefill
+}
+
+// SetRecvRefill sets f, which a QP of the SRQ calls on the loop when a
+// message needs a receive request and the SRQ is empty (QP.SetRecvRefill
+// says more). nil removes it.
+func (s *SRQ) SetRecvRefill(f func()) {
+	if f == nil {
+		s.refill.Store(nil)
+		return
+	}
+	s.refill.Store(&f)
 }
 
 // NewSRQ returns a shared receive queue holding up to maxWR requests of up

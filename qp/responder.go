@@ -226,6 +226,10 @@ func (q *QP) takeRecv() bool {
 	}
 	if q.srq != nil {
 		ok, ev := q.srq.take(&rs.srqWQE)
+		if f := q.srq.refill.Load(); !ok && f != nil {
+			(*f)()
+			ok, ev = q.srq.take(&rs.srqWQE)
+		}
 		if !ok {
 			return false
 		}
@@ -235,7 +239,14 @@ func (q *QP) takeRecv() bool {
 		}
 	} else {
 		if q.rq.r.Ready() == 0 {
-			return false
+			f := q.refill.Load()
+			if f == nil {
+				return false
+			}
+			(*f)()
+			if q.rq.r.Ready() == 0 {
+				return false
+			}
 		}
 		q.rq.view(q.rq.r.Cons(), &rs.rqWQE)
 		rs.rwqe = &rs.rqWQE

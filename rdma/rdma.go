@@ -72,7 +72,8 @@ type MR interface {
 type CQ interface {
 	// Poll takes up to len(wcs) completions without waiting.
 	Poll(wcs []verbs.WC) int
-	// WaitTimeout waits at most timeout for a completion.
+	// WaitTimeout waits at most timeout for a completion. When none came,
+	// the error satisfies errors.Is(err, context.DeadlineExceeded).
 	WaitTimeout(wcs []verbs.WC, timeout time.Duration) (int, error)
 	Destroy() error
 }

@@ -132,6 +132,15 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 // QPN returns the QP number.
 func (q *QP) QPN() bth.QPN { return q.qp.QPN() }
 
+// SetRecvRefill sets f, which the device's loop calls when a message for
+// the QP needs a receive request and none is posted, before it answers
+// with an RNR NAK (RC) or drops the message (UC, UD). f may call PostRecv
+// and must not wait for the device. A process that keeps receive requests
+// outside the QP until it posts them (the daemon, for its clients' shared
+// rings) uses it so that a request posted before the message came is never
+// missed. nil removes it.
+func (q *QP) SetRecvRefill(f func()) { q.qp.SetRecvRefill(f) }
+
 // PD returns the protection domain of the QP.
 func (q *QP) PD() *PD { return q.pd }
 
@@ -358,6 +367,10 @@ func (pd *PD) CreateSRQ(maxWR, maxSGE, limit uint32) (*SRQ, error) {
 	pd.nobj++
 	return s, nil
 }
+
+// SetRecvRefill is QP.SetRecvRefill for the QPs that take their receive
+// requests from s.
+func (s *SRQ) SetRecvRefill(f func()) { s.srq.SetRecvRefill(f) }
 
 // PostRecv posts a receive work request to the SRQ (ibv_post_srq_recv).
 func (s *SRQ) PostRecv(wr *verbs.RecvWR) error {
