@@ -442,6 +442,10 @@ static int fill_send(struct sroce_qp *qp, struct sroce_ring_hdr *r, struct sroce
 	}
 	if (total > 0xffffffffu)
 		return EINVAL;
+	/* An atomic takes one 8-byte buffer and an aligned remote address (rxe checks the same). */
+	if ((wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) &&
+	    (total != 8 || (wr->wr.atomic.remote_addr & 7)))
+		return EINVAL;
 	w->length = (uint32_t)total;
 	return 0;
 }

@@ -248,6 +248,15 @@ int main(int argc, char **argv)
 	fa.wr.atomic.remote_addr = (uintptr_t)counter;
 	fa.wr.atomic.rkey = c_mr->rkey;
 	fa.wr.atomic.compare_add = 55;
+	/* A misaligned atomic or one of 4 bytes is refused at post, as rxe refuses it. */
+	struct ibv_send_wr bad_fa = fa;
+	bad_fa.wr.atomic.remote_addr += 4;
+	CHECK(ibv_post_send(a_qp, &bad_fa, &bad) == EINVAL && bad == &bad_fa, "a misaligned FETCH_ADD was posted");
+	struct ibv_sge as4 = as;
+	as4.length = 4;
+	bad_fa = fa;
+	bad_fa.sg_list = &as4;
+	CHECK(ibv_post_send(a_qp, &bad_fa, &bad) == EINVAL, "a 4-byte FETCH_ADD was posted");
 	CHECK(!ibv_post_send(a_qp, &fa, &bad), "FETCH_ADD");
 	poll_one(a_cq, "FETCH_ADD");
 	CHECK(*(uint64_t *)a_buf == 1000 && counter[0] == 1055, "fetch_add: old %lu new %lu",
