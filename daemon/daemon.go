@@ -86,9 +86,21 @@ type Options struct {
 	// Limits per connection; zero fields take DefaultLimits'.
 	Limits Limits
 	// SpinFor is how long a connection's bridge keeps polling its rings
-	// after the last work before it sleeps (default 50µs; negative: never
-	// spin).
+	// after the last work before it sleeps (negative: never spin). The
+	// default is 50µs where the engine spins too (roce.EngineAuto
+	// resolves to adaptive: four CPUs or more), else no spin: on fewer
+	// CPUs a spinning bridge takes the CPU the program and the engine
+	// need (ib_send_lat through two daemons on two CPUs: 91-94 µs with
+	// 50µs of spin, 47-53 µs without).
 	SpinFor time.Duration
+}
+
+// defaultSpin is Options.SpinFor's default in this process.
+func defaultSpin() time.Duration {
+	if roce.EngineAuto.Resolve() == roce.EngineAdaptive {
+		return 50 * time.Microsecond
+	}
+	return -1
 }
 
 // Server serves devices to local clients.
@@ -149,7 +161,7 @@ func New(devs []Device, opts Options) (*Server, error) {
 		s.limits.Objects = def.Objects
 	}
 	if s.spin == 0 {
-		s.spin = 50 * time.Microsecond
+		s.spin = defaultSpin()
 	}
 	seen := map[string]bool{}
 	for _, d := range devs {

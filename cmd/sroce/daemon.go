@@ -60,7 +60,7 @@ func runDaemon(e *env, args []string) int {
 	engine := f.String("engine", "", "engine mode: auto, sleep, spin, adaptive or inline (default: SROCE_ENGINE, else auto)")
 	logFormat := f.String("log-format", "text", "log format: `text` or json")
 	verbose := f.Bool("v", false, "log every client request that fails")
-	spin := f.Duration("spin", 0, "how long a client's bridge keeps polling its rings after the last work before it sleeps (default 50µs; 0: the default; negative: never spin)")
+	spin := f.Duration("spin", 0, "how long a client's bridge keeps polling its rings after the last work before it sleeps (default 50µs with four CPUs or more, else none; 0: the default; negative: never spin)")
 	maxQPs := f.Int("max-qps", daemon.DefaultLimits.QPs, "QPs one client may hold")
 	maxMRs := f.Int("max-mrs", daemon.DefaultLimits.MRs, "MRs and MWs one client may hold")
 	maxReg := f.Uint64("max-reg", daemon.DefaultLimits.RegBytes, "bytes one client may register")
