@@ -16,16 +16,31 @@ import "github.com/sroce/sroce/verbs"
 // lose. It reports how many QPs it moved.
 func (d *Device) PortDown() int {
 	d.mu.Lock()
-	if d.closed {
+	if d.closed.Load() {
 		d.mu.Unlock()
 		return 0
 	}
 	d.cnt[verbs.CntLinkDowned]++
 	d.portDown = true
+	d.mu.Unlock()
+	moved := 0
+	for _, e := range d.eng {
+		moved += e.portDown()
+	}
+	d.events.post(AsyncEvent{Type: verbs.EventPortErr})
+	return moved
+}
+
+// portDown moves the engine's connected QPs to the error state (see
+// PortDown) and reports how many.
+func (e *engine) portDown() int {
+	d := e.d
 	moved := 0
 	wake := false
-	for _, q := range d.qps {
-		if q == nil || q.dead {
+	e.mu.Lock()
+	for i := range d.qps {
+		q := d.qps[i].Load()
+		if q == nil || q.eng != e || q.dead {
 			continue
 		}
 		if t := q.qp.Type(); t != verbs.QPTypeRC && t != verbs.QPTypeUC {
@@ -39,13 +54,12 @@ func (d *Device) PortDown() int {
 			continue
 		}
 		moved++
-		d.touch(q)
+		e.touch(q)
 		wake = wake || q.queued
 	}
-	d.mu.Unlock()
-	d.events.post(AsyncEvent{Type: verbs.EventPortErr})
+	e.mu.Unlock()
 	if wake {
-		d.link.Wake()
+		e.link.Wake()
 	}
 	return moved
 }
@@ -56,7 +70,7 @@ func (d *Device) PortDown() int {
 // connected again.
 func (d *Device) PortUp() {
 	d.mu.Lock()
-	closed := d.closed
+	closed := d.closed.Load()
 	d.portDown = false
 	d.mu.Unlock()
 	if !closed {
