@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sroce/sroce/verbs"
+	"github.com/sroce/sroce/xdp"
 	"golang.org/x/sys/unix"
 )
 
@@ -31,7 +32,8 @@ func (p *Port) Counters() []Stat {
 // LinkStats returns the link's counters: for AF_XDP the kernel's socket
 // statistics (XDP_STATISTICS: rx_dropped counts frames too large for the
 // UMEM chunks or without a fill buffer) and the socket's own; for the UDP
-// link its datagram counts.
+// link its datagram counts. A port on several queues shows the sums over
+// its sockets.
 func (p *Port) LinkStats() []Stat {
 	if p.udp != nil {
 		s := p.udp.Stats()
@@ -41,7 +43,23 @@ func (p *Port) LinkStats() []Stat {
 			{"rx_ip_id_recovered", s.RxIPIDRecovered}, {"rx_icrc_mismatch", s.RxICRCMismatch},
 		}
 	}
-	s := p.xsk.Socket().Stats()
+	var out []Stat
+	for _, l := range p.xsks {
+		st := socketStats(l.Socket().Stats())
+		if out == nil {
+			out = st
+			continue
+		}
+		for i := range out {
+			out[i].Value += st[i].Value
+		}
+	}
+	return out
+}
+
+// socketStats lists one AF_XDP socket's counters; a port on several
+// queues adds them up.
+func socketStats(s xdp.Stats) []Stat {
 	return []Stat{
 		{"rx_frames", s.RxFrames}, {"rx_bytes", s.RxBytes},
 		{"tx_frames", s.TxFrames}, {"tx_bytes", s.TxBytes},
