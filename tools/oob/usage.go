@@ -97,6 +97,8 @@ func PerftestUsage(test Test, prog string) string {
 		w("      --reversed            the server sends to the client\n")
 	}
 	w("      --tclass=<tc>         traffic class of the GRH\n")
+	w("      --queues=<n>          receive queues of the interface the device uses, one engine each\n")
+	w("                            (default: SROCE_QUEUES, else the queue count capped by the CPUs)\n")
 	return b.String()
 }
 
