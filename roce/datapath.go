@@ -81,8 +81,12 @@ func (e *engine) step(now monotime.Time, n int, hold bool) bool {
 	for len(e.timers) > 0 && e.timers[0].deadline <= now {
 		q := e.timers[0]
 		e.timers.remove(q)
-		q.qp.OnTimer(now)
-		e.touch(q)
+		q.mu.Lock()
+		if !q.gone.Load() {
+			q.qp.OnTimer(now)
+			e.touchLocked(q)
+		}
+		q.mu.Unlock()
 		did = true
 	}
 	more := e.pump(now, backlog) || moreIn
@@ -139,8 +143,21 @@ func (e *engine) receive(now monotime.Time, frame []byte) {
 		e.handOff(q.eng, frame)
 		return
 	}
+	e.deliverTo(now, q, p)
+}
+
+// deliverTo gives a checked packet to q, one of the engine's QPs.
+func (e *engine) deliverTo(now monotime.Time, q *QP, p *bth.Packet) {
+	q.mu.Lock()
+	if q.gone.Load() {
+		// Destroyed since the lookup.
+		q.mu.Unlock()
+		e.cnt[verbs.CntUnknownQPN]++
+		return
+	}
 	q.qp.Receive(now, p)
-	e.touch(q)
+	e.touchLocked(q)
+	q.mu.Unlock()
 }
 
 // lookupQP finds a live QP by number.
@@ -156,9 +173,17 @@ func (d *Device) lookupQP(n bth.QPN) *QP {
 }
 
 // touch reschedules q after it changed: its timer and whether it has
-// something to send.
+// something to send. A destroyed QP leaves the timer heap.
 func (e *engine) touch(q *QP) {
-	if q.dead {
+	q.mu.Lock()
+	e.touchLocked(q)
+	q.mu.Unlock()
+}
+
+// touchLocked is touch with the QP lock held.
+func (e *engine) touchLocked(q *QP) {
+	if q.gone.Load() {
+		e.timers.remove(q)
 		return
 	}
 	e.retime(q)
@@ -243,13 +268,16 @@ func (e *engine) pump(now monotime.Time, backlog bool) bool {
 	for len(e.runq) > 0 && budget > 0 {
 		k := 0
 		for _, q := range e.runq {
-			if q.dead {
-				q.queued = false
-				continue
-			}
-			if budget <= 0 {
+			if budget <= 0 && !q.gone.Load() {
 				e.runq[k] = q
 				k++
+				continue
+			}
+			q.mu.Lock()
+			if q.gone.Load() {
+				q.mu.Unlock()
+				q.queued = false
+				e.timers.remove(q)
 				continue
 			}
 			sent, more := q.qp.PumpLimit(now, min(pumpPerQP, budget), min(pumpPerQP, reqBudget))
@@ -261,6 +289,7 @@ func (e *engine) pump(now monotime.Time, backlog bool) bool {
 				q.queued = false
 			}
 			e.retime(q)
+			q.mu.Unlock()
 		}
 		clear(e.runq[k:])
 		e.runq = e.runq[:k]

@@ -301,10 +301,26 @@ func (d *Device) Counter(c verbs.Counter) uint64 {
 	return s[c]
 }
 
-// sumCounters adds up the device's and the engines' counters.
+// sumCounters adds up the device's (with its destroyed QPs'), its live
+// QPs' and its engines' counters.
 func (d *Device) sumCounters() verbs.Counters {
 	d.mu.Lock()
 	sum := d.cnt
+	add := func(q *QP) {
+		q.mu.Lock()
+		for i, v := range q.cnt {
+			sum[i] += v
+		}
+		q.mu.Unlock()
+	}
+	for i := range d.qps {
+		if q := d.qps[i].Load(); q != nil {
+			add(q)
+		}
+	}
+	if q := d.gsi.Load(); q != nil {
+		add(q)
+	}
 	d.mu.Unlock()
 	for _, e := range d.eng {
 		e.mu.Lock()

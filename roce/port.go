@@ -24,23 +24,9 @@ func (d *Device) PortDown() int {
 	d.portDown = true
 	d.mu.Unlock()
 	moved := 0
-	for _, e := range d.eng {
-		moved += e.portDown()
-	}
-	d.events.post(AsyncEvent{Type: verbs.EventPortErr})
-	return moved
-}
-
-// portDown moves the engine's connected QPs to the error state (see
-// PortDown) and reports how many.
-func (e *engine) portDown() int {
-	d := e.d
-	moved := 0
-	wake := false
-	e.mu.Lock()
 	for i := range d.qps {
 		q := d.qps[i].Load()
-		if q == nil || q.eng != e || q.dead {
+		if q == nil {
 			continue
 		}
 		if t := q.qp.Type(); t != verbs.QPTypeRC && t != verbs.QPTypeUC {
@@ -50,17 +36,11 @@ func (e *engine) portDown() int {
 		case verbs.QPStateReset, verbs.QPStateErr:
 			continue
 		}
-		if err := q.qp.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.AttrState); err != nil {
-			continue
+		if q.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.AttrState) == nil {
+			moved++
 		}
-		moved++
-		e.touch(q)
-		wake = wake || q.queued
 	}
-	e.mu.Unlock()
-	if wake {
-		e.link.Wake()
-	}
+	d.events.post(AsyncEvent{Type: verbs.EventPortErr})
 	return moved
 }
 

@@ -1,5 +1,7 @@
 // QPs as the application sees them. Control calls (Modify, Query,
-// Destroy) take the lock of the QP's engine; posting takes only the QP's own post lock
+// Destroy) take the QP's own lock, which its engine holds only while it
+// handles one packet, timer or transmit turn of that QP, never across a
+// batch; a change that the engine must act on rings the QP's doorbell; posting takes only the QP's own post lock
 // (one per queue), copies the request into the qp package's ring and rings
 // the device's doorbell, which wakes the loop.
 
@@ -41,13 +43,17 @@ type QP struct {
 	sendMu   sync.Mutex
 	recvMu   sync.Mutex
 	doorbell atomic.Bool
-	gone     atomic.Bool // destroyed
+	gone     atomic.Bool // destroyed, set under mu
+
+	// mu is the QP lock: held around every call into qp, by the engine
+	// and by control calls; cnt holds the QP's counters, under mu.
+	mu  sync.Mutex
+	cnt verbs.Counters
 
 	// Loop state, under the engine lock.
 	queued   bool
 	heapIdx  int
 	deadline monotime.Time
-	dead     bool
 }
 
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp). A
@@ -104,7 +110,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	q := &QP{dev: d, eng: e, pd: pd, init: *attr, heapIdx: -1}
 	cfg := &qp.Config{
 		QPN: qpn, Type: attr.Type, PD: pd.pd.ForQP(), SendCQ: (*cqSink)(attr.SendCQ), RecvCQ: (*cqSink)(attr.RecvCQ),
-		Cap: c, SigAll: attr.SigAll, PortMTU: d.portMTU, Env: (*env)(e), Counters: &e.cnt, Context: q,
+		Cap: c, SigAll: attr.SigAll, PortMTU: d.portMTU, Env: (*env)(e), Counters: &q.cnt, Context: q,
 		Tracing: &d.tracing,
 	}
 	if attr.SRQ != nil {
@@ -149,28 +155,26 @@ func (q *QP) Context() any { return q.init.Context }
 // Modify changes attributes and state (ibv_modify_qp). Errors are
 // *qp.ModifyError values that name the transition and what is wrong.
 func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
-	e := q.eng
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if q.dead {
+	q.mu.Lock()
+	if q.gone.Load() {
+		q.mu.Unlock()
 		return ErrDestroyed
 	}
-	if err := q.qp.Modify(attr, mask); err != nil {
+	err := q.qp.Modify(attr, mask)
+	q.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	e.touch(q)
-	if q.queued {
-		e.link.Wake()
-	}
+	// The engine reschedules the QP: new timers, work to send.
+	q.dev.ringRecv(q)
 	return nil
 }
 
 // Query returns the QP's attributes and creation attributes
 // (ibv_query_qp).
 func (q *QP) Query() (verbs.QPAttr, QPInitAttr) {
-	e := q.eng
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	return q.qp.Query(), q.init
 }
 
@@ -305,19 +309,22 @@ func (q *QP) PostRecvList(wrs []verbs.RecvWR) (int, error) {
 // discarded without completions, as in verbs; packets that arrive for the
 // QP afterwards are dropped as addressed to an unknown QP.
 func (q *QP) Destroy() error {
-	d, e := q.dev, q.eng
-	// The engine lock first, then the device lock: no one takes them the
-	// other way round.
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	d := q.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if q.dead {
+	q.mu.Lock()
+	if q.gone.Load() {
+		q.mu.Unlock()
 		return ErrDestroyed
 	}
-	q.dead = true
 	q.gone.Store(true)
-	e.timers.remove(q)
+	// The device keeps the counts of its destroyed QPs.
+	for i, v := range q.cnt {
+		d.cnt[i] += v
+	}
+	q.mu.Unlock()
+	// The engine drops the QP from its timers and run queue.
+	d.ringRecv(q)
 	if n := q.qp.QPN(); n == 1 {
 		d.gsi.Store(nil)
 	} else {
@@ -411,8 +418,7 @@ func (s *SRQ) Destroy() error {
 // Outstanding reports the requester's PSNs in flight and the next PSNs of
 // the requester and responder, for diagnostics.
 func (q *QP) Outstanding() (inflight int32, sqPSN, rqPSN bth.PSN) {
-	e := q.eng
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	return q.qp.Outstanding()
 }

@@ -250,8 +250,7 @@ func (e *engine) deliver(now monotime.Time, frame []byte) {
 		e.cnt[verbs.CntUnknownQPN]++
 		return
 	}
-	q.qp.Receive(now, p)
-	e.touch(q)
+	e.deliverTo(now, q, p)
 }
 
 // Engines returns the number of engines (links) of the device.
