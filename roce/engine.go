@@ -1,7 +1,9 @@
-// Engine modes: how the device loop (Run) waits for work, and who else may
-// run it. Whatever the mode, one goroutine at a time runs the loop's step
-// under the device lock; the modes differ in what a goroutine does when
-// the step found nothing to do.
+// Engine modes: how each engine's loop (Run) waits for work, and who else
+// may run it. The mode is the device's and applies to every engine alone.
+// Whatever the mode, one goroutine at a time runs an engine's step under
+// the engine lock; the modes differ in what a goroutine does when the step
+// found nothing to do. In inline mode a post drives the engine of its QP
+// and a poll drives every engine.
 //
 //	sleep     Run blocks in the link until a frame, the earliest QP timer
 //	          or a doorbell; posting wakes it.
