@@ -18,7 +18,7 @@ import (
 	"github.com/sroce/sroce/verbs"
 )
 
-// CQ is a completion queue (struct ibv_cq). The device loop appends
+// CQ is a completion queue (struct ibv_cq). The device's engines append
 // completions; any goroutine polls them. A CQ that overflows loses the
 // completions that did not fit, reports an EventCQErr asynchronous event,
 // and the QPs whose completions were lost move to the error state.
@@ -77,7 +77,7 @@ type SharedCQ struct {
 	// (next solicited or failed one), the device clears it when it
 	// notifies.
 	Arm *atomic.Uint32
-	// Notify is called, on the device loop with the device lock held,
+	// Notify is called, on the loop of the engine that completed,
 	// when a completion arrives on an armed CQ. It must not block.
 	Notify func()
 }

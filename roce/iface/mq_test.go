@@ -214,6 +214,9 @@ func TestMultiQueueSpread(t *testing.T) {
 		if n := busyEngines(st); n != 4 {
 			t.Errorf("%s: %d engines received frames, want 4", name, n)
 		}
+		if v, ok := p.Stat("queue3_rx_frames"); !ok || v < st[3].RxFrames || v == 0 {
+			t.Errorf("%s: counter queue3_rx_frames %d (%v), engine 3 received %d", name, v, ok, st[3].RxFrames)
+		}
 		for i, s := range st {
 			if s.HandedOff != 0 || s.HandoffFull != 0 {
 				t.Errorf("%s engine %d handed %d frames over (%d dropped), want none", name, i, s.HandedOff, s.HandoffFull)

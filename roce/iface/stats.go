@@ -19,12 +19,25 @@ type Stat struct {
 }
 
 // Counters returns the device's counters in the engine's order (sent_pkts,
-// rcvd_pkts, ... as verbs.Counter numbers them).
+// rcvd_pkts, ... as verbs.Counter numbers them). A device on several
+// queues adds what each queue's engine moved (roce.EngineStats):
+// queueN_rx_frames, queueN_tx_frames, queueN_handed_off (frames it passed
+// to the engine of their QP), queueN_adopted (frames it took from the
+// others) and queueN_handoff_full (frames dropped because the ring to
+// their engine was full).
 func (p *Port) Counters() []Stat {
 	m := p.dev.Counters()
 	out := make([]Stat, 0, int(verbs.NumCounters))
 	for c := verbs.Counter(0); c < verbs.NumCounters; c++ {
 		out = append(out, Stat{c.String(), m[c.String()]})
+	}
+	if p.dev.Engines() > 1 {
+		for i, e := range p.dev.EngineStats() {
+			q := fmt.Sprintf("queue%d_", i)
+			out = append(out, Stat{q + "rx_frames", e.RxFrames}, Stat{q + "tx_frames", e.TxFrames},
+				Stat{q + "handed_off", e.HandedOff}, Stat{q + "adopted", e.Adopted},
+				Stat{q + "handoff_full", e.HandoffFull})
+		}
 	}
 	return out
 }
