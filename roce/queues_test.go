@@ -1,8 +1,10 @@
 package roce
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -169,4 +171,43 @@ func TestHandoffFull(t *testing.T) {
 	if st.HandedOff != handoffSlots+1 || st.HandoffFull != 44 {
 		t.Errorf("after the drain: handed over %d, dropped %d", st.HandedOff, st.HandoffFull)
 	}
+}
+
+// TestCloseStopsEveryEngine starts a device of three engines in real time
+// in each mode and closes it: every engine's goroutine must be gone when
+// Close returns.
+func TestCloseStopsEveryEngine(t *testing.T) {
+	for _, m := range []EngineMode{EngineInline, EngineSleep, EngineSpin, EngineAdaptive} {
+		clock := SystemClock()
+		r := memlink.NewRouter(clock, 1, memlink.Impairments{})
+		mac := net.HardwareAddr{2, 0, 0, 0, 0, 1}
+		links := []Link{r.NewPort(mac, 1500), r.NewPort(mac, 1500), r.NewPort(mac, 1500)}
+		d, err := OpenLinks(links, &Options{Clock: clock, Engine: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Start(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for engineLoops() < 3 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if n := engineLoops(); n != 3 {
+			t.Errorf("%v: %d engine loops running, want 3", m, n)
+		}
+		if err := d.Close(); err != nil {
+			t.Errorf("%v: Close: %v", m, err)
+		}
+		if n := engineLoops(); n != 0 {
+			t.Errorf("%v: %d engine loops still running after Close", m, n)
+		}
+	}
+}
+
+// engineLoops counts the goroutines running an engine's loop.
+func engineLoops() int {
+	buf := make([]byte, 1<<20)
+	n := runtime.Stack(buf, true)
+	return bytes.Count(buf[:n], []byte("roce.(*engine).run("))
 }
