@@ -265,13 +265,12 @@ func TestMultiQueueHandoff(t *testing.T) {
 	}
 }
 
-// TestMultiQueueModes runs pairs over two engines in each engine mode but
-// spin (adaptive spins too, and four spinning loops on a two-core test
-// machine only slow the others down): the modes apply per engine, and
-// inline mode (the posting goroutine drives its QP's engine) must stay
-// correct with several.
+// TestMultiQueueModes runs pairs over two engines in each engine mode
+// (with spin, four loops spin on the two devices): the modes apply per
+// engine, and inline mode (the posting goroutine drives its QP's engine)
+// must stay correct with several.
 func TestMultiQueueModes(t *testing.T) {
-	for _, m := range []roce.EngineMode{roce.EngineInline, roce.EngineSleep, roce.EngineAdaptive} {
+	for _, m := range []roce.EngineMode{roce.EngineInline, roce.EngineSleep, roce.EngineAdaptive, roce.EngineSpin} {
 		t.Run(m.String(), func(t *testing.T) {
 			a, b, done := mqPorts(t, 2, 2, m)
 			defer done()
