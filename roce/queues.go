@@ -142,14 +142,17 @@ const handoffSlots = 256
 // handoff is a single-producer, single-consumer ring of frames from one
 // engine to another: the producer writes slot tail and then publishes
 // tail+1; the consumer reads slot head and then releases head+1. The
-// indices live on separate cache lines.
+// indices live on separate cache lines. A slot's buffer is allocated the
+// first time the producer fills it, so rings that carry little stay
+// small.
 type handoff struct {
-	head atomic.Uint64 // next slot the consumer takes
-	_    [56]byte
-	tail atomic.Uint64 // next slot the producer fills
-	_    [56]byte
-	bufs [][]byte
-	lens []int
+	head  atomic.Uint64 // next slot the consumer takes
+	_     [56]byte
+	tail  atomic.Uint64 // next slot the producer fills
+	_     [56]byte
+	frame int // size of a slot's buffer
+	bufs  [][]byte
+	lens  []int
 }
 
 func (e *engine) initInbox(n int) {
@@ -158,11 +161,7 @@ func (e *engine) initInbox(n int) {
 		if i == e.idx {
 			continue
 		}
-		h := &handoff{bufs: make([][]byte, handoffSlots), lens: make([]int, handoffSlots)}
-		for j := range h.bufs {
-			h.bufs[j] = make([]byte, e.d.frameSize())
-		}
-		e.inbox[i] = h
+		e.inbox[i] = &handoff{frame: e.d.frameSize(), bufs: make([][]byte, handoffSlots), lens: make([]int, handoffSlots)}
 	}
 }
 
@@ -171,11 +170,14 @@ func (e *engine) initInbox(n int) {
 func (e *engine) handOff(to *engine, frame []byte) {
 	h := to.inbox[e.idx]
 	t := h.tail.Load()
-	if t-h.head.Load() == handoffSlots || len(frame) > len(h.bufs[0]) {
+	if t-h.head.Load() == handoffSlots || len(frame) > h.frame {
 		e.st.HandoffFull++
 		return
 	}
 	i := t % handoffSlots
+	if h.bufs[i] == nil {
+		h.bufs[i] = make([]byte, h.frame)
+	}
 	h.lens[i] = copy(h.bufs[i], frame)
 	h.tail.Store(t + 1)
 	e.st.HandedOff++
