@@ -71,6 +71,10 @@ var (
 	// ErrXDP: the AF_XDP socket or the steering program could not be set
 	// up.
 	ErrXDP = errors.New("AF_XDP setup failed")
+	// ErrQueues: Options.Queues does not fit the interface or the link
+	// mode (more queues than the interface has, several with Queue set or
+	// on the UDP link).
+	ErrQueues = errors.New("bad queue count")
 	// ErrUnreachable: AHAttr found no way to the destination through this
 	// port (wrong family, other interface, no ARP/ND answer).
 	ErrUnreachable = errors.New("destination unreachable")
@@ -204,8 +208,8 @@ type Port struct {
 // Open opens a sroce device on the network interface ifname of the calling
 // thread's network namespace and starts it (see the package documentation).
 // ctx bounds the opening only; the Port lives until Close. Errors are one
-// sentence and match ErrNoInterface, ErrDown, ErrNotPermitted, ErrNoAddress
-// or ErrXDP with errors.Is.
+// sentence and match ErrNoInterface, ErrDown, ErrNotPermitted, ErrNoAddress,
+// ErrQueues or ErrXDP with errors.Is.
 func Open(ctx context.Context, ifname string, opts Options) (*Port, error) {
 	mode := opts.Mode
 	if mode == "" {
@@ -247,6 +251,9 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 		gidt: ifc.GIDTable(), active: ifc.Active(), lost: make(chan struct{}),
 		resolveT: opts.ResolveTimeout}
 
+	if err := checkQueues(ifc.Name, mode, opts); err != nil {
+		return nil, err
+	}
 	caps := xdpPrivileges()
 	switch {
 	case mode == ModeXDP:
@@ -336,25 +343,42 @@ func (p *Port) closeLinks() {
 	}
 }
 
-// queueCount is the number of queues the device uses (Options.Queues).
-func queueCount(ifname string, opts *Options) (int, error) {
-	if opts.Queues < 0 {
-		return 0, fmt.Errorf("%d queues: the count must be positive", opts.Queues)
+// checkQueues refuses a queue count (Options.Queues) that cannot work,
+// whatever link auto mode would pick.
+func checkQueues(ifname string, mode Mode, opts *Options) error {
+	q := opts.Queues
+	switch {
+	case q < 0:
+		return errorf(ErrQueues, nil, "%d queues asked for on %s: the count must be positive", q, ifname)
+	case q <= 1:
+		return nil
+	case q > roce.MaxEngines:
+		return errorf(ErrQueues, nil, "%d queues asked for on %s: a device takes at most %d", q, ifname, roce.MaxEngines)
+	case opts.Queue != 0:
+		return errorf(ErrQueues, nil, "%d queues and queue %d asked for on %s: a device on several queues uses queues 0 to %d", q, opts.Queue, ifname, q-1)
+	case mode == ModeUDP:
+		return errorf(ErrQueues, nil, "%d queues asked for on %s: the UDP link has one", q, ifname)
 	}
+	if n, err := xdp.QueueCount(ifname); err == nil && q > n {
+		return errorf(ErrQueues, nil, "%d queues asked for, and %s has %d receive queues", q, ifname, n)
+	}
+	return nil
+}
+
+// queueCount is the number of queues the device uses (Options.Queues,
+// checked by checkQueues).
+func queueCount(ifname string, opts *Options) int {
 	if opts.Queues > 0 {
-		if opts.Queues > 1 && opts.Queue != 0 {
-			return 0, fmt.Errorf("%d queues asked for, and queue %d: a device on several queues uses queues 0 to %d", opts.Queues, opts.Queue, opts.Queues-1)
-		}
-		return min(opts.Queues, roce.MaxEngines), nil
+		return opts.Queues
 	}
 	if opts.Queue != 0 {
-		return 1, nil
+		return 1
 	}
 	n, err := xdp.QueueCount(ifname)
 	if err != nil || n < 1 {
-		return 1, nil
+		return 1
 	}
-	return max(1, min(n, runtime.GOMAXPROCS(0), roce.MaxEngines)), nil
+	return max(1, min(n, runtime.GOMAXPROCS(0), roce.MaxEngines))
 }
 
 // openXDP opens the AF_XDP link, or one per queue.
@@ -364,10 +388,7 @@ func (p *Port) openXDP(opts *Options) error {
 		// A polling engine drives the queue itself (see xdp.Options).
 		xo.BusyPoll = DefaultBusyPoll
 	}
-	n, err := queueCount(p.ifname, opts)
-	if err != nil {
-		return errorf(ErrXDP, err, "AF_XDP on %s: %v", p.ifname, err)
-	}
+	n := queueCount(p.ifname, opts)
 	if n == 1 {
 		l, err := xdp.OpenLink(p.ifname, opts.Queue, xo)
 		if err != nil {

@@ -3,9 +3,9 @@ package iface
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -301,11 +301,13 @@ func TestMultiQueueOptions(t *testing.T) {
 			t.Errorf("default: %d queues, want %d (4 queues, %d CPUs)", p.Queues(), want, runtime.GOMAXPROCS(0))
 		}
 		p.Close()
-		if _, err := Open(context.Background(), pair.Veth.NameA, Options{Mode: ModeXDP, Queues: 5}); err == nil || !strings.Contains(err.Error(), "4 receive queues, 5 asked for") {
-			t.Errorf("5 queues of 4: %v", err)
-		}
-		if _, err := Open(context.Background(), pair.Veth.NameA, Options{Mode: ModeXDP, Queues: 2, Queue: 1}); err == nil {
-			t.Error("Queues 2 with Queue 1 accepted")
+		// Auto mode must not fall back to the UDP link for a bad count.
+		for _, o := range []Options{{Queues: 5}, {Mode: ModeXDP, Queues: 2, Queue: 1}, {Mode: ModeUDP, Queues: 2}, {Queues: -1}} {
+			if _, err := Open(context.Background(), pair.Veth.NameA, o); !errors.Is(err, ErrQueues) {
+				t.Errorf("mode %q, %d queues, queue %d: %v", o.Mode, o.Queues, o.Queue, err)
+			} else {
+				t.Log(err)
+			}
 		}
 		p, err = Open(context.Background(), pair.Veth.NameA, Options{Mode: ModeXDP, Queue: 2})
 		if err != nil {
