@@ -1,5 +1,6 @@
-// Completion queues: the device loop appends completions (push) while it
-// holds the device lock, so the loop is the ring's one producer; an
+// Completion queues: the device's engines append completions (push) under
+// the CQ's push lock, which makes them the ring's one producer at a time
+// (QPs of several engines may share a CQ); an
 // application goroutine polls them, consumers being serialized by the
 // CQ's poll lock. The completions live in a ring of plain CQE entries
 // (package ring), memory that can later be shared with a client process;
@@ -17,14 +18,15 @@ import (
 	"github.com/sroce/sroce/verbs"
 )
 
-// CQ is a completion queue (struct ibv_cq). The device loop appends
+// CQ is a completion queue (struct ibv_cq). The device's engines append
 // completions; any goroutine polls them. A CQ that overflows loses the
 // completions that did not fit, reports an EventCQErr asynchronous event,
 // and the QPs whose completions were lost move to the error state.
 type CQ struct {
 	dev *Device
 
-	ring       *ring.Ring[ring.CQE] // produced by the loop, consumed under pollMu
+	ring       *ring.Ring[ring.CQE] // produced under pushMu, consumed under pollMu
+	pushMu     sync.Mutex
 	pollMu     sync.Mutex
 	overflowed atomic.Bool
 	armed      *atomic.Uint32 // armNone, armNext, armSolicited: armOwn, or shared memory
@@ -52,7 +54,7 @@ func (d *Device) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
+	if d.closed.Load() {
 		return nil, ErrClosed
 	}
 	r, err := ring.New[ring.CQE](ring.KindCQ, uint32(cqe), ring.Stride[ring.CQE](0))
@@ -75,7 +77,7 @@ type SharedCQ struct {
 	// (next solicited or failed one), the device clears it when it
 	// notifies.
 	Arm *atomic.Uint32
-	// Notify is called, on the device loop with the device lock held,
+	// Notify is called, on the loop of the engine that completed,
 	// when a completion arrives on an armed CQ. It must not block.
 	Notify func()
 }
@@ -90,7 +92,7 @@ func (d *Device) CreateSharedCQ(cqe int, m SharedCQ) (*CQ, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
+	if d.closed.Load() {
 		return nil, ErrClosed
 	}
 	r, err := ring.Init[ring.CQE](m.Ring, ring.KindCQ, uint32(cqe), ring.Stride[ring.CQE](0))
@@ -106,8 +108,9 @@ func (d *Device) CreateSharedCQ(cqe int, m SharedCQ) (*CQ, error) {
 func (c *CQ) Inject(wc *verbs.WC) bool {
 	d := c.dev
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if c.dead {
+	dead := c.dead
+	d.mu.Unlock()
+	if dead {
 		return false
 	}
 	return c.push(wc, true)
@@ -122,12 +125,13 @@ type cqSink CQ
 
 func (s *cqSink) Push(wc verbs.WC, solicited bool) bool { return (*CQ)(s).push(&wc, solicited) }
 
-// push appends a completion from the device loop; it reports false when
-// the CQ is full (the completion is lost and the CQ is in error). Callers
-// hold the device lock, which makes them one producer.
+// push appends a completion from an engine; it reports false when the CQ
+// is full (the completion is lost and the CQ is in error).
 func (c *CQ) push(wc *verbs.WC, solicited bool) bool {
+	c.pushMu.Lock()
 	e := c.ring.Next()
 	if e == nil {
+		c.pushMu.Unlock()
 		if c.overflowed.CompareAndSwap(false, true) {
 			c.dev.events.post(AsyncEvent{Type: verbs.EventCQErr, CQ: c})
 		}
@@ -135,6 +139,7 @@ func (c *CQ) push(wc *verbs.WC, solicited bool) bool {
 	}
 	e.SetWC(wc)
 	c.ring.Publish()
+	c.pushMu.Unlock()
 	if c.dev.tracing.Load() {
 		c.dev.traceCompletion(wc)
 	}
@@ -169,7 +174,9 @@ func (c *CQ) Poll(wcs []verbs.WC) int {
 	if c.dev.mode != EngineInline {
 		return c.poll(wcs)
 	}
-	c.dev.polled.Store(true)
+	for _, e := range c.dev.eng {
+		e.polled.Store(true)
+	}
 	if k := c.poll(wcs); k > 0 {
 		return k
 	}

@@ -7,17 +7,15 @@ package roce
 // requester keeps only the fixed limits, as rdma_rxe does; for comparison,
 // and for paths known to be clean.
 func (q *QP) SetCongestionWindow(on bool) {
-	d := q.dev
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	q.qp.SetCwnd(on)
 }
 
 // CongestionWindow returns the requester's congestion window in packets,
 // for diagnostics.
 func (q *QP) CongestionWindow() int {
-	d := q.dev
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	return q.qp.Cwnd()
 }

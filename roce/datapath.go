@@ -1,5 +1,6 @@
-// Data path. One goroutine (Run, or the caller of Step) owns everything in
-// this file while holding the device lock: it reads frames from the link,
+// Data path. One goroutine per engine (Run, or the caller of Step) owns
+// the engine's part of everything in this file while holding the engine
+// lock: it reads frames from the link,
 // checks them (parse, ICRC, destination address, QPN) and hands them to
 // the QP they address; it fires QP timers from a heap ordered by deadline;
 // it pumps the QPs that have something to send into a batch of frame
@@ -47,137 +48,176 @@ const (
 // With hold, frames that fill less than a batch stay in it (see
 // Device.progress) until txDue, a later step without hold, or a full
 // batch.
-func (d *Device) step(now monotime.Time, n int, hold bool) bool {
+func (e *engine) step(now monotime.Time, n int, hold bool) bool {
 	did := n > 0
+	e.st.RxFrames += uint64(n)
 	for i := 0; i < n; i++ {
-		d.receive(now, d.rx[i][:d.rxSizes[i]])
+		e.receive(now, e.rx[i][:e.rxSizes[i]])
 	}
-	if d.doorbells() {
+	if e.doorbells() {
 		did = true
+	}
+	adopted, moreIn := false, false
+	if e.inbox != nil {
+		adopted, moreIn = e.adopt(now)
+		did = did || adopted
 	}
 	backlog := false // every round read a full batch: frames are waiting
 	for round := 0; round < rxRounds; round++ {
-		k, err := d.link.ReadBatch(d.rx, d.rxSizes, 0)
+		k, err := e.link.ReadBatch(e.rx, e.rxSizes, 0)
 		if err != nil || k == 0 {
 			break
 		}
 		did = true
+		e.st.RxFrames += uint64(k)
 		for i := 0; i < k; i++ {
-			d.receive(now, d.rx[i][:d.rxSizes[i]])
+			e.receive(now, e.rx[i][:e.rxSizes[i]])
 		}
-		if k < len(d.rx) {
+		if k < len(e.rx) {
 			break
 		}
 		backlog = round == rxRounds-1
 	}
-	for len(d.timers) > 0 && d.timers[0].deadline <= now {
-		q := d.timers[0]
-		d.timers.remove(q)
-		q.qp.OnTimer(now)
-		d.touch(q)
+	for len(e.timers) > 0 && e.timers[0].deadline <= now {
+		q := e.timers[0]
+		e.timers.remove(q)
+		q.mu.Lock()
+		if !q.gone.Load() {
+			q.qp.OnTimer(now)
+			e.touchLocked(q)
+		}
+		q.mu.Unlock()
 		did = true
 	}
-	more := d.pump(now, backlog)
-	if len(d.loopQ) > 0 {
+	more := e.pump(now, backlog) || moreIn
+	if len(e.loopQ) > 0 {
 		did = true
-		more = d.loopback(now) || more
+		more = e.loopback(now) || more
 	}
-	if hold && d.txN > 0 && d.txN < len(d.tx) {
-		if d.txDue == 0 {
-			d.txDue = now.Add(txHoldMax)
+	if e.handed != 0 {
+		e.wakeHanded()
+	}
+	if hold && e.txN > 0 && e.txN < len(e.tx) {
+		if e.txDue == 0 {
+			e.txDue = now.Add(txHoldMax)
 		}
 		return did || more
 	}
-	d.flushTx()
-	return did || more || d.txN > 0
+	e.flushTx()
+	return did || more || e.txN > 0
 }
 
 // receive handles one frame.
-func (d *Device) receive(now monotime.Time, frame []byte) {
-	if d.tracing.Load() {
-		d.traceFrame(TraceRx, frame, d.clock.Now(), false)
+func (e *engine) receive(now monotime.Time, frame []byte) {
+	if e.d.tracing.Load() {
+		e.d.traceFrame(TraceRx, frame, e.d.clock.Now(), false)
 	}
-	p := &d.pkt
+	p := &e.pkt
 	if err := p.Parse(frame); err != nil {
 		if errors.Is(err, bth.ErrNotRoCE) {
-			d.cnt[verbs.CntNotRoCE]++
+			e.cnt[verbs.CntNotRoCE]++
 		} else {
-			d.cnt[verbs.CntMalformed]++
+			e.cnt[verbs.CntMalformed]++
 		}
 		return
 	}
 	if !p.VerifyICRC() {
-		if !d.icrcBlind {
-			d.cnt[verbs.CntICRCError]++
+		if !e.d.icrcBlind {
+			e.cnt[verbs.CntICRCError]++
 			return
 		}
 		// The link cannot show the IP header as it was on the wire
 		// (ICRCVerifier), so a mismatch proves nothing: count and accept.
-		d.cnt[verbs.CntICRCUnchecked]++
+		e.cnt[verbs.CntICRCUnchecked]++
 	}
-	if !d.isLocal(p.DstAddr()) {
-		d.cnt[verbs.CntBadDGID]++
+	if !e.d.isLocal(p.DstAddr()) {
+		e.cnt[verbs.CntBadDGID]++
 		return
 	}
-	q := d.lookupQP(p.BTH().DestQP())
+	q := e.d.lookupQP(p.BTH().DestQP())
 	if q == nil {
-		d.cnt[verbs.CntUnknownQPN]++
+		e.cnt[verbs.CntUnknownQPN]++
+		return
+	}
+	if q.eng != e {
+		e.handOff(q.eng, frame)
+		return
+	}
+	e.deliverTo(now, q, p)
+}
+
+// deliverTo gives a checked packet to q, one of the engine's QPs.
+func (e *engine) deliverTo(now monotime.Time, q *QP, p *bth.Packet) {
+	q.mu.Lock()
+	if q.gone.Load() {
+		// Destroyed since the lookup.
+		q.mu.Unlock()
+		e.cnt[verbs.CntUnknownQPN]++
 		return
 	}
 	q.qp.Receive(now, p)
-	d.touch(q)
+	e.touchLocked(q)
+	q.mu.Unlock()
 }
 
 // lookupQP finds a live QP by number.
 func (d *Device) lookupQP(n bth.QPN) *QP {
 	if n == 1 {
-		return d.gsi
+		return d.gsi.Load()
 	}
 	i := int(n) - firstQPN
 	if i < 0 || i >= len(d.qps) {
 		return nil
 	}
-	return d.qps[i]
+	return d.qps[i].Load()
 }
 
 // touch reschedules q after it changed: its timer and whether it has
-// something to send.
-func (d *Device) touch(q *QP) {
-	if q.dead {
+// something to send. A destroyed QP leaves the timer heap.
+func (e *engine) touch(q *QP) {
+	q.mu.Lock()
+	e.touchLocked(q)
+	q.mu.Unlock()
+}
+
+// touchLocked is touch with the QP lock held.
+func (e *engine) touchLocked(q *QP) {
+	if q.gone.Load() {
+		e.timers.remove(q)
 		return
 	}
-	d.retime(q)
+	e.retime(q)
 	if !q.queued && q.qp.HasWork() {
 		q.queued = true
-		d.runq = append(d.runq, q)
+		e.runq = append(e.runq, q)
 	}
 }
 
 // retime moves q in the timer heap to its current deadline.
-func (d *Device) retime(q *QP) {
+func (e *engine) retime(q *QP) {
 	dl, ok := q.qp.NextDeadline()
 	switch {
 	case ok && q.heapIdx >= 0 && dl != q.deadline:
 		q.deadline = dl
-		d.timers.fix(q)
+		e.timers.fix(q)
 	case ok && q.heapIdx < 0:
 		q.deadline = dl
-		d.timers.push(q)
+		e.timers.push(q)
 	case !ok && q.heapIdx >= 0:
-		d.timers.remove(q)
+		e.timers.remove(q)
 	}
 }
 
 // doorbells takes the QPs whose queues got new work requests.
-func (d *Device) doorbells() bool {
-	d.dbMu.Lock()
-	list := d.db
-	d.db, d.dbSpare = d.dbSpare[:0], list
-	d.dbRung.Store(false)
-	d.dbMu.Unlock()
+func (e *engine) doorbells() bool {
+	e.dbMu.Lock()
+	list := e.db
+	e.db, e.dbSpare = e.dbSpare[:0], list
+	e.dbRung.Store(false)
+	e.dbMu.Unlock()
 	for _, q := range list {
 		q.doorbell.Store(false)
-		d.touch(q)
+		e.touch(q)
 	}
 	clear(list)
 	return len(list) > 0
@@ -188,7 +228,7 @@ func (d *Device) doorbells() bool {
 func (d *Device) ring(q *QP) {
 	d.ringRecv(q)
 	if d.mode == EngineInline {
-		d.progress(true)
+		q.eng.progress(true)
 	}
 }
 
@@ -197,11 +237,12 @@ func (d *Device) ring(q *QP) {
 // poll or the loop handles), so posting a receive costs no step.
 func (d *Device) ringRecv(q *QP) {
 	if q.doorbell.CompareAndSwap(false, true) {
-		d.dbMu.Lock()
-		d.db = append(d.db, q)
-		d.dbRung.Store(true)
-		d.dbMu.Unlock()
-		d.kick()
+		e := q.eng
+		e.dbMu.Lock()
+		e.db = append(e.db, q)
+		e.dbRung.Store(true)
+		e.dbMu.Unlock()
+		e.kick()
 	}
 }
 
@@ -215,42 +256,46 @@ func (d *Device) ringRecv(q *QP) {
 // wait behind its own backlog. Ten thousand QPs starting at once otherwise
 // sent every request within a few steps and timed out before the loop had
 // read the replies.
-func (d *Device) pump(now monotime.Time, backlog bool) bool {
+func (e *engine) pump(now monotime.Time, backlog bool) bool {
 	budget := pumpPerStep
 	reqBudget := pumpPerStep
-	if backlog && d.heldSteps < maxHeldSteps {
-		d.heldSteps++
+	if backlog && e.heldSteps < maxHeldSteps {
+		e.heldSteps++
 		reqBudget = 0
 	} else {
-		d.heldSteps = 0
+		e.heldSteps = 0
 	}
-	for len(d.runq) > 0 && budget > 0 {
+	for len(e.runq) > 0 && budget > 0 {
 		k := 0
-		for _, q := range d.runq {
-			if q.dead {
-				q.queued = false
+		for _, q := range e.runq {
+			if budget <= 0 && !q.gone.Load() {
+				e.runq[k] = q
+				k++
 				continue
 			}
-			if budget <= 0 {
-				d.runq[k] = q
-				k++
+			q.mu.Lock()
+			if q.gone.Load() {
+				q.mu.Unlock()
+				q.queued = false
+				e.timers.remove(q)
 				continue
 			}
 			sent, more := q.qp.PumpLimit(now, min(pumpPerQP, budget), min(pumpPerQP, reqBudget))
 			budget -= sent
 			if more || (reqBudget == 0 && q.qp.HasWork()) {
-				d.runq[k] = q
+				e.runq[k] = q
 				k++
 			} else {
 				q.queued = false
 			}
-			d.retime(q)
+			e.retime(q)
+			q.mu.Unlock()
 		}
-		clear(d.runq[k:])
-		d.runq = d.runq[:k]
-		if d.txN == len(d.tx) {
-			d.flushTx()
-			if d.txN == len(d.tx) {
+		clear(e.runq[k:])
+		e.runq = e.runq[:k]
+		if e.txN == len(e.tx) {
+			e.flushTx()
+			if e.txN == len(e.tx) {
 				// The link takes nothing now; try again later.
 				return true
 			}
@@ -259,88 +304,88 @@ func (d *Device) pump(now monotime.Time, backlog bool) bool {
 			break // the held QPs stay queued for the next step
 		}
 	}
-	return len(d.runq) > 0
+	return len(e.runq) > 0
 }
 
 // --- qp.Env -----------------------------------------------------------------
 
-// env is the device as the QPs of its loop see it: it implements qp.Env on
+// env is an engine as the QPs of its loop see it: it implements qp.Env on
 // an unexported type, so the loop's callbacks are not part of the verbs
 // API.
-type env Device
+type env engine
 
-func (e *env) Frame(ah *verbs.AH, n int) []byte           { return (*Device)(e).frame(ah, n) }
-func (e *env) Send(ah *verbs.AH, src bth.QPN, pkt []byte) { (*Device)(e).send(ah, src, pkt) }
+func (e *env) Frame(ah *verbs.AH, n int) []byte           { return (*engine)(e).frame(ah, n) }
+func (e *env) Send(ah *verbs.AH, src bth.QPN, pkt []byte) { (*engine)(e).send(ah, src, pkt) }
 func (e *env) ResolveAH(attr *verbs.AHAttr, ah *verbs.AH) error {
-	return (*Device)(e).resolveAH(attr, ah)
+	return e.d.resolveAH(attr, ah)
 }
 func (e *env) Invalidate(pd *mr.PD, rkey uint32) error { return pd.Invalidate(rkey, true) }
 func (e *env) Event(t verbs.EventType, q *qp.QP, srq *qp.SRQ) {
-	(*Device)(e).event(t, q, srq)
+	e.d.event(t, q, srq)
 }
 
 // frame returns the next transmit buffer's room for a transport packet of
 // n bytes toward ah, or nil when the batch is full and the link takes
 // nothing. send completes the frame in that same buffer.
-func (d *Device) frame(ah *verbs.AH, n int) []byte {
-	if d.txN == len(d.tx) {
-		d.flushTx()
-		if d.txN == len(d.tx) {
+func (e *engine) frame(ah *verbs.AH, n int) []byte {
+	if e.txN == len(e.tx) {
+		e.flushTx()
+		if e.txN == len(e.tx) {
 			return nil
 		}
 	}
 	hl := ah.Encap.Len()
-	f := d.tx[d.txN]
+	f := e.tx[e.txN]
 	if hl+n > len(f) {
-		d.cnt[verbs.CntSendErr]++
+		e.cnt[verbs.CntSendErr]++
 		return nil
 	}
-	d.txHL = hl
+	e.txHL = hl
 	return f[hl : hl+n]
 }
 
 // send adds the Ethernet, IP and UDP headers and the ICRC around pkt, the
 // packet built in the buffer frame returned, and queues the frame.
-func (d *Device) send(ah *verbs.AH, src bth.QPN, pkt []byte) {
-	f := d.tx[d.txN]
-	d.enc = ah.Encap
-	e := &d.enc
-	e.SrcMAC = d.mac
-	e.SrcPort = UDPSourcePort(src)
-	d.ipID++
-	if d.ipID == 0 {
-		d.ipID = 1
+func (e *engine) send(ah *verbs.AH, src bth.QPN, pkt []byte) {
+	f := e.tx[e.txN]
+	e.enc = ah.Encap
+	enc := &e.enc
+	enc.SrcMAC = e.d.mac
+	enc.SrcPort = UDPSourcePort(src)
+	e.ipID++
+	if e.ipID == 0 {
+		e.ipID = 1
 	}
-	e.ID = d.ipID
-	hl := d.txHL
-	l3, err := e.Encode(f, len(pkt))
+	enc.ID = e.ipID
+	hl := e.txHL
+	l3, err := enc.Encode(f, len(pkt))
 	if err != nil {
-		d.cnt[verbs.CntSendErr]++
+		e.cnt[verbs.CntSendErr]++
 		return
 	}
-	bth.PutICRC(f[l3:hl+len(pkt)], e.IPv6())
-	dropped := d.impair != nil && d.impair.drop()
-	if d.tracing.Load() {
-		d.traceFrame(TraceTx, f[:hl+len(pkt)], d.clock.Now(), dropped)
+	bth.PutICRC(f[l3:hl+len(pkt)], enc.IPv6())
+	dropped := e.impair != nil && e.impair.drop()
+	if e.d.tracing.Load() {
+		e.d.traceFrame(TraceTx, f[:hl+len(pkt)], e.d.clock.Now(), dropped)
 	}
 	if dropped {
 		// The impairment loses it on the way: the buffer is used again.
-		d.impairDropped++
+		e.impairDropped++
 		return
 	}
-	if !d.linkLoopback && d.isLocal(e.Dst) {
-		d.queueLoop(f[:hl+len(pkt)])
+	if !e.d.linkLoopback && e.d.isLocal(enc.Dst) {
+		e.queueLoop(f[:hl+len(pkt)])
 		return
 	}
-	d.txLen[d.txN] = hl + len(pkt)
-	d.txN++
+	e.txLen[e.txN] = hl + len(pkt)
+	e.txN++
 }
 
 // isLocal reports whether a (unmapped, as bth.GID.Addr gives it) is the
 // address of one of the device's GIDs: the device accepts packets to it,
 // and keeps those it sends to it.
 func (d *Device) isLocal(a netip.Addr) bool {
-	for _, g := range d.gidAddrs {
+	for _, g := range d.gidSnap.Load().addrs {
 		if g == a {
 			return true
 		}
@@ -354,36 +399,36 @@ func (d *Device) isLocal(a netip.Addr) bool {
 const maxLoop = 4096
 
 // queueLoop keeps a copy of a frame to one of the device's own GIDs.
-func (d *Device) queueLoop(frame []byte) {
-	if len(d.loopQ) >= maxLoop {
-		d.cnt[verbs.CntSendErr]++
+func (e *engine) queueLoop(frame []byte) {
+	if len(e.loopQ) >= maxLoop {
+		e.cnt[verbs.CntSendErr]++
 		return
 	}
 	var b []byte
-	if n := len(d.loopFree); n > 0 {
-		b, d.loopFree = d.loopFree[n-1][:0], d.loopFree[:n-1]
+	if n := len(e.loopFree); n > 0 {
+		b, e.loopFree = e.loopFree[n-1][:0], e.loopFree[:n-1]
 	}
-	d.loopQ = append(d.loopQ, append(b, frame...))
+	e.loopQ = append(e.loopQ, append(b, frame...))
 }
 
 // loopback receives the frames the device sent to itself, and what they
 // make the QPs send, for a bounded number of rounds. Frames queued while
 // it runs join the queue behind the ones being received; the queue and
 // the frames' buffers are reused. It reports whether frames still wait.
-func (d *Device) loopback(now monotime.Time) bool {
+func (e *engine) loopback(now monotime.Time) bool {
 	done := 0
-	for round := 0; round < 8 && done < len(d.loopQ); round++ {
-		for end := len(d.loopQ); done < end; done++ {
-			f := d.loopQ[done]
-			d.receive(now, f)
-			d.loopFree = append(d.loopFree, f)
+	for round := 0; round < 8 && done < len(e.loopQ); round++ {
+		for end := len(e.loopQ); done < end; done++ {
+			f := e.loopQ[done]
+			e.receive(now, f)
+			e.loopFree = append(e.loopFree, f)
 		}
-		d.doorbells()
-		d.pump(now, false)
+		e.doorbells()
+		e.pump(now, false)
 	}
-	n := copy(d.loopQ, d.loopQ[done:])
-	clear(d.loopQ[n:])
-	d.loopQ = d.loopQ[:n]
+	n := copy(e.loopQ, e.loopQ[done:])
+	clear(e.loopQ[n:])
+	e.loopQ = e.loopQ[:n]
 	return n > 0
 }
 
@@ -394,48 +439,49 @@ func UDPSourcePort(qpn bth.QPN) uint16 {
 }
 
 // flushTx writes the transmit batch to the link.
-func (d *Device) flushTx() {
-	if d.txN == 0 {
+func (e *engine) flushTx() {
+	if e.txN == 0 {
 		return
 	}
-	for i := 0; i < d.txN; i++ {
-		d.txView[i] = d.tx[i][:d.txLen[i]]
+	for i := 0; i < e.txN; i++ {
+		e.txView[i] = e.tx[i][:e.txLen[i]]
 	}
-	d.txDue = 0
+	e.txDue = 0
 	var n int
 	var err error
-	if d.pw != nil {
-		n, err = d.pw.WriteBatchNow(d.txView[:d.txN])
+	if e.pw != nil {
+		n, err = e.pw.WriteBatchNow(e.txView[:e.txN])
 	} else {
-		n, err = d.link.WriteBatch(d.txView[:d.txN])
+		n, err = e.link.WriteBatch(e.txView[:e.txN])
 	}
-	d.txBlocked = err == nil && n < d.txN
+	e.st.TxFrames += uint64(n)
+	e.txBlocked = err == nil && n < e.txN
 	switch {
-	case d.txBlocked && n > 0:
-		d.txStuckAt = 0
-	case d.txBlocked && d.txStuckAt == 0:
-		d.txStuckAt = d.clock.Now()
-	case d.txBlocked && d.clock.Now().Sub(d.txStuckAt) > txStuckMax:
+	case e.txBlocked && n > 0:
+		e.txStuckAt = 0
+	case e.txBlocked && e.txStuckAt == 0:
+		e.txStuckAt = e.d.clock.Now()
+	case e.txBlocked && e.d.clock.Now().Sub(e.txStuckAt) > txStuckMax:
 		// The link has taken nothing for a long while: give the frames
 		// up as a failed send would, and let RC retransmit them.
 		err = errTxStuck
-		d.txBlocked, d.txStuckAt = false, 0
-	case !d.txBlocked:
-		d.txStuckAt = 0
+		e.txBlocked, e.txStuckAt = false, 0
+	case !e.txBlocked:
+		e.txStuckAt = 0
 	}
 	if err != nil {
 		// The frames are lost; RC recovers by retransmission.
-		d.cnt[verbs.CntSendErr] += uint64(d.txN - n)
-		n = d.txN
+		e.cnt[verbs.CntSendErr] += uint64(e.txN - n)
+		n = e.txN
 	}
-	if n < d.txN {
+	if n < e.txN {
 		// Keep what the link did not take, in order, at the front.
-		for i := n; i < d.txN; i++ {
-			d.tx[i-n], d.tx[i] = d.tx[i], d.tx[i-n]
-			d.txLen[i-n] = d.txLen[i]
+		for i := n; i < e.txN; i++ {
+			e.tx[i-n], e.tx[i] = e.tx[i], e.tx[i-n]
+			e.txLen[i-n] = e.txLen[i]
 		}
 	}
-	d.txN -= n
+	e.txN -= n
 }
 
 // resolveAH fills in the headers that carry packets to attr's destination.
@@ -443,13 +489,14 @@ func (d *Device) resolveAH(attr *verbs.AHAttr, ah *verbs.AH) error {
 	if attr.PortNum > 1 {
 		return errors.New("port does not exist")
 	}
-	if int(attr.SGIDIndex) >= GIDTableLen || d.gids[attr.SGIDIndex].IsZero() {
+	gids := &d.gidSnap.Load().gids
+	if int(attr.SGIDIndex) >= GIDTableLen || gids[attr.SGIDIndex].IsZero() {
 		return ErrBadGIDIndex
 	}
 	if attr.DGID.IsZero() {
 		return errors.New("destination GID is zero")
 	}
-	sgid := d.gids[attr.SGIDIndex]
+	sgid := gids[attr.SGIDIndex]
 	if sgid.IsIPv4() != attr.DGID.IsIPv4() {
 		return errors.New("source and destination GIDs are of different IP versions")
 	}
@@ -557,9 +604,9 @@ func (h timerHeap) down(i0 int) bool {
 	return i > i0
 }
 
-func (d *Device) nextDeadline() (monotime.Time, bool) {
-	if len(d.timers) == 0 {
+func (e *engine) nextDeadline() (monotime.Time, bool) {
+	if len(e.timers) == 0 {
 		return 0, false
 	}
-	return d.timers[0].deadline, true
+	return e.timers[0].deadline, true
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,18 +63,20 @@ type Options struct {
 	SpinFor time.Duration
 }
 
-// Device is an RDMA device over a Link: the GID table, the QP number space,
-// PDs, MRs, CQs, SRQs and QPs, and the loop that moves packets between the
-// link and the QPs.
+// Device is an RDMA device over one or more Links: the GID table, the QP
+// number space, PDs, MRs, CQs, SRQs and QPs, and one engine per link that
+// moves packets between its link and the QPs it owns.
 //
-// The loop runs either in real time (Run, or Start) or step by step under a
-// caller's control (Step), never both. It holds the device lock while it
-// processes a batch; control operations (create, modify, destroy, query)
-// take the same lock, so they never run concurrently with packet
-// processing. Posting work requests and polling CQs do not take it.
+// Each engine's loop runs either in real time (Run, or Start) or step by
+// step under a caller's control (Step), never both. An engine holds its
+// own lock (the engine lock) while it processes a batch; control
+// operations on a QP (modify, query, destroy) take the lock of the QP's
+// engine only, and the device-wide operations (create, register, query)
+// take the device lock, which no engine holds while it processes packets.
+// The QP table and the GID table are read by the engines without a lock.
+// Posting work requests and polling CQs take neither.
 type Device struct {
 	name    string
-	link    Link
 	clock   Clock
 	mac     [6]byte
 	linkMTU int
@@ -88,40 +89,23 @@ type Device struct {
 	// addresses itself (SelfDelivering).
 	linkLoopback bool
 
-	mu       sync.Mutex // the device lock
-	mrt      *mr.Table
-	rng      *rand.Rand
-	gids     [GIDTableLen]bth.GID
-	gidAddrs []netip.Addr // addresses of the non-empty GIDs
-	qps      []*QP        // by QPN - firstQPN
-	gsi      *QP          // QP1
-	nextQPN  int
-	nqp      int
-	cnt      verbs.Counters
-	closed   bool
-	portDown bool // PortDown was called and PortUp not since
+	// eng holds the engines, one per link; a QP belongs to one of them.
+	eng []*engine
 
-	// Loop state, used under mu.
-	rx      [][]byte
-	rxSizes []int
-	pkt     bth.Packet
-	tx      [][]byte
-	txView  [][]byte
-	txLen   []int
-	// loopQ holds frames to the device's own GIDs, which never go to the
-	// link: step receives them (loopFree recycles their buffers).
-	loopQ, loopFree [][]byte
-	txN             int
-	txHL            int
-	enc             bth.Encap
-	runq            []*QP
-	timers          timerHeap
-	ipID            uint16
-
-	// Doorbells: QPs with newly posted work, from any goroutine.
-	dbMu    sync.Mutex
-	db      []*QP
-	dbSpare []*QP
+	mu      sync.Mutex // the device lock: tables and object counts
+	mrt     *mr.Table
+	rng     *rand.Rand
+	gids    [GIDTableLen]bth.GID
+	gidSnap atomic.Pointer[gidTable] // what the engines read, replaced on change
+	qps     []atomic.Pointer[QP]     // by QPN - firstQPN
+	gsi     atomic.Pointer[QP]       // QP1
+	nextQPN int
+	nqp     int
+	nsrq    int // SRQs created, to spread them over the engines
+	cnt     verbs.Counters
+	closed  atomic.Bool // set under mu
+	// portDown: PortDown was called and PortUp not since.
+	portDown bool
 
 	events eventQueue
 
@@ -132,39 +116,44 @@ type Device struct {
 	closedCh chan struct{}
 	onClose  []func() // run by Close, under mu to add
 
-	// impair drops transmitted frames on purpose (SetImpairment), under
-	// mu; impairDropped counts them.
-	impair        *impairState
-	impairDropped uint64
-
 	running atomic.Bool
 	mode    EngineMode    // resolved: never EngineAuto
 	spinFor time.Duration // adaptive mode's spin after the last activity
-	parked  atomic.Bool   // the loop blocks (or is about to) in the link
-	// txDue is when frames an inline post held back must be sent (0: none
-	// held); polled says a CQ was polled since the last inline post.
-	txDue      monotime.Time
-	heldSteps  int // steps in a row whose receive backlog held requests back (see pump)
-	polled     atomic.Bool
-	pw         PartialWriter // the link's non-waiting transmit, if it has one
-	txBlocked  bool          // the last flush left frames the link had no room for
-	txStuckAt  monotime.Time // since when the link has taken none (0: it takes)
-	dbRung     atomic.Bool   // d.db is not empty
-	quietPolls int           // empty inline polls since the last clock read
-	waiter     ReadyWaiter   // the link's wait without reading (inline mode)
-	// parkUntil is when the blocked loop wakes by itself (clock time).
-	parkUntil atomic.Int64
-	stop      context.CancelFunc
-	done      chan struct{}
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+// gidTable is a snapshot of the GID table: the entries by index and the
+// addresses of the non-empty ones.
+type gidTable struct {
+	gids  [GIDTableLen]bth.GID
+	addrs []netip.Addr
 }
 
 // Open creates a device on link. The device is idle until Run, Start or
 // Step drives it.
 func Open(link Link, opts *Options) (*Device, error) {
+	return OpenLinks([]Link{link}, opts)
+}
+
+// MaxEngines bounds the links (engines) of one device.
+const MaxEngines = 64
+
+// OpenLinks creates a device with one engine per link, such as one AF_XDP
+// socket per receive queue of a multi-queue interface. The links must
+// share the interface: its MTU and hardware address are link 0's. A QP
+// belongs to the engine of its QP number modulo len(links) (a QP on a
+// shared receive queue, to the SRQ's engine); a frame that arrives on
+// another engine's link is handed to the owner. With one link it is Open.
+func OpenLinks(links []Link, opts *Options) (*Device, error) {
+	if len(links) == 0 || len(links) > MaxEngines {
+		return nil, fmt.Errorf("roce: %d links, a device takes 1 to %d", len(links), MaxEngines)
+	}
 	if opts == nil {
 		opts = &Options{}
 	}
-	d := &Device{name: opts.Name, link: link, clock: opts.Clock, linkMTU: link.MTU()}
+	link := links[0]
+	d := &Device{name: opts.Name, clock: opts.Clock, linkMTU: link.MTU()}
 	if d.name == "" {
 		d.name = "sroce0"
 	}
@@ -193,48 +182,35 @@ func Open(link Link, opts *Options) (*Device, error) {
 	}
 	copy(d.gids[:], opts.GIDs)
 	d.refreshGIDs()
-	d.qps = make([]*QP, MaxQP)
+	d.qps = make([]atomic.Pointer[QP], MaxQP)
 	d.nextQPN = firstQPN
-	d.ipID = uint16(d.rng.Uint32())
-	rxb, txb := opts.RxBatch, opts.TxBatch
-	if rxb <= 0 {
-		rxb = 64
-	}
-	if txb <= 0 {
-		txb = 64
-	}
-	frame := d.linkMTU + bth.EthernetLen + bth.VLANTagLen + 64
-	d.rx = make([][]byte, rxb)
-	d.rxSizes = make([]int, rxb)
-	for i := range d.rx {
-		d.rx[i] = make([]byte, frame)
-	}
-	d.tx = make([][]byte, txb)
-	d.txView = make([][]byte, txb)
-	d.txLen = make([]int, txb)
-	for i := range d.tx {
-		d.tx[i] = make([]byte, frame)
-	}
+	ipID := uint16(d.rng.Uint32())
 	d.mode = resolveEngine(opts.Engine)
 	if d.mode > EngineInline {
 		return nil, fmt.Errorf("roce: unknown engine mode %d", opts.Engine)
 	}
-	d.pw, _ = link.(PartialWriter)
 	if d.mode == EngineInline {
-		w, ok := link.(ReadyWaiter)
-		if !ok {
-			d.mode = EngineSleep
+		for _, l := range links {
+			if _, ok := l.(ReadyWaiter); !ok {
+				d.mode = EngineSleep
+			}
 		}
-		d.waiter = w
 	}
 	d.spinFor = opts.SpinFor
 	if d.spinFor <= 0 {
 		d.spinFor = DefaultSpinFor
 	}
-	d.runq = make([]*QP, 0, 64)
-	d.polled.Store(true)
-	d.db = make([]*QP, 0, 64)
-	d.dbSpare = make([]*QP, 0, 64)
+	for i, l := range links {
+		if l.MTU() != d.linkMTU {
+			return nil, fmt.Errorf("roce: link %d has MTU %d, link 0 %d", i, l.MTU(), d.linkMTU)
+		}
+		d.eng = append(d.eng, newEngine(d, i, l, opts, ipID))
+	}
+	if len(links) > 1 {
+		for _, e := range d.eng {
+			e.initInbox(len(links))
+		}
+	}
 	d.events.init()
 	d.closedCh = make(chan struct{})
 	d.attr = verbs.DeviceAttr{
@@ -250,8 +226,17 @@ func Open(link Link, opts *Options) (*Device, error) {
 // Name returns the device name.
 func (d *Device) Name() string { return d.name }
 
-// Link returns the device's link.
-func (d *Device) Link() Link { return d.link }
+// Link returns the link of the device's first engine.
+func (d *Device) Link() Link { return d.eng[0].link }
+
+// Links returns the links of the device's engines, by engine.
+func (d *Device) Links() []Link {
+	ls := make([]Link, len(d.eng))
+	for i, e := range d.eng {
+		ls[i] = e.link
+	}
+	return ls
+}
 
 // Clock returns the device's clock.
 func (d *Device) Clock() Clock { return d.clock }
@@ -288,32 +273,63 @@ func (d *Device) QueryGID(index int) (bth.GID, error) {
 	if index < 0 || index >= GIDTableLen {
 		return bth.GID{}, ErrBadGIDIndex
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.gids[index], nil
+	return d.gidSnap.Load().gids[index], nil
 }
 
+// refreshGIDs publishes a new snapshot of the GID table; callers hold the
+// device lock (or own the device still).
 func (d *Device) refreshGIDs() {
-	d.gidAddrs = d.gidAddrs[:0]
+	t := &gidTable{gids: d.gids}
 	for _, g := range d.gids {
 		if !g.IsZero() {
-			d.gidAddrs = append(d.gidAddrs, g.Addr())
+			t.addrs = append(t.addrs, g.Addr())
 		}
 	}
+	d.gidSnap.Store(t)
 }
 
-// Counters returns a snapshot of the device's counters by name.
+// Counters returns a snapshot of the device's counters by name: the sums
+// over its engines.
 func (d *Device) Counters() map[string]uint64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.cnt.Map()
+	c := d.sumCounters()
+	return c.Map()
 }
 
 // Counter returns one counter.
 func (d *Device) Counter(c verbs.Counter) uint64 {
+	s := d.sumCounters()
+	return s[c]
+}
+
+// sumCounters adds up the device's (with its destroyed QPs'), its live
+// QPs' and its engines' counters.
+func (d *Device) sumCounters() verbs.Counters {
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.cnt[c]
+	sum := d.cnt
+	add := func(q *QP) {
+		q.mu.Lock()
+		for i, v := range q.cnt {
+			sum[i] += v
+		}
+		q.mu.Unlock()
+	}
+	for i := range d.qps {
+		if q := d.qps[i].Load(); q != nil {
+			add(q)
+		}
+	}
+	if q := d.gsi.Load(); q != nil {
+		add(q)
+	}
+	d.mu.Unlock()
+	for _, e := range d.eng {
+		e.mu.Lock()
+		for i, v := range e.cnt {
+			sum[i] += v
+		}
+		e.mu.Unlock()
+	}
+	return sum
 }
 
 // Start runs the device loop (Run) in a goroutine until Close.
@@ -334,28 +350,30 @@ func (d *Device) Start() error {
 	return nil
 }
 
-// Close stops the loop started by Start, sends what is left in the
-// transmit batch, closes the link and refuses further work. Objects are
-// not destroyed; their memory is simply no longer touched.
+// Close stops the loops started by Start, sends what is left in the
+// transmit batches, closes the links and refuses further work. Objects
+// are not destroyed; their memory is simply no longer touched.
 func (d *Device) Close() error {
 	d.mu.Lock()
-	if d.closed {
+	if d.closed.Load() {
 		d.mu.Unlock()
 		return ErrClosed
 	}
-	d.closed = true
+	d.closed.Store(true)
 	stop, done := d.stop, d.done
 	d.mu.Unlock()
 	if stop != nil {
 		stop()
 		<-done
 	}
-	// Frames still in the transmit batch (an inline post's held frames)
+	// Frames still in the transmit batches (an inline post's held frames)
 	// may belong to UD or UC sends that have already completed: send
-	// them before the link goes.
-	d.mu.Lock()
-	d.flushTx()
-	d.mu.Unlock()
+	// them before the links go.
+	for _, e := range d.eng {
+		e.mu.Lock()
+		e.flushTx()
+		e.mu.Unlock()
+	}
 	d.events.close()
 	d.closeTraces()
 	close(d.closedCh)
@@ -366,7 +384,11 @@ func (d *Device) Close() error {
 	for _, f := range fns {
 		f()
 	}
-	return d.link.Close()
+	var errs []error
+	for _, e := range d.eng {
+		errs = append(errs, e.link.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // OnClose makes Close call f once the device is closed (its trace
@@ -374,7 +396,7 @@ func (d *Device) Close() error {
 // once. f must not wait long: Close waits for it.
 func (d *Device) OnClose(f func()) {
 	d.mu.Lock()
-	if !d.closed {
+	if !d.closed.Load() {
 		d.onClose = append(d.onClose, f)
 		d.mu.Unlock()
 		return
@@ -386,112 +408,77 @@ func (d *Device) OnClose(f func()) {
 // Closed returns a channel that is closed when the device closes.
 func (d *Device) Closed() <-chan struct{} { return d.closedCh }
 
-// maxIdle bounds the loop's sleep when no timer is due.
-const maxIdle = 100 * time.Millisecond
-
-// Run is the device loop in real time: one goroutine that waits for frames
-// from the link, the earliest QP timer, or posted work, and processes them.
-// How it waits is the device's EngineMode; spinning modes lock the
-// goroutine to its OS thread. It returns when ctx is done or the link
-// fails.
+// Run is the device loop in real time: one goroutine per engine, each
+// waiting for frames from its link, the earliest timer of its QPs, posted
+// work or frames handed over by another engine, and processing them. How
+// they wait is the device's EngineMode; spinning modes lock each
+// goroutine to its OS thread. Engine 0 runs on the calling goroutine. Run
+// returns when ctx is done or a link fails (the other engines stop then
+// too), once every engine's goroutine has ended.
 func (d *Device) Run(ctx context.Context) error {
 	if !d.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
 	defer d.running.Store(false)
-	if d.mode == EngineSpin || d.mode == EngineAdaptive {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
+	if len(d.eng) == 1 {
+		return d.eng[0].run(ctx)
 	}
-	var stopping atomic.Bool
-	stop := context.AfterFunc(ctx, func() {
-		stopping.Store(true)
-		d.link.Wake()
-	})
-	defer stop()
-	n := 0
-	last := d.clock.Now()
-	for {
-		if stopping.Load() {
-			return nil
-		}
-		now := d.clock.Now()
-		d.mu.Lock()
-		if d.closed {
-			d.mu.Unlock()
-			return nil
-		}
-		// Frames an inline post held back wait for their due time, as
-		// they would had the posting goroutine kept the lock.
-		busy := d.step(now, n, d.txDue != 0 && now < d.txDue)
-		dl, ok := d.nextDeadline()
-		if d.txDue != 0 && (!ok || d.txDue < dl) {
-			dl, ok = d.txDue, true
-		}
-		blocked := d.txBlocked
-		d.mu.Unlock()
-		wait := time.Duration(0)
-		if busy && blocked {
-			// Only room in the link would let the step go on: wait for
-			// it (a frame's arrival or a doorbell ends the wait early)
-			// instead of spinning on the lock.
-			last, wait = now, txBackoff
-		} else if busy {
-			last = now
-		} else if !d.spins(now, last) {
-			wait = maxIdle
-			if ok {
-				wait = min(wait, max(dl.Sub(d.clock.Now()), 0))
-			}
-		}
-		if wait > 0 {
-			d.parkUntil.Store(int64(now.Add(wait)))
-			d.parked.Store(true)
-			if d.dbRung.Load() {
-				wait = 0
-			}
-		}
-		var err error
-		if d.waiter != nil {
-			// Inline: wait without taking frames; the goroutine that holds
-			// the lock next reads them.
-			n = 0
-			if wait > 0 {
-				err = d.waiter.WaitReady(wait)
-			}
-		} else {
-			n, err = d.link.ReadBatch(d.rx, d.rxSizes, wait)
-		}
-		d.parked.Store(false)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(d.eng))
+	var wg sync.WaitGroup
+	for i, e := range d.eng[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i+1] = e.run(ctx)
+			cancel()
+		}()
+	}
+	errs[0] = d.eng[0].run(ctx)
+	cancel()
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			// The link is gone: the port is down for good, counted and
-			// reported once, in PortDown, and its connections fail.
-			d.PortDown()
 			return err
 		}
 	}
+	return nil
 }
 
-// Step runs the loop once at virtual time now without blocking: it takes
-// posted work, reads the frames the link has ready, fires the timers due
-// at now and transmits what the QPs have to send. It reports whether it
-// did anything; callers repeat it until it reports false, then advance
-// time to the earliest of NextDeadline and the link's next delivery.
+// Step runs every engine's loop once at virtual time now without
+// blocking: each takes posted work, reads the frames its link has ready,
+// fires the timers due at now and transmits what its QPs have to send. It
+// reports whether it did anything; callers repeat it until it reports
+// false, then advance time to the earliest of NextDeadline and the links'
+// next delivery.
 func (d *Device) Step(now monotime.Time) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return false
+	did := false
+	for _, e := range d.eng {
+		e.mu.Lock()
+		if d.closed.Load() {
+			e.mu.Unlock()
+			return false
+		}
+		if e.step(now, 0, false) {
+			did = true
+		}
+		e.mu.Unlock()
 	}
-	return d.step(now, 0, false)
+	return did
 }
 
 // NextDeadline returns the earliest QP timer, if any.
 func (d *Device) NextDeadline() (monotime.Time, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.nextDeadline()
+	var dl monotime.Time
+	found := false
+	for _, e := range d.eng {
+		e.mu.Lock()
+		t, ok := e.nextDeadline()
+		e.mu.Unlock()
+		if ok && (!found || t < dl) {
+			dl, found = t, true
+		}
+	}
+	return dl, found
 }

@@ -32,8 +32,8 @@
 //
 // # The loop
 //
-// The device runs one loop that owns every QP: it reads frames from the
-// link, checks them as rdma_rxe does (ICRC, destination GID, QPN, P_Key,
+// The device runs one loop per link, its engine, and each QP belongs to
+// one engine: the engine reads frames from its link, checks them as rdma_rxe does (ICRC, destination GID, QPN, P_Key,
 // Q_Key, the addresses bound to RC and UC QPs), hands them to the QP state
 // machines of package qp, fires their timers and transmits what they
 // produce. In real time the loop is a goroutine (Run, or Start and Close)
@@ -43,6 +43,32 @@
 // and poll concurrently with the loop; posting copies the work request into
 // a preallocated ring slot and rings a doorbell, so it neither allocates
 // nor waits for the loop.
+//
+// # Several queues
+//
+// OpenLinks gives a device one engine per link, such as one AF_XDP socket
+// per receive queue of a multi-queue interface (package roce/iface does
+// this with Options.Queues). Each engine has its own goroutine, lock,
+// frame batches, run queue, timers and doorbells; a QP belongs to the
+// engine of its QP number modulo the engine count (a QP on a shared
+// receive queue, to the SRQ's engine, so that one engine consumes each
+// SRQ). The QP and GID tables are read by the engines without a lock and
+// the MR table's lookups are lock-free. A frame that arrives on engine i
+// for a QP of engine j is checked by i and copied into a bounded
+// single-producer, single-consumer ring from i to j, which j empties on
+// its next step; a full ring drops the frame and counts it
+// (EngineStats). A QP's packets carry a UDP source port derived from its
+// number (UDPSourcePort, as rdma_rxe does), so a NIC's receive-side
+// scaling spreads QPs over queues. QPs of several engines may share a
+// CQ: completions are appended under the CQ's own producer lock.
+//
+// Control calls never wait for an engine's batch: creating and destroying
+// objects and registering memory take the device lock, which no engine
+// holds, and calls on one QP (modify, query, destroy) take that QP's
+// lock, which its engine holds only while it handles one packet, timer
+// or transmit turn of the QP; a change the engine must act on rings the
+// QP's doorbell. With one link, the device is exactly the one-loop device
+// it always was.
 //
 // Everything the device drops is counted under a name (Counters), using
 // rdma_rxe's hw_counters names where they exist.

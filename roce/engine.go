@@ -1,7 +1,9 @@
-// Engine modes: how the device loop (Run) waits for work, and who else may
-// run it. Whatever the mode, one goroutine at a time runs the loop's step
-// under the device lock; the modes differ in what a goroutine does when
-// the step found nothing to do.
+// Engine modes: how each engine's loop (Run) waits for work, and who else
+// may run it. The mode is the device's and applies to every engine alone.
+// Whatever the mode, one goroutine at a time runs an engine's step under
+// the engine lock; the modes differ in what a goroutine does when the step
+// found nothing to do. In inline mode a post drives the engine of its QP
+// and a poll drives every engine.
 //
 //	sleep     Run blocks in the link until a frame, the earliest QP timer
 //	          or a doorbell; posting wakes it.
@@ -100,20 +102,20 @@ func (d *Device) Engine() EngineMode { return d.mode }
 
 // spins reports whether the loop polls instead of blocking, now is the
 // current time and last the time of its last activity.
-func (d *Device) spins(now, last monotime.Time) bool {
-	switch d.mode {
+func (e *engine) spins(now, last monotime.Time) bool {
+	switch e.d.mode {
 	case EngineSpin:
 		return true
 	case EngineAdaptive:
-		return now.Sub(last) < d.spinFor
+		return now.Sub(last) < e.d.spinFor
 	}
 	return false
 }
 
 // kick wakes the loop if it is blocked in the link (or about to be).
-func (d *Device) kick() {
-	if d.parked.Load() {
-		d.link.Wake()
+func (e *engine) kick() {
+	if e.parked.Load() {
+		e.link.Wake()
 	}
 }
 
@@ -126,63 +128,72 @@ const quietClockEvery = 16
 // nothing to send or held, and (looked at every quietClockEvery polls) no
 // timer due. A busily polling application then costs a few loads per
 // poll instead of a step.
-func (d *Device) quiet() bool {
-	if d.txN > 0 || len(d.loopQ) > 0 || len(d.runq) > 0 || d.dbRung.Load() || d.waiter.Ready() {
+func (e *engine) quiet() bool {
+	if e.txN > 0 || len(e.loopQ) > 0 || len(e.runq) > 0 || e.dbRung.Load() || e.waiter.Ready() || e.inboxReady() {
 		return false
 	}
-	if d.quietPolls++; d.quietPolls < quietClockEvery {
+	if e.quietPolls++; e.quietPolls < quietClockEvery {
 		return true
 	}
-	d.quietPolls = 0
-	return len(d.timers) == 0 || d.timers[0].deadline > d.clock.Now()
+	e.quietPolls = 0
+	return len(e.timers) == 0 || e.timers[0].deadline > e.d.clock.Now()
 }
 
 // txHoldMax bounds how long frames of inline posts wait for their batch.
 const txHoldMax = 50 * time.Microsecond
 
-// Progress runs one step of the loop on the calling goroutine when the
-// device runs inline and no other goroutine is running it, and reports
-// whether it did anything. In other modes, or while the loop is busy
-// elsewhere, it does nothing: the loop makes progress by itself. A
-// program that waits for memory an RDMA WRITE will fill (as perftest's
-// write_lat does) calls it while it waits; posting and polling call it
-// already.
-func (d *Device) Progress() bool { return d.progress(false) }
+// Progress runs one step of each engine's loop on the calling goroutine
+// when the device runs inline and no other goroutine is running that
+// engine, and reports whether it did anything. In other modes, or while
+// the loops are busy elsewhere, it does nothing: the loops make progress
+// by themselves. A program that waits for memory an RDMA WRITE will fill
+// (as perftest's write_lat does) calls it while it waits; posting and
+// polling call it already.
+func (d *Device) Progress() bool {
+	did := false
+	for _, e := range d.eng {
+		if e.progress(false) {
+			did = true
+		}
+	}
+	return did
+}
 
-// progress is Progress for a poll (post false) or a post. Batching on
-// the post side: the first post after a poll transmits at once (a
-// latency-bound program posts, then polls); further posts before the next
-// poll leave their frames in the transmit batch, which the poll, a full
-// batch or txHoldMax sends (a throughput-bound program posts many, then
-// polls), so that one kernel kick carries many frames.
-func (d *Device) progress(post bool) bool {
+// progress is Progress of one engine for a poll (post false) or a post.
+// Batching on the post side: the first post after a poll transmits at
+// once (a latency-bound program posts, then polls); further posts before
+// the next poll leave their frames in the transmit batch, which the poll,
+// a full batch or txHoldMax sends (a throughput-bound program posts many,
+// then polls), so that one kernel kick carries many frames.
+func (e *engine) progress(post bool) bool {
+	d := e.d
 	if !post {
-		d.polled.Store(true)
+		e.polled.Store(true)
 	}
-	if d.mode != EngineInline || !d.running.Load() || !d.mu.TryLock() {
+	if d.mode != EngineInline || !e.running.Load() || !e.mu.TryLock() {
 		return false
 	}
-	if d.closed {
-		d.mu.Unlock()
+	if d.closed.Load() {
+		e.mu.Unlock()
 		return false
 	}
-	if !post && d.quiet() {
-		d.mu.Unlock()
+	if !post && e.quiet() {
+		e.mu.Unlock()
 		return false
 	}
 	now := d.clock.Now()
 	// A post holds its frames unless a CQ was polled since the last post.
-	busy := d.step(now, 0, post && !d.polled.Swap(false))
-	dl, ok := d.nextDeadline()
-	if d.txDue != 0 && (!ok || d.txDue < dl) {
-		dl, ok = d.txDue, true
+	busy := e.step(now, 0, post && !e.polled.Swap(false))
+	dl, ok := e.nextDeadline()
+	if e.txDue != 0 && (!ok || e.txDue < dl) {
+		dl, ok = e.txDue, true
 	}
-	d.mu.Unlock()
+	e.mu.Unlock()
 	// The blocked loop does not know what this step left behind: more to
 	// send than one step's budget, held frames, or a timer earlier than
 	// its wake-up.
-	if busy || (ok && dl < monotime.Time(d.parkUntil.Load())) {
-		d.kick()
+	if busy || (ok && dl < monotime.Time(e.parkUntil.Load())) {
+		e.kick()
 	}
 	return busy
 }

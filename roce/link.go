@@ -55,7 +55,7 @@ type Link interface {
 // ReadyWaiter is implemented by links that can wait for a frame without
 // taking it. An inline device's loop needs it: it waits while the
 // goroutines that post and poll read the link themselves, so only the one
-// holding the device lock may take frames. A link without it runs inline
+// holding the engine lock may take frames. A link without it runs inline
 // devices in sleep mode.
 type ReadyWaiter interface {
 	// WaitReady returns when a frame is ready for ReadBatch, Wake was

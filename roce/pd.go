@@ -17,7 +17,7 @@ type PD struct {
 func (d *Device) AllocPD() (*PD, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
+	if d.closed.Load() {
 		return nil, ErrClosed
 	}
 	return &PD{dev: d, pd: d.mrt.AllocPD()}, nil
@@ -130,11 +130,8 @@ func (pd *PD) AllocMR(maxLen int) (*mr.FastMR, error) {
 
 // CreateAH resolves attr into an address handle (ibv_create_ah).
 func (pd *PD) CreateAH(attr *verbs.AHAttr) (*verbs.AH, error) {
-	d := pd.dev
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	ah := new(verbs.AH)
-	if err := d.resolveAH(attr, ah); err != nil {
+	if err := pd.dev.resolveAH(attr, ah); err != nil {
 		return nil, err
 	}
 	return ah, nil

@@ -16,16 +16,17 @@ import "github.com/sroce/sroce/verbs"
 // lose. It reports how many QPs it moved.
 func (d *Device) PortDown() int {
 	d.mu.Lock()
-	if d.closed {
+	if d.closed.Load() {
 		d.mu.Unlock()
 		return 0
 	}
 	d.cnt[verbs.CntLinkDowned]++
 	d.portDown = true
+	d.mu.Unlock()
 	moved := 0
-	wake := false
-	for _, q := range d.qps {
-		if q == nil || q.dead {
+	for i := range d.qps {
+		q := d.qps[i].Load()
+		if q == nil {
 			continue
 		}
 		if t := q.qp.Type(); t != verbs.QPTypeRC && t != verbs.QPTypeUC {
@@ -35,18 +36,11 @@ func (d *Device) PortDown() int {
 		case verbs.QPStateReset, verbs.QPStateErr:
 			continue
 		}
-		if err := q.qp.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.AttrState); err != nil {
-			continue
+		if q.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.AttrState) == nil {
+			moved++
 		}
-		moved++
-		d.touch(q)
-		wake = wake || q.queued
 	}
-	d.mu.Unlock()
 	d.events.post(AsyncEvent{Type: verbs.EventPortErr})
-	if wake {
-		d.link.Wake()
-	}
 	return moved
 }
 
@@ -56,7 +50,7 @@ func (d *Device) PortDown() int {
 // connected again.
 func (d *Device) PortUp() {
 	d.mu.Lock()
-	closed := d.closed
+	closed := d.closed.Load()
 	d.portDown = false
 	d.mu.Unlock()
 	if !closed {

@@ -1,5 +1,7 @@
 // QPs as the application sees them. Control calls (Modify, Query,
-// Destroy) take the device lock; posting takes only the QP's own post lock
+// Destroy) take the QP's own lock, which its engine holds only while it
+// handles one packet, timer or transmit turn of that QP, never across a
+// batch; a change that the engine must act on rings the QP's doorbell; posting takes only the QP's own post lock
 // (one per queue), copies the request into the qp package's ring and rings
 // the device's doorbell, which wakes the loop.
 
@@ -33,6 +35,7 @@ type QPInitAttr struct {
 // QP is a queue pair (struct ibv_qp).
 type QP struct {
 	dev  *Device
+	eng  *engine // the engine that runs it
 	pd   *PD
 	qp   *qp.QP
 	init QPInitAttr
@@ -40,13 +43,17 @@ type QP struct {
 	sendMu   sync.Mutex
 	recvMu   sync.Mutex
 	doorbell atomic.Bool
-	gone     atomic.Bool // destroyed
+	gone     atomic.Bool // destroyed, set under mu
 
-	// Loop state, under the device lock.
+	// mu is the QP lock: held around every call into qp, by the engine
+	// and by control calls; cnt holds the QP's counters, under mu.
+	mu  sync.Mutex
+	cnt verbs.Counters
+
+	// Loop state, under the engine lock.
 	queued   bool
 	heapIdx  int
 	deadline monotime.Time
-	dead     bool
 }
 
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp). A
@@ -73,7 +80,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
+	if d.closed.Load() {
 		return nil, ErrClosed
 	}
 	if pd.dead || attr.SendCQ.dead || attr.RecvCQ.dead || (attr.SRQ != nil && attr.SRQ.dead) {
@@ -81,7 +88,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	}
 	var qpn bth.QPN
 	if attr.Type == verbs.QPTypeGSI {
-		if d.gsi != nil {
+		if d.gsi.Load() != nil {
 			return nil, ErrBusy
 		}
 		qpn = 1
@@ -91,7 +98,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 		}
 		// Numbers are handed out cyclically, so that a number is not
 		// reused soon after its QP is destroyed.
-		for d.qps[d.nextQPN-firstQPN] != nil {
+		for d.qps[d.nextQPN-firstQPN].Load() != nil {
 			d.nextQPN++
 			if d.nextQPN-firstQPN == len(d.qps) {
 				d.nextQPN = firstQPN
@@ -99,10 +106,11 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 		}
 		qpn = bth.QPN(d.nextQPN)
 	}
-	q := &QP{dev: d, pd: pd, init: *attr, heapIdx: -1}
+	e := d.engineFor(qpn, attr.SRQ)
+	q := &QP{dev: d, eng: e, pd: pd, init: *attr, heapIdx: -1}
 	cfg := &qp.Config{
 		QPN: qpn, Type: attr.Type, PD: pd.pd.ForQP(), SendCQ: (*cqSink)(attr.SendCQ), RecvCQ: (*cqSink)(attr.RecvCQ),
-		Cap: c, SigAll: attr.SigAll, PortMTU: d.portMTU, Env: (*env)(d), Counters: &d.cnt, Context: q,
+		Cap: c, SigAll: attr.SigAll, PortMTU: d.portMTU, Env: (*env)(e), Counters: &q.cnt, Context: q,
 		Tracing: &d.tracing,
 	}
 	if attr.SRQ != nil {
@@ -111,9 +119,9 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	}
 	q.qp = qp.New(cfg)
 	if qpn == 1 {
-		d.gsi = q
+		d.gsi.Store(q)
 	} else {
-		d.qps[int(qpn)-firstQPN] = q
+		d.qps[int(qpn)-firstQPN].Store(q)
 		d.nextQPN++
 		if d.nextQPN-firstQPN == len(d.qps) {
 			d.nextQPN = firstQPN
@@ -156,28 +164,26 @@ func (q *QP) Context() any { return q.init.Context }
 // Modify changes attributes and state (ibv_modify_qp). Errors are
 // *qp.ModifyError values that name the transition and what is wrong.
 func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
-	d := q.dev
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if q.dead {
+	q.mu.Lock()
+	if q.gone.Load() {
+		q.mu.Unlock()
 		return ErrDestroyed
 	}
-	if err := q.qp.Modify(attr, mask); err != nil {
+	err := q.qp.Modify(attr, mask)
+	q.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	d.touch(q)
-	if q.queued {
-		d.link.Wake()
-	}
+	// The engine reschedules the QP: new timers, work to send.
+	q.dev.ringRecv(q)
 	return nil
 }
 
 // Query returns the QP's attributes and creation attributes
 // (ibv_query_qp).
 func (q *QP) Query() (verbs.QPAttr, QPInitAttr) {
-	d := q.dev
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	return q.qp.Query(), q.init
 }
 
@@ -315,16 +321,23 @@ func (q *QP) Destroy() error {
 	d := q.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if q.dead {
+	q.mu.Lock()
+	if q.gone.Load() {
+		q.mu.Unlock()
 		return ErrDestroyed
 	}
-	q.dead = true
 	q.gone.Store(true)
-	d.timers.remove(q)
+	// The device keeps the counts of its destroyed QPs.
+	for i, v := range q.cnt {
+		d.cnt[i] += v
+	}
+	q.mu.Unlock()
+	// The engine drops the QP from its timers and run queue.
+	d.ringRecv(q)
 	if n := q.qp.QPN(); n == 1 {
-		d.gsi = nil
+		d.gsi.Store(nil)
 	} else {
-		d.qps[int(n)-firstQPN] = nil
+		d.qps[int(n)-firstQPN].Store(nil)
 	}
 	d.nqp--
 	q.pd.nobj--
@@ -339,6 +352,7 @@ func (q *QP) Destroy() error {
 // SRQ is a shared receive queue (struct ibv_srq).
 type SRQ struct {
 	dev  *Device
+	eng  *engine // the engine of the QPs that use it
 	pd   *PD
 	srq  *qp.SRQ
 	mu   sync.Mutex
@@ -358,10 +372,11 @@ func (pd *PD) CreateSRQ(maxWR, maxSGE, limit uint32) (*SRQ, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
+	if d.closed.Load() {
 		return nil, ErrClosed
 	}
-	s := &SRQ{dev: d, pd: pd, srq: qp.NewSRQ(maxWR, maxSGE)}
+	s := &SRQ{dev: d, eng: d.eng[d.nsrq%len(d.eng)], pd: pd, srq: qp.NewSRQ(maxWR, maxSGE)}
+	d.nsrq++
 	s.srq.Context = s
 	s.srq.Arm(limit)
 	pd.nobj++
@@ -416,8 +431,7 @@ func (s *SRQ) Destroy() error {
 // Outstanding reports the requester's PSNs in flight and the next PSNs of
 // the requester and responder, for diagnostics.
 func (q *QP) Outstanding() (inflight int32, sqPSN, rqPSN bth.PSN) {
-	d := q.dev
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	return q.qp.Outstanding()
 }

@@ -404,7 +404,7 @@ func (d *Device) traceCompletion(wc *verbs.WC) {
 
 // QPTrace implements qp.Tracer: the QP's timers, retries and states.
 func (e *env) QPTrace(q *qp.QP, t *qp.Trace) {
-	d := (*Device)(e)
+	d := e.d
 	ev := TraceEvent{Time: d.clock.Now(), QPN: q.QPN(), Timer: t.Timer}
 	switch t.Kind {
 	case qp.TraceTimerArmed:
@@ -450,19 +450,27 @@ func (d *Device) SetImpairment(im Impairment) error {
 	if !(im.Loss >= 0 && im.Loss <= 100) {
 		return ErrInvalid
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if im.Loss == 0 {
-		d.impair = nil
-		return nil
+	for i, e := range d.eng {
+		e.mu.Lock()
+		e.impair = nil
+		if im.Loss != 0 {
+			// Engine 0 draws from the seed itself, so that a one-engine
+			// device loses the same frames whatever the engine count.
+			seed := im.Seed + uint64(i)*0x9e3779b97f4a7c15
+			e.impair = &impairState{loss: im.Loss / 100, rng: rand.New(rand.NewPCG(seed, seed^0x5eed))}
+		}
+		e.mu.Unlock()
 	}
-	d.impair = &impairState{loss: im.Loss / 100, rng: rand.New(rand.NewPCG(im.Seed, im.Seed^0x5eed))}
 	return nil
 }
 
 // Impaired returns how many frames the Impairment dropped.
 func (d *Device) Impaired() uint64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.impairDropped
+	var n uint64
+	for _, e := range d.eng {
+		e.mu.Lock()
+		n += e.impairDropped
+		e.mu.Unlock()
+	}
+	return n
 }

@@ -116,14 +116,29 @@ type Group struct {
 // OpenAll attaches one steering program to ifname and opens a socket on
 // each of its receive queues (QueueCount). opts.Steering must be nil.
 func OpenAll(ifname string, opts Options) (*Group, error) {
+	return OpenQueues(ifname, 0, opts)
+}
+
+// OpenQueues attaches one steering program to ifname and opens a socket
+// on each of its first n receive queues (n zero or negative: all of them,
+// QueueCount). The program's XSKMAP covers every queue of the interface;
+// frames that arrive on a queue without a socket go to the kernel.
+// opts.Steering must be nil.
+func OpenQueues(ifname string, n int, opts Options) (*Group, error) {
 	if opts.Steering != nil || opts.NoSteering {
-		return nil, errors.New("xdp: OpenAll attaches its own steering program")
+		return nil, errors.New("xdp: OpenQueues attaches its own steering program")
 	}
-	n, err := QueueCount(ifname)
+	all, err := QueueCount(ifname)
 	if err != nil {
 		return nil, err
 	}
-	st, err := bpf.Attach(ifname, bpf.Options{Queues: n, Mode: opts.AttachMode})
+	if n <= 0 {
+		n = all
+	}
+	if n > all {
+		return nil, fmt.Errorf("xdp: %s has %d receive queues, %d asked for", ifname, all, n)
+	}
+	st, err := bpf.Attach(ifname, bpf.Options{Queues: all, Mode: opts.AttachMode})
 	if err != nil {
 		return nil, fmt.Errorf("xdp: %w", err)
 	}

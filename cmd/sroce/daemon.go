@@ -58,6 +58,7 @@ func runDaemon(e *env, args []string) int {
 	socket := f.String("socket", "", "unix socket to listen on (default: SROCE_SOCKET, or the place for this user)")
 	metrics := f.String("metrics", "", "serve Prometheus metrics on this `address` (host:port)")
 	engine := f.String("engine", "", "engine mode: auto, sleep, spin, adaptive or inline (default: SROCE_ENGINE, else auto)")
+	queues := f.Int("queues", 0, "receive queues of each interface the devices use, one engine each (default: SROCE_QUEUES, else the queue count capped by the CPUs)")
 	logFormat := f.String("log-format", "text", "log format: `text` or json")
 	verbose := f.Bool("v", false, "log every client request that fails")
 	spin := f.Duration("spin", 0, "how long a client's bridge keeps polling its rings after the last work before it sleeps (default 50µs with four CPUs or more, else none; 0: the default; negative: never spin)")
@@ -84,6 +85,14 @@ func runDaemon(e *env, args []string) int {
 	em, err := device.Engine()
 	if err != nil {
 		return f.usageError(err.Error())
+	}
+	if *queues < 0 {
+		return f.usageError(fmt.Sprintf("--queues %d: want a positive number", *queues))
+	}
+	if *queues == 0 {
+		if *queues, err = device.Queues(); err != nil {
+			return f.usageError(err.Error())
+		}
 	}
 	level := slog.LevelInfo
 	if *verbose {
@@ -113,7 +122,7 @@ func runDaemon(e *env, args []string) int {
 			return f.usageError(fmt.Sprintf("-d %q: want an interface name, or IF@ADDR for the UDP link's address", arg))
 		}
 		name := spec.Ifname
-		p, err := iface.Open(context.Background(), name, iface.Options{Mode: mode, Engine: em, Addr: spec.Addr})
+		p, err := iface.Open(context.Background(), name, iface.Options{Mode: mode, Engine: em, Addr: spec.Addr, Queues: *queues})
 		if err != nil {
 			fmt.Fprintf(e.Stderr, "sroce daemon: %s: %v\n", name, err)
 			return exitProblem
@@ -121,7 +130,7 @@ func runDaemon(e *env, args []string) int {
 		ports = append(ports, p)
 		devs = append(devs, p)
 		log.Info("device ready", "device", p.Device().Name(), "interface", name, "link", p.LinkMode(),
-			"reason", p.Reason(), "engine", p.Device().Engine().String())
+			"reason", p.Reason(), "engine", p.Device().Engine().String(), "queues", p.Queues())
 		// "sroce trace" attaches to the device here.
 		if ts, err := tracesock.Serve(p.Device()); err != nil {
 			log.Warn("no live trace", "device", p.Device().Name(), "err", err)

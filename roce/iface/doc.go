@@ -28,6 +28,8 @@
 //     and leaves every other frame to the kernel. Needs root (CAP_NET_ADMIN,
 //     CAP_NET_RAW and CAP_BPF). LinkMode is "XDP (zero-copy)" when the driver
 //     accepted zero-copy, "XDP (copy)" otherwise (always on veth).
+//     With several queues (below), one AF_XDP socket per queue under one
+//     steering program (xdp.OpenQueues).
 //   - "udp": a kernel UDP socket bound to port 4791 on one address of the
 //     interface (roce/udplink): the first IPv4 address, else the first
 //     global IPv6 address, or Options.Addr. No privileges needed. LinkMode is
@@ -38,6 +40,22 @@
 //   - "auto" (or empty): "xdp" when the process has the privileges and the
 //     AF_XDP socket opens, otherwise "udp". Port.Reason says which was chosen
 //     and why (not root; loopback; the AF_XDP error).
+//
+// # Several queues
+//
+// On the XDP link the device uses Options.Queues receive queues of the
+// interface, queues 0 to Queues-1, with one engine each (its own loop,
+// socket and transmit ring; see roce.OpenLinks). The default is the
+// interface's queue count (ethtool channels) capped by the CPUs the
+// process may use (GOMAXPROCS), or one queue when Options.Queue names one.
+// The steering program redirects a frame to the socket of the queue it
+// arrived on (XSKMAP[rx_queue_index]); frames on queues without a socket
+// go to the kernel. A QP's packets leave on its engine's queue with a UDP
+// source port derived from its QP number, so a NIC's receive-side scaling
+// spreads the QPs of a peer over its queues; a frame that arrives on an
+// engine that does not own its QP is handed to the owner. The UDP link has
+// one engine. Port.Queues tells how many the device has, the device's
+// EngineStats what each moved.
 //
 // # Addressing like rxe
 //
@@ -69,7 +87,7 @@
 //
 // # Closing
 //
-// Close stops the device loop, closes the link (the AF_XDP socket, its UMEM
-// and the steering program it attached, or the UDP socket), stops the watch
+// Close stops the device loops, closes the links (the AF_XDP sockets, their
+// UMEMs and the steering program, or the UDP socket), stops the watch
 // and releases the netlink handle. Nothing is left attached to the interface.
 package iface

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -70,6 +71,10 @@ var (
 	// ErrXDP: the AF_XDP socket or the steering program could not be set
 	// up.
 	ErrXDP = errors.New("AF_XDP setup failed")
+	// ErrQueues: Options.Queues does not fit the interface or the link
+	// mode (more queues than the interface has, several with Queue set or
+	// on the UDP link).
+	ErrQueues = errors.New("bad queue count")
 	// ErrUnreachable: AHAttr found no way to the destination through this
 	// port (wrong family, other interface, no ARP/ND answer).
 	ErrUnreachable = errors.New("destination unreachable")
@@ -124,9 +129,16 @@ const DefaultBusyPoll = 20 * time.Microsecond
 type Options struct {
 	// Mode is ModeAuto (or empty), ModeXDP or ModeUDP.
 	Mode Mode
-	// Queue is the receive queue the AF_XDP socket binds to (XDP only).
-	// Frames arriving on other queues go to the kernel.
+	// Queue is the receive queue the AF_XDP socket binds to (XDP only)
+	// when the device uses one queue. Frames arriving on other queues go
+	// to the kernel.
 	Queue int
+	// Queues is the number of receive queues the device uses, one engine
+	// (loop, AF_XDP socket and transmit ring) on each of queues 0 to
+	// Queues-1, with one steering program for all (XDP only; the UDP link
+	// has one). Zero means the interface's queue count capped by the CPUs
+	// the process may use (GOMAXPROCS), or one when Queue is set.
+	Queues int
 	// Addr is the local address of the UDP link; it must be an address of
 	// the interface (on a loopback interface, any address of its
 	// prefixes, such as 127.0.0.2). Default: the first IPv4 address, else
@@ -144,7 +156,8 @@ type Options struct {
 	// context has no deadline (default netif.DefaultResolveTimeout, 3s).
 	ResolveTimeout time.Duration
 	// Tap, if set, sees every frame the device receives from and hands to
-	// the link, on the device loop goroutine. The frame is only valid
+	// the link, on the device loop goroutine (with several queues, on each
+	// queue's loop: concurrently). The frame is only valid
 	// during the call; Tap must be quick and must not call back into the
 	// device.
 	Tap func(dir Direction, frame []byte)
@@ -163,8 +176,10 @@ type Options struct {
 // may be called from any goroutine.
 type Port struct {
 	dev      *roce.Device
-	link     roce.Link // the link under any Tap
-	xsk      *xdp.Link
+	links    []roce.Link // the links under any Tap, by queue
+	xsk      *xdp.Link   // queue 0's AF_XDP link
+	xsks     []*xdp.Link // every queue's
+	group    *xdp.Group  // the sockets and steering program of several queues
 	udp      *udplink.Link
 	h        *netif.Handle
 	ifname   string
@@ -193,8 +208,8 @@ type Port struct {
 // Open opens a sroce device on the network interface ifname of the calling
 // thread's network namespace and starts it (see the package documentation).
 // ctx bounds the opening only; the Port lives until Close. Errors are one
-// sentence and match ErrNoInterface, ErrDown, ErrNotPermitted, ErrNoAddress
-// or ErrXDP with errors.Is.
+// sentence and match ErrNoInterface, ErrDown, ErrNotPermitted, ErrNoAddress,
+// ErrQueues or ErrXDP with errors.Is.
 func Open(ctx context.Context, ifname string, opts Options) (*Port, error) {
 	mode := opts.Mode
 	if mode == "" {
@@ -236,6 +251,9 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 		gidt: ifc.GIDTable(), active: ifc.Active(), lost: make(chan struct{}),
 		resolveT: opts.ResolveTimeout}
 
+	if err := checkQueues(ifc.Name, mode, opts); err != nil {
+		return nil, err
+	}
 	caps := xdpPrivileges()
 	switch {
 	case mode == ModeXDP:
@@ -273,19 +291,22 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 		p.reason = xerr.Error()
 	}
 
-	var link roce.Link = p.link
-	if opts.Tap != nil {
-		link = &tapLink{Link: link, tap: opts.Tap}
+	links := make([]roce.Link, len(p.links))
+	for i, l := range p.links {
+		links[i] = l
+		if opts.Tap != nil {
+			links[i] = &tapLink{Link: l, tap: opts.Tap}
+		}
 	}
 	name := opts.Name
 	if name == "" {
 		name = "sroce_" + ifc.Name
 	}
-	dev, err := roce.Open(link, &roce.Options{Name: name, Clock: opts.Clock, Rand: opts.Rand,
+	dev, err := roce.OpenLinks(links, &roce.Options{Name: name, Clock: opts.Clock, Rand: opts.Rand,
 		Engine: opts.Engine, SpinFor: opts.SpinFor,
 		GIDs: gidArray(p.gidt)})
 	if err != nil {
-		p.link.Close()
+		p.closeLinks()
 		return nil, fmt.Errorf("cannot open the device on %s: %w", ifname, err)
 	}
 	p.dev = dev
@@ -296,6 +317,9 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 	if err != nil {
 		cancel()
 		dev.Close()
+		if p.group != nil {
+			p.group.Close()
+		}
 		return nil, fmt.Errorf("cannot follow the link state of %s: %w", ifname, err)
 	}
 	p.loopDone = make(chan struct{})
@@ -308,20 +332,93 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 	return p, nil
 }
 
-// openXDP opens the AF_XDP link.
+// closeLinks closes the links opened for the device and the steering
+// program of several queues.
+func (p *Port) closeLinks() {
+	for _, l := range p.links {
+		l.Close()
+	}
+	if p.group != nil {
+		p.group.Close()
+	}
+}
+
+// checkQueues refuses a queue count (Options.Queues) that cannot work,
+// whatever link auto mode would pick.
+func checkQueues(ifname string, mode Mode, opts *Options) error {
+	q := opts.Queues
+	switch {
+	case q < 0:
+		return errorf(ErrQueues, nil, "%d queues asked for on %s: the count must be positive", q, ifname)
+	case q <= 1:
+		return nil
+	case q > roce.MaxEngines:
+		return errorf(ErrQueues, nil, "%d queues asked for on %s: a device takes at most %d", q, ifname, roce.MaxEngines)
+	case opts.Queue != 0:
+		return errorf(ErrQueues, nil, "%d queues and queue %d asked for on %s: a device on several queues uses queues 0 to %d", q, opts.Queue, ifname, q-1)
+	case mode == ModeUDP:
+		return errorf(ErrQueues, nil, "%d queues asked for on %s: the UDP link has one", q, ifname)
+	}
+	if n, err := xdp.QueueCount(ifname); err == nil && q > n {
+		return errorf(ErrQueues, nil, "%d queues asked for, and %s has %d receive queues", q, ifname, n)
+	}
+	return nil
+}
+
+// queueCount is the number of queues the device uses (Options.Queues,
+// checked by checkQueues).
+func queueCount(ifname string, opts *Options) int {
+	if opts.Queues > 0 {
+		return opts.Queues
+	}
+	if opts.Queue != 0 {
+		return 1
+	}
+	n, err := xdp.QueueCount(ifname)
+	if err != nil || n < 1 {
+		return 1
+	}
+	return max(1, min(n, runtime.GOMAXPROCS(0), roce.MaxEngines))
+}
+
+// openXDP opens the AF_XDP link, or one per queue.
 func (p *Port) openXDP(opts *Options) error {
 	xo := opts.XDP
 	if e := opts.Engine.Resolve(); (e == roce.EngineSpin || e == roce.EngineAdaptive) && xo.BusyPoll == 0 {
 		// A polling engine drives the queue itself (see xdp.Options).
 		xo.BusyPoll = DefaultBusyPoll
 	}
-	l, err := xdp.OpenLink(p.ifname, opts.Queue, xo)
-	if err != nil {
-		return errorf(ErrXDP, err, "AF_XDP on %s queue %d failed: %v", p.ifname, opts.Queue, err)
+	n := queueCount(p.ifname, opts)
+	if n == 1 {
+		l, err := xdp.OpenLink(p.ifname, opts.Queue, xo)
+		if err != nil {
+			return errorf(ErrXDP, err, "AF_XDP on %s queue %d failed: %v", p.ifname, opts.Queue, err)
+		}
+		p.xsks = []*xdp.Link{l}
+	} else {
+		g, err := xdp.OpenQueues(p.ifname, n, xo)
+		if err != nil {
+			return errorf(ErrXDP, err, "AF_XDP on %s queues 0-%d failed: %v", p.ifname, n-1, err)
+		}
+		p.group = g
+		for _, s := range g.Sockets {
+			l, err := xdp.NewLink(s)
+			if err != nil {
+				p.xsks = nil
+				g.Close()
+				p.group = nil
+				return errorf(ErrXDP, err, "AF_XDP on %s: %v", p.ifname, err)
+			}
+			p.xsks = append(p.xsks, l)
+		}
 	}
-	p.xsk, p.link = l, l
+	p.xsk = p.xsks[0]
+	p.links = nil
+	for _, l := range p.xsks {
+		p.links = append(p.links, l)
+	}
 	p.linkMode = LinkXDPCopy
-	if l.Socket().Mode() == xdp.ModeZeroCopy {
+	if p.xsk.Socket().Mode() == xdp.ModeZeroCopy {
 		p.linkMode = LinkXDPZeroCopy
 	}
 	return nil
@@ -338,7 +435,7 @@ func (p *Port) openUDP(ifc *netif.Interface, opts *Options) error {
 	if err != nil {
 		return fmt.Errorf("cannot open the UDP link on %s (%v port 4791): %w", ifc.Name, a, err)
 	}
-	p.udp, p.link, p.local = l, l, a
+	p.udp, p.links, p.local = l, []roce.Link{l}, a
 	p.linkMode = LinkUDP
 	p.gidt.Add(a)
 	return nil
@@ -484,6 +581,10 @@ func (p *Port) Close() error {
 		if errors.Is(p.closeErr, roce.ErrClosed) {
 			p.closeErr = nil
 		}
+		if p.group != nil {
+			// The device closed the sockets; the steering program goes.
+			p.closeErr = errors.Join(p.closeErr, p.group.Close())
+		}
 		<-p.watchDone
 		p.h.Close()
 		p.mu.Lock()
@@ -530,8 +631,15 @@ func (p *Port) Reason() string { return p.reason }
 // XDP).
 func (p *Port) LocalAddr() netip.Addr { return p.local }
 
-// XDPLink returns the AF_XDP link, or nil on the UDP link.
+// XDPLink returns the AF_XDP link (queue 0's), or nil on the UDP link.
 func (p *Port) XDPLink() *xdp.Link { return p.xsk }
+
+// XDPLinks returns the AF_XDP link of every queue the device uses, by
+// queue, or nil on the UDP link.
+func (p *Port) XDPLinks() []*xdp.Link { return p.xsks }
+
+// Queues returns the number of queues (engines) the device uses.
+func (p *Port) Queues() int { return len(p.links) }
 
 // UDPLink returns the UDP link, or nil on the XDP link.
 func (p *Port) UDPLink() *udplink.Link { return p.udp }
@@ -541,6 +649,9 @@ func (p *Port) UDPLink() *udplink.Link { return p.udp }
 func (p *Port) XDPAttach() string {
 	if p.xsk == nil {
 		return ""
+	}
+	if p.group != nil {
+		return p.group.AttachMode().String()
 	}
 	return p.xsk.Socket().AttachMode().String()
 }

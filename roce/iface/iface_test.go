@@ -217,29 +217,7 @@ func rcRoundTrip(t *testing.T, a, b *Port) {
 	x, y := mk(a), mk(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	connect := func(s, peer *side) {
-		ah, err := s.p.AHAttr(ctx, peer.gid, s.idx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		steps := []struct {
-			attr verbs.QPAttr
-			mask verbs.QPAttrMask
-		}{
-			{verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, AccessFlags: mr.AccessRemoteWrite},
-				verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
-			{verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: s.p.ActiveMTU(), DestQPN: peer.qp.QPN(), AH: ah,
-				MaxDestRdAtomic: 1, MinRNRTimer: 12},
-				verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
-			{verbs.QPAttr{State: verbs.QPStateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
-				verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic},
-		}
-		for _, st := range steps {
-			if err := s.qp.Modify(&st.attr, st.mask); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	connect := func(s, peer *side) { connectRC(ctx, t, s.p, s.qp, s.idx, peer.gid, peer.qp.QPN()) }
 	connect(x, y)
 	connect(y, x)
 	wait := func(s *side, want verbs.WCOpcode) verbs.WC {
@@ -336,5 +314,32 @@ func TestLinkDown(t *testing.T) {
 	}
 	if _, err := a.AHAttr(context.Background(), bth.GIDFromAddr(nsutil.DefaultAddrB.Addr()), 1); !errors.Is(err, ErrDown) {
 		t.Errorf("AHAttr on a down port: %v", err)
+	}
+}
+
+// connectRC moves q through INIT and RTR to RTS toward the QP peerQPN at
+// peerGID, from GID index idx of p.
+func connectRC(ctx context.Context, t testing.TB, p *Port, q *roce.QP, idx int, peerGID bth.GID, peerQPN bth.QPN) {
+	t.Helper()
+	ah, err := p.AHAttr(ctx, peerGID, idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		attr verbs.QPAttr
+		mask verbs.QPAttrMask
+	}{
+		{verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, AccessFlags: mr.AccessRemoteWrite},
+			verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
+		{verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: p.ActiveMTU(), DestQPN: peerQPN, AH: ah,
+			MaxDestRdAtomic: 1, MinRNRTimer: 12},
+			verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
+		{verbs.QPAttr{State: verbs.QPStateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+			verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic},
+	}
+	for _, st := range steps {
+		if err := q.Modify(&st.attr, st.mask); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

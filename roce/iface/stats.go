@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sroce/sroce/verbs"
+	"github.com/sroce/sroce/xdp"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,12 +19,25 @@ type Stat struct {
 }
 
 // Counters returns the device's counters in the engine's order (sent_pkts,
-// rcvd_pkts, ... as verbs.Counter numbers them).
+// rcvd_pkts, ... as verbs.Counter numbers them). A device on several
+// queues adds what each queue's engine moved (roce.EngineStats):
+// queueN_rx_frames, queueN_tx_frames, queueN_handed_off (frames it passed
+// to the engine of their QP), queueN_adopted (frames it took from the
+// others) and queueN_handoff_full (frames dropped because the ring to
+// their engine was full).
 func (p *Port) Counters() []Stat {
 	m := p.dev.Counters()
 	out := make([]Stat, 0, int(verbs.NumCounters))
 	for c := verbs.Counter(0); c < verbs.NumCounters; c++ {
 		out = append(out, Stat{c.String(), m[c.String()]})
+	}
+	if p.dev.Engines() > 1 {
+		for i, e := range p.dev.EngineStats() {
+			q := fmt.Sprintf("queue%d_", i)
+			out = append(out, Stat{q + "rx_frames", e.RxFrames}, Stat{q + "tx_frames", e.TxFrames},
+				Stat{q + "handed_off", e.HandedOff}, Stat{q + "adopted", e.Adopted},
+				Stat{q + "handoff_full", e.HandoffFull})
+		}
 	}
 	return out
 }
@@ -31,7 +45,8 @@ func (p *Port) Counters() []Stat {
 // LinkStats returns the link's counters: for AF_XDP the kernel's socket
 // statistics (XDP_STATISTICS: rx_dropped counts frames too large for the
 // UMEM chunks or without a fill buffer) and the socket's own; for the UDP
-// link its datagram counts.
+// link its datagram counts. A port on several queues shows the sums over
+// its sockets.
 func (p *Port) LinkStats() []Stat {
 	if p.udp != nil {
 		s := p.udp.Stats()
@@ -41,7 +56,23 @@ func (p *Port) LinkStats() []Stat {
 			{"rx_ip_id_recovered", s.RxIPIDRecovered}, {"rx_icrc_mismatch", s.RxICRCMismatch},
 		}
 	}
-	s := p.xsk.Socket().Stats()
+	var out []Stat
+	for _, l := range p.xsks {
+		st := socketStats(l.Socket().Stats())
+		if out == nil {
+			out = st
+			continue
+		}
+		for i := range out {
+			out[i].Value += st[i].Value
+		}
+	}
+	return out
+}
+
+// socketStats lists one AF_XDP socket's counters; a port on several
+// queues adds them up.
+func socketStats(s xdp.Stats) []Stat {
 	return []Stat{
 		{"rx_frames", s.RxFrames}, {"rx_bytes", s.RxBytes},
 		{"tx_frames", s.TxFrames}, {"tx_bytes", s.TxBytes},

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +35,26 @@ const EnvLink = "SROCE_LINK"
 // "inline".
 const EnvEngine = "SROCE_ENGINE"
 
+// EnvQueues names the environment variable that sets how many receive
+// queues of the interface a device uses, one engine each
+// (iface.Options.Queues): a positive number. Unset, the device uses the
+// interface's queue count capped by the CPUs the process may use.
+const EnvQueues = "SROCE_QUEUES"
+
+// Queues returns the queue count SROCE_QUEUES asks for (0: unset), with
+// an error that names the variable.
+func Queues() (int, error) {
+	v := os.Getenv(EnvQueues)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%s=%q: want a positive number of queues", EnvQueues, v)
+	}
+	return n, nil
+}
+
 // ResolveTimeout bounds resolving a peer's MAC address, both while the
 // device opens and when a tool builds a path to its peer.
 const ResolveTimeout = 5 * time.Second
@@ -45,6 +66,10 @@ type Spec struct {
 	Ifname string
 	// Addr is the address after "@", or the zero Addr.
 	Addr netip.Addr
+	// Queues is the number of receive queues the device uses, one engine
+	// each (iface.Options.Queues); 0 means SROCE_QUEUES, else the
+	// default.
+	Queues int
 }
 
 // ParseSpec parses "IF" or "IF@ADDR". An empty s gives an empty Spec,
@@ -132,16 +157,23 @@ func Engine() (roce.EngineMode, error) {
 	return m, nil
 }
 
-// Open opens the device on the interface of d with the link mode and the
-// engine mode of SROCE_ENGINE, within ctx, and serves its live trace
+// Open opens the device on the interface of d with the link mode, the
+// engine mode of SROCE_ENGINE and d.Queues queues (else SROCE_QUEUES),
+// within ctx, and serves its live trace
 // (package roce/tracesock) until it closes.
 func Open(ctx context.Context, d Spec, mode iface.Mode) (*iface.Port, error) {
 	engine, err := Engine()
 	if err != nil {
 		return nil, err
 	}
+	queues := d.Queues
+	if queues == 0 {
+		if queues, err = Queues(); err != nil {
+			return nil, err
+		}
+	}
 	port, err := iface.Open(ctx, d.Ifname, iface.Options{Mode: mode, Addr: d.Addr, ResolveTimeout: ResolveTimeout,
-		Engine: engine})
+		Engine: engine, Queues: queues})
 	if err != nil {
 		return nil, err
 	}

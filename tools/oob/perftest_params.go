@@ -192,6 +192,9 @@ type Params struct {
 	OutJSONFile  string    // --out_json_file
 	CPUUtil      bool      // --cpu_util
 	WaitDestroy  uint32    // --wait_destroy
+	// Queues is sroce's --queues: the receive queues (engines) the
+	// device uses; 0 means SROCE_QUEUES, else the default.
+	Queues int
 	// NoRelaxedOrdering is --disable_pcie_relaxed; ib_write_lat always
 	// sets it (it polls the last byte of its buffer). It only changes the
 	// banner.
@@ -246,6 +249,8 @@ var perftestOptions = []option{
 	{0, "tclass", true}, {0, "wait_destroy", true}, {0, "flows", true}, {0, "flows_burst", true},
 	{0, "reply_every", true}, {0, "perform_warm_up", false}, {0, "vlan_en", false},
 	{0, "vlan_pcp", true}, {0, "recv_post_list", true}, {0, "disable_pcie_relaxed", false},
+	// sroce's own.
+	{0, "queues", true},
 	// perftest has two "source_ip"s: -j/--source_ip (raw Ethernet) is
 	// listed first in its table, so getopt_long always resolves
 	// "--source_ip" to -j; the second one can never be reached.
@@ -653,6 +658,13 @@ func (p *Params) apply(o option, val string) error {
 	case "tclass":
 		if v, err = checkInt(val, "traffic class"); err == nil {
 			p.TClass = uint8(v)
+		}
+	case "queues":
+		if v, err = checkInt(val, "queues"); err == nil {
+			if v < 1 {
+				return usageErr(" The number of queues must be at least 1")
+			}
+			p.Queues = int(v)
 		}
 	case "wait_destroy":
 		if v, err = checkInt(val, "wait_destroy"); err == nil {

@@ -73,6 +73,9 @@ func TestParsePerftest(t *testing.T) {
 	if f := p.Flow(1024); len(f.Sizes) != 23 || !f.RunAll {
 		t.Errorf("flow %+v", f)
 	}
+	if p, err := ParsePerftest(WriteBW, []string{"--queues", "4", "-q", "8"}); err != nil || p.Queues != 4 || p.NumQPs != 8 {
+		t.Errorf("--queues 4: queues %d, QPs %d, %v", p.Queues, p.NumQPs, err)
+	}
 	p, err = ParsePerftest(AtomicBW, []string{"-A", "CMP_AND_SWAP", "-o", "4", "-b", "-e", "--", "server"})
 	if err != nil || p.Atomic != CmpAndSwap || p.OutReads != 4 || !p.Duplex || !p.Events || p.ServerName != "server" || p.Inline != 0 {
 		t.Errorf("atomic: %+v, %v", p, err)
@@ -145,6 +148,8 @@ func TestParsePerftestErrors(t *testing.T) {
 		{WriteBW, []string{"-p", "70000"}, "Port should be between 1 and 65535"},
 		{WriteBW, []string{"-i", "0"}, "IB Port can't be less than 1"},
 		{WriteBW, []string{"-q", "0"}, "num of Qps should be between 1 and 16384"},
+		{WriteBW, []string{"--queues", "0"}, "The number of queues must be at least 1"},
+		{WriteBW, []string{"--queues=x"}, "queues argument x should be int"},
 		{WriteLat, []string{"-q", "2"}, "Multiple QPs only available on bw tests"},
 		{WriteBW, []string{"-e"}, "Events feature not available on WRITE verb"},
 		{WriteBW, []string{"-o", "2"}, "Setting Outstanding reads only available on READ verb"},

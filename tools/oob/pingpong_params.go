@@ -21,6 +21,9 @@ type PingpongParams struct {
 	Events     bool   // -e, --events
 	GIDIndex   int    // -g, --gid-idx; -1: no GID
 	Check      bool   // -c, --chk: validate the received buffer
+	// Queues is sroce's --queues: the receive queues (engines) the
+	// device uses; 0 means SROCE_QUEUES, else the default.
+	Queues int
 	// Unsupported lists options sroce does not implement (on-demand
 	// paging, device memory, completion timestamps, the new post-send API).
 	Unsupported []string
@@ -33,6 +36,7 @@ var rcPingpongOptions = []option{
 	{'e', "events", false}, {'g', "gid-idx", true}, {'o', "odp", false}, {'O', "iodp", false},
 	{'P', "prefetch", false}, {'t', "ts", false}, {'c', "chk", false}, {'j', "dm", false},
 	{'N', "new_send", false},
+	{0, "queues", true}, // sroce's own
 }
 
 // udPingpongOptions are ibv_ud_pingpong's options.
@@ -40,6 +44,7 @@ var udPingpongOptions = []option{
 	{'p', "port", true}, {'d', "ib-dev", true}, {'i', "ib-port", true}, {'s', "size", true},
 	{'r', "rx-depth", true}, {'n', "iters", true}, {'l', "sl", true}, {'e', "events", false},
 	{'g', "gid-idx", true}, {'c', "chk", false},
+	{0, "queues", true}, // sroce's own
 }
 
 // ParsePingpong parses the arguments of ibv_rc_pingpong (ud false) or
@@ -96,6 +101,12 @@ func ParsePingpong(ud bool, args []string) (PingpongParams, error) {
 			p.GIDIndex = strtol(val)
 		case 'c':
 			p.Check = true
+		case 0: // --queues, the only long-only option
+			v, rest := cStrtol(val)
+			if rest != "" || v < 1 || v > 1<<16 {
+				return false, usageErr("--queues %s is not a positive number", val)
+			}
+			p.Queues = int(v)
 		default:
 			p.Unsupported = append(p.Unsupported, "-"+string(o.short))
 		}

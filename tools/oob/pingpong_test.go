@@ -293,6 +293,14 @@ func TestParsePingpong(t *testing.T) {
 	if p.GIDIndex != 1 || p.ServerName != "10.0.0.1" || p.Iters != 100 || p.Size != 64 || p.MTU != 4096 || p.IBDev != "eth0" || !p.Events || !p.Check {
 		t.Errorf("parsed %+v", p)
 	}
+	for _, ud := range []bool{false, true} {
+		if p, err := ParsePingpong(ud, []string{"--queues", "4"}); err != nil || p.Queues != 4 {
+			t.Errorf("ud %v, --queues 4: %d, %v", ud, p.Queues, err)
+		}
+		if _, err := ParsePingpong(ud, []string{"--queues=0"}); err == nil {
+			t.Errorf("ud %v: --queues=0 accepted", ud)
+		}
+	}
 	p, _ = ParsePingpong(false, []string{"--ts", "-N"})
 	if strings.Join(p.Unsupported, ",") != "-t,-N" {
 		t.Errorf("unsupported %v", p.Unsupported)

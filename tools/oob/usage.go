@@ -97,6 +97,8 @@ func PerftestUsage(test Test, prog string) string {
 		w("      --reversed            the server sends to the client\n")
 	}
 	w("      --tclass=<tc>         traffic class of the GRH\n")
+	w("      --queues=<n>          receive queues of the interface the device uses, one engine each\n")
+	w("                            (default: SROCE_QUEUES, else the queue count capped by the CPUs)\n")
 	return b.String()
 }
 
@@ -124,5 +126,7 @@ func PingpongUsage(ud bool, prog string) string {
 	w("  -e, --events              sleep on completion events instead of polling\n")
 	w("  -g, --gid-idx=<index>     local GID index (needed on RoCE)\n")
 	w("  -c, --chk                 check the received data\n")
+	w("      --queues=<n>          receive queues of the interface the device uses, one engine each\n")
+	w("                            (default: SROCE_QUEUES, else the queue count capped by the CPUs)\n")
 	return b.String()
 }

@@ -213,7 +213,7 @@ func (pt *perftest) run() int {
 	if pt.client() {
 		peer = p.ServerName
 	}
-	if err := pt.open(ctx, p.IBDev, peer); err != nil {
+	if err := pt.open(ctx, p.IBDev, peer, p.Queues); err != nil {
 		return pt.failErr(err)
 	}
 	defer pt.close()

@@ -157,7 +157,7 @@ func (pp *pingpong) run() int {
 	defer pp.watchSignals()()
 	ctx := pp.ctx
 	p := pp.p
-	if err := pp.open(ctx, p.IBDev, p.ServerName); err != nil {
+	if err := pp.open(ctx, p.IBDev, p.ServerName, p.Queues); err != nil {
 		return pp.failErr(err)
 	}
 	defer pp.close()

@@ -201,12 +201,14 @@ func (t *toolRun) failErr(err error) int {
 
 // open opens the device named by the -d value spec; peer, the server a
 // client connects to, chooses the interface when spec is empty (see
-// package device).
-func (t *toolRun) open(ctx context.Context, spec, peer string) error {
+// package device); queues is the queue count (0: SROCE_QUEUES, else the
+// default).
+func (t *toolRun) open(ctx context.Context, spec, peer string, queues int) error {
 	d, err := device.Resolve(ctx, spec, peer)
 	if err != nil {
 		return err
 	}
+	d.Queues = queues
 	mode, err := device.LinkMode()
 	if err != nil {
 		return err
