@@ -42,7 +42,9 @@ type Config struct {
 	// Manager is passed to each device's cm.Manager (HoldRTU is always
 	// set: the CM moves QPs to RTR and RTS before the RTU). Zero fields
 	// take the Manager's defaults, except PacketLifetime (16, as
-	// rdma_cm on RoCE) and ResponseTimeout (20).
+	// rdma_cm on RoCE) and ResponseTimeout (20). Its ResponseTimeout is
+	// also the remote CM response timeout put in REQs, so the pair sets
+	// how long a side waits before resending: tests shorten both.
 	Manager cm.Config
 }
 
@@ -60,6 +62,7 @@ type CM struct {
 	rng      *rand.Rand
 	nextPort int
 	closed   bool
+	respTO   uint8 // CM response timeout exponent of REQs
 }
 
 type portKey struct {
@@ -82,7 +85,7 @@ func New(cfg Config, ports ...Port) (*CM, error) {
 		mc.ResponseTimeout = respTimeout
 	}
 	c := &CM{ports: map[portKey]*ID{}, listen: map[uint64][]*ID{}, ids: map[*ID]struct{}{},
-		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())), respTO: mc.ResponseTimeout}
 	c.nextPort = ephemeralLow + c.rng.IntN(ephemeralHigh-ephemeralLow)
 	for _, p := range ports {
 		a, err := newAgent(c, p, mc)

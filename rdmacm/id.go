@@ -579,7 +579,7 @@ func (id *ID) Connect(p *ConnParam) error {
 			c.mu.Unlock()
 			return err
 		}
-		cid, err := a.mgr.SIDRRequest(now, to, cm.SIDRREQ{PKey: 0xffff, ServiceID: cm.ServiceID(id.ps, id.dst.Port()), PrivateData: pd}, respTimeout, maxCMRetries)
+		cid, err := a.mgr.SIDRRequest(now, to, cm.SIDRREQ{PKey: 0xffff, ServiceID: cm.ServiceID(id.ps, id.dst.Port()), PrivateData: pd}, c.respTO, maxCMRetries)
 		if err != nil {
 			c.mu.Unlock()
 			return err
@@ -613,7 +613,7 @@ func (id *ID) Connect(p *ConnParam) error {
 	req := cm.REQ{
 		ServiceID: cm.ServiceID(id.ps, id.dst.Port()), LocalCAGUID: a.guid, LocalQPN: qpn,
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
-		RemoteCMResponseTimeout: respTimeout, Transport: cm.TransportRC, EndToEndFlowControl: p.FlowControl,
+		RemoteCMResponseTimeout: c.respTO, Transport: cm.TransportRC, EndToEndFlowControl: p.FlowControl,
 		StartingPSN: id.psn, RetryCount: id.retry, PKey: 0xffff, PathMTU: id.mtu,
 		RNRRetryCount: id.rnr, MaxCMRetries: maxCMRetries, SRQ: p.SRQ,
 		Primary: cm.Path{LocalLID: lid, RemoteLID: lid, LocalGID: sgid, RemoteGID: id.ah.DGID,

@@ -2,6 +2,7 @@ package rdmacm_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -39,6 +40,7 @@ func newPair(t *testing.T, imp memlink.Impairments, cfg rdmacm.Config) *pair {
 	var hosts [2]*host
 	macs := map[bth.GID]net.HardwareAddr{}
 	var devs [2]*roce.Device
+	macs[bth.GIDFromAddr(rawAddr)] = rawMAC
 	for i := range hosts {
 		mac := net.HardwareAddr{2, 0, 0, 0, 9, byte(i + 1)}
 		port := router.NewPort(mac, 1500)
@@ -76,13 +78,20 @@ func must(t *testing.T, err error) {
 	}
 }
 
+// expect waits for an event of type want on ch; TIMEWAIT_EXIT events of
+// earlier connections are passed over.
 func expect(t *testing.T, ch *rdmacm.EventChannel, want rdmacm.EventType) *rdmacm.Event {
 	t.Helper()
-	e, err := ch.Wait(want, wait)
-	if err != nil {
-		t.Fatal(err)
+	for {
+		e, err := ch.Wait(want, wait)
+		if e != nil && e.Type == rdmacm.EventTimewaitExit && want != rdmacm.EventTimewaitExit {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
 	}
-	return e
 }
 
 func qpAttr() *roce.QPInitAttr {
@@ -215,4 +224,244 @@ func TestConnectSendDisconnect(t *testing.T) {
 			}
 		})
 	}
+}
+
+var (
+	rawAddr = netip.AddrFrom4([4]byte{10, 9, 0, 3})
+	rawMAC  = net.HardwareAddr{2, 0, 0, 0, 9, 3}
+)
+
+// fast is CM timing for tests: resends after 2×4 ms + 16 ms.
+var fast = rdmacm.Config{Manager: cm.Config{PacketLifetime: 10, ResponseTimeout: 12}}
+
+// rawGSI is a third device on p's link whose QP1 sends whatever MAD a
+// test makes, to b's QP1.
+type rawGSI struct {
+	t   *testing.T
+	qp  *roce.QP
+	mr  *roce.MR
+	ah  *verbs.AH
+	scq *roce.CQ
+}
+
+func newRawGSI(t *testing.T, p *pair) *rawGSI {
+	t.Helper()
+	port := p.router.NewPort(rawMAC, 1500)
+	dev, err := roce.Open(port, &roce.Options{Name: "raw", Clock: roce.SystemClock(), GIDs: []bth.GID{bth.GIDFromAddr(rawAddr)}})
+	must(t, err)
+	must(t, dev.Start())
+	t.Cleanup(func() { dev.Close() })
+	pd, _ := dev.AllocPD()
+	scq, _ := dev.CreateCQ(4096, nil)
+	rcq, _ := dev.CreateCQ(16, nil)
+	q, err := pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeGSI, SendCQ: scq, RecvCQ: rcq, Cap: verbs.QPCap{MaxSendWR: 4096, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	must(t, err)
+	must(t, q.Modify(&verbs.QPAttr{State: verbs.QPStateInit}, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrQKey))
+	must(t, q.Modify(&verbs.QPAttr{State: verbs.QPStateRTR}, verbs.AttrState))
+	must(t, q.Modify(&verbs.QPAttr{State: verbs.QPStateRTS}, verbs.AttrState|verbs.AttrSQPSN))
+	m, err := pd.RegMR(make([]byte, 512), mr.AccessLocalWrite)
+	must(t, err)
+	ah, err := pd.CreateAH(&verbs.AHAttr{DGID: bth.GIDFromAddr(p.b.addr), DMAC: [6]byte{2, 0, 0, 0, 9, 2}, HopLimit: 64})
+	must(t, err)
+	return &rawGSI{t: t, qp: q, mr: m, ah: ah, scq: scq}
+}
+
+// send sends payload (any length up to 512) to b's QP1 and waits for its
+// send completion.
+func (r *rawGSI) send(payload []byte) {
+	r.t.Helper()
+	copy(r.mr.Buf(), payload)
+	must(r.t, r.qp.PostSend(&verbs.SendWR{Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{r.mr.SGE(0, len(payload))},
+		AH: r.ah, RemoteQPN: 1}))
+	var wcs [1]verbs.WC
+	if n, err := r.scq.WaitTimeout(wcs[:], wait); n != 1 || wcs[0].Status != verbs.WCSuccess {
+		r.t.Fatalf("raw send: %v %+v", err, wcs[0])
+	}
+}
+
+// until polls cond every few milliseconds for at most d.
+func until(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("waited %v for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRejectWithPrivateData(t *testing.T) {
+	p := newPair(t, memlink.Impairments{}, rdmacm.Config{})
+	listen(t, p.b, 5000)
+	act := dial(t, p.a, netip.AddrPortFrom(p.b.addr, 5000), true, &rdmacm.ConnParam{PrivateData: []byte("may I")})
+	ev := expect(t, p.b.ch, rdmacm.EventConnectRequest)
+	must(t, ev.ID.Reject([]byte("no, go away")))
+	e := expect(t, p.a.ch, rdmacm.EventRejected)
+	if e.ID != act || e.Status != int(cm.RejConsumerDefined) || !bytes.HasPrefix(e.Param.PrivateData, []byte("no, go away")) {
+		t.Fatalf("REJECTED: status %d private %q", e.Status, e.Param.PrivateData)
+	}
+	if s := p.b.cm.Stats()[0]; s.REJSent != 1 || s.HalfOpen != 0 {
+		t.Fatalf("passive stats %+v", s)
+	}
+	if s := p.a.cm.Stats()[0]; s.REJReceived != 1 {
+		t.Fatalf("active stats %+v", s)
+	}
+	if err := act.Disconnect(); err == nil {
+		t.Fatal("Disconnect of a rejected ID succeeded")
+	}
+	// Too much private data is refused before anything is sent.
+	id, _ := p.a.cm.CreateID(p.a.ch, cm.PortSpaceTCP, nil)
+	must(t, id.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(p.b.addr, 5000), time.Second))
+	expect(t, p.a.ch, rdmacm.EventAddrResolved)
+	must(t, id.ResolveRoute(time.Second))
+	expect(t, p.a.ch, rdmacm.EventRouteResolved)
+	if err := id.Connect(&rdmacm.ConnParam{PrivateData: make([]byte, rdmacm.MaxREQPrivate+1)}); !errors.Is(err, rdmacm.ErrPrivateLen) {
+		t.Fatalf("57 bytes of REQ private data: %v", err)
+	}
+}
+
+func TestNoListener(t *testing.T) {
+	p := newPair(t, memlink.Impairments{}, rdmacm.Config{})
+	act := dial(t, p.a, netip.AddrPortFrom(p.b.addr, 4444), true, nil)
+	e := expect(t, p.a.ch, rdmacm.EventRejected)
+	if e.ID != act || e.Status != int(cm.RejInvalidServiceID) {
+		t.Fatalf("REQ to a port nobody listens on: %v, want REJECTED status 8", e)
+	}
+	if s := p.b.cm.Stats()[0]; s.NoListener != 1 || s.REJSent != 1 {
+		t.Fatalf("passive stats %+v", s)
+	}
+}
+
+// TestConnectUnderLoss drops 30% of the frames each device sends: the
+// CM's resends and duplicate answers still connect, carry data and
+// disconnect.
+func TestConnectUnderLoss(t *testing.T) {
+	p := newPair(t, memlink.Impairments{}, fast)
+	for i, h := range []*host{p.a, p.b} {
+		must(t, h.dev.SetImpairment(roce.Impairment{Loss: 30, Seed: uint64(i + 3)}))
+	}
+	var resends uint64
+	for round := 0; round < 5; round++ {
+		act, pas := connect(t, p, uint16(6000+round))
+		sendRecv(t, act, pas, []byte("through the loss"))
+		must(t, act.Disconnect())
+		expect(t, p.a.ch, rdmacm.EventDisconnected)
+		expect(t, p.b.ch, rdmacm.EventDisconnected)
+		act.Destroy()
+		pas.Destroy()
+	}
+	for _, s := range append(p.a.cm.Stats(), p.b.cm.Stats()...) {
+		t.Logf("%s: sent %d received %d resends %d dups answered %d established %d", s.Device, s.MADsSent, s.MADsReceived, s.Resends, s.DupsAnswered, s.Established)
+		resends += s.Resends
+	}
+	if resends == 0 {
+		t.Fatal("no MAD was resent at 30% loss")
+	}
+}
+
+// TestPeerVanishesBeforeRTU: the active side goes away after its REQ; the
+// passive side's REP is resent, then the ID gets UNREACHABLE and the
+// connection leaves TIMEWAIT, all within a bound.
+func TestPeerVanishesBeforeRTU(t *testing.T) {
+	p := newPair(t, memlink.Impairments{}, fast)
+	listen(t, p.b, 5001)
+	dial(t, p.a, netip.AddrPortFrom(p.b.addr, 5001), true, nil)
+	ev := expect(t, p.b.ch, rdmacm.EventConnectRequest)
+	p.a.cm.Close()
+	_, err := ev.ID.CreateQP(nil, qpAttr())
+	must(t, err)
+	start := time.Now()
+	must(t, ev.ID.Accept(nil))
+	e := expect(t, p.b.ch, rdmacm.EventUnreachable)
+	if e.ID != ev.ID || e.Status != rdmacm.StatusTimedOut {
+		t.Fatalf("%v", e)
+	}
+	if st := ev.ID.QP().State(); st != verbs.QPStateErr {
+		t.Fatalf("QP %v after UNREACHABLE", st)
+	}
+	took := time.Since(start)
+	until(t, 5*time.Second, "the connection to leave TIMEWAIT", func() bool { return p.b.cm.Stats()[0].Conns == 0 })
+	s := p.b.cm.Stats()[0]
+	t.Logf("UNREACHABLE after %v, %d resends, %d timeouts", took, s.Resends, s.Timeouts)
+	if s.Resends != 15 || s.Timeouts != 1 || s.HalfOpen != 0 {
+		t.Fatalf("stats %+v: want 15 REP resends, 1 timeout", s)
+	}
+}
+
+func reqMAD(t *testing.T, commID uint32, svc uint64) []byte {
+	t.Helper()
+	pd, err := cm.IPPrivateData(cm.IPHeader{SrcPort: 999, Src: rawAddr, Dst: netip.AddrFrom4([4]byte{10, 9, 0, 2})}, nil, cm.REQPrivateLen)
+	must(t, err)
+	b, err := cm.Send(uint64(commID), &cm.REQ{LocalCommID: commID, ServiceID: svc, LocalQPN: 0x100, StartingPSN: 1,
+		RemoteCMResponseTimeout: 16, LocalCMResponseTimeout: 12, MaxCMRetries: 15, PKey: 0xffff, PathMTU: verbs.MTU1024,
+		Primary:     cm.Path{LocalGID: bth.GIDFromAddr(rawAddr), RemoteGID: bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 9, 0, 2})), HopLimit: 64},
+		PrivateData: pd})
+	must(t, err)
+	return b
+}
+
+// TestHalfOpenBounded floods the passive side with 3000 REQs nobody
+// answers: at most MaxHalfOpen are held, the rest are rejected, and all
+// are forgotten once the consumer's time to decide is over.
+func TestHalfOpenBounded(t *testing.T) {
+	cfg := fast
+	cfg.Manager.MaxHalfOpen = 1000
+	p := newPair(t, memlink.Impairments{}, cfg)
+	l, err := p.b.cm.CreateID(p.b.ch, cm.PortSpaceTCP, nil)
+	must(t, err)
+	must(t, l.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), 5002)))
+	must(t, l.Listen(100000))
+	r := newRawGSI(t, p)
+	const n = 3000
+	for i := 1; i <= n; i++ {
+		r.send(reqMAD(t, uint32(i), cm.ServiceID(cm.PortSpaceTCP, 5002)))
+		if i%32 == 0 {
+			// Paced, so that QP1's receive queue keeps up.
+			until(t, 5*time.Second, "the REQs to arrive", func() bool { return p.b.cm.Stats()[0].MADsReceived == uint64(i) })
+		}
+	}
+	until(t, 10*time.Second, "every REQ to arrive", func() bool { return p.b.cm.Stats()[0].MADsReceived == n })
+	s := p.b.cm.Stats()[0]
+	t.Logf("after %d REQs: half-open %d, rejected for the bound %d, connections %d", n, s.HalfOpen, s.HalfOpenFull, s.Conns)
+	if s.HalfOpen > 1000 || s.HalfOpenFull < n-1000 {
+		t.Fatalf("half-open %d (bound 1000), rejected %d", s.HalfOpen, s.HalfOpenFull)
+	}
+	until(t, 20*time.Second, "the undecided requests to be forgotten", func() bool {
+		s := p.b.cm.Stats()[0]
+		return s.HalfOpen == 0 && s.Conns == 0
+	})
+}
+
+// TestMalformedMADs sends QP1 MADs that are short, of the wrong class or
+// class version, or of no CM message: each is dropped and counted, and the
+// CM still connects afterwards.
+func TestMalformedMADs(t *testing.T) {
+	p := newPair(t, memlink.Impairments{}, fast)
+	r := newRawGSI(t, p)
+	good := reqMAD(t, 1, cm.ServiceID(cm.PortSpaceTCP, 1))
+	bad := func(f func(b []byte)) []byte {
+		b := append([]byte(nil), good...)
+		f(b)
+		return b
+	}
+	r.send(good[:100])
+	r.send(bad(func(b []byte) { b[2] = 1 }))       // class version 1
+	r.send(bad(func(b []byte) { b[0] = 2 }))       // base version 2
+	r.send(bad(func(b []byte) { b[1] = 0x81 }))    // another class
+	r.send(bad(func(b []byte) { b[17] = 0x77 }))   // unknown attribute
+	r.send(bad(func(b []byte) { b[3] = 0x81 }))    // a response method
+	r.send(bad(func(b []byte) { b[16+1] = 0x14 })) // an RTU for no connection
+	until(t, 5*time.Second, "the MADs to arrive", func() bool { return p.b.cm.Stats()[0].MADsReceived == 7 })
+	s := p.b.cm.Stats()[0]
+	var total uint64
+	for k, v := range s.Dropped {
+		t.Logf("dropped %q: %d", k, v)
+		total += v
+	}
+	if total != 7 || s.Dropped["MAD class version: unsupported version"] != 1 {
+		t.Fatalf("dropped %v", s.Dropped)
+	}
+	act, pas := connect(t, p, 5003)
+	sendRecv(t, act, pas, []byte("still fine"))
 }
