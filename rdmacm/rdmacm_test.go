@@ -465,3 +465,105 @@ func TestMalformedMADs(t *testing.T) {
 	act, pas := connect(t, p, 5003)
 	sendRecv(t, act, pas, []byte("still fine"))
 }
+
+// TestUDPPortSpace resolves a UD service with SIDR_REQ/SIDR_REP and sends
+// a datagram to the QP and Q_Key the reply names.
+func TestUDPPortSpace(t *testing.T) {
+	p := newPair(t, memlink.Impairments{}, rdmacm.Config{})
+	udAttr := &roce.QPInitAttr{Type: verbs.QPTypeUD, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	l, err := p.b.cm.CreateID(p.b.ch, cm.PortSpaceUDP, nil)
+	must(t, err)
+	must(t, l.BindAddr(netip.AddrPortFrom(p.b.addr, 7000)))
+	must(t, l.Listen(4))
+	id, err := p.a.cm.CreateID(p.a.ch, cm.PortSpaceUDP, nil)
+	must(t, err)
+	must(t, id.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(p.b.addr, 7000), time.Second))
+	expect(t, p.a.ch, rdmacm.EventAddrResolved)
+	must(t, id.ResolveRoute(time.Second))
+	expect(t, p.a.ch, rdmacm.EventRouteResolved)
+	sq, err := id.CreateQP(nil, udAttr)
+	must(t, err)
+	if sq.State() != verbs.QPStateRTS {
+		t.Fatalf("UD QP %v after CreateQP, librdmacm moves it to RTS", sq.State())
+	}
+	must(t, id.Connect(&rdmacm.ConnParam{PrivateData: []byte("udp?")}))
+	req := expect(t, p.b.ch, rdmacm.EventConnectRequest)
+	if !bytes.HasPrefix(req.Param.PrivateData, []byte("udp?")) {
+		t.Fatalf("SIDR private data %q", req.Param.PrivateData)
+	}
+	rq, err := req.ID.CreateQP(nil, udAttr)
+	must(t, err)
+	must(t, req.ID.Accept(&rdmacm.ConnParam{PrivateData: []byte("udp!")}))
+	est := expect(t, p.a.ch, rdmacm.EventEstablished)
+	if est.UD.QPNum != rq.QPN() || est.UD.QKey != 0x01234567 || !bytes.HasPrefix(est.Param.PrivateData, []byte("udp!")) {
+		t.Fatalf("ESTABLISHED UD param %+v", est.UD)
+	}
+	ah, err := id.PD().CreateAH(&verbs.AHAttr{DGID: est.UD.AH.DGID, SGIDIndex: est.UD.AH.SGIDIndex, HopLimit: est.UD.AH.HopLimit, DMAC: est.UD.AH.DMAC})
+	must(t, err)
+	rmr, _ := req.ID.PD().RegMR(make([]byte, 128), mr.AccessLocalWrite)
+	smr, _ := id.PD().RegMR([]byte("datagram"), 0)
+	must(t, rq.PostRecv(&verbs.RecvWR{SGL: []mr.SGE{rmr.SGE(0, 128)}}))
+	must(t, sq.PostSend(&verbs.SendWR{Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{smr.SGE(0, 8)}, AH: ah, RemoteQPN: est.UD.QPNum, RemoteQKey: est.UD.QKey}))
+	_, qa := rq.Query()
+	var wcs [1]verbs.WC
+	if n, _ := qa.RecvCQ.WaitTimeout(wcs[:], wait); n != 1 || wcs[0].Status != verbs.WCSuccess || string(rmr.Buf()[40:48]) != "datagram" {
+		t.Fatalf("UD receive: %d %+v %q", n, wcs[0], rmr.Buf()[40:48])
+	}
+	// No listener on the port: UNREACHABLE with the SIDR status.
+	id2, _ := p.a.cm.CreateID(p.a.ch, cm.PortSpaceUDP, nil)
+	must(t, id2.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(p.b.addr, 7001), time.Second))
+	expect(t, p.a.ch, rdmacm.EventAddrResolved)
+	must(t, id2.ResolveRoute(time.Second))
+	expect(t, p.a.ch, rdmacm.EventRouteResolved)
+	must(t, id2.Connect(nil))
+	if e := expect(t, p.a.ch, rdmacm.EventUnreachable); e.Status != int(cm.SIDRServiceUnsupported) {
+		t.Fatalf("SIDR to no listener: %v", e)
+	}
+}
+
+// TestConnectResponseWithoutQP: an active ID without a QP gets
+// CONNECT_RESPONSE with the peer's QP number and answers with Accept (the
+// RTU); InitQPAttr gives what the application's own QP needs.
+func TestConnectResponseWithoutQP(t *testing.T) {
+	p := newPair(t, memlink.Impairments{}, rdmacm.Config{})
+	listen(t, p.b, 5004)
+	// The application's own QP.
+	pd, _ := p.a.dev.AllocPD()
+	cq, _ := p.a.dev.CreateCQ(16, nil)
+	own, err := pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	must(t, err)
+	act := dial(t, p.a, netip.AddrPortFrom(p.b.addr, 5004), false, &rdmacm.ConnParam{QPNum: own.QPN(), ResponderResources: 2, InitiatorDepth: 2, RetryCount: 6, RNRRetryCount: 5})
+	req := expect(t, p.b.ch, rdmacm.EventConnectRequest)
+	if req.Param.QPNum != own.QPN() || req.Param.RetryCount != 6 || req.Param.RNRRetryCount != 5 {
+		t.Fatalf("REQ param %+v", req.Param)
+	}
+	pq, err := req.ID.CreateQP(nil, qpAttr())
+	must(t, err)
+	must(t, req.ID.Accept(&rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 3}))
+	resp := expect(t, p.a.ch, rdmacm.EventConnectResponse)
+	if resp.Param.QPNum != pq.QPN() {
+		t.Fatalf("CONNECT_RESPONSE names QP %v, want %v", resp.Param.QPNum, pq.QPN())
+	}
+	for _, st := range []verbs.QPState{verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS} {
+		a, mask, err := act.InitQPAttr(st)
+		must(t, err)
+		switch st {
+		case verbs.QPStateInit:
+			if a.AccessFlags&mr.AccessRemoteRead == 0 {
+				t.Fatalf("INIT access %v with responder resources", a.AccessFlags)
+			}
+		case verbs.QPStateRTR:
+			if a.DestQPN != pq.QPN() || a.MaxDestRdAtomic != 1 || a.AH.DMAC != [6]byte{2, 0, 0, 0, 9, 2} {
+				t.Fatalf("RTR attributes %+v", a)
+			}
+		case verbs.QPStateRTS:
+			if a.RetryCnt != 6 || a.RNRRetry != 3 || a.MaxRdAtomic != 1 || a.Timeout == 0 {
+				t.Fatalf("RTS attributes %+v", a)
+			}
+		}
+		must(t, own.Modify(&a, mask))
+	}
+	must(t, act.Accept(nil))
+	expect(t, p.a.ch, rdmacm.EventEstablished)
+	expect(t, p.b.ch, rdmacm.EventEstablished)
+}
