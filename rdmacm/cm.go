@@ -14,7 +14,7 @@ import (
 const (
 	respTimeout    = 20 // CMA_CM_RESPONSE_TIMEOUT: 4.096 µs × 2^20, about 4.3 s
 	maxCMRetries   = 15 // CMA_MAX_CM_RETRIES
-	packetLifetime = 16 // CMA_IBOE_PACKET_LIFETIME
+	packetLifetime = 18 // CMA_IBOE_PACKET_LIFETIME (rxe's REQs carry the ACK timeout 19 it gives)
 	// caAckDelay is the local CA ACK delay exponent rdma_rxe reports
 	// (RXE_LOCAL_CA_ACK_DELAY).
 	caAckDelay = 15
@@ -41,8 +41,8 @@ var (
 type Config struct {
 	// Manager is passed to each device's cm.Manager (HoldRTU is always
 	// set: the CM moves QPs to RTR and RTS before the RTU). Zero fields
-	// take the Manager's defaults, except PacketLifetime (16, as
-	// rdma_cm on RoCE) and ResponseTimeout (20). Its ResponseTimeout is
+	// take the Manager's defaults, except PacketLifetime (18, as
+	// rdma_cm on RoCE), ResponseTimeout (20) and FirstID (random). Its ResponseTimeout is
 	// also the remote CM response timeout put in REQs, so the pair sets
 	// how long a side waits before resending: tests shorten both.
 	Manager cm.Config
@@ -88,6 +88,9 @@ func New(cfg Config, ports ...Port) (*CM, error) {
 		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())), respTO: mc.ResponseTimeout}
 	c.nextPort = ephemeralLow + c.rng.IntN(ephemeralHigh-ephemeralLow)
 	for _, p := range ports {
+		if cfg.Manager.FirstID == 0 {
+			mc.FirstID = c.rng.Uint32() | 1
+		}
 		a, err := newAgent(c, p, mc)
 		if err != nil {
 			c.Close()

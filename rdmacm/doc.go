@@ -61,7 +61,7 @@
 // private data, a random starting PSN, CM response timeouts of 20, 15 CM
 // retries, P_Key 0xffff, the path MTU of the port, permissive LIDs
 // (0xffff) on a routed path, the GIDs, hop limit, traffic class and flow
-// label of the route, and the local ACK timeout ib_cm derives from the
-// packet lifetime (16) and rdma_rxe's CA ACK delay (15). REPs carry the
+// label rdma_cm derives from the two ports, and the local ACK timeout ib_cm derives from the
+// packet lifetime (18) and rdma_rxe's CA ACK delay (15). REPs carry the
 // target ACK delay 15 and the node GUID.
 package rdmacm

@@ -309,10 +309,18 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 	}
 	id.mtu = id.agent.dev.QueryPort().ActiveMTU
 	id.ackTimeout = ackTimeout(packetLifetime)
+	id.ah.FlowLabel = flowLabel(id.src.Port(), id.dst.Port())
 	id.state = stateRouteResolved
 	c.mu.Unlock()
 	id.post(&Event{Type: EventRouteResolved, ID: id})
 	return nil
+}
+
+// flowLabel is the flow label rdma_cm gives a RoCEv2 path between two
+// ports (when the IPv6 source has none of its own): 31 × the source port
+// plus the destination port, in 20 bits.
+func flowLabel(sport, dport uint16) uint32 {
+	return (uint32(sport)*31 + uint32(dport)) & 0xfffff
 }
 
 // ackTimeout is Linux ib_cm's local ACK timeout for a path: twice the

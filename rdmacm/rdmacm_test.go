@@ -338,13 +338,20 @@ func TestNoListener(t *testing.T) {
 // disconnect.
 func TestConnectUnderLoss(t *testing.T) {
 	p := newPair(t, memlink.Impairments{}, fast)
-	for i, h := range []*host{p.a, p.b} {
-		must(t, h.dev.SetImpairment(roce.Impairment{Loss: 30, Seed: uint64(i + 3)}))
+	impair := func(loss float64, round int) {
+		for i, h := range []*host{p.a, p.b} {
+			must(t, h.dev.SetImpairment(roce.Impairment{Loss: loss, Seed: uint64(10*round + i + 3)}))
+		}
 	}
 	var resends uint64
 	for round := 0; round < 5; round++ {
+		impair(30, round)
 		act, pas := connect(t, p, uint16(6000+round))
+		// The data path's retransmits wait the path's ACK timeout (2 s):
+		// the loss is for the CM's MADs.
+		impair(0, round)
 		sendRecv(t, act, pas, []byte("through the loss"))
+		impair(30, round)
 		must(t, act.Disconnect())
 		expect(t, p.a.ch, rdmacm.EventDisconnected)
 		expect(t, p.b.ch, rdmacm.EventDisconnected)

@@ -2,6 +2,7 @@ package rdmacm_test
 
 import (
 	"bytes"
+	"fmt"
 	"net/netip"
 	"os/exec"
 	"strconv"
@@ -12,9 +13,11 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/sroce/sroce/cm"
 	"github.com/sroce/sroce/internal/capturetest"
 	"github.com/sroce/sroce/rdmacm"
 	"github.com/sroce/sroce/roce/memlink"
+	"github.com/sroce/sroce/verbs"
 )
 
 // TestTsharkDecodesExchange captures the frames of a connect, a data
@@ -26,22 +29,7 @@ func TestTsharkDecodesExchange(t *testing.T) {
 	if err != nil {
 		t.Skip("tshark is not installed: Wireshark's decoding of the CM exchange is not checked (apt-get install tshark)")
 	}
-	p := newPair(t, memlink.Impairments{}, rdmacm.Config{})
-	var mu sync.Mutex
-	var frames [][]byte
-	p.router.SetTap(func(_ *memlink.Port, f []byte) {
-		mu.Lock()
-		frames = append(frames, append([]byte(nil), f...))
-		mu.Unlock()
-	})
-	act, pas := connect(t, p, 7174)
-	sendRecv(t, act, pas, []byte("ping"))
-	must(t, act.Disconnect())
-	expect(t, p.a.ch, rdmacm.EventDisconnected)
-	expect(t, p.b.ch, rdmacm.EventDisconnected)
-	mu.Lock()
-	caught := append([][]byte(nil), frames...)
-	mu.Unlock()
+	p, act, pas, caught := captureExchange(t)
 	file := capturetest.WriteFile(t, "rdmacm.pcap", capturetest.Pcap(t, layers.LinkTypeEthernet, capturetest.Records(caught)))
 	fields := []string{"infiniband.bth.destqp", "infiniband.mad.attributeid", "infiniband.mad.classversion",
 		"infiniband.cm.req.serviceid", "infiniband.cm.req.localqpn", "infiniband.cm.req.pppmtu",
@@ -117,6 +105,79 @@ func TestTsharkDecodesExchange(t *testing.T) {
 	}
 	if a := req["infiniband.cm.req.ip_cm.dip4"]; netip.MustParseAddr(a) != p.b.addr {
 		t.Errorf("IP CM destination %s", a)
+	}
+}
+
+// captureExchange runs connect, a ping, and a disconnect by the active
+// side between two hosts, and returns every frame the link carried.
+func captureExchange(t *testing.T) (p *pair, act, pas *rdmacm.ID, frames [][]byte) {
+	t.Helper()
+	p = newPair(t, memlink.Impairments{}, rdmacm.Config{})
+	var mu sync.Mutex
+	p.router.SetTap(func(_ *memlink.Port, f []byte) {
+		mu.Lock()
+		frames = append(frames, append([]byte(nil), f...))
+		mu.Unlock()
+	})
+	act, pas = connect(t, p, 7174)
+	sendRecv(t, act, pas, []byte("ping"))
+	must(t, act.Disconnect())
+	expect(t, p.a.ch, rdmacm.EventDisconnected)
+	expect(t, p.b.ch, rdmacm.EventDisconnected)
+	mu.Lock()
+	defer mu.Unlock()
+	return p, act, pas, append([][]byte(nil), frames...)
+}
+
+// TestWireMatchesRxe compares the REQ, REP and DREQ sroce sends with those
+// of rdma_rxe's rping (Linux 6.1; cm/testdata/rxe-rping.pcap): every field
+// that does not depend on the run (IDs, PSNs, GUIDs, addresses) has rxe's
+// value, and the flow label is rdma_cm's function of the two ports.
+func TestWireMatchesRxe(t *testing.T) {
+	_, act, pas, frames := captureExchange(t)
+	var msgs []cm.Message
+	for _, f := range frames {
+		const off = 14 + 20 + 8 + 12 + 8 // Ethernet, IPv4, UDP, BTH, DETH
+		if len(f) < off+cm.MADLen || f[off+1] != cm.MgmtClassCM {
+			continue
+		}
+		_, m, err := cm.Unmarshal(f[off : off+cm.MADLen])
+		must(t, err)
+		msgs = append(msgs, m)
+	}
+	if len(msgs) != 5 {
+		t.Fatalf("%d CM MADs", len(msgs))
+	}
+	req, rep, dreq := msgs[0].(*cm.REQ), msgs[1].(*cm.REP), msgs[3].(*cm.DREQ)
+	sport := act.LocalAddr().Port()
+	got := cm.REQ{
+		RemoteCMResponseTimeout: req.RemoteCMResponseTimeout, LocalCMResponseTimeout: req.LocalCMResponseTimeout,
+		Transport: req.Transport, EndToEndFlowControl: req.EndToEndFlowControl, LocalQKey: req.LocalQKey,
+		RetryCount: req.RetryCount, PKey: req.PKey, PathMTU: req.PathMTU, RNRRetryCount: req.RNRRetryCount,
+		MaxCMRetries: req.MaxCMRetries, ResponderResources: req.ResponderResources, InitiatorDepth: req.InitiatorDepth,
+		Primary: cm.Path{LocalLID: req.Primary.LocalLID, RemoteLID: req.Primary.RemoteLID, FlowLabel: req.Primary.FlowLabel,
+			PacketRate: req.Primary.PacketRate, TrafficClass: req.Primary.TrafficClass, HopLimit: req.Primary.HopLimit,
+			SL: req.Primary.SL, SubnetLocal: req.Primary.SubnetLocal, LocalACKTimeout: req.Primary.LocalACKTimeout},
+	}
+	// rxe's rping REQ, with rping's parameters (1, 1, retries 7).
+	want := cm.REQ{
+		RemoteCMResponseTimeout: 20, LocalCMResponseTimeout: 20, Transport: cm.TransportRC, RetryCount: 7,
+		PKey: 0xffff, PathMTU: verbs.MTU1024, RNRRetryCount: 7, MaxCMRetries: 15, ResponderResources: 1, InitiatorDepth: 1,
+		Primary: cm.Path{LocalLID: 0xffff, RemoteLID: 0xffff, FlowLabel: (uint32(sport)*31 + 7174) & 0xfffff,
+			HopLimit: 64, LocalACKTimeout: 19},
+	}
+	if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+		t.Errorf("REQ\n got %+v\nwant %+v", got, want)
+	}
+	if req.LocalQPN != act.QP().QPN() || req.Alternate != (cm.Path{}) || req.ServiceID != cm.ServiceID(cm.PortSpaceTCP, 7174) {
+		t.Errorf("REQ QPN %v, alternate path %+v, service ID %#x", req.LocalQPN, req.Alternate, req.ServiceID)
+	}
+	if rep.TargetACKDelay != 15 || rep.FailoverAccepted != 0 || rep.LocalQKey != 0 || rep.LocalQPN != pas.QP().QPN() ||
+		rep.ResponderResources != 1 || rep.InitiatorDepth != 1 || rep.RNRRetryCount != 7 || rep.LocalCAGUID == 0 {
+		t.Errorf("REP %+v", rep)
+	}
+	if dreq.RemoteQPN != pas.QP().QPN() {
+		t.Errorf("DREQ names QP %v, want the peer's %v", dreq.RemoteQPN, pas.QP().QPN())
 	}
 }
 
