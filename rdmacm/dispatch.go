@@ -7,6 +7,7 @@ package rdmacm
 import (
 	"net/netip"
 
+	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/cm"
 	"github.com/sroce/sroce/verbs"
 )
@@ -155,6 +156,11 @@ func (c *CM) onRequest(a *agent, e cm.Event, svc uint64, pd []byte) {
 		id.retry, id.rnr = r.RetryCount, r.RNRRetryCount
 		id.ackTimeout = r.Primary.LocalACKTimeout
 		id.mtu = min(id.mtu, r.PathMTU)
+		// Chosen now, so that InitQPAttr gives a QP moved before Accept
+		// the PSN the REP announces; the depths are librdmacm's defaults
+		// until Accept says otherwise.
+		id.psn = bth.PSN(c.rng.Uint32() & 0xffffff)
+		id.respRes, id.initDepth = r.InitiatorDepth, r.ResponderResources
 		p := r.Primary
 		id.ah = verbs.AHAttr{DGID: p.LocalGID, SGIDIndex: uint8(six), HopLimit: p.HopLimit,
 			TrafficClass: p.TrafficClass, FlowLabel: p.FlowLabel, PortNum: 1}

@@ -645,13 +645,17 @@ func (id *ID) Connect(p *ConnParam) error {
 // the QP, if the ID has one, is moved to RTR and RTS, then the REP goes
 // out with p's private data; ESTABLISHED follows the RTU. In the UDP
 // port space it sends the SIDR_REP with the QP and Q_Key. On an active ID
-// at CONNECT_RESPONSE it sends the RTU.
+// at CONNECT_RESPONSE it sends the RTU. A nil p takes librdmacm's
+// defaults: the depths the request offered, 7 retries.
 func (id *ID) Accept(p *ConnParam) error {
-	if p == nil {
-		p = &ConnParam{}
-	}
 	c := id.c
 	c.mu.Lock()
+	if p == nil {
+		p = &ConnParam{RetryCount: 7, RNRRetryCount: 7}
+		if id.req != nil {
+			p.ResponderResources, p.InitiatorDepth = id.req.InitiatorDepth, id.req.ResponderResources
+		}
+	}
 	a := id.agent
 	switch id.state {
 	case stateConnectResponse:
@@ -707,7 +711,6 @@ func (id *ID) Accept(p *ConnParam) error {
 	r := id.req
 	id.respRes = min(p.ResponderResources, r.InitiatorDepth)
 	id.initDepth = min(p.InitiatorDepth, r.ResponderResources)
-	id.psn = bth.PSN(c.rng.Uint32() & 0xffffff)
 	if id.qp != nil {
 		if err := id.modifyQP(verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS); err != nil {
 			c.mu.Unlock()
