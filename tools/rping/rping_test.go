@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/internal/testpair"
 )
 
@@ -140,5 +141,46 @@ func TestRpingUsage(t *testing.T) {
 		if !strings.Contains(text, "rping -c [-vVd]") && !strings.Contains(text, "Invalid") {
 			t.Errorf("%q printed %q", args, text)
 		}
+	}
+}
+
+// TestRpingXDPNamespaces runs the server and the client in two network
+// namespaces joined by a veth pair, over AF_XDP, as on two hosts.
+func TestRpingXDPNamespaces(t *testing.T) {
+	nsutil.Skip(t)
+	t.Setenv("SROCE_LINK", "xdp")
+	ns, err := nsutil.NewPair(nsutil.PairConfig{Prefix: "cmA"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	srv := nsutil.DefaultAddrA.Addr().String()
+	in := func(n *nsutil.Namespace, args []string) (*testpair.Buffer, *testpair.Buffer, <-chan int) {
+		out, errw := &testpair.Buffer{}, &testpair.Buffer{}
+		done := make(chan int, 1)
+		go func() {
+			code := 0
+			if err := n.Do(func() error {
+				code = Main(context.Background(), args, out, errw)
+				return nil
+			}); err != nil {
+				fmt.Fprintln(errw, err)
+				code = -1
+			}
+			done <- code
+		}()
+		return out, errw, done
+	}
+	sout, serr, sdone := in(ns.A, []string{"-s", "-a", srv, "-v", "-V", "-S", "1000"})
+	time.Sleep(500 * time.Millisecond)
+	cout, cerr, cdone := in(ns.B, []string{"-c", "-a", srv, "-v", "-V", "-C", "10", "-S", "1000"})
+	if code := wait(t, cdone, "client", cout, cerr); code != 0 {
+		t.Fatalf("client exit %d\n%s%s", code, cout, cerr)
+	}
+	if code := wait(t, sdone, "server", sout, serr); code != 0 {
+		t.Fatalf("server exit %d\n%s%s", code, sout, serr)
+	}
+	if got, want := cout.String(), pingLines("", 10, 1000); got != want {
+		t.Errorf("client printed\n%s", got)
 	}
 }
