@@ -35,6 +35,12 @@ type pair struct {
 // a CM, which know each other's MACs.
 func newPair(t *testing.T, imp memlink.Impairments, cfg rdmacm.Config) *pair {
 	t.Helper()
+	return newPairAt(t, imp, cfg, func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 9, 0, byte(i + 1)}) })
+}
+
+// newPairAt is newPair with host i at address addr(i).
+func newPairAt(t *testing.T, imp memlink.Impairments, cfg rdmacm.Config, addr func(i int) netip.Addr) *pair {
+	t.Helper()
 	clock := roce.SystemClock()
 	router := memlink.NewRouter(clock, 7, imp)
 	var hosts [2]*host
@@ -44,7 +50,7 @@ func newPair(t *testing.T, imp memlink.Impairments, cfg rdmacm.Config) *pair {
 	for i := range hosts {
 		mac := net.HardwareAddr{2, 0, 0, 0, 9, byte(i + 1)}
 		port := router.NewPort(mac, 1500)
-		addr := netip.AddrFrom4([4]byte{10, 9, 0, byte(i + 1)})
+		addr := addr(i)
 		gid := bth.GIDFromAddr(addr)
 		macs[gid] = mac
 		dev, err := roce.Open(port, &roce.Options{Name: fmt.Sprintf("cm%d", i), Clock: clock, GIDs: []bth.GID{gid}})
@@ -573,4 +579,19 @@ func TestConnectResponseWithoutQP(t *testing.T) {
 	must(t, act.Accept(nil))
 	expect(t, p.a.ch, rdmacm.EventEstablished)
 	expect(t, p.b.ch, rdmacm.EventEstablished)
+}
+
+// TestConnectIPv6 connects over IPv6 addresses: IPv6 GRHs on QP1 and an
+// IPv6 IP CM header.
+func TestConnectIPv6(t *testing.T) {
+	p := newPairAt(t, memlink.Impairments{}, rdmacm.Config{}, func(i int) netip.Addr {
+		return netip.MustParseAddr(fmt.Sprintf("fd00:c0::%d", i+1))
+	})
+	act, pas := connect(t, p, 7174)
+	if pas.PeerAddr().Addr() != p.a.addr || act.LocalAddr().Addr() != p.a.addr {
+		t.Fatalf("addresses: passive sees %v, active is %v", pas.PeerAddr(), act.LocalAddr())
+	}
+	sendRecv(t, act, pas, []byte("v6"))
+	must(t, act.Disconnect())
+	expect(t, p.b.ch, rdmacm.EventDisconnected)
 }
