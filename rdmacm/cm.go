@@ -62,7 +62,8 @@ type CM struct {
 	rng      *rand.Rand
 	nextPort int
 	closed   bool
-	respTO   uint8 // CM response timeout exponent of REQs
+	respTO   uint8     // CM response timeout exponent of REQs
+	mcfg     cm.Config // what each agent's Manager is made with
 }
 
 type portKey struct {
@@ -87,6 +88,7 @@ func New(cfg Config, ports ...Port) (*CM, error) {
 	c := &CM{ports: map[portKey]*ID{}, listen: map[uint64][]*ID{}, ids: map[*ID]struct{}{},
 		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())), respTO: mc.ResponseTimeout}
 	c.nextPort = ephemeralLow + c.rng.IntN(ephemeralHigh-ephemeralLow)
+	c.mcfg = mc
 	for _, p := range ports {
 		if cfg.Manager.FirstID == 0 {
 			mc.FirstID = c.rng.Uint32() | 1
@@ -99,6 +101,55 @@ func New(cfg Config, ports ...Port) (*CM, error) {
 		c.agents = append(c.agents, a)
 	}
 	return c, nil
+}
+
+// AddPort starts an agent on one more port's device, for a program (the
+// daemon) that opens devices after New. A device the CM runs on already
+// is refused.
+func (c *CM) AddPort(p Port) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	for _, a := range c.agents {
+		if a.dev == p.Device() {
+			c.mu.Unlock()
+			return fmt.Errorf("rdmacm: the CM runs on %s already: %w", a.dev.Name(), ErrInvalid)
+		}
+	}
+	mc := c.mcfg
+	mc.FirstID = c.rng.Uint32() | 1
+	c.mu.Unlock()
+	a, err := newAgent(c, p, mc)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.agents = append(c.agents, a)
+	for svc := range c.listen {
+		a.mgr.Listen(svc)
+	}
+	return nil
+}
+
+// DestroyIDs destroys every ID created on ch, and the IDs of the
+// connection requests its listeners received, as closing a process's
+// rdma_cm file does: what the sroce daemon does when a client goes away.
+// The IDs' QPs are the caller's to destroy.
+func (c *CM) DestroyIDs(ch *EventChannel) {
+	c.mu.Lock()
+	var ids []*ID
+	for id := range c.ids {
+		if id.ch == ch {
+			ids = append(ids, id)
+		}
+	}
+	c.mu.Unlock()
+	for _, id := range ids {
+		id.Destroy()
+	}
 }
 
 // Close stops every agent and frees QP1 on each device. IDs still open

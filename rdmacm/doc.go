@@ -22,7 +22,9 @@
 // holds it; ResolveAddr without a source asks each port for the source
 // its route picks (the kernel's choice) and takes the first device that
 // reaches the destination. The sroce daemon hosts one CM for all its
-// devices and creates IDs for its clients on their channels.
+// devices (AddPort adds one opened later), gives each client its own
+// event channel, and when a client goes away destroys the IDs on that
+// channel with DestroyIDs, as closing a process's rdma_cm file does.
 //
 // # The calls
 //

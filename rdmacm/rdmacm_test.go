@@ -595,3 +595,24 @@ func TestConnectIPv6(t *testing.T) {
 	must(t, act.Disconnect())
 	expect(t, p.b.ch, rdmacm.EventDisconnected)
 }
+
+// TestDestroyIDsAndAddPort: a CM started without devices' ports grows one
+// with AddPort (listeners included), and DestroyIDs tears down a client's
+// IDs: its connection is disconnected, its listener gone.
+func TestDestroyIDsAndAddPort(t *testing.T) {
+	p := newPair(t, memlink.Impairments{}, rdmacm.Config{})
+	act, _ := connect(t, p, 7300)
+	if err := p.b.cm.AddPort(&rdmacm.StaticPort{Dev: p.b.dev}); !errors.Is(err, rdmacm.ErrInvalid) {
+		t.Fatalf("AddPort of a device the CM runs on: %v", err)
+	}
+	p.b.cm.DestroyIDs(p.b.ch)
+	expect(t, p.a.ch, rdmacm.EventDisconnected)
+	if st := act.QP().State(); st != verbs.QPStateErr {
+		t.Fatalf("active QP %v after the peer's IDs were destroyed", st)
+	}
+	// The listener is gone: a new request is rejected.
+	dial(t, p.a, netip.AddrPortFrom(p.b.addr, 7300), true, nil)
+	if e := expect(t, p.a.ch, rdmacm.EventRejected); e.Status != int(cm.RejInvalidServiceID) {
+		t.Fatalf("after DestroyIDs: %v", e)
+	}
+}
