@@ -139,15 +139,7 @@ func (c *CM) AddPort(p Port) error {
 // rdma_cm file does: what the sroce daemon does when a client goes away.
 // The IDs' QPs are the caller's to destroy.
 func (c *CM) DestroyIDs(ch *EventChannel) {
-	c.mu.Lock()
-	var ids []*ID
-	for id := range c.ids {
-		if id.ch == ch {
-			ids = append(ids, id)
-		}
-	}
-	c.mu.Unlock()
-	for _, id := range ids {
+	for _, id := range c.idsWhere(func(id *ID) bool { return id.ch == ch }) {
 		id.Destroy()
 	}
 }
@@ -253,15 +245,20 @@ func (c *CM) bind(id *ID, addr netip.Addr, port uint16) (uint16, error) {
 
 // deviceGone tells the IDs on a's device that it went away.
 func (c *CM) deviceGone(a *agent) {
-	c.mu.Lock()
-	var post []*ID
-	for id := range c.ids {
-		if id.agent == a {
-			post = append(post, id)
-		}
-	}
-	c.mu.Unlock()
-	for _, id := range post {
+	for _, id := range c.idsWhere(func(id *ID) bool { return id.agent == a }) {
 		id.post(&Event{Type: EventDeviceRemoval, ID: id, Status: StatusNoDevice})
 	}
+}
+
+// idsWhere returns the live IDs for which keep is true.
+func (c *CM) idsWhere(keep func(*ID) bool) []*ID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []*ID
+	for id := range c.ids {
+		if keep(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }

@@ -89,59 +89,45 @@ func (id *ID) PortSpace() cm.PortSpace { return id.ps }
 
 // Device returns the device the ID is bound to, nil before it has one.
 func (id *ID) Device() *roce.Device {
-	id.c.mu.Lock()
-	defer id.c.mu.Unlock()
-	if id.agent == nil {
-		return nil
+	if a := id.boundAgent(); a != nil {
+		return a.dev
 	}
-	return id.agent.dev
+	return nil
 }
 
 // PD returns the protection domain the CM uses on the ID's device (the
 // one CreateQP takes when given none), nil before the ID has a device.
 func (id *ID) PD() *roce.PD {
+	if a := id.boundAgent(); a != nil {
+		return a.pd
+	}
+	return nil
+}
+
+// boundAgent returns the agent of the ID's device, nil before it has one.
+func (id *ID) boundAgent() *agent { return locked(id, func() *agent { return id.agent }) }
+
+// locked returns get's result, read under the CM's lock.
+func locked[T any](id *ID, get func() T) T {
 	id.c.mu.Lock()
 	defer id.c.mu.Unlock()
-	if id.agent == nil {
-		return nil
-	}
-	return id.agent.pd
+	return get()
 }
 
 // QP returns the ID's QP, nil when it has none.
-func (id *ID) QP() *roce.QP {
-	id.c.mu.Lock()
-	defer id.c.mu.Unlock()
-	return id.qp
-}
+func (id *ID) QP() *roce.QP { return locked(id, func() *roce.QP { return id.qp }) }
 
 // LocalAddr returns the ID's source address and port (rdma_get_local_addr).
-func (id *ID) LocalAddr() netip.AddrPort {
-	id.c.mu.Lock()
-	defer id.c.mu.Unlock()
-	return id.src
-}
+func (id *ID) LocalAddr() netip.AddrPort { return locked(id, func() netip.AddrPort { return id.src }) }
 
 // PeerAddr returns the destination address and port (rdma_get_peer_addr).
-func (id *ID) PeerAddr() netip.AddrPort {
-	id.c.mu.Lock()
-	defer id.c.mu.Unlock()
-	return id.dst
-}
+func (id *ID) PeerAddr() netip.AddrPort { return locked(id, func() netip.AddrPort { return id.dst }) }
 
 // SGIDIndex returns the index of the source GID on the ID's device.
-func (id *ID) SGIDIndex() int {
-	id.c.mu.Lock()
-	defer id.c.mu.Unlock()
-	return id.sgidIx
-}
+func (id *ID) SGIDIndex() int { return locked(id, func() int { return id.sgidIx }) }
 
 // PathMTU returns the path MTU of the resolved route or the connection.
-func (id *ID) PathMTU() verbs.MTU {
-	id.c.mu.Lock()
-	defer id.c.mu.Unlock()
-	return id.mtu
-}
+func (id *ID) PathMTU() verbs.MTU { return locked(id, func() verbs.MTU { return id.mtu }) }
 
 func (id *ID) post(e *Event) { id.ch.post(e) }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,7 +75,7 @@ func TestTsharkDecodesExchange(t *testing.T) {
 			t.Errorf("a MAD not to QP1 or not class version 2: %v", r)
 		}
 	}
-	if want := []uint64{0x10, 0x13, 0x14, 0x15, 0x16}; !equalU64(attrs, want) {
+	if want := []uint64{0x10, 0x13, 0x14, 0x15, 0x16}; !slices.Equal(attrs, want) {
 		t.Fatalf("tshark saw MADs %#x, want REQ, REP, RTU, DREQ, DREP", attrs)
 	}
 	req, rep := rows[0], rows[1]
@@ -179,16 +180,4 @@ func TestWireMatchesRxe(t *testing.T) {
 	if dreq.RemoteQPN != pas.QP().QPN() {
 		t.Errorf("DREQ names QP %v, want the peer's %v", dreq.RemoteQPN, pas.QP().QPN())
 	}
-}
-
-func equalU64(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
