@@ -616,3 +616,14 @@ func TestDestroyIDsAndAddPort(t *testing.T) {
 		t.Fatalf("after DestroyIDs: %v", e)
 	}
 }
+
+// TestDeviceRemoval: IDs on a device that closes get DEVICE_REMOVAL.
+func TestDeviceRemoval(t *testing.T) {
+	p := newPair(t, memlink.Impairments{}, rdmacm.Config{})
+	act, _ := connect(t, p, 7400)
+	p.a.dev.Close()
+	e := expect(t, p.a.ch, rdmacm.EventDeviceRemoval)
+	if e.ID != act || e.Status != rdmacm.StatusNoDevice {
+		t.Fatalf("%v for %p", e, e.ID)
+	}
+}

@@ -184,3 +184,25 @@ func TestRpingXDPNamespaces(t *testing.T) {
 		t.Errorf("client printed\n%s", got)
 	}
 }
+
+// TestRpingPersistentServer: a -P server serves one client after another
+// until it is stopped.
+func TestRpingPersistentServer(t *testing.T) {
+	needUDPLink(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	sout, serr := &testpair.Buffer{}, &testpair.Buffer{}
+	sdone := make(chan int, 1)
+	go func() { sdone <- Main(ctx, []string{"-s", "-P", "-a", serverAddr.String(), "-p", "7177", "-v"}, sout, serr) }()
+	time.Sleep(300 * time.Millisecond)
+	for i := 0; i < 3; i++ {
+		cout, cerr, cdone := runRping([]string{"-c", "-a", serverAddr.String(), "-I", clientAddr.String(), "-p", "7177", "-C", "2", "-v", "-V"})
+		if code := wait(t, cdone, "client", cout, cerr); code != 0 {
+			t.Fatalf("client %d: exit %d\n%s%s\nserver:\n%s%s", i, code, cout, cerr, sout, serr)
+		}
+	}
+	cancel()
+	wait(t, sdone, "server", sout, serr)
+	if n := strings.Count(sout.String(), "server ping data: rdma-ping-1: "); n != 3 {
+		t.Fatalf("the server printed %d second pings for 3 clients:\n%s", n, sout)
+	}
+}
