@@ -192,7 +192,9 @@ func TestRpingPersistentServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sout, serr := &testpair.Buffer{}, &testpair.Buffer{}
 	sdone := make(chan int, 1)
-	go func() { sdone <- Main(ctx, []string{"-s", "-P", "-a", serverAddr.String(), "-p", "7177", "-v"}, sout, serr) }()
+	go func() {
+		sdone <- Main(ctx, []string{"-s", "-P", "-a", serverAddr.String(), "-p", "7177", "-v"}, sout, serr)
+	}()
 	time.Sleep(300 * time.Millisecond)
 	for i := 0; i < 3; i++ {
 		cout, cerr, cdone := runRping([]string{"-c", "-a", serverAddr.String(), "-I", clientAddr.String(), "-p", "7177", "-C", "2", "-v", "-V"})
