@@ -2,10 +2,18 @@ package perftest
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/internal/testpair"
@@ -102,5 +110,91 @@ func TestRDMACMXDPNamespaces(t *testing.T) {
 	}
 	if !strings.Contains(cout.String(), " 65536      100") {
 		t.Fatalf("client's report:\n%s", cout)
+	}
+}
+
+// rxeWriteBWR is the sequence of frames of rxe's own
+// `ib_write_bw -R -s 64 -n 5` (cm/testdata/rxe-perftest-R.pcap; ACKs left
+// out): CM MADs by attribute, SENDs by payload length, W for an RDMA
+// WRITE.
+const rxeWriteBWR = "MAD10 MAD13 MAD14 S16 S16 S4 S4 S4 S4 S2 S2 S56 S56 MAD10 MAD13 MAD14 " +
+	"S56 S56 S56 S56 S56 S56 S56 S56 W W W W W S56 S56 S8 S8 S8 S8 S8 S8 S8 S8 S8 S8 S56 S56 " +
+	"MAD15 MAD16 MAD15 MAD16"
+
+// frameSequence summarizes the RoCEv2 frames of a capture as rxeWriteBWR
+// does.
+func frameSequence(t *testing.T, file string) string {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcapgo.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq []string
+	for {
+		data, _, err := r.ReadPacketData()
+		if err != nil {
+			break
+		}
+		pkt := gopacket.NewPacket(data, r.LinkType(), gopacket.Default)
+		udp, ok := pkt.Layer(layers.LayerTypeUDP).(*layers.UDP)
+		if !ok || udp.DstPort != 4791 || len(udp.Payload) < 16 {
+			continue
+		}
+		b := udp.Payload
+		op, pad := b[0], int(b[1]>>4&3)
+		dqp := int(b[5])<<16 | int(b[6])<<8 | int(b[7])
+		switch {
+		case dqp == 1 && len(b) >= 12+8+18:
+			seq = append(seq, fmt.Sprintf("MAD%02x", int(b[12+8+16])<<8|int(b[12+8+17])))
+		case op == 4:
+			seq = append(seq, fmt.Sprintf("S%d", len(b)-12-4-pad))
+		case op == 10:
+			seq = append(seq, "W")
+		}
+	}
+	return strings.Join(seq, " ")
+}
+
+// TestRDMACMWireLikeRxe captures sroce's write-bw -R pair on loopback with
+// tcpdump and compares its sequence of CM MADs, exchange messages and
+// WRITEs with rxe's own ib_write_bw -R.
+func TestRDMACMWireLikeRxe(t *testing.T) {
+	tcpdump, err := exec.LookPath("tcpdump")
+	if err != nil {
+		t.Skip("tcpdump is not installed: the frame sequence is not compared (apt-get install tcpdump)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("capturing on lo needs root")
+	}
+	t.Setenv("SROCE_LINK", "udp")
+	file := filepath.Join(t.TempDir(), "r.pcap")
+	cmd := exec.Command(tcpdump, "-i", "lo", "-U", "-s", "0", "-w", file, "udp port 4791 and host "+cmPairs.Server.String())
+	stderr := &testpair.Buffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(10 * time.Second); !strings.Contains(stderr.String(), "listening on"); {
+		if time.Now().After(end) {
+			cmd.Process.Kill()
+			t.Fatalf("tcpdump did not start capturing within 10 s: %s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	args := []string{"-R", "-s", "64", "-n", "5"}
+	srv, cli := cmPairs.RunPair(t, "write-bw", "Waiting for client to connect", args, args)
+	time.Sleep(200 * time.Millisecond)
+	cmd.Process.Signal(os.Interrupt)
+	cmd.Wait()
+	if srv.Code != 0 || cli.Code != 0 {
+		t.Fatalf("server: %v\nclient: %v", srv, cli)
+	}
+	if got := frameSequence(t, file); got != rxeWriteBWR {
+		t.Fatalf("sroce's write-bw -R\n%s\nrxe's ib_write_bw -R\n%s", got, rxeWriteBWR)
 	}
 }
