@@ -44,6 +44,8 @@ func TestRDMACMPairs(t *testing.T) {
 		{"write-lat", []string{"-R", "-s", "64", "-n", "100"}},
 		{"send-lat", []string{"-R", "-s", "64", "-n", "100"}},
 		{"write-bw", []string{"-z", "-s", "4096", "-n", "200"}},
+		{"write-bw", []string{"-R", "-q", "3", "-s", "4096", "-n", "200"}},
+		{"read-bw", []string{"-R", "-q", "2", "-b", "-s", "4096", "-n", "200"}},
 	} {
 		t.Run(tc.cmd+strings.Join(tc.args, ""), func(t *testing.T) {
 			srv, cli := cmPairs.RunPair(t, tc.cmd, "Waiting for client to connect", tc.args, tc.args)

@@ -171,7 +171,6 @@ func perftestSupported(p oob.Params) error {
 		name string
 	}{
 		{p.RDMACM && p.Conn != oob.RC, "-R with a UD or UC connection"},
-		{p.RDMACM && p.NumQPs != 1, "-R with more than one QP"},
 		{p.UseSRQ, "--use-srq"},
 		{p.Reversed, "--reversed"},
 		{p.OutJSON, "--out_json"},
