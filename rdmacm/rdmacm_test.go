@@ -627,3 +627,38 @@ func TestDeviceRemoval(t *testing.T) {
 		t.Fatalf("%v for %p", e, e.ID)
 	}
 }
+
+// TestOptions: SetTOS and SetACKTimeout reach the REQ's path and the QP
+// attributes of both sides.
+func TestOptions(t *testing.T) {
+	p := newPair(t, memlink.Impairments{}, rdmacm.Config{})
+	listen(t, p.b, 7500)
+	id, err := p.a.cm.CreateID(p.a.ch, cm.PortSpaceTCP, nil)
+	must(t, err)
+	id.SetTOS(0x68)
+	must(t, id.SetACKTimeout(12))
+	if err := id.SetACKTimeout(32); !errors.Is(err, rdmacm.ErrInvalid) {
+		t.Fatalf("ACK timeout 32: %v", err)
+	}
+	must(t, id.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(p.b.addr, 7500), time.Second))
+	expect(t, p.a.ch, rdmacm.EventAddrResolved)
+	must(t, id.ResolveRoute(time.Second))
+	expect(t, p.a.ch, rdmacm.EventRouteResolved)
+	_, err = id.CreateQP(nil, qpAttr())
+	must(t, err)
+	must(t, id.Connect(nil))
+	req := expect(t, p.b.ch, rdmacm.EventConnectRequest)
+	_, err = req.ID.CreateQP(nil, qpAttr())
+	must(t, err)
+	must(t, req.ID.Accept(nil))
+	expect(t, p.a.ch, rdmacm.EventEstablished)
+	for _, x := range []*rdmacm.ID{id, req.ID} {
+		rtr, _, err := x.InitQPAttr(verbs.QPStateRTR)
+		must(t, err)
+		rts, _, err := x.InitQPAttr(verbs.QPStateRTS)
+		must(t, err)
+		if rtr.AH.TrafficClass != 0x68 || rts.Timeout != 12 {
+			t.Errorf("traffic class %#x, ACK timeout %d", rtr.AH.TrafficClass, rts.Timeout)
+		}
+	}
+}
