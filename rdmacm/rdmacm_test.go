@@ -662,3 +662,68 @@ func TestOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestManyConnections opens 40 connections at once from goroutines of
+// their own, each with its own channel, sends on each and disconnects
+// them all: the agents serve them concurrently.
+func TestManyConnections(t *testing.T) {
+	p := newPair(t, memlink.Impairments{}, rdmacm.Config{})
+	l := listen(t, p.b, 7600)
+	const n = 40
+	// The passive side accepts whatever comes.
+	go func() {
+		for {
+			e, err := p.b.ch.Get(t.Context())
+			if err != nil {
+				return
+			}
+			if e.Type == rdmacm.EventConnectRequest && e.ListenID == l {
+				if _, err := e.ID.CreateQP(nil, qpAttr()); err == nil {
+					e.ID.Accept(nil)
+				}
+			}
+		}
+	}()
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			ch := rdmacm.NewEventChannel()
+			id, err := p.a.cm.CreateID(ch, cm.PortSpaceTCP, i)
+			if err == nil {
+				err = id.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(p.b.addr, 7600), time.Second)
+			}
+			step := func(want rdmacm.EventType) {
+				if err == nil {
+					_, err = ch.Wait(want, wait)
+				}
+			}
+			step(rdmacm.EventAddrResolved)
+			if err == nil {
+				err = id.ResolveRoute(time.Second)
+			}
+			step(rdmacm.EventRouteResolved)
+			if err == nil {
+				_, err = id.CreateQP(nil, qpAttr())
+			}
+			if err == nil {
+				err = id.Connect(&rdmacm.ConnParam{RNRRetryCount: 7, RetryCount: 7})
+			}
+			step(rdmacm.EventEstablished)
+			if err == nil {
+				err = id.Disconnect()
+			}
+			step(rdmacm.EventDisconnected)
+			errs <- err
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range append(p.a.cm.Stats(), p.b.cm.Stats()...) {
+		if s.Established != n || len(s.Dropped) != 0 {
+			t.Errorf("%+v", s)
+		}
+	}
+}
