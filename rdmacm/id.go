@@ -360,8 +360,9 @@ func ackTimeout(pktLife uint8) uint8 {
 }
 
 // Listen makes the bound ID hear connection requests for its port
-// (rdma_listen); backlog bounds the requests not yet accepted or
-// rejected (0: 1024).
+// (rdma_listen). As with Linux's rdma_cm on RoCE, backlog (recorded, 0:
+// 1024) does not refuse requests; the device's bound on half-open
+// connections (cm.Config.MaxHalfOpen) does.
 func (id *ID) Listen(backlog int) error {
 	c := id.c
 	c.mu.Lock()

@@ -668,8 +668,11 @@ func TestOptions(t *testing.T) {
 // them all: the agents serve them concurrently.
 func TestManyConnections(t *testing.T) {
 	p := newPair(t, memlink.Impairments{}, rdmacm.Config{})
-	l := listen(t, p.b, 7600)
 	const n = 40
+	l, err := p.b.cm.CreateID(p.b.ch, cm.PortSpaceTCP, nil)
+	must(t, err)
+	must(t, l.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), 7600)))
+	must(t, l.Listen(n)) // a backlog for all: they come at once
 	// The passive side accepts whatever comes.
 	go func() {
 		for {
