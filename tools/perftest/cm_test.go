@@ -60,6 +60,16 @@ func TestRDMACMPairs(t *testing.T) {
 			if !strings.Contains(cli.Stdout, "#bytes") {
 				t.Errorf("client printed no results:\n%s", cli.Stdout)
 			}
+			// As the real tools print them over RDMA CM (seen with
+			// Debian's perftest 4.5-0.17): the address lines without
+			// RKey and VAddr, the server's note on the QP connection.
+			if strings.Contains(srv.Stdout+cli.Stdout, "RKey") {
+				t.Errorf("address lines with RKey over RDMA CM:\n%s%s", srv.Stdout, cli.Stdout)
+			}
+			note := " Waiting for client rdma_cm QP to connect\n Please run the same command with the IB/RoCE interface IP\n"
+			if strings.Contains(tc.args[0], "R") != strings.Contains(srv.Stdout, note) {
+				t.Errorf("server output (args %q):\n%s", tc.args, srv.Stdout)
+			}
 		})
 	}
 }
