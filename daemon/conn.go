@@ -63,6 +63,7 @@ type conn struct {
 	doorbell   *os.File // the eventfd clients write to (closed with the connection)
 	doorbellFD int      // its descriptor, nonblocking
 	asyncW     int      // the daemon's end of the async event socket
+	cm         cmState  // the connection manager's channels and IDs
 	br         *bridge
 	gone       atomic.Bool
 }
@@ -373,6 +374,9 @@ func (c *conn) handle(h ctl.Hdr, b []byte, fds []int) ([]byte, []int, error) {
 			return nil, nil, err
 		}
 		return c.s.stats(ctl.Name(in.Name[:]))
+	}
+	if h.Op.IsCM() {
+		return c.handleCM(h, b)
 	}
 	if c.dev == nil {
 		return nil, nil, misbehaved("%s before OPEN", h.Op)
@@ -1111,6 +1115,7 @@ func (c *conn) asyncEvent(typ, handle uint32) {
 // windows, MRs (and their mappings), SRQs, CQs, AHs, PDs, channels.
 func (c *conn) cleanup() {
 	c.gone.Store(true)
+	c.cmCleanup()
 	if c.br != nil {
 		c.br.stop()
 	}

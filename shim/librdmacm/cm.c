@@ -1019,14 +1019,17 @@ EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param
 	err = conn_req(s, &req, conn_param, 1);
 	if (err)
 		return fail(err);
-	if (id->qp && id->qp_type != IBV_QPT_UD) {
-		if (modify_qp(s, IBV_QPS_RTR) || modify_qp(s, IBV_QPS_RTS)) {
-			err = errno;
-			rdma_reject(id, NULL, 0);
-			return fail(err);
-		}
+	/* RTR before the REP leaves; RTS once the daemon has chosen the
+	 * starting PSN the REP carries (the QP sends nothing before
+	 * rdma_accept returns either way). */
+	if (id->qp && id->qp_type != IBV_QPT_UD && modify_qp(s, IBV_QPS_RTR)) {
+		err = errno;
+		rdma_reject(id, NULL, 0);
+		return fail(err);
 	}
 	err = sroce_cm_call(SROCE_OP_CM_ACCEPT, &req, sizeof(req), NULL, 0, NULL, 0);
+	if (!err && id->qp && id->qp_type != IBV_QPT_UD && modify_qp(s, IBV_QPS_RTS))
+		err = errno;
 	if (err) {
 		qp_to_err(s);
 		return fail(err);
