@@ -36,3 +36,40 @@ func TestCMLoopback(t *testing.T) {
 		t.Fatal("cm_test did not finish")
 	}
 }
+
+// TestRealRpingLoopback runs rdma-core's own rping, server and client, on
+// the built libraries against one daemon: ten verified ping-pongs (-v
+// prints each received pattern) through the daemon's CM and the device.
+func TestRealRpingLoopback(t *testing.T) {
+	if _, err := exec.LookPath("rping"); err != nil {
+		t.Skip("skipping: rping is not installed (apt-get install rdmacm-utils)")
+	}
+	d := startDaemon(t)
+	type result struct {
+		out, errOut string
+		err         error
+	}
+	sc := make(chan result, 1)
+	go func() {
+		o, e, err := d.run(t, 60*time.Second, "rping", "-s", "-a", testAddr, "-p", "7471", "-C", "10", "-v")
+		sc <- result{o, e, err}
+	}()
+	var c result
+	for try := 0; try < 50; try++ {
+		time.Sleep(200 * time.Millisecond)
+		c.out, c.errOut, c.err = d.run(t, 60*time.Second, "rping", "-c", "-a", testAddr, "-p", "7471", "-C", "10", "-v")
+		if c.err == nil || !strings.Contains(c.out+c.errOut, "REJECTED") {
+			break
+		}
+	}
+	s := <-sc
+	t.Logf("server:\n%s%s\nclient:\n%s%s", s.out, s.errOut, c.out, c.errOut)
+	if s.err != nil || c.err != nil {
+		t.Fatalf("rping failed: server %v, client %v", s.err, c.err)
+	}
+	for name, out := range map[string]string{"server": s.out, "client": c.out} {
+		if n := strings.Count(out, "ping data: rdma-ping-"); n != 10 {
+			t.Errorf("the %s printed %d verified pings, want 10", name, n)
+		}
+	}
+}

@@ -151,6 +151,44 @@ static void id_del(struct sroce_cm_id *s)
 
 /* ---- event channels ---- */
 
+/* The descriptors of the channels alive, to tell a daemon that went away
+ * from a channel the program destroyed while another thread was reading
+ * it. */
+#define MAX_LIVE_CHANNELS 1024
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static int live_fds[MAX_LIVE_CHANNELS];
+static int live_n;
+
+static void live_add(int fd)
+{
+	pthread_mutex_lock(&live_lock);
+	if (live_n < MAX_LIVE_CHANNELS)
+		live_fds[live_n++] = fd;
+	pthread_mutex_unlock(&live_lock);
+}
+
+static void live_del(int fd)
+{
+	pthread_mutex_lock(&live_lock);
+	for (int i = 0; i < live_n; i++) {
+		if (live_fds[i] == fd) {
+			live_fds[i] = live_fds[--live_n];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&live_lock);
+}
+
+static int live_has(int fd)
+{
+	int found = 0;
+	pthread_mutex_lock(&live_lock);
+	for (int i = 0; i < live_n && !found; i++)
+		found = live_fds[i] == fd;
+	pthread_mutex_unlock(&live_lock);
+	return found;
+}
+
 EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 {
 	struct sroce_cm_channel *c = calloc(1, sizeof(*c));
@@ -169,6 +207,7 @@ EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 	}
 	c->handle = reply.handle;
 	c->ch.fd = fd;
+	live_add(fd);
 	return &c->ch;
 }
 
@@ -177,6 +216,7 @@ EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	struct sroce_cm_channel *c = (struct sroce_cm_channel *)channel;
 	struct sroce_ctl_handle h = {.handle = c->handle};
 	int err = sroce_cm_call(SROCE_OP_CM_DESTROY_CHANNEL, &h, sizeof(h), NULL, 0, NULL, 0);
+	live_del(c->ch.fd);
 	if (err)
 		sroce_warn("rdma_destroy_event_channel: the daemon refused (%s); closing it anyway",
 			   strerror(err));
@@ -388,6 +428,13 @@ static int modify_qp(struct sroce_cm_id *s, enum ibv_qp_state state)
 	struct ibv_qp_attr attr = {.qp_state = state};
 	int mask;
 
+	if (state == IBV_QPS_RTR && s->id.qp_type != IBV_QPT_UD) {
+		/* As librdmacm: INIT again first, with the access flags the
+		 * connection allows (RDMA READ and atomics when it has
+		 * responder resources). */
+		if (modify_qp(s, IBV_QPS_INIT))
+			return -1;
+	}
 	if (rdma_init_qp_attr(&s->id, &attr, &mask))
 		return -1;
 	if (state == IBV_QPS_RTR && s->responder_resources != RDMA_MAX_RESP_RES)
@@ -428,6 +475,13 @@ static int read_event(int fd, struct sroce_ctl_cm_event *ev, int timeout_ms)
 	} while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return errno;
+	if (n == 0 && !live_has(fd)) {
+		/* The program destroyed the channel while this thread read it:
+		 * with the kernel's rdma_cm the read never returns, and programs
+		 * (rping's CM thread) rely on that until they exit. */
+		for (;;)
+			pause();
+	}
 	if (n == 0)
 		return ENODEV; /* the daemon went away */
 	if ((size_t)n != sizeof(*ev))
