@@ -215,8 +215,10 @@ EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 {
 	struct sroce_cm_channel *c = (struct sroce_cm_channel *)channel;
 	struct sroce_ctl_handle h = {.handle = c->handle};
-	int err = sroce_cm_call(SROCE_OP_CM_DESTROY_CHANNEL, &h, sizeof(h), NULL, 0, NULL, 0);
-	live_del(c->ch.fd);
+	int err;
+
+	live_del(c->ch.fd); /* first: the daemon's close ends a read in another thread */
+	err = sroce_cm_call(SROCE_OP_CM_DESTROY_CHANNEL, &h, sizeof(h), NULL, 0, NULL, 0);
 	if (err)
 		sroce_warn("rdma_destroy_event_channel: the daemon refused (%s); closing it anyway",
 			   strerror(err));
