@@ -312,7 +312,7 @@ func TestMemoryRemapping(t *testing.T) {
 	if err != nil {
 		t.Fatalf("mr_test: %v", err)
 	}
-	if n := strings.Count(string(out), "ok "); n != 9 {
-		t.Fatalf("%d checks passed, want 9", n)
+	if n := strings.Count(string(out), "ok "); n != 10 {
+		t.Fatalf("%d checks passed, want 10", n)
 	}
 }
