@@ -22,6 +22,12 @@
 // A client's registered memory reaches the daemon as a memfd: the shim
 // moves the pages of ibv_reg_mr's range onto one and passes it, and the
 // daemon maps it (see shim/ for the limits this brings).
+//
+// The daemon also runs the RDMA connection manager (package rdmacm) on its
+// devices, one QP1 agent per device shared by every client, and serves the
+// CM operations of the protocol (cm.go) to the drop-in librdmacm: a
+// connection's CM IDs and event channels are its own, limited in number,
+// and destroyed with it (connections disconnected, listeners released).
 package daemon
 
 import (
