@@ -145,20 +145,10 @@ func (c *conn) cmStart() {
 
 func (c *conn) cmCreateChannel() ([]byte, []int, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.cmStart()
-	h, err := c.alloc(len(c.cm.chans), c.s.limits.Objects, "CM event channels")
-	if err != nil {
-		return nil, nil, err
-	}
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	unix.SetNonblock(pair[0], true)
-	c.cm.chans[h] = &cmChan{w: pair[0]}
-	out := ctl.Handle{Handle: h}
-	return ctl.Bytes(&out), []int{pair[1]}, nil
+	n := len(c.cm.chans)
+	c.mu.Unlock()
+	return c.newChannel(n, "CM event channels", func(h uint32, w int) { c.cm.chans[h] = &cmChan{w: w} })
 }
 
 func (c *conn) cmDestroyChannel(b []byte) ([]byte, []int, error) {

@@ -37,3 +37,19 @@ func (r *Rig) ShimCommand(ctx context.Context, prog string, args ...string) (*ex
 	}
 	return r.sroce(ctx, r.ShimHost, append([]string{"run", "--socket", r.daemon.socket, "--", prog}, args...)...), nil
 }
+
+// ShimDaemonLog returns what the rig's sroce daemon (RigConfig.Shim) has
+// logged so far, "" without one.
+func (r *Rig) ShimDaemonLog() string {
+	if r.daemon == nil {
+		return ""
+	}
+	return r.daemon.proc.stderr.String()
+}
+
+// StartPeerCapture starts capturing the peer's RoCEv2 traffic into path
+// (a pcap file); Stop the capture before reading it, with Dissect.
+func (r *Rig) StartPeerCapture(ctx context.Context, path string) (*rxeguest.Capture, error) {
+	ns, ifname := r.peer.capturePoint()
+	return rxeguest.StartCapture(ctx, ns, ifname, path, "udp port 4791")
+}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,9 +39,27 @@ func TestRpingShimRxe(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { rig.Close() })
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the sroce daemon's log:\n%s", rig.ShimDaemonLog())
+		}
+		rig.Close()
+	})
 	t.Logf("peer: %s", rig.Describe())
 	guest, shim := rig.PeerAddr().String(), interop.ShimAddr.Addr().String()
+	pcap := filepath.Join(t.TempDir(), "rping.pcap")
+	capt, err := rig.StartPeerCapture(ctx, pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		capt.Stop()
+		if t.Failed() {
+			out, err := rig.Dissect(pcap)
+			t.Logf("RoCEv2 traffic on the guest's tap (sroce dissect, %v):\n%s", err, out)
+			t.Logf("the guest after the runs:\n%s", rig.GuestState(context.Background()))
+		}
+	})
 	count := fmt.Sprint(rxePings)
 
 	t.Run("rxe-server", func(t *testing.T) {
@@ -89,7 +108,7 @@ func TestRpingShimRxe(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wctx, wcancel := context.WithTimeout(ctx, 3*time.Minute)
+			wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
 			r, werr := cli.Wait(wctx)
 			wcancel()
 			res = interopResult{r.ExitCode, string(r.Stdout), string(r.Stderr), werr}
@@ -116,7 +135,7 @@ type interopResult struct {
 
 // runShim runs prog through the rig's daemon and returns its output.
 func runShim(ctx context.Context, rig *interop.Rig, prog string, args ...string) (string, string, error) {
-	rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	cmd, err := rig.ShimCommand(rctx, prog, args...)
 	if err != nil {
@@ -126,7 +145,7 @@ func runShim(ctx context.Context, rig *interop.Rig, prog string, args ...string)
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err = cmd.Run()
 	if rctx.Err() != nil {
-		err = fmt.Errorf("%s did not finish within 3 minutes", prog)
+		err = fmt.Errorf("%s did not finish within 90 s", prog)
 	}
 	return o.String(), e.String(), err
 }
