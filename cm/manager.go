@@ -94,6 +94,12 @@ type Config struct {
 	// called, as the kernel's rdma_cm does for a QP in user space (the
 	// QP is moved to RTR and RTS between the two).
 	HoldRTU bool
+	// FirstID is the first local communication ID handed out (zero: 1),
+	// and the first transaction ID. A random one, as Linux's ib_cm uses,
+	// keeps a restarted program's IDs from meeting the ones a peer still
+	// holds in TIMEWAIT, and its REQs from being taken for resends of the
+	// last run's that the peer's duplicate detection remembers.
+	FirstID uint32
 }
 
 // Counters are what a Manager counted since it was made.
@@ -191,7 +197,7 @@ func NewManager(cfg Config) *Manager {
 	return &Manager{
 		cfg: cfg, conns: map[uint32]*conn{}, byPeer: map[peerKey]uint32{},
 		listen: map[uint64]bool{}, dedup: NewDedup(cfg.DedupCapacity, ttl),
-		nextID: 1, nextTID: 1,
+		nextID: max(cfg.FirstID, 1), nextTID: uint64(max(cfg.FirstID, 1)),
 	}
 }
 

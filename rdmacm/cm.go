@@ -14,7 +14,7 @@ import (
 const (
 	respTimeout    = 20 // CMA_CM_RESPONSE_TIMEOUT: 4.096 µs × 2^20, about 4.3 s
 	maxCMRetries   = 15 // CMA_MAX_CM_RETRIES
-	packetLifetime = 16 // CMA_IBOE_PACKET_LIFETIME
+	packetLifetime = 18 // CMA_IBOE_PACKET_LIFETIME (rxe's REQs carry the ACK timeout 19 it gives)
 	// caAckDelay is the local CA ACK delay exponent rdma_rxe reports
 	// (RXE_LOCAL_CA_ACK_DELAY).
 	caAckDelay = 15
@@ -41,8 +41,10 @@ var (
 type Config struct {
 	// Manager is passed to each device's cm.Manager (HoldRTU is always
 	// set: the CM moves QPs to RTR and RTS before the RTU). Zero fields
-	// take the Manager's defaults, except PacketLifetime (16, as
-	// rdma_cm on RoCE) and ResponseTimeout (20).
+	// take the Manager's defaults, except PacketLifetime (18, as
+	// rdma_cm on RoCE), ResponseTimeout (20) and FirstID (random). Its ResponseTimeout is
+	// also the remote CM response timeout put in REQs, so the pair sets
+	// how long a side waits before resending: tests shorten both.
 	Manager cm.Config
 }
 
@@ -60,6 +62,8 @@ type CM struct {
 	rng      *rand.Rand
 	nextPort int
 	closed   bool
+	respTO   uint8     // CM response timeout exponent of REQs
+	mcfg     cm.Config // what each agent's Manager is made with
 }
 
 type portKey struct {
@@ -82,9 +86,13 @@ func New(cfg Config, ports ...Port) (*CM, error) {
 		mc.ResponseTimeout = respTimeout
 	}
 	c := &CM{ports: map[portKey]*ID{}, listen: map[uint64][]*ID{}, ids: map[*ID]struct{}{},
-		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())), respTO: mc.ResponseTimeout}
 	c.nextPort = ephemeralLow + c.rng.IntN(ephemeralHigh-ephemeralLow)
+	c.mcfg = mc
 	for _, p := range ports {
+		if cfg.Manager.FirstID == 0 {
+			mc.FirstID = c.rng.Uint32() | 1
+		}
 		a, err := newAgent(c, p, mc)
 		if err != nil {
 			c.Close()
@@ -93,6 +101,47 @@ func New(cfg Config, ports ...Port) (*CM, error) {
 		c.agents = append(c.agents, a)
 	}
 	return c, nil
+}
+
+// AddPort starts an agent on one more port's device, for a program (the
+// daemon) that opens devices after New. A device the CM runs on already
+// is refused.
+func (c *CM) AddPort(p Port) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	for _, a := range c.agents {
+		if a.dev == p.Device() {
+			c.mu.Unlock()
+			return fmt.Errorf("rdmacm: the CM runs on %s already: %w", a.dev.Name(), ErrInvalid)
+		}
+	}
+	mc := c.mcfg
+	mc.FirstID = c.rng.Uint32() | 1
+	c.mu.Unlock()
+	a, err := newAgent(c, p, mc)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.agents = append(c.agents, a)
+	for svc := range c.listen {
+		a.mgr.Listen(svc)
+	}
+	return nil
+}
+
+// DestroyIDs destroys every ID created on ch, and the IDs of the
+// connection requests its listeners received, as closing a process's
+// rdma_cm file does: what the sroce daemon does when a client goes away.
+// The IDs' QPs are the caller's to destroy.
+func (c *CM) DestroyIDs(ch *EventChannel) {
+	for _, id := range c.idsWhere(func(id *ID) bool { return id.ch == ch }) {
+		id.Destroy()
+	}
 }
 
 // Close stops every agent and frees QP1 on each device. IDs still open
@@ -123,16 +172,19 @@ func (c *CM) Stats() []Stats {
 	return s
 }
 
-// CreateID creates an ID on ch in port space ps (rdma_create_id); ctx is
+// CreateID creates an ID on ch in port space ps (rdma_create_id: TCP for
+// RC connections, UDP for UD services); ctx is
 // the application's, returned by ID.Context.
 func (c *CM) CreateID(ch *EventChannel, ps cm.PortSpace, ctx any) (*ID, error) {
 	if ch == nil {
 		return nil, fmt.Errorf("rdmacm: create ID without an event channel: %w", ErrInvalid)
 	}
 	switch ps {
-	case cm.PortSpaceTCP, cm.PortSpaceUDP, cm.PortSpaceIB:
+	case cm.PortSpaceTCP, cm.PortSpaceUDP:
 	default:
-		return nil, fmt.Errorf("rdmacm: port space %v is not supported: %w", ps, ErrInvalid)
+		// RDMA_PS_IB (AF_IB addressing) and RDMA_PS_IPOIB are not
+		// served: IP addresses over RoCE are the TCP and UDP spaces.
+		return nil, fmt.Errorf("rdmacm: port space %v is not supported (TCP and UDP are): %w", ps, ErrInvalid)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -196,15 +248,20 @@ func (c *CM) bind(id *ID, addr netip.Addr, port uint16) (uint16, error) {
 
 // deviceGone tells the IDs on a's device that it went away.
 func (c *CM) deviceGone(a *agent) {
-	c.mu.Lock()
-	var post []*ID
-	for id := range c.ids {
-		if id.agent == a {
-			post = append(post, id)
-		}
-	}
-	c.mu.Unlock()
-	for _, id := range post {
+	for _, id := range c.idsWhere(func(id *ID) bool { return id.agent == a }) {
 		id.post(&Event{Type: EventDeviceRemoval, ID: id, Status: StatusNoDevice})
 	}
+}
+
+// idsWhere returns the live IDs for which keep is true.
+func (c *CM) idsWhere(keep func(*ID) bool) []*ID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []*ID
+	for id := range c.ids {
+		if keep(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }

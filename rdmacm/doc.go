@@ -22,7 +22,9 @@
 // holds it; ResolveAddr without a source asks each port for the source
 // its route picks (the kernel's choice) and takes the first device that
 // reaches the destination. The sroce daemon hosts one CM for all its
-// devices and creates IDs for its clients on their channels.
+// devices (AddPort adds one opened later), gives each client its own
+// event channel, and when a client goes away destroys the IDs on that
+// channel with DestroyIDs, as closing a process's rdma_cm file does.
 //
 // # The calls
 //
@@ -34,6 +36,7 @@
 //	rdma_reject                ID.Reject            rdma_disconnect     ID.Disconnect
 //	rdma_create_qp             ID.CreateQP          rdma_destroy_qp     ID.DestroyQP
 //	rdma_init_qp_attr          ID.InitQPAttr        rdma_event_str      EventType.String
+//	rdma_set_option TOS        ID.SetTOS            ACK_TIMEOUT         ID.SetACKTimeout
 //
 // Events are librdmacm's (EventType numbers are rdma_cm_event_type's),
 // with the status librdmacm reports: 0, a negative errno (UNREACHABLE
@@ -54,6 +57,14 @@
 // the same attributes for a QP the application (or a C librdmacm over the
 // daemon) moves itself.
 //
+// # UD services
+//
+// In the UDP port space (cm.PortSpaceUDP) Connect resolves the service
+// with a SIDR_REQ and Accept answers with a SIDR_REP naming the QP and the
+// Q_Key 0x01234567 (RDMA_UDP_QKEY); the active side's ESTABLISHED carries
+// the peer's QP, Q_Key and address vector in Event.UD, and a service
+// nobody listens on gives UNREACHABLE with the SIDR_REP's status.
+//
 // # On the wire
 //
 // REQs are built as Linux's rdma_cm and ib_cm build them on RoCEv2: the
@@ -61,7 +72,7 @@
 // private data, a random starting PSN, CM response timeouts of 20, 15 CM
 // retries, P_Key 0xffff, the path MTU of the port, permissive LIDs
 // (0xffff) on a routed path, the GIDs, hop limit, traffic class and flow
-// label of the route, and the local ACK timeout ib_cm derives from the
-// packet lifetime (16) and rdma_rxe's CA ACK delay (15). REPs carry the
+// label rdma_cm derives from the two ports, and the local ACK timeout ib_cm derives from the
+// packet lifetime (18) and rdma_rxe's CA ACK delay (15). REPs carry the
 // target ACK delay 15 and the node GUID.
 package rdmacm

@@ -76,6 +76,35 @@ type ID struct {
 	ackTimeout uint8
 	remoteQKey uint32
 	req        *cm.REQ
+	tos        uint8 // SetTOS
+	ackSet     bool  // SetACKTimeout was called
+	ackOpt     uint8
+}
+
+// SetTOS sets the type of service (rdma_set_option RDMA_OPTION_ID_TOS):
+// the traffic class of the route ResolveRoute builds and of the REQ's
+// path. Call it before ResolveRoute.
+func (id *ID) SetTOS(tos uint8) {
+	id.c.mu.Lock()
+	defer id.c.mu.Unlock()
+	id.tos = tos
+}
+
+// SetACKTimeout sets the QP's local ACK timeout exponent (rdma_set_option
+// RDMA_OPTION_ID_ACK_TIMEOUT, 4.096 µs × 2^t) in place of the one derived
+// from the path's packet lifetime: the REQ carries it and the QP's RTS
+// attributes use it. Values above 31 are refused.
+func (id *ID) SetACKTimeout(t uint8) error {
+	if t > 31 {
+		return fmt.Errorf("rdmacm: ACK timeout %d is above 31: %w", t, ErrInvalid)
+	}
+	id.c.mu.Lock()
+	defer id.c.mu.Unlock()
+	id.ackSet, id.ackOpt = true, t
+	if id.state >= stateRouteResolved {
+		id.ackTimeout = t
+	}
+	return nil
 }
 
 // Context returns the application's value given to CreateID.
@@ -89,59 +118,45 @@ func (id *ID) PortSpace() cm.PortSpace { return id.ps }
 
 // Device returns the device the ID is bound to, nil before it has one.
 func (id *ID) Device() *roce.Device {
-	id.c.mu.Lock()
-	defer id.c.mu.Unlock()
-	if id.agent == nil {
-		return nil
+	if a := id.boundAgent(); a != nil {
+		return a.dev
 	}
-	return id.agent.dev
+	return nil
 }
 
 // PD returns the protection domain the CM uses on the ID's device (the
 // one CreateQP takes when given none), nil before the ID has a device.
 func (id *ID) PD() *roce.PD {
+	if a := id.boundAgent(); a != nil {
+		return a.pd
+	}
+	return nil
+}
+
+// boundAgent returns the agent of the ID's device, nil before it has one.
+func (id *ID) boundAgent() *agent { return locked(id, func() *agent { return id.agent }) }
+
+// locked returns get's result, read under the CM's lock.
+func locked[T any](id *ID, get func() T) T {
 	id.c.mu.Lock()
 	defer id.c.mu.Unlock()
-	if id.agent == nil {
-		return nil
-	}
-	return id.agent.pd
+	return get()
 }
 
 // QP returns the ID's QP, nil when it has none.
-func (id *ID) QP() *roce.QP {
-	id.c.mu.Lock()
-	defer id.c.mu.Unlock()
-	return id.qp
-}
+func (id *ID) QP() *roce.QP { return locked(id, func() *roce.QP { return id.qp }) }
 
 // LocalAddr returns the ID's source address and port (rdma_get_local_addr).
-func (id *ID) LocalAddr() netip.AddrPort {
-	id.c.mu.Lock()
-	defer id.c.mu.Unlock()
-	return id.src
-}
+func (id *ID) LocalAddr() netip.AddrPort { return locked(id, func() netip.AddrPort { return id.src }) }
 
 // PeerAddr returns the destination address and port (rdma_get_peer_addr).
-func (id *ID) PeerAddr() netip.AddrPort {
-	id.c.mu.Lock()
-	defer id.c.mu.Unlock()
-	return id.dst
-}
+func (id *ID) PeerAddr() netip.AddrPort { return locked(id, func() netip.AddrPort { return id.dst }) }
 
 // SGIDIndex returns the index of the source GID on the ID's device.
-func (id *ID) SGIDIndex() int {
-	id.c.mu.Lock()
-	defer id.c.mu.Unlock()
-	return id.sgidIx
-}
+func (id *ID) SGIDIndex() int { return locked(id, func() int { return id.sgidIx }) }
 
 // PathMTU returns the path MTU of the resolved route or the connection.
-func (id *ID) PathMTU() verbs.MTU {
-	id.c.mu.Lock()
-	defer id.c.mu.Unlock()
-	return id.mtu
-}
+func (id *ID) PathMTU() verbs.MTU { return locked(id, func() verbs.MTU { return id.mtu }) }
 
 func (id *ID) post(e *Event) { id.ch.post(e) }
 
@@ -309,10 +324,22 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 	}
 	id.mtu = id.agent.dev.QueryPort().ActiveMTU
 	id.ackTimeout = ackTimeout(packetLifetime)
+	if id.ackSet {
+		id.ackTimeout = id.ackOpt
+	}
+	id.ah.FlowLabel = flowLabel(id.src.Port(), id.dst.Port())
+	id.ah.TrafficClass = id.tos
 	id.state = stateRouteResolved
 	c.mu.Unlock()
 	id.post(&Event{Type: EventRouteResolved, ID: id})
 	return nil
+}
+
+// flowLabel is the flow label rdma_cm gives a RoCEv2 path between two
+// ports (when the IPv6 source has none of its own): 31 × the source port
+// plus the destination port, in 20 bits.
+func flowLabel(sport, dport uint16) uint32 {
+	return (uint32(sport)*31 + uint32(dport)) & 0xfffff
 }
 
 // ackTimeout is Linux ib_cm's local ACK timeout for a path: twice the
@@ -333,8 +360,9 @@ func ackTimeout(pktLife uint8) uint8 {
 }
 
 // Listen makes the bound ID hear connection requests for its port
-// (rdma_listen); backlog bounds the requests not yet accepted or
-// rejected (0: 1024).
+// (rdma_listen). As with Linux's rdma_cm on RoCE, backlog (recorded, 0:
+// 1024) does not refuse requests; the device's bound on half-open
+// connections (cm.Config.MaxHalfOpen) does.
 func (id *ID) Listen(backlog int) error {
 	c := id.c
 	c.mu.Lock()
@@ -579,7 +607,7 @@ func (id *ID) Connect(p *ConnParam) error {
 			c.mu.Unlock()
 			return err
 		}
-		cid, err := a.mgr.SIDRRequest(now, to, cm.SIDRREQ{PKey: 0xffff, ServiceID: cm.ServiceID(id.ps, id.dst.Port()), PrivateData: pd}, respTimeout, maxCMRetries)
+		cid, err := a.mgr.SIDRRequest(now, to, cm.SIDRREQ{PKey: 0xffff, ServiceID: cm.ServiceID(id.ps, id.dst.Port()), PrivateData: pd}, c.respTO, maxCMRetries)
 		if err != nil {
 			c.mu.Unlock()
 			return err
@@ -613,7 +641,7 @@ func (id *ID) Connect(p *ConnParam) error {
 	req := cm.REQ{
 		ServiceID: cm.ServiceID(id.ps, id.dst.Port()), LocalCAGUID: a.guid, LocalQPN: qpn,
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
-		RemoteCMResponseTimeout: respTimeout, Transport: cm.TransportRC, EndToEndFlowControl: p.FlowControl,
+		RemoteCMResponseTimeout: c.respTO, Transport: cm.TransportRC, EndToEndFlowControl: p.FlowControl,
 		StartingPSN: id.psn, RetryCount: id.retry, PKey: 0xffff, PathMTU: id.mtu,
 		RNRRetryCount: id.rnr, MaxCMRetries: maxCMRetries, SRQ: p.SRQ,
 		Primary: cm.Path{LocalLID: lid, RemoteLID: lid, LocalGID: sgid, RemoteGID: id.ah.DGID,
@@ -637,13 +665,17 @@ func (id *ID) Connect(p *ConnParam) error {
 // the QP, if the ID has one, is moved to RTR and RTS, then the REP goes
 // out with p's private data; ESTABLISHED follows the RTU. In the UDP
 // port space it sends the SIDR_REP with the QP and Q_Key. On an active ID
-// at CONNECT_RESPONSE it sends the RTU.
+// at CONNECT_RESPONSE it sends the RTU. A nil p takes librdmacm's
+// defaults: the depths the request offered, 7 retries.
 func (id *ID) Accept(p *ConnParam) error {
-	if p == nil {
-		p = &ConnParam{}
-	}
 	c := id.c
 	c.mu.Lock()
+	if p == nil {
+		p = &ConnParam{RetryCount: 7, RNRRetryCount: 7}
+		if id.req != nil {
+			p.ResponderResources, p.InitiatorDepth = id.req.InitiatorDepth, id.req.ResponderResources
+		}
+	}
 	a := id.agent
 	switch id.state {
 	case stateConnectResponse:
@@ -652,7 +684,7 @@ func (id *ID) Accept(p *ConnParam) error {
 			return err
 		}
 		id.state = stateEstablished
-		id.post(&Event{Type: EventEstablished, ID: id})
+		a.later(id, &Event{Type: EventEstablished, ID: id})
 		a.flushLocked()
 		return nil
 	case stateConnectRequest:
@@ -699,7 +731,6 @@ func (id *ID) Accept(p *ConnParam) error {
 	r := id.req
 	id.respRes = min(p.ResponderResources, r.InitiatorDepth)
 	id.initDepth = min(p.InitiatorDepth, r.ResponderResources)
-	id.psn = bth.PSN(c.rng.Uint32() & 0xffffff)
 	if id.qp != nil {
 		if err := id.modifyQP(verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS); err != nil {
 			c.mu.Unlock()
