@@ -55,8 +55,7 @@ func TestRpingShimRxe(t *testing.T) {
 	t.Cleanup(func() {
 		capt.Stop()
 		if t.Failed() {
-			out, err := rig.Dissect(pcap)
-			t.Logf("RoCEv2 traffic on the guest's tap (sroce dissect, %v):\n%s", err, out)
+			logDissect(t, rig, pcap)
 			t.Logf("the guest after the runs:\n%s", rig.GuestState(context.Background()))
 		}
 	})
