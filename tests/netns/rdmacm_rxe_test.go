@@ -1,10 +1,11 @@
 package netns
 
-// The real rping through `sroce run` (the drop-in librdmacm and libibverbs,
-// the daemon running the CM) against the real rping on rdma_rxe in the
-// guest, each side once the server: the CM's REQ/REP/RTU and DREQ/DREP
-// between the daemon and the kernel's rdma_cm, then rping's RDMA READs and
-// WRITEs and sends, every ping verified (-v).
+// The real rping and ucmatose through `sroce run` (the drop-in librdmacm
+// and libibverbs, the daemon running the CM) against the same programs on
+// rdma_rxe in the guest, each side once the server: the CM's REQ/REP/RTU
+// and DREQ/DREP between the daemon and the kernel's rdma_cm, then the
+// programs' traffic (rping's RDMA READs, WRITEs and sends, every ping
+// verified with -v; ucmatose's sends on each connection).
 
 import (
 	"bytes"
@@ -22,7 +23,8 @@ import (
 // rxePings is the number of pings of each run: the guest is emulated (TCG).
 const rxePings = 10
 
-func TestRpingShimRxe(t *testing.T) {
+// TestCMToolsShimRxe runs each rxeCMCases program both ways against rxe.
+func TestCMToolsShimRxe(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping the rdma_rxe interop tests in -short mode")
 	}
@@ -59,70 +61,92 @@ func TestRpingShimRxe(t *testing.T) {
 			t.Logf("the guest after the runs:\n%s", rig.GuestState(context.Background()))
 		}
 	})
-	count := fmt.Sprint(rxePings)
-
-	t.Run("rxe-server", func(t *testing.T) {
-		srv, err := rig.StartPeer(ctx, "rping -s -a "+guest+" -p 7490 -C "+count+" -v")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out, errOut string
-		for try := 0; try < 30; try++ {
-			time.Sleep(time.Second)
-			if done, _ := srv.Exited(ctx); done {
-				break
-			}
-			out, errOut, err = runShim(ctx, rig, "rping", "-c", "-a", guest, "-p", "7490", "-C", count, "-v")
-			if err == nil || !strings.Contains(out+errOut, "REJECTED") {
-				break
-			}
-		}
-		wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
-		res, werr := srv.Wait(wctx)
-		wcancel()
-		t.Logf("rxe's rping (server): exit %d, %v\n%s%s", res.ExitCode, werr, res.Stdout, res.Stderr)
-		t.Logf("rping through the shim (client): %v\n%s%s", err, out, errOut)
-		if err != nil || werr != nil || res.ExitCode != 0 {
-			t.Fatal("rping failed")
-		}
-		checkPings(t, string(res.Stdout), out)
-	})
-
-	t.Run("shim-server", func(t *testing.T) {
-		sctx, scancel := context.WithTimeout(ctx, 5*time.Minute)
-		defer scancel()
-		type result struct {
-			out, errOut string
-			err         error
-		}
-		sc := make(chan result, 1)
-		go func() {
-			o, e, err := runShim(sctx, rig, "rping", "-s", "-a", shim, "-p", "7491", "-C", count, "-v")
-			sc <- result{o, e, err}
-		}()
-		var res interopResult
-		for try := 0; try < 30; try++ {
-			time.Sleep(time.Second)
-			cli, err := rig.StartPeer(ctx, "rping -c -a "+shim+" -p 7491 -C "+count+" -v")
+	for _, c := range rxeCMCases {
+		t.Run(c.name+"/rxe-server", func(t *testing.T) {
+			srv, err := rig.StartPeer(ctx, c.prog+" "+strings.ReplaceAll(c.server, "{addr}", guest))
 			if err != nil {
 				t.Fatal(err)
 			}
-			wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
-			r, werr := cli.Wait(wctx)
-			wcancel()
-			res = interopResult{r.ExitCode, string(r.Stdout), string(r.Stderr), werr}
-			if (werr == nil && r.ExitCode == 0) || !strings.Contains(res.out+res.errOut, "REJECTED") {
-				break
+			var out, errOut string
+			for try := 0; try < 30; try++ {
+				time.Sleep(time.Second)
+				if done, _ := srv.Exited(ctx); done {
+					break
+				}
+				out, errOut, err = runShim(ctx, rig, c.prog, strings.Fields(strings.ReplaceAll(c.client, "{addr}", guest))...)
+				if err == nil || !strings.Contains(out+errOut, "REJECTED") {
+					break
+				}
 			}
+			wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
+			res, werr := srv.Wait(wctx)
+			wcancel()
+			t.Logf("rxe's %s (server): exit %d, %v\n%s%s", c.prog, res.ExitCode, werr, res.Stdout, res.Stderr)
+			t.Logf("%s through the shim (client): %v\n%s%s", c.prog, err, out, errOut)
+			if err != nil || werr != nil || res.ExitCode != 0 {
+				t.Fatalf("%s failed", c.prog)
+			}
+			if p := c.check(string(res.Stdout), out); p != "" {
+				t.Error(p)
+			}
+		})
+
+		t.Run(c.name+"/shim-server", func(t *testing.T) {
+			sctx, scancel := context.WithTimeout(ctx, 5*time.Minute)
+			defer scancel()
+			type result struct {
+				out, errOut string
+				err         error
+			}
+			sc := make(chan result, 1)
+			go func() {
+				o, e, err := runShim(sctx, rig, c.prog, strings.Fields(strings.ReplaceAll(c.server, "{addr}", shim))...)
+				sc <- result{o, e, err}
+			}()
+			var res interopResult
+			for try := 0; try < 30; try++ {
+				time.Sleep(time.Second)
+				cli, err := rig.StartPeer(ctx, c.prog+" "+strings.ReplaceAll(c.client, "{addr}", shim))
+				if err != nil {
+					t.Fatal(err)
+				}
+				wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
+				r, werr := cli.Wait(wctx)
+				wcancel()
+				res = interopResult{r.ExitCode, string(r.Stdout), string(r.Stderr), werr}
+				if (werr == nil && r.ExitCode == 0) || !strings.Contains(res.out+res.errOut, "REJECTED") {
+					break
+				}
+			}
+			s := <-sc
+			t.Logf("%s through the shim (server): %v\n%s%s", c.prog, s.err, s.out, s.errOut)
+			t.Logf("rxe's %s (client): exit %d, %v\n%s%s", c.prog, res.exit, res.err, res.out, res.errOut)
+			if s.err != nil || res.err != nil || res.exit != 0 {
+				t.Fatalf("%s failed", c.prog)
+			}
+			if p := c.check(s.out, res.out); p != "" {
+				t.Error(p)
+			}
+		})
+	}
+}
+
+// rxeCMCase is a real RDMA CM program run against rdma_rxe: its server and
+// client arguments ({addr}: the server's address) and a check of both
+// outputs ("" when good).
+type rxeCMCase struct {
+	name, prog, server, client string
+	check                      func(srv, cli string) string
+}
+
+var rxeCMCases = []rxeCMCase{
+	{"rping", "rping", fmt.Sprintf("-s -a {addr} -p 7490 -C %d -v", rxePings), fmt.Sprintf("-c -a {addr} -p 7490 -C %d -v", rxePings), pingsChecked},
+	{"ucmatose", "ucmatose", "-b {addr} -p 7491 -C 10", "-s {addr} -p 7491 -C 10", func(srv, cli string) string {
+		if !strings.Contains(srv, "data transfers complete") || !strings.Contains(cli, "data transfers complete") {
+			return "ucmatose did not complete its data transfers on both sides"
 		}
-		s := <-sc
-		t.Logf("rping through the shim (server): %v\n%s%s", s.err, s.out, s.errOut)
-		t.Logf("rxe's rping (client): exit %d, %v\n%s%s", res.exit, res.err, res.out, res.errOut)
-		if s.err != nil || res.err != nil || res.exit != 0 {
-			t.Fatal("rping failed")
-		}
-		checkPings(t, s.out, res.out)
-	})
+		return ""
+	}},
 }
 
 // interopResult is the outcome of a program on the peer.
@@ -149,13 +173,12 @@ func runShim(ctx context.Context, rig *interop.Rig, prog string, args ...string)
 	return o.String(), e.String(), err
 }
 
-// checkPings checks that both rpings printed every verified ping.
-func checkPings(t *testing.T, server, client string) {
-	t.Helper()
-	if n := strings.Count(server, "server ping data: rdma-ping-"); n != rxePings {
-		t.Errorf("the server printed %d verified pings, want %d", n, rxePings)
+// pingsChecked checks that both rpings printed every verified ping.
+func pingsChecked(server, client string) string {
+	s := strings.Count(server, "server ping data: rdma-ping-")
+	c := strings.Count(client, "ping data: rdma-ping-")
+	if s != rxePings || c != rxePings {
+		return fmt.Sprintf("rping printed %d verified pings on the server and %d on the client, want %d", s, c, rxePings)
 	}
-	if n := strings.Count(client, "ping data: rdma-ping-"); n != rxePings {
-		t.Errorf("the client printed %d verified pings, want %d", n, rxePings)
-	}
+	return ""
 }
