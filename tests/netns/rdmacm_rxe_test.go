@@ -1,6 +1,6 @@
 package netns
 
-// The real rping and ucmatose through `sroce run` (the drop-in librdmacm
+// The real rping, ucmatose, udaddy and ib_write_bw -R through `sroce run` (the drop-in librdmacm
 // and libibverbs, the daemon running the CM) against the same programs on
 // rdma_rxe in the guest, each side once the server: the CM's REQ/REP/RTU
 // and DREQ/DREP between the daemon and the kernel's rdma_cm, then the
@@ -144,6 +144,18 @@ var rxeCMCases = []rxeCMCase{
 	{"ucmatose", "ucmatose", "-b {addr} -p 7491 -C 10", "-s {addr} -p 7491 -C 10", func(srv, cli string) string {
 		if !strings.Contains(srv, "data transfers complete") || !strings.Contains(cli, "data transfers complete") {
 			return "ucmatose did not complete its data transfers on both sides"
+		}
+		return ""
+	}},
+	{"udaddy", "udaddy", "-b {addr} -C 10", "-s {addr} -C 10", func(srv, cli string) string {
+		if !strings.Contains(srv, "data transfers complete") || !strings.Contains(cli, "data transfers complete") {
+			return "udaddy did not complete its data transfers on both sides"
+		}
+		return ""
+	}},
+	{"ib_write_bw -R", "ib_write_bw", "-R -n 200 -s 65536 -p 18600", "-R -n 200 -s 65536 -p 18600 {addr}", func(srv, cli string) string {
+		if !bwRow.MatchString(cli) {
+			return "ib_write_bw's client printed no bandwidth row"
 		}
 		return ""
 	}},
