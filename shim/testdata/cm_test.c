@@ -135,6 +135,18 @@ int main(int argc, char **argv)
 	printf("ok: listening on %s port %u (device %s)\n", argv[1], ntohs(addr.sin_port),
 	       ibv_get_device_name(listen_id->verbs->device));
 
+	/* Nothing pending: a nonblocking channel says EAGAIN at once. */
+	{
+		int fl = fcntl(ch->fd, F_GETFL);
+		if (fl < 0 || fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK) < 0)
+			FAIL("fcntl O_NONBLOCK");
+		errno = 0;
+		if (rdma_get_cm_event(ch, &ev) != -1 || errno != EAGAIN)
+			FAIL("rdma_get_cm_event on an empty nonblocking channel did not fail with EAGAIN");
+		fcntl(ch->fd, F_SETFL, fl);
+		printf("ok: EAGAIN on an empty nonblocking channel\n");
+	}
+
 	if (rdma_create_id(ch, &cli.id, NULL, RDMA_PS_TCP))
 		FAIL("rdma_create_id");
 	if (rdma_resolve_addr(cli.id, NULL, (struct sockaddr *)&addr, 2000))

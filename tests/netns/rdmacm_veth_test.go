@@ -67,6 +67,7 @@ var cmTools = []cmTool{
 	{"rping", "rping", "-s -a {addrA} -p 7471 -C 20 -v", "", "-c -a {addrA} -p 7471 -C 20 -v", countPings(20)},
 	{"rping-4k", "rping", "-s -a {addrA} -p 7472 -C 10 -S 4096 -v", "", "-c -a {addrA} -p 7472 -C 10 -S 4096 -v", countPings(10)},
 	{"ucmatose", "ucmatose", "-p 7473 -c 2 -C 20", "", "-s {addrA} -p 7473 -c 2 -C 20", contains("data transfers complete")},
+	{"ucmatose -m", "ucmatose", "-p 7475 -m -C 20", "", "-s {addrA} -p 7475 -m -C 20", contains("data transfers complete")},
 	{"rdma_server", "rdma_server", "-p 7474", "rdma_client", "-s {addrA} -p 7474", contains("rdma_client: end 0")},
 	{"udaddy", "udaddy", "-c 2 -C 10", "", "-s {addrA} -c 2 -C 10", contains("data transfers complete")},
 	{"ib_write_bw -R", "ib_write_bw", "-d {devA} -x {gidA} -R -n 300 -s 65536 -p 18590", "", "-d {devB} -x {gidB} -R -n 300 -s 65536 -p 18590 {addrA}", bwResult},
