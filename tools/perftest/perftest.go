@@ -623,11 +623,15 @@ func (pt *perftest) ready(remote []oob.KeyMsg) error {
 		return nil
 	}
 	var b strings.Builder
+	addrTest := pt.test
+	if pt.p.CommRDMACM {
+		addrTest = oob.SendBW // perftest prints the lines of a SEND test then
+	}
 	for _, k := range pt.local {
-		b.WriteString(oob.AddressLine("local", pt.test, k, true))
+		b.WriteString(oob.AddressLine("local", addrTest, k, true))
 	}
 	for _, k := range remote {
-		b.WriteString(oob.AddressLine("remote", pt.test, k, true))
+		b.WriteString(oob.AddressLine("remote", addrTest, k, true))
 	}
 	switch {
 	case pt.test.IsBW():

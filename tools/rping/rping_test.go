@@ -3,6 +3,7 @@ package rping
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"strings"
 	"testing"
@@ -20,10 +21,7 @@ var (
 )
 
 func runRping(args []string) (*testpair.Buffer, *testpair.Buffer, <-chan int) {
-	out, errw := &testpair.Buffer{}, &testpair.Buffer{}
-	done := make(chan int, 1)
-	go func() { done <- Main(context.Background(), args, out, errw) }()
-	return out, errw, done
+	return testpair.Go(func(out, errw io.Writer) int { return Main(context.Background(), args, out, errw) })
 }
 
 func wait(t *testing.T, done <-chan int, who string, out, errw *testpair.Buffer) int {
@@ -152,29 +150,17 @@ func TestRpingUsage(t *testing.T) {
 // TestRpingXDPNamespaces runs the server and the client in two network
 // namespaces joined by a veth pair, over AF_XDP, as on two hosts.
 func TestRpingXDPNamespaces(t *testing.T) {
-	nsutil.Skip(t)
+	ns := nsutil.NewTestPair(t, nsutil.PairConfig{Prefix: "cmA"})
 	t.Setenv("SROCE_LINK", "xdp")
-	ns, err := nsutil.NewPair(nsutil.PairConfig{Prefix: "cmA"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
 	srv := nsutil.DefaultAddrA.Addr().String()
 	in := func(n *nsutil.Namespace, args []string) (*testpair.Buffer, *testpair.Buffer, <-chan int) {
-		out, errw := &testpair.Buffer{}, &testpair.Buffer{}
-		done := make(chan int, 1)
-		go func() {
-			code := 0
-			if err := n.Do(func() error {
-				code = Main(context.Background(), args, out, errw)
-				return nil
-			}); err != nil {
+		return testpair.Go(func(out, errw io.Writer) int {
+			code := -1
+			if err := n.Do(func() error { code = Main(context.Background(), args, out, errw); return nil }); err != nil {
 				fmt.Fprintln(errw, err)
-				code = -1
 			}
-			done <- code
-		}()
-		return out, errw, done
+			return code
+		})
 	}
 	sout, serr, sdone := in(ns.A, []string{"-s", "-a", srv, "-v", "-V", "-S", "1000"})
 	time.Sleep(500 * time.Millisecond)
