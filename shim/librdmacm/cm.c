@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "cm.h"
+#include "sroce_conv.h"
 
 /* The process's control connection for the CM. */
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -374,22 +375,6 @@ EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 
 /* ---- events ---- */
 
-static void fill_ah(struct ibv_ah_attr *out, const struct sroce_ctl_ah_attr *in)
-{
-	memset(out, 0, sizeof(*out));
-	memcpy(out->grh.dgid.raw, in->dgid, 16);
-	out->grh.flow_label = in->flow_label;
-	out->grh.sgid_index = in->sgid_index;
-	out->grh.hop_limit = in->hop_limit;
-	out->grh.traffic_class = in->traffic_class;
-	out->dlid = in->dlid;
-	out->sl = in->sl;
-	out->src_path_bits = in->src_path_bits;
-	out->static_rate = in->static_rate;
-	out->is_global = in->is_global;
-	out->port_num = in->port_num;
-}
-
 EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr, int *mask)
 {
 	struct sroce_ctl_cm_id_arg req = {.id = to_sid(id)->handle, .arg = (uint32_t)attr->qp_state};
@@ -400,25 +385,7 @@ EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr, in
 	err = sroce_cm_call(SROCE_OP_CM_INIT_QP_ATTR, &req, sizeof(req), &reply, sizeof(reply), NULL, 0);
 	if (err)
 		return fail(err);
-	memset(attr, 0, sizeof(*attr));
-	attr->qp_state = (int)a->qp_state;
-	attr->cur_qp_state = (int)a->cur_qp_state;
-	attr->path_mtu = (int)a->path_mtu;
-	attr->path_mig_state = (int)a->path_mig_state;
-	attr->qkey = a->qkey;
-	attr->rq_psn = a->rq_psn;
-	attr->sq_psn = a->sq_psn;
-	attr->dest_qp_num = a->dest_qp_num;
-	attr->qp_access_flags = a->qp_access_flags;
-	fill_ah(&attr->ah_attr, &a->ah_attr);
-	attr->pkey_index = a->pkey_index;
-	attr->max_rd_atomic = a->max_rd_atomic;
-	attr->max_dest_rd_atomic = a->max_dest_rd_atomic;
-	attr->min_rnr_timer = a->min_rnr_timer;
-	attr->port_num = a->port_num;
-	attr->timeout = a->timeout;
-	attr->retry_cnt = a->retry_cnt;
-	attr->rnr_retry = a->rnr_retry;
+	sroce_qp_attr_from_ctl(attr, a);
 	*mask = (int)reply.attr_mask;
 	return 0;
 }
@@ -554,7 +521,7 @@ static int process_event(const struct sroce_ctl_cm_event *in, struct sroce_cm_ev
 	if (s->id.qp_type == IBV_QPT_UD) {
 		e->ev.param.ud.private_data = in->conn.private_data_len ? e->private_data : NULL;
 		e->ev.param.ud.private_data_len = in->conn.private_data_len;
-		fill_ah(&e->ev.param.ud.ah_attr, &in->ah_attr);
+		sroce_ah_from_ctl(&e->ev.param.ud.ah_attr, &in->ah_attr);
 		e->ev.param.ud.qp_num = in->conn.qp_num;
 		e->ev.param.ud.qkey = in->conn.qkey;
 	} else {
