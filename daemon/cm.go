@@ -14,6 +14,7 @@ import (
 	"errors"
 	"net/netip"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -93,11 +94,7 @@ func (c *conn) handleCM(h ctl.Hdr, b []byte) ([]byte, []int, error) {
 	case ctl.OpCMSetOption:
 		return c.cmSetOption(b)
 	}
-	in, err := body[ctl.CMIDArg](b)
-	if err != nil {
-		return nil, nil, err
-	}
-	o, err := c.cmLookup(in.ID)
+	in, o, err := cmRequest[ctl.CMIDArg](c, b)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -209,6 +206,18 @@ func (c *conn) cmAdd(id *rdmacm.ID, h, ch uint32) *cmID {
 	return o
 }
 
+// cmRequest parses a request body that names an ID first (every CM
+// struct but CREATE_ID's starts with its uint32 ID) and finds the ID.
+func cmRequest[T any](c *conn, b []byte) (T, *cmID, error) {
+	in, err := body[T](b)
+	if err != nil {
+		return in, nil, err
+	}
+	id := *(*uint32)(unsafe.Pointer(&in))
+	o, err := c.cmLookup(id)
+	return in, o, err
+}
+
 func (c *conn) cmLookup(h uint32) (*cmID, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -288,11 +297,7 @@ func cmAddrOf(a netip.AddrPort) ctl.CMAddr {
 }
 
 func (c *conn) cmAddr(op ctl.Op, b []byte) ([]byte, []int, error) {
-	in, err := body[ctl.CMAddrReq](b)
-	if err != nil {
-		return nil, nil, err
-	}
-	o, err := c.cmLookup(in.ID)
+	in, o, err := cmRequest[ctl.CMAddrReq](c, b)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -334,11 +339,7 @@ func param(in *ctl.CMConn) (*rdmacm.ConnParam, error) {
 }
 
 func (c *conn) cmConn(op ctl.Op, b []byte) ([]byte, []int, error) {
-	in, err := body[ctl.CMConn](b)
-	if err != nil {
-		return nil, nil, err
-	}
-	o, err := c.cmLookup(in.ID)
+	in, o, err := cmRequest[ctl.CMConn](c, b)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -365,11 +366,8 @@ func (c *conn) cmConn(op ctl.Op, b []byte) ([]byte, []int, error) {
 }
 
 func (c *conn) cmSetOption(b []byte) ([]byte, []int, error) {
-	in, err := body[ctl.CMOption](b)
+	in, _, err := cmRequest[ctl.CMOption](c, b)
 	if err != nil {
-		return nil, nil, err
-	}
-	if _, err := c.cmLookup(in.ID); err != nil {
 		return nil, nil, err
 	}
 	const optionID, reuseAddr, afOnly = 0, 1, 2
