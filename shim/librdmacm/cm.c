@@ -208,6 +208,7 @@ EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 	}
 	c->handle = reply.handle;
 	c->ch.fd = fd;
+	pthread_mutex_init(&c->pend_lock, NULL);
 	live_add(fd);
 	return &c->ch;
 }
@@ -224,7 +225,85 @@ EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 		sroce_warn("rdma_destroy_event_channel: the daemon refused (%s); closing it anyway",
 			   strerror(err));
 	close(c->ch.fd);
+	while (c->pend_head) {
+		struct sroce_pending_event *p = c->pend_head;
+		c->pend_head = p->next;
+		free(p);
+	}
 	free(c);
+}
+
+/* Takes the first event kept on the channel, if any: 1 with *out set. */
+static int pending_pop(struct sroce_cm_channel *c, struct sroce_ctl_cm_event *out)
+{
+	struct sroce_pending_event *p;
+	pthread_mutex_lock(&c->pend_lock);
+	p = c->pend_head;
+	if (p) {
+		c->pend_head = p->next;
+		if (!c->pend_head)
+			c->pend_tail = NULL;
+	}
+	pthread_mutex_unlock(&c->pend_lock);
+	if (!p)
+		return 0;
+	*out = p->ev;
+	free(p);
+	return 1;
+}
+
+static void pending_push(struct sroce_cm_channel *c, struct sroce_pending_event *p)
+{
+	p->next = NULL;
+	if (c->pend_tail)
+		c->pend_tail->next = p;
+	else
+		c->pend_head = p;
+	c->pend_tail = p;
+}
+
+/*
+ * After an ID moved from channel from to channel to: the events the daemon
+ * wrote to from's socket before the move are read out of it (the kernel's
+ * rdma_migrate_id moves them too), and those of the ID (and the connection
+ * requests it heard, if it listens) are kept for to, in order, ahead of
+ * what to's socket holds; the others stay kept on from.
+ */
+static void move_pending(struct sroce_cm_channel *from, struct sroce_cm_channel *to, uint32_t id)
+{
+	struct sroce_pending_event *p, *next, *keep = NULL, **tail = &keep;
+	pthread_mutex_lock(&from->pend_lock);
+	for (;;) {
+		p = malloc(sizeof(*p));
+		if (!p)
+			break;
+		ssize_t n = recv(from->ch.fd, &p->ev, sizeof(p->ev), MSG_DONTWAIT);
+		if (n != (ssize_t)sizeof(p->ev)) {
+			free(p);
+			break;
+		}
+		pending_push(from, p);
+	}
+	p = from->pend_head;
+	from->pend_head = from->pend_tail = NULL;
+	pthread_mutex_lock(&to->pend_lock);
+	for (; p; p = next) {
+		next = p->next;
+		if (p->ev.info.handle == id ||
+		    (p->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST && p->ev.listen_id == id)) {
+			pending_push(to, p);
+		} else {
+			p->next = NULL;
+			*tail = p;
+			tail = &p->next;
+		}
+	}
+	pthread_mutex_unlock(&to->pend_lock);
+	for (p = keep; p; p = next) {
+		next = p->next;
+		pending_push(from, p);
+	}
+	pthread_mutex_unlock(&from->pend_lock);
 }
 
 /* ---- IDs ---- */
@@ -472,6 +551,7 @@ static int move_to_own_channel(struct sroce_cm_id *s)
 		rdma_destroy_event_channel(ch);
 		return err;
 	}
+	move_pending((struct sroce_cm_channel *)s->id.channel, (struct sroce_cm_channel *)ch, s->handle);
 	s->id.channel = ch;
 	s->own_channel = (struct sroce_cm_channel *)ch;
 	s->sync = 1;
@@ -599,9 +679,11 @@ static int get_event(struct rdma_event_channel *channel, struct rdma_cm_event **
 	if (!channel || !event)
 		return EINVAL;
 	for (;;) {
-		err = read_event(channel->fd, &in, timeout_ms);
-		if (err)
-			return err;
+		if (!pending_pop((struct sroce_cm_channel *)channel, &in)) {
+			err = read_event(channel->fd, &in, timeout_ms);
+			if (err)
+				return err;
+		}
 		err = process_event(&in, &e);
 		if (err == EAGAIN)
 			continue;
@@ -1151,6 +1233,8 @@ EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *cha
 			rdma_destroy_event_channel(ch);
 		return fail(err);
 	}
+	if (id->channel != ch)
+		move_pending((struct sroce_cm_channel *)id->channel, (struct sroce_cm_channel *)ch, s->handle);
 	id->channel = ch;
 	s->sync = channel == NULL;
 	s->own_channel = channel ? NULL : (struct sroce_cm_channel *)ch;

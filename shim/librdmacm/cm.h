@@ -20,9 +20,20 @@
 /* How long a synchronous ID (no event channel) waits for its event. */
 #define SROCE_CM_SYNC_WAIT_SEC 60
 
+/* An event read from a channel's socket but not handed out yet: what
+ * rdma_migrate_id took out of the old channel's socket. */
+struct sroce_pending_event {
+	struct sroce_ctl_cm_event ev;
+	struct sroce_pending_event *next;
+};
+
 struct sroce_cm_channel {
 	struct rdma_event_channel ch; /* fd: the daemon's event socket */
 	uint32_t handle;
+	/* Events handed out before the socket's (rdma_get_cm_event takes
+	 * these first; poll on ch.fd does not see them). */
+	pthread_mutex_t pend_lock;
+	struct sroce_pending_event *pend_head, *pend_tail;
 };
 
 struct sroce_cm_id {

@@ -1,6 +1,7 @@
 package netns
 
-// The real rping, ucmatose, udaddy and ib_write_bw -R through `sroce run` (the drop-in librdmacm
+// The real rping, ucmatose, udaddy, ib_write_bw -R and ib_send_lat -R
+// through `sroce run` (the drop-in librdmacm
 // and libibverbs, the daemon running the CM) against the same programs on
 // rdma_rxe in the guest, each side once the server: the CM's REQ/REP/RTU
 // and DREQ/DREP between the daemon and the kernel's rdma_cm, then the
@@ -156,6 +157,12 @@ var rxeCMCases = []rxeCMCase{
 	{"ib_write_bw -R", "ib_write_bw", "-R -n 200 -s 65536 -p 18600", "-R -n 200 -s 65536 -p 18600 {addr}", func(srv, cli string) string {
 		if !bwRow.MatchString(cli) {
 			return "ib_write_bw's client printed no bandwidth row"
+		}
+		return ""
+	}},
+	{"ib_send_lat -R", "ib_send_lat", "-R -n 200 -s 8 -p 18601", "-R -n 200 -s 8 -p 18601 {addr}", func(srv, cli string) string {
+		if !latRow.MatchString(cli) {
+			return "ib_send_lat's client printed no latency row"
 		}
 		return ""
 	}},

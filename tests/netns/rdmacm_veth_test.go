@@ -63,6 +63,14 @@ func bwResult(srv, cli toolOutcome) string {
 	return ""
 }
 
+// latResult checks that perftest's client printed its latency row.
+func latResult(srv, cli toolOutcome) string {
+	if !latRow.MatchString(cli.Stdout) {
+		return "the client printed no latency row"
+	}
+	return ""
+}
+
 var cmTools = []cmTool{
 	{"rping", "rping", "-s -a {addrA} -p 7471 -C 20 -v", "", "-c -a {addrA} -p 7471 -C 20 -v", countPings(20)},
 	{"rping-4k", "rping", "-s -a {addrA} -p 7472 -C 10 -S 4096 -v", "", "-c -a {addrA} -p 7472 -C 10 -S 4096 -v", countPings(10)},
@@ -70,6 +78,7 @@ var cmTools = []cmTool{
 	{"ucmatose -m", "ucmatose", "-p 7475 -m -C 20", "", "-s {addrA} -p 7475 -m -C 20", contains("data transfers complete")},
 	{"rdma_server", "rdma_server", "-p 7474", "rdma_client", "-s {addrA} -p 7474", contains("rdma_client: end 0")},
 	{"udaddy", "udaddy", "-c 2 -C 10", "", "-s {addrA} -c 2 -C 10", contains("data transfers complete")},
+	{"ib_send_lat -R", "ib_send_lat", "-d {devA} -R -n 300 -s 8 -p 18591", "", "-d {devB} -R -n 300 -s 8 -p 18591 {addrA}", latResult},
 	{"ib_write_bw -R", "ib_write_bw", "-d {devA} -x {gidA} -R -n 300 -s 65536 -p 18590", "", "-d {devB} -x {gidB} -R -n 300 -s 65536 -p 18590 {addrA}", bwResult},
 }
 
