@@ -366,21 +366,31 @@ func (c *conn) cmConn(op ctl.Op, b []byte) ([]byte, []int, error) {
 }
 
 func (c *conn) cmSetOption(b []byte) ([]byte, []int, error) {
-	in, _, err := cmRequest[ctl.CMOption](c, b)
+	in, o, err := cmRequest[ctl.CMOption](c, b)
 	if err != nil {
 		return nil, nil, err
 	}
-	const optionID, reuseAddr, afOnly = 0, 1, 2
+	const optionID, tos, reuseAddr, afOnly, ackTimeout = 0, 0, 1, 2, 3
 	if in.Level != optionID {
-		return nil, nil, unix.ENOSYS
+		return nil, nil, unix.ENOSYS // RDMA_OPTION_IB_PATH: paths come from the CM
 	}
 	switch in.OptName {
+	case tos:
+		if in.Value > 0xff {
+			return nil, nil, unix.EINVAL
+		}
+		o.id.SetTOS(uint8(in.Value))
+		return nil, nil, nil
+	case ackTimeout:
+		if in.Value > 0xff {
+			return nil, nil, unix.EINVAL
+		}
+		return nil, nil, cmErrno(o.id.SetACKTimeout(uint8(in.Value)))
 	case reuseAddr, afOnly:
 		// Ports are the CM's to share out; IPv6 IDs hear only IPv6.
 		return nil, nil, nil
 	}
-	// TOS and the ACK timeout: the CM uses the route's.
-	return nil, nil, unix.ENOSYS
+	return nil, nil, unix.ENOPROTOOPT
 }
 
 // cmInfo describes an ID as the client sees it.

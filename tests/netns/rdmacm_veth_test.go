@@ -76,6 +76,7 @@ var cmTools = []cmTool{
 	{"rping-4k", "rping", "-s -a {addrA} -p 7472 -C 10 -S 4096 -v", "", "-c -a {addrA} -p 7472 -C 10 -S 4096 -v", countPings(10)},
 	{"ucmatose", "ucmatose", "-p 7473 -c 2 -C 20", "", "-s {addrA} -p 7473 -c 2 -C 20", contains("data transfers complete")},
 	{"ucmatose -m", "ucmatose", "-p 7475 -m -C 20", "", "-s {addrA} -p 7475 -m -C 20", contains("data transfers complete")},
+	{"ucmatose -t -a", "ucmatose", "-p 7476 -C 10", "", "-s {addrA} -p 7476 -C 10 -t 32 -a 18", contains("data transfers complete")},
 	{"rdma_server", "rdma_server", "-p 7474", "rdma_client", "-s {addrA} -p 7474", contains("rdma_client: end 0")},
 	{"udaddy", "udaddy", "-c 2 -C 10", "", "-s {addrA} -c 2 -C 10", contains("data transfers complete")},
 	{"ib_send_lat -R", "ib_send_lat", "-d {devA} -R -n 300 -s 8 -p 18591", "", "-d {devB} -R -n 300 -s 8 -p 18591 {addrA}", latResult},
