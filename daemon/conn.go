@@ -63,6 +63,7 @@ type conn struct {
 	doorbell   *os.File // the eventfd clients write to (closed with the connection)
 	doorbellFD int      // its descriptor, nonblocking
 	asyncW     int      // the daemon's end of the async event socket
+	cm         cmState  // the connection manager's channels and IDs
 	br         *bridge
 	gone       atomic.Bool
 	ringErr    atomic.Pointer[error] // a corrupt ring the engine found (recvQ refill)
@@ -375,6 +376,9 @@ func (c *conn) handle(h ctl.Hdr, b []byte, fds []int) ([]byte, []int, error) {
 		}
 		return c.s.stats(ctl.Name(in.Name[:]))
 	}
+	if h.Op.IsCM() {
+		return c.handleCM(h, b)
+	}
 	if c.dev == nil {
 		return nil, nil, misbehaved("%s before OPEN", h.Op)
 	}
@@ -658,21 +662,39 @@ func (c *conn) deallocMW(b []byte) ([]byte, []int, error) {
 	return destroy(c, b, c.mws, func(_ uint32, w *mr.MW) error { return w.Dealloc() })
 }
 
-func (c *conn) createChannel() ([]byte, []int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	h, err := c.alloc(len(c.chans), c.s.limits.Objects, "completion channels")
-	if err != nil {
-		return nil, nil, err
-	}
+// eventSocket returns the two ends of a socket the daemon sends events
+// on: its own end w (nonblocking: a client that does not read loses
+// events, it never stalls the daemon) and the client's r.
+func eventSocket() (w, r int, err error) {
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, nil, err
+		return -1, -1, err
 	}
 	unix.SetNonblock(pair[0], true)
-	c.chans[h] = &chanObj{w: pair[0]}
+	return pair[0], pair[1], nil
+}
+
+// newChannel allocates a handle from a table of have entries and makes
+// its event socket; add records the daemon's end under the handle. The
+// reply is the handle with the client's end.
+func (c *conn) newChannel(have int, what string, add func(h uint32, w int)) ([]byte, []int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, err := c.alloc(have, c.s.limits.Objects, what)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, r, err := eventSocket()
+	if err != nil {
+		return nil, nil, err
+	}
+	add(h, w)
 	out := ctl.Handle{Handle: h}
-	return ctl.Bytes(&out), []int{pair[1]}, nil
+	return ctl.Bytes(&out), []int{r}, nil
+}
+
+func (c *conn) createChannel() ([]byte, []int, error) {
+	return c.newChannel(len(c.chans), "completion channels", func(h uint32, w int) { c.chans[h] = &chanObj{w: w} })
 }
 
 func (c *conn) destroyChannel(b []byte) ([]byte, []int, error) {
@@ -1120,6 +1142,7 @@ func (c *conn) asyncEvent(typ, handle uint32) {
 // windows, MRs (and their mappings), SRQs, CQs, AHs, PDs, channels.
 func (c *conn) cleanup() {
 	c.gone.Store(true)
+	c.cmCleanup()
 	if c.br != nil {
 		c.br.stop()
 	}

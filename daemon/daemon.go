@@ -22,6 +22,12 @@
 // A client's registered memory reaches the daemon as a memfd: the shim
 // moves the pages of ibv_reg_mr's range onto one and passes it, and the
 // daemon maps it (see shim/ for the limits this brings).
+//
+// The daemon also runs the RDMA connection manager (package rdmacm) on its
+// devices, one QP1 agent per device shared by every client, and serves the
+// CM operations of the protocol (cm.go) to the drop-in librdmacm: a
+// connection's CM IDs and event channels are its own, limited in number,
+// and destroyed with it (connections disconnected, listeners released).
 package daemon
 
 import (
@@ -41,6 +47,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/rdmacm"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/verbs"
 )
@@ -72,11 +79,12 @@ type Limits struct {
 	CQs      int    // CQs per connection
 	MRs      int    // MRs and MWs per connection
 	RegBytes uint64 // bytes registered per connection
-	Objects  int    // PDs, AHs, SRQs and completion channels per connection
+	Objects  int    // PDs, AHs, SRQs, completion and CM event channels per connection
+	CMIDs    int    // RDMA CM IDs per connection (connection requests count)
 }
 
 // DefaultLimits are the limits when Options.Limits is zero.
-var DefaultLimits = Limits{QPs: 4096, CQs: 4096, MRs: 16384, RegBytes: 64 << 30, Objects: 16384}
+var DefaultLimits = Limits{QPs: 4096, CQs: 4096, MRs: 16384, RegBytes: 64 << 30, Objects: 16384, CMIDs: 1024}
 
 // Options configures a Server.
 type Options struct {
@@ -109,6 +117,7 @@ type Server struct {
 	log    *slog.Logger
 	limits Limits
 	spin   time.Duration
+	cm     *rdmacm.CM // the RDMA CM of every device that can run one; nil if none
 
 	mu      sync.Mutex
 	conns   map[*conn]struct{}
@@ -160,6 +169,9 @@ func New(devs []Device, opts Options) (*Server, error) {
 	if s.limits.Objects <= 0 {
 		s.limits.Objects = def.Objects
 	}
+	if s.limits.CMIDs <= 0 {
+		s.limits.CMIDs = def.CMIDs
+	}
 	if s.spin == 0 {
 		s.spin = defaultSpin()
 	}
@@ -174,7 +186,29 @@ func New(devs []Device, opts Options) (*Server, error) {
 		s.wg.Add(1)
 		go s.asyncEvents(sd)
 	}
+	s.startCM()
 	return s, nil
+}
+
+// startCM starts the RDMA CM on every device that can run one (an
+// rdmacm.Port: iface.Port is one). Without it the daemon serves verbs
+// only, and CM requests fail with ENODEV.
+func (s *Server) startCM() {
+	var ports []rdmacm.Port
+	for _, sd := range s.devs {
+		if p, ok := sd.dev.(rdmacm.Port); ok {
+			ports = append(ports, p)
+		}
+	}
+	if len(ports) == 0 {
+		return
+	}
+	c, err := rdmacm.New(rdmacm.Config{}, ports...)
+	if err != nil {
+		s.log.Warn("the RDMA CM did not start; CM requests will fail", "err", err)
+		return
+	}
+	s.cm = c
 }
 
 // DefaultSocket is where the daemon listens when neither --socket nor
@@ -287,10 +321,13 @@ func (s *Server) Close() error {
 	go func() { s.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		return nil
 	case <-time.After(10 * time.Second):
 		return errors.New("daemon: clients still being cleaned up after 10 s")
 	}
+	if s.cm != nil {
+		s.cm.Close()
+	}
+	return nil
 }
 
 // devices returns the served devices now.

@@ -45,6 +45,9 @@ func (m *memDev) NodeGUID() [8]byte      { return [8]byte{2, 0, 0, 0xff, 0xfe, 0
 func (m *memDev) State() verbs.PortState { return verbs.PortActive }
 func (m *memDev) ActiveMTU() verbs.MTU   { return verbs.MTU1024 }
 func (m *memDev) MTU() int               { return 1500 }
+
+// SourceGIDIndex makes memDev an rdmacm.Port: the daemon runs its CM on it.
+func (m *memDev) SourceGIDIndex(bth.GID) (int, error) { return 0, nil }
 func (m *memDev) AHAttr(_ context.Context, dgid bth.GID, sgid int) (verbs.AHAttr, error) {
 	mac, ok := m.peers[dgid] // its own GID included
 	if !ok {

@@ -524,7 +524,11 @@ func (id *ID) initQPAttrLocked(state verbs.QPState, t verbs.QPType) (verbs.QPAtt
 		if id.commID == 0 || (id.state != stateConnectRequest && id.state != stateConnectResponse && id.state != stateAccepted && id.state != stateEstablished) {
 			return a, 0, id.wrong("RTR attributes")
 		}
-		a.AH, a.PathMTU, a.DestQPN, a.RQPSN = id.ah, id.mtu, id.remoteQPN, id.remotePSN
+		// Linux's rdma_cm on RoCE (and so rdma_rxe) expects to receive
+		// the starting PSN it announced itself (its RTR takes its own
+		// REQ's or REP's PSN) and sends from the one its peer announced:
+		// the same here, or neither side accepts the other's first packet.
+		a.AH, a.PathMTU, a.DestQPN, a.RQPSN = id.ah, id.mtu, id.remoteQPN, id.psn
 		a.MaxDestRdAtomic, a.MinRNRTimer = id.respRes, 0
 		return a, verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN |
 			verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer, nil
@@ -536,7 +540,7 @@ func (id *ID) initQPAttrLocked(state verbs.QPState, t verbs.QPType) (verbs.QPAtt
 		if id.commID == 0 || (id.state != stateConnectRequest && id.state != stateConnectResponse && id.state != stateAccepted && id.state != stateEstablished) {
 			return a, 0, id.wrong("RTS attributes")
 		}
-		a.SQPSN, a.Timeout, a.RetryCnt, a.RNRRetry, a.MaxRdAtomic = id.psn, id.ackTimeout, id.retry, id.rnr, id.initDepth
+		a.SQPSN, a.Timeout, a.RetryCnt, a.RNRRetry, a.MaxRdAtomic = id.remotePSN, id.ackTimeout, id.retry, id.rnr, id.initDepth
 		return a, verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry |
 			verbs.AttrMaxQPRdAtomic, nil
 	case verbs.QPStateErr:

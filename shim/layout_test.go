@@ -75,8 +75,53 @@ var layoutEnums = []string{
 // system's verbs.h, a _Static_assert for every offset, size and constant
 // above, then compiles those assertions against the library's own header.
 func TestLayoutMatchesSystemHeader(t *testing.T) {
-	if _, err := os.Stat(systemVerbsH); err != nil {
-		t.Skipf("skipping: %s is missing (apt-get install libibverbs-dev): no system layout to compare with", systemVerbsH)
+	extra := "\tprintf(\"_Static_assert(SROCE_COMPAT_PORT_ATTR_SIZE == %zu, \\\"compat port attr\\\");\\n\", offsetof(struct ibv_port_attr, port_cap_flags2));\n"
+	checkLayout(t, systemVerbsH, "infiniband/verbs.h", "sroce_verbs.h", "libibverbs-dev", layoutChecks, layoutEnums, extra)
+}
+
+// systemCMH is the header of the system's librdmacm (librdmacm-dev).
+const systemCMH = "/usr/include/rdma/rdma_cma.h"
+
+// cmLayoutChecks lists the structs of rdma_cma.h (and sa.h's path record)
+// that programs and the drop-in librdmacm share, with every member.
+var cmLayoutChecks = map[string][]string{
+	"ibv_sa_path_rec":         {"dgid", "sgid", "dlid", "slid", "raw_traffic", "flow_label", "hop_limit", "traffic_class", "reversible", "numb_path", "pkey", "sl", "mtu_selector", "mtu", "rate_selector", "rate", "packet_life_time_selector", "packet_life_time", "preference"},
+	"rdma_ib_addr":            {"sgid", "dgid", "pkey"},
+	"rdma_addr":               {"src_addr", "src_sin", "src_sin6", "src_storage", "dst_addr", "dst_sin", "dst_sin6", "dst_storage", "addr.ibaddr"},
+	"rdma_route":              {"addr", "path_rec", "num_paths"},
+	"rdma_event_channel":      {"fd"},
+	"rdma_cm_id":              {"verbs", "channel", "context", "qp", "route", "ps", "port_num", "event", "send_cq_channel", "send_cq", "recv_cq_channel", "recv_cq", "srq", "pd", "qp_type"},
+	"rdma_conn_param":         {"private_data", "private_data_len", "responder_resources", "initiator_depth", "flow_control", "retry_count", "rnr_retry_count", "srq", "qp_num"},
+	"rdma_ud_param":           {"private_data", "private_data_len", "ah_attr", "qp_num", "qkey"},
+	"rdma_cm_event":           {"id", "listen_id", "event", "status", "param.conn", "param.ud"},
+	"rdma_addrinfo":           {"ai_flags", "ai_family", "ai_qp_type", "ai_port_space", "ai_src_len", "ai_dst_len", "ai_src_addr", "ai_dst_addr", "ai_src_canonname", "ai_dst_canonname", "ai_route_len", "ai_route", "ai_connect_len", "ai_connect", "ai_next"},
+	"rdma_cm_join_mc_attr_ex": {"comp_mask", "join_flags", "addr"},
+	"ibv_ece":                 {"vendor_id", "options", "comp_mask"},
+}
+
+// cmLayoutEnums lists the constants of rdma_cma.h the library relies on.
+var cmLayoutEnums = []string{
+	"RDMA_CM_EVENT_ADDR_RESOLVED", "RDMA_CM_EVENT_CONNECT_REQUEST", "RDMA_CM_EVENT_CONNECT_RESPONSE",
+	"RDMA_CM_EVENT_ESTABLISHED", "RDMA_CM_EVENT_DISCONNECTED", "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+	"RDMA_PS_IPOIB", "RDMA_PS_TCP", "RDMA_PS_UDP", "RDMA_PS_IB", "RDMA_UDP_QKEY",
+	"RDMA_MAX_RESP_RES", "RDMA_MAX_INIT_DEPTH", "RAI_PASSIVE", "RAI_NUMERICHOST", "RAI_NOROUTE", "RAI_FAMILY",
+	"RDMA_OPTION_ID", "RDMA_OPTION_IB", "RDMA_OPTION_ID_TOS", "RDMA_OPTION_ID_REUSEADDR",
+	"RDMA_OPTION_ID_AFONLY", "RDMA_OPTION_ID_ACK_TIMEOUT",
+}
+
+// TestCMLayoutMatchesSystemHeader checks the drop-in librdmacm's header
+// against the system's rdma_cma.h the same way.
+func TestCMLayoutMatchesSystemHeader(t *testing.T) {
+	checkLayout(t, systemCMH, "rdma/rdma_cma.h", "sroce_rdmacm.h", "librdmacm-dev", cmLayoutChecks, cmLayoutEnums, "")
+}
+
+// checkLayout prints, from a program compiled against the system header
+// sysInc, a _Static_assert for every size, offset and constant of checks
+// and enums (and the extra printf lines), then compiles those assertions
+// against the library's own header ours.
+func checkLayout(t *testing.T, sysPath, sysInc, ours, pkg string, checks map[string][]string, enums []string, extra string) {
+	if _, err := os.Stat(sysPath); err != nil {
+		t.Skipf("skipping: %s is missing (apt-get install %s): no system layout to compare with", sysPath, pkg)
 	}
 	cc, err := Compiler()
 	if err != nil {
@@ -88,9 +133,9 @@ func TestLayoutMatchesSystemHeader(t *testing.T) {
 	}
 
 	var gen strings.Builder
-	gen.WriteString("#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\nint main(void)\n{\n")
+	fmt.Fprintf(&gen, "#include <stdio.h>\n#include <stddef.h>\n#include <%s>\nint main(void)\n{\n", sysInc)
 	n := 0
-	for s, fields := range layoutChecks {
+	for s, fields := range checks {
 		fmt.Fprintf(&gen, "\tprintf(\"_Static_assert(sizeof(struct %[1]s) == %%zu, \\\"sizeof %[1]s\\\");\\n\", sizeof(struct %[1]s));\n", s)
 		n++
 		for _, f := range fields {
@@ -99,35 +144,38 @@ func TestLayoutMatchesSystemHeader(t *testing.T) {
 			n += 2
 		}
 	}
-	for _, e := range layoutEnums {
+	for _, e := range enums {
 		fmt.Fprintf(&gen, "\tprintf(\"_Static_assert(%[1]s == %%lld, \\\"%[1]s\\\");\\n\", (long long)%[1]s);\n", e)
 		n++
 	}
-	gen.WriteString("\tprintf(\"_Static_assert(SROCE_COMPAT_PORT_ATTR_SIZE == %zu, \\\"compat port attr\\\");\\n\", offsetof(struct ibv_port_attr, port_cap_flags2));\n")
+	if extra != "" {
+		gen.WriteString(extra)
+		n++
+	}
 	gen.WriteString("\treturn 0;\n}\n")
 	genC := filepath.Join(dir, "gen_layout.c")
 	if err := os.WriteFile(genC, []byte(gen.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command(cc, "-o", filepath.Join(dir, "gen_layout"), genC).CombinedOutput(); err != nil {
-		t.Fatalf("compiling against the system's verbs.h: %v\n%s", err, out)
+		t.Fatalf("compiling against the system's %s: %v\n%s", sysInc, err, out)
 	}
 	asserts, err := exec.Command(filepath.Join(dir, "gen_layout")).Output()
 	if err != nil {
 		t.Fatalf("running the layout generator: %v", err)
 	}
-	if got := strings.Count(string(asserts), "_Static_assert"); got != n+1 {
-		t.Fatalf("the generator printed %d assertions, want %d", got, n+1)
+	if got := strings.Count(string(asserts), "_Static_assert"); got != n {
+		t.Fatalf("the generator printed %d assertions, want %d", got, n)
 	}
-	check := "#include <stddef.h>\n#include \"sroce_verbs.h\"\n" + string(asserts)
+	check := fmt.Sprintf("#include <stddef.h>\n#include \"%s\"\n", ours) + string(asserts)
 	checkC := filepath.Join(dir, "check_layout.c")
 	if err := os.WriteFile(checkC, []byte(check), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command(cc, "-fsyntax-only", "-I", dir, checkC).CombinedOutput(); err != nil {
-		t.Fatalf("the library's layouts differ from %s:\n%s", systemVerbsH, out)
+		t.Fatalf("the library's layouts differ from %s:\n%s", sysPath, out)
 	}
-	t.Logf("%d sizes, offsets and constants equal the system header's", n+1)
+	t.Logf("%d sizes, offsets and constants equal the system header's", n)
 }
 
 // TestLayoutCheckCatchesADifference makes sure the check above can fail: a

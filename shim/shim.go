@@ -1,7 +1,10 @@
-// Package shim builds sroce's drop-in libibverbs.so.1: a C library with the
-// binary interface and symbol versions of rdma-core 44's libibverbs, which
-// serves the verbs of unmodified programs from the sroce daemon (the control
-// protocol of daemon/ctl/sroce_ctl.h, the shared rings of ring/sroce_ring.h).
+// Package shim builds sroce's drop-in libibverbs.so.1 and librdmacm.so.1: C
+// libraries with the binary interfaces and symbol versions of rdma-core 44's
+// libibverbs and librdmacm, which serve the verbs and the connection manager
+// of unmodified programs from the sroce daemon (the control protocol of
+// daemon/ctl/sroce_ctl.h, the shared rings of ring/sroce_ring.h).
+// librdmacm is linked against the libibverbs built beside it: an ID's verbs
+// context, its QPs and CQs are that library's.
 //
 // The C sources are embedded in the sroce binary and compiled with the
 // system C compiler on first use into a cache directory keyed by a hash of
@@ -29,22 +32,43 @@ import (
 )
 
 //go:embed libibverbs/*.c libibverbs/*.h libibverbs/libibverbs.map
+//go:embed librdmacm/*.c librdmacm/*.h librdmacm/librdmacm.map
 var sources embed.FS
 
-// LibName is the file name (and soname) of the library Build produces.
+// LibName is the file name (and soname) of the verbs library Compile
+// produces.
 const LibName = "libibverbs.so.1"
 
-// srcDir is the directory of the C sources inside the embedded tree.
-const srcDir = "libibverbs"
+// CMLibName is the file name (and soname) of the connection manager's
+// library Compile produces beside LibName.
+const CMLibName = "librdmacm.so.1"
+
+// library is one shared object of the build: its sources are the C files
+// of its directory in the embedded tree and the shared ones it names.
+type library struct {
+	name   string   // soname and file name
+	dir    string   // its directory in the embedded tree
+	shared []string // C files of another library compiled into this one too
+	flags  []string // its own flags beside cflags
+	libs   []string // what it links against, after its sources
+}
+
+// libraries are built in this order (librdmacm links the libibverbs before it).
+var libraries = []library{
+	{name: LibName, dir: "libibverbs",
+		flags: []string{"-Wl,--version-script=libibverbs.map", "-Wl,-soname," + LibName}},
+	{name: CMLibName, dir: "librdmacm", shared: []string{"ctl.c"},
+		flags: []string{"-Wl,--version-script=librdmacm.map", "-Wl,-soname," + CMLibName,
+			`-DSROCE_LIB_NAME="librdmacm"`},
+		libs: []string{"-L.", "-l:" + LibName}},
+}
 
 // BuildTimeout bounds one run of the C compiler.
 const BuildTimeout = 2 * time.Minute
 
 // cflags are the compiler flags of every build; they are part of the cache key.
 var cflags = []string{
-	"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-fvisibility=hidden",
-	"-Wl,--version-script=libibverbs.map", "-Wl,-soname," + LibName,
-	"-Wl,-z,defs",
+	"-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-fvisibility=hidden", "-Wl,-z,defs",
 }
 
 // ErrNoCompiler is returned (wrapped) when no C compiler can be found.
@@ -69,27 +93,37 @@ func Compiler() (string, error) {
 		ErrNoCompiler, strings.Join(tried, ", "))
 }
 
-// source is one file of the library's build: a C source or header.
+// source is one file of the build: a C source or header, and the library
+// whose directory holds it ("" for the protocol headers).
 type source struct {
 	name string
 	data []byte
+	lib  string
 }
 
-// sourceFiles returns the library's files, sorted by name: the embedded C
-// sources and headers, and the protocol and ring headers of packages
+// sourceFiles returns the libraries' files, sorted by name: the embedded C
+// sources and headers of every library (one directory of the build: their
+// names never repeat), and the protocol and ring headers of packages
 // daemon/ctl and ring (one copy of each, where its Go side lives).
 func sourceFiles() ([]source, error) {
-	entries, err := fs.ReadDir(sources, srcDir)
-	if err != nil {
-		return nil, err
-	}
-	files := []source{{"sroce_ctl.h", ctl.CHeader}, {"sroce_ring.h", ring.CHeader}}
-	for _, e := range entries {
-		b, err := sources.ReadFile(srcDir + "/" + e.Name())
+	files := []source{{"sroce_ctl.h", ctl.CHeader, ""}, {"sroce_ring.h", ring.CHeader, ""}}
+	seen := map[string]bool{"sroce_ctl.h": true, "sroce_ring.h": true}
+	for _, l := range libraries {
+		entries, err := fs.ReadDir(sources, l.dir)
 		if err != nil {
 			return nil, err
 		}
-		files = append(files, source{e.Name(), b})
+		for _, e := range entries {
+			if seen[e.Name()] {
+				return nil, fmt.Errorf("two files named %s in the libraries' sources", e.Name())
+			}
+			seen[e.Name()] = true
+			b, err := sources.ReadFile(l.dir + "/" + e.Name())
+			if err != nil {
+				return nil, err
+			}
+			files = append(files, source{e.Name(), b, l.dir})
+		}
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
 	return files, nil
@@ -108,6 +142,10 @@ func Hash() (string, error) {
 		h.Write(f.data)
 	}
 	fmt.Fprintf(h, "flags\x00%s", strings.Join(cflags, "\x00"))
+	for _, l := range libraries {
+		fmt.Fprintf(h, "\x00%s\x00%s\x00%s\x00%s", l.name, strings.Join(l.shared, "\x00"),
+			strings.Join(l.flags, "\x00"), strings.Join(l.libs, "\x00"))
+	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
@@ -141,41 +179,45 @@ func WriteSources(dir string) error {
 	return nil
 }
 
-// Compile writes the sources into dir and compiles LibName there. It returns
-// what the compiler printed (empty for a warning-free build) and an error
-// that quotes it when the build failed.
+// Compile writes the sources into dir and compiles LibName and CMLibName
+// there. It returns what the compiler printed (empty for a warning-free
+// build) and an error that quotes it when the build failed.
 func Compile(ctx context.Context, dir string) (string, error) {
 	cc, err := Compiler()
 	if err != nil {
 		return "", err
 	}
 	if err := WriteSources(dir); err != nil {
-		return "", fmt.Errorf("writing libibverbs sources to %s: %w", dir, err)
+		return "", fmt.Errorf("writing the libraries' sources to %s: %w", dir, err)
 	}
 	files, err := sourceFiles()
 	if err != nil {
 		return "", err
 	}
-	args := append([]string{}, cflags...)
-	args = append(args, "-o", LibName)
-	for _, f := range files {
-		if strings.HasSuffix(f.name, ".c") {
-			args = append(args, f.name)
-		}
-	}
-	args = append(args, "-lpthread")
 	ctx, cancel := context.WithTimeout(ctx, BuildTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, cc, args...)
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() == context.DeadlineExceeded {
-		return string(out), fmt.Errorf("compiling sroce's libibverbs with %s took longer than %v", cc, BuildTimeout)
+	var printed strings.Builder
+	for _, l := range libraries {
+		args := append(append([]string{}, cflags...), l.flags...)
+		args = append(args, "-o", l.name)
+		for _, f := range files {
+			if f.lib == l.dir && strings.HasSuffix(f.name, ".c") {
+				args = append(args, f.name)
+			}
+		}
+		args = append(append(append(args, l.shared...), l.libs...), "-lpthread")
+		cmd := exec.CommandContext(ctx, cc, args...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		printed.Write(out)
+		if ctx.Err() == context.DeadlineExceeded {
+			return printed.String(), fmt.Errorf("compiling sroce's %s with %s took longer than %v", l.name, cc, BuildTimeout)
+		}
+		if err != nil {
+			return printed.String(), fmt.Errorf("compiling sroce's %s with %s failed (%v):\n%s", l.name, cc, err, out)
+		}
 	}
-	if err != nil {
-		return string(out), fmt.Errorf("compiling sroce's libibverbs with %s failed (%v):\n%s", cc, err, out)
-	}
-	return string(out), nil
+	return printed.String(), nil
 }
 
 // Lib returns the directory holding a built LibName for the embedded
@@ -197,7 +239,7 @@ func LibIn(ctx context.Context, cache string) (string, error) {
 		return "", err
 	}
 	final := filepath.Join(cache, "libibverbs-"+key)
-	if _, err := os.Stat(filepath.Join(final, LibName)); err == nil {
+	if _, err := os.Stat(filepath.Join(final, CMLibName)); err == nil {
 		return final, nil
 	}
 	if err := os.MkdirAll(cache, 0o755); err != nil {

@@ -11,8 +11,12 @@ import (
 	"testing"
 )
 
-// systemLib is the system's libibverbs, when installed.
-const systemLib = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1"
+// systemLib and systemCMLib are the system's libibverbs and librdmacm,
+// when installed.
+const (
+	systemLib   = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1"
+	systemCMLib = "/usr/lib/x86_64-linux-gnu/librdmacm.so.1"
+)
 
 // TestHeadersAreTheProjectsOwn checks that the library is built with the
 // protocol and ring headers of the daemon and the ring package themselves.
@@ -118,16 +122,27 @@ func dynamicSymbols(t *testing.T, lib string) []string {
 // TestSymbolsMatchSystemLibrary compares every exported symbol, its version
 // and whether it is a function or an object with the system's libibverbs.
 func TestSymbolsMatchSystemLibrary(t *testing.T) {
-	if _, err := os.Stat(systemLib); err != nil {
-		t.Skipf("skipping: %s is missing (apt-get install libibverbs1): nothing to compare with", systemLib)
+	compareSymbols(t, systemLib, LibName, 150, "libibverbs1")
+}
+
+// TestCMSymbolsMatchSystemLibrary does the same for librdmacm.
+func TestCMSymbolsMatchSystemLibrary(t *testing.T) {
+	compareSymbols(t, systemCMLib, CMLibName, 60, "librdmacm1")
+}
+
+// compareSymbols checks that the built library exports exactly what the
+// system's library does (symbols, versions, kinds).
+func compareSymbols(t *testing.T, system, name string, atLeast int, pkg string) {
+	if _, err := os.Stat(system); err != nil {
+		t.Skipf("skipping: %s is missing (apt-get install %s): nothing to compare with", system, pkg)
 	}
 	if _, err := exec.LookPath("objdump"); err != nil {
 		t.Skip("skipping: objdump is missing (apt-get install binutils)")
 	}
 	dir := buildOnce(t)
-	want := dynamicSymbols(t, systemLib)
-	got := dynamicSymbols(t, filepath.Join(dir, LibName))
-	if len(want) < 150 {
+	want := dynamicSymbols(t, system)
+	got := dynamicSymbols(t, filepath.Join(dir, name))
+	if len(want) < atLeast {
 		t.Fatalf("the system library shows only %d symbols: objdump's output was not understood", len(want))
 	}
 	wantSet := map[string]bool{}
@@ -146,7 +161,7 @@ func TestSymbolsMatchSystemLibrary(t *testing.T) {
 			t.Errorf("missing: %s", s)
 		}
 	}
-	t.Logf("%d symbols and version nodes, the same as %s", len(got), systemLib)
+	t.Logf("%d symbols and version nodes, the same as %s", len(got), system)
 }
 
 // runWithLib runs a program with the built library first on its library path
@@ -297,7 +312,7 @@ func TestMemoryRemapping(t *testing.T) {
 	if err != nil {
 		t.Fatalf("mr_test: %v", err)
 	}
-	if n := strings.Count(string(out), "ok "); n != 9 {
-		t.Fatalf("%d checks passed, want 9", n)
+	if n := strings.Count(string(out), "ok "); n != 10 {
+		t.Fatalf("%d checks passed, want 10", n)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
-// sroce run: runs an unmodified program on sroce's drop-in libibverbs.
+// sroce run: runs an unmodified program on sroce's drop-in libibverbs and
+// librdmacm.
 
 import (
 	"context"
@@ -17,25 +18,27 @@ import (
 )
 
 const runAbout = `
-Run starts PROGRAM with sroce's drop-in libibverbs.so.1 in front of the
-system's (LD_LIBRARY_PATH), so an unmodified, dynamically linked verbs
-program (ibv_devinfo, ibv_rc_pingpong, perftest's ib_* tools, pyverbs, ...)
-does RDMA on the devices of a running "sroce daemon". The library is
-compiled from the sources inside sroce with the system C compiler on first
-use and cached (/var/cache/sroce as root, else $XDG_CACHE_HOME/sroce or
-~/.cache/sroce); the system library is never touched.
+Run starts PROGRAM with sroce's drop-in libibverbs.so.1 and librdmacm.so.1
+in front of the system's (LD_LIBRARY_PATH), so an unmodified, dynamically
+linked verbs or RDMA CM program (ibv_devinfo, ibv_rc_pingpong, perftest's
+ib_* tools, rping, ucmatose, pyverbs, ...) does RDMA on the devices of a
+running "sroce daemon", which also runs the connection manager. The
+libraries are compiled from the sources inside sroce with the system C
+compiler on first use and cached (/var/cache/sroce as root, else
+$XDG_CACHE_HOME/sroce or ~/.cache/sroce); the system libraries are never
+touched.
 
 --socket names the daemon's socket (it sets SROCE_SOCKET for the program);
 by default the library looks where the daemon listens by default. The
 program gets sroce's standard input, output, error and signals, and sroce
 exits with its status. --print-lib prints the directory of the built
-library and exits.`
+libraries and exits.`
 
 // runRun implements "sroce run".
 func runRun(e *env, args []string) int {
 	f := newFlags(e, "run", "sroce run [--socket PATH] [--] PROGRAM [ARGS...]", runAbout)
 	socket := f.String("socket", "", "the daemon's unix socket (sets SROCE_SOCKET)")
-	printLib := f.Bool("print-lib", false, "print the directory of the built libibverbs and exit")
+	printLib := f.Bool("print-lib", false, "print the directory of the built libibverbs and librdmacm and exit")
 	// Flags stop at the program: everything after it is the program's.
 	if err := f.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

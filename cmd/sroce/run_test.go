@@ -43,8 +43,10 @@ func TestRunSetsTheEnvironment(t *testing.T) {
 	if len(dirs) != 2 || dirs[1] != "/opt/other" {
 		t.Errorf("LD_LIBRARY_PATH = %q, want the library's directory then /opt/other", parts[0])
 	}
-	if _, err := os.Stat(filepath.Join(dirs[0], shim.LibName)); err != nil {
-		t.Errorf("no %s in %s: %v", shim.LibName, dirs[0], err)
+	for _, lib := range []string{shim.LibName, shim.CMLibName} {
+		if _, err := os.Stat(filepath.Join(dirs[0], lib)); err != nil {
+			t.Errorf("no %s in %s: %v", lib, dirs[0], err)
+		}
 	}
 	if parts[1] != "/tmp/x.sock" {
 		t.Errorf("SROCE_SOCKET = %q", parts[1])

@@ -18,10 +18,10 @@ import (
 // Protocol constants (SROCE_CTL_*).
 const (
 	Magic   = 0x4c435253 // "SRCL"
-	Version = 1
-	MaxMsg  = 8192 // the largest datagram either way
-	MaxFDs  = 4    // descriptors one datagram may carry
-	NameLen = 64   // device name buffer, NUL-terminated
+	Version = 2          // 2: the CM operations
+	MaxMsg  = 8192       // the largest datagram either way
+	MaxFDs  = 4          // descriptors one datagram may carry
+	NameLen = 64         // device name buffer, NUL-terminated
 )
 
 // Op is a request's operation (enum sroce_ctl_op).
@@ -62,6 +62,24 @@ const (
 
 	OpCreateAH  Op = 50
 	OpDestroyAH Op = 51
+
+	OpCMCreateChannel  Op = 60
+	OpCMDestroyChannel Op = 61
+	OpCMCreateID       Op = 62
+	OpCMDestroyID      Op = 63
+	OpCMBind           Op = 64
+	OpCMResolveAddr    Op = 65
+	OpCMResolveRoute   Op = 66
+	OpCMQuery          Op = 67
+	OpCMListen         Op = 68
+	OpCMConnect        Op = 69
+	OpCMAccept         Op = 70
+	OpCMReject         Op = 71
+	OpCMDisconnect     Op = 72
+	OpCMInitQPAttr     Op = 73
+	OpCMNotify         Op = 74
+	OpCMSetOption      Op = 75
+	OpCMMigrateID      Op = 76
 )
 
 var opNames = map[Op]string{
@@ -74,7 +92,17 @@ var opNames = map[Op]string{
 	OpCreateQP: "CREATE_QP", OpModifyQP: "MODIFY_QP", OpQueryQP: "QUERY_QP", OpDestroyQP: "DESTROY_QP",
 	OpCreateSRQ: "CREATE_SRQ", OpModifySRQ: "MODIFY_SRQ", OpQuerySRQ: "QUERY_SRQ", OpDestroySRQ: "DESTROY_SRQ",
 	OpCreateAH: "CREATE_AH", OpDestroyAH: "DESTROY_AH",
+	OpCMCreateChannel: "CM_CREATE_CHANNEL", OpCMDestroyChannel: "CM_DESTROY_CHANNEL",
+	OpCMCreateID: "CM_CREATE_ID", OpCMDestroyID: "CM_DESTROY_ID", OpCMBind: "CM_BIND",
+	OpCMResolveAddr: "CM_RESOLVE_ADDR", OpCMResolveRoute: "CM_RESOLVE_ROUTE", OpCMQuery: "CM_QUERY",
+	OpCMListen: "CM_LISTEN", OpCMConnect: "CM_CONNECT", OpCMAccept: "CM_ACCEPT", OpCMReject: "CM_REJECT",
+	OpCMDisconnect: "CM_DISCONNECT", OpCMInitQPAttr: "CM_INIT_QP_ATTR", OpCMNotify: "CM_NOTIFY",
+	OpCMSetOption: "CM_SET_OPTION", OpCMMigrateID: "CM_MIGRATE_ID",
 }
+
+// IsCM says whether the op is one of the connection manager's (CM_*),
+// which a connection may send before OPEN.
+func (o Op) IsCM() bool { return o >= OpCMCreateChannel && o <= OpCMMigrateID }
 
 // String returns the op's name ("CREATE_QP"), or "op N" for an unknown one.
 func (o Op) String() string {

@@ -24,7 +24,10 @@ var goStructs = map[string]any{
 	"sroce_ctl_create_qp": CreateQP{}, "sroce_ctl_qp": QP{}, "sroce_qp_ctl": QPCtl{},
 	"sroce_ctl_ah_attr": AHAttr{}, "sroce_ctl_qp_attr": QPAttr{}, "sroce_ctl_modify_qp": ModifyQP{},
 	"sroce_ctl_srq": SRQ{}, "sroce_ctl_srq_created": SRQCreated{}, "sroce_srq_ctl": SRQCtl{},
-	"sroce_ctl_ah": AH{},
+	"sroce_ctl_ah":      AH{},
+	"sroce_ctl_cm_addr": CMAddr{}, "sroce_ctl_cm_create_id": CMCreateID{}, "sroce_ctl_cm_id_arg": CMIDArg{},
+	"sroce_ctl_cm_addr_req": CMAddrReq{}, "sroce_ctl_cm_id_info": CMIDInfo{}, "sroce_ctl_cm_conn": CMConn{},
+	"sroce_ctl_cm_option": CMOption{}, "sroce_ctl_cm_event": CMEvent{},
 }
 
 var (
@@ -91,7 +94,9 @@ func TestHeaderLayout(t *testing.T) {
 		v uintptr
 	}{{"SROCE_CTL_MAGIC", Magic}, {"SROCE_CTL_VERSION", Version}, {"SROCE_CTL_MAX_MSG", MaxMsg},
 		{"SROCE_CTL_MAX_FDS", MaxFDs}, {"SROCE_CTL_NAME", NameLen}, {"SROCE_OP_CREATE_QP", uintptr(OpCreateQP)},
-		{"SROCE_OP_DESTROY_AH", uintptr(OpDestroyAH)}, {"SROCE_OP_QUERY_SRQ", uintptr(OpQuerySRQ)}} {
+		{"SROCE_OP_DESTROY_AH", uintptr(OpDestroyAH)}, {"SROCE_OP_QUERY_SRQ", uintptr(OpQuerySRQ)},
+		{"SROCE_OP_CM_CREATE_CHANNEL", uintptr(OpCMCreateChannel)}, {"SROCE_OP_CM_MIGRATE_ID", uintptr(OpCMMigrateID)},
+		{"SROCE_OP_CM_ACCEPT", uintptr(OpCMAccept)}, {"SROCE_CTL_CM_PRIVATE", CMPrivate}} {
 		checks = append(checks, check{k.c, k.v})
 	}
 	cc, err := exec.LookPath("gcc")
@@ -176,6 +181,8 @@ func FuzzParse(f *testing.F) {
 		Get[ModifyQP](body)
 		Get[CreateQP](body)
 		Get[AH](body)
+		Get[CMConn](body)
+		Get[CMAddrReq](body)
 		Name(body)
 	})
 }

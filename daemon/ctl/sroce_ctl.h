@@ -35,6 +35,17 @@
  * reply); if it is not 0 it writes the 8-byte value 1 to the doorbell
  * eventfd of the OPEN reply. While the daemon polls the rings it keeps
  * need_wakeup 0 and no system call is needed.
+ *
+ * The connection manager (the drop-in librdmacm): the CM_* operations are
+ * allowed on any connection, before OPEN too, and are the kernel's ucma
+ * commands as librdmacm uses them. A CM ID belongs to the connection that
+ * created it and is tied to a device by BIND or RESOLVE_ADDR (its
+ * sroce_ctl_cm_id_info names the device, which the client OPENs on a
+ * connection of its own for verbs). Events come on the socket of the ID's
+ * event channel (CM_CREATE_CHANNEL's reply fd, SOCK_SEQPACKET, datagrams of
+ * struct sroce_ctl_cm_event): the client polls and reads it itself. When
+ * the connection closes, its IDs are destroyed: connected ones are
+ * disconnected (a DREQ to the peer), listeners released.
  */
 #ifndef SROCE_CTL_H
 #define SROCE_CTL_H
@@ -42,7 +53,7 @@
 #include <stdint.h>
 
 #define SROCE_CTL_MAGIC   0x4c435253u /* "SRCL" */
-#define SROCE_CTL_VERSION 1
+#define SROCE_CTL_VERSION 2 /* 2: the CM operations */
 #define SROCE_CTL_MAX_MSG 8192 /* the largest datagram either way */
 #define SROCE_CTL_MAX_FDS 4
 #define SROCE_CTL_NAME    64   /* device name buffer, NUL-terminated */
@@ -81,6 +92,25 @@ enum sroce_ctl_op {
 
 	SROCE_OP_CREATE_AH    = 50,
 	SROCE_OP_DESTROY_AH   = 51,
+
+	/* The CM (version 2). Request bodies in parentheses. */
+	SROCE_OP_CM_CREATE_CHANNEL  = 60, /* (none) reply {handle}, fds: the event socket */
+	SROCE_OP_CM_DESTROY_CHANNEL = 61, /* (handle) EBUSY while IDs use it */
+	SROCE_OP_CM_CREATE_ID       = 62, /* (cm_create_id) reply {handle} */
+	SROCE_OP_CM_DESTROY_ID      = 63, /* (cm_id_arg) */
+	SROCE_OP_CM_BIND            = 64, /* (cm_addr_req: src) reply cm_id_info */
+	SROCE_OP_CM_RESOLVE_ADDR    = 65, /* (cm_addr_req) event ADDR_RESOLVED or ADDR_ERROR */
+	SROCE_OP_CM_RESOLVE_ROUTE   = 66, /* (cm_id_arg: timeout ms) event ROUTE_RESOLVED or ROUTE_ERROR */
+	SROCE_OP_CM_QUERY           = 67, /* (cm_id_arg) reply cm_id_info */
+	SROCE_OP_CM_LISTEN          = 68, /* (cm_id_arg: backlog) */
+	SROCE_OP_CM_CONNECT         = 69, /* (cm_conn) */
+	SROCE_OP_CM_ACCEPT          = 70, /* (cm_conn) passive: sends REP; active, after CONNECT_RESPONSE: RTU */
+	SROCE_OP_CM_REJECT          = 71, /* (cm_conn: private data) */
+	SROCE_OP_CM_DISCONNECT      = 72, /* (cm_id_arg) */
+	SROCE_OP_CM_INIT_QP_ATTR    = 73, /* (cm_id_arg: qp state) reply modify_qp {id, mask, attr} */
+	SROCE_OP_CM_NOTIFY          = 74, /* (cm_id_arg: enum ibv_event_type) */
+	SROCE_OP_CM_SET_OPTION      = 75, /* (cm_option) */
+	SROCE_OP_CM_MIGRATE_ID      = 76, /* (cm_id_arg: the new channel) */
 };
 
 struct sroce_ctl_hdr {
@@ -416,6 +446,101 @@ struct sroce_ctl_ah {
 	uint32_t pd_or_handle;
 	uint32_t reserved;
 	struct sroce_ctl_ah_attr attr;
+};
+
+/* The CM. */
+
+#define SROCE_CTL_CM_PRIVATE 224 /* private data bytes a message carries at most */
+
+/* A socket address as the CM takes and gives it. */
+struct sroce_ctl_cm_addr {
+	uint16_t family;           /* AF_INET, AF_INET6, or 0: none */
+	uint16_t port;             /* host order */
+	uint32_t scope_id;         /* IPv6 */
+	uint8_t  addr[16];         /* AF_INET: the first 4 bytes */
+};
+
+/* CM_CREATE_ID request. */
+struct sroce_ctl_cm_create_id {
+	uint32_t channel;
+	uint16_t ps;               /* enum rdma_port_space: RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IB */
+	uint8_t  qp_type;          /* IBV_QPT_RC or IBV_QPT_UD */
+	uint8_t  reserved0;
+};
+
+/* An ID and one number: DESTROY_ID, RESOLVE_ROUTE (timeout), QUERY,
+ * LISTEN (backlog), DISCONNECT, INIT_QP_ATTR (state), NOTIFY (event),
+ * MIGRATE_ID (channel). */
+struct sroce_ctl_cm_id_arg {
+	uint32_t id;
+	uint32_t arg;
+};
+
+/* BIND (src) and RESOLVE_ADDR (src, optional, and dst). */
+struct sroce_ctl_cm_addr_req {
+	uint32_t id;
+	uint32_t timeout_ms;
+	struct sroce_ctl_cm_addr src;
+	struct sroce_ctl_cm_addr dst;
+};
+
+/* What an ID is bound to and connected with (struct rdma_route's
+ * contents): QUERY's and BIND's reply, and part of every event. */
+struct sroce_ctl_cm_id_info {
+	uint32_t handle;
+	uint32_t path_mtu;         /* enum ibv_mtu, once the route is resolved */
+	struct sroce_ctl_cm_addr src;
+	struct sroce_ctl_cm_addr dst;
+	uint8_t  sgid[16];
+	uint8_t  dgid[16];
+	uint16_t pkey;             /* host order */
+	uint8_t  port_num;         /* 0: not bound to a device */
+	uint8_t  num_paths;        /* 1 once the route is resolved */
+	uint8_t  hop_limit;
+	uint8_t  traffic_class;
+	uint8_t  sgid_index;
+	uint8_t  reserved0;
+	char     device[SROCE_CTL_NAME]; /* "" until bound */
+};
+
+/* CONNECT, ACCEPT, REJECT (private data only); an event's parameters. */
+struct sroce_ctl_cm_conn {
+	uint32_t id;
+	uint32_t qp_num;
+	uint32_t qkey;             /* UD */
+	uint8_t  private_data_len;
+	uint8_t  responder_resources;
+	uint8_t  initiator_depth;
+	uint8_t  flow_control;
+	uint8_t  retry_count;
+	uint8_t  rnr_retry_count;
+	uint8_t  srq;
+	uint8_t  reserved0;
+	uint8_t  private_data[SROCE_CTL_CM_PRIVATE];
+};
+
+/* SET_OPTION: RDMA_OPTION_ID with TOS, REUSEADDR, AFONLY, ACK_TIMEOUT. */
+struct sroce_ctl_cm_option {
+	uint32_t id;
+	uint32_t level;
+	uint32_t optname;
+	uint32_t reserved0;
+	uint64_t value;
+};
+
+/* One event on a CM channel's socket. info is the ID as it is now (for
+ * CONNECT_REQUEST a new ID the daemon created on the listener's channel);
+ * listen_id names the listener. status: 0, a negative errno value, or
+ * for REJECTED the REJ reason. conn holds the peer's private data and
+ * parameters; for UD IDs also its QPN, Q_Key and ah_attr. */
+struct sroce_ctl_cm_event {
+	uint32_t event;            /* enum rdma_cm_event_type */
+	int32_t  status;
+	uint32_t listen_id;
+	uint32_t reserved0;
+	struct sroce_ctl_cm_id_info info;
+	struct sroce_ctl_cm_conn conn;
+	struct sroce_ctl_ah_attr ah_attr;
 };
 
 #endif /* SROCE_CTL_H */

@@ -18,6 +18,11 @@
 
 #include "internal.h"
 
+/* The name warnings start with: this file is compiled into librdmacm too. */
+#ifndef SROCE_LIB_NAME
+#define SROCE_LIB_NAME "libibverbs"
+#endif
+
 static char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 
 /* The daemon's socket: SROCE_SOCKET, else the default for this user. */
@@ -47,7 +52,7 @@ void sroce_warn(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "libibverbs (sroce): %s\n", buf);
+	fprintf(stderr, SROCE_LIB_NAME " (sroce): %s\n", buf);
 }
 
 /* Opens a connection to the daemon and says hello; 0 or an errno value. */

@@ -619,11 +619,30 @@ EXPORT int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num,
 		errno = EIO;
 		return -1;
 	}
+	/* RoCEv2 over IPv4 (as rxe writes it): 20 zero bytes, then the IPv4
+	 * header; its addresses are the IPv4-mapped GIDs. Else an IPv6 GRH. */
+	const uint8_t *raw = (const uint8_t *)grh;
+	union ibv_gid sgid, dgid;
+	uint32_t flow = 0;
+	uint8_t tclass;
+	static const uint8_t zero[20];
+	if (!memcmp(raw, zero, sizeof(zero)) && (raw[20] >> 4) == 4) {
+		memset(&sgid, 0, sizeof(sgid));
+		memset(&dgid, 0, sizeof(dgid));
+		sgid.raw[10] = sgid.raw[11] = dgid.raw[10] = dgid.raw[11] = 0xff;
+		memcpy(&sgid.raw[12], raw + 20 + 12, 4);
+		memcpy(&dgid.raw[12], raw + 20 + 16, 4);
+		tclass = raw[21];
+	} else {
+		sgid = grh->sgid;
+		dgid = grh->dgid;
+		flow = ntohl(grh->version_tclass_flow);
+		tclass = (uint8_t)(flow >> 20);
+	}
 	int idx = -1;
 	for (int i = 0; i < pa.gid_tbl_len; i++) {
 		union ibv_gid g;
-		if (ibv_query_gid(context, port_num, i, &g) == 0 &&
-		    !memcmp(g.raw, grh->dgid.raw, 16)) {
+		if (ibv_query_gid(context, port_num, i, &g) == 0 && !memcmp(g.raw, dgid.raw, 16)) {
 			idx = i;
 			break;
 		}
@@ -632,12 +651,11 @@ EXPORT int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num,
 		errno = ENOENT;
 		return -1;
 	}
-	uint32_t flow = ntohl(grh->version_tclass_flow);
 	ah_attr->is_global = 1;
-	ah_attr->grh.dgid = grh->sgid;
+	ah_attr->grh.dgid = sgid;
 	ah_attr->grh.sgid_index = (uint8_t)idx;
 	ah_attr->grh.flow_label = flow & 0xfffff;
-	ah_attr->grh.traffic_class = (uint8_t)(flow >> 20);
+	ah_attr->grh.traffic_class = tclass;
 	ah_attr->grh.hop_limit = 0xff;
 	return 0;
 }

@@ -23,11 +23,12 @@
  * segments that the program no longer maps and no live MR covers.
  *
  * Limits:
- * - Only private anonymous memory is remapped (heap, malloc, mmap of
- *   MAP_ANONYMOUS, posix_memalign, static data of the program and its
- *   libraries are refused with EINVAL if they are file-backed). The stack,
- *   file-backed mappings, hugetlbfs, device mappings and unmapped holes are
- *   refused with EINVAL.
+ * - Only private memory is remapped: anonymous (heap, malloc, mmap of
+ *   MAP_ANONYMOUS, posix_memalign) and the writable private mappings of
+ *   files (the static data of the program and its libraries: rdma_client
+ *   registers its static buffers). The stack, shared and read-only file
+ *   mappings, hugetlbfs, device mappings and unmapped holes are refused
+ *   with EINVAL.
  * - After fork the child shares the remapped pages with the parent
  *   (MAP_SHARED) instead of getting a copy-on-write copy, as if the range
  *   had been given to ibv_dontfork_range and then shared; a child must not
@@ -39,6 +40,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +104,36 @@ static int open_mem_fd(void)
 	mem_fd = fd;
 	mem_ino = st.st_ino;
 	return 0;
+}
+
+struct find_obj {
+	uintptr_t addr;
+	int found;
+};
+
+static int find_obj_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+	struct find_obj *f = data;
+	(void)size;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t s = info->dlpi_addr + ph->p_vaddr;
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_W) && f->addr >= (s & ~(uintptr_t)4095) &&
+		    f->addr < s + ph->p_memsz) {
+			f->found = 1;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Whether addr is in a writable segment of the program or a library it
+ * loaded (its static data). */
+static int loaded_object(uintptr_t addr)
+{
+	struct find_obj f = {.addr = addr};
+	dl_iterate_phdr(find_obj_cb, &f);
+	return f.found;
 }
 
 /* Whether a mapping is a piece of the memfd at the offset of its address. */
@@ -301,8 +333,13 @@ int sroce_mem_backing(void *addr, size_t length, int *fd, uint64_t *offset)
 		uintptr_t s = covered, t = e.end < end ? e.end : end;
 		if (!is_ours(&e)) {
 			int anon = e.ino == 0 && (e.path[0] == 0 || !strcmp(e.path, "[heap]"));
-			if (!anon || e.shared) {
-				err = EINVAL; /* stack, files, devices, shared memory */
+			/* A program's or library's writable static data (.data,
+			 * .bss next to it): a private copy of the file's pages,
+			 * which the memfd's pages replace as well as anonymous
+			 * ones. */
+			int data = e.ino != 0 && (e.prot & PROT_WRITE) && loaded_object(e.start);
+			if ((!anon && !data) || e.shared) {
+				err = EINVAL; /* stack, read-only files, devices, shared memory */
 				break;
 			}
 			if (ntodo == (int)(sizeof(todo) / sizeof(todo[0]))) {

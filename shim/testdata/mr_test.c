@@ -150,6 +150,15 @@ int main(void)
 	CHECK(sroce_mem_backing(heap, 0, &fd, &off) == EINVAL, "an empty range was accepted");
 	printf("ok refused: stack, file, hole, empty\n");
 
+	/* The program's static data (a file's private writable mapping) is accepted. */
+	{
+		static unsigned char statbuf[64] = {1, 2, 3};
+		statbuf[63] = 9;
+		CHECK(sroce_mem_backing(statbuf, sizeof(statbuf), &fd, &off) == 0, "static data was refused");
+		CHECK(statbuf[0] == 1 && statbuf[63] == 9, "static data lost its contents");
+		printf("ok static data accepted\n");
+	}
+
 	/* Pages the program unmapped after their MR went away are given back to the system. */
 	{
 		size_t len = 256 * (size_t)pg;

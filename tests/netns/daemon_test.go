@@ -42,8 +42,14 @@ type daemonPair struct {
 // unprivileged user nobody when unprivileged is set.
 func startDaemons(t testing.TB, link string, unprivileged bool) *daemonPair {
 	t.Helper()
+	return startDaemonsIn(t, "sroce-daemon", link, unprivileged)
+}
+
+// startDaemonsIn is startDaemons with the namespaces' name prefix given.
+func startDaemonsIn(t testing.TB, prefix, link string, unprivileged bool) *daemonPair {
+	t.Helper()
 	nsutil.Skip(t)
-	pair, err := nsutil.NewPair(nsutil.PairConfig{Prefix: "sroce-daemon", Seed: 11})
+	pair, err := nsutil.NewPair(nsutil.PairConfig{Prefix: prefix, Seed: 11})
 	if err != nil {
 		t.Fatal(err)
 	}

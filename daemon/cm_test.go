@@ -1,0 +1,188 @@
+package daemon_test
+
+import (
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sroce/sroce/daemon"
+	"github.com/sroce/sroce/daemon/ctl"
+)
+
+// cmClient speaks the CM operations raw, as the drop-in librdmacm does.
+type cmClient struct {
+	t   *testing.T
+	uc  *net.UnixConn
+	seq uint32
+}
+
+func dialCM(t *testing.T, r *rig) *cmClient {
+	t.Helper()
+	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: r.socket, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cmClient{t: t, uc: uc}
+	t.Cleanup(func() { uc.Close() })
+	hello := ctl.Hello{ABI: ctl.Version}
+	if _, _, err := c.call(ctl.OpHello, ctl.Bytes(&hello)); err != nil {
+		t.Fatalf("HELLO: %v", err)
+	}
+	return c
+}
+
+// call sends one request and returns the reply body and descriptors, or
+// the daemon's errno.
+func (c *cmClient) call(op ctl.Op, body []byte) ([]byte, []int, error) {
+	c.t.Helper()
+	c.seq++
+	if _, err := c.uc.Write(ctl.Append(nil, ctl.Hdr{Op: op, Seq: c.seq}, body)); err != nil {
+		return nil, nil, err
+	}
+	buf := make([]byte, ctl.MaxMsg)
+	oob := make([]byte, unix.CmsgSpace(ctl.MaxFDs*4))
+	c.uc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, oobn, _, _, err := c.uc.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, nil, err
+	}
+	if n == 0 {
+		return nil, nil, errors.New("the daemon closed the connection")
+	}
+	var fds []int
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, m := range msgs {
+			if r, err := unix.ParseUnixRights(&m); err == nil {
+				fds = append(fds, r...)
+			}
+		}
+	}
+	h, b, err := ctl.Parse(buf[:n])
+	if err != nil {
+		return nil, fds, err
+	}
+	if h.Err != 0 {
+		return nil, fds, unix.Errno(h.Err)
+	}
+	return b, fds, nil
+}
+
+func (c *cmClient) channel() uint32 {
+	c.t.Helper()
+	b, fds, err := c.call(ctl.OpCMCreateChannel, nil)
+	if err != nil || len(fds) != 1 {
+		c.t.Fatalf("CM_CREATE_CHANNEL: %v, %d descriptors", err, len(fds))
+	}
+	c.t.Cleanup(func() { unix.Close(fds[0]) })
+	h, _ := ctl.Get[ctl.Handle](b)
+	return h.Handle
+}
+
+func (c *cmClient) createID(ch uint32) (uint32, error) {
+	req := ctl.CMCreateID{Channel: ch, PS: 0x0106, QPType: 2}
+	b, _, err := c.call(ctl.OpCMCreateID, ctl.Bytes(&req))
+	if err != nil {
+		return 0, err
+	}
+	h, _ := ctl.Get[ctl.Handle](b)
+	return h.Handle, nil
+}
+
+func (c *cmClient) bind(id uint32, addr [4]byte, port uint16) (ctl.CMIDInfo, error) {
+	req := ctl.CMAddrReq{ID: id, Src: ctl.CMAddr{Family: unix.AF_INET, Port: port}}
+	copy(req.Src.Addr[:], addr[:])
+	b, _, err := c.call(ctl.OpCMBind, ctl.Bytes(&req))
+	if err != nil {
+		return ctl.CMIDInfo{}, err
+	}
+	return ctl.Get[ctl.CMIDInfo](b)
+}
+
+// TestCMOperations drives the CM operations raw: IDs on a channel up to
+// the client's limit, a bind that names the device, a listener that a
+// departed client leaves behind released (its port can be bound again),
+// and requests that break the protocol ending the connection.
+func TestCMOperations(t *testing.T) {
+	r := newRig(t, daemon.Options{Limits: daemon.Limits{CMIDs: 3}})
+	addr := [4]byte{10, 0, 0, 1} // sroce_mem0's address
+
+	a := dialCM(t, r)
+	ch := a.channel()
+	if _, err := a.createID(ch + 100); !errors.Is(err, unix.EINVAL) {
+		t.Errorf("an ID on an unknown channel: %v, want EINVAL", err)
+	}
+	var ids []uint32
+	for i := 0; i < 3; i++ {
+		id, err := a.createID(ch)
+		if err != nil {
+			t.Fatalf("ID %d: %v", i, err)
+		}
+		ids = append(ids, id)
+	}
+	if _, err := a.createID(ch); !errors.Is(err, unix.ENOMEM) {
+		t.Errorf("an ID past the limit: %v, want ENOMEM", err)
+	}
+	info, err := a.bind(ids[0], addr, 7000)
+	if err != nil {
+		t.Fatalf("CM_BIND: %v", err)
+	}
+	if ctl.Name(info.Device[:]) != "sroce_mem0" || info.Src.Port != 7000 || info.PortNum != 1 {
+		t.Errorf("CM_BIND's reply: device %q, port %d, port_num %d", ctl.Name(info.Device[:]), info.Src.Port, info.PortNum)
+	}
+	listen := ctl.CMIDArg{ID: ids[0], Arg: 8}
+	if _, _, err := a.call(ctl.OpCMListen, ctl.Bytes(&listen)); err != nil {
+		t.Fatalf("CM_LISTEN: %v", err)
+	}
+	if _, err := a.bind(ids[1], addr, 7000); !errors.Is(err, unix.EADDRINUSE) {
+		t.Errorf("binding a listened port again: %v, want EADDRINUSE", err)
+	}
+	if _, _, err := a.call(ctl.OpCMDestroyChannel, ctl.Bytes(&ctl.Handle{Handle: ch})); !errors.Is(err, unix.EBUSY) {
+		t.Errorf("destroying a channel with IDs: %v, want EBUSY", err)
+	}
+	destroy := ctl.CMIDArg{ID: ids[2]}
+	if _, _, err := a.call(ctl.OpCMDestroyID, ctl.Bytes(&destroy)); err != nil {
+		t.Errorf("CM_DESTROY_ID: %v", err)
+	}
+	if _, _, err := a.call(ctl.OpCMQuery, ctl.Bytes(&destroy)); !errors.Is(err, unix.ENOENT) {
+		t.Errorf("querying a destroyed ID: %v, want ENOENT", err)
+	}
+
+	// The client goes away: its listener is released.
+	a.uc.Close()
+	b := dialCM(t, r)
+	bch := b.channel()
+	id, err := b.createID(bch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err = b.bind(id, addr, 7000)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Errorf("binding the departed client's port: %v", err)
+	}
+
+	// A CM request shorter than its struct ends the connection.
+	short := ctl.CMIDArg{ID: id}
+	if _, _, err := b.call(ctl.OpCMConnect, ctl.Bytes(&short)); err == nil {
+		t.Error("a CM_CONNECT of the wrong size was answered")
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for !strings.Contains(r.logText(), "CM_CONNECT request: body of") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(r.logText(), "CM_CONNECT request: body of "+strconv.Itoa(int(unsafe.Sizeof(short)))) {
+		t.Errorf("the log does not say why the client was disconnected:\n%s", r.logText())
+	}
+}
