@@ -22,8 +22,10 @@ import (
 	"github.com/sroce/sroce/interop"
 )
 
-// rxePings is the number of pings of each run: the guest is emulated (TCG).
-const rxePings = 10
+// rxePings is the number of pings of each rping run (the README's
+// `rping -C 100`); the guest is emulated (TCG), so the other programs run
+// short.
+const rxePings = 100
 
 // TestCMToolsShimRxe runs each rxeCMCases program both ways against rxe.
 func TestCMToolsShimRxe(t *testing.T) {
@@ -61,7 +63,41 @@ func TestCMToolsShimRxe(t *testing.T) {
 			t.Logf("the guest after the runs:\n%s", rig.GuestState(context.Background()))
 		}
 	})
+	// Last, rping again with 2% of the guest's RoCEv2 frames dropped each
+	// way: the CM's resends and the RC retransmissions carry it through.
+	type run struct {
+		rxeCMCase
+		loss float64 // percent of the guest's RoCEv2 frames dropped each way
+	}
+	var runs []run
 	for _, c := range rxeCMCases {
+		runs = append(runs, run{c, 0})
+	}
+	lossy := rxeCMCases[0]
+	lossy.name = "rping-2%-loss"
+	runs = append(runs, run{lossy, 2})
+	for _, c := range runs {
+		if c.loss > 0 {
+			if err := rig.SetLoss(ctx, c.loss); err != nil {
+				t.Fatal(err)
+			}
+			before, err := rig.Loss(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				after, err := rig.Loss(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				d := after.Minus(before)
+				t.Logf("%s: %s", c.name, d.Describe("rxe", "sroce"))
+				if d.OutDropped+d.InDropped == 0 {
+					t.Errorf("%s: the guest dropped no RoCEv2 frame; the run had no loss to survive", c.name)
+				}
+			})
+		}
 		t.Run(c.name+"/rxe-server", func(t *testing.T) {
 			srv, err := rig.StartPeer(ctx, c.prog+" "+strings.ReplaceAll(c.server, "{addr}", guest))
 			if err != nil {
