@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sroce/sroce/client"
 	"github.com/sroce/sroce/daemon"
 	"github.com/sroce/sroce/daemon/ctl"
 )
@@ -151,6 +152,19 @@ func TestCMOperations(t *testing.T) {
 	}
 	if _, _, err := a.call(ctl.OpCMQuery, ctl.Bytes(&destroy)); !errors.Is(err, unix.ENOENT) {
 		t.Errorf("querying a destroyed ID: %v, want ENOENT", err)
+	}
+
+	// QUERY_STATS shows the CM agent's counters beside the engine's.
+	st, err := client.Stats(r.socket, "sroce_mem0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, c := range st.CM {
+		names[c.Name] = true
+	}
+	if !names["cm_mads_sent"] || !names["cm_established"] || !names["cm_half_open"] {
+		t.Errorf("QUERY_STATS's CM counters: %+v", st.CM)
 	}
 
 	// The client goes away: its listener is released.

@@ -445,6 +445,25 @@ func (sd *served) disown(obj any) {
 	sd.mu.Unlock()
 }
 
+// CMStats returns the counters of the RDMA CM's agent on device name
+// ("sroce_eth0"), or nil when the CM does not run there.
+func (s *Server) CMStats(name string) []rdmacm.Counter {
+	if s.cm == nil {
+		return nil
+	}
+	for _, sd := range s.devices() {
+		if sd.name != name {
+			continue
+		}
+		for _, st := range s.cm.Stats() {
+			if st.Device == sd.dev.Device().Name() {
+				return st.List()
+			}
+		}
+	}
+	return nil
+}
+
 // Inspector is what a Device may also tell about itself for QUERY_STATS
 // (iface.Port implements it).
 type Inspector interface {
@@ -495,6 +514,9 @@ func (s *Server) stats(name string) ([]byte, []int, error) {
 			st.Engine = append(st.Engine, ctl.Counter{Name: name, Value: v})
 		}
 		sort.Slice(st.Engine, func(i, j int) bool { return st.Engine[i].Name < st.Engine[j].Name })
+	}
+	for _, c := range s.CMStats(sd.name) {
+		st.CM = append(st.CM, ctl.Counter{Name: c.Name, Value: c.Value})
 	}
 	b, err := json.Marshal(&st)
 	if err != nil || len(b) > ctl.MaxMsg-ctl.HdrSize {

@@ -13,6 +13,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +49,39 @@ type Stats struct {
 	cm.Counters
 	HalfOpen int // passive connections not yet established, now
 	Conns    int // connections the Manager holds, now
+}
+
+// Counter is one named figure of Stats.List.
+type Counter struct {
+	Name  string
+	Value uint64
+}
+
+// List returns the figures as named counters in a fixed order, the way
+// `sroce stat` and the daemon's metrics show them: cm_mads_sent,
+// cm_mads_received, the Manager's counters, cm_half_open and cm_conns
+// (now), then cm_dropped_REASON for each drop reason seen (sorted, spaces
+// as underscores).
+func (s *Stats) List() []Counter {
+	c := &s.Counters
+	l := []Counter{
+		{"cm_mads_sent", s.MADsSent}, {"cm_mads_received", s.MADsReceived},
+		{"cm_resends", c.Resends}, {"cm_dups_answered", c.DupsAnswered},
+		{"cm_rej_sent", c.REJSent}, {"cm_rej_received", c.REJReceived},
+		{"cm_established", c.Established}, {"cm_disconnects", c.Disconnects},
+		{"cm_timeouts", c.Timeouts}, {"cm_half_open_full", c.HalfOpenFull},
+		{"cm_no_listener", c.NoListener}, {"cm_unknown_conn", c.UnknownConn},
+		{"cm_half_open", uint64(s.HalfOpen)}, {"cm_conns", uint64(s.Conns)},
+	}
+	reasons := make([]string, 0, len(s.Dropped))
+	for r := range s.Dropped {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	for _, r := range reasons {
+		l = append(l, Counter{"cm_dropped_" + strings.ReplaceAll(r, " ", "_"), s.Dropped[r]})
+	}
+	return l
 }
 
 type agent struct {

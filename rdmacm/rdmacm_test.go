@@ -313,6 +313,18 @@ func TestRejectWithPrivateData(t *testing.T) {
 	if s := p.a.cm.Stats()[0]; s.REJReceived != 1 {
 		t.Fatalf("active stats %+v", s)
 	}
+	// The named counters (sroce stat, the daemon's metrics) say the same.
+	named := map[string]uint64{}
+	st := p.b.cm.Stats()[0]
+	for _, c := range st.List() {
+		if _, dup := named[c.Name]; dup {
+			t.Fatalf("counter %s listed twice", c.Name)
+		}
+		named[c.Name] = c.Value
+	}
+	if named["cm_rej_sent"] != 1 || named["cm_mads_received"] != st.MADsReceived || named["cm_mads_received"] == 0 {
+		t.Fatalf("named counters %v", named)
+	}
 	if err := act.Disconnect(); err == nil {
 		t.Fatal("Disconnect of a rejected ID succeeded")
 	}

@@ -227,10 +227,18 @@ func writeMetrics(w interface{ Write([]byte) (int, error) }, srv *daemon.Server,
 	seen := map[string]bool{}
 	for _, p := range ports {
 		dev := p.Device().Name()
-		for _, st := range append(p.Counters(), p.LinkStats()...) {
+		stats := append(p.Counters(), p.LinkStats()...)
+		for _, c := range srv.CMStats("sroce_" + p.Ifname()) {
+			stats = append(stats, iface.Stat{Name: c.Name, Value: c.Value})
+		}
+		for _, st := range stats {
 			name := "sroce_" + metricName(st.Name)
 			if !seen[name] {
-				fmt.Fprintf(&b, "# TYPE %s counter\n", name)
+				typ := "counter"
+				if st.Name == "cm_half_open" || st.Name == "cm_conns" {
+					typ = "gauge"
+				}
+				fmt.Fprintf(&b, "# TYPE %s %s\n", name, typ)
 				seen[name] = true
 			}
 			fmt.Fprintf(&b, "%s{device=%q} %d\n", name, dev, st.Value)

@@ -122,6 +122,8 @@ type statData struct {
 	Link       []iface.Stat      `json:"-"`
 	EngineMap  map[string]uint64 `json:"counters"`
 	LinkMap    map[string]uint64 `json:"link_counters"`
+	CM         []iface.Stat      `json:"-"`
+	CMMap      map[string]uint64 `json:"cm_counters,omitempty"`
 	PortErr    string            `json:"port_error,omitempty"`
 	Limitation string            `json:"note"`
 	Daemon     string            `json:"daemon_socket,omitempty"`
@@ -150,6 +152,13 @@ func daemonStat(socket, ifname string) *statData {
 	for _, c := range st.Link {
 		d.Link = append(d.Link, iface.Stat{Name: c.Name, Value: c.Value})
 		d.LinkMap[c.Name] = c.Value
+	}
+	if len(st.CM) > 0 {
+		d.CMMap = map[string]uint64{}
+	}
+	for _, c := range st.CM {
+		d.CM = append(d.CM, iface.Stat{Name: c.Name, Value: c.Value})
+		d.CMMap[c.Name] = c.Value
 	}
 	return d
 }
@@ -208,5 +217,8 @@ func printStat(w io.Writer, d *statData, nonzero bool) {
 		what = "AF_XDP socket"
 	}
 	section("link counters ("+what+")", d.Link)
+	if len(d.CM) > 0 {
+		section("RDMA CM counters (QP1)", d.CM)
+	}
 	io.WriteString(w, b.String())
 }

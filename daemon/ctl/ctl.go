@@ -528,6 +528,7 @@ type Stats struct {
 	Clients   int       `json:"clients"`
 	Engine    []Counter `json:"counters"`
 	Link      []Counter `json:"link_counters"`
+	CM        []Counter `json:"cm_counters,omitempty"` // the RDMA CM's QP1 agent on the device
 	PortErr   string    `json:"port_error,omitempty"`
 }
 

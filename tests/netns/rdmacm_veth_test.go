@@ -155,6 +155,23 @@ func TestRealCMToolsDaemonsXDP(t *testing.T) {
 			}
 		})
 	}
+	// The CM is observable as the engine is: sroce stat on a daemon shows
+	// its QP1 agent's counters, and every program above connected.
+	ifname := strings.TrimPrefix(d.devs[0], "sroce_")
+	out, err := d.pair.A.Command(context.Background(), d.bin, "stat", "-d", ifname, "--socket", d.sockets[0], "--nonzero").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "RDMA CM counters (QP1):") {
+		t.Fatalf("sroce stat on the daemon: %v\n%s", err, out)
+	}
+	var established int
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "cm_established" {
+			established, _ = strconv.Atoi(f[1])
+		}
+	}
+	t.Logf("sroce stat:\n%s", out)
+	if established < len(cmTools) {
+		t.Errorf("sroce stat counts %d established CM connections after %d programs:\n%s", established, len(cmTools), out)
+	}
 }
 
 // TestRealRpingKilled kills an rping client with SIGKILL in the middle of a
