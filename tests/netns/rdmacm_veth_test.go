@@ -141,6 +141,7 @@ func (d *daemonPair) cmPair(t testing.TB, tool cmTool) (srv, cli toolOutcome) {
 func TestRealCMToolsDaemonsXDP(t *testing.T) {
 	needCMTools(t)
 	d := startDaemonsIn(t, "cmS-daemon", "xdp", false)
+	ran := 0 // programs that connected (udaddy's SIDR is no connection)
 	for _, tool := range cmTools {
 		t.Run(tool.name, func(t *testing.T) {
 			if _, err := exec.LookPath(tool.prog); err != nil {
@@ -152,6 +153,9 @@ func TestRealCMToolsDaemonsXDP(t *testing.T) {
 			}
 			if p := tool.check(srv, cli); p != "" {
 				t.Errorf("%s: %s\nserver %v\nclient %v", tool.name, p, srv, cli)
+			}
+			if tool.prog != "udaddy" {
+				ran++
 			}
 		})
 	}
@@ -169,8 +173,8 @@ func TestRealCMToolsDaemonsXDP(t *testing.T) {
 		}
 	}
 	t.Logf("sroce stat:\n%s", out)
-	if established < len(cmTools) {
-		t.Errorf("sroce stat counts %d established CM connections after %d programs:\n%s", established, len(cmTools), out)
+	if established < ran {
+		t.Errorf("sroce stat counts %d established CM connections after %d programs:\n%s", established, ran, out)
 	}
 }
 
