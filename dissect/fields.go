@@ -16,7 +16,8 @@ type Field struct {
 	// Layer names the header the field belongs to: "Ethernet", "802.1Q",
 	// "IPv4", "IPv6", "UDP", "BTH", an extended header ("RETH", "AETH",
 	// "AtomicETH", "AtomicAckETH", "ImmDt", "IETH", "DETH", "FETH"),
-	// "Payload" or "ICRC".
+	// for a management datagram to QP1 "MAD" and its CM message ("CM
+	// REQ", "CM SIDR_REP", ...), "Payload" or "ICRC".
 	Layer string
 	// Name is the field's name within its layer.
 	Name string
@@ -28,7 +29,7 @@ type Field struct {
 // AppendFields appends every header field of the decoded RoCEv2 packet p,
 // whose ICRC verifies when icrcOK is true, to fs, outermost header first:
 // Ethernet (and the 802.1Q tag), IPv4 or IPv6, UDP, BTH, the extended
-// headers in wire order, the payload's length and the ICRC (carried value,
+// headers in wire order, a MAD's header and CM message, the payload's length and the ICRC (carried value,
 // and the computed one when they differ).
 func AppendFields(fs []Field, p *bth.Packet, icrcOK bool) []Field {
 	add := func(layer, name, value string) {
@@ -142,6 +143,9 @@ func AppendFields(fs []Field, p *bth.Packet, icrcOK bool) []Field {
 			add("FETH", "selectivity level", dec(uint64(ft.SelectivityLevel())))
 			add("FETH", "placement type", dec(uint64(ft.PlacementType())))
 		}
+	}
+	if m, ok := DecodeMAD(p); ok {
+		fs = appendMADFields(fs, &m)
 	}
 	add("Payload", "length", dec(uint64(p.PayLen))+" bytes")
 	carried := string(appendWireICRC(nil, p.ICRC()))
