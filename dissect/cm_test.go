@@ -23,11 +23,11 @@ const cmGoldenDir = "../cm/testdata"
 
 // cmGoldenWant lists, per CM capture, the MAD names its lines must show.
 var cmGoldenWant = map[string][]string{
-	"rxe-rping":      {"CM REQ", "CM REP", "CM RTU", "CM DREQ", "CM DREP"},
-	"rxe-ucmatose":   {"CM REQ", "CM REP", "CM RTU", "CM DREQ", "CM DREP"},
-	"rxe-udaddy":     {"CM SIDR_REQ", "CM SIDR_REP"},
-	"rxe-perftest-R": {"CM REQ", "CM REP", "CM RTU", "CM DREQ", "CM DREP"},
-	"rxe-rping-rej":  {"CM REQ", "CM REJ"},
+	"rxe-rping":             {"CM REQ", "CM REP", "CM RTU", "CM DREQ", "CM DREP"},
+	"rxe-ucmatose":          {"CM REQ", "CM REP", "CM RTU", "CM DREQ", "CM DREP"},
+	"rxe-udaddy":            {"CM SIDR_REQ", "CM SIDR_REP"},
+	"rxe-perftest-R":        {"CM REQ", "CM REP", "CM RTU", "CM DREQ", "CM DREP"},
+	"rxe-rping-unreachable": {"CM REQ"},
 }
 
 // cmCaptures returns the CM captures by name.
@@ -177,9 +177,14 @@ func gsiFrame(t testing.TB, payload []byte) []byte {
 
 // TestDissectMalformedMAD checks that MADs to QP1 that do not decode are
 // shown as malformed, with the reason, in the line, the JSON object and the
-// fields, and that a MAD of another class is named by its header.
+// fields, that a MAD of another class is named by its header, and how a
+// REJ (which rxe's captures lack) shows its reason.
 func TestDissectMalformedMAD(t *testing.T) {
 	req, err := cm.Send(0x1234, &cm.REQ{LocalCommID: 7, ServiceID: cm.ServiceID(cm.PortSpaceTCP, 7174)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rej, err := cm.Send(0x99, &cm.REJ{LocalCommID: 1, RemoteCommID: 2, MessageRejected: cm.MsgREQ, Reason: cm.RejInvalidServiceID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +202,7 @@ func TestDissectMalformedMAD(t *testing.T) {
 		{"cut", req[:100], "CM MALFORMED: ", true},
 		{"class version", badVersion, "CM MALFORMED: ", true},
 		{"other class", sa, "MAD class 0x03 Send attr 0x0010 tid=0x0000000000001234", false},
+		{"reject", rej, "CM REJ comm=0x00000001 remote=0x00000002 rejects=REQ reason=8 (" + cm.RejInvalidServiceID.String() + ") tid=", false},
 		{"whole", req, "CM REQ comm=0x00000007 svc=0x0000000001060000+7174", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -231,7 +237,7 @@ func TestDissectMalformedMAD(t *testing.T) {
 // object and fields are made without a panic and the JSON is valid. The
 // seeds are the MADs of the CM captures.
 func FuzzDecodeMAD(f *testing.F) {
-	for _, path := range []string{"rxe-rping", "rxe-udaddy", "rxe-rping-rej"} {
+	for _, path := range []string{"rxe-rping", "rxe-udaddy", "rxe-rping-unreachable"} {
 		b, err := os.ReadFile(filepath.Join(cmGoldenDir, path+".pcap"))
 		if err != nil {
 			continue

@@ -30,7 +30,9 @@ const cmGoldenDir = "../../cm/testdata"
 // A cmCapture is one golden CM capture: the server runs on guest A, the
 // client on guest B; port is the RDMA CM port the server listens on. A
 // capture without a server is a client's connection to a port nobody
-// listens on: rxe rejects it, and the client must fail.
+// listens on: rdma_rxe's CM (Linux 6.1) does not answer it, the client
+// sends its REQ again until its retries run out (16 REQs about 6.4 s
+// apart) and must fail with RDMA_CM_EVENT_UNREACHABLE.
 type cmCapture struct {
 	file           string
 	port           int
@@ -47,6 +49,12 @@ var cmCaptures = []cmCapture{
 		server: "rping -s -a 192.0.2.1 -p 7174 -C 3 -v",
 		client: "rping -c -a 192.0.2.1 -p 7174 -C 3 -v",
 		want:   []string{"ping data: rdma-ping-0: ", "ping data: rdma-ping-2: "},
+	},
+	{
+		file:   "rxe-rping-unreachable.pcap",
+		port:   7199,
+		client: "rping -c -a 192.0.2.1 -p 7199 -C 1 -v",
+		want:   []string{"RDMA_CM_EVENT_UNREACHABLE"},
 	},
 	{
 		file:   "rxe-ucmatose.pcap",
@@ -91,6 +99,11 @@ func TestCMGoldenCaptures(t *testing.T) {
 					break
 				}
 				t.Logf("try %d: %v; again", try, err)
+			}
+			if keep := os.Getenv("SROCE_CAPTURE_DIR"); keep != "" {
+				if b, err := os.ReadFile(path); err == nil {
+					os.WriteFile(filepath.Join(keep, c.file), b, 0o644)
+				}
 			}
 			if err != nil {
 				t.Fatal(err)
