@@ -40,6 +40,9 @@ type cmCapture struct {
 	// want are strings the client's or the server's output (stdout, or
 	// for a rejected client stderr too) must show.
 	want []string
+	// pings, if not zero, is the number of pings both rping sides must
+	// print (checkRpingOutput).
+	pings int
 }
 
 var cmCaptures = []cmCapture{
@@ -49,6 +52,7 @@ var cmCaptures = []cmCapture{
 		server: "rping -s -a 192.0.2.1 -p 7174 -C 3 -v",
 		client: "rping -c -a 192.0.2.1 -p 7174 -C 3 -v",
 		want:   []string{"ping data: rdma-ping-0: ", "ping data: rdma-ping-2: "},
+		pings:  3,
 	},
 	{
 		file:   "rxe-rping-unreachable.pcap",
@@ -147,6 +151,14 @@ func cmCaptureRun(ctx context.Context, t *testing.T, p *rxeguest.Pair, c cmCaptu
 	for _, w := range c.want {
 		if !strings.Contains(out, w) {
 			return fmt.Errorf("neither side printed %q\nserver: %s%s\nclient (exit %d): %s%s", w, srv.Stdout, srv.Stderr, cli.ExitCode, cli.Stdout, cli.Stderr)
+		}
+	}
+	if c.pings > 0 {
+		if p := checkRpingOutput(string(cli.Stdout), "ping data: ", c.pings, rpingDefaultSize); p != "" {
+			return fmt.Errorf("the rping client: %s:\n%s", p, cli.Stdout)
+		}
+		if p := checkRpingOutput(string(srv.Stdout), "server ping data: ", c.pings, rpingDefaultSize); p != "" {
+			return fmt.Errorf("the rping server: %s:\n%s", p, srv.Stdout)
 		}
 	}
 	t.Logf("server: %s", lastLines(srv.Stdout, 2))
