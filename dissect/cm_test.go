@@ -28,6 +28,7 @@ var cmGoldenWant = map[string][]string{
 	"rxe-udaddy":            {"CM SIDR_REQ", "CM SIDR_REP"},
 	"rxe-perftest-R":        {"CM REQ", "CM REP", "CM RTU", "CM DREQ", "CM DREP"},
 	"rxe-rping-unreachable": {"CM REQ"},
+	"rxe-rping-mra":         {"CM REQ", "CM MRA", "CM REP", "CM RTU", "CM DREQ", "CM DREP"},
 }
 
 // cmCaptures returns the CM captures by name.
@@ -237,7 +238,7 @@ func TestDissectMalformedMAD(t *testing.T) {
 // object and fields are made without a panic and the JSON is valid. The
 // seeds are the MADs of the CM captures.
 func FuzzDecodeMAD(f *testing.F) {
-	for _, path := range []string{"rxe-rping", "rxe-udaddy", "rxe-rping-unreachable"} {
+	for _, path := range []string{"rxe-rping", "rxe-udaddy", "rxe-rping-unreachable", "rxe-rping-mra"} {
 		b, err := os.ReadFile(filepath.Join(cmGoldenDir, path+".pcap"))
 		if err != nil {
 			continue

@@ -43,6 +43,10 @@ type cmCapture struct {
 	// pings, if not zero, is the number of pings both rping sides must
 	// print (checkRpingOutput).
 	pings int
+	// stall, if not zero, is how long the server is stopped (SIGSTOP)
+	// from the client's start: its kernel CM holds the connection
+	// request, and answers the client's second REQ with an MRA.
+	stall time.Duration
 }
 
 var cmCaptures = []cmCapture{
@@ -53,6 +57,15 @@ var cmCaptures = []cmCapture{
 		client: "rping -c -a 192.0.2.1 -p 7174 -C 3 -v",
 		want:   []string{"ping data: rdma-ping-0: ", "ping data: rdma-ping-2: "},
 		pings:  3,
+	},
+	{
+		file:   "rxe-rping-mra.pcap",
+		port:   7176,
+		server: "rping -s -a 192.0.2.1 -p 7176 -C 1 -v",
+		client: "rping -c -a 192.0.2.1 -p 7176 -C 1 -v",
+		want:   []string{"ping data: rdma-ping-0: "},
+		pings:  1,
+		stall:  9 * time.Second,
 	},
 	{
 		file:   "rxe-rping-unreachable.pcap",
@@ -134,7 +147,7 @@ func cmCaptureRun(ctx context.Context, t *testing.T, p *rxeguest.Pair, c cmCaptu
 	}
 	var srv, cli rxeguest.Result
 	if c.server != "" {
-		srv, cli, err = runCMPair(ctx, p.A, p.B, c.port, c.server, c.client)
+		srv, cli, err = runCMPair(ctx, p.A, p.B, c.port, c.server, c.client, c.stall)
 	} else if cli, err = p.B.Run(ctx, c.client); err == nil && cli.ExitCode == 0 {
 		err = fmt.Errorf("client %q connected to port %d, where nobody listens:\n%s", c.client, c.port, cli.Stdout)
 	}
@@ -169,9 +182,10 @@ func cmCaptureRun(ctx context.Context, t *testing.T, p *rxeguest.Pair, c cmCaptu
 
 // runCMPair runs server on a and, once it listens on RDMA CM port port,
 // client on b (the client's command line names the server's address
-// itself); either failing is an error. The pair must finish within
+// itself); either failing is an error. With stall, the server is stopped
+// for that long from the client's start. The pair must finish within
 // toolPairTimeout.
-func runCMPair(ctx context.Context, a, b *rxeguest.Guest, port int, server, client string) (srv, cli rxeguest.Result, err error) {
+func runCMPair(ctx context.Context, a, b *rxeguest.Guest, port int, server, client string, stall time.Duration) (srv, cli rxeguest.Result, err error) {
 	ctx, cancel := context.WithTimeout(ctx, toolPairTimeout)
 	defer cancel()
 	proc, err := a.Start(ctx, server)
@@ -187,6 +201,21 @@ func runCMPair(ctx context.Context, a, b *rxeguest.Guest, port int, server, clie
 	}()
 	if err := waitCMListening(ctx, a, port, proc); err != nil {
 		return srv, cli, fmt.Errorf("%s: %w", server, err)
+	}
+	if stall > 0 {
+		tool, _, _ := strings.Cut(server, " ")
+		if res, err := a.Run(ctx, "pkill -STOP -x "+tool); err != nil || res.ExitCode != 0 {
+			return srv, cli, fmt.Errorf("stopping %s: %v %v", tool, err, res.Err())
+		}
+		go func() {
+			select {
+			case <-time.After(stall):
+			case <-ctx.Done():
+			}
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			a.Run(cctx, "pkill -CONT -x "+tool)
+		}()
 	}
 	cli, err = b.Run(ctx, client)
 	if err != nil {
