@@ -30,7 +30,8 @@ var goldenCaptures = []goldenCapture{
 	{"rxe-rping.pcap", PortSpaceTCP, 7174, []AttrID{AttrREQ, AttrREP, AttrRTU, AttrDREQ, AttrDREP}},
 	{"rxe-ucmatose.pcap", PortSpaceTCP, 7471, []AttrID{AttrREQ, AttrREP, AttrRTU, AttrDREQ, AttrDREP}},
 	{"rxe-rping-mra.pcap", PortSpaceTCP, 7176, []AttrID{AttrREQ, AttrMRA, AttrREP, AttrRTU, AttrDREQ, AttrDREP}},
-	{"rxe-rping-unreachable.pcap", PortSpaceTCP, 7199, []AttrID{AttrREQ}},
+	{"rxe-rping-rej.pcap", PortSpaceTCP, 7199, []AttrID{AttrREQ, AttrREJ}},
+	{"rxe-rping-unanswered.pcap", PortSpaceTCP, 7199, []AttrID{AttrREQ}},
 	{"rxe-udaddy.pcap", PortSpaceUDP, 7174, []AttrID{AttrSIDRREQ, AttrSIDRREP}},
 	{"rxe-perftest-R.pcap", PortSpaceTCP, 18620, []AttrID{AttrREQ, AttrREP, AttrRTU, AttrDREQ, AttrDREP}},
 }

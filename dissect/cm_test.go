@@ -23,12 +23,13 @@ const cmGoldenDir = "../cm/testdata"
 
 // cmGoldenWant lists, per CM capture, the MAD names its lines must show.
 var cmGoldenWant = map[string][]string{
-	"rxe-rping":             {"CM REQ", "CM REP", "CM RTU", "CM DREQ", "CM DREP"},
-	"rxe-ucmatose":          {"CM REQ", "CM REP", "CM RTU", "CM DREQ", "CM DREP"},
-	"rxe-udaddy":            {"CM SIDR_REQ", "CM SIDR_REP"},
-	"rxe-perftest-R":        {"CM REQ", "CM REP", "CM RTU", "CM DREQ", "CM DREP"},
-	"rxe-rping-unreachable": {"CM REQ"},
-	"rxe-rping-mra":         {"CM REQ", "CM MRA", "CM REP", "CM RTU", "CM DREQ", "CM DREP"},
+	"rxe-rping":            {"CM REQ", "CM REP", "CM RTU", "CM DREQ", "CM DREP"},
+	"rxe-ucmatose":         {"CM REQ", "CM REP", "CM RTU", "CM DREQ", "CM DREP"},
+	"rxe-udaddy":           {"CM SIDR_REQ", "CM SIDR_REP"},
+	"rxe-perftest-R":       {"CM REQ", "CM REP", "CM RTU", "CM DREQ", "CM DREP"},
+	"rxe-rping-rej":        {"CM REQ", "CM REJ"},
+	"rxe-rping-unanswered": {"CM REQ"},
+	"rxe-rping-mra":        {"CM REQ", "CM MRA", "CM REP", "CM RTU", "CM DREQ", "CM DREP"},
 }
 
 // cmCaptures returns the CM captures by name.
@@ -238,7 +239,7 @@ func TestDissectMalformedMAD(t *testing.T) {
 // object and fields are made without a panic and the JSON is valid. The
 // seeds are the MADs of the CM captures.
 func FuzzDecodeMAD(f *testing.F) {
-	for _, path := range []string{"rxe-rping", "rxe-udaddy", "rxe-rping-unreachable", "rxe-rping-mra"} {
+	for _, path := range []string{"rxe-rping", "rxe-udaddy", "rxe-rping-rej", "rxe-rping-mra"} {
 		b, err := os.ReadFile(filepath.Join(cmGoldenDir, path+".pcap"))
 		if err != nil {
 			continue

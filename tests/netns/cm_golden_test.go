@@ -30,9 +30,7 @@ const cmGoldenDir = "../../cm/testdata"
 // A cmCapture is one golden CM capture: the server runs on guest A, the
 // client on guest B; port is the RDMA CM port the server listens on. A
 // capture without a server is a client's connection to a port nobody
-// listens on: rdma_rxe's CM (Linux 6.1) does not answer it, the client
-// sends its REQ again until its retries run out (16 REQs about 6.4 s
-// apart) and must fail with RDMA_CM_EVENT_UNREACHABLE.
+// listens on: the client must fail.
 type cmCapture struct {
 	file           string
 	port           int
@@ -47,6 +45,9 @@ type cmCapture struct {
 	// from the client's start: its kernel CM holds the connection
 	// request, and answers the client's second REQ with an MRA.
 	stall time.Duration
+	// prep and after, if not empty, run on guest A before the client
+	// starts and after the run.
+	prep, after string
 }
 
 var cmCaptures = []cmCapture{
@@ -68,10 +69,13 @@ var cmCaptures = []cmCapture{
 		stall:  9 * time.Second,
 	},
 	{
-		file:   "rxe-rping-unreachable.pcap",
+		// Guest A's kernel CM (ib_cm, loaded with rdma_ucm) rejects the
+		// REQ: invalid service ID.
+		file:   "rxe-rping-rej.pcap",
 		port:   7199,
+		prep:   "modprobe rdma_ucm",
 		client: "rping -c -a 192.0.2.1 -p 7199 -C 1 -v",
-		want:   []string{"RDMA_CM_EVENT_UNREACHABLE"},
+		want:   []string{"RDMA_CM_EVENT_REJECTED, error 8"},
 	},
 	{
 		file:   "rxe-ucmatose.pcap",
@@ -93,6 +97,17 @@ var cmCaptures = []cmCapture{
 		server: "ib_write_bw -d rxe0 -R -s 64 -n 5 -p 18620",
 		client: "ib_write_bw -d rxe0 -R -s 64 -n 5 -p 18620 192.0.2.1",
 		want:   []string{"#bytes"},
+	},
+	{
+		// Without ib_cm on guest A (nothing there has used the RDMA CM
+		// since boot, or it was unloaded), nobody answers the REQ: the
+		// client sends it 16 times, about 6.4 s apart, and gives up.
+		file:   "rxe-rping-unanswered.pcap",
+		port:   7199,
+		prep:   "modprobe -r rdma_ucm rdma_cm ib_cm",
+		after:  "modprobe rdma_ucm",
+		client: "rping -c -a 192.0.2.1 -p 7199 -C 1 -v",
+		want:   []string{"RDMA_CM_EVENT_UNREACHABLE"},
 	},
 }
 
@@ -144,6 +159,18 @@ func cmCaptureRun(ctx context.Context, t *testing.T, p *rxeguest.Pair, c cmCaptu
 	tc, err := rxeguest.StartCapture(ctx, p.LAN.NS, p.A.Tap(), path, fmt.Sprintf("udp port %d", roceUDPPort))
 	if err != nil {
 		return err
+	}
+	if c.after != "" {
+		defer func() {
+			actx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			p.A.Run(actx, c.after)
+		}()
+	}
+	if c.prep != "" {
+		if res, err := p.A.Run(ctx, c.prep); err != nil || res.ExitCode != 0 {
+			return fmt.Errorf("%s on %s: %v %v\n%s", c.prep, p.A.Name(), err, res.Err(), res.Stderr)
+		}
 	}
 	var srv, cli rxeguest.Result
 	if c.server != "" {
