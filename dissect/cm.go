@@ -114,6 +114,10 @@ func appendMADText(b []byte, m *MAD) []byte {
 		b = append(b, " svc="...)
 		b = appendServiceID(b, id)
 	}
+	if local, remote, ok := commIDs(m.Msg); ok {
+		kv("comm", uint64(local), 8)
+		kv("remote", uint64(remote), 8)
+	}
 	switch msg := m.Msg.(type) {
 	case *cm.REQ:
 		kv("comm", uint64(msg.LocalCommID), 8)
@@ -123,16 +127,9 @@ func appendMADText(b []byte, m *MAD) []byte {
 		str("mtu", msg.PathMTU.String())
 		b = appendIPCM(b, msg.ServiceID, msg.PrivateData)
 	case *cm.REP:
-		kv("comm", uint64(msg.LocalCommID), 8)
-		kv("remote", uint64(msg.RemoteCommID), 8)
 		kv("qpn", uint64(msg.LocalQPN), 6)
 		kv("psn", uint64(msg.StartingPSN), 6)
-	case *cm.RTU:
-		kv("comm", uint64(msg.LocalCommID), 8)
-		kv("remote", uint64(msg.RemoteCommID), 8)
 	case *cm.REJ:
-		kv("comm", uint64(msg.LocalCommID), 8)
-		kv("remote", uint64(msg.RemoteCommID), 8)
 		str("rejects", msg.MessageRejected.String())
 		b = append(b, " reason="...)
 		b = strconv.AppendUint(b, uint64(msg.Reason), 10)
@@ -140,18 +137,11 @@ func appendMADText(b []byte, m *MAD) []byte {
 		b = append(b, msg.Reason.String()...)
 		b = append(b, ')')
 	case *cm.MRA:
-		kv("comm", uint64(msg.LocalCommID), 8)
-		kv("remote", uint64(msg.RemoteCommID), 8)
 		str("mraed", msg.MessageMRAed.String())
 		b = append(b, " timeout="...)
 		b = strconv.AppendUint(b, uint64(msg.ServiceTimeout), 10)
 	case *cm.DREQ:
-		kv("comm", uint64(msg.LocalCommID), 8)
-		kv("remote", uint64(msg.RemoteCommID), 8)
 		kv("qpn", uint64(msg.RemoteQPN), 6)
-	case *cm.DREP:
-		kv("comm", uint64(msg.LocalCommID), 8)
-		kv("remote", uint64(msg.RemoteCommID), 8)
 	case *cm.SIDRREQ:
 		kv("id", uint64(msg.RequestID), 8)
 		svc(msg.ServiceID)
@@ -330,14 +320,7 @@ func appendIPCMJSON(b []byte, prefix string, svc uint64, pd []byte) []byte {
 func appendMADFields(fs []Field, m *MAD) []Field {
 	layer := "MAD"
 	add := func(name, value string) { fs = append(fs, Field{Layer: layer, Name: name, Value: value}) }
-	hex := func(v uint64, digits int) string { return string(appendHex(nil, v, digits)) }
-	dec := func(v uint64) string { return strconv.FormatUint(v, 10) }
-	flag := func(v bool) string {
-		if v {
-			return "1"
-		}
-		return "0"
-	}
+	hex, dec, flag := fieldHex, fieldDec, fieldFlag
 	timeout := func(v uint8) string { return fmt.Sprintf("%d (%v)", v, cm.TimeoutDuration(v)) }
 	if m.HeaderOK {
 		h := &m.Header
@@ -367,10 +350,6 @@ func appendMADFields(fs []Field, m *MAD) []Field {
 		return fs
 	}
 	layer = "CM " + m.Header.AttrID.String()
-	comm := func(local, remote uint32) {
-		add("local comm ID", hex(uint64(local), 8))
-		add("remote comm ID", hex(uint64(remote), 8))
-	}
 	svc := func(id uint64) {
 		v := hex(id, 16)
 		if ps, port, ok := cm.ParseServiceID(id); ok {
@@ -402,6 +381,10 @@ func appendMADFields(fs []Field, m *MAD) []Field {
 		add(which+" subnet local", flag(p.SubnetLocal))
 		add(which+" local ACK timeout", timeout(p.LocalACKTimeout))
 	}
+	if local, remote, ok := commIDs(m.Msg); ok {
+		add("local comm ID", hex(uint64(local), 8))
+		add("remote comm ID", hex(uint64(remote), 8))
+	}
 	switch msg := m.Msg.(type) {
 	case *cm.REQ:
 		add("local comm ID", hex(uint64(msg.LocalCommID), 8))
@@ -426,7 +409,6 @@ func appendMADFields(fs []Field, m *MAD) []Field {
 		path("primary", &msg.Primary)
 		ipcm(msg.ServiceID, msg.PrivateData)
 	case *cm.REP:
-		comm(msg.LocalCommID, msg.RemoteCommID)
 		add("local Q_Key", hex(uint64(msg.LocalQKey), 8))
 		add("local QPN", hex(uint64(msg.LocalQPN), 6))
 		add("starting PSN", hex(uint64(msg.StartingPSN), 6))
@@ -439,22 +421,15 @@ func appendMADFields(fs []Field, m *MAD) []Field {
 		add("SRQ", flag(msg.SRQ))
 		add("local CA GUID", hex(msg.LocalCAGUID, 16))
 		add("vendor ID", hex(uint64(msg.VendorID), 6))
-	case *cm.RTU:
-		comm(msg.LocalCommID, msg.RemoteCommID)
 	case *cm.REJ:
-		comm(msg.LocalCommID, msg.RemoteCommID)
 		add("message rejected", dec(uint64(msg.MessageRejected))+" "+msg.MessageRejected.String())
 		add("reason", dec(uint64(msg.Reason))+" "+msg.Reason.String())
 		add("rejection info length", dec(uint64(msg.RejectedInfoLen)))
 	case *cm.MRA:
-		comm(msg.LocalCommID, msg.RemoteCommID)
 		add("message MRAed", dec(uint64(msg.MessageMRAed))+" "+msg.MessageMRAed.String())
 		add("service timeout", timeout(msg.ServiceTimeout))
 	case *cm.DREQ:
-		comm(msg.LocalCommID, msg.RemoteCommID)
 		add("remote QPN", hex(uint64(msg.RemoteQPN), 6))
-	case *cm.DREP:
-		comm(msg.LocalCommID, msg.RemoteCommID)
 	case *cm.SIDRREQ:
 		add("request ID", hex(uint64(msg.RequestID), 8))
 		add("P_Key", hex(uint64(msg.PKey), 4))
@@ -479,4 +454,24 @@ func appendMADFields(fs []Field, m *MAD) []Field {
 		add("redirect P_Key", hex(uint64(msg.RedirectPKey), 4))
 	}
 	return fs
+}
+
+// commIDs returns the local and remote communication IDs of the messages
+// that carry both (REP, RTU, REJ, MRA, DREQ, DREP).
+func commIDs(msg cm.Message) (local, remote uint32, ok bool) {
+	switch m := msg.(type) {
+	case *cm.REP:
+		return m.LocalCommID, m.RemoteCommID, true
+	case *cm.RTU:
+		return m.LocalCommID, m.RemoteCommID, true
+	case *cm.REJ:
+		return m.LocalCommID, m.RemoteCommID, true
+	case *cm.MRA:
+		return m.LocalCommID, m.RemoteCommID, true
+	case *cm.DREQ:
+		return m.LocalCommID, m.RemoteCommID, true
+	case *cm.DREP:
+		return m.LocalCommID, m.RemoteCommID, true
+	}
+	return 0, 0, false
 }

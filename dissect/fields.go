@@ -35,14 +35,7 @@ func AppendFields(fs []Field, p *bth.Packet, icrcOK bool) []Field {
 	add := func(layer, name, value string) {
 		fs = append(fs, Field{Layer: layer, Name: name, Value: value})
 	}
-	hex := func(v uint64, digits int) string { return string(appendHex(nil, v, digits)) }
-	dec := func(v uint64) string { return strconv.FormatUint(v, 10) }
-	flag := func(v bool) string {
-		if v {
-			return "1"
-		}
-		return "0"
-	}
+	hex, dec, flag := fieldHex, fieldDec, fieldFlag
 
 	eth := p.Ethernet()
 	dst, src := eth.DstMAC(), eth.SrcMAC()
@@ -156,4 +149,18 @@ func AppendFields(fs []Field, p *bth.Packet, icrcOK bool) []Field {
 		add("ICRC", "computed", string(appendWireICRC(nil, p.ComputeICRC())))
 	}
 	return fs
+}
+
+// fieldHex formats v for a Field: 0x and at least digits hex digits.
+func fieldHex(v uint64, digits int) string { return string(appendHex(nil, v, digits)) }
+
+// fieldDec formats v for a Field in decimal.
+func fieldDec(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// fieldFlag formats a one-bit field: "1" or "0".
+func fieldFlag(v bool) string {
+	if v {
+		return "1"
+	}
+	return "0"
 }

@@ -213,26 +213,13 @@ func cmCaptureRun(ctx context.Context, t *testing.T, p *rxeguest.Pair, c cmCaptu
 // for that long from the client's start. The pair must finish within
 // toolPairTimeout.
 func runCMPair(ctx context.Context, a, b *rxeguest.Guest, port int, server, client string, stall time.Duration) (srv, cli rxeguest.Result, err error) {
-	ctx, cancel := context.WithTimeout(ctx, toolPairTimeout)
-	defer cancel()
-	proc, err := a.Start(ctx, server)
-	if err != nil {
-		return srv, cli, err
-	}
-	defer func() {
-		if err != nil {
-			kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			proc.Kill(kctx)
-			cancel()
+	ready := func(ctx context.Context, proc *rxeguest.Proc) error {
+		if err := waitCMListening(ctx, a, port, proc); err != nil || stall == 0 {
+			return err
 		}
-	}()
-	if err := waitCMListening(ctx, a, port, proc); err != nil {
-		return srv, cli, fmt.Errorf("%s: %w", server, err)
-	}
-	if stall > 0 {
 		tool, _, _ := strings.Cut(server, " ")
 		if res, err := a.Run(ctx, "pkill -STOP -x "+tool); err != nil || res.ExitCode != 0 {
-			return srv, cli, fmt.Errorf("stopping %s: %v %v", tool, err, res.Err())
+			return fmt.Errorf("stopping %s: %v %v", tool, err, res.Err())
 		}
 		go func() {
 			select {
@@ -243,26 +230,9 @@ func runCMPair(ctx context.Context, a, b *rxeguest.Guest, port int, server, clie
 			defer cancel()
 			a.Run(cctx, "pkill -CONT -x "+tool)
 		}()
+		return nil
 	}
-	cli, err = b.Run(ctx, client)
-	if err != nil {
-		return srv, cli, err
-	}
-	if cli.ExitCode != 0 {
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		srv, _ = proc.Wait(wctx)
-		cancel()
-		return srv, cli, fmt.Errorf("client %q: %w\nclient stdout: %s\nclient stderr: %s\nserver stdout: %s\nserver stderr: %s",
-			client, cli.Err(), cli.Stdout, cli.Stderr, srv.Stdout, srv.Stderr)
-	}
-	srv, err = proc.Wait(ctx)
-	if err != nil {
-		return srv, cli, err
-	}
-	if srv.ExitCode != 0 {
-		return srv, cli, fmt.Errorf("server %q: %w\nserver stdout: %s\nserver stderr: %s", server, srv.Err(), srv.Stdout, srv.Stderr)
-	}
-	return srv, cli, nil
+	return runGuestPair(ctx, a, b, server, client, ready)
 }
 
 // waitCMListening polls g every 100 ms until an RDMA CM ID listens on
