@@ -180,7 +180,7 @@ func gsiFrame(t testing.TB, payload []byte) []byte {
 // TestDissectMalformedMAD checks that MADs to QP1 that do not decode are
 // shown as malformed, with the reason, in the line, the JSON object and the
 // fields, that a MAD of another class is named by its header, and how a
-// REJ (which rxe's captures lack) shows its reason.
+// REJ shows its reason in words and a ClassPortInfo answer its method.
 func TestDissectMalformedMAD(t *testing.T) {
 	req, err := cm.Send(0x1234, &cm.REQ{LocalCommID: 7, ServiceID: cm.ServiceID(cm.PortSpaceTCP, 7174)})
 	if err != nil {
@@ -188,6 +188,10 @@ func TestDissectMalformedMAD(t *testing.T) {
 	}
 	rej, err := cm.Send(0x99, &cm.REJ{LocalCommID: 1, RemoteCommID: 2, MessageRejected: cm.MsgREQ, Reason: cm.RejInvalidServiceID})
 	if err != nil {
+		t.Fatal(err)
+	}
+	cpi := make([]byte, cm.MADLen)
+	if err := cm.Marshal(cpi, cm.CMHeader(cm.MethodGetResp, 5, cm.AttrClassPortInfo), &cm.ClassPortInfo{BaseVersion: 1, ClassVersion: 2, CapabilityMask: 0x0100}); err != nil {
 		t.Fatal(err)
 	}
 	badVersion := bytes.Clone(req)
@@ -205,6 +209,7 @@ func TestDissectMalformedMAD(t *testing.T) {
 		{"class version", badVersion, "CM MALFORMED: ", true},
 		{"other class", sa, "MAD class 0x03 Send attr 0x0010 tid=0x0000000000001234", false},
 		{"reject", rej, "CM REJ comm=0x00000001 remote=0x00000002 rejects=REQ reason=8 (" + cm.RejInvalidServiceID.String() + ") tid=", false},
+		{"class port info", cpi, "CM ClassPortInfo GetResp version=2 cap=0x0100 tid=0x0000000000000005", false},
 		{"whole", req, "CM REQ comm=0x00000007 svc=0x0000000001060000+7174", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
