@@ -38,6 +38,13 @@
 // TIMEWAIT_EXIT) and the next deadline. It resends REQ, REP and DREQ per
 // Retry, lets an MRA extend the wait, answers duplicates through Dedup,
 // rejects a REQ for a service nobody listens on with "invalid service ID"
-// (as Linux's ib_cm does), answers a DREQ for an unknown connection with a
-// DREP, and bounds the passive connections not yet established.
+// (what Linux's ib_cm means to send; rdma_rxe on Linux 6.1 was seen
+// sending nothing, its peer then retrying until UNREACHABLE), answers a
+// DREQ for an unknown connection with a DREP, and bounds the passive
+// connections not yet established. With Config.HoldRTU the active side
+// stops at REP_RCVD (CONNECT_RESPONSE) until SendRTU, so that the caller
+// moves its QP to RTR and RTS first, as the kernel's rdma_cm does for QPs
+// in user space. SIDRRequest and SIDRReply resolve UD services
+// (SIDR_REQ/SIDR_REP) with the same resends and duplicate answers. Counters
+// tells what the Manager did.
 package cm

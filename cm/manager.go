@@ -27,18 +27,22 @@ type EventType uint8
 
 // Event types.
 const (
-	EventConnectRequest EventType = iota + 1 // passive: a REQ arrived for a listened service ID
-	EventEstablished                         // the connection is up (RTU sent or received)
-	EventRejected                            // the peer sent a REJ
-	EventDisconnected                        // DREQ received, or DREP (or its timeout) after our DREQ
-	EventUnreachable                         // REQ or REP retries used up, or the consumer never decided
-	EventTimeWaitExit                        // TIMEWAIT over: the connection is forgotten
+	EventConnectRequest  EventType = iota + 1 // passive: a REQ arrived for a listened service ID
+	EventEstablished                          // the connection is up (RTU sent or received)
+	EventRejected                             // the peer sent a REJ
+	EventDisconnected                         // DREQ received, or DREP (or its timeout) after our DREQ
+	EventUnreachable                          // REQ or REP retries used up, or the consumer never decided
+	EventTimeWaitExit                         // TIMEWAIT over: the connection is forgotten
+	EventConnectResponse                      // active, with Config.HoldRTU: the REP arrived, SendRTU (or RejectREP) answers it
+	EventSIDRRequest                          // passive: a SIDR_REQ arrived for a listened service ID
+	EventSIDRReply                            // active: the SIDR_REP arrived (Status says whether the service was found)
 )
 
 var eventText = [...]string{
 	0: "event 0", EventConnectRequest: "CONNECT_REQUEST", EventEstablished: "ESTABLISHED",
 	EventRejected: "REJECTED", EventDisconnected: "DISCONNECTED", EventUnreachable: "UNREACHABLE",
-	EventTimeWaitExit: "TIMEWAIT_EXIT",
+	EventTimeWaitExit: "TIMEWAIT_EXIT", EventConnectResponse: "CONNECT_RESPONSE",
+	EventSIDRRequest: "SIDR_REQUEST", EventSIDRReply: "SIDR_REPLY",
 }
 
 // String names the event as librdmacm does, without its RDMA_CM_EVENT_
@@ -57,8 +61,14 @@ type Event struct {
 	ID     uint32
 	Peer   Addr
 	REQ    *REQ      // CONNECT_REQUEST: the request
-	REP    *REP      // ESTABLISHED on the active side: the reply
+	REP    *REP      // ESTABLISHED (or CONNECT_RESPONSE) on the active side: the reply
+	REJ    *REJ      // REJECTED: the whole message (private data, ARI)
 	Reason RejReason // REJECTED: the peer's reason
+	DREQ   *DREQ     // DISCONNECTED by the peer: its request (private data)
+	// SIDR_REQUEST: the request; SIDR_REPLY: the reply. For
+	// SIDR_REQUEST, ID is the exchange to answer with SIDRReply.
+	SIDRREQ *SIDRREQ
+	SIDRREP *SIDRREP
 }
 
 // Config sets a Manager's limits and timing. Zero fields take defaults.
@@ -79,6 +89,31 @@ type Config struct {
 	// DedupCapacity is how many received MADs are remembered for
 	// duplicate detection; default 4096.
 	DedupCapacity int
+	// HoldRTU makes the active side stop at REP_RCVD when the REP comes:
+	// it raises CONNECT_RESPONSE and sends the RTU only when SendRTU is
+	// called, as the kernel's rdma_cm does for a QP in user space (the
+	// QP is moved to RTR and RTS between the two).
+	HoldRTU bool
+	// FirstID is the first local communication ID handed out (zero: 1),
+	// and the first transaction ID. A random one, as Linux's ib_cm uses,
+	// keeps a restarted program's IDs from meeting the ones a peer still
+	// holds in TIMEWAIT, and its REQs from being taken for resends of the
+	// last run's that the peer's duplicate detection remembers.
+	FirstID uint32
+}
+
+// Counters are what a Manager counted since it was made.
+type Counters struct {
+	Resends      uint64 // REQ, REP, DREQ and SIDR_REQ sent again after their wait ran out
+	DupsAnswered uint64 // duplicate MADs answered from the Dedup (or the connection's last message)
+	REJSent      uint64
+	REJReceived  uint64
+	Established  uint64 // connections that reached ESTABLISHED
+	Timeouts     uint64 // exchanges whose retries were used up, or consumers that never decided
+	HalfOpenFull uint64 // REQs rejected because MaxHalfOpen passive connections were pending
+	NoListener   uint64 // REQs and SIDR_REQs for a service nobody listens on
+	UnknownConn  uint64 // MADs for a connection this Manager does not hold
+	Disconnects  uint64 // connections that went DISCONNECTED
 }
 
 func (c *Config) fill() {
@@ -127,6 +162,8 @@ type conn struct {
 	req          REQ
 	halfOpen     bool
 	remoteQPN    bth.QPN // the peer's QP, named in a DREQ
+	repKey       DupKey  // active: the REP's, answered by the RTU
+	sidr         bool    // a SIDR exchange, not a connection
 }
 
 // Manager is the connection manager's state machine for both sides, pure:
@@ -146,7 +183,11 @@ type Manager struct {
 	halfOpen int
 	out      []Out
 	events   []Event
+	cnt      Counters
 }
+
+// Counters returns what the Manager counted.
+func (m *Manager) Counters() Counters { return m.cnt }
 
 // NewManager returns a Manager with cfg's limits (defaults for zero
 // fields).
@@ -156,7 +197,7 @@ func NewManager(cfg Config) *Manager {
 	return &Manager{
 		cfg: cfg, conns: map[uint32]*conn{}, byPeer: map[peerKey]uint32{},
 		listen: map[uint64]bool{}, dedup: NewDedup(cfg.DedupCapacity, ttl),
-		nextID: 1, nextTID: 1,
+		nextID: max(cfg.FirstID, 1), nextTID: uint64(max(cfg.FirstID, 1)),
 	}
 }
 
@@ -196,7 +237,7 @@ func (m *Manager) Deadline() (monotime.Time, bool) {
 		if c.retry.Active() {
 			take(c.retry.Deadline())
 		}
-		if c.state == StateTimeWait || c.state == StateREQRcvd {
+		if c.state == StateTimeWait || c.state == StateREQRcvd || c.state == StateREPRcvd || c.state == StateSIDRREQRcvd {
 			take(c.deadline)
 		}
 	}
@@ -241,10 +282,23 @@ func (m *Manager) send(to Addr, tid uint64, msg Message) []byte {
 		return nil
 	}
 	m.out = append(m.out, Out{To: to, MAD: b})
+	if msg.Attr() == AttrREJ {
+		m.cnt.REJSent++
+	}
 	return b
 }
 
-func (m *Manager) event(e Event) { m.events = append(m.events, e) }
+func (m *Manager) event(e Event) {
+	switch e.Type {
+	case EventEstablished:
+		m.cnt.Established++
+	case EventDisconnected:
+		m.cnt.Disconnects++
+	case EventUnreachable:
+		m.cnt.Timeouts++
+	}
+	m.events = append(m.events, e)
+}
 
 // Connect starts the active side: req (its LocalCommID and
 // LocalCMResponseTimeout are filled in here) is sent to the peer at to,
@@ -293,22 +347,64 @@ func (m *Manager) Accept(now monotime.Time, id uint32, rep REP) error {
 	return nil
 }
 
-// Reject answers the REQ of passive connection id with a REJ, and forgets
-// the connection.
+// Reject answers the REQ of passive connection id with a REJ (or, on the
+// active side held at REP_RCVD, the REP), and forgets the connection.
 func (m *Manager) Reject(now monotime.Time, id uint32, reason RejReason, private []byte) error {
 	c, ok := m.conns[id]
 	if !ok {
 		return ErrUnknownID
 	}
-	if c.state != StateREQRcvd {
+	kind := MsgREQ
+	switch c.state {
+	case StateREQRcvd:
+	case StateREPRcvd:
+		kind = MsgREP
+	default:
 		return ErrWrongState
 	}
-	b, err := Send(c.tid, &REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: MsgREQ, Reason: reason, PrivateData: private})
-	if err != nil {
+	rej := &REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: kind, Reason: reason, PrivateData: private}
+	if _, err := Send(c.tid, rej); err != nil {
 		return err
 	}
-	m.out = append(m.out, Out{To: c.peer, MAD: b})
-	m.dedup.Answer(m.reqKey(c), b)
+	b := m.send(c.peer, c.tid, rej)
+	if kind == MsgREQ {
+		m.dedup.Answer(m.reqKey(c), b)
+	}
+	m.free(c)
+	return nil
+}
+
+// SendRTU answers the REP of active connection id, held at REP_RCVD by
+// Config.HoldRTU, with the RTU: the connection is ESTABLISHED (no event is
+// raised: the caller knows).
+func (m *Manager) SendRTU(now monotime.Time, id uint32, private []byte) error {
+	c, ok := m.conns[id]
+	if !ok {
+		return ErrUnknownID
+	}
+	if c.state != StateREPRcvd {
+		return ErrWrongState
+	}
+	rtu := &RTU{LocalCommID: c.id, RemoteCommID: c.remoteID, PrivateData: private}
+	if _, err := Send(c.tid, rtu); err != nil {
+		return err
+	}
+	c.last = m.send(c.peer, c.tid, rtu)
+	m.dedup.Answer(c.repKey, c.last)
+	m.established(c)
+	m.cnt.Established++
+	return nil
+}
+
+// Abort forgets connection id at once, sending nothing: what destroying a
+// CM ID does to a connection that is not established (the peer's resends
+// then get a REJ or time out). An established connection should be
+// disconnected first.
+func (m *Manager) Abort(id uint32) error {
+	c, ok := m.conns[id]
+	if !ok {
+		return ErrUnknownID
+	}
 	m.free(c)
 	return nil
 }
@@ -372,20 +468,31 @@ func (m *Manager) Tick(now monotime.Time) {
 		case RetryResend:
 			if c.last != nil {
 				m.out = append(m.out, Out{To: c.peer, MAD: c.last})
+				m.cnt.Resends++
 			}
 		case RetryTimeout:
 			m.expire(now, c)
 			continue
 		}
-		if (c.state == StateTimeWait || c.state == StateREQRcvd) && !now.Before(c.deadline) {
-			if c.state == StateTimeWait {
-				m.event(Event{Type: EventTimeWaitExit, ID: c.id, Peer: c.peer})
-				m.free(c)
-			} else {
-				m.send(c.peer, c.tid, &REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: MsgREQ, Reason: RejTimeout})
-				m.event(Event{Type: EventUnreachable, ID: c.id, Peer: c.peer})
-				m.free(c)
+		if now.Before(c.deadline) {
+			continue
+		}
+		switch c.state {
+		case StateTimeWait:
+			m.event(Event{Type: EventTimeWaitExit, ID: c.id, Peer: c.peer})
+			m.free(c)
+		case StateREQRcvd, StateREPRcvd:
+			kind := MsgREQ
+			if c.state == StateREPRcvd {
+				kind = MsgREP
 			}
+			m.send(c.peer, c.tid, &REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: kind, Reason: RejTimeout})
+			m.event(Event{Type: EventUnreachable, ID: c.id, Peer: c.peer})
+			m.free(c)
+		case StateSIDRREQRcvd:
+			// The consumer never answered: the requester times out.
+			m.cnt.Timeouts++
+			m.free(c)
 		}
 	}
 }
@@ -409,6 +516,9 @@ func (m *Manager) expire(now monotime.Time, c *conn) {
 	case StateDREQSent:
 		m.event(Event{Type: EventDisconnected, ID: c.id, Peer: c.peer})
 		m.timeWait(now, c)
+	case StateSIDRREQSent:
+		m.event(Event{Type: EventUnreachable, ID: c.id, Peer: c.peer})
+		m.free(c)
 	}
 }
 
@@ -426,10 +536,11 @@ func (m *Manager) Receive(now monotime.Time, from Addr, b []byte) error {
 	}
 	key := DupKey{Src: from.GID, SrcQP: from.QPN, TID: h.TID, Attr: h.AttrID}
 	switch h.AttrID {
-	case AttrREQ, AttrREP, AttrDREQ:
+	case AttrREQ, AttrREP, AttrDREQ, AttrSIDRREQ:
 		if ans, dup := m.dedup.Check(now, key); dup {
 			if ans != nil {
 				m.out = append(m.out, Out{To: from, MAD: ans})
+				m.cnt.DupsAnswered++
 			}
 			return nil
 		}
@@ -449,6 +560,10 @@ func (m *Manager) Receive(now monotime.Time, from Addr, b []byte) error {
 		m.onDREQ(now, from, h.TID, key, r)
 	case *DREP:
 		return m.onDREP(now, from, r)
+	case *SIDRREQ:
+		m.onSIDRREQ(now, from, h.TID, key, r)
+	case *SIDRREP:
+		return m.onSIDRREP(from, h.TID, r)
 	default:
 		return ErrNotCMMessage
 	}
@@ -457,7 +572,8 @@ func (m *Manager) Receive(now monotime.Time, from Addr, b []byte) error {
 
 func (m *Manager) lookup(from Addr, localID, remoteID uint32) (*conn, error) {
 	c, ok := m.conns[localID]
-	if !ok || c.peer.GID != from.GID || (c.remoteID != 0 && c.remoteID != remoteID) {
+	if !ok || c.sidr || c.peer.GID != from.GID || (c.remoteID != 0 && c.remoteID != remoteID) {
+		m.cnt.UnknownConn++
 		return nil, ErrUnknownID
 	}
 	return c, nil
@@ -471,6 +587,7 @@ func (m *Manager) onREQ(now monotime.Time, from Addr, tid uint64, key DupKey, r 
 		case c.state == StateREPSent && c.last != nil:
 			// A resend the Dedup no longer remembers.
 			m.out = append(m.out, Out{To: from, MAD: c.last})
+			m.cnt.DupsAnswered++
 		case c.state == StateTimeWait:
 			// The peer reuses the ID of a connection not yet out of
 			// TIMEWAIT.
@@ -483,10 +600,12 @@ func (m *Manager) onREQ(now monotime.Time, from Addr, tid uint64, key DupKey, r 
 		m.dedup.Answer(key, b)
 	}
 	if !m.listen[r.ServiceID] {
+		m.cnt.NoListener++
 		rej(RejInvalidServiceID)
 		return
 	}
 	if m.halfOpen >= m.cfg.MaxHalfOpen {
+		m.cnt.HalfOpenFull++
 		rej(RejNoResources)
 		return
 	}
@@ -513,7 +632,13 @@ func (m *Manager) onREP(now monotime.Time, from Addr, key DupKey, r *REP) error 
 	case StateREQSent, StateMRAREQRcvd:
 	case StateEstablished:
 		// Our RTU was lost: send it again.
-		b := m.send(from, c.tid, &RTU{LocalCommID: c.id, RemoteCommID: c.remoteID})
+		b := c.last
+		if b == nil {
+			b = m.send(from, c.tid, &RTU{LocalCommID: c.id, RemoteCommID: c.remoteID})
+		} else {
+			m.out = append(m.out, Out{To: from, MAD: b})
+		}
+		m.cnt.DupsAnswered++
 		m.dedup.Answer(key, b)
 		return nil
 	default:
@@ -521,6 +646,15 @@ func (m *Manager) onREP(now monotime.Time, from Addr, key DupKey, r *REP) error 
 	}
 	c.remoteID, c.remoteQPN = r.LocalCommID, r.LocalQPN
 	c.retry.Stop()
+	if m.cfg.HoldRTU {
+		c.state, c.repKey, c.last = StateREPRcvd, key, nil
+		// The peer resends its REP for as long: so long the consumer
+		// may take.
+		c.deadline = now.Add(time.Duration(int64(m.cfg.MaxRetries)+1) * ResponseWait(m.cfg.PacketLifetime, c.req.LocalCMResponseTimeout))
+		rep := *r
+		m.event(Event{Type: EventConnectResponse, ID: c.id, Peer: from, REP: &rep})
+		return nil
+	}
 	b := m.send(from, c.tid, &RTU{LocalCommID: c.id, RemoteCommID: c.remoteID})
 	m.dedup.Answer(key, b)
 	c.last = nil
@@ -567,12 +701,14 @@ func (m *Manager) onREJ(now monotime.Time, from Addr, r *REJ) error {
 	if err != nil {
 		return err
 	}
+	m.cnt.REJReceived++
+	rej := *r
 	switch c.state {
-	case StateREQSent, StateMRAREQRcvd, StateREPSent, StateMRAREPRcvd:
-		m.event(Event{Type: EventRejected, ID: c.id, Peer: from, Reason: r.Reason})
+	case StateREQSent, StateMRAREQRcvd, StateREPSent, StateMRAREPRcvd, StateREPRcvd:
+		m.event(Event{Type: EventRejected, ID: c.id, Peer: from, Reason: r.Reason, REJ: &rej})
 		m.free(c)
 	case StateEstablished:
-		m.event(Event{Type: EventRejected, ID: c.id, Peer: from, Reason: r.Reason})
+		m.event(Event{Type: EventRejected, ID: c.id, Peer: from, Reason: r.Reason, REJ: &rej})
 		m.timeWait(now, c)
 	}
 	return nil
@@ -582,14 +718,15 @@ func (m *Manager) onDREQ(now monotime.Time, from Addr, tid uint64, key DupKey, r
 	drep := &DREP{LocalCommID: r.RemoteCommID, RemoteCommID: r.LocalCommID}
 	c, err := m.lookup(from, r.RemoteCommID, r.LocalCommID)
 	if err == nil {
+		dreq := *r
 		switch c.state {
 		case StateEstablished, StateDREQSent:
-			m.event(Event{Type: EventDisconnected, ID: c.id, Peer: from})
+			m.event(Event{Type: EventDisconnected, ID: c.id, Peer: from, DREQ: &dreq})
 			m.timeWait(now, c)
 		case StateREPSent, StateMRAREPRcvd:
 			// The DREQ stands in for the lost RTU, then disconnects.
 			m.established(c)
-			m.event(Event{Type: EventDisconnected, ID: c.id, Peer: from})
+			m.event(Event{Type: EventDisconnected, ID: c.id, Peer: from, DREQ: &dreq})
 			m.timeWait(now, c)
 		}
 	}
@@ -608,5 +745,74 @@ func (m *Manager) onDREP(now monotime.Time, from Addr, r *DREP) error {
 		m.event(Event{Type: EventDisconnected, ID: c.id, Peer: from})
 		m.timeWait(now, c)
 	}
+	return nil
+}
+
+// SIDRRequest starts a service ID resolution (UD port spaces): req (its
+// RequestID is filled in here) is sent to the peer at to and resent every
+// ResponseWait of the path and respTimeout, maxRetries times, until the
+// SIDR_REP comes (SIDR_REPLY) or the retries are used up (UNREACHABLE).
+// It returns the exchange's ID.
+func (m *Manager) SIDRRequest(now monotime.Time, to Addr, req SIDRREQ, respTimeout, maxRetries uint8) (uint32, error) {
+	c := &conn{id: m.newID(), peer: to, state: StateSIDRREQSent, tid: m.nextTID, sidr: true}
+	m.nextTID++
+	req.RequestID = c.id
+	b, err := Send(c.tid, &req)
+	if err != nil {
+		return 0, err
+	}
+	c.last = b
+	m.out = append(m.out, Out{To: to, MAD: b})
+	c.respWait = ResponseWait(m.cfg.PacketLifetime, respTimeout)
+	c.retry.Start(now, c.respWait, maxRetries)
+	m.conns[c.id] = c
+	return c.id, nil
+}
+
+// SIDRReply answers SIDR_REQUEST id with rep (its RequestID and
+// ServiceID are filled in here) and forgets the exchange; resent requests
+// get the same reply.
+func (m *Manager) SIDRReply(now monotime.Time, id uint32, rep SIDRREP) error {
+	c, ok := m.conns[id]
+	if !ok || !c.sidr {
+		return ErrUnknownID
+	}
+	if c.state != StateSIDRREQRcvd {
+		return ErrWrongState
+	}
+	rep.RequestID, rep.ServiceID = c.remoteID, c.req.ServiceID
+	if _, err := Send(c.tid, &rep); err != nil {
+		return err
+	}
+	b := m.send(c.peer, c.tid, &rep)
+	m.dedup.Answer(c.repKey, b)
+	m.free(c)
+	return nil
+}
+
+func (m *Manager) onSIDRREQ(now monotime.Time, from Addr, tid uint64, key DupKey, r *SIDRREQ) {
+	if !m.listen[r.ServiceID] {
+		m.cnt.NoListener++
+		b := m.send(from, tid, &SIDRREP{RequestID: r.RequestID, Status: SIDRServiceUnsupported, ServiceID: r.ServiceID})
+		m.dedup.Answer(key, b)
+		return
+	}
+	c := &conn{id: m.newID(), remoteID: r.RequestID, peer: from, state: StateSIDRREQRcvd, tid: tid, sidr: true, repKey: key}
+	c.req.ServiceID = r.ServiceID
+	c.deadline = now.Add(4 * ResponseWait(m.cfg.PacketLifetime, m.cfg.ResponseTimeout))
+	m.conns[c.id] = c
+	req := *r
+	m.event(Event{Type: EventSIDRRequest, ID: c.id, Peer: from, SIDRREQ: &req})
+}
+
+func (m *Manager) onSIDRREP(from Addr, tid uint64, r *SIDRREP) error {
+	c, ok := m.conns[r.RequestID]
+	if !ok || !c.sidr || c.state != StateSIDRREQSent || c.tid != tid || c.peer.GID != from.GID {
+		m.cnt.UnknownConn++
+		return ErrUnknownID
+	}
+	rep := *r
+	m.event(Event{Type: EventSIDRReply, ID: c.id, Peer: from, SIDRREP: &rep})
+	m.free(c)
 	return nil
 }

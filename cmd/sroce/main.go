@@ -58,6 +58,7 @@ var commands = []command{
 	{"ladder", "explain the RC traffic of a capture as a ladder per QP pair", runLadder},
 	{"rc-pingpong", "ibv_rc_pingpong on a sroce device (RC SEND ping-pong)", runRCPingpong},
 	{"ud-pingpong", "ibv_ud_pingpong on a sroce device (UD SEND ping-pong)", runUDPingpong},
+	{"rping", "rdma-core's rping on a sroce device (RDMA CM, READ/WRITE ping-pong)", runRping},
 	{"send-bw", "perftest's ib_send_bw on a sroce device (SEND bandwidth)", runSendBW},
 	{"write-bw", "perftest's ib_write_bw on a sroce device (RDMA WRITE bandwidth)", runWriteBW},
 	{"read-bw", "perftest's ib_read_bw on a sroce device (RDMA READ bandwidth)", runReadBW},

@@ -1,0 +1,210 @@
+package rping
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sroce/sroce/internal/nsutil"
+	"github.com/sroce/sroce/internal/testpair"
+)
+
+// Two addresses of lo used by no other package's tests: the UDP link binds
+// port 4791 on each.
+var (
+	serverAddr = netip.MustParseAddr("127.99.65.1")
+	clientAddr = netip.MustParseAddr("127.99.65.2")
+)
+
+func runRping(args []string) (*testpair.Buffer, *testpair.Buffer, <-chan int) {
+	out, errw := &testpair.Buffer{}, &testpair.Buffer{}
+	done := make(chan int, 1)
+	go func() { done <- Main(context.Background(), args, out, errw) }()
+	return out, errw, done
+}
+
+func wait(t *testing.T, done <-chan int, who string, out, errw *testpair.Buffer) int {
+	t.Helper()
+	select {
+	case code := <-done:
+		return code
+	case <-time.After(90 * time.Second):
+		t.Fatalf("%s did not finish in 90 s\nstdout:\n%s\nstderr:\n%s", who, out, errw)
+	}
+	return 0
+}
+
+func needUDPLink(t *testing.T) {
+	t.Helper()
+	t.Setenv("SROCE_LINK", "udp")
+}
+
+// pingLines returns what the real rping prints for count pings of size.
+func pingLines(prefix string, count, size int) string {
+	var b strings.Builder
+	start := byte(65)
+	for ping := 0; ping < count; ping++ {
+		s := []byte(fmt.Sprintf("rdma-ping-%d: ", ping))
+		c := start
+		for len(s) < size-1 {
+			s = append(s, c)
+			c++
+			if c > 122 {
+				c = 65
+			}
+		}
+		start++
+		if start > 122 {
+			start = 65
+		}
+		fmt.Fprintf(&b, "%sping data: %s\n", prefix, s)
+	}
+	return b.String()
+}
+
+// TestRpingPair runs sroce's rping server and client against each other on
+// two loopback addresses, as "rping -s" and "rping -c" are run, and
+// checks their output line for line against what rping prints.
+func TestRpingPair(t *testing.T) {
+	needUDPLink(t)
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		size  int
+	}{
+		{"default", nil, 64},
+		{"size 100 validate", []string{"-S", "100", "-V"}, 100},
+		{"self-created QP", []string{"-q"}, 64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const count = 5
+			sargs := append([]string{"-s", "-a", serverAddr.String(), "-p", "7174", "-v", "-C", "5"}, tc.extra...)
+			sout, serr, sdone := runRping(sargs)
+			time.Sleep(300 * time.Millisecond) // the server binds and listens
+			cargs := append([]string{"-c", "-a", serverAddr.String(), "-I", clientAddr.String(), "-p", "7174", "-v", "-C", "5"}, tc.extra...)
+			cout, cerr, cdone := runRping(cargs)
+			ccode := wait(t, cdone, "client", cout, cerr)
+			scode := wait(t, sdone, "server", sout, serr)
+			if ccode != 0 || scode != 0 {
+				t.Fatalf("client exit %d\n%s%s\nserver exit %d\n%s%s", ccode, cout, cerr, scode, sout, serr)
+			}
+			if got, want := cout.String(), pingLines("", count, tc.size); got != want {
+				t.Errorf("client printed\n%s\nwant\n%s", got, want)
+			}
+			if got, want := sout.String(), pingLines("server ", count, tc.size); got != want {
+				t.Errorf("server printed\n%s\nwant\n%s", got, want)
+			}
+			if !strings.Contains(serr.String(), "server DISCONNECT EVENT...") || !strings.Contains(cerr.String(), "client DISCONNECT EVENT...") {
+				t.Errorf("stderr of the server %q and client %q lack their DISCONNECT EVENT lines", serr, cerr)
+			}
+		})
+	}
+}
+
+// TestRpingNoServer: a client whose server does not listen is REJECTED
+// (reason 8) and exits 255, as rping's CM thread exit(-1)s.
+func TestRpingNoServer(t *testing.T) {
+	needUDPLink(t)
+	// A listener-less device at the server address: a server on another
+	// port.
+	sout, serr, sdone := runRping([]string{"-s", "-a", serverAddr.String(), "-p", "7175"})
+	time.Sleep(300 * time.Millisecond)
+	cout, cerr, cdone := runRping([]string{"-c", "-a", serverAddr.String(), "-I", clientAddr.String(), "-p", "7176", "-C", "1"})
+	if code := wait(t, cdone, "client", cout, cerr); code != 255 {
+		t.Fatalf("client exit %d, want 255\n%s%s", code, cout, cerr)
+	}
+	if !strings.Contains(cerr.String(), "cma event RDMA_CM_EVENT_REJECTED, error 8") {
+		t.Fatalf("client stderr %q", cerr)
+	}
+	// Now a client for the server, which ends it.
+	cout, cerr, cdone = runRping([]string{"-c", "-a", serverAddr.String(), "-I", clientAddr.String(), "-p", "7175", "-C", "1"})
+	if code := wait(t, cdone, "client", cout, cerr); code != 0 {
+		t.Fatalf("client exit %d\n%s%s", code, cout, cerr)
+	}
+	if code := wait(t, sdone, "server", sout, serr); code != 0 {
+		t.Fatalf("server exit %d\n%s%s", code, sout, serr)
+	}
+}
+
+// TestRpingUsage: bad command lines get rping's usage and EINVAL.
+func TestRpingUsage(t *testing.T) {
+	for _, args := range [][]string{{"-x"}, {}, {"-c", "-S", "10"}, {"-s", "-C", "-1"}, {"-c", "-p"}} {
+		out, errw, done := runRping(args)
+		code := wait(t, done, "rping", out, errw)
+		if code != 22 {
+			t.Errorf("%q: exit %d, want 22 (EINVAL)", args, code)
+		}
+		text := out.String() + errw.String()
+		if !strings.Contains(text, "rping -c [-vVd]") && !strings.Contains(text, "Invalid") {
+			t.Errorf("%q printed %q", args, text)
+		}
+	}
+}
+
+// TestRpingXDPNamespaces runs the server and the client in two network
+// namespaces joined by a veth pair, over AF_XDP, as on two hosts.
+func TestRpingXDPNamespaces(t *testing.T) {
+	nsutil.Skip(t)
+	t.Setenv("SROCE_LINK", "xdp")
+	ns, err := nsutil.NewPair(nsutil.PairConfig{Prefix: "cmA"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	srv := nsutil.DefaultAddrA.Addr().String()
+	in := func(n *nsutil.Namespace, args []string) (*testpair.Buffer, *testpair.Buffer, <-chan int) {
+		out, errw := &testpair.Buffer{}, &testpair.Buffer{}
+		done := make(chan int, 1)
+		go func() {
+			code := 0
+			if err := n.Do(func() error {
+				code = Main(context.Background(), args, out, errw)
+				return nil
+			}); err != nil {
+				fmt.Fprintln(errw, err)
+				code = -1
+			}
+			done <- code
+		}()
+		return out, errw, done
+	}
+	sout, serr, sdone := in(ns.A, []string{"-s", "-a", srv, "-v", "-V", "-S", "1000"})
+	time.Sleep(500 * time.Millisecond)
+	cout, cerr, cdone := in(ns.B, []string{"-c", "-a", srv, "-v", "-V", "-C", "10", "-S", "1000"})
+	if code := wait(t, cdone, "client", cout, cerr); code != 0 {
+		t.Fatalf("client exit %d\n%s%s", code, cout, cerr)
+	}
+	if code := wait(t, sdone, "server", sout, serr); code != 0 {
+		t.Fatalf("server exit %d\n%s%s", code, sout, serr)
+	}
+	if got, want := cout.String(), pingLines("", 10, 1000); got != want {
+		t.Errorf("client printed\n%s", got)
+	}
+}
+
+// TestRpingPersistentServer: a -P server serves one client after another
+// until it is stopped.
+func TestRpingPersistentServer(t *testing.T) {
+	needUDPLink(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	sout, serr := &testpair.Buffer{}, &testpair.Buffer{}
+	sdone := make(chan int, 1)
+	go func() {
+		sdone <- Main(ctx, []string{"-s", "-P", "-a", serverAddr.String(), "-p", "7177", "-v"}, sout, serr)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	for i := 0; i < 3; i++ {
+		cout, cerr, cdone := runRping([]string{"-c", "-a", serverAddr.String(), "-I", clientAddr.String(), "-p", "7177", "-C", "2", "-v", "-V"})
+		if code := wait(t, cdone, "client", cout, cerr); code != 0 {
+			t.Fatalf("client %d: exit %d\n%s%s\nserver:\n%s%s", i, code, cout, cerr, sout, serr)
+		}
+	}
+	cancel()
+	wait(t, sdone, "server", sout, serr)
+	if n := strings.Count(sout.String(), "server ping data: rdma-ping-1: "); n != 3 {
+		t.Fatalf("the server printed %d second pings for 3 clients:\n%s", n, sout)
+	}
+}
