@@ -490,7 +490,7 @@ func (id *ID) initQPAttrLocked(state verbs.QPState, t verbs.QPType) (verbs.QPAtt
 		if id.commID == 0 || (id.state != stateConnectRequest && id.state != stateConnectResponse && id.state != stateAccepted && id.state != stateEstablished) {
 			return a, 0, id.wrong("RTR attributes")
 		}
-		a.AH, a.PathMTU, a.DestQPN, a.RQPSN = id.ah, id.mtu, id.remoteQPN, id.remotePSN
+		a.AH, a.PathMTU, a.DestQPN, a.RQPSN = id.ah, id.mtu, id.remoteQPN, id.psn
 		a.MaxDestRdAtomic, a.MinRNRTimer = id.respRes, 0
 		return a, verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN |
 			verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer, nil
@@ -502,7 +502,7 @@ func (id *ID) initQPAttrLocked(state verbs.QPState, t verbs.QPType) (verbs.QPAtt
 		if id.commID == 0 || (id.state != stateConnectRequest && id.state != stateConnectResponse && id.state != stateAccepted && id.state != stateEstablished) {
 			return a, 0, id.wrong("RTS attributes")
 		}
-		a.SQPSN, a.Timeout, a.RetryCnt, a.RNRRetry, a.MaxRdAtomic = id.psn, id.ackTimeout, id.retry, id.rnr, id.initDepth
+		a.SQPSN, a.Timeout, a.RetryCnt, a.RNRRetry, a.MaxRdAtomic = id.remotePSN, id.ackTimeout, id.retry, id.rnr, id.initDepth
 		return a, verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry |
 			verbs.AttrMaxQPRdAtomic, nil
 	case verbs.QPStateErr:
