@@ -66,6 +66,7 @@ type agent struct {
 	conns   map[uint32]*ID  // by local communication ID
 	srcIx   map[bth.GID]int // the GID index a peer addressed us on
 	pending []cm.Out        // MADs the agent itself answers with
+	posts   []idEvent       // events to post once the MADs before them are sent
 
 	sendMu   sync.Mutex
 	ahs      map[bth.GID]*verbs.AH
@@ -315,13 +316,29 @@ func (a *agent) flushLocked() {
 			srcs[i] = ix
 		}
 	}
+	posts := a.posts
+	a.posts = nil
 	a.sendMu.Lock()
 	a.c.mu.Unlock()
-	defer a.sendMu.Unlock()
 	for i, o := range outs {
 		a.transmit(o, srcs[i])
 	}
+	a.sendMu.Unlock()
+	for _, p := range posts {
+		p.id.post(p.e)
+	}
 }
+
+// idEvent is an event for an ID.
+type idEvent struct {
+	id *ID
+	e  *Event
+}
+
+// later queues e for id until the MADs the Manager produced with it are
+// posted: an ESTABLISHED reaches the application after the RTU is on its
+// way, as with the kernel's rdma_cm (CM.mu held).
+func (a *agent) later(id *ID, e *Event) { a.posts = append(a.posts, idEvent{id, e}) }
 
 // ah returns the address handle to a peer's GID (sendMu held), resolving
 // the MAC through the port when it is not cached.

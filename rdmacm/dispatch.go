@@ -44,22 +44,22 @@ func (c *CM) handle(a *agent, e cm.Event) {
 			InitiatorDepth: r.InitiatorDepth, FlowControl: r.EndToEndFlowControl, RNRRetryCount: r.RNRRetryCount,
 			SRQ: r.SRQ, QPNum: r.LocalQPN}
 		if id.qp == nil {
-			id.post(&Event{Type: EventConnectResponse, ID: id, Param: param})
+			a.later(id, &Event{Type: EventConnectResponse, ID: id, Param: param})
 			return
 		}
 		if err := id.modifyQP(verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS); err != nil {
 			a.mgr.Reject(a.now(), id.commID, cm.RejConsumerDefined, nil)
 			delete(a.conns, id.commID)
 			id.state = stateDisconnected
-			id.post(&Event{Type: EventConnectError, ID: id, Status: StatusInvalid})
+			a.later(id, &Event{Type: EventConnectError, ID: id, Status: StatusInvalid})
 			return
 		}
 		a.mgr.SendRTU(a.now(), id.commID, nil)
 		id.state = stateEstablished
-		id.post(&Event{Type: EventEstablished, ID: id, Param: param})
+		a.later(id, &Event{Type: EventEstablished, ID: id, Param: param})
 	case cm.EventEstablished:
 		id.state = stateEstablished
-		id.post(&Event{Type: EventEstablished, ID: id})
+		a.later(id, &Event{Type: EventEstablished, ID: id})
 	case cm.EventRejected:
 		delete(a.conns, id.commID)
 		id.finishRequest()
@@ -68,13 +68,13 @@ func (c *CM) handle(a *agent, e cm.Event) {
 		if e.REJ != nil {
 			p.PrivateData = e.REJ.PrivateData
 		}
-		id.post(&Event{Type: EventRejected, ID: id, Status: int(e.Reason), Param: p})
+		a.later(id, &Event{Type: EventRejected, ID: id, Status: int(e.Reason), Param: p})
 	case cm.EventUnreachable:
 		delete(a.conns, id.commID)
 		id.finishRequest()
 		id.toErr()
 		id.state = stateDisconnected
-		id.post(&Event{Type: EventUnreachable, ID: id, Status: StatusTimedOut})
+		a.later(id, &Event{Type: EventUnreachable, ID: id, Status: StatusTimedOut})
 	case cm.EventDisconnected:
 		id.toErr()
 		id.state = stateDisconnected
@@ -82,21 +82,21 @@ func (c *CM) handle(a *agent, e cm.Event) {
 		if e.DREQ != nil {
 			p.PrivateData = e.DREQ.PrivateData
 		}
-		id.post(&Event{Type: EventDisconnected, ID: id, Param: p})
+		a.later(id, &Event{Type: EventDisconnected, ID: id, Param: p})
 	case cm.EventTimeWaitExit:
 		delete(a.conns, id.commID)
-		id.post(&Event{Type: EventTimewaitExit, ID: id})
+		a.later(id, &Event{Type: EventTimewaitExit, ID: id})
 	case cm.EventSIDRReply:
 		delete(a.conns, id.commID)
 		r := e.SIDRREP
 		if r.Status != cm.SIDRValid {
 			id.state = stateDisconnected
-			id.post(&Event{Type: EventUnreachable, ID: id, Status: int(r.Status), Param: ConnParam{PrivateData: r.PrivateData}})
+			a.later(id, &Event{Type: EventUnreachable, ID: id, Status: int(r.Status), Param: ConnParam{PrivateData: r.PrivateData}})
 			return
 		}
 		id.state = stateEstablished
 		id.remoteQPN, id.remoteQKey = r.QPN, r.QKey
-		id.post(&Event{Type: EventEstablished, ID: id, Param: ConnParam{PrivateData: r.PrivateData},
+		a.later(id, &Event{Type: EventEstablished, ID: id, Param: ConnParam{PrivateData: r.PrivateData},
 			UD: UDParam{QPNum: r.QPN, QKey: r.QKey, AH: id.ahInfo()}})
 	}
 }
@@ -174,5 +174,5 @@ func (c *CM) onRequest(a *agent, e cm.Event, svc uint64, pd []byte) {
 	l.pending++
 	c.ids[id] = struct{}{}
 	a.conns[e.ID] = id
-	id.post(ev)
+	a.later(id, ev)
 }

@@ -56,6 +56,14 @@
 // the same attributes for a QP the application (or a C librdmacm over the
 // daemon) moves itself.
 //
+// # UD services
+//
+// In the UDP port space (cm.PortSpaceUDP) Connect resolves the service
+// with a SIDR_REQ and Accept answers with a SIDR_REP naming the QP and the
+// Q_Key 0x01234567 (RDMA_UDP_QKEY); the active side's ESTABLISHED carries
+// the peer's QP, Q_Key and address vector in Event.UD, and a service
+// nobody listens on gives UNREACHABLE with the SIDR_REP's status.
+//
 // # On the wire
 //
 // REQs are built as Linux's rdma_cm and ib_cm build them on RoCEv2: the

@@ -650,7 +650,7 @@ func (id *ID) Accept(p *ConnParam) error {
 			return err
 		}
 		id.state = stateEstablished
-		id.post(&Event{Type: EventEstablished, ID: id})
+		a.later(id, &Event{Type: EventEstablished, ID: id})
 		a.flushLocked()
 		return nil
 	case stateConnectRequest:

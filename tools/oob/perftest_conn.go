@@ -48,6 +48,11 @@ type Conn struct {
 	// uses only on InfiniBand without -x. On RoCE both sides always carry
 	// the GID; both sides must agree.
 	NoGID bool
+	// RDMACM makes the exchange perftest's over RDMA CM (-R, -z): the
+	// connection carries each message as one SEND, the key messages are
+	// the binary struct pingpong_dest (MarshalCM), and Finish ends
+	// after its key exchange without "done".
+	RDMACM bool
 
 	peerVersion string
 }
@@ -169,6 +174,9 @@ func (c *Conn) ExchangeMTU(ctx context.Context, local verbs.MTU) (verbs.MTU, err
 
 // keySize returns the size of this connection's key messages.
 func (c *Conn) keySize() int {
+	if c.RDMACM {
+		return CMKeyMsgSize
+	}
 	if c.NoGID {
 		return KeyMsgSize
 	}
@@ -190,15 +198,23 @@ func (c *Conn) SyncAfterRun(ctx context.Context, local KeyMsg) (KeyMsg, error) {
 
 // exchangeKeys swaps one key message within limit.
 func (c *Conn) exchangeKeys(ctx context.Context, limit time.Duration, local KeyMsg) (KeyMsg, error) {
-	out, err := local.Marshal(!c.NoGID)
-	if err != nil {
+	var out []byte
+	var err error
+	if c.RDMACM {
+		out = local.MarshalCM()
+	} else if out, err = local.Marshal(!c.NoGID); err != nil {
 		return KeyMsg{}, err
 	}
 	in := make([]byte, c.keySize())
 	if err := c.swap(ctx, "key message", limit, out, in); err != nil {
 		return KeyMsg{}, err
 	}
-	k, err := ParseKeyMsg(in, !c.NoGID)
+	var k KeyMsg
+	if c.RDMACM {
+		k, err = ParseCMKeyMsg(in)
+	} else {
+		k, err = ParseKeyMsg(in, !c.NoGID)
+	}
 	return k, c.fail(err)
 }
 
@@ -233,6 +249,9 @@ func (c *Conn) Finish(ctx context.Context, local KeyMsg) error {
 	if _, err := c.SyncAfterRun(ctx, local); err != nil {
 		c.nc.Close()
 		return err
+	}
+	if c.RDMACM {
+		return c.nc.Close()
 	}
 	err := c.s.do(ctx, "done message", c.Timeouts.step(), func() error { return c.s.write(doneMsg) })
 	if err != nil {

@@ -38,8 +38,11 @@ const (
 	VersionMsgSize = 16  // perftest's MAX_VERSION
 	KeyMsgSize     = 59  // key message without a GID
 	KeyMsgSizeGID  = 108 // key message with a GID (always on RoCE)
-	MTUMsgSize     = 2   // ibv_mtu enum digit and NUL (peers from 5.31 on)
-	ReportItemSize = 8   // each field of a BW report
+	// CMKeyMsgSize is the key message of an exchange over RDMA CM (-R,
+	// -z): struct pingpong_dest itself, in network byte order.
+	CMKeyMsgSize   = 56
+	MTUMsgSize     = 2 // ibv_mtu enum digit and NUL (peers from 5.31 on)
+	ReportItemSize = 8 // each field of a BW report
 )
 
 // PerftestVersion is the version string perftest 4.5-0.17 sends (its
@@ -241,6 +244,47 @@ type KeyMsg struct {
 	VAddr    uint64  // where the peer reads or writes
 	GID      bth.GID // only in the 108-byte format
 	SRQN     uint32  // XRC/DC shared receive queue number; 0 otherwise
+	// GIDIndex is the sender's GID index, carried only by the binary
+	// (RDMA CM) form.
+	GIDIndex uint32
+}
+
+// MarshalCM encodes k as the binary struct pingpong_dest perftest sends
+// over an RDMA CM exchange (-R, -z), CMKeyMsgSize bytes:
+//
+//	lid, out_reads, qpn, psn, rkey (5 × 32 bits), 4 bytes of padding,
+//	vaddr (64 bits), gid (16 bytes), srqn, gid_index (2 × 32 bits)
+//
+// all in network byte order.
+func (k KeyMsg) MarshalCM() []byte {
+	b := make([]byte, CMKeyMsgSize)
+	for i, v := range []uint32{uint32(k.LID), uint32(k.OutReads), k.QPN, k.PSN, k.RKey} {
+		binary.BigEndian.PutUint32(b[4*i:], v)
+	}
+	binary.BigEndian.PutUint64(b[24:], k.VAddr)
+	copy(b[32:48], k.GID[:])
+	binary.BigEndian.PutUint32(b[48:], k.SRQN)
+	binary.BigEndian.PutUint32(b[52:], k.GIDIndex)
+	return b
+}
+
+// ParseCMKeyMsg decodes a binary key message. perftest reads the LID,
+// out_reads, QPN, PSN, rkey, vaddr and GID of it; so does ParseCMKeyMsg, and
+// like ParseKeyMsg it refuses a QPN or PSN beyond 24 bits and out_reads
+// beyond 16.
+func ParseCMKeyMsg(b []byte) (KeyMsg, error) {
+	const step = "key message"
+	if len(b) != CMKeyMsgSize {
+		return KeyMsg{}, malformed(step, "%d bytes instead of %d", len(b), CMKeyMsgSize)
+	}
+	u := func(i int) uint32 { return binary.BigEndian.Uint32(b[4*i:]) }
+	k := KeyMsg{LID: uint16(u(0)), OutReads: uint16(u(1)), QPN: u(2), PSN: u(3), RKey: u(4),
+		VAddr: binary.BigEndian.Uint64(b[24:]), SRQN: u(12), GIDIndex: u(13)}
+	copy(k.GID[:], b[32:48])
+	if u(0) > 0xffff || u(1) > 0xffff || k.QPN > 0xffffff || k.PSN > 0xffffff {
+		return KeyMsg{}, malformed(step, "LID %#x, out_reads %#x, QPN %#x or PSN %#x is out of range", u(0), u(1), k.QPN, k.PSN)
+	}
+	return k, nil
 }
 
 // Marshal encodes k. With withGID (whenever a GID index is in use, which

@@ -2,6 +2,7 @@ package oob
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/verbs"
@@ -193,5 +194,36 @@ func TestReportItems(t *testing.T) {
 	sum := r.Add(BWReport{BWPeak: 1, BWAvg: 2, MsgRate: 3})
 	if sum.Size != r.Size || sum.BWPeak != r.BWPeak+1 || sum.BWAvg != r.BWAvg+2 || sum.MsgRate != r.MsgRate+3 {
 		t.Errorf("Add = %+v", sum)
+	}
+}
+
+// TestCMKeyMsg decodes the key messages of rxe's ib_write_bw -R
+// (cm/testdata/rxe-perftest-R.pcap, frames 31 and 33) and encodes them
+// back byte for byte.
+func TestCMKeyMsg(t *testing.T) {
+	for _, h := range []string{
+		"0000000000000001000000140046aff60000083600000000000055ab7a36400000000000000000000000ffffc00002020000000000000001",
+		"00000000000000010000001400974e0b0000073f00000000000055fa5cf7e00000000000000000000000ffffc00002010000000000000001",
+	} {
+		b, _ := hex.DecodeString(h)
+		k, err := ParseCMKeyMsg(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.OutReads != 1 || k.QPN != 0x14 || k.GIDIndex != 1 || !k.GID.IsIPv4() || k.VAddr>>40 != 0x55 {
+			t.Fatalf("%+v", k)
+		}
+		if got := k.MarshalCM(); !bytes.Equal(got, b) {
+			t.Fatalf("re-encoded\n%x\nwant\n%x", got, b)
+		}
+	}
+	for n := 0; n < CMKeyMsgSize; n++ {
+		if _, err := ParseCMKeyMsg(make([]byte, n)); err == nil {
+			t.Fatalf("a %d-byte key message parsed", n)
+		}
+	}
+	bad := KeyMsg{QPN: 1 << 24}.MarshalCM()
+	if _, err := ParseCMKeyMsg(bad); err == nil {
+		t.Fatal("a 25-bit QPN parsed")
 	}
 }

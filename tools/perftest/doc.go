@@ -5,6 +5,11 @@
 // of a run can be the real tool. The sroce command's send-bw, write-bw,
 // ..., rc-pingpong and ud-pingpong are thin wrappers around these.
 //
+// With -z the exchange runs over an RDMA CM connection instead of TCP, and
+// with -R the test's QP is connected by RDMA CM too (package rdmacm), in
+// the order perftest 4.5 does it (see cm.go), so that the real
+// `ib_write_bw -R` can be either side.
+//
 // A run opens the device named by -d (package device), prints what the
 // tool prints to the writers it is given and returns the tool's exit
 // status. Every wait of a run is bounded, by the environment variables

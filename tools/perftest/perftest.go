@@ -32,6 +32,7 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/rdmacm"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/tools/oob"
 	"github.com/sroce/sroce/verbs"
@@ -169,7 +170,8 @@ func perftestSupported(p oob.Params) error {
 		set  bool
 		name string
 	}{
-		{p.RDMACM || p.CommRDMACM, "-R/-z (connecting with RDMA CM)"},
+		{p.RDMACM && p.Conn != oob.RC, "-R with a UD or UC connection"},
+		{p.RDMACM && p.NumQPs != 1, "-R with more than one QP"},
 		{p.UseSRQ, "--use-srq"},
 		{p.Reversed, "--reversed"},
 		{p.OutJSON, "--out_json"},
@@ -229,7 +231,27 @@ func (pt *perftest) run() int {
 	// The server listens before it says it waits, so that a client started
 	// once the banner shows up finds the port open.
 	var ln net.Listener
-	if !pt.client() {
+	var cmc *rdmacm.CM
+	var link *cmLink
+	if p.CommRDMACM {
+		var err error
+		if cmc, err = pt.openCM(); err != nil {
+			return pt.failErr(err)
+		}
+		defer cmc.Close()
+		if pt.client() {
+			pt.waitingFor("connecting to %s port %d with RDMA CM", p.ServerName, p.Port)
+			link, err = pt.dialCM(ctx, cmc)
+		} else {
+			link, err = pt.acceptCM(ctx, cmc, orDefault(pt.steps.Accept, 10*time.Minute))
+		}
+		if err != nil {
+			return pt.failErr(err)
+		}
+		pt.conn = oob.NewConn(link, p.Role)
+		pt.conn.Timeouts = pt.steps
+		pt.conn.RDMACM = true
+	} else if !pt.client() {
 		var err error
 		if ln, err = oob.Listen(ctx, ":"+strconv.Itoa(p.Port)); err != nil {
 			return pt.failErr(err)
@@ -273,8 +295,15 @@ func (pt *perftest) run() int {
 	pt.out(oob.TestInfo(*p, oob.DeviceInfo{Device: pt.ifname(), Transport: "IB", LinkLayer: "Ethernet",
 		MTU: pt.pro.MTU, GIDIndex: pt.gidIdx, OutReads: pt.outReads, Inline: 0}))
 
+	connect := func(remote []oob.KeyMsg) error { return pt.connect(ctx, remote) }
+	if p.RDMACM {
+		if err := pt.connectDataCM(ctx, cmc, link); err != nil {
+			return pt.failErr(err)
+		}
+		connect = pt.connectedByCM
+	}
 	hooks := oob.Hooks{
-		Connect: func(remote []oob.KeyMsg) error { return pt.connect(ctx, remote) },
+		Connect: connect,
 		Ready:   pt.ready,
 		Prepare: pt.prepare,
 		Run:     pt.runSize,

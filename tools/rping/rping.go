@@ -74,7 +74,8 @@ type options struct {
 	selfQP     bool
 }
 
-func usage(w io.Writer) {
+// Usage prints rping's usage text, as rping does for a bad command line.
+func Usage(w io.Writer) {
 	fmt.Fprintf(w, "rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port]\n")
 	fmt.Fprintf(w, "rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]\n")
 	fmt.Fprintf(w, "\t-c\t\tclient side\n")
@@ -129,7 +130,7 @@ func parse(ctx context.Context, args []string, stdout, stderr io.Writer) (*optio
 	o := &options{server: -1, port: DefaultPort, size: DefaultSize, addr: netip.IPv4Unspecified()}
 	withArg := "aIpCSt"
 	bad := func() (*options, int) {
-		usage(stdout)
+		Usage(stdout)
 		return nil, exitEINVAL
 	}
 	ret := 0
