@@ -172,16 +172,19 @@ func (c *CM) Stats() []Stats {
 	return s
 }
 
-// CreateID creates an ID on ch in port space ps (rdma_create_id); ctx is
+// CreateID creates an ID on ch in port space ps (rdma_create_id: TCP for
+// RC connections, UDP for UD services); ctx is
 // the application's, returned by ID.Context.
 func (c *CM) CreateID(ch *EventChannel, ps cm.PortSpace, ctx any) (*ID, error) {
 	if ch == nil {
 		return nil, fmt.Errorf("rdmacm: create ID without an event channel: %w", ErrInvalid)
 	}
 	switch ps {
-	case cm.PortSpaceTCP, cm.PortSpaceUDP, cm.PortSpaceIB:
+	case cm.PortSpaceTCP, cm.PortSpaceUDP:
 	default:
-		return nil, fmt.Errorf("rdmacm: port space %v is not supported: %w", ps, ErrInvalid)
+		// RDMA_PS_IB (AF_IB addressing) and RDMA_PS_IPOIB are not
+		// served: IP addresses over RoCE are the TCP and UDP spaces.
+		return nil, fmt.Errorf("rdmacm: port space %v is not supported (TCP and UDP are): %w", ps, ErrInvalid)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

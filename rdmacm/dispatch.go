@@ -132,7 +132,7 @@ func (c *CM) onRequest(a *agent, e cm.Event, svc uint64, pd []byte) {
 			}
 		}
 	}
-	if l == nil || l.pending >= l.backlog {
+	if l == nil {
 		reject()
 		return
 	}

@@ -36,6 +36,7 @@
 //	rdma_reject                ID.Reject            rdma_disconnect     ID.Disconnect
 //	rdma_create_qp             ID.CreateQP          rdma_destroy_qp     ID.DestroyQP
 //	rdma_init_qp_attr          ID.InitQPAttr        rdma_event_str      EventType.String
+//	rdma_set_option TOS        ID.SetTOS            ACK_TIMEOUT         ID.SetACKTimeout
 //
 // Events are librdmacm's (EventType numbers are rdma_cm_event_type's),
 // with the status librdmacm reports: 0, a negative errno (UNREACHABLE

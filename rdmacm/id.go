@@ -76,6 +76,35 @@ type ID struct {
 	ackTimeout uint8
 	remoteQKey uint32
 	req        *cm.REQ
+	tos        uint8 // SetTOS
+	ackSet     bool  // SetACKTimeout was called
+	ackOpt     uint8
+}
+
+// SetTOS sets the type of service (rdma_set_option RDMA_OPTION_ID_TOS):
+// the traffic class of the route ResolveRoute builds and of the REQ's
+// path. Call it before ResolveRoute.
+func (id *ID) SetTOS(tos uint8) {
+	id.c.mu.Lock()
+	defer id.c.mu.Unlock()
+	id.tos = tos
+}
+
+// SetACKTimeout sets the QP's local ACK timeout exponent (rdma_set_option
+// RDMA_OPTION_ID_ACK_TIMEOUT, 4.096 µs × 2^t) in place of the one derived
+// from the path's packet lifetime: the REQ carries it and the QP's RTS
+// attributes use it. Values above 31 are refused.
+func (id *ID) SetACKTimeout(t uint8) error {
+	if t > 31 {
+		return fmt.Errorf("rdmacm: ACK timeout %d is above 31: %w", t, ErrInvalid)
+	}
+	id.c.mu.Lock()
+	defer id.c.mu.Unlock()
+	id.ackSet, id.ackOpt = true, t
+	if id.state >= stateRouteResolved {
+		id.ackTimeout = t
+	}
+	return nil
 }
 
 // Context returns the application's value given to CreateID.
@@ -295,7 +324,11 @@ func (id *ID) ResolveRoute(timeout time.Duration) error {
 	}
 	id.mtu = id.agent.dev.QueryPort().ActiveMTU
 	id.ackTimeout = ackTimeout(packetLifetime)
+	if id.ackSet {
+		id.ackTimeout = id.ackOpt
+	}
 	id.ah.FlowLabel = flowLabel(id.src.Port(), id.dst.Port())
+	id.ah.TrafficClass = id.tos
 	id.state = stateRouteResolved
 	c.mu.Unlock()
 	id.post(&Event{Type: EventRouteResolved, ID: id})
@@ -327,8 +360,9 @@ func ackTimeout(pktLife uint8) uint8 {
 }
 
 // Listen makes the bound ID hear connection requests for its port
-// (rdma_listen); backlog bounds the requests not yet accepted or
-// rejected (0: 1024).
+// (rdma_listen). As with Linux's rdma_cm on RoCE, backlog (recorded, 0:
+// 1024) does not refuse requests; the device's bound on half-open
+// connections (cm.Config.MaxHalfOpen) does.
 func (id *ID) Listen(backlog int) error {
 	c := id.c
 	c.mu.Lock()

@@ -14,12 +14,7 @@ import (
 // through the kernel's route and neighbour table, the MADs and the data
 // cross the veth, both sides disconnect cleanly.
 func TestXDPVethConnect(t *testing.T) {
-	nsutil.Skip(t)
-	ns, err := nsutil.NewPair(nsutil.PairConfig{Prefix: "cmA"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
+	ns := nsutil.NewTestPair(t, nsutil.PairConfig{Prefix: "cmA"})
 	open := func(n *nsutil.Namespace, ifname string) *host {
 		t.Helper()
 		var port *iface.Port

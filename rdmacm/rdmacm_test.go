@@ -627,3 +627,106 @@ func TestDeviceRemoval(t *testing.T) {
 		t.Fatalf("%v for %p", e, e.ID)
 	}
 }
+
+// TestOptions: SetTOS and SetACKTimeout reach the REQ's path and the QP
+// attributes of both sides.
+func TestOptions(t *testing.T) {
+	p := newPair(t, memlink.Impairments{}, rdmacm.Config{})
+	listen(t, p.b, 7500)
+	id, err := p.a.cm.CreateID(p.a.ch, cm.PortSpaceTCP, nil)
+	must(t, err)
+	id.SetTOS(0x68)
+	must(t, id.SetACKTimeout(12))
+	if err := id.SetACKTimeout(32); !errors.Is(err, rdmacm.ErrInvalid) {
+		t.Fatalf("ACK timeout 32: %v", err)
+	}
+	must(t, id.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(p.b.addr, 7500), time.Second))
+	expect(t, p.a.ch, rdmacm.EventAddrResolved)
+	must(t, id.ResolveRoute(time.Second))
+	expect(t, p.a.ch, rdmacm.EventRouteResolved)
+	_, err = id.CreateQP(nil, qpAttr())
+	must(t, err)
+	must(t, id.Connect(nil))
+	req := expect(t, p.b.ch, rdmacm.EventConnectRequest)
+	_, err = req.ID.CreateQP(nil, qpAttr())
+	must(t, err)
+	must(t, req.ID.Accept(nil))
+	expect(t, p.a.ch, rdmacm.EventEstablished)
+	for _, x := range []*rdmacm.ID{id, req.ID} {
+		rtr, _, err := x.InitQPAttr(verbs.QPStateRTR)
+		must(t, err)
+		rts, _, err := x.InitQPAttr(verbs.QPStateRTS)
+		must(t, err)
+		if rtr.AH.TrafficClass != 0x68 || rts.Timeout != 12 {
+			t.Errorf("traffic class %#x, ACK timeout %d", rtr.AH.TrafficClass, rts.Timeout)
+		}
+	}
+}
+
+// TestManyConnections opens 40 connections at once from goroutines of
+// their own, each with its own channel, sends on each and disconnects
+// them all: the agents serve them concurrently.
+func TestManyConnections(t *testing.T) {
+	p := newPair(t, memlink.Impairments{}, rdmacm.Config{})
+	const n = 40
+	l, err := p.b.cm.CreateID(p.b.ch, cm.PortSpaceTCP, nil)
+	must(t, err)
+	must(t, l.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), 7600)))
+	must(t, l.Listen(n)) // a backlog for all: they come at once
+	// The passive side accepts whatever comes.
+	go func() {
+		for {
+			e, err := p.b.ch.Get(t.Context())
+			if err != nil {
+				return
+			}
+			if e.Type == rdmacm.EventConnectRequest && e.ListenID == l {
+				if _, err := e.ID.CreateQP(nil, qpAttr()); err == nil {
+					e.ID.Accept(nil)
+				}
+			}
+		}
+	}()
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			ch := rdmacm.NewEventChannel()
+			id, err := p.a.cm.CreateID(ch, cm.PortSpaceTCP, i)
+			if err == nil {
+				err = id.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(p.b.addr, 7600), time.Second)
+			}
+			step := func(want rdmacm.EventType) {
+				if err == nil {
+					_, err = ch.Wait(want, wait)
+				}
+			}
+			step(rdmacm.EventAddrResolved)
+			if err == nil {
+				err = id.ResolveRoute(time.Second)
+			}
+			step(rdmacm.EventRouteResolved)
+			if err == nil {
+				_, err = id.CreateQP(nil, qpAttr())
+			}
+			if err == nil {
+				err = id.Connect(&rdmacm.ConnParam{RNRRetryCount: 7, RetryCount: 7})
+			}
+			step(rdmacm.EventEstablished)
+			if err == nil {
+				err = id.Disconnect()
+			}
+			step(rdmacm.EventDisconnected)
+			errs <- err
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range append(p.a.cm.Stats(), p.b.cm.Stats()...) {
+		if s.Established != n || len(s.Dropped) != 0 {
+			t.Errorf("%+v", s)
+		}
+	}
+}

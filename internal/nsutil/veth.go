@@ -255,6 +255,26 @@ type Pair struct {
 	Forwarder *Forwarder
 }
 
+// PairTB is the part of testing.TB that NewTestPair uses.
+type PairTB interface {
+	TB
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
+
+// NewTestPair skips t when namespaces are not available here (Skip) and
+// otherwise returns a new Pair made with cfg, which t's cleanup closes.
+func NewTestPair(t PairTB, cfg PairConfig) *Pair {
+	t.Helper()
+	Skip(t)
+	p, err := NewPair(cfg)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
 // NewPair creates namespaces A and B and the veth pair between them,
 // impaired if cfg.Impair is set. On error nothing is left behind.
 func NewPair(cfg PairConfig) (p *Pair, err error) {

@@ -85,6 +85,15 @@ func (p *Pairs) Port(t testing.TB) int {
 	}
 }
 
+// Go runs run in a goroutine with two fresh Buffers as its stdout and
+// stderr, and returns them and a channel that delivers its exit status.
+func Go(run func(stdout, stderr io.Writer) int) (stdout, stderr *Buffer, done <-chan int) {
+	out, errOut := &Buffer{}, &Buffer{}
+	ch := make(chan int, 1)
+	go func() { ch <- run(out, errOut) }()
+	return out, errOut, ch
+}
+
 // Start runs the tool args in a goroutine and returns its live stdout and
 // a channel that delivers the result.
 func (p *Pairs) Start(args []string) (*Buffer, <-chan Result) {

@@ -121,13 +121,20 @@ func TestInfo(p Params, d DeviceInfo) string {
 		method = "rdma_cm"
 	}
 	fmt.Fprintf(&b, " Data ex. method : %s\n", method)
+	if p.RDMACM && p.Role == Server {
+		b.WriteString(ResultLine)
+		b.WriteString(" Waiting for client rdma_cm QP to connect\n")
+		b.WriteString(" Please run the same command with the IB/RoCE interface IP\n")
+	}
 	b.WriteString(ResultLine)
 	return b.String()
 }
 
 // AddressLine returns perftest's lines about one QP: side is "local" or
 // "remote"; READ tests add the outstanding reads, READ and WRITE tests the
-// rkey and address; withGID (a GID index is in use) adds the GID line,
+// rkey and address (not over RDMA CM, -R or -z, where perftest prints the
+// lines as for a SEND test: pass a SEND test); withGID (a GID index is in
+// use) adds the GID line,
 // whose bytes perftest prints in decimal:
 //
 //	" local address: LID 0000 QPN 0x0013 PSN 0x1a7e86 RKey 0x000496 VAddr 0x007f30e35a0000"

@@ -71,7 +71,7 @@ func PerftestUsage(test Test, prog string) string {
 	if verb == VerbSend {
 		w("  -r, --rx-depth=<n>        receive queue depth (default %d)\n", DefRxDepthSend)
 	}
-	w("  -R, --rdma_cm             connect the QP and run the exchange with RDMA CM (RC, one QP)\n")
+	w("  -R, --rdma_cm             connect the QPs and run the exchange with RDMA CM (RC)\n")
 	w("  -z, --comm_rdma_cm        run the exchange over RDMA CM instead of TCP\n")
 	if verb != VerbAtomic {
 		size := DefSizeBW

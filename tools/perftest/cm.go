@@ -48,7 +48,8 @@ type cmLink struct {
 	stop   context.CancelFunc
 	ctx    context.Context
 	peer   netip.AddrPort
-	data   *cmData // the test's connection (-R), disconnected first
+	data   []cmData             // the test's connections (-R), disconnected first
+	dataCh *rdmacm.EventChannel // their events on the server (its listener's channel)
 	client bool
 
 	mu       sync.Mutex
@@ -59,7 +60,8 @@ type cmLink struct {
 	closed   bool
 }
 
-// cmData is the test QP's RDMA CM connection (-R).
+// cmData is one test QP's RDMA CM connection (-R) and the channel of its
+// events.
 type cmData struct {
 	ch *rdmacm.EventChannel
 	id *rdmacm.ID
@@ -424,13 +426,16 @@ func (l *cmLink) Close() error {
 	}
 	l.closed = true
 	l.mu.Unlock()
-	if d := l.data; d != nil {
+	for _, d := range l.data {
 		if l.client {
 			d.id.Disconnect()
 		}
 		cmEvent(context.Background(), d.ch, rdmacm.EventDisconnected, time.Second, "closing the test's connection")
 		d.id.Destroy()
 		d.ch.Destroy()
+	}
+	if l.dataCh != nil {
+		l.dataCh.Destroy()
 	}
 	if l.client {
 		l.id.Disconnect()
@@ -507,62 +512,77 @@ func orDefault(d, def time.Duration) time.Duration {
 	return def
 }
 
-// connectDataCM connects the test's QP (-R, one QP) with a second RDMA CM
-// connection on the port, between the two key exchanges of zeros perftest
-// makes around it: the client requests it naming the QP, the QP is moved
-// to INIT, RTR and RTS with the CM's attributes (rdma_init_qp_attr) on both
-// sides before the REP (server) or the RTU (client). The server listens
-// before the first exchange, so the client's request never finds the port
-// closed.
+// connectDataCM connects the test's QPs (-R) with RDMA CM connections on
+// the port, between the two key exchanges of zeros perftest makes around
+// them: the client requests one per QP naming it, and each QP is moved to
+// INIT, RTR and RTS with the CM's attributes (rdma_init_qp_attr) before
+// the REP (server) or the RTU (client). The server listens before the
+// first exchange, so a client's request never finds the port closed, and
+// takes the requests in whatever order they come, as perftest does.
 func (pt *perftest) connectDataCM(ctx context.Context, c *rdmacm.CM, l *cmLink) error {
-	step := orDefault(pt.steps.Step, oob.DefaultStepTimeout)
-	q := pt.qps[0]
-	param := pt.cmConnParam(uint32(q.QPN()), pt.verb)
 	ch := rdmacm.NewEventChannel()
-	d := &cmData{ch: ch}
-	l.data = d
+	l.dataCh = ch
+	var lid *rdmacm.ID
 	if !pt.client() {
-		lid, err := c.CreateID(ch, cm.PortSpaceTCP, nil)
-		if err != nil {
+		var err error
+		if lid, err = c.CreateID(ch, cm.PortSpaceTCP, nil); err != nil {
 			return err
 		}
 		defer lid.Destroy()
 		if err := lid.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(pt.p.Port))); err != nil {
 			return fmt.Errorf(" rdma_bind_addr failed: %v", err)
 		}
-		if err := lid.Listen(1); err != nil {
+		if err := lid.Listen(len(pt.qps)); err != nil {
 			return fmt.Errorf("rdma_listen failed: %v", err)
 		}
 	}
 	if _, err := pt.conn.ExchangeKeys(ctx, oob.KeyMsg{}); err != nil {
 		return err
 	}
-	move := func(id *rdmacm.ID) error {
-		for _, st := range []verbs.QPState{verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS} {
-			a, mask, err := id.InitQPAttr(st)
-			if err == nil {
-				err = q.Modify(&a, mask)
-			}
-			if err != nil {
-				return fmt.Errorf("Failed to modify QP %d to %v: %v", q.QPN(), st, err)
-			}
-		}
-		return nil
-	}
+	var err error
 	if pt.client() {
-		dst, err := serverAddr(ctx, pt.p.ServerName, pt.p.Port)
-		if err != nil {
-			return err
+		err = pt.connectQPsCM(ctx, c, l)
+	} else {
+		err = pt.acceptQPsCM(ctx, l)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = pt.conn.ExchangeKeys(ctx, oob.KeyMsg{})
+	return err
+}
+
+// moveQP moves q to INIT, RTR and RTS with id's attributes.
+func moveQP(id *rdmacm.ID, q *roce.QP) error {
+	for _, st := range []verbs.QPState{verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS} {
+		a, mask, err := id.InitQPAttr(st)
+		if err == nil {
+			err = q.Modify(&a, mask)
 		}
-		end := time.Now().Add(step)
-		for {
-			id, err := c.CreateID(ch, cm.PortSpaceTCP, nil)
-			if err != nil {
+		if err != nil {
+			return fmt.Errorf("Failed to modify QP %d to %v: %v", q.QPN(), st, err)
+		}
+	}
+	return nil
+}
+
+// connectQPsCM connects each QP in turn, retrying a request the server
+// was not ready for within the step limit.
+func (pt *perftest) connectQPsCM(ctx context.Context, c *rdmacm.CM, l *cmLink) error {
+	step := orDefault(pt.steps.Step, oob.DefaultStepTimeout)
+	dst, err := serverAddr(ctx, pt.p.ServerName, pt.p.Port)
+	if err != nil {
+		return err
+	}
+	for _, q := range pt.qps {
+		ch := rdmacm.NewEventChannel()
+		var id *rdmacm.ID
+		for end := time.Now().Add(step); ; {
+			if id, err = c.CreateID(ch, cm.PortSpaceTCP, nil); err != nil {
 				return err
 			}
-			d.id = id
 			if err = resolve(ctx, id, ch, dst); err == nil {
-				if err = id.Connect(param); err == nil {
+				if err = id.Connect(pt.cmConnParam(uint32(q.QPN()), pt.verb)); err == nil {
 					_, err = cmEvent(ctx, ch, rdmacm.EventConnectResponse, step, "connecting the test's QP")
 				}
 			}
@@ -570,41 +590,62 @@ func (pt *perftest) connectDataCM(ctx context.Context, c *rdmacm.CM, l *cmLink) 
 				break
 			}
 			id.Destroy()
-			d.id = nil
 			if time.Now().After(end) {
 				return err
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		if err := move(d.id); err != nil {
-			d.id.Reject(nil)
+		l.data = append(l.data, cmData{ch: ch, id: id})
+		if err := moveQP(id, q); err != nil {
+			id.Reject(nil)
 			return err
 		}
-		if err := d.id.Accept(nil); err != nil {
-			return err
-		}
-		if _, err := cmEvent(ctx, ch, rdmacm.EventEstablished, step, "connecting the test's QP"); err != nil {
-			return err
-		}
-	} else {
-		e, err := cmEvent(ctx, ch, rdmacm.EventConnectRequest, step, "waiting for the test's connection")
-		if err != nil {
-			return err
-		}
-		d.id = e.ID
-		if err := move(d.id); err != nil {
-			d.id.Reject(nil)
-			return err
-		}
-		if err := d.id.Accept(param); err != nil {
+		if err := id.Accept(nil); err != nil {
 			return err
 		}
 		if _, err := cmEvent(ctx, ch, rdmacm.EventEstablished, step, "connecting the test's QP"); err != nil {
 			return err
 		}
 	}
-	_, err := pt.conn.ExchangeKeys(ctx, oob.KeyMsg{})
-	return err
+	return nil
+}
+
+// acceptQPsCM takes one request per QP, in the order they come, and
+// waits until every connection is established.
+func (pt *perftest) acceptQPsCM(ctx context.Context, l *cmLink) error {
+	step := orDefault(pt.steps.Step, oob.DefaultStepTimeout)
+	ctx, cancel := context.WithTimeout(ctx, step)
+	defer cancel()
+	established := 0
+	for established < len(pt.qps) {
+		e, err := l.dataCh.Get(ctx)
+		if err != nil {
+			return fmt.Errorf("%d of %d test connections established within %v: %w", established, len(pt.qps), step, err)
+		}
+		switch e.Type {
+		case rdmacm.EventConnectRequest:
+			if len(l.data) == len(pt.qps) {
+				e.ID.Reject(nil)
+				e.ID.Destroy()
+				continue
+			}
+			q := pt.qps[len(l.data)]
+			l.data = append(l.data, cmData{ch: l.dataCh, id: e.ID})
+			if err := moveQP(e.ID, q); err != nil {
+				e.ID.Reject(nil)
+				return err
+			}
+			if err := e.ID.Accept(pt.cmConnParam(uint32(q.QPN()), pt.verb)); err != nil {
+				return err
+			}
+		case rdmacm.EventEstablished:
+			established++
+		case rdmacm.EventTimewaitExit:
+		default:
+			return fmt.Errorf("unexpected CM event %v (status %d) while connecting the test's QPs", e.Type, e.Status)
+		}
+	}
+	return nil
 }
 
 // connectedByCM is the Connect hook of -R: the QP is connected already.

@@ -171,7 +171,6 @@ func perftestSupported(p oob.Params) error {
 		name string
 	}{
 		{p.RDMACM && p.Conn != oob.RC, "-R with a UD or UC connection"},
-		{p.RDMACM && p.NumQPs != 1, "-R with more than one QP"},
 		{p.UseSRQ, "--use-srq"},
 		{p.Reversed, "--reversed"},
 		{p.OutJSON, "--out_json"},
@@ -624,11 +623,15 @@ func (pt *perftest) ready(remote []oob.KeyMsg) error {
 		return nil
 	}
 	var b strings.Builder
+	addrTest := pt.test
+	if pt.p.CommRDMACM {
+		addrTest = oob.SendBW // perftest prints the lines of a SEND test then
+	}
 	for _, k := range pt.local {
-		b.WriteString(oob.AddressLine("local", pt.test, k, true))
+		b.WriteString(oob.AddressLine("local", addrTest, k, true))
 	}
 	for _, k := range remote {
-		b.WriteString(oob.AddressLine("remote", pt.test, k, true))
+		b.WriteString(oob.AddressLine("remote", addrTest, k, true))
 	}
 	switch {
 	case pt.test.IsBW():

@@ -309,7 +309,6 @@ func TestPerftestCommandLine(t *testing.T) {
 		{[]string{"atomic-bw", "-s", "16"}, "Message size cannot be changed for Atomic tests"},
 		{[]string{"send-lat", "-b"}, "Bidirectional is only available in BW test"},
 		{[]string{"write-bw", "a", "b"}, "Invalid Command line"},
-		{[]string{"write-bw", "-R", "-q", "2"}, "not supported by sroce: -R with more than one QP"},
 		{[]string{"send-bw", "-R", "-c", "UD"}, "not supported by sroce: -R with a UD or UC connection"},
 		{[]string{"send-bw", "--use-srq"}, "not supported by sroce: --use-srq"},
 		{[]string{"write-bw", "-O"}, "not supported by sroce: -O"},

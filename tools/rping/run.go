@@ -179,7 +179,7 @@ func (r *runner) serve(ctx context.Context, req *rdmacm.Event) error {
 func (c *conn) testServer() error {
 	for {
 		if err := c.recvInfo("the client's source buffer"); err != nil {
-			return err
+			return c.waitFailed("RDMA_READ_ADV", err)
 		}
 		c.r.dbg("server received sink adv\n")
 		if int(c.bufLen) > c.size {
@@ -187,7 +187,7 @@ func (c *conn) testServer() error {
 			return errReported
 		}
 		if err := c.rdma(verbs.WROpRDMARead, int(c.bufLen), verbs.WCRDMARead, "the RDMA READ"); err != nil {
-			return err
+			return c.waitFailed("RDMA_READ_COMPLETE", err)
 		}
 		c.r.dbg("server received read complete\n")
 		if c.r.o.verbose {
@@ -198,11 +198,11 @@ func (c *conn) testServer() error {
 		}
 		c.r.dbg("server posted go ahead\n")
 		if err := c.recvInfo("the client's sink buffer"); err != nil {
-			return err
+			return c.waitFailed("RDMA_WRITE_ADV", err)
 		}
 		n := len(cstring(c.rdmaMR.Buf())) + 1
 		if err := c.rdma(verbs.WROpRDMAWrite, min(n, c.size), verbs.WCRDMAWrite, "the RDMA WRITE"); err != nil {
-			return err
+			return c.waitFailed("RDMA_WRITE_COMPLETE", err)
 		}
 		c.r.dbg("server rdma write complete \n")
 		if err := c.sendInfo(nil); err != nil {
@@ -331,13 +331,13 @@ func (c *conn) testClient() error {
 			return err
 		}
 		if err := c.recvInfo("the server's go-ahead after its RDMA READ"); err != nil {
-			return err
+			return c.waitFailed("RDMA_WRITE_ADV", err)
 		}
 		if err := c.sendInfo(c.rdmaMR); err != nil {
 			return err
 		}
 		if err := c.recvInfo("the server's go-ahead after its RDMA WRITE"); err != nil {
-			return err
+			return c.waitFailed("RDMA_WRITE_COMPLETE", err)
 		}
 		if c.r.o.validate && !bytes.Equal(buf, c.rdmaMR.Buf()) {
 			fmt.Fprintf(c.r.errw, "data mismatch!\n")
@@ -348,4 +348,17 @@ func (c *conn) testClient() error {
 		}
 	}
 	return nil
+}
+
+// stateDisconnected is rping's DISCONNECTED in its enum test_state.
+const stateDisconnected = 10
+
+// waitFailed prints, when the peer disconnected during a wait, the line
+// rping prints then ("wait for RDMA_READ_ADV state 10"; the run still
+// ends well), and returns err.
+func (c *conn) waitFailed(state string, err error) error {
+	if err == errDisconnected {
+		fmt.Fprintf(c.r.errw, "wait for %s state %d\n", state, stateDisconnected)
+	}
+	return err
 }
