@@ -4,10 +4,12 @@ package netns
 // rping" on the host (over AF_XDP on the veth of the guest's bridge), each
 // once as the server and once as the client, then again with the guest
 // dropping 2% of the RoCEv2 frames each way, CM MADs included (the CM's
-// retries must carry the connection through). Both sides must exit 0 and
-// print every ping line (-v) with the text rping puts in it. A failed run
-// logs the capture taken on the guest's tap, dissected (CM messages by
-// name) and as a ladder.
+// retries must carry the connection through); both sides must exit 0 and
+// print every ping line (-v) with the text rping puts in it. Then
+// perftest's ib_write_bw -R and ib_send_lat -R against sroce's write-bw -R
+// and send-lat -R, both ways; both sides must print their results. A
+// failed run logs the capture taken on the guest's tap, dissected (CM
+// messages by name) and as a ladder.
 
 import (
 	"context"
@@ -27,27 +29,89 @@ import (
 // rpingCount is the number of pings of each interop run.
 const rpingCount = 100
 
-// rpingLimit bounds one rping run (TCG guests are slow; with loss a lost
-// REQ costs rxe's CM response timeout, about 6 s, and a lost DREQ more).
-const rpingLimit = 3 * time.Minute
+// cmPairLimit bounds one run of a pair (TCG guests are slow; with loss a
+// lost REQ costs rxe's CM response timeout, about 6 s, and a lost DREQ
+// more).
+const cmPairLimit = 2 * time.Minute
+
+// A cmPair is a real tool in the guest and its sroce counterpart, both
+// connecting through the RDMA CM.
+type cmPair struct {
+	name string
+	// real returns the real tool's command line, as the server (listening
+	// on port at the guest's address guest) or as the client (of host).
+	real func(server bool, port int, guest, host string) string
+	// sroce returns the arguments of sroce (the subcommand first), as
+	// the server on host or as the client of guest, on interface ifname.
+	sroce func(server bool, port int, guest, host, ifname string) []string
+	// listening is what sroce's server prints once it listens.
+	listening string
+	// problem says what is wrong with one side's outcome, or "".
+	problem func(o toolOutcome, server bool) string
+}
+
+// rpingPair is rping against "sroce rping", rpingCount pings.
+var rpingPair = cmPair{
+	name: "rping",
+	real: func(server bool, port int, guest, host string) string {
+		if server {
+			return fmt.Sprintf("rping -s -a %s -p %d -C %d -v", guest, port, rpingCount)
+		}
+		return fmt.Sprintf("rping -c -a %s -p %d -C %d -v", host, port, rpingCount)
+	},
+	sroce: func(server bool, port int, guest, host, _ string) []string {
+		if server {
+			// -d: its "rdma_listen" line says when it listens.
+			return []string{"rping", "-s", "-a", host, "-p", strconv.Itoa(port), "-C", strconv.Itoa(rpingCount), "-v", "-d"}
+		}
+		return []string{"rping", "-c", "-a", guest, "-p", strconv.Itoa(port), "-C", strconv.Itoa(rpingCount), "-v"}
+	},
+	listening: "rdma_listen",
+	problem: func(o toolOutcome, server bool) string {
+		prefix := "ping data: "
+		if server {
+			prefix = "server ping data: "
+		}
+		var p []string
+		if o.Exit != 0 {
+			p = append(p, fmt.Sprintf("exit %d", o.Exit))
+		}
+		if s := checkRpingOutput(o.Stdout, prefix, rpingCount, rpingDefaultSize); s != "" {
+			p = append(p, s)
+		}
+		return strings.Join(p, "; ")
+	},
+}
+
+// perftestPair is a perftest tool with -R (its connection and its
+// exchange through the RDMA CM) against sroce's tool cmd with -R; args
+// are common to both.
+func perftestPair(real, cmd, args string) cmPair {
+	return cmPair{
+		name: cmd,
+		real: func(server bool, port int, guest, host string) string {
+			line := fmt.Sprintf("%s -d rxe0 -R -p %d %s", real, port, args)
+			if !server {
+				line += " " + host
+			}
+			return line
+		},
+		sroce: func(server bool, port int, guest, host, ifname string) []string {
+			a := append([]string{cmd, "-d", ifname, "-R", "-p", strconv.Itoa(port)}, strings.Fields(args)...)
+			if !server {
+				a = append(a, guest)
+			}
+			return a
+		},
+		listening: "Waiting for client to connect",
+		problem:   func(o toolOutcome, server bool) string { return sideProblem(cmd, o, server) },
+	}
+}
 
 // TestInteropRping runs rping against "sroce rping", both ways, without
 // and with loss.
 func TestInteropRping(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipping the rdma_rxe interop tests in -short mode")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: the rdma_rxe interop tests need root (namespaces, AF_XDP, qemu)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	rig := newInteropLAN(t, ctx)
-	// The guest's kernel CM answers REQs only once ib_cm is loaded (a
-	// real rping loads it through rdma_ucm; sroce's REQ may come first).
-	if res, err := rig.Guest.Run(ctx, "modprobe rdma_ucm"); err != nil || res.ExitCode != 0 {
-		t.Fatalf("modprobe rdma_ucm in the guest: %v %v\n%s", err, res.Err(), res.Stderr)
-	}
+	rig, ctx := newCMInteropRig(t)
 	port := 7180
 	for _, loss := range []float64{0, lossPct} {
 		name := "clean"
@@ -58,17 +122,13 @@ func TestInteropRping(t *testing.T) {
 			}
 		}
 		for _, realServer := range []bool{true, false} {
-			dir := "real-server"
-			if !realServer {
-				dir = "real-client"
-			}
 			port++
-			t.Run(name+"/"+dir, func(t *testing.T) {
+			t.Run(name+"/"+realSide(realServer), func(t *testing.T) {
 				var before rxeguest.LossCount
 				if loss > 0 {
 					before, _ = rig.Guest.RoCELoss(ctx)
 				}
-				runRpingPair(t, ctx, rig, realServer, port)
+				runCMInteropPair(t, ctx, rig, rpingPair, realServer, port)
 				if loss > 0 {
 					if after, err := rig.Guest.RoCELoss(ctx); err == nil {
 						t.Logf("%s", after.Minus(before).Describe(rig.Guest.Name(), "sroce"))
@@ -79,68 +139,131 @@ func TestInteropRping(t *testing.T) {
 	}
 }
 
-// runRpingPair runs one rping pair on port: the guest's rping as the
-// server (realServer) or the client, "sroce rping" as the other side, and
-// checks both.
-func runRpingPair(t *testing.T, ctx context.Context, rig *interop.Rig, realServer bool, port int) {
-	ctx, cancel := context.WithTimeout(ctx, rpingLimit)
+// TestInteropPerftestRDMACM runs ib_write_bw -R and ib_send_lat -R against
+// sroce's write-bw -R and send-lat -R, both ways.
+func TestInteropPerftestRDMACM(t *testing.T) {
+	rig, ctx := newCMInteropRig(t)
+	port := 18700
+	for _, c := range []cmPair{
+		perftestPair("ib_write_bw", "write-bw", "-s 4096 -n 200"),
+		perftestPair("ib_send_lat", "send-lat", "-s 64 -n 200"),
+	} {
+		for _, realServer := range []bool{true, false} {
+			port++
+			t.Run(c.name+"/"+realSide(realServer), func(t *testing.T) {
+				runCMInteropPair(t, ctx, rig, c, realServer, port)
+			})
+		}
+	}
+}
+
+// newCMInteropRig skips where the interop tests cannot run, boots the
+// guest with ib_cm loaded and returns the rig and the test's context.
+func newCMInteropRig(t *testing.T) (*interop.Rig, context.Context) {
+	if testing.Short() {
+		t.Skip("skipping the rdma_rxe interop tests in -short mode")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the rdma_rxe interop tests need root (namespaces, AF_XDP, qemu)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	t.Cleanup(cancel)
+	rig := newInteropLAN(t, ctx)
+	// The guest's kernel CM answers REQs only once ib_cm is loaded (a
+	// real tool loads it through rdma_ucm; sroce's REQ may come first).
+	if res, err := rig.Guest.Run(ctx, "modprobe rdma_ucm"); err != nil || res.ExitCode != 0 {
+		t.Fatalf("modprobe rdma_ucm in the guest: %v %v\n%s", err, res.Err(), res.Stderr)
+	}
+	return rig, ctx
+}
+
+// realSide names a direction of a pair.
+func realSide(realServer bool) string {
+	if realServer {
+		return "real-server"
+	}
+	return "real-client"
+}
+
+// runCMInteropPair runs c once on port: the guest's real tool as the
+// server (realServer) or the client, sroce's as the other side, and checks
+// both.
+func runCMInteropPair(t *testing.T, testCtx context.Context, rig *interop.Rig, c cmPair, realServer bool, port int) {
+	ctx, cancel := context.WithTimeout(testCtx, cmPairLimit)
 	defer cancel()
-	pcap := filepath.Join(t.TempDir(), "rping.pcap")
-	capt, err := rxeguest.StartCapture(ctx, rig.LAN.NS, rig.Guest.Tap(), pcap, "udp port 4791")
+	pcap := filepath.Join(t.TempDir(), c.name+".pcap")
+	capt, err := rxeguest.StartCapture(testCtx, rig.LAN.NS, rig.Guest.Tap(), pcap, "udp port 4791")
 	if err != nil {
 		t.Fatal(err)
 	}
-	count, p := strconv.Itoa(rpingCount), strconv.Itoa(port)
-	sroce := func(args ...string) *toolProc {
-		cmd := rig.Host.NS.Command(ctx, rig.Bin, append([]string{"rping"}, args...)...)
+	guestIP, hostIP := rig.Guest.IP().String(), rig.Host.IP.Addr().String()
+	sroce := func() *toolProc {
+		cmd := rig.Host.NS.Command(ctx, rig.Bin, c.sroce(!realServer, port, guestIP, hostIP, rig.Host.Ifname)...)
 		cmd.Env = rig.Env
 		return startTool(t, cmd, (*exec.Cmd).Start)
 	}
+	realCmd := "exec stdbuf -oL -eL " + c.real(realServer, port, guestIP, hostIP)
 	var real, ours toolOutcome
-	guestIP, hostIP := rig.Guest.IP().String(), rig.Host.IP.Addr().String()
 	if realServer {
-		srv, err := rig.Guest.Start(ctx, "exec stdbuf -oL -eL rping -s -a "+guestIP+" -p "+p+" -C "+count+" -v")
+		srv, err := rig.Guest.Start(ctx, realCmd)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := waitCMListening(ctx, rig.Guest, port, srv); err != nil {
 			t.Fatal(err)
 		}
-		ours = sroce("-c", "-a", guestIP, "-p", p, "-C", count, "-v").wait(ctx)
+		ours = sroce().wait(ctx)
 		real = guestWait(ctx, srv, !ours.OK())
 	} else {
-		srv := sroce("-s", "-a", hostIP, "-p", p, "-C", count, "-v", "-d")
-		err := waitFor(ctx, "sroce rping -s to listen (its \"rdma_listen\" line)", func() (bool, error) {
+		srv := sroce()
+		err := waitFor(ctx, fmt.Sprintf("sroce %s as the server to listen (its %q line)", c.name, c.listening), func() (bool, error) {
 			if srv.exited() {
-				return false, fmt.Errorf("sroce rping -s ended before listening: %v", srv.wait(ctx))
+				return false, fmt.Errorf("sroce %s as the server ended before listening: %v", c.name, srv.wait(ctx))
 			}
-			return strings.Contains(srv.stdout.String()+srv.stderr.String(), "rdma_listen"), nil
+			return strings.Contains(srv.stdout.String()+srv.stderr.String(), c.listening), nil
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := rig.Guest.Run(ctx, "stdbuf -oL -eL rping -c -a "+hostIP+" -p "+p+" -C "+count+" -v")
-		if err != nil {
-			t.Fatal(err)
-		}
+		res, err := rig.Guest.Run(ctx, realCmd)
 		real = toolOutcome{Exit: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr)}
-		wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+		if err != nil {
+			real.Exit, real.Stderr = -1, real.Stderr+fmt.Sprintf("\n(the real client did not end within %v: %v)", cmPairLimit, err)
+		}
+		wctx, wcancel := context.WithTimeout(testCtx, time.Minute)
 		ours = srv.wait(wctx)
 		wcancel()
 	}
 	capt.Stop()
-	problems := rpingProblems("rping (rxe)", real, realServer) + rpingProblems("sroce rping", ours, !realServer)
-	if problems == "" {
-		t.Logf("both sides printed %d pings; %s", rpingCount, capt.Summary())
+	// What follows must run even when the pair used up its time.
+	ctx, cancel = context.WithTimeout(testCtx, 2*time.Minute)
+	defer cancel()
+	var problems []string
+	if p := c.problem(real, realServer); p != "" {
+		problems = append(problems, fmt.Sprintf("the real tool as the %s: %s", role(realServer), p))
+	}
+	if p := c.problem(ours, !realServer); p != "" {
+		problems = append(problems, fmt.Sprintf("sroce %s as the %s: %s", c.name, role(!realServer), p))
+	}
+	if len(problems) == 0 {
+		t.Logf("both sides ended well; %s", capt.Summary())
 		return
 	}
 	keepCapture(t, pcap)
 	t.Logf("the capture on the guest's tap, dissected:\n%s", dissectOrErr(rig, pcap))
-	t.Logf("its ladder:\n%s", ladderOrErr(t, rig, pcap))
+	t.Logf("its ladder:\n%s", ladderOrErr(rig, pcap))
 	t.Logf("the guest after the run:\n%s", rig.GuestState(ctx))
-	t.Logf("rping (rxe): %v", real)
-	t.Logf("sroce rping: %v", ours)
-	t.Error(strings.TrimSpace(problems))
+	t.Logf("the real tool: %v", real)
+	t.Logf("sroce %s: %v", c.name, ours)
+	t.Error(strings.Join(problems, "\n"))
+}
+
+// role names a side.
+func role(server bool) string {
+	if server {
+		return "server"
+	}
+	return "client"
 }
 
 // guestWait waits for a guest process; if kill (the other side failed
@@ -165,26 +288,6 @@ func guestWait(ctx context.Context, p *rxeguest.Proc, kill bool) toolOutcome {
 	return toolOutcome{Exit: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr)}
 }
 
-// rpingProblems says, in a line, what is wrong with one rping side, or
-// returns "".
-func rpingProblems(who string, o toolOutcome, server bool) string {
-	role, prefix := "client", "ping data: "
-	if server {
-		role, prefix = "server", "server ping data: "
-	}
-	var p []string
-	if o.Exit != 0 {
-		p = append(p, fmt.Sprintf("exit %d", o.Exit))
-	}
-	if s := checkRpingOutput(o.Stdout, prefix, rpingCount, rpingDefaultSize); s != "" {
-		p = append(p, s)
-	}
-	if len(p) == 0 {
-		return ""
-	}
-	return who + " as the " + role + ": " + strings.Join(p, "; ") + "\n"
-}
-
 // keepCapture copies a capture into $SROCE_CAPTURE_DIR, when set, named
 // after the test.
 func keepCapture(t *testing.T, pcap string) {
@@ -207,7 +310,7 @@ func dissectOrErr(rig *interop.Rig, pcap string) string {
 }
 
 // ladderOrErr returns "sroce ladder" of a capture, or why it failed.
-func ladderOrErr(t *testing.T, rig *interop.Rig, pcap string) string {
+func ladderOrErr(rig *interop.Rig, pcap string) string {
 	out, err := exec.Command(rig.Bin, "ladder", pcap).CombinedOutput()
 	if err != nil {
 		return fmt.Sprintf("(sroce ladder: %v)\n%s", err, out)
