@@ -14,14 +14,20 @@ package netns
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/dissect"
 	"github.com/sroce/sroce/internal/rxeguest"
 	"github.com/sroce/sroce/interop"
 )
@@ -139,6 +145,55 @@ func TestInteropRping(t *testing.T) {
 	}
 }
 
+// cmDropScript replaces the guest's impairment by one that drops the
+// first REQ, REP and RTU the guest receives and the first of each it
+// sends, then every other one (the third, the fifth...): a management
+// datagram is a RoCEv2 packet to QP1 (the BTH's destination QP, bytes 32
+// to 35 of an IPv4 packet without options, is 1) and its attribute ID is
+// at byte 64. Each filter counts its own packets (gact determ: one in two
+// passes, the others are dropped). DREQ and DREP pass.
+const cmDropScript = `set -e
+tc qdisc del dev eth0 root 2>/dev/null || true
+tc qdisc del dev eth0 ingress 2>/dev/null || true
+tc qdisc del dev eth0 clsact 2>/dev/null || true
+tc qdisc add dev eth0 clsact
+for dir in ingress egress; do
+  for attr in 0x0010 0x0013 0x0014; do
+    tc filter add dev eth0 $dir protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 4791 0xffff \
+      match u32 0x00000001 0x00ffffff at 32 match u16 $attr 0xffff at 64 action gact drop random determ ok 2
+  done
+done`
+
+// TestInteropRpingCMDrops runs rping against "sroce rping", both ways,
+// with the guest dropping the first REQ, REP and RTU each way: each
+// connection gets through only by the CMs' resends and their answers to
+// duplicates, on both sides. (Disconnection is left alone: rping, real
+// or sroce's, destroys its ID right after rdma_disconnect, which ends the
+// DREQ's resends with it, so a lost DREQ leaves the server waiting for
+// ever, whoever the client is.)
+func TestInteropRpingCMDrops(t *testing.T) {
+	rig, ctx := newCMInteropRig(t)
+	if res, err := rig.Guest.Run(ctx, cmDropScript); err != nil || res.ExitCode != 0 {
+		t.Fatalf("setting the guest's CM drops: %v %v\n%s%s", err, res.Err(), res.Stdout, res.Stderr)
+	}
+	port := 7190
+	for _, realServer := range []bool{true, false} {
+		port++
+		t.Run(realSide(realServer), func(t *testing.T) {
+			runCMInteropPair(t, ctx, rig, rpingPair, realServer, port)
+		})
+	}
+	res, err := rig.Guest.Run(ctx, "tc -s filter show dev eth0 ingress")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the guest's CM drops (its filters and their counts):\n%s", res.Stdout)
+	// Every filter (REQ, REP, RTU, each way) must have dropped one.
+	if n := len(regexp.MustCompile(`\(dropped [1-9]`).FindAll(res.Stdout, -1)); n < 6 {
+		t.Errorf("%d of the 6 filters dropped anything: the runs did not need the CMs' resends", n)
+	}
+}
+
 // TestInteropPerftestRDMACM runs ib_write_bw -R and ib_send_lat -R against
 // sroce's write-bw -R and send-lat -R, both ways.
 func TestInteropPerftestRDMACM(t *testing.T) {
@@ -246,7 +301,7 @@ func runCMInteropPair(t *testing.T, testCtx context.Context, rig *interop.Rig, c
 		problems = append(problems, fmt.Sprintf("sroce %s as the %s: %s", c.name, role(!realServer), p))
 	}
 	if len(problems) == 0 {
-		t.Logf("both sides ended well; %s", capt.Summary())
+		t.Logf("both sides ended well; %s; %s", capt.Summary(), cmMADSummary(pcap))
 		return
 	}
 	keepCapture(t, pcap)
@@ -316,4 +371,43 @@ func ladderOrErr(rig *interop.Rig, pcap string) string {
 		return fmt.Sprintf("(sroce ladder: %v)\n%s", err, out)
 	}
 	return string(out)
+}
+
+// cmMADSummary counts the management datagrams of a capture by name
+// ("CM REQ", ...) and says how many repeat one already seen (the same
+// sender, name and transaction ID: sent again after a loss).
+func cmMADSummary(pcap string) string {
+	frames, _, err := rxeguest.ReadPcapFile(pcap)
+	if err != nil {
+		return fmt.Sprintf("(reading %s: %v)", pcap, err)
+	}
+	type key struct {
+		src  netip.Addr
+		name string
+		tid  uint64
+	}
+	seen := map[key]bool{}
+	count := map[string]int{}
+	again := 0
+	var p bth.Packet
+	for _, f := range frames {
+		if p.Parse(f.Data) != nil {
+			continue
+		}
+		m, ok := dissect.DecodeMAD(&p)
+		if !ok {
+			continue
+		}
+		k := key{p.SrcAddr(), m.Name(), m.Header.TID}
+		if seen[k] {
+			again++
+		}
+		seen[k] = true
+		count[m.Name()]++
+	}
+	var parts []string
+	for _, n := range slices.Sorted(maps.Keys(count)) {
+		parts = append(parts, fmt.Sprintf("%s x%d", n, count[n]))
+	}
+	return fmt.Sprintf("CM MADs: %s; %d sent again", strings.Join(parts, ", "), again)
 }
