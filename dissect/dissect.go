@@ -16,8 +16,13 @@
 //   - Dissector joins the three over a capture.Reader and writes the lines
 //     to an io.Writer: what `sroce dissect` runs.
 //
+// A UD SEND ONLY to QP1 carries a management datagram: DecodeMAD decodes
+// it (a connection manager message through package cm), and the line, the
+// JSON object and AppendFields name and show it.
+//
 // Everything is reused from one frame to the next: once its buffers have
-// grown, decoding and printing a RoCEv2 packet allocates nothing, so a
+// grown, decoding and printing a RoCEv2 packet allocates nothing (a
+// management datagram aside: its message is decoded afresh), so a
 // capture of any size is dissected in constant memory (package capture
 // reads it one frame at a time). None of the types is safe for concurrent
 // use; give each goroutine its own.

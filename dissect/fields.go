@@ -16,7 +16,8 @@ type Field struct {
 	// Layer names the header the field belongs to: "Ethernet", "802.1Q",
 	// "IPv4", "IPv6", "UDP", "BTH", an extended header ("RETH", "AETH",
 	// "AtomicETH", "AtomicAckETH", "ImmDt", "IETH", "DETH", "FETH"),
-	// "Payload" or "ICRC".
+	// for a management datagram to QP1 "MAD" and its CM message ("CM
+	// REQ", "CM SIDR_REP", ...), "Payload" or "ICRC".
 	Layer string
 	// Name is the field's name within its layer.
 	Name string
@@ -28,20 +29,13 @@ type Field struct {
 // AppendFields appends every header field of the decoded RoCEv2 packet p,
 // whose ICRC verifies when icrcOK is true, to fs, outermost header first:
 // Ethernet (and the 802.1Q tag), IPv4 or IPv6, UDP, BTH, the extended
-// headers in wire order, the payload's length and the ICRC (carried value,
+// headers in wire order, a MAD's header and CM message, the payload's length and the ICRC (carried value,
 // and the computed one when they differ).
 func AppendFields(fs []Field, p *bth.Packet, icrcOK bool) []Field {
 	add := func(layer, name, value string) {
 		fs = append(fs, Field{Layer: layer, Name: name, Value: value})
 	}
-	hex := func(v uint64, digits int) string { return string(appendHex(nil, v, digits)) }
-	dec := func(v uint64) string { return strconv.FormatUint(v, 10) }
-	flag := func(v bool) string {
-		if v {
-			return "1"
-		}
-		return "0"
-	}
+	hex, dec, flag := fieldHex, fieldDec, fieldFlag
 
 	eth := p.Ethernet()
 	dst, src := eth.DstMAC(), eth.SrcMAC()
@@ -143,6 +137,9 @@ func AppendFields(fs []Field, p *bth.Packet, icrcOK bool) []Field {
 			add("FETH", "placement type", dec(uint64(ft.PlacementType())))
 		}
 	}
+	if m, ok := DecodeMAD(p); ok {
+		fs = appendMADFields(fs, &m)
+	}
 	add("Payload", "length", dec(uint64(p.PayLen))+" bytes")
 	carried := string(appendWireICRC(nil, p.ICRC()))
 	if icrcOK {
@@ -152,4 +149,18 @@ func AppendFields(fs []Field, p *bth.Packet, icrcOK bool) []Field {
 		add("ICRC", "computed", string(appendWireICRC(nil, p.ComputeICRC())))
 	}
 	return fs
+}
+
+// fieldHex formats v for a Field: 0x and at least digits hex digits.
+func fieldHex(v uint64, digits int) string { return string(appendHex(nil, v, digits)) }
+
+// fieldDec formats v for a Field in decimal.
+func fieldDec(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// fieldFlag formats a one-bit field: "1" or "0".
+func fieldFlag(v bool) string {
+	if v {
+		return "1"
+	}
+	return "0"
 }

@@ -69,8 +69,8 @@ func (pr *Printer) Append(b []byte, n int, f Frame, p *bth.Packet) []byte {
 }
 
 // AppendPacket appends the line of the decoded RoCEv2 packet p, numbered
-// n, whose ICRC verifies when icrcOK is true, to b. It allocates nothing
-// once b has room.
+// n, whose ICRC verifies when icrcOK is true, to b. Once b has room it
+// allocates nothing, except for a MAD to QP1.
 func (pr *Printer) AppendPacket(b []byte, n int, p *bth.Packet, icrcOK bool) []byte {
 	if pr.Format == JSON {
 		return appendJSON(b, n, p, icrcOK)
@@ -178,6 +178,9 @@ func (pr *Printer) appendText(b []byte, n int, p *bth.Packet, icrcOK bool) []byt
 	for _, x := range p.Info().Order {
 		b = appendExtText(b, p, x)
 	}
+	if m, ok := DecodeMAD(p); ok {
+		b = appendMADText(b, &m)
+	}
 	if p.HasVLAN {
 		b = append(b, "  vlan="...)
 		b = strconv.AppendUint(b, uint64(p.VLANTCI&0x0fff), 10)
@@ -268,6 +271,9 @@ func appendExtText(b []byte, p *bth.Packet, x bth.Hdr) []byte {
 //     Wireshark shows them. The CRC-32 value itself is their byte swap (the
 //     ICRC is sent least significant byte first).
 //
+// A management datagram to QP1 adds the MAD's and its CM message's fields
+// (appendMADJSON).
+//
 // Keys of our own: opcode_name, aeth_syndrome_name, feth_selectivity_level,
 // feth_placement_type (Wireshark 4.0 does not decode FLUSH), payload_len
 // (pad excluded), icrc_ok, and icrc_computed (same byte order as
@@ -332,6 +338,9 @@ func appendJSON(b []byte, n int, p *bth.Packet, icrcOK bool) []byte {
 			b = jsonUint(b, "feth_selectivity_level", uint64(ft.SelectivityLevel()))
 			b = jsonUint(b, "feth_placement_type", uint64(ft.PlacementType()))
 		}
+	}
+	if m, ok := DecodeMAD(p); ok {
+		b = appendMADJSON(b, &m)
 	}
 	b = jsonUint(b, "payload_len", uint64(p.PayLen))
 	b = jsonUint(b, "infiniband.invariant.crc", uint64(wireOrder(p.ICRC())))

@@ -402,6 +402,18 @@ func (a *agent) ah(g bth.GID, srcIx int) (*verbs.AH, error) {
 	return ah, nil
 }
 
+// peerMAC returns the MAC of a peer's GID, from QP1's address handle to
+// it (resolved through the port when not cached).
+func (a *agent) peerMAC(g bth.GID, srcIx int) ([6]byte, error) {
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
+	ah, err := a.ah(g, srcIx)
+	if err != nil {
+		return [6]byte{}, err
+	}
+	return ah.Attr.DMAC, nil
+}
+
 // transmit posts one MAD on QP1 from GID index srcIx (-1: as the route
 // says) (sendMu held).
 func (a *agent) transmit(o cm.Out, srcIx int) {

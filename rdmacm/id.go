@@ -486,6 +486,25 @@ func (id *ID) DestroyQP() error {
 // retries, initiator depth). For a QP the application made itself.
 func (id *ID) InitQPAttr(state verbs.QPState) (verbs.QPAttr, verbs.QPAttrMask, error) {
 	c := id.c
+	if state == verbs.QPStateRTR {
+		// A passive side may move its QP before Accept (perftest does):
+		// its address handle needs the peer's MAC already.
+		c.mu.Lock()
+		a, need := id.agent, id.state == stateConnectRequest && id.ah.DMAC == [6]byte{}
+		peer, six := id.peer.GID, id.sgidIx
+		c.mu.Unlock()
+		if need && a != nil {
+			mac, err := a.peerMAC(peer, six)
+			if err != nil {
+				return verbs.QPAttr{}, 0, fmt.Errorf("rdmacm: RTR attributes: the peer %v cannot be reached: %w", peer.Addr(), err)
+			}
+			c.mu.Lock()
+			if id.ah.DMAC == [6]byte{} {
+				id.ah.DMAC = mac
+			}
+			c.mu.Unlock()
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := verbs.QPTypeRC
@@ -703,9 +722,7 @@ func (id *ID) Accept(p *ConnParam) error {
 	peer, six := id.peer.GID, id.sgidIx
 	c.mu.Unlock()
 	// The data QP needs the peer's MAC: QP1's address handle has it.
-	a.sendMu.Lock()
-	ah, err := a.ah(peer, six)
-	a.sendMu.Unlock()
+	mac, err := a.peerMAC(peer, six)
 	c.mu.Lock()
 	if id.state != stateConnectRequest {
 		c.mu.Unlock()
@@ -715,7 +732,7 @@ func (id *ID) Accept(p *ConnParam) error {
 		c.mu.Unlock()
 		return fmt.Errorf("rdmacm: accept: the peer %v cannot be reached: %w", peer.Addr(), err)
 	}
-	id.ah.DMAC = ah.Attr.DMAC
+	id.ah.DMAC = mac
 	if id.ps == cm.PortSpaceUDP {
 		qpn := p.QPNum
 		if id.qp != nil {

@@ -17,9 +17,16 @@ const arrowWidth = 64
 
 // Label returns what the ladder writes on a packet's arrow: the opcode
 // (without the RC_ prefix), the PSN and the flags and fields that matter
-// to the exchange: "SEND_ONLY psn=0x00007b ackreq len=8".
+// to the exchange: "SEND_ONLY psn=0x00007b ackreq len=8". A management
+// datagram is named by its message: "CM REQ psn=0x000000".
 func (e *Event) Label() string {
 	var b strings.Builder
+	if e.MAD != "" {
+		b.WriteString(e.MAD)
+		b.WriteString(" psn=")
+		b.WriteString(psnText(e.PSN))
+		return b.String()
+	}
 	b.WriteString(strings.TrimPrefix(e.Opcode.String(), "RC_"))
 	b.WriteString(" psn=")
 	b.WriteString(psnText(e.PSN))
@@ -147,6 +154,7 @@ type jsonEvent struct {
 	Dst            string   `json:"dst"`
 	DestQP         uint32   `json:"destqp"`
 	Opcode         string   `json:"opcode"`
+	MAD            string   `json:"mad,omitempty"`
 	PSN            uint32   `json:"psn"`
 	AckReq         bool     `json:"ackreq"`
 	Syndrome       string   `json:"aeth,omitempty"`
@@ -164,7 +172,7 @@ func (e *Event) AppendJSON(b []byte, rel time.Duration) []byte {
 	j := jsonEvent{
 		Frame: e.Frame, Time: relTime(rel), Conn: e.Conn.ID,
 		Src: e.Src.String(), Dst: e.Dst.String(), DestQP: uint32(e.DestQP),
-		Opcode: e.Opcode.String(), PSN: uint32(e.PSN), AckReq: e.AckReq,
+		Opcode: e.Opcode.String(), MAD: e.MAD, PSN: uint32(e.PSN), AckReq: e.AckReq,
 		PayLen: e.PayLen, ICRCOK: e.ICRCOK, Retransmission: e.Retransmission,
 		Analysis: e.Analysis,
 	}

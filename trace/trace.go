@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/dissect"
 )
 
 // Bounds on what one connection keeps.
@@ -267,6 +268,9 @@ type Event struct {
 	// HasRETH reports whether DMALen is set.
 	HasRETH bool
 	DMALen  uint32
+	// MAD names the management datagram a UD SEND ONLY to QP1 carries
+	// ("CM REQ", "CM REJ", dissect.MAD.Name), empty for other packets.
+	MAD string
 	// Retransmission reports that the same sender already sent this PSN
 	// on this QP (a request, or a READ response).
 	Retransmission bool
@@ -343,6 +347,9 @@ func newEvent(frame int, t time.Time, p *bth.Packet, icrcOK bool) Event {
 	}
 	if info.Headers&bth.HdrRETH != 0 {
 		ev.HasRETH, ev.DMALen = true, p.RETH().DMALen()
+	}
+	if m, ok := dissect.DecodeMAD(p); ok {
+		ev.MAD = m.Name()
 	}
 	return ev
 }

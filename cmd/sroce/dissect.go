@@ -25,9 +25,13 @@ destination QP (destqp) and the PSN (both in hex, as ibv_rc_pingpong and
 perftest print them), the AckReq flag (and SE, FECN, BECN when set), the
 payload length, whether the ICRC is correct, and the key fields of the
 extended headers: RETH, AETH (ACK, RNR NAK or NAK, and MSN), AtomicETH,
-AtomicAckETH, ImmDt, IETH, DETH and FETH. Frames that are not RoCEv2 are
-counted as skipped; RoCEv2 frames that cannot be decoded are printed with
-the reason. The last line sums up.
+AtomicAckETH, ImmDt, IETH, DETH and FETH. A management datagram to QP1
+is named: a connection manager message (CM REQ, REP, RTU, REJ with its
+reason, MRA, DREQ, DREP, SIDR_REQ, SIDR_REP, ClassPortInfo) with its
+communication IDs, service ID (an RDMA CM one as its port space and port),
+QPN, PSN and transaction ID; a MAD that does not decode says why. Frames
+that are not RoCEv2 are counted as skipped; RoCEv2 frames that cannot be
+decoded are printed with the reason. The last line sums up.
 
 Link types: Ethernet (with at most one 802.1Q tag), Linux cooked capture
 (SLL and SLL2, as written by tcpdump -i any), raw IP and BSD loopback.

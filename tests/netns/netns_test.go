@@ -85,6 +85,14 @@ const toolPairTimeout = 2 * time.Minute
 // and returns both results; either failing is an error.
 // The pair must finish within toolPairTimeout.
 func runToolPair(ctx context.Context, a, b *rxeguest.Guest, port int, server, client string) (srv, cli rxeguest.Result, err error) {
+	ready := func(ctx context.Context, p *rxeguest.Proc) error { return a.WaitListening(ctx, port, p) }
+	return runGuestPair(ctx, a, b, server, client+" "+a.IP().String(), ready)
+}
+
+// runGuestPair runs server on a and, once ready returns, client on b, and
+// returns both results; either failing is an error. The pair must finish
+// within toolPairTimeout.
+func runGuestPair(ctx context.Context, a, b *rxeguest.Guest, server, client string, ready func(context.Context, *rxeguest.Proc) error) (srv, cli rxeguest.Result, err error) {
 	ctx, cancel := context.WithTimeout(ctx, toolPairTimeout)
 	defer cancel()
 	p, err := a.Start(ctx, server)
@@ -98,10 +106,10 @@ func runToolPair(ctx context.Context, a, b *rxeguest.Guest, port int, server, cl
 			cancel()
 		}
 	}()
-	if err := a.WaitListening(ctx, port, p); err != nil {
+	if err := ready(ctx, p); err != nil {
 		return srv, cli, fmt.Errorf("%s: %w", server, err)
 	}
-	cli, err = b.Run(ctx, client+" "+a.IP().String())
+	cli, err = b.Run(ctx, client)
 	if err != nil {
 		return srv, cli, err
 	}
@@ -110,15 +118,15 @@ func runToolPair(ctx context.Context, a, b *rxeguest.Guest, port int, server, cl
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		srv, _ = p.Wait(wctx)
 		cancel()
-		return srv, cli, fmt.Errorf("client %q: %w\nserver stdout: %s\nserver stderr: %s",
-			client, cli.Err(), srv.Stdout, srv.Stderr)
+		return srv, cli, fmt.Errorf("client %q: %w\nclient stdout: %s\nclient stderr: %s\nserver stdout: %s\nserver stderr: %s",
+			client, cli.Err(), cli.Stdout, cli.Stderr, srv.Stdout, srv.Stderr)
 	}
 	srv, err = p.Wait(ctx)
 	if err != nil {
 		return srv, cli, err
 	}
 	if srv.ExitCode != 0 {
-		return srv, cli, fmt.Errorf("server %q: %w", server, srv.Err())
+		return srv, cli, fmt.Errorf("server %q: %w\nserver stdout: %s\nserver stderr: %s", server, srv.Err(), srv.Stdout, srv.Stderr)
 	}
 	return srv, cli, nil
 }
