@@ -38,8 +38,7 @@
 // TIMEWAIT_EXIT) and the next deadline. It resends REQ, REP and DREQ per
 // Retry, lets an MRA extend the wait, answers duplicates through Dedup,
 // rejects a REQ for a service nobody listens on with "invalid service ID"
-// (what Linux's ib_cm means to send; rdma_rxe on Linux 6.1 was seen
-// sending nothing, its peer then retrying until UNREACHABLE), answers a
+// (as Linux's ib_cm does: cm/testdata/rxe-rping-rej.pcap), answers a
 // DREQ for an unknown connection with a DREP, and bounds the passive
 // connections not yet established. With Config.HoldRTU the active side
 // stops at REP_RCVD (CONNECT_RESPONSE) until SendRTU, so that the caller
