@@ -35,6 +35,9 @@ const (
 	tickEvery = 10 * time.Millisecond
 	// resolveWait bounds the neighbour resolution of a MAD's destination.
 	resolveWait = 2 * time.Second
+	// settleWait bounds how long an event waits for QP1 to send the MADs
+	// that precede it.
+	settleWait = 100 * time.Millisecond
 )
 
 // Stats are an agent's counters: what QP1 on one device sent and received.
@@ -358,6 +361,9 @@ func (a *agent) flushLocked() {
 	for i, o := range outs {
 		a.transmit(o, srcs[i])
 	}
+	if len(posts) > 0 {
+		a.settle()
+	}
 	a.sendMu.Unlock()
 	for _, p := range posts {
 		p.id.post(p.e)
@@ -439,6 +445,24 @@ func (a *agent) transmit(o cm.Out, srcIx int) {
 	}
 	a.inflight++
 	a.sent.Add(1)
+}
+
+// settle waits, at most settleWait, until QP1 has sent every MAD posted
+// so far, so that what the application does on an event (a SEND after
+// ESTABLISHED) reaches the wire after the MAD that caused it (the RTU), as
+// with the kernel's CM (sendMu held).
+func (a *agent) settle() {
+	var wcs [sendSlots]verbs.WC
+	end := time.Now().Add(settleWait)
+	for a.inflight > 0 {
+		left := time.Until(end)
+		if left <= 0 {
+			a.drop("MAD send not completed in time")
+			return
+		}
+		n, _ := a.scq.WaitTimeout(wcs[:], left)
+		a.inflight -= n
+	}
 }
 
 // stats returns the agent's counters (CM.mu held).
