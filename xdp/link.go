@@ -57,13 +57,19 @@ func (l *Link) Socket() *Socket { return l.s }
 // sizes[i] to the length of frame i. When no frame is ready it waits up to
 // timeout (a negative timeout waits until a frame arrives or Wake is
 // called); it returns 0, nil on timeout or wake-up. Frames longer than their
-// buffer are dropped and counted (Stats.RxShortBuffer).
+// buffer are dropped and counted (Stats.RxShortBuffer). Frames a kick left
+// on the tx ring are kicked again first once completions show room.
 func (l *Link) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int, error) {
 	s := l.s
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed.Load() {
 		return 0, ErrClosed
+	}
+	if s.txResumable() {
+		if err := s.resumeTx(); err != nil {
+			return 0, err
+		}
 	}
 	if n := s.receiveCopy(bufs, sizes); n > 0 || timeout == 0 {
 		return n, nil
@@ -123,8 +129,10 @@ func (l *Link) WaitReady(timeout time.Duration) error {
 }
 
 // Ready implements roce.ReadyWaiter: it reports whether the rx ring holds
-// a frame (two atomic loads, no system call). Any goroutine may ask.
-func (l *Link) Ready() bool { return l.s.rx.pending() }
+// a frame, or frames left on the tx ring can go now (a few atomic loads,
+// no system call); ReadBatch then receives the one and kicks the other.
+// Any goroutine may ask.
+func (l *Link) Ready() bool { return l.s.rx.pending() || l.s.txResumable() }
 
 // WriteBatchNow implements roce.PartialWriter: it queues what the tx ring
 // and the free chunks take now, kicks the kernel and returns how many

@@ -161,6 +161,7 @@ type Stats struct {
 	TxKickErrors    uint64 // kicks answered with an error other than EAGAIN
 	TxStalls        uint64 // kicks after which the kernel consumed nothing
 	TxRetries       uint64 // waits shortened because frames were stuck on the tx ring
+	TxResumes       uint64 // kicks for frames left on the tx ring, once completions showed room
 	FillWakeups     uint64 // fill ring kicks (need-wakeup set)
 	Waits           uint64 // Wait calls that blocked
 	Wakeups         uint64 // Wait calls ended by Wake
@@ -173,23 +174,31 @@ type Stats struct {
 type counters struct {
 	rxFrames, rxBytes, rxMulti, rxTooLarge, rxShort, rxNoGather, rxBad atomic.Uint64
 	txFrames, txBytes, txCompleted, txKicks, txKickErr, txStalls       atomic.Uint64
-	txRetries                                                          atomic.Uint64
+	txRetries, txResumes                                               atomic.Uint64
 	fillWakeups, waits, wakeups, busyPolls                             atomic.Uint64
 }
 
 // Socket is an AF_XDP socket bound to one queue of one interface.
 type Socket struct {
-	fd      int
-	pf      *os.File        // a duplicate of fd in the runtime's poller
-	rc      syscall.RawConn // pf's raw access, where Wait blocks
-	woken   atomic.Bool     // Wake was called; the next or current Wait ends
-	readyFn func(uintptr) bool
-	ifname  string
-	ifindex int
-	queue   int
-	mode    Mode
-	sg      bool
-	attach  bpf.AttachMode
+	fd    int
+	pf    *os.File        // a duplicate of fd in the runtime's poller
+	rc    syscall.RawConn // pf's raw access, where Wait blocks
+	woken atomic.Bool     // Wake was called; the next or current Wait ends
+	// txBacklog says the last kick left frames on the tx ring (copy mode:
+	// the driver's queue or the send buffer was full). The kernel does
+	// not come back for them; a completion means room again.
+	txBacklog atomic.Bool
+	// txBacklogComp is the completion ring's producer index when the kick
+	// that left the backlog began; kickComp is that of the latest kick.
+	txBacklogComp atomic.Uint32
+	kickComp      uint32
+	readyFn       func(uintptr) bool
+	ifname        string
+	ifindex       int
+	queue         int
+	mode          Mode
+	sg            bool
+	attach        bpf.AttachMode
 
 	umem       []byte
 	chunkSize  uint64
@@ -643,6 +652,7 @@ func (s *Socket) Stats() Stats {
 		TxKickErrors:    s.c.txKickErr.Load(),
 		TxStalls:        s.c.txStalls.Load(),
 		TxRetries:       s.c.txRetries.Load(),
+		TxResumes:       s.c.txResumes.Load(),
 		FillWakeups:     s.c.fillWakeups.Load(),
 		Waits:           s.c.waits.Load(),
 		Wakeups:         s.c.wakeups.Load(),

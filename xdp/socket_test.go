@@ -6,6 +6,7 @@ import (
 	"net"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -796,5 +797,83 @@ func TestBusyPoll(t *testing.T) {
 	}
 	if b.Stats().BusyPolls == 0 {
 		t.Error("no receive entered the kernel to busy-poll")
+	}
+}
+
+// TestSpinningReaderResumesStuckTx leaves frames on the tx ring as a kick
+// the kernel could not finish does (its driver queue or send buffer was
+// full), and then only polls A for frames (ReadBatch with a zero timeout,
+// as an inline engine does while its program spins on a CQ). While the
+// kernel has completed nothing since, the polls leave the ring alone (no
+// system call per poll); once a completion shows room they kick the frames
+// out, rather than leaving them until A transmits again.
+func TestSpinningReaderResumesStuckTx(t *testing.T) {
+	p := newVethPair(t, 1500, 1)
+	var la *Link
+	must(t, p.nsA.Do(func() (err error) {
+		la, err = OpenLink(p.ifA, 0, Options{})
+		return err
+	}))
+	defer la.Close()
+	a := la.Socket()
+	b := openIn(t, p.nsB, p.ifB, 0, Options{})
+	if a.Mode() != ModeCopy {
+		t.Skipf("mode %s: the stall is a copy-mode one", a.Mode())
+	}
+	if !a.tx.needWakeup() {
+		t.Skip("the kernel does not ask for tx wake-ups here")
+	}
+	var want [][]byte
+	a.mu.Lock()
+	for i := 0; i < 5; i++ {
+		f := p.frameAtoB(100+i, byte(i))
+		want = append(want, f)
+		addr := a.txFree[len(a.txFree)-1]
+		a.txFree = a.txFree[:len(a.txFree)-1]
+		a.owner[a.chunkIndex(addr)] = ownKernelTx
+		n := copy(a.umem[addr:addr+a.chunkSize], f)
+		d := &a.tx.descs[a.tx.local&a.tx.mask]
+		d.Addr, d.Len, d.Options = addr, uint32(n), 0
+		a.tx.local++
+	}
+	a.tx.submit() // on the ring, not kicked
+	prod := atomic.LoadUint32(a.comp.producer)
+	a.txBacklogComp.Store(prod) // a kick that began at this completion index
+	a.txBacklog.Store(true)     // left them there
+	a.mu.Unlock()
+	bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
+	for i := 0; i < 100; i++ {
+		if _, err := la.ReadBatch(bufs, sizes, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := a.Stats(); st.TxResumes != 0 || st.TxKicks != 0 {
+		t.Fatalf("polls kicked with no completion since the stall: %+v", st)
+	}
+	a.txBacklogComp.Store(prod - 1) // the kernel has completed a frame since
+	stop := make(chan struct{})
+	polled := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				polled <- nil
+				return
+			default:
+			}
+			if _, err := la.ReadBatch(bufs, sizes, 0); err != nil {
+				polled <- err
+				return
+			}
+		}
+	}()
+	got := recvN(t, b, len(want), 5*time.Second)
+	close(stop)
+	if err := <-polled; err != nil {
+		t.Fatal(err)
+	}
+	checkFrames(t, "frames left on A's tx ring while A only polled", got, want)
+	if st := a.Stats(); st.TxResumes != 1 || a.txBacklog.Load() {
+		t.Errorf("want one resumed kick and no backlog after it: %+v", st)
 	}
 }

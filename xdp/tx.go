@@ -12,6 +12,7 @@ package xdp
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -109,11 +110,23 @@ func (s *Socket) transmit(frames [][]byte) (int, error) {
 // with the next Transmit or Flush, or when Wait polls the socket: in copy
 // mode poll(2) drives transmission too.
 func (s *Socket) kick() error {
+	err := s.kickRing()
+	backlog := s.mode != ModeZeroCopy && s.tx.outstanding() > 0
+	if backlog {
+		s.txBacklogComp.Store(s.kickComp)
+	}
+	s.txBacklog.Store(backlog)
+	return err
+}
+
+// kickRing is kick without the backlog's bookkeeping.
+func (s *Socket) kickRing() error {
 	for {
 		pending := s.tx.outstanding()
 		if pending == 0 || !s.tx.needWakeup() {
 			return nil
 		}
+		s.kickComp = atomic.LoadUint32(s.comp.producer)
 		_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 		s.c.txKicks.Add(1)
 		switch e {
@@ -135,6 +148,23 @@ func (s *Socket) kick() error {
 			return nil
 		}
 	}
+}
+
+// txResumable reports, from shared indices only (any goroutine may ask),
+// whether frames wait on the tx ring after a kick the kernel could not
+// finish and the kernel has completed frames since that kick, so that a kick now
+// would send more. In copy mode nothing else sends them until the next
+// transmit: a sender that spins (the inline engine) asks on every poll.
+func (s *Socket) txResumable() bool {
+	return s.txBacklog.Load() && atomic.LoadUint32(s.comp.producer) != s.txBacklogComp.Load()
+}
+
+// resumeTx reaps completions and kicks the frames left on the tx ring
+// (the transmitting goroutine only).
+func (s *Socket) resumeTx() error {
+	s.c.txResumes.Add(1)
+	s.reap()
+	return s.kick()
 }
 
 // Flush kicks the kernel to send frames still on the tx ring and reaps

@@ -12,7 +12,9 @@ package netns
 // engine mode and prints a column for each. SROCE_BENCH_PROFILE=DIR keeps a
 // CPU profile of every sroce process in DIR, named by figure, engine and
 // guest. SROCE_BENCH_FIGURES (e.g. "write_lat,send_lat") runs only the
-// figures it names.
+// figures it names. SROCE_BENCH_ROUNDS (default 3) is how many times each
+// figure runs, rxe and sroce alternating; the table shows the medians and
+// each round's ratio.
 
 import (
 	"context"
@@ -20,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,42 +84,55 @@ func BenchmarkGuestTable(b *testing.B) {
 	defer cancel()
 	_, a, c, share := bootSroceGuests(b, ctx, "bench-a", "bench-b")
 	profDir := os.Getenv("SROCE_BENCH_PROFILE")
+	rounds := 3
+	if v := os.Getenv("SROCE_BENCH_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("SROCE_BENCH_ROUNDS=%q: want a positive number", v)
+		}
+		rounds = n
+	}
 	for i := 0; i < b.N; i++ {
 		var out strings.Builder
 		tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', 0)
 		fmt.Fprintf(tw, "figure\tunit\trxe")
 		for _, e := range engines {
-			fmt.Fprintf(tw, "\tsroce %s\tsroce/rxe", e)
+			fmt.Fprintf(tw, "\tsroce %s\tsroce/rxe\tper round", e)
 		}
 		fmt.Fprintln(tw)
 		for _, fig := range guestFigures {
 			if only := os.Getenv("SROCE_BENCH_FIGURES"); only != "" && !strings.Contains(only, strings.Fields(fig.name)[0]) {
 				continue
 			}
-			rxe := guestFigureRun(b, ctx, a, c, fig, fig.tool+" -d rxe0 "+fig.args)
-			fmt.Fprintf(tw, "%s\t%s\t%s", fig.name, fig.unit, fmtFigure(rxe))
-			for _, e := range engines {
-				tool := strings.ReplaceAll(strings.TrimPrefix(fig.tool, "ib_"), "_", "-")
-				prof, env := "", ""
-				if profDir != "" {
-					prof = fmt.Sprintf("%s-%s-%s", tool, strings.Fields(fig.args)[3], e)
-					env = "SROCE_CPUPROFILE=/tmp/" + prof + ".pprof "
-				}
-				cmd := env + "SROCE_LINK=xdp SROCE_STALL_TIMEOUT=60s SROCE_ENGINE=" + e + " " + rxeguest.SharePath +
-					"/sroce " + tool + " -d eth0 " + fig.args
-				ours := guestFigureRun(b, ctx, a, c, fig, cmd)
-				if prof != "" {
-					fetchProfiles(b, ctx, profDir, prof, a, c)
-				}
-				ratio := "-"
-				if rxe > 0 && ours > 0 {
-					r := ours / rxe
-					if fig.lower {
-						r = rxe / ours
+			tool := strings.ReplaceAll(strings.TrimPrefix(fig.tool, "ib_"), "_", "-")
+			// Rounds alternate rxe and sroce, so that both meet the same
+			// moments of a shared machine; the table shows medians.
+			var rxe []float64
+			ours := make([][]float64, len(engines))
+			for r := 0; r < rounds; r++ {
+				rxe = append(rxe, guestFigureRun(b, ctx, a, c, fig, fig.tool+" -d rxe0 "+fig.args))
+				for k, e := range engines {
+					prof, env := "", ""
+					if profDir != "" {
+						prof = fmt.Sprintf("%s-%s-%s-%d", tool, strings.Fields(fig.args)[3], e, r)
+						env = "SROCE_CPUPROFILE=/tmp/" + prof + ".pprof "
 					}
-					ratio = fmt.Sprintf("%.2f", r)
+					cmd := env + "SROCE_LINK=xdp SROCE_STALL_TIMEOUT=60s SROCE_ENGINE=" + e + " " + rxeguest.SharePath +
+						"/sroce " + tool + " -d eth0 " + fig.args
+					ours[k] = append(ours[k], guestFigureRun(b, ctx, a, c, fig, cmd))
+					if prof != "" {
+						fetchProfiles(b, ctx, profDir, prof, a, c)
+					}
 				}
-				fmt.Fprintf(tw, "\t%s\t%s", fmtFigure(ours), ratio)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s", fig.name, fig.unit, fmtFigure(median(rxe)))
+			for k := range engines {
+				var per []string
+				for r := range rxe {
+					per = append(per, figureRatio(fig, rxe[r], ours[k][r]))
+				}
+				fmt.Fprintf(tw, "\t%s\t%s\t%s", fmtFigure(median(ours[k])), figureRatio(fig, median(rxe), median(ours[k])),
+					strings.Join(per, " "))
 			}
 			fmt.Fprintln(tw)
 		}
@@ -126,9 +142,39 @@ func BenchmarkGuestTable(b *testing.B) {
 		}
 		// The table goes to standard output: the benchmark log keeps only
 		// its first lines.
-		fmt.Printf("\nTwo TCG guests (one vCPU each) on one bridge, %s; sroce/rxe above 1 means sroce is better.\n\n%s\n",
-			time.Now().UTC().Format("2006-01-02"), out.String())
+		fmt.Printf("\nTwo TCG guests (one vCPU each) on one bridge, %s, %d alternating rounds, medians; sroce/rxe above 1 means sroce is better.\n\n%s\n",
+			time.Now().UTC().Format("2006-01-02"), rounds, out.String())
 	}
+}
+
+// median returns the median of vs, a failed run (0) counting as the
+// lowest figure.
+func median(vs []float64) float64 {
+	s := append([]float64(nil), vs...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	if s[len(s)/2-1] == 0 {
+		return 0
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// figureRatio is sroce's figure over rxe's ("-" when either failed), the
+// other way round for a latency, so that above 1 means sroce is better.
+func figureRatio(fig guestFigure, rxe, ours float64) string {
+	if rxe <= 0 || ours <= 0 {
+		return "-"
+	}
+	r := ours / rxe
+	if fig.lower {
+		r = rxe / ours
+	}
+	return fmt.Sprintf("%.2f", r)
 }
 
 // guestFigureRun runs one tool pair (server on a, client on c) and returns
