@@ -99,6 +99,10 @@ type Device struct {
 	gidSnap atomic.Pointer[gidTable] // what the engines read, replaced on change
 	qps     []atomic.Pointer[QP]     // by QPN - firstQPN
 	gsi     atomic.Pointer[QP]       // QP1
+	// live lists the QPs that exist, QP1 included, in no order (each
+	// QP's liveIx is its place), so that what looks at every QP does not
+	// scan the whole table.
+	live    []*QP
 	nextQPN int
 	nqp     int
 	nsrq    int // SRQs created, to spread them over the engines
@@ -295,10 +299,18 @@ func (d *Device) Counters() map[string]uint64 {
 	return c.Map()
 }
 
-// Counter returns one counter.
+// Counter returns one counter. It costs what Counters does, less the
+// map: a look at each QP.
 func (d *Device) Counter(c verbs.Counter) uint64 {
 	s := d.sumCounters()
 	return s[c]
+}
+
+// liveQPs returns the QPs that exist now, QP1 included.
+func (d *Device) liveQPs() []*QP {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*QP(nil), d.live...)
 }
 
 // sumCounters adds up the device's (with its destroyed QPs'), its live
@@ -306,20 +318,12 @@ func (d *Device) Counter(c verbs.Counter) uint64 {
 func (d *Device) sumCounters() verbs.Counters {
 	d.mu.Lock()
 	sum := d.cnt
-	add := func(q *QP) {
+	for _, q := range d.live {
 		q.mu.Lock()
 		for i, v := range q.cnt {
 			sum[i] += v
 		}
 		q.mu.Unlock()
-	}
-	for i := range d.qps {
-		if q := d.qps[i].Load(); q != nil {
-			add(q)
-		}
-	}
-	if q := d.gsi.Load(); q != nil {
-		add(q)
 	}
 	d.mu.Unlock()
 	for _, e := range d.eng {

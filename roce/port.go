@@ -24,11 +24,7 @@ func (d *Device) PortDown() int {
 	d.portDown = true
 	d.mu.Unlock()
 	moved := 0
-	for i := range d.qps {
-		q := d.qps[i].Load()
-		if q == nil {
-			continue
-		}
+	for _, q := range d.liveQPs() {
 		if t := q.qp.Type(); t != verbs.QPTypeRC && t != verbs.QPTypeUC {
 			continue
 		}

@@ -54,6 +54,8 @@ type QP struct {
 	queued   bool
 	heapIdx  int
 	deadline monotime.Time
+
+	liveIx int // place in the device's live list, under the device lock
 }
 
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp). A
@@ -127,6 +129,8 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 			d.nextQPN = firstQPN
 		}
 	}
+	q.liveIx = len(d.live)
+	d.live = append(d.live, q)
 	d.nqp++
 	pd.nobj++
 	attr.SendCQ.nqp++
@@ -339,6 +343,10 @@ func (q *QP) Destroy() error {
 	} else {
 		d.qps[int(n)-firstQPN].Store(nil)
 	}
+	last := d.live[len(d.live)-1]
+	d.live[q.liveIx], last.liveIx = last, q.liveIx
+	d.live[len(d.live)-1] = nil
+	d.live = d.live[:len(d.live)-1]
 	d.nqp--
 	q.pd.nobj--
 	q.init.SendCQ.nqp--

@@ -266,12 +266,7 @@ func (d *Device) EngineStats() []EngineStats {
 		out[i] = e.st
 		e.mu.Unlock()
 	}
-	for i := range d.qps {
-		if q := d.qps[i].Load(); q != nil {
-			out[q.eng.idx].QPs++
-		}
-	}
-	if q := d.gsi.Load(); q != nil {
+	for _, q := range d.liveQPs() {
 		out[q.eng.idx].QPs++
 	}
 	return out

@@ -2,6 +2,8 @@ package roce
 
 import (
 	"bytes"
+	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"runtime"
@@ -16,7 +18,7 @@ import (
 
 // twoEngines opens a device on two ports of an in-memory router, one
 // engine each, in virtual time.
-func twoEngines(t *testing.T) *Device {
+func twoEngines(t testing.TB) *Device {
 	t.Helper()
 	clock := &memlink.VirtualClock{}
 	r := memlink.NewRouter(clock, 1, memlink.Impairments{})
@@ -210,4 +212,75 @@ func engineLoops() int {
 	buf := make([]byte, 1<<20)
 	n := runtime.Stack(buf, true)
 	return bytes.Count(buf[:n], []byte("roce.(*engine).run("))
+}
+
+// TestLiveQPList creates QPs and QP1 and destroys them in a shuffled
+// order: at every point the device's live list holds exactly the QPs that
+// exist, each at the place it records, which is what the counters, the
+// engine statistics and a port going down look at.
+func TestLiveQPList(t *testing.T) {
+	d := twoEngines(t)
+	pd, _ := d.AllocPD()
+	cq, _ := d.CreateCQ(16, nil)
+	attr := &QPInitAttr{Type: verbs.QPTypeUD, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	exist := map[*QP]bool{}
+	var all []*QP
+	for i := 0; i < 40; i++ {
+		q, err := pd.CreateQP(attr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exist[q], all = true, append(all, q)
+	}
+	gattr := *attr
+	gattr.Type = verbs.QPTypeGSI
+	gsi, err := pd.CreateQP(&gattr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exist[gsi], all = true, append(all, gsi)
+	check := func(when string) {
+		t.Helper()
+		live := d.liveQPs()
+		if len(live) != len(exist) {
+			t.Fatalf("%s: %d QPs listed, %d exist", when, len(live), len(exist))
+		}
+		for i, q := range live {
+			if !exist[q] || q.liveIx != i {
+				t.Fatalf("%s: entry %d is QP %d (exists %v, records place %d)", when, i, q.QPN(), exist[q], q.liveIx)
+			}
+		}
+		st := d.EngineStats()
+		if st[0].QPs+st[1].QPs != len(exist) {
+			t.Fatalf("%s: engine statistics count %d QPs, %d exist", when, st[0].QPs+st[1].QPs, len(exist))
+		}
+	}
+	check("after creating")
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	for k, q := range all {
+		if err := q.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		delete(exist, q)
+		check(fmt.Sprintf("after destroying %d", k+1))
+	}
+}
+
+// BenchmarkCounter is the cost of reading one device counter with two
+// QPs, as a program that watches memory a WRITE fills does on every poll
+// (perftest's write_lat).
+func BenchmarkCounter(b *testing.B) {
+	d := twoEngines(b)
+	pd, _ := d.AllocPD()
+	cq, _ := d.CreateCQ(16, nil)
+	attr := &QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	for i := 0; i < 2; i++ {
+		if _, err := pd.CreateQP(attr); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		d.Counter(verbs.CntRcvdPkts)
+	}
 }
