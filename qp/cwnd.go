@@ -71,9 +71,13 @@ func (w *window) ackEvery() int {
 
 // allows reports whether cost more packets may go out with inflight
 // outstanding. With nothing outstanding everything may, so that a READ
-// larger than the window is still sent (alone).
+// larger than the window is still sent (alone). A full window adds no
+// limit to the fixed one, which lets a READ go while its first PSN is
+// within MaxUnackedPSNs of the oldest outstanding, as rdma_rxe does (its
+// responses may then reach past it: three 64-packet READs in flight);
+// a reduced window counts every response packet.
 func (w *window) allows(inflight, cost int) bool {
-	return w.off || inflight == 0 || inflight+cost <= w.cwnd
+	return w.off || inflight == 0 || !w.reduced() || inflight+cost <= w.cwnd
 }
 
 // lossSignal reduces the window after a loss: a PSN sequence error NAK, a

@@ -187,3 +187,33 @@ func TestLateAckAfterGoBack(t *testing.T) {
 		t.Errorf("after the late ACK for PSN %v the requester sent PSN %v, want %v", ackPSN, got, ackPSN.Next())
 	}
 }
+
+// TestCwndFullWindowReads: a full window adds no limit to the fixed one.
+// As with rdma_rxe, a READ goes out while its first PSN is within
+// MaxUnackedPSNs of the oldest outstanding one, so three 64-packet READs
+// are in flight at once (a window that counted every response packet let
+// only two go, a third less READ data in flight than rxe keeps), and the
+// fourth waits until responses have moved the oldest PSN on.
+func TestCwndFullWindowReads(t *testing.T) {
+	a, b := pair(t, verbs.MTU1024)
+	for id := uint64(1); id <= 4; id++ {
+		if err := a.q.PostSend(&verbs.SendWR{WRID: id, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled,
+			SGL: []mr.SGE{a.sge(0, 64<<10)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := pump(a, 0)
+	if len(req) != 3 || a.cnt[verbs.CntCwndLimited] != 0 {
+		t.Fatalf("%d READ requests sent with a full window (cwnd_limited %d), want 3 as rdma_rxe sends",
+			len(req), a.cnt[verbs.CntCwndLimited])
+	}
+	deliver(t, b, 0, req[0])
+	resp := pump(b, 0)
+	if len(resp) != 64 {
+		t.Fatalf("%d responses to the first READ", len(resp))
+	}
+	deliver(t, a, 0, resp...)
+	if req = pump(a, 0); len(req) != 1 || len(a.cq.wcs) != 1 {
+		t.Fatalf("%d READ requests sent after the first completed (%d completions)", len(req), len(a.cq.wcs))
+	}
+}
