@@ -704,16 +704,12 @@ func TestConcurrentRxTx(t *testing.T) {
 	}
 }
 
-// TestWaitTransmitsStuckFrames leaves frames on the tx ring without a kick,
-// as when the kernel stopped taking them for lack of send buffer, and
-// waits for a frame that cannot come as Link.ReadBatch does (its caller
-// both receives and transmits): the wait must drive them out (in
-// copy mode poll(2) transmits) instead of sleeping until something
-// arrives, which on a peer waiting for those very frames is never.
-func TestWaitTransmitsStuckFrames(t *testing.T) {
-	p := newVethPair(t, 1500, 1)
-	a := openIn(t, p.nsA, p.ifA, 0, Options{})
-	b := openIn(t, p.nsB, p.ifB, 0, Options{})
+// leaveOnTxRing puts five frames from A to B on a's tx ring without a
+// kick, as when the kernel stopped taking them, and returns them. It skips
+// the test where that stall cannot happen (zero-copy, or a kernel that
+// does not ask for tx wake-ups).
+func leaveOnTxRing(t *testing.T, p *vethPair, a *Socket) [][]byte {
+	t.Helper()
 	if a.Mode() != ModeCopy {
 		t.Skipf("mode %s: the stall is a copy-mode one", a.Mode())
 	}
@@ -722,6 +718,7 @@ func TestWaitTransmitsStuckFrames(t *testing.T) {
 	}
 	var want [][]byte
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	for i := 0; i < 5; i++ {
 		f := p.frameAtoB(100+i, byte(i))
 		want = append(want, f)
@@ -734,7 +731,20 @@ func TestWaitTransmitsStuckFrames(t *testing.T) {
 		a.tx.local++
 	}
 	a.tx.submit() // on the ring, not kicked
-	a.mu.Unlock()
+	return want
+}
+
+// TestWaitTransmitsStuckFrames leaves frames on the tx ring without a kick,
+// as when the kernel stopped taking them for lack of send buffer, and
+// waits for a frame that cannot come as Link.ReadBatch does (its caller
+// both receives and transmits): the wait must drive them out (in
+// copy mode poll(2) transmits) instead of sleeping until something
+// arrives, which on a peer waiting for those very frames is never.
+func TestWaitTransmitsStuckFrames(t *testing.T) {
+	p := newVethPair(t, 1500, 1)
+	a := openIn(t, p.nsA, p.ifA, 0, Options{})
+	b := openIn(t, p.nsB, p.ifB, 0, Options{})
+	want := leaveOnTxRing(t, p, a)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -817,26 +827,8 @@ func TestSpinningReaderResumesStuckTx(t *testing.T) {
 	defer la.Close()
 	a := la.Socket()
 	b := openIn(t, p.nsB, p.ifB, 0, Options{})
-	if a.Mode() != ModeCopy {
-		t.Skipf("mode %s: the stall is a copy-mode one", a.Mode())
-	}
-	if !a.tx.needWakeup() {
-		t.Skip("the kernel does not ask for tx wake-ups here")
-	}
-	var want [][]byte
+	want := leaveOnTxRing(t, p, a)
 	a.mu.Lock()
-	for i := 0; i < 5; i++ {
-		f := p.frameAtoB(100+i, byte(i))
-		want = append(want, f)
-		addr := a.txFree[len(a.txFree)-1]
-		a.txFree = a.txFree[:len(a.txFree)-1]
-		a.owner[a.chunkIndex(addr)] = ownKernelTx
-		n := copy(a.umem[addr:addr+a.chunkSize], f)
-		d := &a.tx.descs[a.tx.local&a.tx.mask]
-		d.Addr, d.Len, d.Options = addr, uint32(n), 0
-		a.tx.local++
-	}
-	a.tx.submit() // on the ring, not kicked
 	prod := atomic.LoadUint32(a.comp.producer)
 	a.txBacklogComp.Store(prod) // a kick that began at this completion index
 	a.txBacklog.Store(true)     // left them there
