@@ -83,7 +83,7 @@ func socketStats(s xdp.Stats) []Stat {
 		{"rx_multi_buffer", s.RxMultiBuffer}, {"rx_too_large", s.RxTooLarge},
 		{"rx_short_buffer", s.RxShortBuffer}, {"rx_bad_desc", s.RxBadDesc},
 		{"tx_kicks", s.TxKicks}, {"tx_kick_errors", s.TxKickErrors}, {"tx_stalls", s.TxStalls},
-		{"tx_retries", s.TxRetries},
+		{"tx_retries", s.TxRetries}, {"tx_resumes", s.TxResumes},
 		{"fill_wakeups", s.FillWakeups}, {"bind_retries", s.BindRetries},
 	}
 }
