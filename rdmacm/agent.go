@@ -46,8 +46,10 @@ type Stats struct {
 	MADsSent     uint64
 	MADsReceived uint64
 	// Dropped counts received MADs dropped, by reason ("bad class
-	// version", "too short", "unknown connection", ...), and MADs not
-	// sent ("no route to the peer", "send queue full").
+	// version", "too short", "unknown connection", ...), MADs not sent
+	// ("no route to the peer", "send queue full"), and events posted
+	// before QP1 had sent the MADs that precede them ("MAD send not
+	// completed in time").
 	Dropped map[string]uint64
 	cm.Counters
 	HalfOpen int // passive connections not yet established, now

@@ -48,7 +48,7 @@ func TestControlDoesNotWaitForEngines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	attr := &QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	attr := smallQP(verbs.QPTypeRC, cq)
 	q0, err := pd.CreateQP(attr)
 	if err != nil {
 		t.Fatal(err)
@@ -105,9 +105,8 @@ func TestControlDoesNotWaitForEngines(t *testing.T) {
 // QPs on a shared receive queue to the SRQ's engine.
 func TestQPsSpreadOverEngines(t *testing.T) {
 	d := twoEngines(t)
-	pd, _ := d.AllocPD()
-	cq, _ := d.CreateCQ(16, nil)
-	attr := &QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	pd, cq := pdAndCQ(d)
+	attr := smallQP(verbs.QPTypeRC, cq)
 	for i := 0; i < 4; i++ {
 		q, err := pd.CreateQP(attr)
 		if err != nil {
@@ -220,9 +219,8 @@ func engineLoops() int {
 // engine statistics and a port going down look at.
 func TestLiveQPList(t *testing.T) {
 	d := twoEngines(t)
-	pd, _ := d.AllocPD()
-	cq, _ := d.CreateCQ(16, nil)
-	attr := &QPInitAttr{Type: verbs.QPTypeUD, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	pd, cq := pdAndCQ(d)
+	attr := smallQP(verbs.QPTypeUD, cq)
 	exist := map[*QP]bool{}
 	var all []*QP
 	for i := 0; i < 40; i++ {
@@ -271,9 +269,8 @@ func TestLiveQPList(t *testing.T) {
 // (perftest's write_lat).
 func BenchmarkCounter(b *testing.B) {
 	d := twoEngines(b)
-	pd, _ := d.AllocPD()
-	cq, _ := d.CreateCQ(16, nil)
-	attr := &QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	pd, cq := pdAndCQ(d)
+	attr := smallQP(verbs.QPTypeRC, cq)
 	for i := 0; i < 2; i++ {
 		if _, err := pd.CreateQP(attr); err != nil {
 			b.Fatal(err)
@@ -283,4 +280,17 @@ func BenchmarkCounter(b *testing.B) {
 	for b.Loop() {
 		d.Counter(verbs.CntRcvdPkts)
 	}
+}
+
+// smallQP is the attributes of a QP of type typ on cq with four work
+// requests of one SGE each way.
+func smallQP(typ verbs.QPType, cq *CQ) *QPInitAttr {
+	return &QPInitAttr{Type: typ, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}
+}
+
+// pdAndCQ allocates a PD and a 16-entry CQ on d.
+func pdAndCQ(d *Device) (*PD, *CQ) {
+	pd, _ := d.AllocPD()
+	cq, _ := d.CreateCQ(16, nil)
+	return pd, cq
 }

@@ -216,7 +216,8 @@ func (s *Socket) receiveCopy(bufs [][]byte, sizes []int) int {
 // the timeout passes, and reports whether a frame is ready. Signals do not
 // end it early. A negative timeout waits without limit; zero only checks.
 // It is part of the receive side and leaves the transmit side alone
-// (Link.ReadBatch, whose caller does both, also kicks a stuck tx ring).
+// (Link.ReadBatch, whose caller does both, also kicks a stuck tx ring),
+// except that frames a kick left on the tx ring shorten it to txRetry.
 func (s *Socket) Wait(timeout time.Duration) (bool, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -251,6 +252,13 @@ func (s *Socket) wait(timeout time.Duration, tx bool) (bool, error) {
 		if err := s.kick(); err != nil {
 			return false, err
 		}
+	} else if !tx && s.txBacklog.Load() && (timeout < 0 || timeout > txRetry) {
+		// The same, for a waiter beside the transmitting goroutine (an
+		// inline engine's loop): it may not kick, but it must not sleep
+		// while nobody else may, so it looks again soon and its step's
+		// ReadBatch sends the frames.
+		timeout = txRetry
+		s.c.txRetries.Add(1)
 	}
 	// The goroutine waits in the runtime's network poller, not in a
 	// blocking system call: a frame's arrival then costs a goroutine

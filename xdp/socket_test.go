@@ -833,6 +833,15 @@ func TestSpinningReaderResumesStuckTx(t *testing.T) {
 	a.txBacklogComp.Store(prod) // a kick that began at this completion index
 	a.txBacklog.Store(true)     // left them there
 	a.mu.Unlock()
+	// A waiter beside the transmitting goroutine (an inline engine's
+	// loop) may not kick, but does not sleep long while they wait.
+	start := time.Now()
+	if _, err := a.Wait(3 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("Wait slept %v with frames left on the tx ring", el)
+	}
 	bufs, sizes := [][]byte{make([]byte, 2048)}, []int{0}
 	for i := 0; i < 100; i++ {
 		if _, err := la.ReadBatch(bufs, sizes, 0); err != nil {
