@@ -363,7 +363,7 @@ func (a *agent) flushLocked() {
 	for i, o := range outs {
 		a.transmit(o, srcs[i])
 	}
-	if len(posts) > 0 {
+	if len(posts) > 0 && len(outs) > 0 {
 		a.settle()
 	}
 	a.sendMu.Unlock()
@@ -376,6 +376,17 @@ func (a *agent) flushLocked() {
 type idEvent struct {
 	id *ID
 	e  *Event
+}
+
+// establish sends the RTU of an active connection and queues its
+// ESTABLISHED with param (CM.mu held).
+func (a *agent) establish(id *ID, param ConnParam) error {
+	if err := a.mgr.SendRTU(a.now(), id.commID, nil); err != nil {
+		return err
+	}
+	id.state = stateEstablished
+	a.later(id, &Event{Type: EventEstablished, ID: id, Param: param})
+	return nil
 }
 
 // later queues e for id until the MADs the Manager produced with it are

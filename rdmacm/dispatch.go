@@ -54,9 +54,11 @@ func (c *CM) handle(a *agent, e cm.Event) {
 			a.later(id, &Event{Type: EventConnectError, ID: id, Status: StatusInvalid})
 			return
 		}
-		a.mgr.SendRTU(a.now(), id.commID, nil)
-		id.state = stateEstablished
-		a.later(id, &Event{Type: EventEstablished, ID: id, Param: param})
+		if err := a.establish(id, param); err != nil {
+			delete(a.conns, id.commID)
+			id.state = stateDisconnected
+			a.later(id, &Event{Type: EventConnectError, ID: id, Status: StatusInvalid})
+		}
 	case cm.EventEstablished:
 		id.state = stateEstablished
 		a.later(id, &Event{Type: EventEstablished, ID: id})
@@ -162,10 +164,12 @@ func (c *CM) onRequest(a *agent, e cm.Event, svc uint64, pd []byte) {
 		id.psn = bth.PSN(c.rng.Uint32() & 0xffffff)
 		id.respRes, id.initDepth = r.InitiatorDepth, r.ResponderResources
 		p := r.Primary
+		// Replies go to the REQ's primary path GID, or where the REQ
+		// came from when it names none.
 		id.ah = verbs.AHAttr{DGID: p.LocalGID, SGIDIndex: uint8(six), HopLimit: p.HopLimit,
 			TrafficClass: p.TrafficClass, FlowLabel: p.FlowLabel, PortNum: 1}
-		if p.LocalGID != e.Peer.GID && !p.LocalGID.IsZero() {
-			id.ah.DGID = p.LocalGID
+		if p.LocalGID.IsZero() {
+			id.ah.DGID = e.Peer.GID
 		}
 		ev.Param = ConnParam{PrivateData: app, ResponderResources: r.ResponderResources,
 			InitiatorDepth: r.InitiatorDepth, FlowControl: r.EndToEndFlowControl, RetryCount: r.RetryCount,

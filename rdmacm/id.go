@@ -702,12 +702,10 @@ func (id *ID) Accept(p *ConnParam) error {
 	a := id.agent
 	switch id.state {
 	case stateConnectResponse:
-		if err := a.mgr.SendRTU(a.now(), id.commID, nil); err != nil {
+		if err := a.establish(id, ConnParam{}); err != nil {
 			c.mu.Unlock()
 			return err
 		}
-		id.state = stateEstablished
-		a.later(id, &Event{Type: EventEstablished, ID: id})
 		a.flushLocked()
 		return nil
 	case stateConnectRequest:
