@@ -416,14 +416,38 @@ func TestPeerVanishesBeforeRTU(t *testing.T) {
 
 func reqMAD(t *testing.T, commID uint32, svc uint64) []byte {
 	t.Helper()
+	return reqMADWith(t, commID, svc, bth.GIDFromAddr(rawAddr))
+}
+
+// reqMADWith is reqMAD with primaryGID as the primary path's local GID.
+func reqMADWith(t *testing.T, commID uint32, svc uint64, primaryGID bth.GID) []byte {
+	t.Helper()
 	pd, err := cm.IPPrivateData(cm.IPHeader{SrcPort: 999, Src: rawAddr, Dst: netip.AddrFrom4([4]byte{10, 9, 0, 2})}, nil, cm.REQPrivateLen)
 	must(t, err)
 	b, err := cm.Send(uint64(commID), &cm.REQ{LocalCommID: commID, ServiceID: svc, LocalQPN: 0x100, StartingPSN: 1,
 		RemoteCMResponseTimeout: 16, LocalCMResponseTimeout: 12, MaxCMRetries: 15, PKey: 0xffff, PathMTU: verbs.MTU1024,
-		Primary:     cm.Path{LocalGID: bth.GIDFromAddr(rawAddr), RemoteGID: bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 9, 0, 2})), HopLimit: 64},
+		Primary:     cm.Path{LocalGID: primaryGID, RemoteGID: bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 9, 0, 2})), HopLimit: 64},
 		PrivateData: pd})
 	must(t, err)
 	return b
+}
+
+// TestREQWithoutPrimaryGID: a REQ whose primary path names no GID is
+// answered where it came from (the address handle of the passive ID, which
+// its QP's RTR attributes and the REP use, gets the GRH's source GID).
+func TestREQWithoutPrimaryGID(t *testing.T) {
+	p := newPair(t, memlink.Impairments{}, fast)
+	l, err := p.b.cm.CreateID(p.b.ch, cm.PortSpaceTCP, nil)
+	must(t, err)
+	must(t, l.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), 5003)))
+	must(t, l.Listen(10))
+	newRawGSI(t, p).send(reqMADWith(t, 7, cm.ServiceID(cm.PortSpaceTCP, 5003), bth.GID{}))
+	ev := expect(t, p.b.ch, rdmacm.EventConnectRequest)
+	attr, _, err := ev.ID.InitQPAttr(verbs.QPStateRTR)
+	must(t, err)
+	if want := bth.GIDFromAddr(rawAddr); attr.AH.DGID != want {
+		t.Fatalf("RTR destination GID %v, want the REQ's source %v", attr.AH.DGID, want)
+	}
 }
 
 // TestHalfOpenBounded floods the passive side with 3000 REQs nobody
