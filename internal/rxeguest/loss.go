@@ -20,6 +20,14 @@ type Runner interface {
 // netem with that loss; its ingress has a u32 filter with a gact action
 // that drops one frame in round(100/pct). Other traffic (TCP exchanges,
 // ARP) passes untouched. pct must be in (0, 100].
+//
+// One RoCEv2 frame is spared: a CM DREQ the guest sends (a MAD of class
+// 7, attribute 0x0015, to QP1). Linux's CM stops resending a DREQ when
+// its ID is destroyed, and rping, ucmatose and perftest destroy their IDs
+// right after rdma_disconnect: a lost DREQ is never sent again, and the
+// peer's program (sroce's, or rping on rxe alike) waits for a
+// disconnection that never comes. The DREQs sroce sends, and every other
+// CM MAD both ways, are dropped like any frame.
 func (g *Guest) SetRoCELoss(ctx context.Context, pct float64) error {
 	return SetRoCELoss(ctx, g, g.cfg.Name, pct)
 }
@@ -34,7 +42,8 @@ func SetRoCELoss(ctx context.Context, r Runner, name string, pct float64) error 
 	res, err := r.Run(ctx, fmt.Sprintf(`set -e
 tc qdisc replace dev eth0 root handle 1: prio bands 2 priomap 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0
 tc qdisc add dev eth0 parent 1:2 handle 20: netem loss %s%%
-tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 4791 0xffff flowid 1:2
+tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 4791 0xffff match u32 0x00000001 0x00ffffff at 32 match u8 0x07 0xff at 49 match u16 0x0015 0xffff at 64 flowid 1:1
+tc filter add dev eth0 parent 1: protocol ip prio 2 u32 match ip protocol 17 0xff match ip dport 4791 0xffff flowid 1:2
 tc qdisc add dev eth0 ingress
 tc filter add dev eth0 parent ffff: protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 4791 0xffff action gact ok random netrand drop %d
 tc qdisc show dev eth0
