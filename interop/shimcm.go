@@ -53,3 +53,9 @@ func (r *Rig) StartPeerCapture(ctx context.Context, path string) (*rxeguest.Capt
 	ns, ifname := r.peer.capturePoint()
 	return rxeguest.StartCapture(ctx, ns, ifname, path, "udp port 4791")
 }
+
+// WaitPeerCMListening waits until an RDMA CM ID of the peer listens on
+// port, or p ends, or ctx is done (rxeguest.WaitCMListening).
+func (r *Rig) WaitPeerCMListening(ctx context.Context, port int, p PeerProc) error {
+	return rxeguest.WaitCMListening(ctx, r.peer, r.peer.name(), port, p)
+}

@@ -239,27 +239,5 @@ func runCMPair(ctx context.Context, a, b *rxeguest.Guest, port int, server, clie
 // port (as the kernel's resource tracking shows it, "rdma resource show
 // cm_id"), and fails if server exits first or ctx ends.
 func waitCMListening(ctx context.Context, g *rxeguest.Guest, port int, server *rxeguest.Proc) error {
-	what := fmt.Sprintf("an RDMA CM listener on port %d in %s", port, g.Name())
-	for {
-		res, err := g.Run(ctx, "rdma resource show cm_id")
-		if err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		for _, line := range strings.Split(string(res.Stdout), "\n") {
-			if strings.Contains(line, "LISTEN") && strings.Contains(line+" ", fmt.Sprintf(":%d ", port)) {
-				return nil
-			}
-		}
-		if done, err := server.Exited(ctx); err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		} else if done {
-			res, _ := server.Wait(ctx)
-			return fmt.Errorf("the server exited before %s showed: %w\n%s%s", what, res.Err(), res.Stdout, res.Stderr)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return rxeguest.WaitCMListening(ctx, g, g.Name(), port, server)
 }

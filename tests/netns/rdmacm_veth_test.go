@@ -104,9 +104,10 @@ func (d *daemonPair) expand(t testing.TB, line string) []string {
 }
 
 // cmPair runs a CM tool's server in A and its client in B. The server
-// listens through the CM, which no socket table shows: the client is
-// started again (a bounded number of times) while it is rejected or finds
-// no listener and the server still runs.
+// listens through the CM, which no socket table shows: while the client is
+// rejected or finds no listener, server and client start again (a bounded
+// number of times, each logged), since a server whose second connection
+// (perftest's -R) was refused has moved on (see noListener).
 func (d *daemonPair) cmPair(t testing.TB, tool cmTool) (srv, cli toolOutcome) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -129,6 +130,10 @@ func (d *daemonPair) cmPair(t testing.TB, tool cmTool) (srv, cli toolOutcome) {
 		if cli.OK() || !refused || try == 20 {
 			break
 		}
+		s.cmd.Process.Kill()
+		old := s.wait(ctx)
+		t.Logf("try %d: the client found no listener; server and client start again:\n%s\n(the server: %v)", try, out, old)
+		s = d.runIn(t, ctx, true, false, nil, tool.prog, d.expand(t, tool.server)...)
 	}
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	srv = s.wait(wctx)
