@@ -274,18 +274,26 @@ func (m *Manager) newID() uint32 {
 }
 
 func (m *Manager) send(to Addr, tid uint64, msg Message) []byte {
+	// Every message sent is built here from checked values; a failure
+	// means a field from the application is out of range, and the
+	// message is not sent (the peer times out).
+	b, _ := m.trySend(to, tid, msg)
+	return b
+}
+
+// trySend encodes msg once and queues it for to, or returns why it cannot
+// be encoded (nothing queued): the calls that carry the application's
+// private data report that to it.
+func (m *Manager) trySend(to Addr, tid uint64, msg Message) ([]byte, error) {
 	b, err := Send(tid, msg)
 	if err != nil {
-		// Every message sent is built here from checked values; a failure
-		// means a field from the application is out of range, and the
-		// message is not sent (the peer times out).
-		return nil
+		return nil, err
 	}
 	m.out = append(m.out, Out{To: to, MAD: b})
 	if msg.Attr() == AttrREJ {
 		m.cnt.REJSent++
 	}
-	return b
+	return b, nil
 }
 
 func (m *Manager) event(e Event) {
@@ -310,14 +318,13 @@ func (m *Manager) Connect(now monotime.Time, to Addr, req REQ) (uint32, error) {
 	m.nextTID++
 	req.LocalCommID = c.id
 	req.LocalCMResponseTimeout = m.cfg.ResponseTimeout
-	b, err := Send(c.tid, &req)
+	b, err := m.trySend(to, c.tid, &req)
 	if err != nil {
 		return 0, err
 	}
 	c.req = req
 	c.respWait = ResponseWait(m.cfg.PacketLifetime, req.RemoteCMResponseTimeout)
 	c.last = b
-	m.out = append(m.out, Out{To: to, MAD: b})
 	c.retry.Start(now, c.respWait, req.MaxCMRetries)
 	m.conns[c.id] = c
 	return c.id, nil
@@ -334,11 +341,10 @@ func (m *Manager) Accept(now monotime.Time, id uint32, rep REP) error {
 		return ErrWrongState
 	}
 	rep.LocalCommID, rep.RemoteCommID = c.id, c.remoteID
-	b, err := Send(c.tid, &rep)
+	b, err := m.trySend(c.peer, c.tid, &rep)
 	if err != nil {
 		return err
 	}
-	m.out = append(m.out, Out{To: c.peer, MAD: b})
 	m.dedup.Answer(m.reqKey(c), b)
 	c.last = b
 	c.state = StateREPSent
@@ -363,10 +369,10 @@ func (m *Manager) Reject(now monotime.Time, id uint32, reason RejReason, private
 		return ErrWrongState
 	}
 	rej := &REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: kind, Reason: reason, PrivateData: private}
-	if _, err := Send(c.tid, rej); err != nil {
+	b, err := m.trySend(c.peer, c.tid, rej)
+	if err != nil {
 		return err
 	}
-	b := m.send(c.peer, c.tid, rej)
 	if kind == MsgREQ {
 		m.dedup.Answer(m.reqKey(c), b)
 	}
@@ -386,10 +392,11 @@ func (m *Manager) SendRTU(now monotime.Time, id uint32, private []byte) error {
 		return ErrWrongState
 	}
 	rtu := &RTU{LocalCommID: c.id, RemoteCommID: c.remoteID, PrivateData: private}
-	if _, err := Send(c.tid, rtu); err != nil {
+	b, err := m.trySend(c.peer, c.tid, rtu)
+	if err != nil {
 		return err
 	}
-	c.last = m.send(c.peer, c.tid, rtu)
+	c.last = b
 	m.dedup.Answer(c.repKey, c.last)
 	m.established(c)
 	m.cnt.Established++
@@ -757,12 +764,11 @@ func (m *Manager) SIDRRequest(now monotime.Time, to Addr, req SIDRREQ, respTimeo
 	c := &conn{id: m.newID(), peer: to, state: StateSIDRREQSent, tid: m.nextTID, sidr: true}
 	m.nextTID++
 	req.RequestID = c.id
-	b, err := Send(c.tid, &req)
+	b, err := m.trySend(to, c.tid, &req)
 	if err != nil {
 		return 0, err
 	}
 	c.last = b
-	m.out = append(m.out, Out{To: to, MAD: b})
 	c.respWait = ResponseWait(m.cfg.PacketLifetime, respTimeout)
 	c.retry.Start(now, c.respWait, maxRetries)
 	m.conns[c.id] = c
@@ -781,10 +787,10 @@ func (m *Manager) SIDRReply(now monotime.Time, id uint32, rep SIDRREP) error {
 		return ErrWrongState
 	}
 	rep.RequestID, rep.ServiceID = c.remoteID, c.req.ServiceID
-	if _, err := Send(c.tid, &rep); err != nil {
+	b, err := m.trySend(c.peer, c.tid, &rep)
+	if err != nil {
 		return err
 	}
-	b := m.send(c.peer, c.tid, &rep)
 	m.dedup.Answer(c.repKey, b)
 	m.free(c)
 	return nil

@@ -43,6 +43,16 @@ func TestManagerHoldRTU(t *testing.T) {
 	if out, ev := a.Take(); len(out)+len(ev) != 0 {
 		t.Fatalf("duplicate REP while held: %v %v", attrs(t, out), types(ev))
 	}
+	// Too much private data: an error, nothing sent, still held.
+	if err := a.SendRTU(now, aid, make([]byte, RTUPrivateLen+1)); err == nil {
+		t.Fatal("an RTU with too much private data accepted")
+	}
+	if out, ev := a.Take(); len(out)+len(ev) != 0 {
+		t.Fatalf("a failed SendRTU queued %v %v", attrs(t, out), types(ev))
+	}
+	if s, _ := a.State(aid); s != StateREPRcvd {
+		t.Fatalf("state %v after a failed SendRTU", s)
+	}
 	if err := a.SendRTU(now, aid, []byte("rtu")); err != nil {
 		t.Fatal(err)
 	}

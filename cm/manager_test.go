@@ -542,6 +542,9 @@ func TestManagerRejectTooMuchPrivateData(t *testing.T) {
 	if s, ok := p.State(ev[0].ID); !ok || s != StateREQRcvd {
 		t.Fatalf("state %v after a failed reject", s)
 	}
+	if out, _ := p.Take(); len(out) != 0 || p.Counters().REJSent != 0 {
+		t.Fatalf("a failed reject queued %d MADs, counted %d REJs", len(out), p.Counters().REJSent)
+	}
 }
 
 // connected returns two managers with an established connection and its
