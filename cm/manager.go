@@ -237,7 +237,7 @@ func (m *Manager) Deadline() (monotime.Time, bool) {
 		if c.retry.Active() {
 			take(c.retry.Deadline())
 		}
-		if c.state == StateTimeWait || c.state == StateREQRcvd || c.state == StateREPRcvd || c.state == StateSIDRREQRcvd {
+		if hasDeadline(c.state) {
 			take(c.deadline)
 		}
 	}
@@ -360,12 +360,8 @@ func (m *Manager) Reject(now monotime.Time, id uint32, reason RejReason, private
 	if !ok {
 		return ErrUnknownID
 	}
-	kind := MsgREQ
-	switch c.state {
-	case StateREQRcvd:
-	case StateREPRcvd:
-		kind = MsgREP
-	default:
+	kind, ok := heldMessage(c.state)
+	if !ok {
 		return ErrWrongState
 	}
 	rej := &REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: kind, Reason: reason, PrivateData: private}
@@ -481,7 +477,7 @@ func (m *Manager) Tick(now monotime.Time) {
 			m.expire(now, c)
 			continue
 		}
-		if now.Before(c.deadline) {
+		if !hasDeadline(c.state) || now.Before(c.deadline) {
 			continue
 		}
 		switch c.state {
@@ -489,12 +485,8 @@ func (m *Manager) Tick(now monotime.Time) {
 			m.event(Event{Type: EventTimeWaitExit, ID: c.id, Peer: c.peer})
 			m.free(c)
 		case StateREQRcvd, StateREPRcvd:
-			kind := MsgREQ
-			if c.state == StateREPRcvd {
-				kind = MsgREP
-			}
-			m.send(c.peer, c.tid, &REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: kind, Reason: RejTimeout})
-			m.event(Event{Type: EventUnreachable, ID: c.id, Peer: c.peer})
+			kind, _ := heldMessage(c.state)
+			m.giveUp(c, kind)
 			m.free(c)
 		case StateSIDRREQRcvd:
 			// The consumer never answered: the requester times out.
@@ -504,17 +496,45 @@ func (m *Manager) Tick(now monotime.Time) {
 	}
 }
 
+// hasDeadline says whether a connection in state s ends at its deadline
+// (Tick): TIMEWAIT, or a REQ, REP or SIDR_REQ its consumer has not
+// answered.
+func hasDeadline(s State) bool {
+	switch s {
+	case StateTimeWait, StateREQRcvd, StateREPRcvd, StateSIDRREQRcvd:
+		return true
+	}
+	return false
+}
+
+// heldMessage is the message a consumer holds unanswered in state s: the
+// REQ of a passive side, or the REP of an active side with HoldRTU.
+func heldMessage(s State) (MsgKind, bool) {
+	switch s {
+	case StateREQRcvd:
+		return MsgREQ, true
+	case StateREPRcvd:
+		return MsgREP, true
+	}
+	return 0, false
+}
+
+// giveUp tells c's peer that the exchange timed out (a REJ, reason
+// timeout, for the message of kind) and raises UNREACHABLE.
+func (m *Manager) giveUp(c *conn, kind MsgKind) {
+	m.send(c.peer, c.tid, &REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: kind, Reason: RejTimeout})
+	m.event(Event{Type: EventUnreachable, ID: c.id, Peer: c.peer})
+}
+
 // expire handles a message whose retries are used up.
 func (m *Manager) expire(now monotime.Time, c *conn) {
 	switch c.state {
 	case StateREQSent, StateMRAREQRcvd:
-		m.send(c.peer, c.tid, &REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: MsgREQ, Reason: RejTimeout})
-		m.event(Event{Type: EventUnreachable, ID: c.id, Peer: c.peer})
+		m.giveUp(c, MsgREQ)
 		m.free(c)
 	case StateREPSent, StateMRAREPRcvd:
 		// The peer vanished between REP and RTU.
-		m.send(c.peer, c.tid, &REJ{LocalCommID: c.id, RemoteCommID: c.remoteID, MessageRejected: MsgREP, Reason: RejTimeout})
-		m.event(Event{Type: EventUnreachable, ID: c.id, Peer: c.peer})
+		m.giveUp(c, MsgREP)
 		if c.halfOpen {
 			m.halfOpen--
 			c.halfOpen = false
