@@ -77,7 +77,7 @@ func (w *window) ackEvery() int {
 // responses may then reach past it: three 64-packet READs in flight);
 // a reduced window counts every response packet.
 func (w *window) allows(inflight, cost int) bool {
-	return w.off || inflight == 0 || !w.reduced() || inflight+cost <= w.cwnd
+	return inflight == 0 || !w.reduced() || inflight+cost <= w.cwnd
 }
 
 // lossSignal reduces the window after a loss: a PSN sequence error NAK, a

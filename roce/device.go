@@ -104,7 +104,6 @@ type Device struct {
 	// scan the whole table.
 	live    []*QP
 	nextQPN int
-	nqp     int
 	nsrq    int // SRQs created, to spread them over the engines
 	cnt     verbs.Counters
 	closed  atomic.Bool // set under mu
@@ -304,6 +303,14 @@ func (d *Device) Counters() map[string]uint64 {
 func (d *Device) Counter(c verbs.Counter) uint64 {
 	s := d.sumCounters()
 	return s[c]
+}
+
+// gsiCount is 1 when QP1 exists, else 0 (under the device lock).
+func (d *Device) gsiCount() int {
+	if d.gsi.Load() != nil {
+		return 1
+	}
+	return 0
 }
 
 // liveQPs returns the QPs that exist now, QP1 included.

@@ -95,7 +95,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 		}
 		qpn = 1
 	} else {
-		if d.nqp == len(d.qps) {
+		if n := len(d.live) - d.gsiCount(); n == len(d.qps) {
 			return nil, ErrNoResources
 		}
 		// Numbers are handed out cyclically, so that a number is not
@@ -131,7 +131,6 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	}
 	q.liveIx = len(d.live)
 	d.live = append(d.live, q)
-	d.nqp++
 	pd.nobj++
 	attr.SendCQ.nqp++
 	attr.RecvCQ.nqp++
@@ -347,7 +346,6 @@ func (q *QP) Destroy() error {
 	d.live[q.liveIx], last.liveIx = last, q.liveIx
 	d.live[len(d.live)-1] = nil
 	d.live = d.live[:len(d.live)-1]
-	d.nqp--
 	q.pd.nobj--
 	q.init.SendCQ.nqp--
 	q.init.RecvCQ.nqp--

@@ -214,7 +214,7 @@ func cmCaptureRun(ctx context.Context, t *testing.T, p *rxeguest.Pair, c cmCaptu
 // toolPairTimeout.
 func runCMPair(ctx context.Context, a, b *rxeguest.Guest, port int, server, client string, stall time.Duration) (srv, cli rxeguest.Result, err error) {
 	ready := func(ctx context.Context, proc *rxeguest.Proc) error {
-		if err := waitCMListening(ctx, a, port, proc); err != nil || stall == 0 {
+		if err := rxeguest.WaitCMListening(ctx, a, a.Name(), port, proc); err != nil || stall == 0 {
 			return err
 		}
 		tool, _, _ := strings.Cut(server, " ")
@@ -233,11 +233,4 @@ func runCMPair(ctx context.Context, a, b *rxeguest.Guest, port int, server, clie
 		return nil
 	}
 	return runGuestPair(ctx, a, b, server, client, ready)
-}
-
-// waitCMListening polls g every 100 ms until an RDMA CM ID listens on
-// port (as the kernel's resource tracking shows it, "rdma resource show
-// cm_id"), and fails if server exits first or ctx ends.
-func waitCMListening(ctx context.Context, g *rxeguest.Guest, port int, server *rxeguest.Proc) error {
-	return rxeguest.WaitCMListening(ctx, g, g.Name(), port, server)
 }

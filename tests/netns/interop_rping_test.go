@@ -264,7 +264,7 @@ func runCMInteropPair(t *testing.T, testCtx context.Context, rig *interop.Rig, c
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := waitCMListening(ctx, rig.Guest, port, srv); err != nil {
+		if err := rxeguest.WaitCMListening(ctx, rig.Guest, rig.Guest.Name(), port, srv); err != nil {
 			t.Fatal(err)
 		}
 		ours = sroce().wait(ctx)
