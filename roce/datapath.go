@@ -48,7 +48,15 @@ const (
 // With hold, frames that fill less than a batch stay in it (see
 // Device.progress) until txDue, a later step without hold, or a full
 // batch.
+//
+// A poll's step (pollStep) holds the same way when everything it leaves
+// to send is positive ACKs it made itself: a program that polls a
+// completion typically answers it with a post, and the post's kick then
+// carries the ACK and the request together (one system call where there
+// were two; a ping-pong's round trip over veth went from 12.0 to 9.6 us).
+// A later poll or txDue sends them if no post comes.
 func (e *engine) step(now monotime.Time, n int, hold bool) bool {
+	acksOnly := e.pollStep && e.txN == 0
 	did := n > 0
 	e.st.RxFrames += uint64(n)
 	for i := 0; i < n; i++ {
@@ -97,9 +105,13 @@ func (e *engine) step(now monotime.Time, n int, hold bool) bool {
 	if e.handed != 0 {
 		e.wakeHanded()
 	}
-	if hold && e.txN > 0 && e.txN < len(e.tx) {
+	// A hold that began with ACKs only ends when a request joins them:
+	// the loop may have taken a post's doorbell meanwhile.
+	keepACKs := (acksOnly || hold && e.txDueACKs) && e.txReqs == 0
+	if (hold && !e.txDueACKs || keepACKs) && e.txN > 0 && e.txN < len(e.tx) {
 		if e.txDue == 0 {
 			e.txDue = now.Add(txHoldMax)
+			e.txDueACKs = keepACKs
 		}
 		return did || more
 	}
@@ -378,6 +390,9 @@ func (e *engine) send(ah *verbs.AH, src bth.QPN, pkt []byte) {
 		return
 	}
 	e.txLen[e.txN] = hl + len(pkt)
+	if !isPositiveACK(pkt) {
+		e.txReqs++
+	}
 	e.txN++
 }
 
@@ -446,7 +461,7 @@ func (e *engine) flushTx() {
 	for i := 0; i < e.txN; i++ {
 		e.txView[i] = e.tx[i][:e.txLen[i]]
 	}
-	e.txDue = 0
+	e.txDue, e.txDueACKs = 0, false
 	var n int
 	var err error
 	if e.pw != nil {
@@ -482,6 +497,15 @@ func (e *engine) flushTx() {
 		}
 	}
 	e.txN -= n
+	// What is left is counted as requests: held no longer than it was.
+	e.txReqs = e.txN
+}
+
+// isPositiveACK reports whether pkt (from the BTH on) is an RC
+// ACKNOWLEDGE whose AETH syndrome is an ACK, not a NAK.
+func isPositiveACK(pkt []byte) bool {
+	return len(pkt) >= bth.BTHLen+bth.AETHLen && bth.Opcode(pkt[0]) == bth.RCAcknowledge &&
+		bth.AETH(pkt[bth.BTHLen:]).Syndrome().IsACK()
 }
 
 // resolveAH fills in the headers that carry packets to attr's destination.

@@ -183,7 +183,9 @@ func (e *engine) progress(post bool) bool {
 	}
 	now := d.clock.Now()
 	// A post holds its frames unless a CQ was polled since the last post.
+	e.pollStep = !post
 	busy := e.step(now, 0, post && !e.polled.Swap(false))
+	e.pollStep = false
 	dl, ok := e.nextDeadline()
 	if e.txDue != 0 && (!ok || e.txDue < dl) {
 		dl, ok = e.txDue, true

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -209,5 +210,130 @@ func TestTransmitStallDoesNotBlock(t *testing.T) {
 				t.Error("no send error counted after a stall longer than the limit")
 			}
 		})
+	}
+}
+
+// batchLink records, for each transmit call, the opcodes of its frames.
+type batchLink struct {
+	*memlink.Port
+	mu      sync.Mutex
+	batches [][]bth.Opcode
+}
+
+func (l *batchLink) WriteBatch(frames [][]byte) (int, error) {
+	ops := make([]bth.Opcode, 0, len(frames))
+	for _, f := range frames {
+		var p bth.Packet
+		if p.Parse(f) == nil {
+			ops = append(ops, p.BTH().Opcode())
+		}
+	}
+	n, err := l.Port.WriteBatch(frames)
+	l.mu.Lock()
+	l.batches = append(l.batches, ops[:n])
+	l.mu.Unlock()
+	return n, err
+}
+
+// TestInlineACKRidesWithNextPost runs a SEND ping-pong between two inline
+// devices, polling busily as perftest's send_lat does: the ACK of each SEND
+// a poll receives waits for the answer the program posts next and leaves in
+// the same transmit call (before, every ACK cost a call of its own). When
+// no post follows, the ACK still leaves within its bound and completes the
+// peer's SEND.
+func TestInlineACKRidesWithNextPost(t *testing.T) {
+	clock := roce.SystemClock()
+	router := memlink.NewRouter(clock, 11, memlink.Impairments{})
+	var links []*batchLink
+	var nodes []*node
+	for i := 0; i < 2; i++ {
+		mac := net.HardwareAddr{2, 0, 0, 0, 11, byte(i)}
+		l := &batchLink{Port: router.NewPort(mac, 1500)}
+		gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 11, 0, byte(i + 1)}))
+		dev, err := roce.Open(l, &roce.Options{Clock: clock, GIDs: []bth.GID{gid}, Engine: roce.EngineInline})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := dev.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { dev.Close() })
+		pd, _ := dev.AllocPD()
+		n := &node{dev: dev, port: l.Port, pd: pd, gid: gid}
+		n.scq, _ = dev.CreateCQ(256, nil)
+		n.rcq, _ = dev.CreateCQ(256, nil)
+		copy(n.mac[:], mac)
+		links, nodes = append(links, l), append(nodes, n)
+	}
+	b := &testbed{t: t, nodes: nodes, rules: newPeerRules(t)}
+	qa, qb := b.pairQPs(rcOpts{timeout: 14})
+	ma, _ := nodes[0].reg(t, 64, 0, 1)
+	mb, _ := nodes[1].reg(t, 64, 0, 2)
+	const rounds = 200
+	for _, x := range []struct {
+		qp *roce.QP
+		m  *roce.MR
+	}{{qa, ma}, {qb, mb}} {
+		for i := 0; i < rounds+1; i++ {
+			if err := x.qp.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGL: []mr.SGE{x.m.SGE(0, 8)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	send := func(q *roce.QP, m *roce.MR, flags verbs.SendFlags) {
+		t.Helper()
+		if err := q.PostSend(&verbs.SendWR{Opcode: verbs.WROpSend, Flags: flags, SGL: []mr.SGE{m.SGE(8, 8)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv := func(n *node, what string) {
+		t.Helper()
+		var wc [1]verbs.WC
+		deadline := time.Now().Add(5 * time.Second)
+		for n.rcq.Poll(wc[:]) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("no receive completion for %s within 5s", what)
+			}
+		}
+		if wc[0].Status != verbs.WCSuccess {
+			t.Fatalf("%s: %v", what, wc[0].Status)
+		}
+	}
+	echoed := make(chan struct{})
+	go func() {
+		defer close(echoed)
+		for i := 0; i < rounds; i++ {
+			recv(nodes[1], "the ping")
+			send(qb, mb, 0)
+		}
+	}()
+	for i := 0; i < rounds; i++ {
+		send(qa, ma, 0)
+		recv(nodes[0], "the answer")
+	}
+	<-echoed
+	together := 0
+	links[1].mu.Lock()
+	for _, ops := range links[1].batches {
+		ack, req := false, false
+		for _, op := range ops {
+			ack = ack || op == bth.RCAcknowledge
+			req = req || op == bth.RCSendOnly
+		}
+		if ack && req {
+			together++
+		}
+	}
+	links[1].mu.Unlock()
+	t.Logf("%d of %d answers left with the ACK of their ping", together, rounds)
+	if together < rounds/2 {
+		t.Errorf("only %d of %d answers left in one transmit call with the ACK of the SEND they answer", together, rounds)
+	}
+	// A last ping that nobody answers: its ACK must still complete it.
+	send(qa, ma, verbs.Signaled)
+	recv(nodes[1], "the last ping")
+	var wc [1]verbs.WC
+	if n, err := nodes[0].scq.WaitTimeout(wc[:], time.Second); n != 1 || wc[0].Status != verbs.WCSuccess {
+		t.Fatalf("the unanswered SEND did not complete within 1s (its ACK was held): %d completions, %v", n, err)
 	}
 }

@@ -71,8 +71,15 @@ type engine struct {
 	parked  atomic.Bool // the loop blocks (or is about to) in the link
 	// txDue is when frames an inline post held back must be sent (0: none
 	// held); polled says a CQ was polled since the last inline post.
-	txDue      monotime.Time
-	heldSteps  int // steps in a row whose receive backlog held requests back (see pump)
+	txDue monotime.Time
+	// pollStep says the step under way runs for a poll (inline); txReqs
+	// counts the frames in the batch other than positive ACKs. A poll's
+	// step keeps the ACKs it made for the application's next post (see
+	// step).
+	pollStep   bool
+	txReqs     int
+	txDueACKs  bool // the held frames were ACKs only when the hold began
+	heldSteps  int  // steps in a row whose receive backlog held requests back (see pump)
 	polled     atomic.Bool
 	pw         PartialWriter // the link's non-waiting transmit, if it has one
 	txBlocked  bool          // the last flush left frames the link had no room for
