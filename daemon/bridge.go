@@ -156,7 +156,7 @@ func (b *bridge) pass() (bool, error) {
 		// Transmit now: an inline engine holds frames of consecutive
 		// posts for a batch until someone polls, and nobody polls the
 		// engine's CQs here.
-		c.dev.dev.Device().Progress()
+		c.dev.dev.Device().Flush()
 	}
 	return work, nil
 }

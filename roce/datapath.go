@@ -240,7 +240,7 @@ func (e *engine) doorbells() bool {
 func (d *Device) ring(q *QP) {
 	d.ringRecv(q)
 	if d.mode == EngineInline {
-		q.eng.progress(true)
+		q.eng.progress(stepPost)
 	}
 }
 

@@ -148,25 +148,43 @@ const txHoldMax = 50 * time.Microsecond
 // the loops are busy elsewhere, it does nothing: the loops make progress
 // by themselves. A program that waits for memory an RDMA WRITE will fill
 // (as perftest's write_lat does) calls it while it waits; posting and
-// polling call it already.
-func (d *Device) Progress() bool {
+// polling call it already. Like a poll, it may keep the ACKs its step
+// makes for the program's next post (at most txHoldMax).
+func (d *Device) Progress() bool { return d.progressAll(stepPoll) }
+
+// Flush is Progress for a caller that posts on behalf of others and does
+// not answer what it receives (the daemon's bridge): it sends the frames
+// posts held back for their batch, and its step holds nothing back.
+func (d *Device) Flush() bool { return d.progressAll(stepFlush) }
+
+func (d *Device) progressAll(k stepKind) bool {
 	did := false
 	for _, e := range d.eng {
-		if e.progress(false) {
+		if e.progress(k) {
 			did = true
 		}
 	}
 	return did
 }
 
-// progress is Progress of one engine for a poll (post false) or a post.
+// stepKind says who runs an inline step.
+type stepKind uint8
+
+const (
+	stepPoll  stepKind = iota // a poll of a CQ, or Progress
+	stepPost                  // a post
+	stepFlush                 // Flush
+)
+
+// progress is Progress of one engine for a poll, a post or a flush.
 // Batching on the post side: the first post after a poll transmits at
 // once (a latency-bound program posts, then polls); further posts before
 // the next poll leave their frames in the transmit batch, which the poll,
 // a full batch or txHoldMax sends (a throughput-bound program posts many,
 // then polls), so that one kernel kick carries many frames.
-func (e *engine) progress(post bool) bool {
+func (e *engine) progress(k stepKind) bool {
 	d := e.d
+	post := k == stepPost
 	if !post {
 		e.polled.Store(true)
 	}
@@ -183,7 +201,7 @@ func (e *engine) progress(post bool) bool {
 	}
 	now := d.clock.Now()
 	// A post holds its frames unless a CQ was polled since the last post.
-	e.pollStep = !post
+	e.pollStep = k == stepPoll
 	busy := e.step(now, 0, post && !e.polled.Swap(false))
 	e.pollStep = false
 	dl, ok := e.nextDeadline()
