@@ -329,11 +329,15 @@ func TestInlineACKRidesWithNextPost(t *testing.T) {
 	if together < rounds/2 {
 		t.Errorf("only %d of %d answers left in one transmit call with the ACK of the SEND they answer", together, rounds)
 	}
-	// A last ping that nobody answers: its ACK must still complete it.
+	// A last ping that nobody answers: its ACK must still complete it,
+	// well before the 67 ms retransmit timeout would have sent it again.
 	send(qa, ma, verbs.Signaled)
 	recv(nodes[1], "the last ping")
 	var wc [1]verbs.WC
 	if n, err := nodes[0].scq.WaitTimeout(wc[:], time.Second); n != 1 || wc[0].Status != verbs.WCSuccess {
 		t.Fatalf("the unanswered SEND did not complete within 1s (its ACK was held): %d completions, %v", n, err)
+	}
+	if n := nodes[0].dev.Counter(verbs.CntTimeouts); n != 0 {
+		t.Errorf("%d retransmit timeouts: an ACK waited for a post that never came", n)
 	}
 }
