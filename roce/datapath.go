@@ -27,9 +27,8 @@ import (
 const txStuckMax = 100 * time.Millisecond
 
 // txBackoff is how long the loop waits on the link before it offers frames
-// the link had no room for again (short, as the link's own retry: see
-// xdp's txRetry).
-const txBackoff = 100 * time.Microsecond
+// the link had no room for again.
+const txBackoff = time.Millisecond
 
 var errTxStuck = errors.New("roce: the link has taken no frame for 100ms")
 

@@ -228,11 +228,7 @@ func (s *Socket) Wait(timeout time.Duration) (bool, error) {
 }
 
 // txRetry bounds a wait while transmit descriptors are stuck on the ring.
-// A NIC that took a burst empties its queue in one go (qemu's virtio
-// moves up to 256 frames at a time) and then idles until the next kick,
-// so the retry is short: with 1 ms, a READ responder in a guest, whose
-// loop sleeps while its frames wait, left its emulated NIC idle.
-const txRetry = 100 * time.Microsecond
+const txRetry = time.Millisecond
 
 // wait is Wait; with tx it also minds the transmit side (the caller is the
 // goroutine that transmits), without it it touches only the rx ring's
