@@ -72,15 +72,29 @@ func (e *engine) step(now monotime.Time, n int, hold bool) bool {
 	}
 	backlog := false // every round read a full batch: frames are waiting
 	for round := 0; round < rxRounds; round++ {
-		k, err := e.link.ReadBatch(e.rx, e.rxSizes, 0)
+		var k int
+		var err error
+		if e.lender != nil {
+			// The frames are handled where the link keeps them: receive
+			// copies out whatever outlives it (payloads into memory,
+			// handoffs, loopback, traces).
+			if k, err = e.lender.ReadLent(e.lent); err == nil && k > 0 {
+				for i := 0; i < k; i++ {
+					e.receive(now, e.lent[i])
+				}
+				e.lender.ReleaseLent()
+				clear(e.lent[:k])
+			}
+		} else if k, err = e.link.ReadBatch(e.rx, e.rxSizes, 0); err == nil {
+			for i := 0; i < k; i++ {
+				e.receive(now, e.rx[i][:e.rxSizes[i]])
+			}
+		}
 		if err != nil || k == 0 {
 			break
 		}
 		did = true
 		e.st.RxFrames += uint64(k)
-		for i := 0; i < k; i++ {
-			e.receive(now, e.rx[i][:e.rxSizes[i]])
-		}
 		if k < len(e.rx) {
 			break
 		}

@@ -1,6 +1,7 @@
 package roce_test
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
 	"runtime"
@@ -340,4 +341,128 @@ func TestInlineACKRidesWithNextPost(t *testing.T) {
 	if n := nodes[0].dev.Counter(verbs.CntTimeouts); n != 0 {
 		t.Errorf("%d retransmit timeouts: an ACK waited for a post that never came", n)
 	}
+}
+
+// lendLink lends the frames it reads from a memlink port, and poisons
+// them when they come back: an engine that kept a lent frame past
+// ReleaseLent would read the poison.
+type lendLink struct {
+	*memlink.Port
+	bufs           [][]byte
+	sizes          []int
+	out            int // frames lent and not yet released
+	lends, release int
+}
+
+func (l *lendLink) ReadLent(frames [][]byte) (int, error) {
+	if l.out != 0 {
+		panic("ReadLent before ReleaseLent")
+	}
+	if len(l.bufs) < len(frames) {
+		l.bufs, l.sizes = make([][]byte, len(frames)), make([]int, len(frames))
+		for i := range l.bufs {
+			l.bufs[i] = make([]byte, 9000)
+		}
+	}
+	n, err := l.Port.ReadBatch(l.bufs[:len(frames)], l.sizes[:len(frames)], 0)
+	for i := 0; i < n; i++ {
+		frames[i] = l.bufs[i][:l.sizes[i]]
+	}
+	if n > 0 {
+		l.out, l.lends = n, l.lends+1
+	}
+	return n, err
+}
+
+func (l *lendLink) ReleaseLent() {
+	for i := 0; i < l.out; i++ {
+		for j := range l.bufs[i] {
+			l.bufs[i][j] = 0xa5
+		}
+	}
+	if l.out > 0 {
+		l.release++
+	}
+	l.out = 0
+}
+
+// TestEngineLentFrames runs RC WRITEs, READs and SENDs between two devices
+// whose links lend received frames, in every engine mode: the data must
+// arrive whole although every frame is poisoned once handled, and every
+// lend must be given back.
+func TestEngineLentFrames(t *testing.T) {
+	forEachEngine(t, func(t *testing.T, mode roce.EngineMode) {
+		clock := roce.SystemClock()
+		router := memlink.NewRouter(clock, 13, memlink.Impairments{})
+		var links []*lendLink
+		var nodes []*node
+		for i := 0; i < 2; i++ {
+			mac := net.HardwareAddr{2, 0, 0, 0, 13, byte(i)}
+			l := &lendLink{Port: router.NewPort(mac, 1500)}
+			gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 13, 0, byte(i + 1)}))
+			dev, err := roce.Open(l, &roce.Options{Clock: clock, GIDs: []bth.GID{gid}, Engine: mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := dev.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { dev.Close() })
+			pd, _ := dev.AllocPD()
+			n := &node{dev: dev, port: l.Port, pd: pd, gid: gid}
+			n.scq, _ = dev.CreateCQ(64, nil)
+			n.rcq, _ = dev.CreateCQ(64, nil)
+			copy(n.mac[:], mac)
+			links, nodes = append(links, l), append(nodes, n)
+		}
+		b := &testbed{t: t, nodes: nodes, rules: newPeerRules(t)}
+		qa, qb := b.pairQPs(rcOpts{timeout: 14})
+		const size = 64 << 10
+		la, src := nodes[0].reg(t, size, 0, 1)
+		rb, dst := nodes[1].reg(t, size, mr.AccessRemoteWrite|mr.AccessRemoteRead|mr.AccessLocalWrite, 2)
+		wait := func(cq *roce.CQ, what string) {
+			t.Helper()
+			var wc [1]verbs.WC
+			if n, err := cq.WaitTimeout(wc[:], 10*time.Second); n != 1 || wc[0].Status != verbs.WCSuccess {
+				t.Fatalf("%s: %d completions, %v, %v", what, n, wc[0].Status, err)
+			}
+		}
+		if err := qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
+			SGL: []mr.SGE{la.SGE(0, size)}, RemoteAddr: rb.Addr(), RKey: rb.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		wait(nodes[0].scq, "the WRITE")
+		if !bytes.Equal(src, dst) {
+			t.Fatal("the WRITE's data arrived damaged")
+		}
+		for i := range src {
+			src[i] = 0
+		}
+		if err := qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled,
+			SGL: []mr.SGE{la.SGE(0, size)}, RemoteAddr: rb.Addr(), RKey: rb.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		wait(nodes[0].scq, "the READ")
+		if !bytes.Equal(src, dst) {
+			t.Fatal("the READ's data arrived damaged")
+		}
+		if err := qb.PostRecv(&verbs.RecvWR{WRID: 3, SGL: []mr.SGE{rb.SGE(0, 4000)}}); err != nil {
+			t.Fatal(err)
+		}
+		copy(src, bytes.Repeat([]byte{7}, 4000))
+		if err := qa.PostSend(&verbs.SendWR{WRID: 4, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{la.SGE(0, 4000)}}); err != nil {
+			t.Fatal(err)
+		}
+		wait(nodes[1].rcq, "the SEND's receive")
+		wait(nodes[0].scq, "the SEND")
+		if !bytes.Equal(src[:4000], dst[:4000]) {
+			t.Fatal("the SEND's data arrived damaged")
+		}
+		for i, l := range links {
+			nodes[i].dev.Close()
+			if l.lends == 0 || l.lends != l.release || l.out != 0 {
+				t.Errorf("device %d: %d lends, %d releases, %d frames out", i, l.lends, l.release, l.out)
+			}
+		}
+	})
 }

@@ -66,6 +66,19 @@ type ReadyWaiter interface {
 	Ready() bool
 }
 
+// FrameLender is implemented by links that can hand received frames to
+// the engine where they lie (an AF_XDP socket's UMEM) instead of copying
+// them into the engine's buffers. The engine handles the frames of one
+// ReadLent, copying out what it keeps, and then calls ReleaseLent before
+// it reads again.
+type FrameLender interface {
+	// ReadLent sets frames[i] to up to len(frames) received frames and
+	// returns how many, without waiting.
+	ReadLent(frames [][]byte) (int, error)
+	// ReleaseLent gives the frames of the last ReadLent back.
+	ReleaseLent()
+}
+
 // PartialWriter is implemented by links whose WriteBatch may wait for room
 // in the kernel. WriteBatchNow takes what fits now and returns at once; the
 // device keeps the rest and offers it again after its next wait on the

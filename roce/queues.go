@@ -82,6 +82,8 @@ type engine struct {
 	heldSteps  int  // steps in a row whose receive backlog held requests back (see pump)
 	polled     atomic.Bool
 	pw         PartialWriter // the link's non-waiting transmit, if it has one
+	lender     FrameLender   // the link's receive in place, if it has one
+	lent       [][]byte      // the frames lender lent
 	txBlocked  bool          // the last flush left frames the link had no room for
 	txStuckAt  monotime.Time // since when the link has taken none (0: it takes)
 	dbRung     atomic.Bool   // db is not empty, or frames were handed over
@@ -129,8 +131,15 @@ func newEngine(d *Device, idx int, link Link, opts *Options, ipID uint16) *engin
 		e.tx[i] = make([]byte, frame)
 	}
 	e.pw, _ = link.(PartialWriter)
+	if l, ok := link.(FrameLender); ok {
+		e.lender, e.lent = l, make([][]byte, rxb)
+	}
 	if d.mode == EngineInline {
 		e.waiter = link.(ReadyWaiter)
+	} else if w, ok := link.(ReadyWaiter); ok && e.lender != nil {
+		// The loop waits without taking frames, and its step receives
+		// them where the link keeps them.
+		e.waiter = w
 	}
 	e.runq = make([]*QP, 0, 64)
 	e.polled.Store(true)

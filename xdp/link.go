@@ -10,6 +10,7 @@ package xdp
 
 import (
 	"net"
+	"sync"
 	"time"
 )
 
@@ -19,6 +20,13 @@ type Link struct {
 	s   *Socket
 	mtu int
 	hw  net.HardwareAddr
+
+	// lendMu is held from a ReadLent that lent frames to its ReleaseLent,
+	// and by Close before the socket goes: the UMEM stays mapped while
+	// its frames are out.
+	lendMu sync.Mutex
+	lent   []Frame
+	nlent  int
 }
 
 // OpenLink opens a socket on queue of ifname (see Open) and wraps it.
@@ -159,4 +167,64 @@ func (l *Link) MTU() int { return l.mtu }
 func (l *Link) HardwareAddr() net.HardwareAddr { return l.hw }
 
 // Close closes the socket (see Socket.Close).
-func (l *Link) Close() error { return l.s.Close() }
+func (l *Link) Close() error {
+	l.lendMu.Lock()
+	defer l.lendMu.Unlock()
+	return l.s.Close()
+}
+
+// ReadLent implements roce.FrameLender: it returns up to len(frames)
+// received frames in place (in the UMEM, or in a gather buffer for a
+// frame that came in several chunks), without waiting and without a
+// copy. They are the caller's until ReleaseLent, which must come before
+// the next ReadLent; Close waits for it.
+func (l *Link) ReadLent(frames [][]byte) (int, error) {
+	s := l.s
+	l.lendMu.Lock()
+	s.mu.RLock()
+	if s.closed.Load() {
+		s.mu.RUnlock()
+		l.lendMu.Unlock()
+		return 0, ErrClosed
+	}
+	if s.txResumable() {
+		if err := s.resumeTx(); err != nil {
+			s.mu.RUnlock()
+			l.lendMu.Unlock()
+			return 0, err
+		}
+	}
+	if s.busyPoll && s.rx.available() == 0 {
+		s.drivePoll()
+	}
+	if len(l.lent) < len(frames) {
+		l.lent = make([]Frame, len(frames))
+	}
+	n := s.receive(l.lent[:len(frames)])
+	s.mu.RUnlock()
+	if n == 0 {
+		l.lendMu.Unlock()
+		return 0, nil
+	}
+	for i := 0; i < n; i++ {
+		frames[i] = l.lent[i].Data
+	}
+	l.nlent = n
+	return n, nil
+}
+
+// ReleaseLent implements roce.FrameLender: the frames of the last
+// ReadLent go back to the kernel.
+func (l *Link) ReleaseLent() {
+	if l.nlent == 0 {
+		return
+	}
+	s := l.s
+	s.mu.RLock()
+	if !s.closed.Load() {
+		s.release1(l.lent[:l.nlent])
+	}
+	s.mu.RUnlock()
+	l.nlent = 0
+	l.lendMu.Unlock()
+}

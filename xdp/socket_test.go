@@ -878,3 +878,95 @@ func TestSpinningReaderResumesStuckTx(t *testing.T) {
 		t.Errorf("want one resumed kick and no backlog after it: %+v", st)
 	}
 }
+
+// TestLinkLends receives through ReadLent: the frames arrive whole and in
+// order, each lend gives its chunks back (the socket's accounting balances
+// and a second round of 200 frames gets through a 64-chunk lend batch),
+// and Close waits while frames are lent.
+func TestLinkLends(t *testing.T) {
+	p := newVethPair(t, 1500, 1)
+	var la, lb *Link
+	must(t, p.nsA.Do(func() (err error) {
+		la, err = OpenLink(p.ifA, 0, Options{})
+		return err
+	}))
+	defer la.Close()
+	must(t, p.nsB.Do(func() (err error) {
+		lb, err = OpenLink(p.ifB, 0, Options{})
+		return err
+	}))
+	lent := make([][]byte, 64)
+	for round := 0; round < 2; round++ {
+		var want [][]byte
+		for i := 0; i < 200; i++ {
+			want = append(want, p.frameAtoB(60+i*7, byte(i+round)))
+		}
+		var got [][]byte
+		for sent := 0; sent < len(want); {
+			n, err := la.WriteBatch(want[sent:min(sent+50, len(want))])
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent += n
+			deadline := time.Now().Add(5 * time.Second)
+			for len(got) < sent {
+				n, err := lb.ReadLent(lent)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i < n; i++ {
+					got = append(got, append([]byte(nil), lent[i]...))
+				}
+				lb.ReleaseLent()
+				if n == 0 {
+					if time.Now().After(deadline) {
+						t.Fatalf("round %d: %d of %d frames after 5s", round, len(got), sent)
+					}
+					lb.WaitReady(10 * time.Millisecond)
+				}
+			}
+		}
+		checkFrames(t, "lent", got, want)
+		checkAccounting(t, lb.Socket())
+	}
+	// Close while a frame is lent: it returns only after ReleaseLent.
+	if n, err := la.WriteBatch([][]byte{p.frameAtoB(100, 1)}); n != 1 || err != nil {
+		t.Fatalf("WriteBatch: %d, %v", n, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, err := lb.ReadLent(lent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no frame to lend within 5s")
+		}
+		lb.WaitReady(10 * time.Millisecond)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- lb.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a frame was lent", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if len(lent[0]) != 100 {
+		t.Errorf("the lent frame has %d bytes, want 100", len(lent[0]))
+	}
+	lb.ReleaseLent()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return after ReleaseLent")
+	}
+	if n, err := lb.ReadLent(lent); n != 0 || !errors.Is(err, ErrClosed) {
+		t.Fatalf("ReadLent after Close: %d, %v", n, err)
+	}
+}
