@@ -45,18 +45,18 @@ const (
 
 // step processes n frames already in d.rx, then doorbells, more frames,
 // timers and transmission. It reports whether there is more to do at once.
-// With hold, frames that fill less than a batch stay in it (see
-// Device.progress) until txDue, a later step without hold, or a full
+// With holdBatch, frames that fill less than a batch stay in it (see
+// Device.progress) until txDue, a later step without a hold, or a full
 // batch.
 //
-// A poll's step (pollStep) holds the same way when everything it leaves
-// to send is positive ACKs it made itself: a program that polls a
-// completion typically answers it with a post, and the post's kick then
-// carries the ACK and the request together (one system call where there
-// were two; a ping-pong's round trip over veth went from 12.0 to 9.6 us).
-// A later poll or txDue sends them if no post comes.
-func (e *engine) step(now monotime.Time, n int, hold bool) bool {
-	acksOnly := e.pollStep && e.txN == 0
+// With holdACKs (a poll's step) they stay the same way when everything
+// the step leaves to send is positive ACKs it made itself: a program that
+// polls a completion typically answers it with a post, and the post's
+// kick then carries the ACK and the request together (one system call
+// where there were two; a ping-pong's round trip over veth went from
+// 12.0 to 9.6 us). A later poll or txDue sends them if no post comes.
+func (e *engine) step(now monotime.Time, n int, hold txHold) bool {
+	acksOnly := hold == holdACKs && e.txN == 0
 	did := n > 0
 	e.st.RxFrames += uint64(n)
 	for i := 0; i < n; i++ {
@@ -78,12 +78,12 @@ func (e *engine) step(now monotime.Time, n int, hold bool) bool {
 			// The frames are handled where the link keeps them: receive
 			// copies out whatever outlives it (payloads into memory,
 			// handoffs, loopback, traces).
-			if k, err = e.lender.ReadLent(e.lent); err == nil && k > 0 {
-				for i := 0; i < k; i++ {
-					e.receive(now, e.lent[i])
-				}
+			k, err = e.lender.ReadLent(e.rx)
+			for i := 0; i < k; i++ {
+				e.receive(now, e.rx[i])
+			}
+			if k > 0 {
 				e.lender.ReleaseLent()
-				clear(e.lent[:k])
 			}
 		} else if k, err = e.link.ReadBatch(e.rx, e.rxSizes, 0); err == nil {
 			for i := 0; i < k; i++ {
@@ -121,8 +121,8 @@ func (e *engine) step(now monotime.Time, n int, hold bool) bool {
 	}
 	// A hold that began with ACKs only ends when a request joins them:
 	// the loop may have taken a post's doorbell meanwhile.
-	keepACKs := (acksOnly || hold && e.txDueACKs) && e.txReqs == 0
-	if (hold && !e.txDueACKs || keepACKs) && e.txN > 0 && e.txN < len(e.tx) {
+	keepACKs := (acksOnly || hold == holdBatch && e.txDueACKs) && e.txReqs == 0
+	if (hold == holdBatch && !e.txDueACKs || keepACKs) && e.txN > 0 && e.txN < len(e.tx) {
 		if e.txDue == 0 {
 			e.txDue = now.Add(txHoldMax)
 			e.txDueACKs = keepACKs

@@ -471,7 +471,7 @@ func (d *Device) Step(now monotime.Time) bool {
 			e.mu.Unlock()
 			return false
 		}
-		if e.step(now, 0, false) {
+		if e.step(now, 0, holdNone) {
 			did = true
 		}
 		e.mu.Unlock()

@@ -167,6 +167,15 @@ func (d *Device) progressAll(k stepKind) bool {
 	return did
 }
 
+// txHold says what a step may leave in its transmit batch (see step).
+type txHold uint8
+
+const (
+	holdNone  txHold = iota // send everything
+	holdBatch               // frames wait for their batch until txDue
+	holdACKs                // a poll's own ACKs wait for the next post
+)
+
 // stepKind says who runs an inline step.
 type stepKind uint8
 
@@ -201,9 +210,14 @@ func (e *engine) progress(k stepKind) bool {
 	}
 	now := d.clock.Now()
 	// A post holds its frames unless a CQ was polled since the last post.
-	e.pollStep = k == stepPoll
-	busy := e.step(now, 0, post && !e.polled.Swap(false))
-	e.pollStep = false
+	hold := holdNone
+	switch {
+	case k == stepPoll:
+		hold = holdACKs
+	case post && !e.polled.Swap(false):
+		hold = holdBatch
+	}
+	busy := e.step(now, 0, hold)
 	dl, ok := e.nextDeadline()
 	if e.txDue != 0 && (!ok || e.txDue < dl) {
 		dl, ok = e.txDue, true

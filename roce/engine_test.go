@@ -141,30 +141,13 @@ func (l *stallLink) WriteBatchNow(frames [][]byte) (int, error) {
 func TestTransmitStallDoesNotBlock(t *testing.T) {
 	for _, mode := range []roce.EngineMode{roce.EngineSleep, roce.EngineInline} {
 		t.Run(mode.String(), func(t *testing.T) {
-			clock := roce.SystemClock()
-			router := memlink.NewRouter(clock, 9, memlink.Impairments{})
 			var links []*stallLink
-			var nodes []*node
-			for i := 0; i < 2; i++ {
-				mac := net.HardwareAddr{2, 0, 0, 0, 9, byte(i)}
-				l := &stallLink{Port: router.NewPort(mac, 1500)}
-				gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 9, 0, byte(i + 1)}))
-				dev, err := roce.Open(l, &roce.Options{Clock: clock, GIDs: []bth.GID{gid}, Engine: mode})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := dev.Start(); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { dev.Close() })
-				pd, _ := dev.AllocPD()
-				n := &node{dev: dev, port: l.Port, pd: pd, gid: gid}
-				n.scq, _ = dev.CreateCQ(64, nil)
-				n.rcq, _ = dev.CreateCQ(64, nil)
-				copy(n.mac[:], mac)
-				links, nodes = append(links, l), append(nodes, n)
-			}
-			b := &testbed{t: t, nodes: nodes, rules: newPeerRules(t)}
+			b := linkedPair(t, 9, mode, 64, func(p *memlink.Port) roce.Link {
+				l := &stallLink{Port: p}
+				links = append(links, l)
+				return l
+			})
+			nodes := b.nodes
 			a, c := nodes[0], nodes[1]
 			qa, _ := b.pairQPs(rcOpts{timeout: 14}) // 67 ms retransmit timeout
 			lm, _ := a.reg(t, 4096, 0, 1)
@@ -243,30 +226,13 @@ func (l *batchLink) WriteBatch(frames [][]byte) (int, error) {
 // no post follows, the ACK still leaves within its bound and completes the
 // peer's SEND.
 func TestInlineACKRidesWithNextPost(t *testing.T) {
-	clock := roce.SystemClock()
-	router := memlink.NewRouter(clock, 11, memlink.Impairments{})
 	var links []*batchLink
-	var nodes []*node
-	for i := 0; i < 2; i++ {
-		mac := net.HardwareAddr{2, 0, 0, 0, 11, byte(i)}
-		l := &batchLink{Port: router.NewPort(mac, 1500)}
-		gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 11, 0, byte(i + 1)}))
-		dev, err := roce.Open(l, &roce.Options{Clock: clock, GIDs: []bth.GID{gid}, Engine: roce.EngineInline})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := dev.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { dev.Close() })
-		pd, _ := dev.AllocPD()
-		n := &node{dev: dev, port: l.Port, pd: pd, gid: gid}
-		n.scq, _ = dev.CreateCQ(256, nil)
-		n.rcq, _ = dev.CreateCQ(256, nil)
-		copy(n.mac[:], mac)
-		links, nodes = append(links, l), append(nodes, n)
-	}
-	b := &testbed{t: t, nodes: nodes, rules: newPeerRules(t)}
+	b := linkedPair(t, 11, roce.EngineInline, 256, func(p *memlink.Port) roce.Link {
+		l := &batchLink{Port: p}
+		links = append(links, l)
+		return l
+	})
+	nodes := b.nodes
 	qa, qb := b.pairQPs(rcOpts{timeout: 14})
 	ma, _ := nodes[0].reg(t, 64, 0, 1)
 	mb, _ := nodes[1].reg(t, 64, 0, 2)
@@ -392,30 +358,13 @@ func (l *lendLink) ReleaseLent() {
 // lend must be given back.
 func TestEngineLentFrames(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, mode roce.EngineMode) {
-		clock := roce.SystemClock()
-		router := memlink.NewRouter(clock, 13, memlink.Impairments{})
 		var links []*lendLink
-		var nodes []*node
-		for i := 0; i < 2; i++ {
-			mac := net.HardwareAddr{2, 0, 0, 0, 13, byte(i)}
-			l := &lendLink{Port: router.NewPort(mac, 1500)}
-			gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 13, 0, byte(i + 1)}))
-			dev, err := roce.Open(l, &roce.Options{Clock: clock, GIDs: []bth.GID{gid}, Engine: mode})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := dev.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { dev.Close() })
-			pd, _ := dev.AllocPD()
-			n := &node{dev: dev, port: l.Port, pd: pd, gid: gid}
-			n.scq, _ = dev.CreateCQ(64, nil)
-			n.rcq, _ = dev.CreateCQ(64, nil)
-			copy(n.mac[:], mac)
-			links, nodes = append(links, l), append(nodes, n)
-		}
-		b := &testbed{t: t, nodes: nodes, rules: newPeerRules(t)}
+		b := linkedPair(t, 13, mode, 64, func(p *memlink.Port) roce.Link {
+			l := &lendLink{Port: p}
+			links = append(links, l)
+			return l
+		})
+		nodes := b.nodes
 		qa, qb := b.pairQPs(rcOpts{timeout: 14})
 		const size = 64 << 10
 		la, src := nodes[0].reg(t, size, 0, 1)

@@ -72,18 +72,15 @@ type engine struct {
 	// txDue is when frames an inline post held back must be sent (0: none
 	// held); polled says a CQ was polled since the last inline post.
 	txDue monotime.Time
-	// pollStep says the step under way runs for a poll (inline); txReqs
-	// counts the frames in the batch other than positive ACKs. A poll's
-	// step keeps the ACKs it made for the application's next post (see
-	// step).
-	pollStep   bool
+	// txReqs counts the frames in the batch other than positive ACKs: a
+	// poll's step keeps the ACKs it made for the application's next post
+	// (see step).
 	txReqs     int
 	txDueACKs  bool // the held frames were ACKs only when the hold began
 	heldSteps  int  // steps in a row whose receive backlog held requests back (see pump)
 	polled     atomic.Bool
 	pw         PartialWriter // the link's non-waiting transmit, if it has one
-	lender     FrameLender   // the link's receive in place, if it has one
-	lent       [][]byte      // the frames lender lent
+	lender     FrameLender   // the link's receive in place (rx then holds the lent frames)
 	txBlocked  bool          // the last flush left frames the link had no room for
 	txStuckAt  monotime.Time // since when the link has taken none (0: it takes)
 	dbRung     atomic.Bool   // db is not empty, or frames were handed over
@@ -119,10 +116,21 @@ func newEngine(d *Device, idx int, link Link, opts *Options, ipID uint16) *engin
 		txb = 64
 	}
 	frame := d.frameSize()
+	w, waits := link.(ReadyWaiter)
+	if l, ok := link.(FrameLender); ok && waits {
+		// The loop waits without taking frames, and its steps receive
+		// them where the link keeps them: rx only points at them.
+		e.lender = l
+	}
+	if d.mode == EngineInline || e.lender != nil {
+		e.waiter = w
+	}
 	e.rx = make([][]byte, rxb)
-	e.rxSizes = make([]int, rxb)
-	for i := range e.rx {
-		e.rx[i] = make([]byte, frame)
+	if e.lender == nil {
+		e.rxSizes = make([]int, rxb)
+		for i := range e.rx {
+			e.rx[i] = make([]byte, frame)
+		}
 	}
 	e.tx = make([][]byte, txb)
 	e.txView = make([][]byte, txb)
@@ -131,16 +139,6 @@ func newEngine(d *Device, idx int, link Link, opts *Options, ipID uint16) *engin
 		e.tx[i] = make([]byte, frame)
 	}
 	e.pw, _ = link.(PartialWriter)
-	if l, ok := link.(FrameLender); ok {
-		e.lender, e.lent = l, make([][]byte, rxb)
-	}
-	if d.mode == EngineInline {
-		e.waiter = link.(ReadyWaiter)
-	} else if w, ok := link.(ReadyWaiter); ok && e.lender != nil {
-		// The loop waits without taking frames, and its step receives
-		// them where the link keeps them.
-		e.waiter = w
-	}
 	e.runq = make([]*QP, 0, 64)
 	e.polled.Store(true)
 	e.db = make([]*QP, 0, 64)
@@ -334,7 +332,11 @@ func (e *engine) run(ctx context.Context) error {
 		}
 		// Frames an inline post held back wait for their due time, as
 		// they would had the posting goroutine kept the lock.
-		busy := e.step(now, n, e.txDue != 0 && now < e.txDue)
+		hold := holdNone
+		if e.txDue != 0 && now < e.txDue {
+			hold = holdBatch
+		}
+		busy := e.step(now, n, hold)
 		dl, ok := e.nextDeadline()
 		if e.txDue != 0 && (!ok || e.txDue < dl) {
 			dl, ok = e.txDue, true

@@ -207,7 +207,16 @@ func startNode(t testing.TB, router *memlink.Router, clock roce.Clock, i, mtu in
 	mac := net.HardwareAddr{2, 0, 0, 0, 3, byte(i)}
 	port := router.NewPort(mac, mtu)
 	gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 3, 0, byte(i + 1)}))
-	dev, err := roce.Open(port, &roce.Options{Clock: clock, GIDs: []bth.GID{gid}})
+	return openNode(t, port, port, gid, roce.Options{Clock: clock}, 4096)
+}
+
+// openNode opens and starts a device over link, whose frames go through
+// port, with gid, a PD and two CQs of cqe entries; the device closes when
+// the test ends.
+func openNode(t testing.TB, link roce.Link, port *memlink.Port, gid bth.GID, opts roce.Options, cqe int) *node {
+	t.Helper()
+	opts.GIDs = []bth.GID{gid}
+	dev, err := roce.Open(link, &opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,10 +226,25 @@ func startNode(t testing.TB, router *memlink.Router, clock roce.Clock, i, mtu in
 	t.Cleanup(func() { dev.Close() })
 	pd, _ := dev.AllocPD()
 	n := &node{dev: dev, port: port, pd: pd, gid: gid}
-	n.scq, _ = dev.CreateCQ(4096, nil)
-	n.rcq, _ = dev.CreateCQ(4096, nil)
-	copy(n.mac[:], mac)
+	n.scq, _ = dev.CreateCQ(cqe, nil)
+	n.rcq, _ = dev.CreateCQ(cqe, nil)
+	copy(n.mac[:], port.HardwareAddr())
 	return n
+}
+
+// linkedPair opens two devices in mode on a new real-time router whose
+// seed also numbers their MACs and subnet, each over the link wrap makes
+// of its port, and returns the testbed of the two.
+func linkedPair(t *testing.T, seed byte, mode roce.EngineMode, cqe int, wrap func(*memlink.Port) roce.Link) *testbed {
+	clock := roce.SystemClock()
+	router := memlink.NewRouter(clock, uint64(seed), memlink.Impairments{})
+	var nodes []*node
+	for i := 0; i < 2; i++ {
+		port := router.NewPort(net.HardwareAddr{2, 0, 0, 0, seed, byte(i)}, 1500)
+		gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, seed, 0, byte(i + 1)}))
+		nodes = append(nodes, openNode(t, wrap(port), port, gid, roce.Options{Clock: clock, Engine: mode}, cqe))
+	}
+	return &testbed{t: t, nodes: nodes, rules: newPeerRules(t)}
 }
 
 // forEachEngine runs a real-time test once per engine mode.

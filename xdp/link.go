@@ -74,10 +74,8 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int
 	if s.closed.Load() {
 		return 0, ErrClosed
 	}
-	if s.txResumable() {
-		if err := s.resumeTx(); err != nil {
-			return 0, err
-		}
+	if err := s.resumeIfDue(); err != nil {
+		return 0, err
 	}
 	if n := s.receiveCopy(bufs, sizes); n > 0 || timeout == 0 {
 		return n, nil
@@ -187,16 +185,12 @@ func (l *Link) ReadLent(frames [][]byte) (int, error) {
 		l.lendMu.Unlock()
 		return 0, ErrClosed
 	}
-	if s.txResumable() {
-		if err := s.resumeTx(); err != nil {
-			s.mu.RUnlock()
-			l.lendMu.Unlock()
-			return 0, err
-		}
+	if err := s.resumeIfDue(); err != nil {
+		s.mu.RUnlock()
+		l.lendMu.Unlock()
+		return 0, err
 	}
-	if s.busyPoll && s.rx.available() == 0 {
-		s.drivePoll()
-	}
+	s.pollIfIdle()
 	if len(l.lent) < len(frames) {
 		l.lent = make([]Frame, len(frames))
 	}
@@ -214,17 +208,13 @@ func (l *Link) ReadLent(frames [][]byte) (int, error) {
 }
 
 // ReleaseLent implements roce.FrameLender: the frames of the last
-// ReadLent go back to the kernel.
+// ReadLent go back to the kernel. lendMu, held since that ReadLent, keeps
+// Close out, so the socket is open.
 func (l *Link) ReleaseLent() {
 	if l.nlent == 0 {
 		return
 	}
-	s := l.s
-	s.mu.RLock()
-	if !s.closed.Load() {
-		s.release1(l.lent[:l.nlent])
-	}
-	s.mu.RUnlock()
+	l.s.release1(l.lent[:l.nlent])
 	l.nlent = 0
 	l.lendMu.Unlock()
 }

@@ -168,6 +168,14 @@ func (s *Socket) submitFill() {
 	}
 }
 
+// pollIfIdle busy-polls the queue (Options.BusyPoll) when the rx ring is
+// empty.
+func (s *Socket) pollIfIdle() {
+	if s.busyPoll && s.rx.available() == 0 {
+		s.drivePoll()
+	}
+}
+
 // drivePoll enters the kernel with a non-blocking receive, which busy-polls
 // the queue's NAPI context when Options.BusyPoll is set.
 func (s *Socket) drivePoll() {
@@ -189,9 +197,7 @@ func (s *Socket) ReceiveCopy(bufs [][]byte, sizes []int) (int, error) {
 }
 
 func (s *Socket) receiveCopy(bufs [][]byte, sizes []int) int {
-	if s.busyPoll && s.rx.available() == 0 {
-		s.drivePoll()
-	}
+	s.pollIfIdle()
 	n := 0
 	want := min(len(bufs), len(sizes))
 	for n < want {

@@ -438,18 +438,24 @@ func mustPanic(t *testing.T, what string, fn func()) {
 	fn()
 }
 
-func TestLink(t *testing.T) {
-	p := newVethPair(t, 1500, 1)
-	var la, lb *Link
+// openLinks opens a Link on queue 0 of each end of p.
+func openLinks(t *testing.T, p *vethPair) (la, lb *Link) {
+	t.Helper()
 	must(t, p.nsA.Do(func() (err error) {
 		la, err = OpenLink(p.ifA, 0, Options{})
 		return err
 	}))
-	defer la.Close()
 	must(t, p.nsB.Do(func() (err error) {
 		lb, err = OpenLink(p.ifB, 0, Options{})
 		return err
 	}))
+	return la, lb
+}
+
+func TestLink(t *testing.T) {
+	p := newVethPair(t, 1500, 1)
+	la, lb := openLinks(t, p)
+	defer la.Close()
 	if lb.MTU() != 1500 || !bytes.Equal(lb.HardwareAddr(), p.macB) {
 		t.Errorf("MTU %d, MAC %v", lb.MTU(), lb.HardwareAddr())
 	}
@@ -885,16 +891,8 @@ func TestSpinningReaderResumesStuckTx(t *testing.T) {
 // and Close waits while frames are lent.
 func TestLinkLends(t *testing.T) {
 	p := newVethPair(t, 1500, 1)
-	var la, lb *Link
-	must(t, p.nsA.Do(func() (err error) {
-		la, err = OpenLink(p.ifA, 0, Options{})
-		return err
-	}))
+	la, lb := openLinks(t, p)
 	defer la.Close()
-	must(t, p.nsB.Do(func() (err error) {
-		lb, err = OpenLink(p.ifB, 0, Options{})
-		return err
-	}))
 	lent := make([][]byte, 64)
 	for round := 0; round < 2; round++ {
 		var want [][]byte

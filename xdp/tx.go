@@ -159,6 +159,15 @@ func (s *Socket) txResumable() bool {
 	return s.txBacklog.Load() && atomic.LoadUint32(s.comp.producer) != s.txBacklogComp.Load()
 }
 
+// resumeIfDue kicks the frames a kick left on the tx ring once
+// completions show room (the transmitting goroutine only).
+func (s *Socket) resumeIfDue() error {
+	if s.txResumable() {
+		return s.resumeTx()
+	}
+	return nil
+}
+
 // resumeTx reaps completions and kicks the frames left on the tx ring
 // (the transmitting goroutine only).
 func (s *Socket) resumeTx() error {
