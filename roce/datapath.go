@@ -319,10 +319,12 @@ func (e *engine) pump(now monotime.Time, backlog bool) bool {
 		}
 		clear(e.runq[k:])
 		e.runq = e.runq[:k]
-		if e.txN == len(e.tx) {
+		if e.txN == len(e.tx) || e.txDry {
+			e.txDry = false
 			e.flushTx()
-			if e.txN == len(e.tx) {
-				// The link takes nothing now; try again later.
+			if e.txN == len(e.tx) || e.tx[e.txN] == nil && e.lendTx() == nil {
+				// The link takes nothing, or lends nothing, now; try
+				// again later.
 				return true
 			}
 		}
@@ -362,12 +364,62 @@ func (e *engine) frame(ah *verbs.AH, n int) []byte {
 	}
 	hl := ah.Encap.Len()
 	f := e.tx[e.txN]
+	if f == nil {
+		if f = e.lendTx(); f == nil {
+			return nil
+		}
+	}
 	if hl+n > len(f) {
 		e.cnt[verbs.CntSendErr]++
 		return nil
 	}
 	e.txHL = hl
 	return f[hl : hl+n]
+}
+
+// lendTx puts a buffer of the link's in the batch's next slot, which the
+// link has, and returns it; nil when the link lends none now (all its
+// buffers are on their way out: the step waits for room as for a full
+// batch) or no longer lends.
+func (e *engine) lendTx() []byte {
+	if e.txl == nil {
+		return nil
+	}
+	if len(e.txSpare) == 0 {
+		n := e.txl.LendTx(e.txSpare[:cap(e.txSpare)])
+		if n == 0 {
+			e.txBlocked, e.txDry = true, true
+			return nil
+		}
+		e.txSpare = e.txSpare[:n]
+	}
+	k := len(e.txSpare) - 1
+	f := e.txSpare[k]
+	e.txSpare[k] = nil
+	e.txSpare = e.txSpare[:k]
+	e.tx[e.txN] = f
+	return f
+}
+
+// returnTx gives the link's buffers back, the batch's frames unsent, and
+// stops lending: a step that runs later builds no frame. The device
+// calls it as it closes, before the link goes.
+func (e *engine) returnTx() {
+	if e.txl == nil {
+		return
+	}
+	bufs := e.txSpare
+	for i, f := range e.tx {
+		if f != nil {
+			bufs = append(bufs, f)
+			e.tx[i] = nil
+		}
+	}
+	e.txl.ReturnTx(bufs)
+	clear(bufs)
+	e.txSpare = e.txSpare[:0]
+	e.txl = nil
+	e.txN = 0
 }
 
 // send adds the Ethernet, IP and UDP headers and the ICRC around pkt, the
@@ -478,9 +530,14 @@ func (e *engine) flushTx() {
 	e.txDue, e.txDueACKs = 0, false
 	var n int
 	var err error
-	if e.pw != nil {
+	switch {
+	case e.txl != nil:
+		n, err = e.txl.SubmitLent(e.txView[:e.txN])
+		// The link has the buffers it took.
+		clear(e.tx[:n])
+	case e.pw != nil:
 		n, err = e.pw.WriteBatchNow(e.txView[:e.txN])
-	} else {
+	default:
 		n, err = e.link.WriteBatch(e.txView[:e.txN])
 	}
 	e.st.TxFrames += uint64(n)

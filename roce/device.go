@@ -379,10 +379,11 @@ func (d *Device) Close() error {
 	}
 	// Frames still in the transmit batches (an inline post's held frames)
 	// may belong to UD or UC sends that have already completed: send
-	// them before the links go.
+	// them before the links go, and give back the buffers links lent.
 	for _, e := range d.eng {
 		e.mu.Lock()
 		e.flushTx()
+		e.returnTx()
 		e.mu.Unlock()
 	}
 	d.events.close()

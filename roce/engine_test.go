@@ -311,13 +311,75 @@ func TestInlineACKRidesWithNextPost(t *testing.T) {
 
 // lendLink lends the frames it reads from a memlink port, and poisons
 // them when they come back: an engine that kept a lent frame past
-// ReleaseLent would read the poison.
+// ReleaseLent would read the poison. It lends transmit buffers too, fewer
+// than a batch, and takes at most a few frames a call; a buffer it takes
+// is sent and poisoned at once, so a frame the engine touched after
+// handing it over would arrive damaged.
 type lendLink struct {
 	*memlink.Port
 	bufs           [][]byte
 	sizes          []int
 	out            int // frames lent and not yet released
 	lends, release int
+
+	txFree    [][]byte
+	txOut     map[*byte]bool // transmit buffers lent
+	submitted int
+	txErr     string
+}
+
+const (
+	lendTxBufs = 16 // transmit buffers the link has
+	lendTxTake = 5  // frames SubmitLent takes a call
+)
+
+func (l *lendLink) TxBufSize() int { return 9000 }
+
+func (l *lendLink) LendTx(bufs [][]byte) int {
+	if l.txOut == nil {
+		l.txOut = make(map[*byte]bool)
+		for range lendTxBufs {
+			l.txFree = append(l.txFree, make([]byte, 9000))
+		}
+	}
+	n := 0
+	for ; n < len(bufs) && len(l.txFree) > 0; n++ {
+		b := l.txFree[len(l.txFree)-1]
+		l.txFree = l.txFree[:len(l.txFree)-1]
+		l.txOut[&b[0]] = true
+		bufs[n] = b
+	}
+	return n
+}
+
+// takeBack ends the loan of b, which must be out.
+func (l *lendLink) takeBack(b []byte) {
+	if cap(b) != 9000 || !l.txOut[&b[:1][0]] {
+		l.txErr = "a transmit buffer came back that was not lent"
+		return
+	}
+	delete(l.txOut, &b[:1][0])
+	b = b[:9000]
+	for j := range b {
+		b[j] = 0x5a
+	}
+	l.txFree = append(l.txFree, b)
+}
+
+func (l *lendLink) SubmitLent(frames [][]byte) (int, error) {
+	frames = frames[:min(len(frames), lendTxTake)]
+	n, err := l.Port.WriteBatch(frames)
+	for _, f := range frames[:n] {
+		l.takeBack(f)
+	}
+	l.submitted += n
+	return n, err
+}
+
+func (l *lendLink) ReturnTx(bufs [][]byte) {
+	for _, b := range bufs {
+		l.takeBack(b)
+	}
 }
 
 func (l *lendLink) ReadLent(frames [][]byte) (int, error) {
@@ -353,9 +415,9 @@ func (l *lendLink) ReleaseLent() {
 }
 
 // TestEngineLentFrames runs RC WRITEs, READs and SENDs between two devices
-// whose links lend received frames, in every engine mode: the data must
-// arrive whole although every frame is poisoned once handled, and every
-// lend must be given back.
+// whose links lend received frames and transmit buffers, in every engine
+// mode: the data must arrive whole although every frame is poisoned once
+// handled or handed over, and every lend must be given back.
 func TestEngineLentFrames(t *testing.T) {
 	forEachEngine(t, func(t *testing.T, mode roce.EngineMode) {
 		var links []*lendLink
@@ -411,6 +473,10 @@ func TestEngineLentFrames(t *testing.T) {
 			nodes[i].dev.Close()
 			if l.lends == 0 || l.lends != l.release || l.out != 0 {
 				t.Errorf("device %d: %d lends, %d releases, %d frames out", i, l.lends, l.release, l.out)
+			}
+			if l.submitted == 0 || len(l.txOut) != 0 || len(l.txFree) != lendTxBufs || l.txErr != "" {
+				t.Errorf("device %d: %d frames sent in lent buffers, %d buffers still lent, %d of %d free; %s",
+					i, l.submitted, len(l.txOut), len(l.txFree), lendTxBufs, l.txErr)
 			}
 		}
 	})

@@ -79,6 +79,26 @@ type FrameLender interface {
 	ReleaseLent()
 }
 
+// TxLender is implemented by links that let the engine build frames in
+// the link's own transmit memory (an AF_XDP socket's UMEM chunks), so that
+// a frame is written once, where the kernel sends it from, instead of
+// being built in the engine's buffer and copied by WriteBatch. The engine
+// uses it when a lent buffer holds its largest frame. SubmitLent, like
+// PartialWriter's WriteBatchNow, never waits for room.
+type TxLender interface {
+	// TxBufSize returns the size of a lent buffer.
+	TxBufSize() int
+	// LendTx sets bufs[i] to up to len(bufs) free transmit buffers, each
+	// TxBufSize bytes, and returns how many, without waiting.
+	LendTx(bufs [][]byte) int
+	// SubmitLent transmits frames, each a prefix of a buffer from LendTx,
+	// and returns how many it took (a prefix): their buffers are the
+	// link's again, the others still the caller's.
+	SubmitLent(frames [][]byte) (int, error)
+	// ReturnTx gives buffers from LendTx back unsent.
+	ReturnTx(bufs [][]byte)
+}
+
 // PartialWriter is implemented by links whose WriteBatch may wait for room
 // in the kernel. WriteBatchNow takes what fits now and returns at once; the
 // device keeps the rest and offers it again after its next wait on the

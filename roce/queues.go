@@ -75,12 +75,18 @@ type engine struct {
 	// txReqs counts the frames in the batch other than positive ACKs: a
 	// poll's step keeps the ACKs it made for the application's next post
 	// (see step).
-	txReqs     int
-	txDueACKs  bool // the held frames were ACKs only when the hold began
-	heldSteps  int  // steps in a row whose receive backlog held requests back (see pump)
-	polled     atomic.Bool
-	pw         PartialWriter // the link's non-waiting transmit, if it has one
-	lender     FrameLender   // the link's receive in place (rx then holds the lent frames)
+	txReqs    int
+	txDueACKs bool // the held frames were ACKs only when the hold began
+	heldSteps int  // steps in a row whose receive backlog held requests back (see pump)
+	polled    atomic.Bool
+	pw        PartialWriter // the link's non-waiting transmit, if it has one
+	lender    FrameLender   // the link's receive in place (rx then holds the lent frames)
+	// txl is the link's transmit in place: tx then holds its buffers,
+	// nil where the link has them, and txSpare the lent ones no frame
+	// uses yet.
+	txl        TxLender
+	txSpare    [][]byte
+	txDry      bool          // the link lent no buffer when asked
 	txBlocked  bool          // the last flush left frames the link had no room for
 	txStuckAt  monotime.Time // since when the link has taken none (0: it takes)
 	dbRung     atomic.Bool   // db is not empty, or frames were handed over
@@ -135,8 +141,13 @@ func newEngine(d *Device, idx int, link Link, opts *Options, ipID uint16) *engin
 	e.tx = make([][]byte, txb)
 	e.txView = make([][]byte, txb)
 	e.txLen = make([]int, txb)
-	for i := range e.tx {
-		e.tx[i] = make([]byte, frame)
+	if l, ok := link.(TxLender); ok && l.TxBufSize() >= frame {
+		e.txl = l
+		e.txSpare = make([][]byte, 0, txb)
+	} else {
+		for i := range e.tx {
+			e.tx[i] = make([]byte, frame)
+		}
 	}
 	e.pw, _ = link.(PartialWriter)
 	e.runq = make([]*QP, 0, 64)

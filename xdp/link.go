@@ -218,3 +218,36 @@ func (l *Link) ReleaseLent() {
 	l.nlent = 0
 	l.lendMu.Unlock()
 }
+
+// TxBufSize implements roce.TxLender: a lent transmit buffer is one UMEM
+// chunk.
+func (l *Link) TxBufSize() int { return l.s.ChunkSize() }
+
+// LendTx implements roce.TxLender: it lends up to len(bufs) free transmit
+// chunks, each TxBufSize bytes, for frames built where the kernel sends
+// them from. It reaps completions first and never waits.
+func (l *Link) LendTx(bufs [][]byte) int {
+	return l.s.lendChunks(len(bufs), func(k int, addr uint64) { bufs[k] = l.s.chunk(addr) })
+}
+
+// SubmitLent implements roce.TxLender: it queues frames, each the start
+// of a chunk from LendTx, kicks the kernel, and returns how many it took
+// (a prefix) without waiting for room. A frame that is not a lent chunk
+// is a bug of the caller's and panics.
+func (l *Link) SubmitLent(frames [][]byte) (int, error) {
+	return l.s.submitLent(len(frames), func(k int) []byte { return frames[k] })
+}
+
+// ReturnTx implements roce.TxLender: chunks from LendTx go back to the
+// free list unsent.
+func (l *Link) ReturnTx(bufs [][]byte) {
+	s := l.s
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return
+	}
+	for _, b := range bufs {
+		s.freeChunk(s.lentAddr(b))
+	}
+}

@@ -968,3 +968,80 @@ func TestLinkLends(t *testing.T) {
 		t.Fatalf("ReadLent after Close: %d, %v", n, err)
 	}
 }
+
+// TestLinkLendsTx builds frames in chunks the link lends (roce.TxLender),
+// submits them in partial batches, gives some back unsent, and checks that
+// the peer receives exactly the submitted ones and that every chunk is
+// accounted for; a buffer the link did not lend, or one already
+// submitted, panics; a link whose chunks are all lent lends none.
+func TestLinkLendsTx(t *testing.T) {
+	p := newVethPair(t, 1500, 1)
+	la, lb := openLinks(t, p)
+	defer la.Close()
+	defer lb.Close()
+	if la.TxBufSize() != la.Socket().ChunkSize() {
+		t.Fatalf("TxBufSize %d, chunk %d", la.TxBufSize(), la.Socket().ChunkSize())
+	}
+	bufs := make([][]byte, 64)
+	rx := make([][]byte, 64)
+	sizes := make([]int, 64)
+	for i := range rx {
+		rx[i] = make([]byte, 2048)
+	}
+	var want, got [][]byte
+	for round := 0; round < 4; round++ {
+		n := la.LendTx(bufs)
+		if n != len(bufs) {
+			t.Fatalf("round %d: LendTx lent %d of %d", round, n, len(bufs))
+		}
+		var frames [][]byte
+		for i := 0; i < 50; i++ {
+			f := p.frameAtoB(60+i*11, byte(i+round))
+			frames = append(frames, bufs[i][:copy(bufs[i], f)])
+			want = append(want, f)
+		}
+		la.ReturnTx(bufs[50:]) // never used
+		for sent := 0; sent < len(frames); {
+			n, err := la.SubmitLent(frames[sent:min(sent+17, len(frames))])
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent += n
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for len(got) < len(want) {
+			n, err := lb.ReadBatch(rx, sizes, 10*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < n; i++ {
+				got = append(got, append([]byte(nil), rx[i][:sizes[i]]...))
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d of %d frames after 5s", round, len(got), len(want))
+			}
+		}
+		mustPanic(t, "a submitted buffer submitted again", func() { la.SubmitLent(frames[:1]) })
+	}
+	checkFrames(t, "built in lent chunks", got, want)
+	must(t, la.Socket().Flush())
+	checkAccounting(t, la.Socket())
+	mustPanic(t, "a buffer the link did not lend", func() { la.SubmitLent([][]byte{make([]byte, 64)}) })
+	mustPanic(t, "a buffer the link did not lend, given back", func() { la.ReturnTx([][]byte{make([]byte, 64)}) })
+
+	// Lend every chunk: the next LendTx lends none; giving them back
+	// restores the free list.
+	var all [][]byte
+	for {
+		n := la.LendTx(bufs)
+		all = append(all, bufs[:n]...)
+		if n == 0 {
+			break
+		}
+	}
+	if s := la.Socket(); len(all) != int(s.numFrames-s.rxFrames) {
+		t.Fatalf("lent %d chunks, the socket has %d for transmitting", len(all), s.numFrames-s.rxFrames)
+	}
+	la.ReturnTx(all)
+	checkAccounting(t, la.Socket())
+}

@@ -194,20 +194,45 @@ func (s *Socket) Flush() error {
 // frames built in place (no copy). Each TxFrame.Buf has the chunk's full
 // length. It returns how many were lent.
 func (s *Socket) AllocTx(frames []TxFrame) int {
+	return s.lendChunks(len(frames), func(k int, addr uint64) {
+		frames[k] = TxFrame{Buf: s.chunk(addr), addr: addr}
+	})
+}
+
+// lendChunks reaps completions and lends up to n free transmit chunks to
+// the caller, passing each to put; it returns how many.
+func (s *Socket) lendChunks(n int, put func(k int, addr uint64)) int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed.Load() {
 		return 0
 	}
 	s.reap()
-	n := min(len(frames), len(s.txFree))
+	n = min(n, len(s.txFree))
 	for k := 0; k < n; k++ {
 		addr := s.txFree[len(s.txFree)-1]
 		s.txFree = s.txFree[:len(s.txFree)-1]
 		s.owner[s.chunkIndex(addr)] = ownTxApp
-		frames[k] = TxFrame{Buf: s.umem[addr : addr+s.chunkSize : addr+s.chunkSize], addr: addr}
+		put(k, addr)
 	}
 	return n
+}
+
+// chunk returns the chunk at addr, capped at its end.
+func (s *Socket) chunk(addr uint64) []byte { return s.umem[addr : addr+s.chunkSize : addr+s.chunkSize] }
+
+// umemAddr returns the UMEM address where b starts, if it starts in the
+// UMEM.
+func (s *Socket) umemAddr(b []byte) (uint64, bool) {
+	if cap(b) == 0 {
+		return 0, false
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(s.umem)))
+	if p < base || p-base >= uintptr(len(s.umem)) {
+		return 0, false
+	}
+	return uint64(p - base), true
 }
 
 // SubmitTx queues frames built in chunks from AllocTx, each of
@@ -215,22 +240,44 @@ func (s *Socket) AllocTx(frames []TxFrame) int {
 // socket. It returns how many were queued (a prefix); the rest are still
 // the caller's.
 func (s *Socket) SubmitTx(frames []TxFrame) (int, error) {
+	n, err := s.submitLent(len(frames), func(k int) []byte { return frames[k].Buf })
+	clear(frames[:n])
+	return n, err
+}
+
+// lentTx reports whether addr is a transmit chunk lent to the caller.
+func (s *Socket) lentTx(addr uint64) bool {
+	i := s.chunkIndex(addr)
+	return addr&(s.chunkSize-1) == 0 && i >= s.rxFrames && i < s.numFrames && s.owner[i] == ownTxApp
+}
+
+// lentAddr returns the address of b, which must start a chunk lent by
+// AllocTx or LendTx: anything else is a bug of the caller's, and panics.
+func (s *Socket) lentAddr(b []byte) uint64 {
+	addr, ok := s.umemAddr(b)
+	if !ok || !s.lentTx(addr) {
+		panic("xdp: transmit chunk not lent, or submitted or given back twice")
+	}
+	return addr
+}
+
+// submitLent queues n frames built in lent chunks, frame(k) being the
+// k-th, kicks the kernel, and returns how many it queued (a prefix): it
+// stops where the tx ring stays full after a kick, or at a frame that is
+// empty or too large (ErrFrameTooLarge).
+func (s *Socket) submitLent(n int, frame func(k int) []byte) (int, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed.Load() {
 		return 0, ErrClosed
 	}
-	n := 0
+	k := 0
 	var nbytes uint64
 	var err error
-	for k := range frames {
-		f := &frames[k]
-		i := s.chunkIndex(f.addr)
-		if f.Buf == nil || i < s.rxFrames || i >= s.numFrames || s.owner[i] != ownTxApp {
-			panic("xdp: TxFrame submitted twice or not from AllocTx")
-		}
-		if len(f.Buf) == 0 || len(f.Buf) > s.maxFrame || len(f.Buf) > int(s.chunkSize) ||
-			&f.Buf[0] != &s.umem[f.addr] {
+	for ; k < n; k++ {
+		f := frame(k)
+		addr := s.lentAddr(f)
+		if len(f) == 0 || len(f) > s.maxFrame {
 			err = ErrFrameTooLarge
 			break
 		}
@@ -241,20 +288,18 @@ func (s *Socket) SubmitTx(frames []TxFrame) (int, error) {
 			}
 		}
 		d := &s.tx.descs[s.tx.local&s.tx.mask]
-		d.Addr, d.Len, d.Options = f.addr, uint32(len(f.Buf)), 0
+		d.Addr, d.Len, d.Options = addr, uint32(len(f)), 0
 		s.tx.local++
-		s.owner[i] = ownKernelTx
-		nbytes += uint64(len(f.Buf))
-		*f = TxFrame{}
-		n++
+		s.owner[s.chunkIndex(addr)] = ownKernelTx
+		nbytes += uint64(len(f))
 	}
 	s.tx.submit()
 	if kerr := s.kick(); kerr != nil && err == nil {
 		err = kerr
 	}
-	s.c.txFrames.Add(uint64(n))
+	s.c.txFrames.Add(uint64(k))
 	s.c.txBytes.Add(nbytes)
-	return n, err
+	return k, err
 }
 
 // FreeTx gives chunks from AllocTx back unsent.
@@ -265,15 +310,15 @@ func (s *Socket) FreeTx(frames []TxFrame) {
 		return
 	}
 	for k := range frames {
-		f := &frames[k]
-		i := s.chunkIndex(f.addr)
-		if f.Buf == nil || i < s.rxFrames || i >= s.numFrames || s.owner[i] != ownTxApp {
-			panic("xdp: TxFrame freed twice or not from AllocTx")
-		}
-		s.owner[i] = ownTxFree
-		s.txFree = append(s.txFree, f.addr)
-		*f = TxFrame{}
+		s.freeChunk(s.lentAddr(frames[k].Buf))
+		frames[k] = TxFrame{}
 	}
+}
+
+// freeChunk puts a lent transmit chunk back on the free list.
+func (s *Socket) freeChunk(addr uint64) {
+	s.owner[s.chunkIndex(addr)] = ownTxFree
+	s.txFree = append(s.txFree, addr)
 }
 
 // waitTx blocks up to d for the socket to become writable (used by
