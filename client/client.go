@@ -366,19 +366,20 @@ func (p *PD) RegMR(buf *Buffer, off, n int, access mr.Access) (*MR, error) {
 // with rdma_rxe; the daemon no longer touches the old range when Rereg
 // returns.
 func (m *MR) Rereg(flags mr.ReregFlags, pd *PD, buf *Buffer, off, n int, access mr.Access) error {
-	in := ctl.ReregMR{Handle: m.h, Flags: uint32(flags), Access: uint32(access)}
+	in := ctl.ReregMR{Handle: m.h, Flags: uint32(flags), Reg: ctl.RegMR{Access: uint32(access)}}
 	var fds []int
 	if flags&mr.ReregChangePD != 0 {
 		if pd == nil {
 			return errors.New("client: Rereg with ReregChangePD needs a PD")
 		}
-		in.PD = pd.h
+		in.Reg.PD = pd.h
 	}
 	if flags&mr.ReregChangeTranslation != 0 {
 		if buf == nil || off < 0 || n <= 0 || off+n > len(buf.Buf) {
 			return errors.New("client: Rereg range outside the buffer")
 		}
-		in.Addr, in.Length, in.IOVA, in.FDOffset = buf.Addr(off), uint64(n), buf.Addr(off), uint64(off)
+		in.Reg = ctl.RegMR{PD: in.Reg.PD, Access: in.Reg.Access, Addr: buf.Addr(off), Length: uint64(n), IOVA: buf.Addr(off),
+			FDOffset: uint64(off)}
 		fds = []int{buf.fd}
 	}
 	b, _, err := m.pd.x.c.call(ctl.OpReregMR, ctl.Bytes(&in), fds)
@@ -394,7 +395,7 @@ func (m *MR) Rereg(flags mr.ReregFlags, pd *PD, buf *Buffer, off, n int, access 
 		m.pd = pd
 	}
 	if flags&mr.ReregChangeTranslation != 0 {
-		m.addr = in.Addr
+		m.addr = in.Reg.Addr
 	}
 	return nil
 }

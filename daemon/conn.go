@@ -660,7 +660,7 @@ func (c *conn) reregMR(b []byte, fds []int) ([]byte, []int, error) {
 	}
 	var pd *roce.PD
 	if flags&mr.ReregChangePD != 0 {
-		if pd, ok = c.pds[in.PD]; !ok {
+		if pd, ok = c.pds[in.Reg.PD]; !ok {
 			return nil, nil, unix.EINVAL
 		}
 	}
@@ -668,15 +668,15 @@ func (c *conn) reregMR(b []byte, fds []int) ([]byte, []int, error) {
 	var region mr.Region
 	old := uint64(len(o.mem.bytes))
 	if translate {
-		if err := c.checkRegBytes(in.Length, old); err != nil {
+		if err := c.checkRegBytes(in.Reg.Length, old); err != nil {
 			return nil, nil, err
 		}
-		if mem, err = mapClientMem(fds[0], in.FDOffset, in.Length); err != nil {
+		if mem, err = mapClientMem(fds[0], in.Reg.FDOffset, in.Reg.Length); err != nil {
 			return nil, nil, misbehaved("REREG_MR: %v", err)
 		}
 		region = mem
 	}
-	if err := o.mr.Rereg(flags, pd, region, in.IOVA, mr.Access(in.Access)); err != nil {
+	if err := o.mr.Rereg(flags, pd, region, in.Reg.IOVA, mr.Access(in.Reg.Access)); err != nil {
 		mem.unmap()
 		return nil, nil, err
 	}
@@ -684,10 +684,10 @@ func (c *conn) reregMR(b []byte, fds []int) ([]byte, []int, error) {
 		// The engine no longer touches the old range: Rereg waited.
 		o.mem.unmap()
 		o.mem = mem
-		c.regBytes = c.regBytes - old + in.Length
+		c.regBytes = c.regBytes - old + in.Reg.Length
 	}
 	if pd != nil {
-		o.pd = in.PD
+		o.pd = in.Reg.PD
 	}
 	out := ctl.MR{Handle: in.Handle, LKey: o.mr.LKey(), RKey: o.mr.RKey()}
 	return ctl.Bytes(&out), nil, nil

@@ -2,7 +2,6 @@ package daemon_test
 
 import (
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -180,76 +179,41 @@ func TestReregMR(t *testing.T) {
 	}
 }
 
-// rawConn is a connection to the daemon that sends what a test makes.
-type rawConn struct {
-	t   *testing.T
-	uc  *net.UnixConn
-	seq uint32
-}
-
-func dialRaw(t *testing.T, r *rig, open bool) *rawConn {
-	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: r.socket, Net: "unixpacket"})
+// dialOpen is a raw connection to the daemon with sroce_mem0 open.
+func dialOpen(t *testing.T, r *rig) *cmClient {
+	c := dialCM(t, r)
+	var in ctl.Open
+	ctl.SetName(in.Name[:], "sroce_mem0")
+	_, fds, err := c.call(ctl.OpOpen, ctl.Bytes(&in))
+	closeFDs(fds)
 	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { uc.Close() })
-	c := &rawConn{t: t, uc: uc}
-	hello := ctl.Hello{ABI: ctl.Version}
-	c.call(ctl.OpHello, ctl.Bytes(&hello), nil)
-	if open {
-		var in ctl.Open
-		ctl.SetName(in.Name[:], "sroce_mem0")
-		_, _, fds, _ := c.call(ctl.OpOpen, ctl.Bytes(&in), nil)
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
+		t.Fatalf("OPEN: %v", err)
 	}
 	return c
 }
 
-// call sends a request and returns the reply's errno, body and
-// descriptors; closed says the daemon ended the connection instead.
-func (c *rawConn) call(op ctl.Op, body []byte, fds []int) (errno unix.Errno, reply []byte, rfds []int, closed bool) {
-	c.seq++
-	var rights []byte
-	if len(fds) > 0 {
-		rights = unix.UnixRights(fds...)
-	}
-	if _, _, err := c.uc.WriteMsgUnix(ctl.Append(nil, ctl.Hdr{Op: op, Seq: c.seq, NFDs: uint32(len(fds))}, body), rights, nil); err != nil {
-		return 0, nil, nil, true
-	}
-	buf, oob := make([]byte, ctl.MaxMsg), make([]byte, unix.CmsgSpace(ctl.MaxFDs*4))
-	c.uc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	n, oobn, _, _, err := c.uc.ReadMsgUnix(buf, oob)
-	if err != nil || n == 0 {
-		return 0, nil, nil, true
-	}
-	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
-		for _, m := range msgs {
-			if f, err := unix.ParseUnixRights(&m); err == nil {
-				rfds = append(rfds, f...)
-			}
-		}
-	}
-	h, b, err := ctl.Parse(buf[:n])
-	if err != nil {
-		c.t.Fatalf("%s: bad reply: %v", op, err)
-	}
-	return unix.Errno(h.Err), b, rfds, false
-}
-
-// handle sends a request whose reply is a handle and returns it.
-func (c *rawConn) handle(op ctl.Op, body []byte) uint32 {
-	c.t.Helper()
-	e, b, fds, closed := c.call(op, body, nil)
+func closeFDs(fds []int) {
 	for _, fd := range fds {
 		unix.Close(fd)
 	}
-	if e != 0 || closed {
-		c.t.Fatalf("%s: errno %v, closed %v", op, e, closed)
+}
+
+// handle sends a request whose reply is a handle and returns it.
+func handleOf(c *cmClient, op ctl.Op, body []byte) uint32 {
+	c.t.Helper()
+	b, fds, err := c.call(op, body)
+	closeFDs(fds)
+	if err != nil {
+		c.t.Fatalf("%s: %v", op, err)
 	}
 	h, _ := ctl.Get[ctl.Handle](b)
 	return h.Handle
+}
+
+// ended reports whether err says the daemon ended the connection.
+func ended(err error) bool {
+	var en unix.Errno
+	return err != nil && !errors.As(err, &en)
 }
 
 // TestResizeBadInput sends resize and re-registration requests a client
@@ -259,22 +223,12 @@ func (c *rawConn) handle(op ctl.Op, body []byte) uint32 {
 // reason.
 func TestResizeBadInput(t *testing.T) {
 	r := newRig(t, daemon.Options{})
-	c := dialRaw(t, r, true)
-	expect := func(what string, op ctl.Op, body []byte, fds []int, want unix.Errno) {
-		t.Helper()
-		e, _, rfds, closed := c.call(op, body, fds)
-		for _, fd := range rfds {
-			unix.Close(fd)
-		}
-		if closed || e != want {
-			t.Errorf("%s: errno %v (closed %v), want %v", what, e, closed, want)
-		}
-	}
-	pd := c.handle(ctl.OpAllocPD, nil)
+	c := dialOpen(t, r)
+	pd := handleOf(c, ctl.OpAllocPD, nil)
 	cqIn := ctl.CreateCQ{CQE: 8}
-	cq := c.handle(ctl.OpCreateCQ, ctl.Bytes(&cqIn))
+	cq := handleOf(c, ctl.OpCreateCQ, ctl.Bytes(&cqIn))
 	srqIn := ctl.SRQ{PDOrHandle: pd, MaxWR: 4, MaxSGE: 1}
-	srq := c.handle(ctl.OpCreateSRQ, ctl.Bytes(&srqIn))
+	srq := handleOf(c, ctl.OpCreateSRQ, ctl.Bytes(&srqIn))
 	for _, tc := range []struct {
 		what string
 		op   ctl.Op
@@ -298,13 +252,17 @@ func TestResizeBadInput(t *testing.T) {
 		case ctl.ReregMR:
 			b = ctl.Bytes(&v)
 		}
-		expect(tc.what, tc.op, b, nil, unix.EINVAL)
+		_, fds, err := c.call(tc.op, b)
+		closeFDs(fds)
+		if !errors.Is(err, unix.EINVAL) {
+			t.Errorf("%s: %v, want EINVAL", tc.what, err)
+		}
 	}
 	// A resize that works, through the raw protocol: the SRQ's new ring.
 	ok := ctl.SRQ{PDOrHandle: srq, AttrMask: 1, MaxWR: 64}
-	e, b, fds, closed := c.call(ctl.OpModifySRQ, ctl.Bytes(&ok), nil)
-	if e != 0 || closed || len(fds) != 1 {
-		t.Fatalf("MODIFY_SRQ max_wr 64: errno %v, closed %v, %d descriptors", e, closed, len(fds))
+	b, fds, err := c.call(ctl.OpModifySRQ, ctl.Bytes(&ok))
+	if err != nil || len(fds) != 1 {
+		t.Fatalf("MODIFY_SRQ max_wr 64: %v, %d descriptors", err, len(fds))
 	}
 	got, _ := ctl.Get[ctl.SRQCreated](b)
 	mem, err := unix.Mmap(fds[0], 0, int(got.MemSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
@@ -317,23 +275,23 @@ func TestResizeBadInput(t *testing.T) {
 		t.Errorf("the SRQ's new ring: %v, max_wr %d", err, got.MaxWR)
 	}
 	q := ctl.Handle{Handle: srq}
-	if _, b, _, _ := c.call(ctl.OpQuerySRQ, ctl.Bytes(&q), nil); len(b) > 0 {
-		if a, _ := ctl.Get[ctl.SRQ](b); a.MaxWR != 64 {
-			t.Errorf("QUERY_SRQ max_wr %d after the resize, want 64", a.MaxWR)
-		}
+	if b, _, err := c.call(ctl.OpQuerySRQ, ctl.Bytes(&q)); err != nil {
+		t.Error(err)
+	} else if a, _ := ctl.Get[ctl.SRQ](b); a.MaxWR != 64 {
+		t.Errorf("QUERY_SRQ max_wr %d after the resize, want 64", a.MaxWR)
 	}
 
 	// Descriptors that do not match REREG_MR's flags.
 	mfd, _ := unix.MemfdCreate("t", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	defer unix.Close(mfd)
 	access := ctl.ReregMR{Handle: 1, Flags: uint32(mr.ReregChangeAccess)}
-	if _, _, _, closed := c.call(ctl.OpReregMR, ctl.Bytes(&access), []int{mfd}); !closed {
-		t.Error("REREG_MR of access with a descriptor: still connected")
+	if _, _, err := c.callFDs(ctl.OpReregMR, ctl.Bytes(&access), []int{mfd}); !ended(err) {
+		t.Errorf("REREG_MR of access with a descriptor: %v, want the connection ended", err)
 	}
-	c = dialRaw(t, r, true)
-	trans := ctl.ReregMR{Handle: 1, Flags: uint32(mr.ReregChangeTranslation), Length: 4096}
-	if _, _, _, closed := c.call(ctl.OpReregMR, ctl.Bytes(&trans), nil); !closed {
-		t.Error("REREG_MR of the translation without a descriptor: still connected")
+	c = dialOpen(t, r)
+	trans := ctl.ReregMR{Handle: 1, Flags: uint32(mr.ReregChangeTranslation), Reg: ctl.RegMR{Length: 4096}}
+	if _, _, err := c.call(ctl.OpReregMR, ctl.Bytes(&trans)); !ended(err) {
+		t.Errorf("REREG_MR of the translation without a descriptor: %v, want the connection ended", err)
 	}
 	// A CQ ring whose consumer index the client moved past the producer.
 	x, err := client.Open(r.socket, "sroce_mem0")

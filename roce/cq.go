@@ -109,14 +109,17 @@ func (d *Device) CreateSharedCQ(cqe int, m SharedCQ) (*CQ, error) {
 // reached a QP (a daemon refusing a malformed WQE from its ring completes
 // it with an error this way). It reports false if the CQ is full.
 func (c *CQ) Inject(wc *verbs.WC) bool {
-	d := c.dev
-	d.mu.Lock()
-	dead := c.dead
-	d.mu.Unlock()
-	if dead {
+	if c.dev.destroyed(&c.dead) {
 		return false
 	}
 	return c.push(wc, true)
+}
+
+// destroyed reads an object's dead flag, which the device lock guards.
+func (d *Device) destroyed(dead *bool) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return *dead
 }
 
 // Cqe returns the capacity of the CQ.
@@ -171,11 +174,7 @@ func (c *CQ) ResizeShared(cqe int, m SharedCQ) error {
 // and arm (unless nil) the CQ's arm word, under the push lock (the caller
 // keeps the consumer away).
 func (c *CQ) swapRing(r *ring.Ring[ring.CQE], arm *atomic.Uint32) error {
-	d := c.dev
-	d.mu.Lock()
-	dead := c.dead
-	d.mu.Unlock()
-	if dead {
+	if c.dev.destroyed(&c.dead) {
 		return ErrDestroyed
 	}
 	c.pushMu.Lock()

@@ -423,11 +423,7 @@ func (s *SRQ) Resize(maxWR uint32) error {
 	if maxWR == 0 || maxWR > MaxSRQWR {
 		return ErrInvalid
 	}
-	d := s.dev
-	d.mu.Lock()
-	dead := s.dead
-	d.mu.Unlock()
-	if dead {
+	if s.dev.destroyed(&s.dead) {
 		return ErrDestroyed
 	}
 	// The engine lock keeps the QPs from taking requests, the SRQ's lock

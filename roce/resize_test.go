@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/memlink"
@@ -146,34 +143,12 @@ func TestSRQResize(t *testing.T) {
 func TestResizeUnderTraffic(t *testing.T) { forEachEngine(t, testResizeUnderTraffic) }
 
 func testResizeUnderTraffic(t *testing.T, engine roce.EngineMode) {
-	clock := roce.SystemClock()
-	router := memlink.NewRouter(clock, 5, memlink.Impairments{})
-	var nodes []*node
-	for i := 0; i < 2; i++ {
-		mac := net.HardwareAddr{2, 0, 0, 0, 5, byte(i)}
-		port := router.NewPort(mac, 9000)
-		gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 5, 0, byte(i + 1)}))
-		dev, err := roce.Open(port, &roce.Options{Clock: clock, GIDs: []bth.GID{gid}, Engine: engine})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := dev.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer dev.Close()
-		pd, _ := dev.AllocPD()
-		n := &node{dev: dev, port: port, pd: pd, gid: gid}
-		n.scq, _ = dev.CreateCQ(64, nil)
-		n.rcq, _ = dev.CreateCQ(64, nil)
-		copy(n.mac[:], mac)
-		nodes = append(nodes, n)
-	}
-	a, c := nodes[0], nodes[1]
+	b := linkedPair(t, 5, engine, 64, func(p *memlink.Port) roce.Link { return p })
+	a, c := b.nodes[0], b.nodes[1]
 	srq, err := c.pd.CreateSRQ(32, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &testbed{t: t, nodes: nodes, rules: newPeerRules(t)}
 	qa, _ := b.pairQPs(rcOpts{maxWR: 64, maxSGE: 1, srqB: srq})
 	lm, _ := a.reg(t, 64, 0, 1)
 	rm, _ := c.reg(t, 64, 0, 2)

@@ -276,17 +276,12 @@ type RegMR struct {
 	FDOffset uint64
 }
 
-// ReregMR is REREG_MR's request (struct sroce_ctl_rereg_mr): the fields
-// its Flags select (enum ibv_rereg_mr_flags) are those of RegMR.
+// ReregMR is REREG_MR's request (struct sroce_ctl_rereg_mr): Flags (enum
+// ibv_rereg_mr_flags) select the fields of Reg that count.
 type ReregMR struct {
-	Handle   uint32
-	Flags    uint32
-	PD       uint32
-	Access   uint32
-	Addr     uint64
-	Length   uint64
-	IOVA     uint64
-	FDOffset uint64
+	Handle uint32
+	Flags  uint32
+	Reg    RegMR
 }
 
 // MR is REG_MR's and REREG_MR's reply (struct sroce_ctl_mr).

@@ -274,23 +274,18 @@ struct sroce_ctl_reg_mr {
 
 /*
  * REREG_MR request (ibv_rereg_mr): flags (enum ibv_rereg_mr_flags) select
- * what changes; the other fields are REG_MR's, read only when their flag
- * is set: pd with IBV_REREG_MR_CHANGE_PD, access with
- * IBV_REREG_MR_CHANGE_ACCESS, addr, length, iova and fd_offset with
- * IBV_REREG_MR_CHANGE_TRANSLATION, which passes fds [0] as REG_MR does
- * (no fds otherwise). The MR keeps its handle and, as with rdma_rxe, its
- * keys; the reply is struct sroce_ctl_mr. When the reply comes, the
- * daemon no longer touches the old range.
+ * what changes; the fields of reg are read only when their flag is set:
+ * pd with IBV_REREG_MR_CHANGE_PD, access with IBV_REREG_MR_CHANGE_ACCESS,
+ * addr, length, iova and fd_offset with IBV_REREG_MR_CHANGE_TRANSLATION,
+ * which passes fds [0] as REG_MR does (no fds otherwise). The MR keeps
+ * its handle and, as with rdma_rxe, its keys; the reply is struct
+ * sroce_ctl_mr. When the reply comes, the daemon no longer touches the
+ * old range.
  */
 struct sroce_ctl_rereg_mr {
 	uint32_t handle;
 	uint32_t flags;
-	uint32_t pd;
-	uint32_t access;
-	uint64_t addr;
-	uint64_t length;
-	uint64_t iova;
-	uint64_t fd_offset;
+	struct sroce_ctl_reg_mr reg;
 };
 
 /* REG_MR and REREG_MR reply. */

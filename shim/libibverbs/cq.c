@@ -315,23 +315,17 @@ EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 	struct sroce_cq *cq = to_scq(ibcq);
 	struct sroce_ctl_resize_cq req = {.handle = ibcq->handle, .cqe = (uint32_t)cqe};
 	struct sroce_ctl_cq reply;
-	int fd = -1, err;
-	void *mem;
+	int err;
 
 	if (cqe <= 0)
 		return EINVAL;
 	pthread_mutex_lock(&cq->arm_lock);
 	pthread_spin_lock(&cq->lock);
-	err = sroce_call(to_sctx(ibcq->context), SROCE_OP_RESIZE_CQ, &req, sizeof(req), NULL, 0, &reply,
-			 sizeof(reply), &fd, 1);
+	err = sroce_call_remap(to_sctx(ibcq->context), SROCE_OP_RESIZE_CQ, &req, sizeof(req), &reply,
+			       sizeof(reply), &reply.mem_size, &reply.ring_offset, SROCE_RING_CQ,
+			       sizeof(struct sroce_cqe), &cq->mem, cq->mem_size);
 	if (!err)
-		err = sroce_map_queue(fd, reply.mem_size, reply.ring_offset, SROCE_RING_CQ,
-				      sizeof(struct sroce_cqe), &mem);
-	if (!err) {
-		munmap(cq->mem, cq->mem_size);
-		cq->mem = mem;
 		cq_use(cq, &reply);
-	}
 	pthread_spin_unlock(&cq->lock);
 	pthread_mutex_unlock(&cq->arm_lock);
 	return err;

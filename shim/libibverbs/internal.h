@@ -147,6 +147,9 @@ void sroce_table_del(struct sroce_context *c, struct sroce_table *t, uint32_t ke
 
 /* qp.c */
 int sroce_map_queue(int fd, uint64_t mem_size, uint64_t off, uint16_t kind, size_t entry, void **mem);
+int sroce_call_remap(struct sroce_context *c, uint16_t op, const void *req, size_t reqlen, void *reply,
+		     size_t replylen, const uint64_t *mem_size, const uint64_t *off, uint16_t kind,
+		     size_t entry, void **mem, size_t old_size);
 
 /* mr.c */
 int sroce_mem_backing(void *addr, size_t length, int *fd, uint64_t *offset);

@@ -497,19 +497,19 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 		return IBV_REREG_MR_ERR_INPUT;
 	}
 	if (flags & IBV_REREG_MR_CHANGE_PD)
-		req.pd = pd->handle;
+		req.reg.pd = pd->handle;
 	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
-		req.access = (uint32_t)access & ~SROCE_ACCESS_OPTIONAL_RANGE;
+		req.reg.access = (uint32_t)access & ~SROCE_ACCESS_OPTIONAL_RANGE;
 	if (translate) {
 		err = sroce_mem_backing(addr, length, &fd, &off);
 		if (err) {
 			errno = err;
 			return IBV_REREG_MR_ERR_DONT_FORK_NEW;
 		}
-		req.addr = (uint64_t)(uintptr_t)addr;
-		req.length = length;
-		req.iova = req.addr;
-		req.fd_offset = off;
+		req.reg.addr = (uint64_t)(uintptr_t)addr;
+		req.reg.length = length;
+		req.reg.iova = req.reg.addr;
+		req.reg.fd_offset = off;
 	}
 	err = sroce_call(to_sctx(mr->context), SROCE_OP_REREG_MR, &req, sizeof(req), &fd,
 			 translate ? 1 : 0, &reply, sizeof(reply), NULL, 0);

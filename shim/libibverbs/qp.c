@@ -47,6 +47,29 @@ int sroce_map_queue(int fd, uint64_t mem_size, uint64_t off, uint16_t kind, size
 	return 0;
 }
 
+/*
+ * A request that gives a queue new memory (RESIZE_CQ, MODIFY_SRQ of
+ * max_wr): sends it, maps the memfd of the reply, whose size and ring
+ * offset *mem_size and *off point into reply, and on success unmaps the
+ * old memory *mem of *old_size and puts the new one there. The caller
+ * holds the queue's lock.
+ */
+int sroce_call_remap(struct sroce_context *c, uint16_t op, const void *req, size_t reqlen, void *reply,
+		     size_t replylen, const uint64_t *mem_size, const uint64_t *off, uint16_t kind,
+		     size_t entry, void **mem, size_t old_size)
+{
+	int fd = -1;
+	void *m;
+	int err = sroce_call(c, op, req, reqlen, NULL, 0, reply, replylen, &fd, 1);
+	if (!err)
+		err = sroce_map_queue(fd, *mem_size, *off, kind, entry, &m);
+	if (err)
+		return err;
+	munmap(*mem, old_size);
+	*mem = m;
+	return 0;
+}
+
 static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 {
 	struct ibv_context *context = pd->context;
@@ -909,21 +932,16 @@ EXPORT int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *a, int mas
 				    .max_wr = a->max_wr,
 				    .srq_limit = a->srq_limit};
 	struct sroce_ctl_srq_created reply;
-	int fd = -1, err;
-	void *mem;
+	int err;
 
 	if (!(mask & IBV_SRQ_MAX_WR))
 		return sroce_call(c, SROCE_OP_MODIFY_SRQ, &req, sizeof(req), NULL, 0, NULL, 0, NULL, 0);
 	pthread_spin_lock(&srq->lock);
-	err = sroce_call(c, SROCE_OP_MODIFY_SRQ, &req, sizeof(req), NULL, 0, &reply, sizeof(reply), &fd, 1);
+	err = sroce_call_remap(c, SROCE_OP_MODIFY_SRQ, &req, sizeof(req), &reply, sizeof(reply), &reply.mem_size,
+			       &reply.ring_offset, SROCE_RING_RECV, sizeof(struct sroce_recv_wqe), &srq->mem,
+			       srq->mem_size);
 	if (!err)
-		err = sroce_map_queue(fd, reply.mem_size, reply.ring_offset, SROCE_RING_RECV,
-				      sizeof(struct sroce_recv_wqe), &mem);
-	if (!err) {
-		munmap(srq->mem, srq->mem_size);
-		srq->mem = mem;
 		srq_use(srq, &reply);
-	}
 	pthread_spin_unlock(&srq->lock);
 	return err;
 }
