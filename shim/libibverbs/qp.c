@@ -800,11 +800,13 @@ static void set_wr_ops(struct ibv_qp_ex *x)
 	x->wr_atomic_write = xwr_atomic_write;
 }
 
-static int post_recv_ring(struct sroce_ring_hdr *r, pthread_spinlock_t *lock, uint32_t max_sge,
+/* Posts to the ring *rp, read under lock (ibv_modify_srq replaces an SRQ's ring under it). */
+static int post_recv_ring(struct sroce_ring_hdr *const *rp, pthread_spinlock_t *lock, uint32_t max_sge,
 			  struct ibv_recv_wr *wr, struct ibv_recv_wr **bad, int *posted)
 {
 	int err = 0;
 	pthread_spin_lock(lock);
+	struct sroce_ring_hdr *r = *rp;
 	for (; wr; wr = wr->next) {
 		struct sroce_recv_wqe *w = sroce_ring_next(r);
 		uint64_t total = 0;
@@ -848,7 +850,7 @@ int sroce_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv
 		*bad = wr;
 		return EINVAL;
 	}
-	err = post_recv_ring(qp->rq, &qp->rq_lock, qp->cap.max_recv_sge, wr, bad, &posted);
+	err = post_recv_ring(&qp->rq, &qp->rq_lock, qp->cap.max_recv_sge, wr, bad, &posted);
 	if (posted)
 		sroce_ring_doorbell(to_sctx(ibqp->context));
 	return err;
@@ -988,7 +990,7 @@ int sroce_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ib
 {
 	struct sroce_srq *srq = container_of(ibsrq, struct sroce_srq, srq);
 	int posted = 0;
-	int err = post_recv_ring(srq->rq, &srq->lock, srq->max_sge, wr, bad, &posted);
+	int err = post_recv_ring(&srq->rq, &srq->lock, srq->max_sge, wr, bad, &posted);
 	if (posted)
 		sroce_ring_doorbell(to_sctx(ibsrq->context));
 	return err;
