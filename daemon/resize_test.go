@@ -152,8 +152,7 @@ func TestReregMR(t *testing.T) {
 	if wc := writeTo(3, old+100, b.mr.RKey()); wc.Status != verbs.WCRemAccessErr {
 		t.Errorf("write to the old range: %+v, want a remote access error", wc)
 	}
-	// Another PD: the MR moves, and its PD can no longer be freed... and
-	// the old one can.
+	// Another PD: the MR moves, and its new PD can no longer be freed.
 	pd2, err := b.x.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +197,7 @@ func closeFDs(fds []int) {
 	}
 }
 
-// handle sends a request whose reply is a handle and returns it.
+// handleOf sends a request whose reply is a handle and returns it.
 func handleOf(c *cmClient, op ctl.Op, body []byte) uint32 {
 	c.t.Helper()
 	b, fds, err := c.call(op, body)
