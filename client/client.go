@@ -359,6 +359,47 @@ func (p *PD) RegMR(buf *Buffer, off, n int, access mr.Access) (*MR, error) {
 	return &MR{pd: p, h: r.Handle, lkey: r.LKey, rkey: r.RKey, addr: in.Addr}, err
 }
 
+// Rereg re-registers the MR (ibv_rereg_mr): flags selects what changes,
+// as roce's MR.Rereg says; with mr.ReregChangeTranslation the MR becomes n
+// bytes of buf from off, with mr.ReregChangePD it moves to pd, with
+// mr.ReregChangeAccess its access flags become access. The keys stay, as
+// with rdma_rxe; the daemon no longer touches the old range when Rereg
+// returns.
+func (m *MR) Rereg(flags mr.ReregFlags, pd *PD, buf *Buffer, off, n int, access mr.Access) error {
+	in := ctl.ReregMR{Handle: m.h, Flags: uint32(flags), Reg: ctl.RegMR{Access: uint32(access)}}
+	var fds []int
+	if flags&mr.ReregChangePD != 0 {
+		if pd == nil {
+			return errors.New("client: Rereg with ReregChangePD needs a PD")
+		}
+		in.Reg.PD = pd.h
+	}
+	if flags&mr.ReregChangeTranslation != 0 {
+		if buf == nil || off < 0 || n <= 0 || off+n > len(buf.Buf) {
+			return errors.New("client: Rereg range outside the buffer")
+		}
+		in.Reg = ctl.RegMR{PD: in.Reg.PD, Access: in.Reg.Access, Addr: buf.Addr(off), Length: uint64(n), IOVA: buf.Addr(off),
+			FDOffset: uint64(off)}
+		fds = []int{buf.fd}
+	}
+	b, _, err := m.pd.x.c.call(ctl.OpReregMR, ctl.Bytes(&in), fds)
+	if err != nil {
+		return err
+	}
+	r, err := reply[ctl.MR](b, ctl.OpReregMR)
+	if err != nil {
+		return err
+	}
+	m.lkey, m.rkey = r.LKey, r.RKey
+	if flags&mr.ReregChangePD != 0 {
+		m.pd = pd
+	}
+	if flags&mr.ReregChangeTranslation != 0 {
+		m.addr = in.Reg.Addr
+	}
+	return nil
+}
+
 // Dereg deregisters the MR (ibv_dereg_mr).
 func (m *MR) Dereg() error { return m.pd.x.handleCall(ctl.OpDeregMR, m.h) }
 
@@ -367,6 +408,7 @@ func (m *MR) Dereg() error { return m.pd.x.handleCall(ctl.OpDeregMR, m.h) }
 type CQ struct {
 	x    *Context
 	h    uint32
+	cqe  int
 	mem  []byte
 	ring *ring.Ring[ring.CQE]
 	ctl  *ctl.CQCtl
@@ -392,27 +434,62 @@ func (x *Context) CreateCQ(cqe int, events bool) (*CQ, error) {
 		cq.ch = os.NewFile(uintptr(fds[0]), "sroce-channel")
 		in.Channel = h.Handle
 	}
-	b, fds, err := x.c.call(ctl.OpCreateCQ, ctl.Bytes(&in), nil)
-	if err != nil {
-		return nil, err
-	}
-	r, err := reply[ctl.CQ](b, ctl.OpCreateCQ)
-	if err != nil || len(fds) != 1 {
-		closeAll(fds)
-		return nil, fmt.Errorf("sroce daemon: bad CREATE_CQ reply (%v)", err)
-	}
-	cq.h = r.Handle
-	cq.mem, err = unix.Mmap(fds[0], 0, int(r.MemSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	unix.Close(fds[0])
-	if err != nil {
-		return nil, err
-	}
-	cq.ctl = (*ctl.CQCtl)(unsafe.Pointer(&cq.mem[0]))
-	if cq.ring, err = ring.Attach[ring.CQE](cq.mem[r.RingOffset:], ring.KindCQ); err != nil {
+	if err := cq.mapReply(ctl.OpCreateCQ, ctl.Bytes(&in)); err != nil {
 		return nil, err
 	}
 	return cq, nil
 }
+
+// mapReply sends a request whose reply is a CQ and its memory (CREATE_CQ,
+// RESIZE_CQ) and maps that memory as the CQ's.
+func (cq *CQ) mapReply(op ctl.Op, req []byte) error {
+	b, fds, err := cq.x.c.call(op, req, nil)
+	if err != nil {
+		return err
+	}
+	r, err := reply[ctl.CQ](b, op)
+	if err != nil || len(fds) != 1 {
+		closeAll(fds)
+		return fmt.Errorf("sroce daemon: bad %s reply (%v)", op, err)
+	}
+	mem, err := unix.Mmap(fds[0], 0, int(r.MemSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	unix.Close(fds[0])
+	if err != nil {
+		return err
+	}
+	rg, err := ring.Attach[ring.CQE](mem[r.RingOffset:], ring.KindCQ)
+	if err != nil {
+		unix.Munmap(mem)
+		return err
+	}
+	if cq.mem != nil {
+		unix.Munmap(cq.mem)
+	}
+	cq.h, cq.mem, cq.ring, cq.cqe = r.Handle, mem, rg, int(r.CQE)
+	cq.ctl = (*ctl.CQCtl)(unsafe.Pointer(&mem[0]))
+	return nil
+}
+
+// Resize changes the CQ's capacity to cqe completions (ibv_resize_cq),
+// keeping the completions not yet polled. It must not run concurrently
+// with Poll or Wait.
+func (cq *CQ) Resize(cqe int) error {
+	if cqe <= 0 {
+		return &Error{Op: ctl.OpResizeCQ, Errno: unix.EINVAL}
+	}
+	in := ctl.ResizeCQ{Handle: cq.h, CQE: uint32(cqe)}
+	return cq.mapReply(ctl.OpResizeCQ, ctl.Bytes(&in))
+}
+
+// Cqe returns the CQ's capacity.
+func (cq *CQ) Cqe() int { return cq.cqe }
+
+// Len returns the number of completions waiting to be polled.
+func (cq *CQ) Len() int { return int(cq.ring.Len()) }
+
+// Ring returns the CQ's ring as mapped here, for tools that inspect it
+// (and tests that check what the daemon does with a corrupt one).
+func (cq *CQ) Ring() *ring.Ring[ring.CQE] { return cq.ring }
 
 // Poll takes up to len(wcs) completions (ibv_poll_cq).
 func (cq *CQ) Poll(wcs []verbs.WC) int {

@@ -134,8 +134,8 @@ func (b *bridge) pass() (bool, error) {
 			return work, err
 		}
 		work = work || w
-		if o.rq != nil {
-			w, err = b.recvs(o.rq, &o.rqQ, o.qp.PostRecv)
+		if o.srq == 0 {
+			w, err = b.recvs(&o.rqQ, o.qp.PostRecv)
 			if err != nil {
 				return work, err
 			}
@@ -146,7 +146,7 @@ func (b *bridge) pass() (bool, error) {
 		}
 	}
 	for _, s := range c.srqs {
-		w, err := b.recvs(s.rq, &s.rqQ, s.srq.PostRecv)
+		w, err := b.recvs(&s.rqQ, s.srq.PostRecv)
 		if err != nil {
 			return work, err
 		}
@@ -260,14 +260,16 @@ func (b *bridge) errorCQE(cq uint32, wrid uint64, st verbs.WCStatus, o *qpObj) b
 	return c.cq.Inject(&wc)
 }
 
-// recvQ is the daemon's side of a receive ring: its consumer index and
-// the request being posted, copied out of its slot. Two goroutines drain
-// it: the bridge, and the engine's loop when a message finds the QP's (or
-// SRQ's) queue empty (roce.QP.SetRecvRefill), so a receive the client
-// posted before the message came is never answered with an RNR NAK.
+// recvQ is the daemon's side of a receive ring: the ring, its consumer
+// index and the request being posted, copied out of its slot. Two
+// goroutines drain it: the bridge, and the engine's loop when a message
+// finds the QP's (or SRQ's) queue empty (roce.QP.SetRecvRefill), so a
+// receive the client posted before the message came is never answered
+// with an RNR NAK. Resizing an SRQ replaces the ring under mu.
 type recvQ struct {
 	mu      sync.Mutex // the fields below; the ring's memory while !closed
 	closed  bool
+	r       *ring.Ring[ring.RecvWQE]
 	cons    uint32
 	maxSGE  uint32
 	pending bool
@@ -275,24 +277,25 @@ type recvQ struct {
 	sge     []mr.SGE
 }
 
-// recvs posts the receive WQEs published on ring r (recvQ.drain).
-func (b *bridge) recvs(r *ring.Ring[ring.RecvWQE], q *recvQ, post func(*verbs.RecvWR) error) (bool, error) {
-	moved, stuck, err := q.drain(r, post)
+// recvs posts the receive WQEs published on q's ring (recvQ.drain).
+func (b *bridge) recvs(q *recvQ, post func(*verbs.RecvWR) error) (bool, error) {
+	moved, stuck, err := q.drain(post)
 	if stuck {
 		b.stuck = true
 	}
 	return moved, err
 }
 
-// drain posts the receive WQEs published on ring r. As for sends, a slot
-// is released before the engine sees its request, which waits in q when
-// the engine's queue is full (stuck).
-func (q *recvQ) drain(r *ring.Ring[ring.RecvWQE], post func(*verbs.RecvWR) error) (moved, stuck bool, err error) {
+// drain posts the receive WQEs published on q's ring. As for sends, a
+// slot is released before the engine sees its request, which waits in q
+// when the engine's queue is full (stuck).
+func (q *recvQ) drain(post func(*verbs.RecvWR) error) (moved, stuck bool, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
 		return false, false, nil
 	}
+	r := q.r
 	if q.pending {
 		if !q.postRecv(post) {
 			return false, true, nil
@@ -340,9 +343,9 @@ func (q *recvQ) close() {
 // queue empty: it drains the ring on the engine's goroutine. A corrupt
 // ring found there is reported to the bridge, which disconnects the
 // client on its next pass.
-func (c *conn) refill(r *ring.Ring[ring.RecvWQE], q *recvQ, post func(*verbs.RecvWR) error) func() {
+func (c *conn) refill(q *recvQ, post func(*verbs.RecvWR) error) func() {
 	return func() {
-		if _, _, err := q.drain(r, post); err != nil {
+		if _, _, err := q.drain(post); err != nil {
 			c.ringErr.CompareAndSwap(nil, &err)
 			c.br.wake()
 		}

@@ -42,8 +42,18 @@ func dialCM(t *testing.T, r *rig) *cmClient {
 // the daemon's errno.
 func (c *cmClient) call(op ctl.Op, body []byte) ([]byte, []int, error) {
 	c.t.Helper()
+	return c.callFDs(op, body, nil)
+}
+
+// callFDs is call with descriptors passed along; an error that is not a
+// unix.Errno means the connection ended.
+func (c *cmClient) callFDs(op ctl.Op, body []byte, fds []int) ([]byte, []int, error) {
 	c.seq++
-	if _, err := c.uc.Write(ctl.Append(nil, ctl.Hdr{Op: op, Seq: c.seq}, body)); err != nil {
+	var rights []byte
+	if len(fds) > 0 {
+		rights = unix.UnixRights(fds...)
+	}
+	if _, _, err := c.uc.WriteMsgUnix(ctl.Append(nil, ctl.Hdr{Op: op, Seq: c.seq, NFDs: uint32(len(fds))}, body), rights, nil); err != nil {
 		return nil, nil, err
 	}
 	buf := make([]byte, ctl.MaxMsg)
@@ -56,22 +66,22 @@ func (c *cmClient) call(op ctl.Op, body []byte) ([]byte, []int, error) {
 	if n == 0 {
 		return nil, nil, errors.New("the daemon closed the connection")
 	}
-	var fds []int
+	var rfds []int
 	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
 		for _, m := range msgs {
 			if r, err := unix.ParseUnixRights(&m); err == nil {
-				fds = append(fds, r...)
+				rfds = append(rfds, r...)
 			}
 		}
 	}
 	h, b, err := ctl.Parse(buf[:n])
 	if err != nil {
-		return nil, fds, err
+		return nil, rfds, err
 	}
 	if h.Err != 0 {
-		return nil, fds, unix.Errno(h.Err)
+		return nil, rfds, unix.Errno(h.Err)
 	}
-	return b, fds, nil
+	return b, rfds, nil
 }
 
 func (c *cmClient) channel() uint32 {

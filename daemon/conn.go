@@ -92,9 +92,8 @@ type qpObj struct {
 	qp      *roce.QP
 	mem     *shm
 	sq      *ring.Ring[ring.SendWQE]
-	rq      *ring.Ring[ring.RecvWQE]
 	sqCons  uint32
-	rqQ     recvQ
+	rqQ     recvQ // without an SRQ
 	ctl     *ctl.QPCtl
 	typ     verbs.QPType
 	pd      uint32
@@ -113,8 +112,7 @@ type qpObj struct {
 
 type srqObj struct {
 	srq    *roce.SRQ
-	mem    *shm
-	rq     *ring.Ring[ring.RecvWQE]
+	mem    *shm // replaced by a resize under c.mu and rqQ.mu
 	rqQ    recvQ
 	pd     uint32
 	handle uint32
@@ -334,7 +332,7 @@ func destroy[T any](c *conn, b []byte, m map[uint32]T, free func(h uint32, o T) 
 // handle runs one request and returns the reply body and the descriptors
 // to pass. fds are closed by the caller after handle returns.
 func (c *conn) handle(h ctl.Hdr, b []byte, fds []int) ([]byte, []int, error) {
-	if h.Op != ctl.OpRegMR && len(fds) != 0 {
+	if h.Op != ctl.OpRegMR && h.Op != ctl.OpReregMR && len(fds) != 0 {
 		return nil, nil, misbehaved("passed descriptors with a request that takes none")
 	}
 	switch h.Op {
@@ -407,6 +405,8 @@ func (c *conn) handle(h ctl.Hdr, b []byte, fds []int) ([]byte, []int, error) {
 		return c.regMR(b, fds)
 	case ctl.OpDeregMR:
 		return c.deregMR(b)
+	case ctl.OpReregMR:
+		return c.reregMR(b, fds)
 	case ctl.OpAllocMW:
 		return c.allocMW(b)
 	case ctl.OpDeallocMW:
@@ -419,6 +419,8 @@ func (c *conn) handle(h ctl.Hdr, b []byte, fds []int) ([]byte, []int, error) {
 		return c.createCQ(b)
 	case ctl.OpDestroyCQ:
 		return c.destroyCQ(b)
+	case ctl.OpResizeCQ:
+		return c.resizeCQ(b)
 	case ctl.OpCreateQP:
 		return c.createQP(b)
 	case ctl.OpModifyQP:
@@ -597,12 +599,8 @@ func (c *conn) regMR(b []byte, fds []int) ([]byte, []int, error) {
 	if !ok {
 		return nil, nil, unix.EINVAL
 	}
-	if in.Length == 0 || in.Length > 1<<40 {
-		return nil, nil, unix.EINVAL
-	}
-	if c.regBytes+in.Length > c.s.limits.RegBytes {
-		c.s.log.Warn("client limit reached", "client", c.id, "what", "registered bytes", "limit", c.s.limits.RegBytes)
-		return nil, nil, unix.ENOMEM
+	if err := c.checkRegBytes(in.Length, 0); err != nil {
+		return nil, nil, err
 	}
 	h, err := c.alloc(len(c.mrs)+len(c.mws), c.s.limits.MRs, "MRs")
 	if err != nil {
@@ -620,6 +618,78 @@ func (c *conn) regMR(b []byte, fds []int) ([]byte, []int, error) {
 	c.mrs[h] = &mrObj{mr: m, mem: mem, pd: in.PD}
 	c.regBytes += in.Length
 	out := ctl.MR{Handle: h, LKey: m.LKey(), RKey: m.RKey()}
+	return ctl.Bytes(&out), nil, nil
+}
+
+// checkRegBytes checks a registration of length bytes that replaces one
+// of old bytes against the range a registration may have and the
+// client's limit on registered bytes; c.mu is held.
+func (c *conn) checkRegBytes(length, old uint64) error {
+	if length == 0 || length > 1<<40 {
+		return unix.EINVAL
+	}
+	if c.regBytes-old+length > c.s.limits.RegBytes {
+		c.s.log.Warn("client limit reached", "client", c.id, "what", "registered bytes", "limit", c.s.limits.RegBytes)
+		return unix.ENOMEM
+	}
+	return nil
+}
+
+// reregMR re-registers an MR (ibv_rereg_mr) with the checks of REG_MR:
+// a new translation is a memfd range mapped as REG_MR maps it, within the
+// client's limit on registered bytes (less what the old range held).
+func (c *conn) reregMR(b []byte, fds []int) ([]byte, []int, error) {
+	in, err := body[ctl.ReregMR](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	flags := mr.ReregFlags(in.Flags)
+	translate := flags&mr.ReregChangeTranslation != 0
+	want := 0
+	if translate {
+		want = 1
+	}
+	if len(fds) != want {
+		return nil, nil, misbehaved("REREG_MR with %d descriptors, its flags %#x take %d", len(fds), in.Flags, want)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.mrs[in.Handle]
+	if !ok || flags&^(mr.ReregChangeTranslation|mr.ReregChangePD|mr.ReregChangeAccess) != 0 {
+		return nil, nil, unix.EINVAL
+	}
+	var pd *roce.PD
+	if flags&mr.ReregChangePD != 0 {
+		if pd, ok = c.pds[in.Reg.PD]; !ok {
+			return nil, nil, unix.EINVAL
+		}
+	}
+	var mem *clientMem
+	var region mr.Region
+	old := uint64(len(o.mem.bytes))
+	if translate {
+		if err := c.checkRegBytes(in.Reg.Length, old); err != nil {
+			return nil, nil, err
+		}
+		if mem, err = mapClientMem(fds[0], in.Reg.FDOffset, in.Reg.Length); err != nil {
+			return nil, nil, misbehaved("REREG_MR: %v", err)
+		}
+		region = mem
+	}
+	if err := o.mr.Rereg(flags, pd, region, in.Reg.IOVA, mr.Access(in.Reg.Access)); err != nil {
+		mem.unmap()
+		return nil, nil, err
+	}
+	if translate {
+		// The engine no longer touches the old range: Rereg waited.
+		o.mem.unmap()
+		o.mem = mem
+		c.regBytes = c.regBytes - old + in.Reg.Length
+	}
+	if pd != nil {
+		o.pd = in.Reg.PD
+	}
+	out := ctl.MR{Handle: in.Handle, LKey: o.mr.LKey(), RKey: o.mr.RKey()}
 	return ctl.Bytes(&out), nil, nil
 }
 
@@ -726,13 +796,11 @@ func (c *conn) createCQ(b []byte) ([]byte, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	stride := ring.Stride[ring.CQE](0)
-	ringOff := cacheLine(int(unsafe.Sizeof(ctl.CQCtl{})))
-	mem, err := newShm("cq", ringOff+ring.Bytes(in.CQE, stride))
+	mem, cm, err := newCQShm(in.CQE)
 	if err != nil {
 		return nil, nil, err
 	}
-	o := &cqObj{mem: mem, ctl: (*ctl.CQCtl)(unsafe.Pointer(&mem.mem[0])), ch: in.Channel, handle: h}
+	o := &cqObj{mem: mem, ctl: cm.ctl, ch: in.Channel, handle: h}
 	var notify func()
 	if ch := c.chans[in.Channel]; ch != nil {
 		// On the device loop, with the device lock held: a nonblocking
@@ -745,8 +813,8 @@ func (c *conn) createCQ(b []byte) ([]byte, []int, error) {
 			unix.Write(w, ctl.Bytes(&ev))
 		}
 	}
-	cq, err := c.dev.dev.Device().CreateSharedCQ(int(in.CQE), roce.SharedCQ{Ring: mem.mem[ringOff:],
-		Arm: (*atomic.Uint32)(unsafe.Pointer(&o.ctl.Arm)), Notify: notify})
+	cm.Notify = notify
+	cq, err := c.dev.dev.Device().CreateSharedCQ(int(in.CQE), cm.SharedCQ)
 	if err != nil {
 		mem.close()
 		return nil, nil, err
@@ -757,9 +825,69 @@ func (c *conn) createCQ(b []byte) ([]byte, []int, error) {
 		c.chans[in.Channel].refs++
 	}
 	c.dev.own(cq, c, h)
+	return cqReply(h, in.CQE, mem)
+}
+
+// cqShm is a CQ's memory as the daemon lays it out: the control block,
+// then the CQE ring at cqRingOffset.
+type cqShm struct {
+	roce.SharedCQ
+	ctl *ctl.CQCtl
+}
+
+// cqRingOffset is where a CQ's ring starts in its memfd.
+var cqRingOffset = cacheLine(int(unsafe.Sizeof(ctl.CQCtl{})))
+
+// newCQShm creates the memory of a CQ of cqe entries.
+func newCQShm(cqe uint32) (*shm, cqShm, error) {
+	mem, err := newShm("cq", cqRingOffset+ring.Bytes(cqe, ring.Stride[ring.CQE](0)))
+	if err != nil {
+		return nil, cqShm{}, err
+	}
+	cc := (*ctl.CQCtl)(unsafe.Pointer(&mem.mem[0]))
+	return mem, cqShm{ctl: cc, SharedCQ: roce.SharedCQ{Ring: mem.mem[cqRingOffset:],
+		Arm: (*atomic.Uint32)(unsafe.Pointer(&cc.Arm))}}, nil
+}
+
+// cqReply is the reply of CREATE_CQ and RESIZE_CQ: the CQ and a
+// descriptor of its memory.
+func cqReply(h, cqe uint32, mem *shm) ([]byte, []int, error) {
 	fd, _ := unix.Dup(mem.fd)
-	out := ctl.CQ{Handle: h, CQE: in.CQE, RingOffset: uint64(ringOff), MemSize: uint64(len(mem.mem))}
+	out := ctl.CQ{Handle: h, CQE: cqe, RingOffset: uint64(cqRingOffset), MemSize: uint64(len(mem.mem))}
 	return ctl.Bytes(&out), []int{fd}, nil
+}
+
+// resizeCQ gives a CQ new memory of cqe entries (ibv_resize_cq): the
+// completions the client has not polled (the old ring's entries from the
+// consumer index the client keeps) move to it under the CQ's push lock,
+// with the arm word, so that the engine loses none.
+func (c *conn) resizeCQ(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.ResizeCQ](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.cqs[in.Handle]
+	if !ok || in.CQE == 0 || in.CQE > roce.MaxCQE {
+		return nil, nil, unix.EINVAL
+	}
+	mem, cm, err := newCQShm(in.CQE)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := o.cq.ResizeShared(int(in.CQE), cm.SharedCQ); err != nil {
+		mem.close()
+		if errors.Is(err, roce.ErrRingCorrupt) {
+			return nil, nil, misbehaved("CQ %d: %v", in.Handle, err)
+		}
+		return nil, nil, err
+	}
+	// Under c.mu, which asyncEvent holds to set the overflow flag.
+	atomic.StoreUint32(&cm.ctl.Overflow, atomic.LoadUint32(&o.ctl.Overflow))
+	o.mem.close()
+	o.mem, o.ctl = mem, cm.ctl
+	return cqReply(in.Handle, in.CQE, mem)
 }
 
 func (c *conn) destroyCQ(b []byte) ([]byte, []int, error) {
@@ -860,7 +988,7 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 	o := &qpObj{qp: q, mem: mem, typ: typ, pd: in.PD, cqs: [2]uint32{in.SendCQ, in.RecvCQ}, srq: in.SRQ,
 		handle: h, ctl: (*ctl.QPCtl)(unsafe.Pointer(&mem.mem[0])), maxSend: got.MaxSendSGE, maxRecv: got.MaxRecvSGE, cap: got, rqQ: recvQ{maxSGE: got.MaxRecvSGE}}
 	if o.sq, err = ring.Init[ring.SendWQE](mem.mem[sqOff:], ring.KindSend, got.MaxSendWR, sqStride); err == nil && srq == nil {
-		o.rq, err = ring.Init[ring.RecvWQE](mem.mem[rqOff:], ring.KindRecv, got.MaxRecvWR, rqStride)
+		o.rqQ.r, err = ring.Init[ring.RecvWQE](mem.mem[rqOff:], ring.KindRecv, got.MaxRecvWR, rqStride)
 	}
 	if err != nil {
 		mem.close()
@@ -877,7 +1005,7 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 	if srq != nil {
 		srq.refs++
 	} else {
-		q.SetRecvRefill(c.refill(o.rq, &o.rqQ, q.PostRecv))
+		q.SetRecvRefill(c.refill(&o.rqQ, q.PostRecv))
 	}
 	c.dev.own(q, c, h)
 	fd, _ := unix.Dup(mem.fd)
@@ -998,32 +1126,58 @@ func (c *conn) createSRQ(b []byte) ([]byte, []int, error) {
 		return nil, nil, err
 	}
 	maxWR, _, _ := s.Query()
-	stride := ring.Stride[ring.RecvWQE](int(in.MaxSGE) * int(unsafe.Sizeof(mr.SGE{})))
-	off := cacheLine(int(unsafe.Sizeof(ctl.SRQCtl{})))
-	mem, err := newShm("srq", off+ring.Bytes(maxWR, stride))
+	mem, r, err := newSRQShm(maxWR, ring.Stride[ring.RecvWQE](int(in.MaxSGE)*int(unsafe.Sizeof(mr.SGE{}))))
 	if err != nil {
 		s.Destroy()
 		return nil, nil, err
 	}
-	r, err := ring.Init[ring.RecvWQE](mem.mem[off:], ring.KindRecv, maxWR, stride)
+	so := &srqObj{srq: s, mem: mem, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rqQ: recvQ{r: r, maxSGE: in.MaxSGE}}
+	c.srqs[h] = so
+	s.SetRecvRefill(c.refill(&so.rqQ, s.PostRecv))
+	c.dev.own(s, c, h)
+	return srqReply(so, maxWR)
+}
+
+// srqRingOffset is where an SRQ's ring starts in its memfd.
+var srqRingOffset = cacheLine(int(unsafe.Sizeof(ctl.SRQCtl{})))
+
+// newSRQShm creates the memory of an SRQ's ring of maxWR entries of
+// stride bytes.
+func newSRQShm(maxWR, stride uint32) (*shm, *ring.Ring[ring.RecvWQE], error) {
+	mem, err := newShm("srq", srqRingOffset+ring.Bytes(maxWR, stride))
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := ring.Init[ring.RecvWQE](mem.mem[srqRingOffset:], ring.KindRecv, maxWR, stride)
 	if err != nil {
 		mem.close()
-		s.Destroy()
 		return nil, nil, err
 	}
-	so := &srqObj{srq: s, mem: mem, rq: r, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rqQ: recvQ{maxSGE: in.MaxSGE}}
-	c.srqs[h] = so
-	s.SetRecvRefill(c.refill(r, &so.rqQ, s.PostRecv))
-	c.dev.own(s, c, h)
-	fd, _ := unix.Dup(mem.fd)
-	out := ctl.SRQCreated{Handle: h, MaxWR: maxWR, MaxSGE: in.MaxSGE, RingOffset: uint64(off), MemSize: uint64(len(mem.mem))}
+	return mem, r, nil
+}
+
+// srqReply is the reply of CREATE_SRQ and of MODIFY_SRQ with max_wr: the
+// SRQ and a descriptor of its memory.
+func srqReply(o *srqObj, maxWR uint32) ([]byte, []int, error) {
+	fd, _ := unix.Dup(o.mem.fd)
+	out := ctl.SRQCreated{Handle: o.handle, MaxWR: maxWR, MaxSGE: o.maxSGE, RingOffset: uint64(srqRingOffset),
+		MemSize: uint64(len(o.mem.mem))}
 	return ctl.Bytes(&out), []int{fd}, nil
 }
+
+// enum ibv_srq_attr_mask
+const (
+	srqMaxWR = 1 << 0
+	srqLimit = 1 << 1
+)
 
 func (c *conn) modifySRQ(b []byte) ([]byte, []int, error) {
 	in, err := body[ctl.SRQ](b)
 	if err != nil {
 		return nil, nil, err
+	}
+	if in.AttrMask&srqMaxWR != 0 {
+		return c.resizeSRQ(&in)
 	}
 	c.mu.Lock()
 	o, ok := c.srqs[in.PDOrHandle]
@@ -1031,16 +1185,73 @@ func (c *conn) modifySRQ(b []byte) ([]byte, []int, error) {
 	if !ok {
 		return nil, nil, unix.EINVAL
 	}
-	const srqMaxWR, srqLimit = 1, 2 // enum ibv_srq_attr_mask
-	if in.AttrMask&srqMaxWR != 0 {
-		return nil, nil, unix.EOPNOTSUPP // resizing is not supported
-	}
 	if in.AttrMask&srqLimit != 0 {
 		if err := o.srq.Arm(in.SRQLimit); err != nil {
 			return nil, nil, err
 		}
 	}
 	return nil, nil, nil
+}
+
+// resizeSRQ gives an SRQ room for in.MaxWR receives (ibv_modify_srq with
+// IBV_SRQ_MAX_WR): the engine's queue grows or shrinks keeping what it
+// holds, and the client's ring moves to new memory with the receives the
+// daemon has not taken from it yet. As with rdma_rxe, max_wr of 0, above
+// the device's max_srq_wr, below the armed limit or below the receives
+// posted is EINVAL. c.mu is held throughout, so the bridge takes nothing
+// from the ring meanwhile; the engine's refill may, under rqQ.mu.
+func (c *conn) resizeSRQ(in *ctl.SRQ) ([]byte, []int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.srqs[in.PDOrHandle]
+	if !ok || in.MaxWR == 0 || in.MaxWR > roce.MaxSRQWR || in.AttrMask&srqLimit != 0 && in.SRQLimit > in.MaxWR {
+		return nil, nil, unix.EINVAL
+	}
+	q := &o.rqQ
+	// Everything posted: in the engine, waiting in q, and on the ring.
+	// It only shrinks while c.mu is held (the engine consumes, the
+	// refill moves receives from the ring to the engine under q.mu).
+	q.mu.Lock()
+	inRing := q.r.Prod() - q.cons
+	if inRing > q.r.Limit() {
+		q.mu.Unlock()
+		return nil, nil, misbehaved("SRQ %d's ring says %d receives wait; it holds %d", in.PDOrHandle, inRing, q.r.Limit())
+	}
+	_, _, posted := o.srq.Query()
+	if q.pending {
+		posted++
+	}
+	stride := q.r.Stride()
+	q.mu.Unlock()
+	if uint64(posted)+uint64(inRing) > uint64(in.MaxWR) {
+		return nil, nil, unix.EINVAL
+	}
+	mem, r, err := newSRQShm(in.MaxWR, stride)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := o.srq.Resize(in.MaxWR); err != nil {
+		mem.close()
+		return nil, nil, err
+	}
+	q.mu.Lock()
+	ok = q.r.CopyTo(r, q.cons, q.r.Prod()-q.cons) // only fewer wait now
+	if ok {
+		q.r, q.cons = r, 0
+	}
+	q.mu.Unlock()
+	if !ok {
+		mem.close()
+		return nil, nil, misbehaved("SRQ %d's ring changed during MODIFY_SRQ", in.PDOrHandle)
+	}
+	o.mem.close()
+	o.mem = mem
+	if in.AttrMask&srqLimit != 0 {
+		if err := o.srq.Arm(in.SRQLimit); err != nil {
+			return nil, nil, err
+		}
+	}
+	return srqReply(o, in.MaxWR)
 }
 
 func (c *conn) querySRQ(b []byte) ([]byte, []int, error) {

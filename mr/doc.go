@@ -26,7 +26,8 @@
 // sequential pattern and one key says nothing useful about another.
 //
 // The key byte is drawn from crypto/rand whenever the table gives a slot a
-// key: every registration, every [MR.Rereg], every [PD.AllocMR] and
+// key: every registration, every [MR.Rereg] (not [MR.ReregKeepKey], which
+// keeps the key as rdma_rxe does), every [PD.AllocMR] and
 // [PD.AllocMW], and every key [FastMR.NewKey] and [MW.NewKey] propose. It is
 // uniform over the 255 values that differ from the slot's previous key
 // byte, so the key of the registration that replaces a stale key is never

@@ -182,6 +182,19 @@ func (m *MR) Dereg() error {
 // longer registered, and ErrWindowsBound while memory windows are bound to
 // m. Only MRs registered with RegMR or RegMRIOVA can be re-registered.
 func (m *MR) Rereg(flags ReregFlags, pd *PD, r Region, iova uint64, access Access) (*MR, error) {
+	return m.rereg(flags, pd, r, iova, access, false)
+}
+
+// ReregKeepKey is Rereg except that the new registration keeps m's key,
+// as rdma_rxe's ibv_rereg_mr does: holders of the key (peers with the
+// rkey, work requests naming the lkey) reach the new registration from
+// the moment ReregKeepKey returns. Data movement on m still ends before
+// it returns, and lookups that found m before fail with ErrDeregistered.
+func (m *MR) ReregKeepKey(flags ReregFlags, pd *PD, r Region, iova uint64, access Access) (*MR, error) {
+	return m.rereg(flags, pd, r, iova, access, true)
+}
+
+func (m *MR) rereg(flags ReregFlags, pd *PD, r Region, iova uint64, access Access, keepKey bool) (*MR, error) {
 	t := m.pd.t
 	if flags&^reregAll != 0 || m.kind != kindMR {
 		return nil, ErrInvalid
@@ -219,7 +232,10 @@ func (m *MR) Rereg(flags ReregFlags, pd *PD, r Region, iova uint64, access Acces
 		t.mu.Unlock()
 		return nil, ErrWindowsBound
 	}
-	n.key = t.nextKey(n.slot)
+	n.key = m.key
+	if !keepKey {
+		n.key = t.nextKey(n.slot)
+	}
 	t.publish(n.slot, n)
 	m.refs.Add(deadBit)
 	m.pd.nmr--

@@ -637,3 +637,36 @@ func mustLookup(t *testing.T, pd *PD, lkey uint32) *MR {
 	}
 	return m
 }
+
+// TestReregKeepKey re-registers with the key kept: the new registration
+// answers to the old key with its new memory, access and PD; the old *MR
+// is dead; failures leave the MR as it was.
+func TestReregKeepKey(t *testing.T) {
+	tab := newTestTable(t, 0)
+	pdA, pdB := tab.AllocPD(), tab.AllocPD()
+	m := mustReg(t, pdA, alignedBuf(64), 0x1000, AccessLocalWrite)
+	if _, err := m.ReregKeepKey(ReregChangeAccess, nil, nil, 0, AccessRemoteWrite); err != ErrInvalid || !m.Valid() {
+		t.Fatalf("remote write without local write: %v, valid %v", err, m.Valid())
+	}
+	buf2 := alignedBuf(128)
+	n, err := m.ReregKeepKey(ReregChangeTranslation|ReregChangePD|ReregChangeAccess, pdB, Slice(buf2), 0x9000,
+		AccessLocalWrite|AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.LKey() != m.LKey() || n.RKey() != m.RKey() {
+		t.Errorf("keys %#x/%#x after ReregKeepKey of %#x", n.LKey(), n.RKey(), m.LKey())
+	}
+	if m.Valid() || !n.Valid() {
+		t.Fatal("old MR valid or new MR invalid after ReregKeepKey")
+	}
+	if got, err := pdB.LookupRKey(m.RKey(), AccessRemoteWrite); got != n || err != nil {
+		t.Fatalf("the kept key in the new PD: %p, %v", got, err)
+	}
+	if _, err := pdA.LookupLKey(m.LKey(), 0); err == nil {
+		t.Error("the kept key still answers in the old PD")
+	}
+	if err := n.Write(0x9000+100, []byte{7}); err != nil || buf2[100] != 7 {
+		t.Errorf("write through the new translation: %v", err)
+	}
+}

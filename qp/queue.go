@@ -279,6 +279,20 @@ func (s *SRQ) Len() uint32 { return s.rq.count() }
 // MaxWR returns the capacity of the queue.
 func (s *SRQ) MaxWR() uint32 { return s.rq.limit() }
 
+// Resize changes the capacity of the queue to maxWR requests, keeping the
+// requests posted and not yet taken, in order (ibv_modify_srq with
+// IBV_SRQ_MAX_WR). It fails with ErrQueueFull if more than maxWR requests
+// wait. The caller keeps both the poster and the loop away meanwhile.
+func (s *SRQ) Resize(maxWR uint32) error {
+	old := s.rq
+	s.rq.initRecv(maxWR, old.maxSGE)
+	if !old.r.CopyTo(s.rq.r, old.r.Cons(), old.r.Len()) {
+		s.rq = old
+		return ErrQueueFull
+	}
+	return nil
+}
+
 // take removes the oldest request into dst, copying its SGL into dst's
 // own storage, reporting whether there was one and whether the limit
 // event should fire. Called by the loop only.

@@ -309,3 +309,29 @@ func (r *Ring[T]) Release(n uint32) { r.hdr.Cons.Store(r.hdr.Cons.Load() + n) }
 // queue's requester and completer) keeps its own indices and releases
 // with SetCons.
 func (r *Ring[T]) SetCons(i uint32) { r.hdr.Cons.Store(i) }
+
+// --- moving entries ---------------------------------------------------------
+
+// slot returns the bytes of slot i, its tail included.
+func (r *Ring[T]) slot(i uint32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Add(r.slots, uintptr(i&r.mask)*r.stride)), r.stride)
+}
+
+// CopyTo copies the n entries from index from on, oldest first and with
+// their tails, into the slots dst's producer fills next, and publishes
+// them there; r's indices are left alone. It is how a queue is resized:
+// the caller keeps both of r's sides and dst's producer away meanwhile,
+// and has checked that the n entries are published ones. It reports false,
+// copying nothing, if dst lacks room for n entries or its slots are
+// smaller than r's.
+func (r *Ring[T]) CopyTo(dst *Ring[T], from, n uint32) bool {
+	p := dst.hdr.Prod.Load()
+	if dst.stride < r.stride || n > dst.limit-(p-dst.hdr.Cons.Load()) {
+		return false
+	}
+	for k := uint32(0); k < n; k++ {
+		copy(dst.slot(p+k), r.slot(from+k))
+	}
+	dst.hdr.Prod.Store(p + n)
+	return true
+}

@@ -211,3 +211,43 @@ int main(int argc, char **argv) {
 		t.Fatal("more entries than C produced")
 	}
 }
+
+// TestCopyTo moves the unreleased entries of a ring that has wrapped into
+// a larger one, tails included, and refuses a destination too small.
+func TestCopyTo(t *testing.T) {
+	src, err := New[RecvWQE](KindRecv, 4, Stride[RecvWQE](16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(0); i < 6; i++ { // wrap: two released, four waiting
+		if i >= 4 {
+			src.Release(1)
+		}
+		e := src.Next()
+		*e = RecvWQE{WRID: i, NumSGE: 1}
+		src.SGEs(src.Prod(), 1)[0].Addr = 100 + i
+		src.Publish()
+	}
+	small, _ := New[RecvWQE](KindRecv, 3, Stride[RecvWQE](16))
+	if src.CopyTo(small, src.Cons(), src.Len()) || small.Len() != 0 {
+		t.Fatal("CopyTo filled a ring without room for the entries")
+	}
+	narrow, _ := New[RecvWQE](KindRecv, 8, Stride[RecvWQE](0))
+	if src.CopyTo(narrow, src.Cons(), src.Len()) {
+		t.Fatal("CopyTo filled a ring whose slots are smaller")
+	}
+	dst, _ := New[RecvWQE](KindRecv, 8, Stride[RecvWQE](16))
+	if !src.CopyTo(dst, src.Cons(), src.Len()) {
+		t.Fatal("CopyTo refused a ring with room")
+	}
+	if dst.Len() != 4 || src.Len() != 4 {
+		t.Fatalf("lengths after CopyTo: dst %d src %d, want 4 and 4", dst.Len(), src.Len())
+	}
+	for k := uint32(0); k < 4; k++ {
+		e := dst.Front()
+		if e.WRID != uint64(k+2) || dst.SGEs(dst.Cons(), 1)[0].Addr != uint64(102+k) {
+			t.Errorf("entry %d: wrid %d addr %d", k, e.WRID, dst.SGEs(dst.Cons(), 1)[0].Addr)
+		}
+		dst.Release(1)
+	}
+}

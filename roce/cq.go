@@ -4,12 +4,14 @@
 // application goroutine polls them, consumers being serialized by the
 // CQ's poll lock. The completions live in a ring of plain CQE entries
 // (package ring), memory that can later be shared with a client process;
-// polling never waits for the loop.
+// polling never waits for the loop. Resizing holds both locks while it
+// moves the waiting completions to a new ring and swaps it in.
 
 package roce
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,13 +27,14 @@ import (
 type CQ struct {
 	dev *Device
 
-	ring       *ring.Ring[ring.CQE] // produced under pushMu, consumed under pollMu
+	ring       *ring.Ring[ring.CQE] // produced under pushMu, consumed under pollMu; Resize holds both
 	pushMu     sync.Mutex
 	pollMu     sync.Mutex
 	overflowed atomic.Bool
-	armed      *atomic.Uint32 // armNone, armNext, armSolicited: armOwn, or shared memory
+	armed      *atomic.Uint32 // armNone, armNext, armSolicited: armOwn, or shared memory; replaced under pushMu
 	armOwn     atomic.Uint32
 	notify     func() // SharedCQ.Notify: called instead of posting to ch
+	shared     bool   // made by CreateSharedCQ: another process consumes the ring
 	ch         *CompChannel
 	nqp        int // QPs using the CQ (under the device lock)
 	dead       bool
@@ -99,25 +102,98 @@ func (d *Device) CreateSharedCQ(cqe int, m SharedCQ) (*CQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CQ{dev: d, ring: r, armed: m.Arm, notify: m.Notify, wake: make(chan struct{}, 1)}, nil
+	return &CQ{dev: d, ring: r, armed: m.Arm, notify: m.Notify, shared: true, wake: make(chan struct{}, 1)}, nil
 }
 
 // Inject appends a completion the caller made: a work request that never
 // reached a QP (a daemon refusing a malformed WQE from its ring completes
 // it with an error this way). It reports false if the CQ is full.
 func (c *CQ) Inject(wc *verbs.WC) bool {
-	d := c.dev
-	d.mu.Lock()
-	dead := c.dead
-	d.mu.Unlock()
-	if dead {
+	if c.dev.destroyed(&c.dead) {
 		return false
 	}
 	return c.push(wc, true)
 }
 
+// destroyed reads an object's dead flag, which the device lock guards.
+func (d *Device) destroyed(dead *bool) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return *dead
+}
+
 // Cqe returns the capacity of the CQ.
-func (c *CQ) Cqe() int { return int(c.ring.Limit()) }
+func (c *CQ) Cqe() int {
+	c.pushMu.Lock()
+	defer c.pushMu.Unlock()
+	return int(c.ring.Limit())
+}
+
+// ErrRingCorrupt reports a shared CQ ring whose consumer index, which the
+// other process owns, says more completions wait than the ring holds.
+var ErrRingCorrupt = errors.New("roce: the consumer index of a shared CQ ring is out of range")
+
+// Resize changes the capacity of the CQ to cqe completions
+// (ibv_resize_cq), keeping the completions not yet polled, in order.
+// Completions the engines produce meanwhile wait for the new ring. It
+// fails with ErrInvalid if cqe is out of range or smaller than the number
+// of completions waiting (as rdma_rxe does), and with ErrDestroyed after
+// Destroy. A CQ made by CreateSharedCQ is resized with ResizeShared.
+func (c *CQ) Resize(cqe int) error {
+	if c.shared || cqe < 1 || cqe > MaxCQE {
+		return ErrInvalid
+	}
+	r, err := ring.New[ring.CQE](ring.KindCQ, uint32(cqe), ring.Stride[ring.CQE](0))
+	if err != nil {
+		return err
+	}
+	c.pollMu.Lock()
+	defer c.pollMu.Unlock()
+	return c.swapRing(r, nil)
+}
+
+// ResizeShared is Resize for a CQ made by CreateSharedCQ: m.Ring is the
+// memory of the new ring, which ResizeShared initializes, and m.Arm the
+// new arm word, which takes the old one's value (m.Notify is not used; the
+// CQ keeps its own). The consumer must not poll meanwhile: the completions
+// from the old ring's consumer index on move to the new ring, which the
+// consumer then polls from its start. It fails as Resize does, and with
+// ErrRingCorrupt if the old ring's consumer index is out of range.
+func (c *CQ) ResizeShared(cqe int, m SharedCQ) error {
+	if !c.shared || m.Arm == nil || cqe < 1 || cqe > MaxCQE {
+		return ErrInvalid
+	}
+	r, err := ring.Init[ring.CQE](m.Ring, ring.KindCQ, uint32(cqe), ring.Stride[ring.CQE](0))
+	if err != nil {
+		return err
+	}
+	return c.swapRing(r, m.Arm)
+}
+
+// swapRing moves the waiting completions to r and makes r the CQ's ring
+// and arm (unless nil) the CQ's arm word, under the push lock (the caller
+// keeps the consumer away).
+func (c *CQ) swapRing(r *ring.Ring[ring.CQE], arm *atomic.Uint32) error {
+	if c.dev.destroyed(&c.dead) {
+		return ErrDestroyed
+	}
+	c.pushMu.Lock()
+	defer c.pushMu.Unlock()
+	old := c.ring
+	n := old.Prod() - old.Cons()
+	if n > old.Limit() {
+		return ErrRingCorrupt
+	}
+	if !old.CopyTo(r, old.Cons(), n) {
+		return ErrInvalid // more completions wait than cqe
+	}
+	if arm != nil {
+		arm.Store(c.armed.Load())
+		c.armed = arm
+	}
+	c.ring = r
+	return nil
+}
 
 // cqSink is a CQ as the QPs of the loop see it: it implements qp.CQ on an
 // unexported type, so pushing completions is not part of the verbs API.
@@ -139,10 +215,7 @@ func (c *CQ) push(wc *verbs.WC, solicited bool) bool {
 	}
 	e.SetWC(wc)
 	c.ring.Publish()
-	c.pushMu.Unlock()
-	if c.dev.tracing.Load() {
-		c.dev.traceCompletion(wc)
-	}
+	// The arm word is disarmed under the push lock: Resize moves it.
 	notify := false
 	for {
 		a := c.armed.Load()
@@ -153,6 +226,10 @@ func (c *CQ) push(wc *verbs.WC, solicited bool) bool {
 			notify = true
 			break
 		}
+	}
+	c.pushMu.Unlock()
+	if c.dev.tracing.Load() {
+		c.dev.traceCompletion(wc)
 	}
 	select {
 	case c.wake <- struct{}{}:
@@ -199,7 +276,11 @@ func (c *CQ) poll(wcs []verbs.WC) int {
 }
 
 // Len returns the number of completions waiting.
-func (c *CQ) Len() int { return int(c.ring.Len()) }
+func (c *CQ) Len() int {
+	c.pushMu.Lock()
+	defer c.pushMu.Unlock()
+	return int(c.ring.Len())
+}
 
 // Overflowed reports whether completions were lost because the CQ was
 // full.
@@ -258,6 +339,8 @@ func (c *CQ) ReqNotify(solicitedOnly bool) error {
 	if c.ch == nil && c.notify == nil {
 		return ErrInvalid
 	}
+	c.pushMu.Lock()
+	defer c.pushMu.Unlock()
 	if solicitedOnly {
 		// Arming for solicited completions leaves an armNext in place.
 		c.armed.CompareAndSwap(armNone, armSolicited)

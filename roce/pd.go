@@ -106,6 +106,38 @@ func (m *MR) Dereg() error {
 	return m.m.Dereg()
 }
 
+// Rereg re-registers the region (ibv_rereg_mr): flags selects what
+// changes, as mr.MR.Rereg says: with mr.ReregChangeTranslation the memory
+// becomes r with its first byte at virtual address iova, with
+// mr.ReregChangePD the PD becomes pd (of the same device), with
+// mr.ReregChangeAccess the access flags become access. The keys stay, as
+// with rdma_rxe. When it returns, data movement on the old registration
+// has ended, so the old memory may be reused. On failure the region is
+// unchanged; errors are those of RegMRRegion, mr.ErrWindowsBound while
+// memory windows are bound to the region, and mr.ErrDeregistered after
+// Dereg.
+func (m *MR) Rereg(flags mr.ReregFlags, pd *PD, r mr.Region, iova uint64, access mr.Access) error {
+	var npd *mr.PD
+	if flags&mr.ReregChangePD != 0 {
+		if pd == nil || pd.dev != m.pd.dev {
+			return ErrInvalid
+		}
+		npd = pd.pd
+	}
+	n, err := m.m.ReregKeepKey(flags, npd, r, iova, access)
+	if err != nil {
+		return err
+	}
+	m.m = n
+	if flags&mr.ReregChangePD != 0 {
+		m.pd = pd
+	}
+	if flags&mr.ReregChangeTranslation != 0 {
+		m.buf = r.Bytes()
+	}
+	return nil
+}
+
 // AllocMW allocates a memory window of type typ (ibv_alloc_mw). MW.Dealloc
 // frees it (ibv_dealloc_mw). A type 1 window is bound with QP.BindMW, a
 // type 2 window with a verbs.WROpBindMW work request on a QP of the PD;

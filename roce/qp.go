@@ -404,6 +404,8 @@ func (s *SRQ) PostRecv(wr *verbs.RecvWR) error {
 // Arm sets the SRQ limit (ibv_modify_srq with IBV_SRQ_LIMIT): when fewer
 // than limit requests remain, an EventSRQLimitReached event is posted once.
 func (s *SRQ) Arm(limit uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if limit > s.srq.MaxWR() {
 		return ErrInvalid
 	}
@@ -411,9 +413,39 @@ func (s *SRQ) Arm(limit uint32) error {
 	return nil
 }
 
+// Resize changes the capacity of the SRQ to maxWR requests (ibv_modify_srq
+// with IBV_SRQ_MAX_WR), keeping the requests posted and not yet taken, in
+// order. As with rdma_rxe it fails with ErrInvalid if maxWR is 0 or above
+// MaxSRQWR, below the armed limit, or below the number of requests
+// posted; and with ErrDestroyed after Destroy. The engine of the SRQ's QPs
+// waits meanwhile.
+func (s *SRQ) Resize(maxWR uint32) error {
+	if maxWR == 0 || maxWR > MaxSRQWR {
+		return ErrInvalid
+	}
+	if s.dev.destroyed(&s.dead) {
+		return ErrDestroyed
+	}
+	// The engine lock keeps the QPs from taking requests, the SRQ's lock
+	// keeps posters out.
+	s.eng.mu.Lock()
+	defer s.eng.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.srq.Limit(); l != 0 && maxWR < l {
+		return ErrInvalid
+	}
+	if err := s.srq.Resize(maxWR); err != nil {
+		return ErrInvalid
+	}
+	return nil
+}
+
 // Query returns the capacity, the armed limit and the number of requests
 // waiting (ibv_query_srq).
 func (s *SRQ) Query() (maxWR, limit, posted uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.srq.MaxWR(), s.srq.Limit(), s.srq.Len()
 }
 

@@ -18,7 +18,7 @@ import (
 // Protocol constants (SROCE_CTL_*).
 const (
 	Magic   = 0x4c435253 // "SRCL"
-	Version = 2          // 2: the CM operations
+	Version = 3          // 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr
 	MaxMsg  = 8192       // the largest datagram either way
 	MaxFDs  = 4          // descriptors one datagram may carry
 	NameLen = 64         // device name buffer, NUL-terminated
@@ -44,11 +44,13 @@ const (
 	OpDeregMR   Op = 13
 	OpAllocMW   Op = 14
 	OpDeallocMW Op = 15
+	OpReregMR   Op = 16 // request: ReregMR (fds: the memfd with ReregChangeTranslation); reply: MR
 
 	OpCreateCompChannel  Op = 20
 	OpDestroyCompChannel Op = 21
 	OpCreateCQ           Op = 22
 	OpDestroyCQ          Op = 23
+	OpResizeCQ           Op = 24 // request: ResizeCQ; reply: CQ, fds: the new memfd
 
 	OpCreateQP  Op = 30
 	OpModifyQP  Op = 31
@@ -86,9 +88,9 @@ var opNames = map[Op]string{
 	OpHello: "HELLO", OpListDevices: "LIST_DEVICES", OpOpen: "OPEN", OpQueryDevice: "QUERY_DEVICE",
 	OpQueryPort: "QUERY_PORT", OpQueryGID: "QUERY_GID", OpQueryPKey: "QUERY_PKEY", OpQueryStats: "QUERY_STATS",
 	OpAllocPD: "ALLOC_PD", OpDeallocPD: "DEALLOC_PD", OpRegMR: "REG_MR", OpDeregMR: "DEREG_MR",
-	OpAllocMW: "ALLOC_MW", OpDeallocMW: "DEALLOC_MW",
+	OpAllocMW: "ALLOC_MW", OpDeallocMW: "DEALLOC_MW", OpReregMR: "REREG_MR",
 	OpCreateCompChannel: "CREATE_COMP_CHANNEL", OpDestroyCompChannel: "DESTROY_COMP_CHANNEL",
-	OpCreateCQ: "CREATE_CQ", OpDestroyCQ: "DESTROY_CQ",
+	OpCreateCQ: "CREATE_CQ", OpDestroyCQ: "DESTROY_CQ", OpResizeCQ: "RESIZE_CQ",
 	OpCreateQP: "CREATE_QP", OpModifyQP: "MODIFY_QP", OpQueryQP: "QUERY_QP", OpDestroyQP: "DESTROY_QP",
 	OpCreateSRQ: "CREATE_SRQ", OpModifySRQ: "MODIFY_SRQ", OpQuerySRQ: "QUERY_SRQ", OpDestroySRQ: "DESTROY_SRQ",
 	OpCreateAH: "CREATE_AH", OpDestroyAH: "DESTROY_AH",
@@ -274,7 +276,15 @@ type RegMR struct {
 	FDOffset uint64
 }
 
-// MR is REG_MR's reply (struct sroce_ctl_mr).
+// ReregMR is REREG_MR's request (struct sroce_ctl_rereg_mr): Flags (enum
+// ibv_rereg_mr_flags) select the fields of Reg that count.
+type ReregMR struct {
+	Handle uint32
+	Flags  uint32
+	Reg    RegMR
+}
+
+// MR is REG_MR's and REREG_MR's reply (struct sroce_ctl_mr).
 type MR struct {
 	Handle uint32
 	LKey   uint32
@@ -297,7 +307,13 @@ type CreateCQ struct {
 	_          uint32
 }
 
-// CQ is CREATE_CQ's reply (struct sroce_ctl_cq).
+// ResizeCQ is RESIZE_CQ's request (struct sroce_ctl_resize_cq).
+type ResizeCQ struct {
+	Handle uint32
+	CQE    uint32
+}
+
+// CQ is CREATE_CQ's and RESIZE_CQ's reply (struct sroce_ctl_cq).
 type CQ struct {
 	Handle     uint32
 	CQE        uint32
@@ -425,7 +441,8 @@ type SRQ struct {
 	_          uint32
 }
 
-// SRQCreated is CREATE_SRQ's reply (struct sroce_ctl_srq_created).
+// SRQCreated is CREATE_SRQ's reply, and MODIFY_SRQ's with IBV_SRQ_MAX_WR
+// (struct sroce_ctl_srq_created).
 type SRQCreated struct {
 	Handle     uint32
 	MaxWR      uint32

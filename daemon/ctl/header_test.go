@@ -18,7 +18,8 @@ var goStructs = map[string]any{
 	"sroce_ctl_device": Device{}, "sroce_ctl_open": Open{}, "sroce_ctx_page": CtxPage{},
 	"sroce_ctl_device_attr": DeviceAttr{}, "sroce_ctl_port": Port{}, "sroce_ctl_port_attr": PortAttr{},
 	"sroce_ctl_gid": GID{}, "sroce_ctl_pkey": PKey{}, "sroce_ctl_handle": Handle{},
-	"sroce_ctl_reg_mr": RegMR{}, "sroce_ctl_mr": MR{}, "sroce_ctl_mw": MW{},
+	"sroce_ctl_reg_mr": RegMR{}, "sroce_ctl_mr": MR{}, "sroce_ctl_mw": MW{}, "sroce_ctl_rereg_mr": ReregMR{},
+	"sroce_ctl_resize_cq": ResizeCQ{},
 	"sroce_ctl_create_cq": CreateCQ{}, "sroce_ctl_cq": CQ{}, "sroce_cq_ctl": CQCtl{},
 	"sroce_ctl_cq_event": CQEvent{}, "sroce_ctl_async_event": AsyncEvent{}, "sroce_ctl_qp_cap": QPCap{},
 	"sroce_ctl_create_qp": CreateQP{}, "sroce_ctl_qp": QP{}, "sroce_qp_ctl": QPCtl{},
@@ -95,6 +96,7 @@ func TestHeaderLayout(t *testing.T) {
 	}{{"SROCE_CTL_MAGIC", Magic}, {"SROCE_CTL_VERSION", Version}, {"SROCE_CTL_MAX_MSG", MaxMsg},
 		{"SROCE_CTL_MAX_FDS", MaxFDs}, {"SROCE_CTL_NAME", NameLen}, {"SROCE_OP_CREATE_QP", uintptr(OpCreateQP)},
 		{"SROCE_OP_DESTROY_AH", uintptr(OpDestroyAH)}, {"SROCE_OP_QUERY_SRQ", uintptr(OpQuerySRQ)},
+		{"SROCE_OP_REREG_MR", uintptr(OpReregMR)}, {"SROCE_OP_RESIZE_CQ", uintptr(OpResizeCQ)},
 		{"SROCE_OP_CM_CREATE_CHANNEL", uintptr(OpCMCreateChannel)}, {"SROCE_OP_CM_MIGRATE_ID", uintptr(OpCMMigrateID)},
 		{"SROCE_OP_CM_ACCEPT", uintptr(OpCMAccept)}, {"SROCE_CTL_CM_PRIVATE", CMPrivate}} {
 		checks = append(checks, check{k.c, k.v})
@@ -178,6 +180,8 @@ func FuzzParse(f *testing.F) {
 		}
 		Get[Hello](body)
 		Get[RegMR](body)
+		Get[ReregMR](body)
+		Get[ResizeCQ](body)
 		Get[ModifyQP](body)
 		Get[CreateQP](body)
 		Get[AH](body)

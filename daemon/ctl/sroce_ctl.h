@@ -53,7 +53,7 @@
 #include <stdint.h>
 
 #define SROCE_CTL_MAGIC   0x4c435253u /* "SRCL" */
-#define SROCE_CTL_VERSION 2 /* 2: the CM operations */
+#define SROCE_CTL_VERSION 3 /* 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr */
 #define SROCE_CTL_MAX_MSG 8192 /* the largest datagram either way */
 #define SROCE_CTL_MAX_FDS 4
 #define SROCE_CTL_NAME    64   /* device name buffer, NUL-terminated */
@@ -74,11 +74,13 @@ enum sroce_ctl_op {
 	SROCE_OP_DEREG_MR     = 13,
 	SROCE_OP_ALLOC_MW     = 14,
 	SROCE_OP_DEALLOC_MW   = 15,
+	SROCE_OP_REREG_MR     = 16, /* fds: the memfd backing the new range, with IBV_REREG_MR_CHANGE_TRANSLATION */
 
 	SROCE_OP_CREATE_COMP_CHANNEL  = 20, /* reply fds: the channel's socket */
 	SROCE_OP_DESTROY_COMP_CHANNEL = 21,
 	SROCE_OP_CREATE_CQ    = 22, /* reply fds: the CQ's memfd */
 	SROCE_OP_DESTROY_CQ   = 23,
+	SROCE_OP_RESIZE_CQ    = 24, /* reply fds: the CQ's new memfd */
 
 	SROCE_OP_CREATE_QP    = 30, /* reply fds: the QP's memfd */
 	SROCE_OP_MODIFY_QP    = 31,
@@ -270,7 +272,23 @@ struct sroce_ctl_reg_mr {
 	uint64_t fd_offset;        /* where addr is in the memfd */
 };
 
-/* REG_MR reply. */
+/*
+ * REREG_MR request (ibv_rereg_mr): flags (enum ibv_rereg_mr_flags) select
+ * what changes; the fields of reg are read only when their flag is set:
+ * pd with IBV_REREG_MR_CHANGE_PD, access with IBV_REREG_MR_CHANGE_ACCESS,
+ * addr, length, iova and fd_offset with IBV_REREG_MR_CHANGE_TRANSLATION,
+ * which passes fds [0] as REG_MR does (no fds otherwise). The MR keeps
+ * its handle and, as with rdma_rxe, its keys; the reply is struct
+ * sroce_ctl_mr. When the reply comes, the daemon no longer touches the
+ * old range.
+ */
+struct sroce_ctl_rereg_mr {
+	uint32_t handle;
+	uint32_t flags;
+	struct sroce_ctl_reg_mr reg;
+};
+
+/* REG_MR and REREG_MR reply. */
 struct sroce_ctl_mr {
 	uint32_t handle;
 	uint32_t lkey;
@@ -293,6 +311,21 @@ struct sroce_ctl_create_cq {
 	uint32_t reserved;
 };
 
+/*
+ * RESIZE_CQ request (ibv_resize_cq); the reply is struct sroce_ctl_cq
+ * with fds [0] the CQ's new memfd, laid out as CREATE_CQ's. The daemon
+ * moves the completions from the old ring's cons to its prod onto the new
+ * ring, from its slot 0 on, and arms the new control block as the old one
+ * was; the client must not poll or arm the CQ from the request until it
+ * has mapped the new memfd, then polls the new ring only. cqe below the
+ * number of completions waiting: EINVAL.
+ */
+struct sroce_ctl_resize_cq {
+	uint32_t handle;
+	uint32_t cqe;
+};
+
+/* CREATE_CQ and RESIZE_CQ reply. */
 struct sroce_ctl_cq {
 	uint32_t handle;
 	uint32_t cqe;              /* what the CQ holds (>= requested) */
@@ -414,7 +447,12 @@ struct sroce_ctl_modify_qp {
 
 /* CREATE_SRQ request {pd, max_wr, max_sge, srq_limit}; MODIFY_SRQ
  * {handle, attr_mask, max_wr, srq_limit}; QUERY_SRQ reply {handle, 0,
- * max_wr, max_sge, srq_limit}. */
+ * max_wr, max_sge, srq_limit}. MODIFY_SRQ with IBV_SRQ_MAX_WR replies
+ * struct sroce_ctl_srq_created with fds [0] the SRQ's new memfd: the
+ * daemon moves the receives not yet taken from the old ring onto the new
+ * one, from its slot 0 on; the client must not post to the SRQ from the
+ * request until it has mapped the new memfd, then posts to the new ring
+ * only. Without IBV_SRQ_MAX_WR the reply has no body. */
 struct sroce_ctl_srq {
 	uint32_t pd_or_handle;
 	uint32_t attr_mask;        /* MODIFY_SRQ: enum ibv_srq_attr_mask */
@@ -424,8 +462,8 @@ struct sroce_ctl_srq {
 	uint32_t reserved;
 };
 
-/* CREATE_SRQ reply, fds [0] the memfd: struct sroce_srq_ctl at 0, the
- * receive ring at ring_offset. */
+/* CREATE_SRQ reply (and MODIFY_SRQ's with IBV_SRQ_MAX_WR), fds [0] the
+ * memfd: struct sroce_srq_ctl at 0, the receive ring at ring_offset. */
 struct sroce_ctl_srq_created {
 	uint32_t handle;
 	uint32_t max_wr;

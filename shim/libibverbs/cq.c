@@ -76,7 +76,10 @@ int sroce_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 int sroce_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
 	struct sroce_cq *cq = to_scq(ibcq);
+	/* Not the poll lock: a program may arm between ibv_start_poll and ibv_end_poll. */
+	pthread_mutex_lock(&cq->arm_lock);
 	__atomic_store_n(&cq->ctl->arm, solicited_only ? 2u : 1u, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&cq->arm_lock);
 	/* A daemon that sleeps looks at the arm flag when woken. */
 	sroce_ring_doorbell(to_sctx(ibcq->context));
 	return 0;
@@ -147,6 +150,15 @@ static uint32_t cqx_slid(struct ibv_cq_ex *ex) { return CUR(ex)->slid; }
 static uint8_t cqx_sl(struct ibv_cq_ex *ex) { return CUR(ex)->sl; }
 static uint8_t cqx_dlid_path_bits(struct ibv_cq_ex *ex) { return CUR(ex)->dlid_path_bits; }
 
+/* Takes the memory the daemon gave the CQ (mapped at cq->mem). */
+static void cq_use(struct sroce_cq *cq, const struct sroce_ctl_cq *reply)
+{
+	cq->mem_size = reply->mem_size;
+	cq->ctl = cq->mem;
+	cq->ring = (struct sroce_ring_hdr *)((char *)cq->mem + reply->ring_offset);
+	cq->cq.cqe = (int)reply->cqe;
+}
+
 static struct sroce_cq *create_cq(struct ibv_context *context, uint32_t cqe, void *cq_context,
 				  struct ibv_comp_channel *channel, uint32_t comp_vector)
 {
@@ -174,29 +186,18 @@ static struct sroce_cq *create_cq(struct ibv_context *context, uint32_t cqe, voi
 		errno = err;
 		return NULL;
 	}
-	cq->mem = mmap(NULL, reply.mem_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	close(fd);
-	if (cq->mem == MAP_FAILED || reply.ring_offset + SROCE_RING_HDR_SIZE > reply.mem_size) {
-		err = cq->mem == MAP_FAILED ? errno : EPROTO;
+	err = sroce_map_queue(fd, reply.mem_size, reply.ring_offset, SROCE_RING_CQ,
+			      sizeof(struct sroce_cqe), &cq->mem);
+	if (err)
 		goto fail;
-	}
-	cq->mem_size = reply.mem_size;
-	cq->ctl = cq->mem;
-	cq->ring = (struct sroce_ring_hdr *)((char *)cq->mem + reply.ring_offset);
-	if (cq->ring->magic != SROCE_RING_MAGIC || cq->ring->kind != SROCE_RING_CQ ||
-	    cq->ring->stride < sizeof(struct sroce_cqe) ||
-	    reply.ring_offset + SROCE_RING_HDR_SIZE +
-		    (uint64_t)cq->ring->size * cq->ring->stride > reply.mem_size) {
-		err = EPROTO;
-		goto fail;
-	}
+	cq_use(cq, &reply);
 	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
+	pthread_mutex_init(&cq->arm_lock, NULL);
 	struct ibv_cq_ex *x = &cq->cq;
 	x->context = context;
 	x->channel = channel;
 	x->cq_context = cq_context;
 	x->handle = reply.handle;
-	x->cqe = (int)reply.cqe;
 	pthread_mutex_init(&x->mutex, NULL);
 	pthread_cond_init(&x->cond, NULL);
 	x->start_poll = cqx_start_poll;
@@ -222,7 +223,7 @@ static struct sroce_cq *create_cq(struct ibv_context *context, uint32_t cqe, voi
 	}
 	return cq;
 fail:
-	if (cq->mem != MAP_FAILED)
+	if (cq->mem)
 		munmap(cq->mem, reply.mem_size);
 	{
 		struct sroce_ctl_handle h = {.handle = reply.handle};
@@ -297,15 +298,37 @@ EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 	}
 	munmap(cq->mem, cq->mem_size);
 	pthread_spin_destroy(&cq->lock);
+	pthread_mutex_destroy(&cq->arm_lock);
 	free(cq);
 	return 0;
 }
 
-EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+/*
+ * ibv_resize_cq: the daemon moves the CQ to new memory with the
+ * completions not yet polled and the arm state. Polling and arming wait on
+ * the CQ's locks until the new memory is mapped, as with rxe's provider
+ * (which holds its poll lock across the command too); cq->cqe becomes the
+ * new capacity.
+ */
+EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 {
-	(void)cq;
-	(void)cqe;
-	return EOPNOTSUPP;
+	struct sroce_cq *cq = to_scq(ibcq);
+	struct sroce_ctl_resize_cq req = {.handle = ibcq->handle, .cqe = (uint32_t)cqe};
+	struct sroce_ctl_cq reply;
+	int err;
+
+	if (cqe <= 0)
+		return EINVAL;
+	pthread_mutex_lock(&cq->arm_lock);
+	pthread_spin_lock(&cq->lock);
+	err = sroce_call_remap(to_sctx(ibcq->context), SROCE_OP_RESIZE_CQ, &req, sizeof(req), &reply,
+			       sizeof(reply), &reply.mem_size, &reply.ring_offset, SROCE_RING_CQ,
+			       sizeof(struct sroce_cqe), &cq->mem, cq->mem_size);
+	if (!err)
+		cq_use(cq, &reply);
+	pthread_spin_unlock(&cq->lock);
+	pthread_mutex_unlock(&cq->arm_lock);
+	return err;
 }
 
 /* Names that also have an IBVERBS_1.0 compatibility version get their default version here. */

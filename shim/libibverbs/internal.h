@@ -85,7 +85,8 @@ struct sroce_cq {
 	struct sroce_ring_hdr *ring;
 	void *mem;
 	size_t mem_size;
-	pthread_spinlock_t lock;
+	pthread_spinlock_t lock;  /* polling, and ibv_resize_cq while it swaps the memory */
+	pthread_mutex_t arm_lock; /* ibv_req_notify_cq, and ibv_resize_cq while it moves ctl */
 	struct sroce_cqe *cur;    /* extended polling: the entry being read */
 	uint32_t empty_polls;     /* polls in a row that found nothing */
 	uint32_t comp_delivered;  /* events handed to the program */
@@ -143,6 +144,12 @@ int sroce_table_put(struct sroce_context *c, struct sroce_table *t, uint32_t key
 void *sroce_table_get(struct sroce_context *c, struct sroce_table *t, uint32_t key);
 void *sroce_table_get_counted(struct sroce_context *c, struct sroce_table *t, uint32_t key, size_t off);
 void sroce_table_del(struct sroce_context *c, struct sroce_table *t, uint32_t key);
+
+/* qp.c */
+int sroce_map_queue(int fd, uint64_t mem_size, uint64_t off, uint16_t kind, size_t entry, void **mem);
+int sroce_call_remap(struct sroce_context *c, uint16_t op, const void *req, size_t reqlen, void *reply,
+		     size_t replylen, const uint64_t *mem_size, const uint64_t *off, uint16_t kind,
+		     size_t entry, void **mem, size_t old_size);
 
 /* mr.c */
 int sroce_mem_backing(void *addr, size_t length, int *fd, uint64_t *offset);

@@ -469,6 +469,68 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 	return 0;
 }
 
+/*
+ * ibv_rereg_mr, with rdma-core's checks and return values (enum
+ * ibv_rereg_mr_err_code, errno set): flags other than the three
+ * IBV_REREG_MR_CHANGE_* or a translation without address or length, or
+ * access without IBV_REREG_MR_CHANGE_ACCESS: IBV_REREG_MR_ERR_INPUT. A new
+ * translation is remapped onto the library's memfd as ibv_reg_mr does
+ * (failing: IBV_REREG_MR_ERR_DONT_FORK_NEW, rdma-core's failure to prepare
+ * the new range); the daemon's refusal is IBV_REREG_MR_ERR_CMD. The MR
+ * keeps its handle and, as with rxe, its keys; the iova of a new
+ * translation is its address, as in rdma-core.
+ */
+EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length,
+			int access)
+{
+	struct sroce_ctl_rereg_mr req = {.handle = mr->handle, .flags = (uint32_t)flags};
+	struct sroce_ctl_mr reply;
+	int fd = -1, err;
+	int translate = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+	uint64_t off;
+
+	if ((flags & ~(IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD |
+		       IBV_REREG_MR_CHANGE_ACCESS)) ||
+	    (translate && (!addr || !length)) || (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) ||
+	    ((flags & IBV_REREG_MR_CHANGE_PD) && !pd)) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_PD)
+		req.reg.pd = pd->handle;
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+		req.reg.access = (uint32_t)access & ~SROCE_ACCESS_OPTIONAL_RANGE;
+	if (translate) {
+		err = sroce_mem_backing(addr, length, &fd, &off);
+		if (err) {
+			errno = err;
+			return IBV_REREG_MR_ERR_DONT_FORK_NEW;
+		}
+		req.reg.addr = (uint64_t)(uintptr_t)addr;
+		req.reg.length = length;
+		req.reg.iova = req.reg.addr;
+		req.reg.fd_offset = off;
+	}
+	err = sroce_call(to_sctx(mr->context), SROCE_OP_REREG_MR, &req, sizeof(req), &fd,
+			 translate ? 1 : 0, &reply, sizeof(reply), NULL, 0);
+	if (err) {
+		if (translate)
+			sroce_mem_release(addr, length);
+		errno = err;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	mr->lkey = reply.lkey;
+	mr->rkey = reply.rkey;
+	if (flags & IBV_REREG_MR_CHANGE_PD)
+		mr->pd = pd;
+	if (translate) {
+		sroce_mem_release(mr->addr, mr->length);
+		mr->addr = addr;
+		mr->length = length;
+	}
+	return 0;
+}
+
 /* Memory windows. */
 struct ibv_mw *sroce_alloc_mw(struct ibv_pd *pd, int type)
 {

@@ -27,6 +27,49 @@ static int ring_ok(void *mem, uint64_t mem_size, uint64_t off, uint16_t kind, si
 	return off + SROCE_RING_HDR_SIZE + (uint64_t)r->size * r->stride <= mem_size;
 }
 
+/*
+ * Maps the memfd fd of a queue (closing fd) and checks its ring of kind at
+ * off: 0 and the mapping in *mem, or an errno (EPROTO for a ring the
+ * daemon should not have sent) with nothing mapped.
+ */
+int sroce_map_queue(int fd, uint64_t mem_size, uint64_t off, uint16_t kind, size_t entry, void **mem)
+{
+	void *m = mmap(NULL, mem_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	int err = m == MAP_FAILED ? errno : 0;
+	close(fd);
+	if (err)
+		return err;
+	if (!ring_ok(m, mem_size, off, kind, entry)) {
+		munmap(m, mem_size);
+		return EPROTO;
+	}
+	*mem = m;
+	return 0;
+}
+
+/*
+ * A request that gives a queue new memory (RESIZE_CQ, MODIFY_SRQ of
+ * max_wr): sends it, maps the memfd of the reply, whose size and ring
+ * offset *mem_size and *off point into reply, and on success unmaps the
+ * old memory *mem of *old_size and puts the new one there. The caller
+ * holds the queue's lock.
+ */
+int sroce_call_remap(struct sroce_context *c, uint16_t op, const void *req, size_t reqlen, void *reply,
+		     size_t replylen, const uint64_t *mem_size, const uint64_t *off, uint16_t kind,
+		     size_t entry, void **mem, size_t old_size)
+{
+	int fd = -1;
+	void *m;
+	int err = sroce_call(c, op, req, reqlen, NULL, 0, reply, replylen, &fd, 1);
+	if (!err)
+		err = sroce_map_queue(fd, *mem_size, *off, kind, entry, &m);
+	if (err)
+		return err;
+	munmap(*mem, old_size);
+	*mem = m;
+	return 0;
+}
+
 static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 {
 	struct ibv_context *context = pd->context;
@@ -757,11 +800,13 @@ static void set_wr_ops(struct ibv_qp_ex *x)
 	x->wr_atomic_write = xwr_atomic_write;
 }
 
-static int post_recv_ring(struct sroce_ring_hdr *r, pthread_spinlock_t *lock, uint32_t max_sge,
+/* Posts to the ring *rp, read under lock (ibv_modify_srq replaces an SRQ's ring under it). */
+static int post_recv_ring(struct sroce_ring_hdr *const *rp, pthread_spinlock_t *lock, uint32_t max_sge,
 			  struct ibv_recv_wr *wr, struct ibv_recv_wr **bad, int *posted)
 {
 	int err = 0;
 	pthread_spin_lock(lock);
+	struct sroce_ring_hdr *r = *rp;
 	for (; wr; wr = wr->next) {
 		struct sroce_recv_wqe *w = sroce_ring_next(r);
 		uint64_t total = 0;
@@ -805,13 +850,23 @@ int sroce_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv
 		*bad = wr;
 		return EINVAL;
 	}
-	err = post_recv_ring(qp->rq, &qp->rq_lock, qp->cap.max_recv_sge, wr, bad, &posted);
+	err = post_recv_ring(&qp->rq, &qp->rq_lock, qp->cap.max_recv_sge, wr, bad, &posted);
 	if (posted)
 		sroce_ring_doorbell(to_sctx(ibqp->context));
 	return err;
 }
 
 /* Shared receive queues. */
+
+/* Takes the memory the daemon gave the SRQ (mapped at srq->mem). */
+static void srq_use(struct sroce_srq *srq, const struct sroce_ctl_srq_created *reply)
+{
+	srq->mem_size = reply->mem_size;
+	srq->rq = (struct sroce_ring_hdr *)((char *)srq->mem + reply->ring_offset);
+	srq->max_wr = reply->max_wr;
+	srq->max_sge = reply->max_sge;
+}
+
 EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
 {
 	struct sroce_context *c = to_sctx(pd->context);
@@ -835,21 +890,11 @@ EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_att
 		errno = err;
 		return NULL;
 	}
-	srq->mem = mmap(NULL, reply.mem_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	close(fd);
-	if (srq->mem == MAP_FAILED) {
-		err = errno;
+	err = sroce_map_queue(fd, reply.mem_size, reply.ring_offset, SROCE_RING_RECV,
+			      sizeof(struct sroce_recv_wqe), &srq->mem);
+	if (err)
 		goto fail;
-	}
-	srq->mem_size = reply.mem_size;
-	if (!ring_ok(srq->mem, reply.mem_size, reply.ring_offset, SROCE_RING_RECV,
-		     sizeof(struct sroce_recv_wqe))) {
-		err = EPROTO;
-		goto fail;
-	}
-	srq->rq = (struct sroce_ring_hdr *)((char *)srq->mem + reply.ring_offset);
-	srq->max_wr = reply.max_wr;
-	srq->max_sge = reply.max_sge;
+	srq_use(srq, &reply);
 	pthread_spin_init(&srq->lock, PTHREAD_PROCESS_PRIVATE);
 	srq->srq.context = pd->context;
 	srq->srq.srq_context = a->srq_context;
@@ -864,7 +909,7 @@ EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_att
 	a->attr.max_sge = reply.max_sge;
 	return &srq->srq;
 fail:
-	if (srq->mem && srq->mem != MAP_FAILED)
+	if (srq->mem)
 		munmap(srq->mem, reply.mem_size);
 	{
 		struct sroce_ctl_handle h = {.handle = reply.handle};
@@ -875,14 +920,32 @@ fail:
 	return NULL;
 }
 
-EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *a, int mask)
+/*
+ * ibv_modify_srq. With IBV_SRQ_MAX_WR the daemon moves the SRQ to new
+ * memory with the receives not yet taken; posting waits on the SRQ's lock
+ * until the new ring is mapped, as rxe's provider does.
+ */
+EXPORT int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *a, int mask)
 {
-	struct sroce_ctl_srq req = {.pd_or_handle = srq->handle,
+	struct sroce_srq *srq = container_of(ibsrq, struct sroce_srq, srq);
+	struct sroce_context *c = to_sctx(ibsrq->context);
+	struct sroce_ctl_srq req = {.pd_or_handle = ibsrq->handle,
 				    .attr_mask = (uint32_t)mask,
 				    .max_wr = a->max_wr,
 				    .srq_limit = a->srq_limit};
-	return sroce_call(to_sctx(srq->context), SROCE_OP_MODIFY_SRQ, &req, sizeof(req), NULL, 0,
-			  NULL, 0, NULL, 0);
+	struct sroce_ctl_srq_created reply;
+	int err;
+
+	if (!(mask & IBV_SRQ_MAX_WR))
+		return sroce_call(c, SROCE_OP_MODIFY_SRQ, &req, sizeof(req), NULL, 0, NULL, 0, NULL, 0);
+	pthread_spin_lock(&srq->lock);
+	err = sroce_call_remap(c, SROCE_OP_MODIFY_SRQ, &req, sizeof(req), &reply, sizeof(reply), &reply.mem_size,
+			       &reply.ring_offset, SROCE_RING_RECV, sizeof(struct sroce_recv_wqe), &srq->mem,
+			       srq->mem_size);
+	if (!err)
+		srq_use(srq, &reply);
+	pthread_spin_unlock(&srq->lock);
+	return err;
 }
 
 EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *a)
@@ -927,7 +990,7 @@ int sroce_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ib
 {
 	struct sroce_srq *srq = container_of(ibsrq, struct sroce_srq, srq);
 	int posted = 0;
-	int err = post_recv_ring(srq->rq, &srq->lock, srq->max_sge, wr, bad, &posted);
+	int err = post_recv_ring(&srq->rq, &srq->lock, srq->max_sge, wr, bad, &posted);
 	if (posted)
 		sroce_ring_doorbell(to_sctx(ibsrq->context));
 	return err;

@@ -421,6 +421,21 @@ enum ibv_srq_attr_mask {
 	IBV_SRQ_LIMIT = 1 << 1,
 };
 
+enum ibv_rereg_mr_flags {
+	IBV_REREG_MR_CHANGE_TRANSLATION = 1 << 0,
+	IBV_REREG_MR_CHANGE_PD = 1 << 1,
+	IBV_REREG_MR_CHANGE_ACCESS = 1 << 2,
+	IBV_REREG_MR_FLAGS_SUPPORTED = (1 << 3) - 1,
+};
+
+enum ibv_rereg_mr_err_code {
+	IBV_REREG_MR_ERR_INPUT = -1,
+	IBV_REREG_MR_ERR_DONT_FORK_NEW = -2,
+	IBV_REREG_MR_ERR_DO_FORK_OLD = -3,
+	IBV_REREG_MR_ERR_CMD = -4,
+	IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW = -5,
+};
+
 struct ibv_srq_attr {
 	uint32_t max_wr;
 	uint32_t max_sge;

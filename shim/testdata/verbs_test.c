@@ -5,10 +5,14 @@
  * SEND with immediate (inline and not), RDMA WRITE with immediate, READ,
  * FETCH_ADD and CMP_SWAP, each checked in memory; completions read with
  * ibv_poll_cq and with the extended CQ API; a completion event through a
- * channel; query_qp; everything destroyed. Prints "ok NAME" per check and
- * exits 1 at the first failure. Usage: verbs_test DEVICE GID_INDEX
+ * channel; query_qp; ibv_resize_cq with completions not yet polled,
+ * ibv_modify_srq of max_wr with receives posted, ibv_rereg_mr of the
+ * translation (a WRITE lands in the new buffer, not the old) and of the
+ * access; everything destroyed. Prints "ok NAME" per check and exits 1 at
+ * the first failure. Usage: verbs_test DEVICE GID_INDEX
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <stdio.h>
@@ -34,7 +38,8 @@ static double now(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static struct ibv_wc poll_one(struct ibv_cq *cq, const char *what)
+/* The next completion, whatever its status. */
+static struct ibv_wc poll_any(struct ibv_cq *cq, const char *what)
 {
 	struct ibv_wc wc;
 	double deadline = now() + 10;
@@ -42,11 +47,39 @@ static struct ibv_wc poll_one(struct ibv_cq *cq, const char *what)
 		int n = ibv_poll_cq(cq, 1, &wc);
 		CHECK(n >= 0, "%s: ibv_poll_cq failed", what);
 		if (n == 1)
-			break;
+			return wc;
 		CHECK(now() < deadline, "%s: no completion within 10 s", what);
 	}
+}
+
+static struct ibv_wc poll_one(struct ibv_cq *cq, const char *what)
+{
+	struct ibv_wc wc = poll_any(cq, what);
 	CHECK(wc.status == IBV_WC_SUCCESS, "%s: status %s", what, ibv_wc_status_str(wc.status));
 	return wc;
+}
+
+/* Waits for the completion event of cq on ch and acknowledges it. */
+static void wait_event(struct ibv_comp_channel *ch, struct ibv_cq *cq, const char *what)
+{
+	struct pollfd pfd = {.fd = ch->fd, .events = POLLIN};
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	CHECK(poll(&pfd, 1, 10000) == 1, "%s: no completion event within 10 s", what);
+	CHECK(!ibv_get_cq_event(ch, &ev_cq, &ev_ctx) && ev_cq == cq, "%s: ibv_get_cq_event", what);
+	ibv_ack_cq_events(ev_cq, 1);
+}
+
+/* Posts a signaled RDMA WRITE of len bytes at src to raddr. */
+static void post_write(struct ibv_qp *qp, uint64_t wr_id, void *src, uint32_t len, uint32_t lkey, void *raddr,
+		       uint32_t rkey)
+{
+	struct ibv_sge sge = {(uintptr_t)src, len, lkey};
+	struct ibv_send_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				 .send_flags = IBV_SEND_SIGNALED}, *bad;
+	wr.wr.rdma.remote_addr = (uintptr_t)raddr;
+	wr.wr.rdma.rkey = rkey;
+	CHECK(!ibv_post_send(qp, &wr, &bad), "post WRITE %lu", (unsigned long)wr_id);
 }
 
 static void connect_qp(struct ibv_qp *qp, uint32_t remote_qpn, union ibv_gid *gid, int gid_idx)
@@ -369,6 +402,117 @@ int main(int argc, char **argv)
 	ibv_wr_abort(cx_qp);
 	CHECK(!ibv_destroy_qp(c_qp) && !ibv_destroy_qp(d_qp), "destroy the extended QPs");
 	printf("ok ibv_wr_* on extended QPs\n");
+
+	/* ibv_resize_cq with completions not yet polled: each of B's WRITEs is
+	 * seen through its completion event, none polled. */
+	for (int i = 0; i < 6; i++) {
+		CHECK(!ibv_req_notify_cq(b_cq, 0), "arm for WRITE %d", i);
+		post_write(b_qp, 100 + i, b_buf, 64, b_mr->lkey, a_buf, a_mr->rkey);
+		wait_event(ch, b_cq, "a WRITE before the resize");
+	}
+	CHECK(ibv_resize_cq(b_cq, 5) == EINVAL, "resize below the 6 completions waiting");
+	CHECK(ibv_resize_cq(b_cq, dx.orig_attr.max_cqe + 1) == EINVAL, "resize above max_cqe");
+	CHECK(!ibv_resize_cq(b_cq, 6) && b_cq->cqe == 6, "resize to the 6 waiting: cqe %d", b_cq->cqe);
+	CHECK(!ibv_resize_cq(b_cq, 16) && b_cq->cqe == 16, "resize to 16: cqe %d", b_cq->cqe);
+	/* Two more on their way while it grows again. */
+	post_write(b_qp, 106, b_buf, 64, b_mr->lkey, a_buf, a_mr->rkey);
+	post_write(b_qp, 107, b_buf, 64, b_mr->lkey, a_buf, a_mr->rkey);
+	CHECK(!ibv_resize_cq(b_cq, 32) && b_cq->cqe == 32, "resize to 32 under traffic: cqe %d", b_cq->cqe);
+	for (int i = 0; i < 8; i++) {
+		wc = poll_one(b_cq, "a WRITE after the resizes");
+		CHECK(wc.wr_id == (uint64_t)(100 + i), "completion %d is WRITE %lu", i, (unsigned long)wc.wr_id);
+	}
+	CHECK(ibv_poll_cq(b_cq, 1, &wc) == 0, "a completion more than was posted");
+	printf("ok ibv_resize_cq\n");
+
+	/* ibv_modify_srq of max_wr with receives posted, which then take
+	 * SENDs in the order they were posted. */
+	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 4, .max_sge = 1}};
+	struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+	struct ibv_cq *s_cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	CHECK(srq && s_cq, "ibv_create_srq");
+	qa.send_cq = a_cq;
+	qa.recv_cq = a_cq;
+	struct ibv_qp *s_qp = ibv_create_qp(pd, &qa);
+	qa.send_cq = s_cq;
+	qa.recv_cq = s_cq;
+	qa.srq = srq;
+	struct ibv_qp *r_qp = ibv_create_qp(pd, &qa);
+	CHECK(s_qp && r_qp, "QPs around the SRQ");
+	connect_qp(s_qp, r_qp->qp_num, &gid, gid_idx);
+	connect_qp(r_qp, s_qp->qp_num, &gid, gid_idx);
+	struct ibv_sge srs = {0, 64, b_mr->lkey};
+	struct ibv_recv_wr srwr = {.sg_list = &srs, .num_sge = 1};
+	for (int i = 0; i < 16; i++) {
+		if (i == 4) {
+			struct ibv_srq_attr m = {.max_wr = 2};
+			CHECK(ibv_modify_srq(srq, &m, IBV_SRQ_MAX_WR) == EINVAL, "max_wr below the 4 posted");
+			m.max_wr = dx.orig_attr.max_srq_wr + 1;
+			CHECK(ibv_modify_srq(srq, &m, IBV_SRQ_MAX_WR) == EINVAL, "max_wr above max_srq_wr");
+			m.max_wr = 16;
+			CHECK(!ibv_modify_srq(srq, &m, IBV_SRQ_MAX_WR), "ibv_modify_srq max_wr 16");
+			CHECK(!ibv_query_srq(srq, &m) && m.max_wr == 16, "max_wr %u after the resize", m.max_wr);
+		}
+		srwr.wr_id = 200 + i;
+		srs.addr = (uintptr_t)b_buf + 64 * i;
+		CHECK(!ibv_post_srq_recv(srq, &srwr, &bad_r), "ibv_post_srq_recv %d", i);
+	}
+	for (int i = 0; i < 16; i++) {
+		char msg[8];
+		snprintf(msg, sizeof(msg), "srq %02d", i);
+		struct ibv_sge ms = {(uintptr_t)msg, 7, 0};
+		struct ibv_send_wr mw = {.wr_id = 300 + i, .sg_list = &ms, .num_sge = 1, .opcode = IBV_WR_SEND,
+					 .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE};
+		CHECK(!ibv_post_send(s_qp, &mw, &bad), "SEND %d to the SRQ", i);
+		poll_one(a_cq, "SEND to the SRQ");
+		rwc = poll_one(s_cq, "receive from the SRQ");
+		CHECK(rwc.wr_id == (uint64_t)(200 + i) && !memcmp(b_buf + 64 * i, msg, 7),
+		      "receive %d: wr_id %lu, %.7s", i, (unsigned long)rwc.wr_id, b_buf + 64 * i);
+	}
+	CHECK(!ibv_destroy_qp(s_qp) && !ibv_destroy_qp(r_qp) && !ibv_destroy_srq(srq) && !ibv_destroy_cq(s_cq),
+	      "destroy the SRQ's QPs, the SRQ and its CQ");
+	printf("ok ibv_modify_srq max_wr\n");
+
+	/* ibv_rereg_mr: refusals, then B's MR moved to a new buffer (same
+	 * keys, as with rxe) that A's WRITE reaches, the old buffer left
+	 * alone; then B's MR without remote write, which A's WRITE meets. */
+	char stack_buf[64];
+	CHECK(ibv_rereg_mr(b_mr, 1 << 4, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_INPUT && errno == EINVAL,
+	      "an unknown rereg flag");
+	CHECK(ibv_rereg_mr(b_mr, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, IBV_ACCESS_LOCAL_WRITE) == IBV_REREG_MR_ERR_INPUT,
+	      "access without IBV_REREG_MR_CHANGE_ACCESS");
+	CHECK(ibv_rereg_mr(b_mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, 64, 0) == IBV_REREG_MR_ERR_INPUT,
+	      "a translation without an address");
+	CHECK(ibv_rereg_mr(b_mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, stack_buf, sizeof(stack_buf), 0) ==
+			      IBV_REREG_MR_ERR_DONT_FORK_NEW && errno == EINVAL,
+	      "a translation onto the stack");
+	struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
+	CHECK(pd2 && !ibv_rereg_mr(b_mr, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, 0) && b_mr->pd == pd2 &&
+		      ibv_dealloc_pd(pd2) == EBUSY && !ibv_rereg_mr(b_mr, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, 0) &&
+		      !ibv_dealloc_pd(pd2),
+	      "rereg to another PD and back");
+	uint32_t b_lkey = b_mr->lkey, b_rkey = b_mr->rkey;
+	char *n_buf = malloc(8192);
+	CHECK(n_buf, "malloc");
+	memset(n_buf, 0, 8192);
+	memset(b_buf, 'o', 256);
+	CHECK(!ibv_rereg_mr(b_mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, n_buf, 8192, 0), "rereg onto a new buffer");
+	CHECK(b_mr->addr == n_buf && b_mr->length == 8192 && b_mr->lkey == b_lkey && b_mr->rkey == b_rkey,
+	      "after rereg: addr %p length %zu keys %#x/%#x", b_mr->addr, b_mr->length, b_mr->lkey, b_mr->rkey);
+	memset(a_buf, 'N', 64);
+	post_write(a_qp, 400, a_buf, 64, a_mr->lkey, n_buf + 128, b_mr->rkey);
+	poll_one(a_cq, "WRITE into the new translation");
+	CHECK(n_buf[128] == 'N' && n_buf[191] == 'N' && n_buf[127] == 0 && n_buf[192] == 0,
+	      "the WRITE did not land in the new buffer");
+	for (int i = 0; i < 256; i++)
+		CHECK(b_buf[i] == 'o', "the old buffer changed at %d", i);
+	CHECK(!ibv_rereg_mr(b_mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE),
+	      "rereg without remote access");
+	post_write(a_qp, 401, a_buf, 64, a_mr->lkey, n_buf, b_mr->rkey);
+	wc = poll_any(a_cq, "WRITE after remote write was taken away");
+	CHECK(wc.wr_id == 401 && wc.status == IBV_WC_REM_ACCESS_ERR, "WRITE without access: status %s",
+	      ibv_wc_status_str(wc.status));
+	printf("ok ibv_rereg_mr\n");
 
 	CHECK(!ibv_destroy_qp(a_qp) && !ibv_destroy_qp(b_qp), "ibv_destroy_qp");
 	CHECK(!ibv_destroy_cq(a_cq) && !ibv_destroy_cq(b_cq), "ibv_destroy_cq");
