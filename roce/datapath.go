@@ -377,6 +377,9 @@ func (e *engine) frame(ah *verbs.AH, n int) []byte {
 	return f[hl : hl+n]
 }
 
+// lendTxBatch is how many transmit buffers the engine borrows at a time.
+const lendTxBatch = 16
+
 // lendTx puts a buffer of the link's in the batch's next slot, which the
 // link has, and returns it; nil when the link lends none now (all its
 // buffers are on their way out: the step waits for room as for a full
@@ -386,7 +389,9 @@ func (e *engine) lendTx() []byte {
 		return nil
 	}
 	if len(e.txSpare) == 0 {
-		n := e.txl.LendTx(e.txSpare[:cap(e.txSpare)])
+		// A few at a time: buffers the engine keeps idle are buffers the
+		// link cannot send from.
+		n := e.txl.LendTx(e.txSpare[:lendTxBatch])
 		if n == 0 {
 			e.txBlocked, e.txDry = true, true
 			return nil

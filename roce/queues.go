@@ -143,7 +143,7 @@ func newEngine(d *Device, idx int, link Link, opts *Options, ipID uint16) *engin
 	e.txLen = make([]int, txb)
 	if l, ok := link.(TxLender); ok && l.TxBufSize() >= frame {
 		e.txl = l
-		e.txSpare = make([][]byte, 0, txb)
+		e.txSpare = make([][]byte, 0, lendTxBatch)
 	} else {
 		for i := range e.tx {
 			e.tx[i] = make([]byte, frame)

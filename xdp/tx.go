@@ -200,7 +200,9 @@ func (s *Socket) AllocTx(frames []TxFrame) int {
 }
 
 // lendChunks reaps completions and lends up to n free transmit chunks to
-// the caller, passing each to put; it returns how many.
+// the caller, passing each to put; it returns how many. With none free it
+// first lets the kernel send what waits on the tx ring (as transmit does),
+// which may complete some.
 func (s *Socket) lendChunks(n int, put func(k int, addr uint64)) int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -208,6 +210,9 @@ func (s *Socket) lendChunks(n int, put func(k int, addr uint64)) int {
 		return 0
 	}
 	s.reap()
+	if len(s.txFree) == 0 && s.kick() == nil {
+		s.reap()
+	}
 	n = min(n, len(s.txFree))
 	for k := 0; k < n; k++ {
 		addr := s.txFree[len(s.txFree)-1]
