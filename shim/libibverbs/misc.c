@@ -497,5 +497,3 @@ PRIV_INT(ibv_cmd_rereg_mr)
 PRIV_INT(ibv_cmd_resize_cq)
 
 /* Names that also have an IBVERBS_1.0 compatibility version get their default version here. */
-SROCE_DEFAULT_1_1(ibv_attach_mcast)
-SROCE_DEFAULT_1_1(ibv_detach_mcast)
