@@ -105,17 +105,8 @@ func udRTS(t *testing.T, pd *PD, cq *CQ, qkey uint32) *QP {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []struct {
-		a verbs.QPAttr
-		m verbs.QPAttrMask
-	}{
-		{verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, QKey: qkey}, verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrQKey},
-		{verbs.QPAttr{State: verbs.QPStateRTR}, verbs.AttrState},
-		{verbs.QPAttr{State: verbs.QPStateRTS}, verbs.AttrState | verbs.AttrSQPSN},
-	} {
-		if err := q.Modify(&s.a, s.m); err != nil {
-			t.Fatal(err)
-		}
+	if err := q.Connect(&ConnectAttr{QKey: qkey}); err != nil {
+		t.Fatal(err)
 	}
 	return q
 }

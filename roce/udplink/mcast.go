@@ -232,4 +232,3 @@ func interfaceOf(a netip.Addr) (*net.Interface, error) {
 	}
 	return nil, fmt.Errorf("udplink: no interface has address %v", a)
 }
-

@@ -45,17 +45,8 @@ func TestMcastOverUDP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, s := range []struct {
-			a verbs.QPAttr
-			m verbs.QPAttrMask
-		}{
-			{verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1, QKey: qkey}, verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrQKey},
-			{verbs.QPAttr{State: verbs.QPStateRTR}, verbs.AttrState},
-			{verbs.QPAttr{State: verbs.QPStateRTS}, verbs.AttrState | verbs.AttrSQPSN},
-		} {
-			if err := q.Modify(&s.a, s.m); err != nil {
-				t.Fatal(err)
-			}
+		if err := q.Connect(&roce.ConnectAttr{QKey: qkey}); err != nil {
+			t.Fatal(err)
 		}
 		buf := make([]byte, 4096)
 		m, err := pd.RegMR(buf, mr.AccessLocalWrite)
