@@ -41,6 +41,7 @@ type frame struct {
 	noL3     bool   // build only Ethernet (+tag) with inner EtherType
 	hopByHop bool   // IPv6 next header 0 (hop-by-hop options) instead of proto
 	rawInner []byte // bytes after the Ethernet header when noL3
+	mcast    bool   // to a multicast group (MAC and IP destination)
 }
 
 func (f frame) build() []byte {
@@ -56,6 +57,12 @@ func (f frame) build() []byte {
 		inner = etherTypeIPv4
 		if f.ipv6 {
 			inner = etherTypeIPv6
+		}
+	}
+	if f.mcast {
+		copy(b[0:6], []byte{0x01, 0x00, 0x5e, 0x01, 0x02, 0x03})
+		if f.ipv6 {
+			copy(b[0:6], []byte{0x33, 0x33, 0, 0, 0, 2})
 		}
 	}
 	b = binary.BigEndian.AppendUint16(b, inner)
@@ -77,6 +84,9 @@ func (f frame) build() []byte {
 		h[6] = proto
 		h[7] = 64
 		h[23], h[39] = 1, 2
+		if f.mcast {
+			h[24], h[25] = 0xff, 0x0e // ff0e::2
+		}
 		b = append(b, h...)
 	} else {
 		ihl := f.ihl
@@ -90,6 +100,9 @@ func (f frame) build() []byte {
 		h[8] = 64
 		h[9] = proto
 		copy(h[12:], []byte{10, 0, 0, 1, 10, 0, 0, 2})
+		if f.mcast {
+			copy(h[16:], []byte{239, 1, 2, 3})
+		}
 		for i := 20; i < len(h); i++ {
 			h[i] = 1 // NOP options
 		}
@@ -138,6 +151,9 @@ func cases() []struct {
 		{"ipv4 options ihl 15", frame{ihl: 15, dport: RoCEv2Port, payload: 40}, true},
 		{"ipv4 DF set", frame{fragOff: 0x4000, dport: RoCEv2Port, payload: 40}, true},
 		{"ipv6 udp 4791", frame{ipv6: true, dport: RoCEv2Port, payload: 40}, true},
+		{"ipv4 multicast udp 4791", frame{mcast: true, dport: RoCEv2Port, payload: 40}, true},
+		{"ipv6 multicast udp 4791", frame{mcast: true, ipv6: true, dport: RoCEv2Port, payload: 40}, true},
+		{"ipv4 multicast udp other port", frame{mcast: true, dport: 5353, payload: 40}, false},
 		{"vlan ipv4 udp 4791", frame{vlan: etherTypeVLAN, dport: RoCEv2Port, payload: 40}, true},
 		{"vlan ipv6 udp 4791", frame{vlan: etherTypeVLAN, ipv6: true, dport: RoCEv2Port, payload: 40}, true},
 		{"qinq-tag ipv4 udp 4791", frame{vlan: etherTypeQinQ, dport: RoCEv2Port, payload: 40}, true},

@@ -419,6 +419,27 @@ func TestGID(t *testing.T) {
 	}
 }
 
+func TestMulticastGID(t *testing.T) {
+	for _, c := range []struct {
+		addr string
+		mac  [MACLen]byte
+		ok   bool
+	}{
+		{"239.255.129.2", [MACLen]byte{0x01, 0x00, 0x5e, 0x7f, 0x81, 0x02}, true},
+		{"224.0.0.1", [MACLen]byte{0x01, 0x00, 0x5e, 0x00, 0x00, 0x01}, true},
+		{"ff12::1:ff00:1234", [MACLen]byte{0x33, 0x33, 0xff, 0x00, 0x12, 0x34}, true},
+		{"10.0.0.1", [MACLen]byte{}, false},
+		{"223.255.255.255", [MACLen]byte{}, false},
+		{"fe80::1", [MACLen]byte{}, false},
+	} {
+		g := GIDFromAddr(netip.MustParseAddr(c.addr))
+		mac, ok := g.MulticastMAC()
+		if ok != c.ok || mac != c.mac || g.IsMulticast() != c.ok {
+			t.Errorf("%s: MulticastMAC %x %v, IsMulticast %v; want %x %v", c.addr, mac, ok, g.IsMulticast(), c.mac, c.ok)
+		}
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	for _, fr := range testFrames(f) {
 		f.Add(fr)

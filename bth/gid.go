@@ -19,6 +19,23 @@ func (g GID) Addr() netip.Addr { return netip.AddrFrom16(g).Unmap() }
 // IsIPv4 reports whether g is an IPv4-mapped GID.
 func (g GID) IsIPv4() bool { return netip.AddrFrom16(g).Is4In6() }
 
+// IsMulticast reports whether g is a multicast GID: an IPv6 multicast
+// address (ff00::/8) or an IPv4-mapped one (224.0.0.0/4).
+func (g GID) IsMulticast() bool { return g.Addr().IsMulticast() }
+
+// MulticastMAC returns the Ethernet address that frames to the multicast
+// group g go to: 01:00:5e and the low 23 bits of an IPv4 group, 33:33 and
+// the low 32 bits of an IPv6 one. ok is false when g is not multicast.
+func (g GID) MulticastMAC() (mac [MACLen]byte, ok bool) {
+	if !g.IsMulticast() {
+		return mac, false
+	}
+	if g.IsIPv4() {
+		return [MACLen]byte{0x01, 0x00, 0x5e, g[13] & 0x7f, g[14], g[15]}, true
+	}
+	return [MACLen]byte{0x33, 0x33, g[12], g[13], g[14], g[15]}, true
+}
+
 // IsZero reports whether g is all zeros.
 func (g GID) IsZero() bool { return g == GID{} }
 

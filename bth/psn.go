@@ -39,6 +39,10 @@ type QPN uint32
 // QPNMask is the largest QPN.
 const QPNMask = 1<<24 - 1
 
+// MulticastQPN is the destination QPN of a UD packet sent to a multicast
+// group: every QP attached to the group takes it.
+const MulticastQPN QPN = 0xffffff
+
 // Valid reports whether q fits in 24 bits.
 func (q QPN) Valid() bool { return q <= QPNMask }
 

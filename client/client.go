@@ -736,6 +736,26 @@ func (q *QP) Destroy() error {
 	return err
 }
 
+// AttachMcast attaches the UD QP to the multicast group gid
+// (ibv_attach_mcast); lid is ignored on RoCE. The errors are the
+// daemon's errnos: EINVAL for a QP that is not UD or a GID that is not
+// multicast, ENOMEM beyond the device's multicast limits.
+func (q *QP) AttachMcast(gid bth.GID, lid uint16) error {
+	return q.mcast(ctl.OpAttachMcast, gid, lid)
+}
+
+// DetachMcast detaches the QP from the multicast group gid
+// (ibv_detach_mcast): EINVAL when it is not attached.
+func (q *QP) DetachMcast(gid bth.GID, lid uint16) error {
+	return q.mcast(ctl.OpDetachMcast, gid, lid)
+}
+
+func (q *QP) mcast(op ctl.Op, gid bth.GID, lid uint16) error {
+	in := ctl.Mcast{QP: q.h, LID: lid, GID: gid}
+	_, _, err := q.x.c.call(op, ctl.Bytes(&in), nil)
+	return err
+}
+
 // CreateAH creates an address handle (ibv_create_ah) for UD sends; the
 // daemon resolves the destination MAC. It returns the resolved handle, as
 // roce's PD.CreateAH does.

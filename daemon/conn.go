@@ -429,6 +429,8 @@ func (c *conn) handle(h ctl.Hdr, b []byte, fds []int) ([]byte, []int, error) {
 		return c.queryQP(b)
 	case ctl.OpDestroyQP:
 		return c.destroyQP(b)
+	case ctl.OpAttachMcast, ctl.OpDetachMcast:
+		return c.mcast(h.Op, b)
 	case ctl.OpCreateSRQ:
 		return c.createSRQ(b)
 	case ctl.OpModifySRQ:
@@ -514,8 +516,8 @@ func (c *conn) queryDevice() ([]byte, []int, error) {
 		MaxResRdAtom: uint32(a.MaxQPRdAtom) * uint32(a.MaxQP), MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom),
 		AtomicCap: 1, MaxMW: uint32(a.MaxMR), MaxAH: uint32(a.MaxQP), MaxSRQ: uint32(a.MaxSRQ),
 		MaxSRQWR: uint32(a.MaxSRQWR), MaxSRQSGE: uint32(a.MaxSGE), MaxPKeys: 64, LocalCAAckDelay: 15,
-		PhysPortCnt: 1, MaxInlineData: uint32(a.MaxInlineData), MaxMcastGrp: 8192, MaxMcastQPAttach: 56,
-		MaxTotalMcastQPAttach: 8192 * 56}
+		PhysPortCnt: 1, MaxInlineData: uint32(a.MaxInlineData), MaxMcastGrp: uint32(a.MaxMcastGrp),
+		MaxMcastQPAttach: uint32(a.MaxMcastQPAttach), MaxTotalMcastQPAttach: uint32(a.MaxTotalMcastQPAttach)}
 	ctl.SetName(out.FWVer[:], "0.0.0")
 	return ctl.Bytes(&out), nil, nil
 }
@@ -1091,6 +1093,29 @@ func (c *conn) destroyQP(b []byte) ([]byte, []int, error) {
 	})
 }
 
+// mcast attaches a QP to a multicast group or detaches it
+// (ibv_attach_mcast, ibv_detach_mcast), with the engine's errnos: EINVAL
+// for a QP that is not UD, a GID that is not multicast or a group the QP
+// is not attached to, ENOMEM beyond the device's limits, EBUSY never.
+func (c *conn) mcast(op ctl.Op, b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.Mcast](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	o, ok := c.qps[in.QP]
+	c.mu.Unlock()
+	if !ok {
+		return nil, nil, unix.EINVAL
+	}
+	if op == ctl.OpAttachMcast {
+		err = o.qp.AttachMcast(bth.GID(in.GID), in.LID)
+	} else {
+		err = o.qp.DetachMcast(bth.GID(in.GID), in.LID)
+	}
+	return nil, nil, err
+}
+
 // dropQP forgets a destroyed QP; c.mu is held.
 func (c *conn) dropQP(h uint32, o *qpObj) {
 	c.dev.disown(o.qp)
@@ -1361,6 +1386,8 @@ func (c *conn) cleanup() {
 	defer c.mu.Unlock()
 	for h, o := range c.qps {
 		o.qp.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.AttrState)
+		// As the kernel does for a departing process: its groups first.
+		o.qp.DetachAllMcast()
 		o.qp.Destroy()
 		c.dropQP(h, o)
 	}

@@ -88,6 +88,10 @@ type QP interface {
 	Connect(c *roce.ConnectAttr) error
 	PostSend(wr *verbs.SendWR) error
 	PostRecv(wr *verbs.RecvWR) error
+	// AttachMcast and DetachMcast attach a UD QP to a multicast group and
+	// detach it (ibv_attach_mcast, ibv_detach_mcast).
+	AttachMcast(gid bth.GID, lid uint16) error
+	DetachMcast(gid bth.GID, lid uint16) error
 	Destroy() error
 }
 

@@ -156,8 +156,12 @@ func (e *engine) receive(now monotime.Time, frame []byte) {
 		// (ICRCVerifier), so a mismatch proves nothing: count and accept.
 		e.cnt[verbs.CntICRCUnchecked]++
 	}
-	if !e.d.isLocal(p.DstAddr()) {
+	if dst := p.DstAddr(); !e.d.isLocal(dst) && !dst.IsMulticast() {
 		e.cnt[verbs.CntBadDGID]++
+		return
+	}
+	if p.BTH().DestQP() == bth.MulticastQPN {
+		e.receiveMcast(now, frame, p, false)
 		return
 	}
 	q := e.d.lookupQP(p.BTH().DestQP())
@@ -460,6 +464,10 @@ func (e *engine) send(ah *verbs.AH, src bth.QPN, pkt []byte) {
 		e.queueLoop(f[:hl+len(pkt)])
 		return
 	}
+	if e.d.loopMcast(enc.Dst) {
+		// To a group the device has joined: received here too.
+		e.queueLoop(f[:hl+len(pkt)])
+	}
 	e.txLen[e.txN] = hl + len(pkt)
 	if !isPositiveACK(pkt) {
 		e.txReqs++
@@ -608,8 +616,15 @@ func (d *Device) resolveAH(attr *verbs.AHAttr, ah *verbs.AH) error {
 		ttl = 64
 	}
 	*ah = verbs.AH{Attr: *attr, SGID: sgid}
+	dmac := attr.DMAC
+	if m, ok := attr.DGID.MulticastMAC(); ok {
+		// A group's frames go to its Ethernet address, whatever the
+		// attributes say (libibverbs derives it the same way).
+		dmac = m
+		ah.Attr.DMAC = m
+	}
 	ah.Encap = bth.Encap{
-		DstMAC: attr.DMAC, SrcMAC: d.mac,
+		DstMAC: dmac, SrcMAC: d.mac,
 		Src: sgid.Addr(), Dst: attr.DGID.Addr(),
 		TOS: attr.TrafficClass, TTL: ttl, FlowLabel: attr.FlowLabel,
 		DF: true, ID: 1, SrcPort: 0xc000,

@@ -109,6 +109,12 @@ type Device struct {
 	closed  atomic.Bool // set under mu
 	// portDown: PortDown was called and PortUp not since.
 	portDown bool
+	// mcast holds the multicast groups and their QPs (mcast.go), changed
+	// under mu and mcMu, read by the engines under mcMu; mcTotal counts
+	// the attachments, under mu.
+	mcMu    sync.RWMutex
+	mcast   map[bth.GID][]*QP
+	mcTotal int
 
 	events eventQueue
 
@@ -186,6 +192,7 @@ func OpenLinks(links []Link, opts *Options) (*Device, error) {
 	copy(d.gids[:], opts.GIDs)
 	d.refreshGIDs()
 	d.qps = make([]atomic.Pointer[QP], MaxQP)
+	d.mcast = make(map[bth.GID][]*QP)
 	d.nextQPN = firstQPN
 	ipID := uint16(d.rng.Uint32())
 	d.mode = resolveEngine(opts.Engine)
@@ -222,6 +229,7 @@ func OpenLinks(links []Link, opts *Options) (*Device, error) {
 		MaxQPRdAtom: qp.MaxRdAtomic, MaxQPInitRdAtom: qp.MaxRdAtomic, MaxSRQ: 1 << 16,
 		MaxSRQWR: MaxSRQWR, MaxMsgSize: qp.MaxMsgSize, PhysPortCnt: 1,
 		AtomicCapability: "ATOMIC_HCA",
+		MaxMcastGrp:      MaxMcastGrp, MaxMcastQPAttach: MaxMcastQPAttach, MaxTotalMcastQPAttach: MaxTotalMcastQPAttach,
 	}
 	return d, nil
 }

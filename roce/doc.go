@@ -21,6 +21,7 @@
 //	ib_alloc_mr           PD.AllocMR             ib_dereg_mr         mr.FastMR.Dealloc
 //	ib_map_mr_sg          mr.FastMR.Map          IB_WR_REG_MR        verbs.WROpRegMR
 //	IBV_WR_LOCAL_INV      verbs.WROpLocalInv     ibv_inc_rkey        mr.IncKey
+//	ibv_attach_mcast      QP.AttachMcast         ibv_detach_mcast    QP.DetachMcast
 //
 // The vocabulary of these calls is package verbs': QP types and states,
 // QPAttr and QPAttrMask (those of ibv_modify_qp), SendWR, RecvWR and WC,

@@ -56,6 +56,9 @@ type QP struct {
 	deadline monotime.Time
 
 	liveIx int // place in the device's live list, under the device lock
+	// mcGroups lists the multicast groups the QP is attached to, under
+	// the device lock.
+	mcGroups []bth.GID
 }
 
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp). A
@@ -319,7 +322,9 @@ func (q *QP) PostRecvList(wrs []verbs.RecvWR) (int, error) {
 
 // Destroy destroys the QP (ibv_destroy_qp). Outstanding work requests are
 // discarded without completions, as in verbs; packets that arrive for the
-// QP afterwards are dropped as addressed to an unknown QP.
+// QP afterwards are dropped as addressed to an unknown QP. A QP attached to
+// multicast groups is not destroyed: ErrBusy (EBUSY, as rxe), until
+// DetachMcast or DetachAllMcast.
 func (q *QP) Destroy() error {
 	d := q.dev
 	d.mu.Lock()
@@ -328,6 +333,11 @@ func (q *QP) Destroy() error {
 	if q.gone.Load() {
 		q.mu.Unlock()
 		return ErrDestroyed
+	}
+	if len(q.mcGroups) > 0 {
+		// As with rxe (IBA o10-2.2.3): detach first.
+		q.mu.Unlock()
+		return ErrBusy
 	}
 	q.gone.Store(true)
 	// The device keeps the counts of its destroyed QPs.

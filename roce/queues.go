@@ -271,6 +271,10 @@ func (e *engine) deliver(now monotime.Time, frame []byte) {
 		e.cnt[verbs.CntMalformed]++
 		return
 	}
+	if p.BTH().DestQP() == bth.MulticastQPN {
+		e.receiveMcast(now, frame, p, true)
+		return
+	}
 	q := e.d.lookupQP(p.BTH().DestQP())
 	if q == nil || q.eng != e {
 		// Destroyed since: its number may be another engine's QP now.

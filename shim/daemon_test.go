@@ -188,8 +188,8 @@ func TestRealProgramsOnTheDaemon(t *testing.T) {
 		if err != nil {
 			t.Fatalf("verbs_test: %v", err)
 		}
-		if n := strings.Count(o, "ok "); n != 14 {
-			t.Fatalf("%d checks passed, want 14", n)
+		if n := strings.Count(o, "ok "); n != 15 {
+			t.Fatalf("%d checks passed, want 15", n)
 		}
 	})
 	t.Run("pyverbs", func(t *testing.T) {

@@ -36,4 +36,9 @@ type DeviceAttr struct {
 	MaxMsgSize       uint64
 	PhysPortCnt      int
 	AtomicCapability string
+	// Multicast limits: groups, QPs attached to one group, attachments
+	// in all.
+	MaxMcastGrp           int
+	MaxMcastQPAttach      int
+	MaxTotalMcastQPAttach int
 }

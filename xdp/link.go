@@ -27,6 +27,8 @@ type Link struct {
 	lendMu sync.Mutex
 	lent   []Frame
 	nlent  int
+
+	mc groups // multicast groups joined on the interface (mcast.go)
 }
 
 // OpenLink opens a socket on queue of ifname (see Open) and wraps it.
@@ -166,6 +168,7 @@ func (l *Link) HardwareAddr() net.HardwareAddr { return l.hw }
 
 // Close closes the socket (see Socket.Close).
 func (l *Link) Close() error {
+	l.mc.closeAll()
 	l.lendMu.Lock()
 	defer l.lendMu.Unlock()
 	return l.s.Close()

@@ -18,7 +18,7 @@ import (
 // Protocol constants (SROCE_CTL_*).
 const (
 	Magic   = 0x4c435253 // "SRCL"
-	Version = 3          // 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr
+	Version = 4          // 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST
 	MaxMsg  = 8192       // the largest datagram either way
 	MaxFDs  = 4          // descriptors one datagram may carry
 	NameLen = 64         // device name buffer, NUL-terminated
@@ -52,10 +52,12 @@ const (
 	OpDestroyCQ          Op = 23
 	OpResizeCQ           Op = 24 // request: ResizeCQ; reply: CQ, fds: the new memfd
 
-	OpCreateQP  Op = 30
-	OpModifyQP  Op = 31
-	OpQueryQP   Op = 32
-	OpDestroyQP Op = 33
+	OpCreateQP    Op = 30
+	OpModifyQP    Op = 31
+	OpQueryQP     Op = 32
+	OpDestroyQP   Op = 33
+	OpAttachMcast Op = 34 // request: Mcast
+	OpDetachMcast Op = 35 // request: Mcast
 
 	OpCreateSRQ  Op = 40
 	OpModifySRQ  Op = 41
@@ -92,6 +94,7 @@ var opNames = map[Op]string{
 	OpCreateCompChannel: "CREATE_COMP_CHANNEL", OpDestroyCompChannel: "DESTROY_COMP_CHANNEL",
 	OpCreateCQ: "CREATE_CQ", OpDestroyCQ: "DESTROY_CQ", OpResizeCQ: "RESIZE_CQ",
 	OpCreateQP: "CREATE_QP", OpModifyQP: "MODIFY_QP", OpQueryQP: "QUERY_QP", OpDestroyQP: "DESTROY_QP",
+	OpAttachMcast: "ATTACH_MCAST", OpDetachMcast: "DETACH_MCAST",
 	OpCreateSRQ: "CREATE_SRQ", OpModifySRQ: "MODIFY_SRQ", OpQuerySRQ: "QUERY_SRQ", OpDestroySRQ: "DESTROY_SRQ",
 	OpCreateAH: "CREATE_AH", OpDestroyAH: "DESTROY_AH",
 	OpCMCreateChannel: "CM_CREATE_CHANNEL", OpCMDestroyChannel: "CM_DESTROY_CHANNEL",
@@ -264,6 +267,15 @@ type PKey struct {
 type Handle struct {
 	Handle uint32
 	_      uint32
+}
+
+// Mcast is the request of ATTACH_MCAST and DETACH_MCAST (struct
+// sroce_ctl_mcast): a QP's handle and a multicast group.
+type Mcast struct {
+	QP  uint32
+	LID uint16
+	_   uint16
+	GID [16]byte
 }
 
 // RegMR is REG_MR's request (struct sroce_ctl_reg_mr).

@@ -18,7 +18,7 @@ var goStructs = map[string]any{
 	"sroce_ctl_device": Device{}, "sroce_ctl_open": Open{}, "sroce_ctx_page": CtxPage{},
 	"sroce_ctl_device_attr": DeviceAttr{}, "sroce_ctl_port": Port{}, "sroce_ctl_port_attr": PortAttr{},
 	"sroce_ctl_gid": GID{}, "sroce_ctl_pkey": PKey{}, "sroce_ctl_handle": Handle{},
-	"sroce_ctl_reg_mr": RegMR{}, "sroce_ctl_mr": MR{}, "sroce_ctl_mw": MW{}, "sroce_ctl_rereg_mr": ReregMR{},
+	"sroce_ctl_reg_mr": RegMR{}, "sroce_ctl_mcast": Mcast{}, "sroce_ctl_mr": MR{}, "sroce_ctl_mw": MW{}, "sroce_ctl_rereg_mr": ReregMR{},
 	"sroce_ctl_resize_cq": ResizeCQ{},
 	"sroce_ctl_create_cq": CreateCQ{}, "sroce_ctl_cq": CQ{}, "sroce_cq_ctl": CQCtl{},
 	"sroce_ctl_cq_event": CQEvent{}, "sroce_ctl_async_event": AsyncEvent{}, "sroce_ctl_qp_cap": QPCap{},

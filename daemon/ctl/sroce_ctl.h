@@ -53,7 +53,7 @@
 #include <stdint.h>
 
 #define SROCE_CTL_MAGIC   0x4c435253u /* "SRCL" */
-#define SROCE_CTL_VERSION 3 /* 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr */
+#define SROCE_CTL_VERSION 4 /* 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST */
 #define SROCE_CTL_MAX_MSG 8192 /* the largest datagram either way */
 #define SROCE_CTL_MAX_FDS 4
 #define SROCE_CTL_NAME    64   /* device name buffer, NUL-terminated */
@@ -86,6 +86,8 @@ enum sroce_ctl_op {
 	SROCE_OP_MODIFY_QP    = 31,
 	SROCE_OP_QUERY_QP     = 32,
 	SROCE_OP_DESTROY_QP   = 33,
+	SROCE_OP_ATTACH_MCAST = 34, /* (mcast) */
+	SROCE_OP_DETACH_MCAST = 35, /* (mcast) */
 
 	SROCE_OP_CREATE_SRQ   = 40, /* reply fds: the SRQ's memfd */
 	SROCE_OP_MODIFY_SRQ   = 41,
@@ -258,6 +260,15 @@ struct sroce_ctl_pkey {
 struct sroce_ctl_handle {
 	uint32_t handle;
 	uint32_t reserved;
+};
+
+/* ATTACH_MCAST and DETACH_MCAST request: a UD QP and a multicast group
+ * (ibv_attach_mcast, ibv_detach_mcast). */
+struct sroce_ctl_mcast {
+	uint32_t qp;
+	uint16_t lid;
+	uint16_t reserved;
+	uint8_t  gid[16];
 };
 
 /* REG_MR request, with fds [0]: a memfd whose bytes from fd_offset on are

@@ -28,6 +28,9 @@ const DefaultHopLimit = 64
 // neighbour discovery), waiting until ctx ends or, without a deadline,
 // Options.ResolveTimeout (default 3s).
 //
+// A multicast dgid needs no route nor neighbour: the MAC is the group's
+// (01:00:5e or 33:33 and the group's low bits).
+//
 // On the UDP link the kernel addresses the frames itself: the MAC is not
 // needed and left zero, and the source must be the link's own address.
 //
@@ -64,6 +67,11 @@ func (p *Port) AHAttr(ctx context.Context, dgid bth.GID, sgidIndex int) (verbs.A
 	}
 	if p.State() != verbs.PortActive {
 		return verbs.AHAttr{}, errorf(ErrDown, nil, "cannot reach %v: interface %s is down", dst, p.ifname)
+	}
+	if mac, ok := dgid.MulticastMAC(); ok {
+		// A group: its frames go to the group's Ethernet address.
+		attr.DMAC = mac
+		return attr, nil
 	}
 	hop := dst
 	if !dst.IsLinkLocalUnicast() {

@@ -799,6 +799,22 @@ func (t *tapLink) DeliversToSelf() bool {
 	return ok && v.DeliversToSelf()
 }
 
+// JoinGroup forwards roce.GroupListener of the wrapped link.
+func (t *tapLink) JoinGroup(group netip.Addr) error {
+	if g, ok := t.Link.(roce.GroupListener); ok {
+		return g.JoinGroup(group)
+	}
+	return nil
+}
+
+// LeaveGroup forwards roce.GroupListener of the wrapped link.
+func (t *tapLink) LeaveGroup(group netip.Addr) error {
+	if g, ok := t.Link.(roce.GroupListener); ok {
+		return g.LeaveGroup(group)
+	}
+	return nil
+}
+
 // VerifiesICRC forwards roce.ICRCVerifier of the wrapped link.
 func (t *tapLink) VerifiesICRC() bool {
 	v, ok := t.Link.(roce.ICRCVerifier)

@@ -95,6 +95,7 @@ type Link struct {
 	rc      syscall.RawConn    // waitF's raw access
 	peekFn  func(uintptr) bool // peek, allocated once
 	peekBuf [1]byte
+	mc      mcast // multicast groups (mcast.go)
 }
 
 // batchConn is what ipv4.PacketConn and ipv6.PacketConn have in common.
@@ -287,6 +288,7 @@ func (l *Link) Close() error {
 	if l.waitF != nil {
 		l.waitF.Close()
 	}
+	l.closeGroups()
 	return l.conn.Close()
 }
 
@@ -299,6 +301,9 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int
 	n := min(len(bufs), len(sizes), MaxBatch)
 	if n == 0 {
 		return 0, nil
+	}
+	if k := l.takeGroupFrames(bufs, sizes, n); k > 0 {
+		return k, nil
 	}
 	ms := l.rxMsgs[:n]
 	for i := range ms {
@@ -446,20 +451,29 @@ func (l *Link) readErr(err error) error {
 // synthesize writes Ethernet, IP and UDP headers for a datagram of n bytes
 // from src to the local address in front of it.
 func (l *Link) synthesize(b []byte, src netip.AddrPort, n int) {
+	l.synthesizeTo(b, src, l.local, n)
+}
+
+// synthesizeTo is synthesize for a datagram to dst: the local address or
+// a group.
+func (l *Link) synthesizeTo(b []byte, src netip.AddrPort, dst netip.Addr, n int) {
 	eth := bth.EthernetFields{DstMAC: [bth.MACLen]byte(l.mac), SrcMAC: [bth.MACLen]byte(syntheticMAC(src.Addr().Unmap()))}
+	if m, ok := bth.GIDFromAddr(dst).MulticastMAC(); ok {
+		eth.DstMAC = m
+	}
 	l3 := b[bth.EthernetLen:]
 	var udp bth.UDP
 	if l.v6 {
 		eth.EtherType = bth.EtherTypeIPv6
 		ip := bth.IPv6Fields{PayloadLen: uint16(bth.UDPLen + n), NextHeader: bth.IPProtocolUDP, HopLimit: 64,
-			Src: netip.AddrFrom16(src.Addr().As16()), Dst: l.local}
+			Src: netip.AddrFrom16(src.Addr().As16()), Dst: dst}
 		_ = ip.Encode(bth.IPv6(l3))
 		udp = bth.UDP(l3[bth.IPv6Len:])
 	} else {
 		eth.EtherType = bth.EtherTypeIPv4
 		// ID unknown (see checkIPv4), DF.
 		ip := bth.IPv4Fields{TotalLen: uint16(bth.IPv4MinLen + bth.UDPLen + n), Flags: bth.IPv4FlagDF,
-			TTL: 64, Protocol: bth.IPProtocolUDP, Src: src.Addr().Unmap(), Dst: l.local}
+			TTL: 64, Protocol: bth.IPProtocolUDP, Src: src.Addr().Unmap(), Dst: dst}
 		_ = ip.Encode(bth.IPv4(l3))
 		udp = bth.UDP(l3[bth.IPv4MinLen:])
 	}

@@ -173,22 +173,6 @@ EXPORT int ibv_dofork_range(void *base, size_t size)
 }
 
 /* Verbs sroce does not offer. */
-EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
-{
-	(void)qp;
-	(void)gid;
-	(void)lid;
-	return EOPNOTSUPP;
-}
-
-EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
-{
-	(void)qp;
-	(void)gid;
-	(void)lid;
-	return EOPNOTSUPP;
-}
-
 EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
 					uint64_t iova, int fd, int access)
 {
@@ -513,5 +497,3 @@ PRIV_INT(ibv_cmd_rereg_mr)
 PRIV_INT(ibv_cmd_resize_cq)
 
 /* Names that also have an IBVERBS_1.0 compatibility version get their default version here. */
-SROCE_DEFAULT_1_1(ibv_attach_mcast)
-SROCE_DEFAULT_1_1(ibv_detach_mcast)

@@ -996,10 +996,34 @@ int sroce_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ib
 	return err;
 }
 
+/* ibv_attach_mcast and ibv_detach_mcast go to the daemon, which answers as
+ * rxe does: EINVAL for a QP that is not UD, a GID that is not multicast or
+ * (detach) a group the QP is not attached to, ENOMEM beyond the device's
+ * multicast limits. */
+static int mcast(uint16_t op, struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	struct sroce_ctl_mcast m = {.qp = qp->handle, .lid = lid};
+
+	memcpy(m.gid, gid->raw, sizeof(m.gid));
+	return sroce_call(to_sctx(qp->context), op, &m, sizeof(m), NULL, 0, NULL, 0, NULL, 0);
+}
+
+EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	return mcast(SROCE_OP_ATTACH_MCAST, qp, gid, lid);
+}
+
+EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	return mcast(SROCE_OP_DETACH_MCAST, qp, gid, lid);
+}
+
 /* Names that also have an IBVERBS_1.0 compatibility version get their default version here. */
+SROCE_DEFAULT_1_1(ibv_attach_mcast)
 SROCE_DEFAULT_1_1(ibv_create_qp)
 SROCE_DEFAULT_1_1(ibv_create_srq)
 SROCE_DEFAULT_1_1(ibv_destroy_qp)
+SROCE_DEFAULT_1_1(ibv_detach_mcast)
 SROCE_DEFAULT_1_1(ibv_destroy_srq)
 SROCE_DEFAULT_1_1(ibv_modify_qp)
 SROCE_DEFAULT_1_1(ibv_modify_srq)

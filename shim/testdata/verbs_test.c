@@ -8,7 +8,9 @@
  * channel; query_qp; ibv_resize_cq with completions not yet polled,
  * ibv_modify_srq of max_wr with receives posted, ibv_rereg_mr of the
  * translation (a WRITE lands in the new buffer, not the old) and of the
- * access; everything destroyed. Prints "ok NAME" per check and exits 1 at
+ * access; UD multicast (ibv_attach_mcast, a send to the group that both
+ * attached QPs receive, ibv_detach_mcast, the errors); everything
+ * destroyed. Prints "ok NAME" per check and exits 1 at
  * the first failure. Usage: verbs_test DEVICE GID_INDEX
  */
 #include <arpa/inet.h>
@@ -513,6 +515,86 @@ int main(int argc, char **argv)
 	CHECK(wc.wr_id == 401 && wc.status == IBV_WC_REM_ACCESS_ERR, "WRITE without access: status %s",
 	      ibv_wc_status_str(wc.status));
 	printf("ok ibv_rereg_mr\n");
+
+	/* UD multicast: two UD QPs attached to the group 239.1.1.7 (its
+	 * IPv4-mapped GID); one sends to it (QPN 0xffffff) and both receive,
+	 * the sender its own message through the loopback; then rxe's
+	 * errors: EINVAL for an RC QP, a unicast GID or a group not attached,
+	 * EBUSY for destroying an attached QP. */
+	{
+		const uint32_t qkey = 0x01234567;
+		struct ibv_cq *m_cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+		CHECK(m_cq, "ibv_create_cq for multicast");
+		struct ibv_qp_init_attr ua = {.send_cq = m_cq, .recv_cq = m_cq, .qp_type = IBV_QPT_UD,
+					      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+		struct ibv_qp *u[2];
+		for (int i = 0; i < 2; i++) {
+			u[i] = ibv_create_qp(pd, &ua);
+			CHECK(u[i], "ibv_create_qp UD");
+			struct ibv_qp_attr at = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = qkey};
+			CHECK(!ibv_modify_qp(u[i], &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
+			      "UD to INIT");
+			at.qp_state = IBV_QPS_RTR;
+			CHECK(!ibv_modify_qp(u[i], &at, IBV_QP_STATE), "UD to RTR");
+			at.qp_state = IBV_QPS_RTS;
+			CHECK(!ibv_modify_qp(u[i], &at, IBV_QP_STATE | IBV_QP_SQ_PSN), "UD to RTS");
+		}
+		union ibv_gid mgid;
+		memset(&mgid, 0, sizeof(mgid));
+		mgid.raw[10] = mgid.raw[11] = 0xff;
+		mgid.raw[12] = 239, mgid.raw[13] = 1, mgid.raw[14] = 1, mgid.raw[15] = 7;
+		CHECK(ibv_attach_mcast(a_qp, &mgid, 0) == EINVAL, "attach of an RC QP");
+		CHECK(ibv_attach_mcast(u[0], &gid, 0) == EINVAL, "attach to a unicast GID");
+		CHECK(ibv_detach_mcast(u[0], &mgid, 0) == EINVAL, "detach from a group not attached");
+		for (int i = 0; i < 2; i++)
+			CHECK(!ibv_attach_mcast(u[i], &mgid, 0), "ibv_attach_mcast");
+		CHECK(!ibv_attach_mcast(u[0], &mgid, 0), "attaching twice");
+		CHECK(ibv_destroy_qp(u[0]) == EBUSY, "destroying an attached QP");
+		char *m_buf = calloc(1, 4096);
+		struct ibv_mr *m_mr = ibv_reg_mr(pd, m_buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+		CHECK(m_buf && m_mr, "ibv_reg_mr for multicast");
+		for (int i = 0; i < 2; i++) {
+			struct ibv_sge rsge = {(uintptr_t)m_buf + 1024 * i, 1024, m_mr->lkey};
+			struct ibv_recv_wr rwr = {.wr_id = 600 + i, .sg_list = &rsge, .num_sge = 1}, *rbad;
+			CHECK(!ibv_post_recv(u[i], &rwr, &rbad), "ibv_post_recv UD");
+		}
+		strcpy(m_buf + 3072, "to the group");
+		struct ibv_ah_attr aha = {.is_global = 1, .port_num = 1,
+					  .grh = {.dgid = mgid, .sgid_index = gid_idx, .hop_limit = 64}};
+		struct ibv_ah *ah = ibv_create_ah(pd, &aha);
+		CHECK(ah, "ibv_create_ah to the group");
+		struct ibv_sge ssge = {(uintptr_t)m_buf + 3072, 13, m_mr->lkey};
+		struct ibv_send_wr swr = {.wr_id = 500, .sg_list = &ssge, .num_sge = 1, .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_SIGNALED}, *sbad;
+		swr.wr.ud.ah = ah;
+		swr.wr.ud.remote_qpn = 0xffffff;
+		swr.wr.ud.remote_qkey = qkey;
+		CHECK(!ibv_post_send(u[0], &swr, &sbad), "ibv_post_send to the group");
+		int got[2] = {0, 0}, sent = 0;
+		while (!sent || got[0] + got[1] < 2) {
+			wc = poll_one(m_cq, "multicast");
+			if (wc.opcode == IBV_WC_SEND) {
+				sent++;
+				continue;
+			}
+			int i = wc.qp_num == u[1]->qp_num;
+			CHECK(wc.opcode == IBV_WC_RECV && wc.qp_num == u[i]->qp_num && wc.byte_len == 40 + 13 &&
+				      (wc.wc_flags & IBV_WC_GRH) && wc.src_qp == u[0]->qp_num &&
+				      !strcmp(m_buf + 1024 * i + 40, "to the group"),
+			      "multicast receive on QP %u: opcode %d length %u src %u", wc.qp_num, wc.opcode,
+			      wc.byte_len, wc.src_qp);
+			got[i]++;
+		}
+		CHECK(got[0] == 1 && got[1] == 1, "receivers %d and %d", got[0], got[1]);
+		for (int i = 0; i < 2; i++)
+			CHECK(!ibv_detach_mcast(u[i], &mgid, 0), "ibv_detach_mcast");
+		CHECK(ibv_detach_mcast(u[0], &mgid, 0) == EINVAL, "detaching twice");
+		CHECK(!ibv_destroy_ah(ah) && !ibv_destroy_qp(u[0]) && !ibv_destroy_qp(u[1]) && !ibv_destroy_cq(m_cq) &&
+			      !ibv_dereg_mr(m_mr),
+		      "destroying the multicast objects");
+		free(m_buf);
+		printf("ok multicast\n");
+	}
 
 	CHECK(!ibv_destroy_qp(a_qp) && !ibv_destroy_qp(b_qp), "ibv_destroy_qp");
 	CHECK(!ibv_destroy_cq(a_cq) && !ibv_destroy_cq(b_cq), "ibv_destroy_cq");
