@@ -37,6 +37,7 @@
 //	rdma_create_qp             ID.CreateQP          rdma_destroy_qp     ID.DestroyQP
 //	rdma_init_qp_attr          ID.InitQPAttr        rdma_event_str      EventType.String
 //	rdma_set_option TOS        ID.SetTOS            ACK_TIMEOUT         ID.SetACKTimeout
+//	rdma_join_multicast        ID.JoinMulticast     rdma_leave_multicast ID.LeaveMulticast
 //
 // Events are librdmacm's (EventType numbers are rdma_cm_event_type's),
 // with the status librdmacm reports: 0, a negative errno (UNREACHABLE
@@ -64,6 +65,15 @@
 // Q_Key 0x01234567 (RDMA_UDP_QKEY); the active side's ESTABLISHED carries
 // the peer's QP, Q_Key and address vector in Event.UD, and a service
 // nobody listens on gives UNREACHABLE with the SIDR_REP's status.
+//
+// # Multicast
+//
+// A UDP ID bound or resolved to an address joins IPv4 multicast groups
+// with JoinMulticast, as Linux's rdma_cm does on RoCEv2: no subnet
+// administrator is asked, MULTICAST_JOIN follows at once with the group's
+// address vector (GID ::ffff:a.b.c.d, the group's Ethernet address), QPN
+// 0xFFFFFF and the Q_Key 0x01234567, and the ID's QP is attached to the
+// group. LeaveMulticast detaches it; Destroy leaves every group.
 //
 // # On the wire
 //

@@ -125,8 +125,11 @@ type Event struct {
 	// DISCONNECTED by the peer).
 	Param ConnParam
 	// UD holds the peer's UD QP (UDP port space: ESTABLISHED on the
-	// active side, CONNECT_REQUEST on the passive side).
+	// active side, CONNECT_REQUEST on the passive side), or the group's
+	// (MULTICAST_JOIN: QPN 0xFFFFFF, the group's Q_Key and address).
 	UD UDParam
+	// Mcast names the join of MULTICAST_JOIN and MULTICAST_ERROR.
+	Mcast McastInfo
 }
 
 // String describes the event in one line.

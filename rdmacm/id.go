@@ -76,8 +76,9 @@ type ID struct {
 	ackTimeout uint8
 	remoteQKey uint32
 	req        *cm.REQ
-	tos        uint8 // SetTOS
-	ackSet     bool  // SetACKTimeout was called
+	tos        uint8     // SetTOS
+	mcast      []*mcJoin // JoinMulticast's joins, oldest first
+	ackSet     bool      // SetACKTimeout was called
 	ackOpt     uint8
 }
 
@@ -464,11 +465,20 @@ func destroyCQs(cqs []*roce.CQ) {
 }
 
 // DestroyQP destroys the ID's QP and the CQs CreateQP made for it
-// (rdma_destroy_qp).
+// (rdma_destroy_qp), detaching it first from the groups JoinMulticast
+// attached it to.
 func (id *ID) DestroyQP() error {
 	c := id.c
 	c.mu.Lock()
 	q, own := id.qp, id.ownCQs
+	if q != nil {
+		for _, j := range id.mcast {
+			if j.attached {
+				q.DetachMcast(j.mgid, 0)
+				j.attached = false
+			}
+		}
+	}
 	id.qp, id.ownCQs = nil, nil
 	c.mu.Unlock()
 	if q == nil {
@@ -846,7 +856,7 @@ func (id *ID) Disconnect() error {
 
 // Destroy releases the ID (rdma_destroy_id): a listener stops listening,
 // a connection request not decided is rejected, an established connection
-// is disconnected; no more events come for it. Its QP must have been
+// is disconnected, multicast groups are left; no more events come for it. Its QP must have been
 // destroyed (DestroyQP) or is left to the application.
 func (id *ID) Destroy() error {
 	c := id.c
@@ -878,6 +888,7 @@ func (id *ID) Destroy() error {
 		}
 	}
 	delete(c.ids, id)
+	id.leaveAllLocked()
 	prev := id.state
 	id.state = stateDestroyed
 	if a == nil || id.commID == 0 || a.conns[id.commID] != id {

@@ -55,13 +55,18 @@ func (p *StaticPort) SourceGIDIndex(dgid bth.GID) (int, error) {
 	return 0, fmt.Errorf("rdmacm: %s has no GID of the IP version of %v", p.Dev.Name(), dgid.Addr().Unmap())
 }
 
-// AHAttr returns the address vector to dgid with its MAC from p.MACs.
+// AHAttr returns the address vector to dgid with its MAC from p.MACs, or
+// the group's Ethernet address for a multicast GID.
 func (p *StaticPort) AHAttr(_ context.Context, dgid bth.GID, sgidIndex int) (verbs.AHAttr, error) {
+	a := verbs.AHAttr{DGID: dgid, SGIDIndex: uint8(sgidIndex), HopLimit: 64, PortNum: 1}
+	if mac, ok := dgid.MulticastMAC(); ok {
+		a.DMAC = mac
+		return a, nil
+	}
 	mac, ok := p.MACs[dgid]
 	if !ok {
 		return verbs.AHAttr{}, fmt.Errorf("rdmacm: %v is not a neighbour of %s", dgid.Addr().Unmap(), p.Dev.Name())
 	}
-	a := verbs.AHAttr{DGID: dgid, SGIDIndex: uint8(sgidIndex), HopLimit: 64, PortNum: 1}
 	copy(a.DMAC[:], mac)
 	return a, nil
 }
