@@ -71,9 +71,17 @@ func cmErrno(err error) error {
 		return unix.EINVAL
 	case errors.Is(err, rdmacm.ErrQPExists):
 		return unix.EEXIST
+	case errors.Is(err, rdmacm.ErrNotJoined):
+		return unix.ENOENT
+	case errors.Is(err, rdmacm.ErrIPv6Group):
+		return errENOTSUPP
 	}
 	return unix.EINVAL // ErrState, ErrInvalid, ErrPrivateLen and what the CM did not name
 }
+
+// errENOTSUPP is the kernel's own ENOTSUPP (524), which its rdma_cm
+// returns to a program joining an IPv6 group on a RoCEv2 port.
+const errENOTSUPP = unix.Errno(524)
 
 // handleCM serves one CM request.
 func (c *conn) handleCM(h ctl.Hdr, b []byte) ([]byte, []int, error) {
@@ -93,6 +101,8 @@ func (c *conn) handleCM(h ctl.Hdr, b []byte) ([]byte, []int, error) {
 		return c.cmConn(h.Op, b)
 	case ctl.OpCMSetOption:
 		return c.cmSetOption(b)
+	case ctl.OpCMJoinMcast, ctl.OpCMLeaveMcast:
+		return nil, nil, c.cmMcast(h.Op, b)
 	}
 	in, o, err := cmRequest[ctl.CMIDArg](c, b)
 	if err != nil {
@@ -365,6 +375,27 @@ func (c *conn) cmConn(op ctl.Op, b []byte) ([]byte, []int, error) {
 	return nil, nil, cmErrno(err)
 }
 
+// cmMcast joins or leaves a multicast group. The join's event carries
+// the client's UID for it; the client attaches its QP to the group itself,
+// as librdmacm does.
+func (c *conn) cmMcast(op ctl.Op, b []byte) error {
+	in, o, err := cmRequest[ctl.CMMcast](c, b)
+	if err != nil {
+		return err
+	}
+	g, err := addrPort(in.Addr)
+	if err != nil {
+		return err
+	}
+	if op == ctl.OpCMLeaveMcast {
+		return cmErrno(o.id.LeaveMulticast(g.Addr()))
+	}
+	if in.JoinFlags != ctl.JoinFullMember && in.JoinFlags != ctl.JoinSendOnlyFullMember {
+		return unix.EINVAL
+	}
+	return cmErrno(o.id.JoinMulticast(g.Addr(), in.JoinFlags == ctl.JoinSendOnlyFullMember, in.UID))
+}
+
 func (c *conn) cmSetOption(b []byte) ([]byte, []int, error) {
 	in, o, err := cmRequest[ctl.CMOption](c, b)
 	if err != nil {
@@ -479,6 +510,9 @@ func (c *conn) cmDeliver(e *rdmacm.Event) {
 	}
 	out.Event = uint32(e.Type)
 	out.Status = int32(e.Status)
+	if uid, ok := e.Mcast.Context.(uint32); ok {
+		out.McastUID = uid
+	}
 	out.Info = c.cmInfo(o) // c.mu before the CM's lock, never the other way
 	p := &e.Param
 	n := copy(out.Conn.PrivateData[:], p.PrivateData)

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,24 +18,38 @@ import (
 // through the daemon's CM (REQ, REP, RTU over QP1 on the device's own
 // address), exchange private data and a message each way, and disconnect.
 func TestCMLoopback(t *testing.T) {
+	runCProgram(t, "cm_test")
+}
+
+// runCProgram compiles testdata/NAME.c against the system's rdma_cma.h
+// and the built librdmacm and libibverbs, runs it against a daemon with
+// the device's address, and wants its "ok: all".
+func runCProgram(t *testing.T, name string) {
 	if _, err := os.Stat("/usr/include/rdma/rdma_cma.h"); err != nil {
 		t.Skip("skipping: /usr/include/rdma/rdma_cma.h is missing (apt-get install librdmacm-dev)")
 	}
 	d := startDaemon(t)
 	cc, _ := shim.Compiler()
-	bin := filepath.Join(t.TempDir(), "cm_test")
-	if out, err := exec.Command(cc, "-Wall", "-o", bin, "testdata/cm_test.c",
+	bin := filepath.Join(t.TempDir(), name)
+	if out, err := exec.Command(cc, "-Wall", "-o", bin, "testdata/"+name+".c",
 		filepath.Join(d.lib, shim.CMLibName), filepath.Join(d.lib, shim.LibName)).CombinedOutput(); err != nil {
-		t.Fatalf("compiling testdata/cm_test.c: %v\n%s", err, out)
+		t.Fatalf("compiling testdata/%s.c: %v\n%s", name, err, out)
 	}
 	out, errOut, err := d.run(t, 60*time.Second, bin, testAddr)
-	t.Logf("cm_test:\n%s%s", out, errOut)
+	t.Logf("%s:\n%s%s", name, out, errOut)
 	if err != nil {
-		t.Fatalf("cm_test failed: %v", err)
+		t.Fatalf("%s failed: %v", name, err)
 	}
 	if !strings.Contains(out, "ok: all") {
-		t.Fatal("cm_test did not finish")
+		t.Fatalf("%s did not finish", name)
 	}
+}
+
+// TestCMMulticast runs testdata/mcast_test.c, built as cm_test.c is,
+// against a daemon: multicast joins through the daemon's CM, their events
+// and their errors.
+func TestCMMulticast(t *testing.T) {
+	runCProgram(t, "mcast_test")
 }
 
 // TestRealRpingLoopback runs rdma-core's own rping, server and client, on
@@ -72,4 +87,71 @@ func TestRealRpingLoopback(t *testing.T) {
 			t.Errorf("the %s printed %d verified pings, want 10", name, n)
 		}
 	}
+}
+
+// TestRealMckeyLoopback runs rdma-core's mckey, a receiver and then a
+// sender, on the built libraries against one daemon: both join the group
+// through the daemon's CM (the sender resolved to it, as mckey does), the
+// sender's ten datagrams go to the group, and the receiver, whose QP the
+// join attached, completes only once it has received all ten.
+func TestRealMckeyLoopback(t *testing.T) {
+	for _, p := range []string{"mckey", "stdbuf"} {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("skipping: %s is not installed (apt-get install rdmacm-utils coreutils)", p)
+		}
+	}
+	d := startDaemon(t)
+	const group = "239.7.7.8"
+	joined := newWatch("mckey: joined dgid")
+	rc := make(chan error, 1)
+	go func() {
+		// stdbuf: mckey's lines as it prints them, to see the join.
+		rc <- d.start(t, 60*time.Second, joined, "stdbuf", "-oL", "mckey", "-m", group, "-b", testAddr)
+	}()
+	select {
+	case <-joined.seen:
+	case err := <-rc:
+		t.Fatalf("the receiving mckey ended before it joined (%v):\n%s", err, joined)
+	}
+	so, se, serr := d.run(t, 60*time.Second, "mckey", "-m", group, "-b", testAddr, "-s")
+	rerr := <-rc
+	t.Logf("receiver:\n%s\nsender:\n%s%s", joined, so, se)
+	if serr != nil || rerr != nil {
+		t.Fatalf("mckey failed: sender %v, receiver %v", serr, rerr)
+	}
+	for name, out := range map[string]string{"sender": so, "receiver": joined.String()} {
+		for _, want := range []string{"mckey: joined dgid: ::ffff:" + group, "data transfers complete", "return status 0"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("the %s's output lacks %q", name, want)
+			}
+		}
+	}
+}
+
+// watch collects a program's output and closes seen when a line holding
+// want has been written.
+type watch struct {
+	mu   sync.Mutex
+	buf  strings.Builder
+	want string
+	seen chan struct{}
+}
+
+func newWatch(want string) *watch { return &watch{want: want, seen: make(chan struct{})} }
+
+func (w *watch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	had := strings.Contains(w.buf.String(), w.want)
+	w.buf.Write(p)
+	if !had && strings.Contains(w.buf.String(), w.want) {
+		close(w.seen)
+	}
+	return len(p), nil
+}
+
+func (w *watch) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }

@@ -119,6 +119,22 @@ func (d *liveDaemon) run(t testing.TB, timeout time.Duration, prog string, args 
 	return o.String(), e.String(), err
 }
 
+// start runs a program as run does, its stdout and stderr written to out
+// as they come.
+func (d *liveDaemon) start(t testing.TB, timeout time.Duration, out io.Writer, prog string, args ...string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+d.lib, "SROCE_SOCKET="+d.socket)
+	cmd.Stdout, cmd.Stderr = out, out
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%s did not finish within %v", prog, timeout)
+	}
+	return err
+}
+
 // pair runs a tool's server and client (the client given the server's
 // address last) and returns both outputs.
 func (d *liveDaemon) pair(t *testing.T, prog string, args ...string) (srv, cli string) {

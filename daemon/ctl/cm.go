@@ -84,13 +84,29 @@ type CMOption struct {
 	Value   uint64
 }
 
+// CMMcast is JOIN_MCAST's and LEAVE_MCAST's request (struct
+// sroce_ctl_cm_mcast).
+type CMMcast struct {
+	ID        uint32
+	UID       uint32 // the client's name for the join, echoed in its events
+	JoinFlags uint32 // 0: full member, 1: send-only full member
+	_         uint32
+	Addr      CMAddr
+}
+
+// Join flags of CMMcast (enum rdma_cm_join_mc_flags).
+const (
+	JoinFullMember         = 0
+	JoinSendOnlyFullMember = 1
+)
+
 // CMEvent is one event on a CM channel's socket (struct
 // sroce_ctl_cm_event).
 type CMEvent struct {
 	Event    uint32 // enum rdma_cm_event_type
 	Status   int32
 	ListenID uint32
-	_        uint32
+	McastUID uint32 // MULTICAST_JOIN, MULTICAST_ERROR: CMMcast.UID
 	Info     CMIDInfo
 	Conn     CMConn
 	AHAttr   AHAttr

@@ -18,7 +18,7 @@ import (
 // Protocol constants (SROCE_CTL_*).
 const (
 	Magic   = 0x4c435253 // "SRCL"
-	Version = 4          // 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST
+	Version = 5          // 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST; 5: CM_JOIN_MCAST, CM_LEAVE_MCAST
 	MaxMsg  = 8192       // the largest datagram either way
 	MaxFDs  = 4          // descriptors one datagram may carry
 	NameLen = 64         // device name buffer, NUL-terminated
@@ -84,6 +84,8 @@ const (
 	OpCMNotify         Op = 74
 	OpCMSetOption      Op = 75
 	OpCMMigrateID      Op = 76
+	OpCMJoinMcast      Op = 77 // request: CMMcast
+	OpCMLeaveMcast     Op = 78 // request: CMMcast
 )
 
 var opNames = map[Op]string{
@@ -103,11 +105,12 @@ var opNames = map[Op]string{
 	OpCMListen: "CM_LISTEN", OpCMConnect: "CM_CONNECT", OpCMAccept: "CM_ACCEPT", OpCMReject: "CM_REJECT",
 	OpCMDisconnect: "CM_DISCONNECT", OpCMInitQPAttr: "CM_INIT_QP_ATTR", OpCMNotify: "CM_NOTIFY",
 	OpCMSetOption: "CM_SET_OPTION", OpCMMigrateID: "CM_MIGRATE_ID",
+	OpCMJoinMcast: "CM_JOIN_MCAST", OpCMLeaveMcast: "CM_LEAVE_MCAST",
 }
 
 // IsCM says whether the op is one of the connection manager's (CM_*),
 // which a connection may send before OPEN.
-func (o Op) IsCM() bool { return o >= OpCMCreateChannel && o <= OpCMMigrateID }
+func (o Op) IsCM() bool { return o >= OpCMCreateChannel && o <= OpCMLeaveMcast }
 
 // String returns the op's name ("CREATE_QP"), or "op N" for an unknown one.
 func (o Op) String() string {

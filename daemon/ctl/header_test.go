@@ -28,7 +28,7 @@ var goStructs = map[string]any{
 	"sroce_ctl_ah":      AH{},
 	"sroce_ctl_cm_addr": CMAddr{}, "sroce_ctl_cm_create_id": CMCreateID{}, "sroce_ctl_cm_id_arg": CMIDArg{},
 	"sroce_ctl_cm_addr_req": CMAddrReq{}, "sroce_ctl_cm_id_info": CMIDInfo{}, "sroce_ctl_cm_conn": CMConn{},
-	"sroce_ctl_cm_option": CMOption{}, "sroce_ctl_cm_event": CMEvent{},
+	"sroce_ctl_cm_option": CMOption{}, "sroce_ctl_cm_event": CMEvent{}, "sroce_ctl_cm_mcast": CMMcast{},
 }
 
 var (
@@ -98,7 +98,7 @@ func TestHeaderLayout(t *testing.T) {
 		{"SROCE_OP_DESTROY_AH", uintptr(OpDestroyAH)}, {"SROCE_OP_QUERY_SRQ", uintptr(OpQuerySRQ)},
 		{"SROCE_OP_REREG_MR", uintptr(OpReregMR)}, {"SROCE_OP_RESIZE_CQ", uintptr(OpResizeCQ)},
 		{"SROCE_OP_CM_CREATE_CHANNEL", uintptr(OpCMCreateChannel)}, {"SROCE_OP_CM_MIGRATE_ID", uintptr(OpCMMigrateID)},
-		{"SROCE_OP_CM_ACCEPT", uintptr(OpCMAccept)}, {"SROCE_CTL_CM_PRIVATE", CMPrivate}} {
+		{"SROCE_OP_CM_ACCEPT", uintptr(OpCMAccept)}, {"SROCE_OP_CM_LEAVE_MCAST", uintptr(OpCMLeaveMcast)}, {"SROCE_CTL_CM_PRIVATE", CMPrivate}} {
 		checks = append(checks, check{k.c, k.v})
 	}
 	cc, err := exec.LookPath("gcc")

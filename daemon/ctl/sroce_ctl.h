@@ -53,7 +53,7 @@
 #include <stdint.h>
 
 #define SROCE_CTL_MAGIC   0x4c435253u /* "SRCL" */
-#define SROCE_CTL_VERSION 4 /* 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST */
+#define SROCE_CTL_VERSION 5 /* 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST; 5: CM_JOIN_MCAST, CM_LEAVE_MCAST */
 #define SROCE_CTL_MAX_MSG 8192 /* the largest datagram either way */
 #define SROCE_CTL_MAX_FDS 4
 #define SROCE_CTL_NAME    64   /* device name buffer, NUL-terminated */
@@ -115,6 +115,8 @@ enum sroce_ctl_op {
 	SROCE_OP_CM_NOTIFY          = 74, /* (cm_id_arg: enum ibv_event_type) */
 	SROCE_OP_CM_SET_OPTION      = 75, /* (cm_option) */
 	SROCE_OP_CM_MIGRATE_ID      = 76, /* (cm_id_arg: the new channel) */
+	SROCE_OP_CM_JOIN_MCAST      = 77, /* (cm_mcast) event MULTICAST_JOIN (version 5) */
+	SROCE_OP_CM_LEAVE_MCAST     = 78, /* (cm_mcast: id, addr) */
 };
 
 struct sroce_ctl_hdr {
@@ -577,16 +579,31 @@ struct sroce_ctl_cm_option {
 	uint64_t value;
 };
 
+/* JOIN_MCAST and LEAVE_MCAST: the ID, the client's name for the join
+ * (echoed in its events' mcast_uid), join_flags (enum
+ * rdma_cm_join_mc_flags: 0 full member, 1 send-only) and the group. The
+ * join completes at once: MULTICAST_JOIN follows with the group's QPN
+ * 0xFFFFFF, Q_Key and ah_attr; the client attaches its QP itself. A leave
+ * forgets the earliest join of addr (ENOENT for none). */
+struct sroce_ctl_cm_mcast {
+	uint32_t id;
+	uint32_t uid;
+	uint32_t join_flags;
+	uint32_t reserved0;
+	struct sroce_ctl_cm_addr addr;
+};
+
 /* One event on a CM channel's socket. info is the ID as it is now (for
  * CONNECT_REQUEST a new ID the daemon created on the listener's channel);
- * listen_id names the listener. status: 0, a negative errno value, or
- * for REJECTED the REJ reason. conn holds the peer's private data and
- * parameters; for UD IDs also its QPN, Q_Key and ah_attr. */
+ * listen_id names the listener, mcast_uid the join of MULTICAST_JOIN and
+ * MULTICAST_ERROR. status: 0, a negative errno value, or for REJECTED the
+ * REJ reason. conn holds the peer's private data and parameters; for UD
+ * IDs also its QPN, Q_Key and ah_attr (the group's for MULTICAST_JOIN). */
 struct sroce_ctl_cm_event {
 	uint32_t event;            /* enum rdma_cm_event_type */
 	int32_t  status;
 	uint32_t listen_id;
-	uint32_t reserved0;
+	uint32_t mcast_uid;
 	struct sroce_ctl_cm_id_info info;
 	struct sroce_ctl_cm_conn conn;
 	struct sroce_ctl_ah_attr ah_attr;

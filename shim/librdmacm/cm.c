@@ -433,7 +433,12 @@ EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	if (err && err != ENOENT)
 		return fail(err);
 	id_del(s);
-	/* As librdmacm: wait until the program acked every event of the ID. */
+	/* As librdmacm: the event a synchronous call kept is acked here, then
+	 * wait until the program acked every other event of the ID. */
+	if (id->event) {
+		rdma_ack_cm_event(id->event);
+		id->event = NULL;
+	}
 	clock_gettime(CLOCK_REALTIME, &deadline);
 	deadline.tv_sec += SROCE_CM_ACK_WAIT_SEC;
 	pthread_mutex_lock(&s->lock);
@@ -447,6 +452,11 @@ EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	pthread_mutex_unlock(&s->lock);
 	if (s->own_channel)
 		rdma_destroy_event_channel(&s->own_channel->ch);
+	while (s->mc_list) {
+		struct sroce_cm_mc *mc = s->mc_list;
+		s->mc_list = mc->next;
+		free(mc);
+	}
 	free(s->qp_init);
 	free(s);
 	return 0;
@@ -560,12 +570,45 @@ static int move_to_own_channel(struct sroce_cm_id *s)
 
 static int create_qp_for(struct sroce_cm_id *s, struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
 
+/* ---- multicast ---- */
+
+static struct sroce_cm_mc *mc_find(struct sroce_cm_id *s, uint32_t uid)
+{
+	struct sroce_cm_mc *mc;
+	pthread_mutex_lock(&s->lock);
+	for (mc = s->mc_list; mc && mc->uid != uid; mc = mc->next)
+		;
+	pthread_mutex_unlock(&s->lock);
+	return mc;
+}
+
+/* As librdmacm at MULTICAST_JOIN: the group is remembered for the leave,
+ * and the ID's QP, unless the join is send-only, is attached to it; if
+ * that fails the event becomes MULTICAST_ERROR with status -1 and errno
+ * set. */
+static void process_join(struct sroce_cm_id *s, struct sroce_cm_mc *mc, struct rdma_cm_event *ev)
+{
+	int err;
+
+	mc->mgid = ev->param.ud.ah_attr.grh.dgid;
+	mc->mlid = ev->param.ud.ah_attr.dlid;
+	if (!s->id.qp || mc->send_only)
+		return;
+	err = ibv_attach_mcast(s->id.qp, &mc->mgid, mc->mlid);
+	if (err) {
+		errno = err;
+		ev->event = RDMA_CM_EVENT_MULTICAST_ERROR;
+		ev->status = -1;
+	}
+}
+
 /* Turns a datagram into the program's event. Returns 0 with *out set, or
  * EAGAIN when the event was the library's own and was consumed. */
 static int process_event(const struct sroce_ctl_cm_event *in, struct sroce_cm_event **out)
 {
 	struct sroce_cm_event *e;
 	struct sroce_cm_id *s, *listen = NULL;
+	struct sroce_cm_mc *mc = NULL;
 	int ret;
 
 	if (in->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
@@ -587,6 +630,11 @@ static int process_event(const struct sroce_ctl_cm_event *in, struct sroce_cm_ev
 		s = id_get(in->info.handle);
 		if (!s)
 			return EAGAIN; /* an event of an ID destroyed meanwhile */
+	}
+	if (in->event == RDMA_CM_EVENT_MULTICAST_JOIN || in->event == RDMA_CM_EVENT_MULTICAST_ERROR) {
+		mc = mc_find(s, in->mcast_uid);
+		if (!mc)
+			return EAGAIN; /* a join left meanwhile */
 	}
 	apply_info(s, &in->info);
 
@@ -651,6 +699,13 @@ static int process_event(const struct sroce_ctl_cm_event *in, struct sroce_cm_ev
 		} else {
 			e->ev.event = RDMA_CM_EVENT_ESTABLISHED;
 		}
+		break;
+	case RDMA_CM_EVENT_MULTICAST_JOIN:
+	case RDMA_CM_EVENT_MULTICAST_ERROR:
+		e->ev.param.ud.private_data = mc->context;
+		e->ev.param.ud.private_data_len = 0;
+		if (e->ev.event == RDMA_CM_EVENT_MULTICAST_JOIN)
+			process_join(s, mc, &e->ev);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
 	case RDMA_CM_EVENT_REJECTED:
@@ -1333,31 +1388,102 @@ EXPORT void rdma_free_devices(struct ibv_context **list)
 	free(list); /* the contexts stay open for the process, as librdmacm's do */
 }
 
-/* ---- what sroce does not offer ---- */
+/* ---- multicast ---- */
+
+static uint32_t mc_next_uid;
+
+/* Joins the group of addr: the join is the ID's first, then the daemon is
+ * asked; MULTICAST_JOIN follows (a synchronous ID waits for it here). */
+static int join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, int send_only, void *context)
+{
+	struct sroce_cm_id *s = to_sid(id);
+	struct sroce_ctl_cm_mcast req = {.id = s->handle,
+					 .join_flags = send_only ? RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER
+								 : RDMA_MC_JOIN_FLAG_FULLMEMBER};
+	struct sroce_cm_mc *mc, **pos;
+	socklen_t len = sroce_cm_addr_len(addr);
+	int err;
+
+	if (!len)
+		return fail(EINVAL);
+	mc = calloc(1, sizeof(*mc));
+	if (!mc)
+		return fail(ENOMEM);
+	mc->uid = __atomic_add_fetch(&mc_next_uid, 1, __ATOMIC_RELAXED);
+	mc->send_only = send_only;
+	mc->context = context;
+	memcpy(&mc->addr, addr, len);
+	req.uid = mc->uid;
+	sroce_cm_addr_to(&req.addr, addr);
+	pthread_mutex_lock(&s->lock);
+	mc->next = s->mc_list;
+	s->mc_list = mc;
+	pthread_mutex_unlock(&s->lock);
+	err = sroce_cm_call(SROCE_OP_CM_JOIN_MCAST, &req, sizeof(req), NULL, 0, NULL, 0);
+	if (err) {
+		pthread_mutex_lock(&s->lock);
+		for (pos = &s->mc_list; *pos != mc; pos = &(*pos)->next)
+			;
+		*pos = mc->next;
+		pthread_mutex_unlock(&s->lock);
+		free(mc);
+		return fail(err);
+	}
+	return s->sync ? sync_wait(s, RDMA_CM_EVENT_MULTICAST_JOIN) : 0;
+}
 
 EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
 {
-	(void)id;
-	(void)addr;
-	(void)context;
-	return fail(ENOSYS);
+	return join_multicast(id, addr, 0, context);
 }
 
 EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr,
 				  void *context)
 {
-	(void)id;
-	(void)attr;
-	(void)context;
-	return fail(ENOSYS);
+	if (!attr)
+		return fail(EINVAL);
+	if (attr->comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED)
+		return fail(EOPNOTSUPP);
+	if (!(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS) ||
+	    !(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS) ||
+	    attr->join_flags >= RDMA_MC_JOIN_FLAG_RESERVED)
+		return fail(EINVAL);
+	return join_multicast(id, attr->addr,
+			      attr->join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER, context);
 }
 
+/* As librdmacm: the newest join of the same address (the whole socket
+ * address, port included) is left, the QP detached from its group, and
+ * the daemon told; EADDRNOTAVAIL when the ID has no such join. */
 EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 {
-	(void)id;
-	(void)addr;
-	return fail(ENOSYS);
+	struct sroce_cm_id *s = to_sid(id);
+	struct sroce_ctl_cm_mcast req = {.id = s->handle};
+	struct sroce_cm_mc *mc, **pos;
+	socklen_t len = sroce_cm_addr_len(addr);
+	int err;
+
+	if (!len)
+		return fail(EINVAL);
+	pthread_mutex_lock(&s->lock);
+	for (pos = &s->mc_list; *pos && memcmp(&(*pos)->addr, addr, len); pos = &(*pos)->next)
+		;
+	mc = *pos;
+	if (mc)
+		*pos = mc->next;
+	pthread_mutex_unlock(&s->lock);
+	if (!mc)
+		return fail(EADDRNOTAVAIL);
+	if (id->qp && !mc->send_only)
+		ibv_detach_mcast(id->qp, &mc->mgid, mc->mlid);
+	req.uid = mc->uid;
+	sroce_cm_addr_to(&req.addr, addr);
+	free(mc);
+	err = sroce_cm_call(SROCE_OP_CM_LEAVE_MCAST, &req, sizeof(req), NULL, 0, NULL, 0);
+	return err ? fail(err) : 0;
 }
+
+/* ---- what sroce does not offer ---- */
 
 EXPORT int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece)
 {

@@ -36,6 +36,19 @@ struct sroce_cm_channel {
 	struct sroce_pending_event *pend_head, *pend_tail;
 };
 
+/* One rdma_join_multicast of an ID: what the JOIN event told of the group
+ * (its MGID, for ibv_detach_mcast at the leave) and the program's
+ * context, which the join's events carry in param.ud.private_data. */
+struct sroce_cm_mc {
+	uint32_t uid; /* the protocol's name for it (cm_mcast.uid, cm_event.mcast_uid) */
+	int send_only;
+	void *context;
+	struct sockaddr_storage addr;
+	union ibv_gid mgid;
+	uint16_t mlid;
+	struct sroce_cm_mc *next;
+};
+
 struct sroce_cm_id {
 	struct rdma_cm_id id;
 	uint32_t handle;
@@ -47,6 +60,7 @@ struct sroce_cm_id {
 	uint8_t responder_resources;
 	struct ibv_qp_init_attr *qp_init; /* rdma_create_ep on a passive ID: QPs for its requests */
 	struct ibv_sa_path_rec path;
+	struct sroce_cm_mc *mc_list; /* joins, newest first (under lock) */
 	uint32_t events;             /* events handed out, not yet acked */
 	pthread_mutex_t lock;
 	pthread_cond_t acked;

@@ -179,6 +179,18 @@ struct rdma_addrinfo {
 	struct rdma_addrinfo *ai_next;
 };
 
+enum {
+	RDMA_CM_JOIN_MC_ATTR_ADDRESS = 1 << 0,
+	RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS = 1 << 1,
+	RDMA_CM_JOIN_MC_ATTR_RESERVED = 1 << 2,
+};
+
+enum rdma_cm_mc_join_flags {
+	RDMA_MC_JOIN_FLAG_FULLMEMBER,
+	RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER,
+	RDMA_MC_JOIN_FLAG_RESERVED,
+};
+
 struct rdma_cm_join_mc_attr_ex {
 	uint32_t comp_mask;
 	uint32_t join_flags;
@@ -229,5 +241,7 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask);
 int ibv_destroy_qp(struct ibv_qp *qp);
 struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
 int ibv_destroy_srq(struct ibv_srq *srq);
+int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
+int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid);
 
 #endif /* SROCE_RDMACM_H */
