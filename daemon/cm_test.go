@@ -210,3 +210,79 @@ func TestCMOperations(t *testing.T) {
 		t.Errorf("the log does not say why the client was disconnected:\n%s", r.logText())
 	}
 }
+
+// TestCMMulticastOperations drives CM_JOIN_MCAST and CM_LEAVE_MCAST raw: a
+// join's MULTICAST_JOIN event names the client's join and the group, and
+// the daemon refuses what the kernel's ucma refuses (unknown join flags,
+// another port space, an unknown ID, a leave of no join).
+func TestCMMulticastOperations(t *testing.T) {
+	r := newRig(t, daemon.Options{})
+	addr := [4]byte{10, 0, 0, 1} // sroce_mem0's address
+	a := dialCM(t, r)
+	b, fds, err := a.call(ctl.OpCMCreateChannel, nil)
+	if err != nil || len(fds) != 1 {
+		t.Fatalf("CM_CREATE_CHANNEL: %v, %d descriptors", err, len(fds))
+	}
+	t.Cleanup(func() { unix.Close(fds[0]) })
+	h, _ := ctl.Get[ctl.Handle](b)
+	tcp, err := a.createID(h.Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := ctl.CMCreateID{Channel: h.Handle, PS: 0x0111, QPType: 4}
+	b, _, err = a.call(ctl.OpCMCreateID, ctl.Bytes(&req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	udp, _ := ctl.Get[ctl.Handle](b)
+	for _, id := range []uint32{tcp, udp.Handle} {
+		if _, err := a.bind(id, addr, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	join := func(id, uid, flags uint32, group [4]byte) error {
+		m := ctl.CMMcast{ID: id, UID: uid, JoinFlags: flags, Addr: ctl.CMAddr{Family: unix.AF_INET}}
+		copy(m.Addr.Addr[:], group[:])
+		_, _, err := a.call(ctl.OpCMJoinMcast, ctl.Bytes(&m))
+		return err
+	}
+	leave := func(id uint32, group [4]byte) error {
+		m := ctl.CMMcast{ID: id, Addr: ctl.CMAddr{Family: unix.AF_INET}}
+		copy(m.Addr.Addr[:], group[:])
+		_, _, err := a.call(ctl.OpCMLeaveMcast, ctl.Bytes(&m))
+		return err
+	}
+	group := [4]byte{239, 2, 3, 4}
+	for _, c := range []struct {
+		what string
+		err  error
+		want unix.Errno
+	}{
+		{"a join in the TCP port space", join(tcp, 1, ctl.JoinFullMember, group), unix.EINVAL},
+		{"a join with unknown flags", join(udp.Handle, 1, 2, group), unix.EINVAL},
+		{"a join of 0.0.0.0", join(udp.Handle, 1, ctl.JoinFullMember, [4]byte{}), unix.EINVAL},
+		{"a join on an unknown ID", join(udp.Handle+100, 1, ctl.JoinFullMember, group), unix.ENOENT},
+		{"a leave of no join", leave(udp.Handle, group), unix.ENOENT},
+	} {
+		if !errors.Is(c.err, c.want) {
+			t.Errorf("%s: %v, want %v", c.what, c.err, c.want)
+		}
+	}
+	if err := join(udp.Handle, 77, ctl.JoinSendOnlyFullMember, group); err != nil {
+		t.Fatalf("CM_JOIN_MCAST: %v", err)
+	}
+	ev := make([]byte, unsafe.Sizeof(ctl.CMEvent{}))
+	unix.SetNonblock(fds[0], false)
+	if n, err := unix.Read(fds[0], ev); err != nil || n != len(ev) {
+		t.Fatalf("reading the event: %d bytes, %v", n, err)
+	}
+	e, _ := ctl.Get[ctl.CMEvent](ev)
+	wantGID := [16]byte{10: 0xff, 11: 0xff, 12: 239, 13: 2, 14: 3, 15: 4}
+	if e.Event != 12 || e.Status != 0 || e.McastUID != 77 || e.Info.Handle != udp.Handle ||
+		e.Conn.QPNum != 0xffffff || e.Conn.QKey != 0x01234567 || e.AHAttr.DGID != wantGID || e.AHAttr.IsGlobal != 1 {
+		t.Fatalf("the join's event: %+v", e)
+	}
+	if err := leave(udp.Handle, group); err != nil {
+		t.Errorf("CM_LEAVE_MCAST: %v", err)
+	}
+}

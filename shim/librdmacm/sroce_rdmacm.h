@@ -219,6 +219,7 @@ struct ibv_ece {
 struct ibv_srq_init_attr_ex; /* only passed through */
 
 /* The library's own calls it also makes itself. */
+int rdma_ack_cm_event(struct rdma_cm_event *event);
 int rdma_establish(struct rdma_cm_id *id);
 const char *rdma_event_str(enum rdma_cm_event_type event);
 int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len);

@@ -15,33 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
-
-#define FAIL(...)                                                                                  \
-	do {                                                                                       \
-		fprintf(stderr, "FAIL: " __VA_ARGS__);                                             \
-		fprintf(stderr, " (errno %d: %s)\n", errno, strerror(errno));                      \
-		exit(1);                                                                           \
-	} while (0)
-
-static struct rdma_event_channel *ch;
-
-/* The next event on the channel, within 5 s, expected to be want. */
-static struct rdma_cm_event *expect(enum rdma_cm_event_type want)
-{
-	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
-	struct rdma_cm_event *ev;
-	if (poll(&p, 1, 5000) != 1)
-		FAIL("no event within 5 s, waiting for %s", rdma_event_str(want));
-	if (rdma_get_cm_event(ch, &ev))
-		FAIL("rdma_get_cm_event");
-	if (ev->event != want)
-		FAIL("got %s (status %d), waiting for %s", rdma_event_str(ev->event), ev->status,
-		     rdma_event_str(want));
-	printf("ok: %s\n", rdma_event_str(want));
-	return ev;
-}
+#include "cm_test.h"
 
 struct side {
 	struct rdma_cm_id *id;
@@ -69,22 +43,6 @@ static void setup_qp(struct side *s)
 	sge = (struct ibv_sge){.addr = (uintptr_t)s->buf, .length = 64, .lkey = s->mr->lkey};
 	if (ibv_post_recv(s->id->qp, &wr, &bad))
 		FAIL("ibv_post_recv");
-}
-
-static void poll_one(struct ibv_cq *cq, const char *what)
-{
-	struct ibv_wc wc;
-	for (int i = 0; i < 5000000; i++) {
-		int n = ibv_poll_cq(cq, 1, &wc);
-		if (n < 0)
-			FAIL("ibv_poll_cq");
-		if (n == 1) {
-			if (wc.status != IBV_WC_SUCCESS)
-				FAIL("%s completed with %s", what, ibv_wc_status_str(wc.status));
-			return;
-		}
-	}
-	FAIL("no completion for %s", what);
 }
 
 static void send_msg(struct side *from, struct side *to, const char *msg)
