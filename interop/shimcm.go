@@ -59,3 +59,8 @@ func (r *Rig) StartPeerCapture(ctx context.Context, path string) (*rxeguest.Capt
 func (r *Rig) WaitPeerCMListening(ctx context.Context, port int, p PeerProc) error {
 	return rxeguest.WaitCMListening(ctx, r.peer, r.peer.name(), port, p)
 }
+
+// RunPeer runs a shell script on the rdma_rxe peer and waits for it.
+func (r *Rig) RunPeer(ctx context.Context, script string) (rxeguest.Result, error) {
+	return r.peer.Run(ctx, script)
+}

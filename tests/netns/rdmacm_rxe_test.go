@@ -30,27 +30,9 @@ const rxePings = 100
 
 // TestCMToolsShimRxe runs each rxeCMCases program both ways against rxe.
 func TestCMToolsShimRxe(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipping the rdma_rxe interop tests in -short mode")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: the rdma_rxe interop tests need root (namespaces, AF_XDP, qemu)")
-	}
-	needCMTools(t)
-	rxeguest.Skip(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	rig, err := interop.NewRig(ctx, interop.RigConfig{Bin: buildSroce(t), Env: sroceEnv("xdp"), Logf: t.Logf, Shim: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the sroce daemon's log:\n%s", rig.ShimDaemonLog())
-		}
-		rig.Close()
-	})
-	t.Logf("peer: %s", rig.Describe())
+	rig := newShimRxeRig(ctx, t)
 	guest, shim := rig.PeerAddr().String(), interop.ShimAddr.Addr().String()
 	pcap := filepath.Join(t.TempDir(), "rping.pcap")
 	capt, err := rig.StartPeerCapture(ctx, pcap)
@@ -183,6 +165,34 @@ func TestCMToolsShimRxe(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newShimRxeRig skips unless the rdma_rxe interop tests can run, and
+// returns a rig with an rdma_rxe peer and a sroce daemon for programs
+// through the shim, closed (its daemon's log shown on failure) when the
+// test ends.
+func newShimRxeRig(ctx context.Context, t *testing.T) *interop.Rig {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("skipping the rdma_rxe interop tests in -short mode")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the rdma_rxe interop tests need root (namespaces, AF_XDP, qemu)")
+	}
+	needCMTools(t)
+	rxeguest.Skip(t)
+	rig, err := interop.NewRig(ctx, interop.RigConfig{Bin: buildSroce(t), Env: sroceEnv("xdp"), Logf: t.Logf, Shim: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the sroce daemon's log:\n%s", rig.ShimDaemonLog())
+		}
+		rig.Close()
+	})
+	t.Logf("peer: %s", rig.Describe())
+	return rig
 }
 
 // cmAttempts bounds the runs of one pair that noListener starts again.
