@@ -1085,6 +1085,16 @@ func (c *conn) queryQP(b []byte) ([]byte, []int, error) {
 
 func (c *conn) destroyQP(b []byte) ([]byte, []int, error) {
 	return destroy(c, b, c.qps, func(h uint32, o *qpObj) error {
+		// What the client posted before it asked goes out first, as from
+		// a NIC's queue: the bridge may not have passed over the ring
+		// yet (a program that posts unsignaled sends and then destroys
+		// the QP expects them sent). A ring that broke the rules is the
+		// bridge's to report.
+		if c.br != nil {
+			if moved, err := c.br.sends(o); err == nil && moved {
+				c.dev.dev.Device().Flush()
+			}
+		}
 		if err := o.qp.Destroy(); err != nil {
 			return err
 		}
