@@ -616,15 +616,13 @@ func (d *Device) resolveAH(attr *verbs.AHAttr, ah *verbs.AH) error {
 		ttl = 64
 	}
 	*ah = verbs.AH{Attr: *attr, SGID: sgid}
-	dmac := attr.DMAC
 	if m, ok := attr.DGID.MulticastMAC(); ok {
 		// A group's frames go to its Ethernet address, whatever the
 		// attributes say (libibverbs derives it the same way).
-		dmac = m
 		ah.Attr.DMAC = m
 	}
 	ah.Encap = bth.Encap{
-		DstMAC: dmac, SrcMAC: d.mac,
+		DstMAC: ah.Attr.DMAC, SrcMAC: d.mac,
 		Src: sgid.Addr(), Dst: attr.DGID.Addr(),
 		TOS: attr.TrafficClass, TTL: ttl, FlowLabel: attr.FlowLabel,
 		DF: true, ID: 1, SrcPort: 0xc000,
