@@ -649,6 +649,33 @@ var ErrFull = errors.New("client: work queue full")
 // QP's state) before it goes on the ring, so that a post is refused exactly
 // when an in-process QP would refuse it.
 func (q *QP) PostSend(wr *verbs.SendWR) error {
+	if err := q.put(wr); err != nil {
+		return err
+	}
+	q.x.ring()
+	return nil
+}
+
+// PostSendList posts work requests in order, ringing the doorbell once,
+// and returns how many were posted; on error, wrs[n] is the request that
+// was refused (ibv_post_send with a list and its bad_wr).
+func (q *QP) PostSendList(wrs []verbs.SendWR) (int, error) {
+	n := 0
+	var err error
+	for i := range wrs {
+		if err = q.put(&wrs[i]); err != nil {
+			break
+		}
+		n++
+	}
+	if n > 0 {
+		q.x.ring()
+	}
+	return n, err
+}
+
+// put checks a send work request and publishes it on the send ring.
+func (q *QP) put(wr *verbs.SendWR) error {
 	switch q.State() {
 	case verbs.QPStateRTS, verbs.QPStateSQD, verbs.QPStateSQE, verbs.QPStateErr:
 	default:
@@ -697,7 +724,6 @@ func (q *QP) PostSend(wr *verbs.SendWR) error {
 		}
 	}
 	q.sq.Publish()
-	q.x.ring()
 	return nil
 }
 
@@ -804,6 +830,15 @@ func Stats(socket, name string) (*ctl.Stats, error) {
 		return nil, err
 	}
 	defer c.uc.Close()
+	return queryStats(c, name)
+}
+
+// Stats returns what the daemon tells of this context's device, over the
+// context's own connection.
+func (x *Context) Stats() (*ctl.Stats, error) { return queryStats(x.c, x.Info.Name) }
+
+// queryStats asks the daemon on c for device name's stats.
+func queryStats(c *conn, name string) (*ctl.Stats, error) {
 	var in ctl.Open
 	ctl.SetName(in.Name[:], name)
 	b, _, err := c.call(ctl.OpQueryStats, ctl.Bytes(&in), nil)

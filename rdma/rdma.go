@@ -40,6 +40,12 @@ type Device interface {
 	AllocPD() (PD, error)
 	// CreateCQ creates a completion queue of cqe entries.
 	CreateCQ(cqe int) (CQ, error)
+	// CreateEventCQ creates a completion queue of cqe entries with a
+	// completion channel of its own: its WaitTimeout arms the CQ and
+	// sleeps until the channel reports a completion (ibv_req_notify_cq,
+	// ibv_get_cq_event, ibv_ack_cq_events), as a program run with
+	// perftest's -e does.
+	CreateEventCQ(cqe int) (CQ, error)
 	// Alloc returns n bytes of memory that PD.RegMR can register (for
 	// the daemon, memory it shares with the program).
 	Alloc(n int) ([]byte, error)
@@ -84,9 +90,14 @@ type QP interface {
 	Type() verbs.QPType
 	State() verbs.QPState
 	Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error
+	// Query returns the QP's attributes (ibv_query_qp).
+	Query() (verbs.QPAttr, error)
 	// Connect moves the QP through INIT, RTR and RTS (roce.QP.Connect).
 	Connect(c *roce.ConnectAttr) error
 	PostSend(wr *verbs.SendWR) error
+	// PostSendList posts wrs in order and returns how many were posted;
+	// on error, wrs[n] is the request that was refused.
+	PostSendList(wrs []verbs.SendWR) (int, error)
 	PostRecv(wr *verbs.RecvWR) error
 	// AttachMcast and DetachMcast attach a UD QP to a multicast group and
 	// detach it (ibv_attach_mcast, ibv_detach_mcast).
@@ -135,6 +146,15 @@ func Daemon(socket, name string) (Device, error) {
 	return &remote{x: x}, nil
 }
 
+// DaemonContext returns x, a device context of the daemon the program
+// opened with package client, as a Device. Closing the Device closes x.
+func DaemonContext(x *client.Context) (Device, error) {
+	if x == nil {
+		return nil, errors.New("rdma: no daemon context")
+	}
+	return &remote{x: x}, nil
+}
+
 // --- in process ----------------------------------------------------------
 
 type local struct {
@@ -145,6 +165,13 @@ type local struct {
 type localPD struct{ *roce.PD }
 type localCQ struct{ *roce.CQ }
 type localMR struct{ *roce.MR }
+type localQP struct{ *roce.QP }
+
+// Query returns the QP's attributes; an in-process QP always has them.
+func (q localQP) Query() (verbs.QPAttr, error) {
+	a, _ := q.QP.Query()
+	return a, nil
+}
 
 func (l *local) Name() string                    { return l.dev.Name() }
 func (l *local) QueryGID(i int) (bth.GID, error) { return l.dev.QueryGID(i) }
@@ -154,6 +181,70 @@ func (l *local) CreateCQ(cqe int) (CQ, error) {
 	c, err := l.dev.CreateCQ(cqe, nil)
 	return wrapCQ(c, err)
 }
+
+func (l *local) CreateEventCQ(cqe int) (CQ, error) {
+	ch := l.dev.CreateCompChannel()
+	c, err := l.dev.CreateCQ(cqe, ch)
+	if err != nil {
+		return nil, err
+	}
+	return &localEventCQ{localCQ: localCQ{c}, ch: ch}, nil
+}
+
+// localEventCQ is an in-process CQ whose waits sleep on its completion
+// channel.
+type localEventCQ struct {
+	localCQ
+	ch     *roce.CompChannel
+	unacks int // events taken and not yet acknowledged
+}
+
+func (c *localEventCQ) WaitTimeout(wcs []verbs.WC, timeout time.Duration) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for {
+		if n := c.Poll(wcs); n > 0 {
+			return n, nil
+		}
+		if err := c.CQ.ReqNotify(false); err != nil {
+			return 0, err
+		}
+		// A completion that came before the CQ was armed raises no event.
+		if n := c.Poll(wcs); n > 0 {
+			return n, nil
+		}
+		if _, err := c.ch.GetEvent(ctx); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return 0, fmt.Errorf("no completion event within %v: %w", timeout, context.DeadlineExceeded)
+			}
+			return 0, fmt.Errorf("waiting %v for a completion event: %w", timeout, err)
+		}
+		if c.unacks++; c.unacks >= 64 {
+			c.ch.AckEvents(c.CQ, c.unacks)
+			c.unacks = 0
+		}
+	}
+}
+
+func (c *localEventCQ) Destroy() error {
+	if c.unacks > 0 {
+		c.ch.AckEvents(c.CQ, c.unacks)
+		c.unacks = 0
+	}
+	return c.CQ.Destroy()
+}
+
+// roceCQ returns the in-process CQ behind a CQ of this package.
+func roceCQ(c CQ) (*roce.CQ, bool) {
+	switch c := c.(type) {
+	case localCQ:
+		return c.CQ, true
+	case *localEventCQ:
+		return c.CQ, true
+	}
+	return nil, false
+}
+
 func (p localPD) Dealloc() error { return p.PD.Dealloc() }
 func (p localPD) RegMR(b []byte, a mr.Access) (MR, error) {
 	m, err := p.PD.RegMR(b, a)
@@ -185,16 +276,16 @@ func wrapCQ(c *roce.CQ, err error) (CQ, error) {
 }
 
 func (p localPD) CreateQP(a *QPInitAttr) (QP, error) {
-	s, ok1 := a.SendCQ.(localCQ)
-	r, ok2 := a.RecvCQ.(localCQ)
+	s, ok1 := roceCQ(a.SendCQ)
+	r, ok2 := roceCQ(a.RecvCQ)
 	if !ok1 || !ok2 {
 		return nil, ErrForeignCQ
 	}
-	q, err := p.PD.CreateQP(&roce.QPInitAttr{Type: a.Type, SendCQ: s.CQ, RecvCQ: r.CQ, Cap: a.Cap, SigAll: a.SigAll})
+	q, err := p.PD.CreateQP(&roce.QPInitAttr{Type: a.Type, SendCQ: s, RecvCQ: r, Cap: a.Cap, SigAll: a.SigAll})
 	if err != nil {
 		return nil, err
 	}
-	return q, nil
+	return localQP{q}, nil
 }
 
 // --- through the daemon --------------------------------------------------
@@ -230,6 +321,10 @@ func (r *remote) CreateCQ(cqe int) (CQ, error) {
 	}
 	return remoteCQ{c}, nil
 }
+
+// CreateEventCQ is CreateCQ: a daemon's CQ always has its own completion
+// channel, on which Wait sleeps.
+func (r *remote) CreateEventCQ(cqe int) (CQ, error) { return r.CreateCQ(cqe) }
 
 func (r *remote) Alloc(n int) ([]byte, error) {
 	b, err := r.x.Alloc(n)

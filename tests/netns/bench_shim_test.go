@@ -1,9 +1,11 @@
 package netns
 
 // BenchmarkShimTable: the real perftest tools through `sroce run` and two
-// sroce daemons, beside sroce's own perftest tools (the engine in the
-// tool's process) on the same veth pair over AF_XDP, in the same run, with
-// the daemons' CPU time per message.
+// sroce daemons, beside sroce's own perftest tools on the same path (the
+// same two daemons: the Go client over the same shared rings), and sroce's
+// own tools with the engine in the tool's process on another veth pair
+// built the same way, over AF_XDP, in the same run, with the daemons' CPU
+// time per message of the real tools.
 //
 //	go test -run '^$' -bench ShimTable -benchtime 1x ./tests/netns
 
@@ -46,7 +48,7 @@ func BenchmarkShimTable(b *testing.B) {
 	v := newVethPair(b, nil)
 	type row struct {
 		fig              guestFigure
-		real, own        float64
+		real, ownD, own  float64
 		cpuPerMsgDaemons time.Duration
 		msgs             int
 	}
@@ -59,24 +61,28 @@ func BenchmarkShimTable(b *testing.B) {
 			cpu0 := d.daemonCPU(0) + d.daemonCPU(1)
 			r.real = d.benchReal(b, fig, 19515+i)
 			r.cpuPerMsgDaemons = (d.daemonCPU(0) + d.daemonCPU(1) - cpu0) / time.Duration(n)
+			r.ownD = d.benchOwn(b, fig)
 			r.own = v.benchOwn(b, fig)
 		}
 		rows = append(rows, r)
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "figure\tunit\treal tool via daemons\tsroce's own tool\treal / own\tdaemons' CPU per message\t\n")
-	for _, r := range rows {
-		ratio := 0.0
-		if r.own > 0 && r.real > 0 {
-			ratio = r.real / r.own
-			if r.fig.lower {
-				ratio = r.own / r.real
-			}
+	fmt.Fprintf(w, "figure\tunit\treal tool via daemons\tsroce's tool via daemons\treal / sroce's\tsroce's tool in process\treal / in process\tdaemons' CPU per message\t\n")
+	ratio := func(real, own float64, lower bool) float64 {
+		switch {
+		case own <= 0 || real <= 0:
+			return 0
+		case lower:
+			return own / real
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.2f\t%v\t\n", r.fig.name, r.fig.unit, fmtFigure(r.real), fmtFigure(r.own), ratio, r.cpuPerMsgDaemons)
+		return real / own
+	}
+	for _, r := range rows {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.2f\t%s\t%.2f\t%v\t\n", r.fig.name, r.fig.unit, fmtFigure(r.real), fmtFigure(r.ownD),
+			ratio(r.real, r.ownD, r.fig.lower), fmtFigure(r.own), ratio(r.real, r.own, r.fig.lower), r.cpuPerMsgDaemons)
 	}
 	w.Flush()
-	fmt.Println("(ratio > 1: the real tool through the daemons does better; latency ratios are own/real)")
+	fmt.Println("(ratio > 1: the real tool through the daemons does better; latency ratios are sroce's/real)")
 }
 
 // benchReal runs a real tool pair through the daemons and returns its figure.
@@ -89,12 +95,28 @@ func (d *daemonPair) benchReal(b *testing.B, fig guestFigure, port int) float64 
 	return figureOf(b, fig, cli.Stdout)
 }
 
+// benchOwn runs sroce's own tool pair through the daemons and returns its
+// figure.
+func (d *daemonPair) benchOwn(b *testing.B, fig guestFigure) float64 {
+	return ownFigure(b, fig, "via daemons", func(cmd string, args ...string) (toolOutcome, toolOutcome) {
+		return d.ownPair(b, cmd, args...)
+	})
+}
+
 // benchOwn runs sroce's own tool pair and returns its figure.
 func (v *vethPair) benchOwn(b *testing.B, fig guestFigure) float64 {
+	return ownFigure(b, fig, "in process", func(cmd string, args ...string) (toolOutcome, toolOutcome) {
+		return v.runPair(b, cmd, args...)
+	})
+}
+
+// ownFigure runs sroce's tool for fig's perftest tool with run, and
+// returns the figure the client printed (0 when a side failed).
+func ownFigure(b *testing.B, fig guestFigure, where string, run func(cmd string, args ...string) (srv, cli toolOutcome)) float64 {
 	cmd := strings.ReplaceAll(strings.TrimPrefix(fig.tool, "ib_"), "_", "-")
-	srv, cli := v.runPair(b, cmd, append([]string{"-x", "1"}, strings.Fields(fig.args)...)...)
+	srv, cli := run(cmd, append([]string{"-x", "1"}, strings.Fields(fig.args)...)...)
 	if !srv.OK() || !cli.OK() {
-		b.Logf("sroce %s failed:\nserver: %v\nclient: %v", cmd, srv, cli)
+		b.Logf("sroce %s %s failed:\nserver: %v\nclient: %v", cmd, where, srv, cli)
 		return 0
 	}
 	return figureOf(b, fig, cli.Stdout)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/mr"
-	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/tools/oob"
 	"github.com/sroce/sroce/verbs"
 )
@@ -386,7 +385,7 @@ func (r *bwRun) received(q, slot int, wc *verbs.WC) error {
 // again into the same slot.
 type recvRing struct {
 	pt     *perftest
-	mr     *roce.MR
+	mr     *region
 	slot   int // bytes per slot
 	nslots int // slots per QP
 	size   uint64
@@ -406,11 +405,11 @@ func (pt *perftest) newRecvRing() (*recvRing, error) {
 	r := &recvRing{pt: pt, slot: pt.roundCache(max(msg, 1))}
 	r.nslots = max(1, min(p.RxDepth, maxRecvRing/r.slot))
 	r.next = make([]int, p.NumQPs)
-	mr, err := pt.pd.RegMR(make([]byte, p.NumQPs*r.nslots*r.slot), mr.AccessLocalWrite)
+	m, err := register(pt.h, pt.pd, p.NumQPs*r.nslots*r.slot, mr.AccessLocalWrite)
 	if err != nil {
 		return nil, fmt.Errorf("Couldn't allocate MR: %v", err)
 	}
-	r.mr = mr
+	r.mr = m
 	return r, nil
 }
 

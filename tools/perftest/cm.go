@@ -19,6 +19,7 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/cm"
 	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/rdma"
 	"github.com/sroce/sroce/rdmacm"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/tools/oob"
@@ -105,9 +106,14 @@ func cmEvent(ctx context.Context, ch *rdmacm.EventChannel, want rdmacm.EventType
 	}
 }
 
-// openCM starts the CM on the tool's device.
+// openCM starts the CM on the tool's device. A daemon's device has the
+// daemon's CM, which sroce's tools do not speak to.
 func (pt *perftest) openCM() (*rdmacm.CM, error) {
-	return rdmacm.New(rdmacm.Config{}, pt.port)
+	p := pt.h.port()
+	if p == nil {
+		return nil, fmt.Errorf("%s is the sroce daemon's device: sroce's tools run -R and --rdma_cm only on a device of their own (run the real tool through `sroce run` to use the daemon's RDMA CM)", pt.h.Name())
+	}
+	return rdmacm.New(rdmacm.Config{}, p)
 }
 
 // serverAddr resolves the server operand.
@@ -553,7 +559,7 @@ func (pt *perftest) connectDataCM(ctx context.Context, c *rdmacm.CM, l *cmLink) 
 }
 
 // moveQP moves q to INIT, RTR and RTS with id's attributes.
-func moveQP(id *rdmacm.ID, q *roce.QP) error {
+func moveQP(id *rdmacm.ID, q rdma.QP) error {
 	for _, st := range []verbs.QPState{verbs.QPStateInit, verbs.QPStateRTR, verbs.QPStateRTS} {
 		a, mask, err := id.InitQPAttr(st)
 		if err == nil {

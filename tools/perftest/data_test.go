@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sroce/sroce/rdma"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/memlink"
 	"github.com/sroce/sroce/tools/oob"
@@ -67,10 +68,10 @@ func testPerftest(t *testing.T, test oob.Test, args []string, peer oob.KeyMsg) *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Close() })
-	pt := &perftest{toolRun: &toolRun{dev: dev}, p: p, test: test, verb: test.Verb(), cycle: 4096, cache: 64}
+	pt := &perftest{toolRun: &toolRun{h: &localHCA{Device: rdma.InProcess(dev), dev: dev}}, p: p, test: test, verb: test.Verb(), cycle: 4096, cache: 64}
 	pt.area = pt.roundCache(max(int(p.Size), pt.cycle))
 	pt.buf = make([]byte, 2*pt.area)
-	pt.qps = make([]*roce.QP, 1)
+	pt.qps = make([]rdma.QP, 1)
 	pt.local = []oob.KeyMsg{{QPN: 17, PSN: 0x777, RKey: 0x1000}}
 	pt.fillBuffers()
 	pt.peer = []oob.KeyMsg{peer}

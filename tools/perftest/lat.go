@@ -11,7 +11,6 @@ package perftest
 import (
 	"context"
 	"errors"
-	"runtime"
 	"slices"
 	"time"
 
@@ -295,7 +294,8 @@ func (r *latRun) write() error {
 // awaitByte waits until byte off of the buffer holds want, which the
 // peer's WRITE puts there. The device loop places WRITEs under its lock;
 // syncMemory takes that lock before each look, so the byte is read after
-// whatever the loop has written. It spins for a short while, then backs
+// whatever the loop has written (a daemon's engine writes memory shared
+// with it, which an atomic load reads). It spins for a short while, then backs
 // off to short sleeps, so that a slow peer does not starve the device
 // loops of the processor.
 func (r *latRun) awaitByte(off int, want byte) error {
@@ -304,7 +304,13 @@ func (r *latRun) awaitByte(off int, want byte) error {
 	var last uint64
 	start := time.Now()
 	for spins := 0; ; spins++ {
-		if c := pt.syncMemory(); c != last || spins == 0 {
+		if pt.h.shared() {
+			// The daemon's engine writes the shared buffer while this
+			// process reads it: an atomic load sees its stores.
+			if loadByte(pt.buf, off) == want {
+				return nil
+			}
+		} else if c := pt.syncMemory(); c != last || spins == 0 {
 			last = c
 			if pt.buf[off] == want {
 				return nil
@@ -321,7 +327,7 @@ func (r *latRun) awaitByte(off int, want byte) error {
 		}
 		waited := time.Since(start)
 		if waited < spinFor {
-			runtime.Gosched()
+			pt.h.yield()
 			continue
 		}
 		if err := pt.cq.lost(); err != nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/rdma"
 	"github.com/sroce/sroce/rdmacm"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/tools/oob"
@@ -95,14 +96,14 @@ type perftest struct {
 	cycle    int // negotiated cycle buffer
 	cache    int // negotiated cache line size
 
-	pd    *roce.PD
-	mr    *roce.MR // areas and regions (see the file comment)
+	pd    rdma.PD
+	mr    *region // areas and regions (see the file comment)
 	buf   []byte
 	area  int       // B: bytes of one area or region
 	recv  *recvRing // receive buffers of send tests
-	res   *roce.MR  // atomic results, one 8-byte slot per outstanding op
+	res   *region   // atomic results, one 8-byte slot per outstanding op
 	cq    *completions
-	qps   []*roce.QP
+	qps   []rdma.QP
 	ahs   []*verbs.AH
 	local []oob.KeyMsg
 	peer  []oob.KeyMsg
@@ -319,7 +320,6 @@ func (pt *perftest) run() int {
 		pt.out(oob.ResultLine)
 	}
 	pt.linger(pt.qps)
-	pt.cq.done()
 	if pt.interrupted() != nil {
 		return pt.failErr(context.Cause(pt.ctx))
 	}
@@ -348,7 +348,7 @@ func runErrorf(format string, args ...any) error {
 // pathMTU returns the MTU this side announces: -m, or the port's active
 // MTU, with perftest's messages when -m is not valid or too large.
 func (pt *perftest) pathMTU() verbs.MTU {
-	active := pt.port.ActiveMTU()
+	active := pt.h.activeMTU()
 	if pt.p.MTU == 0 {
 		return active
 	}
@@ -372,7 +372,7 @@ func (pt *perftest) chooseGID() error {
 	if pt.p.GIDGiven {
 		pt.gidIdx = pt.p.GIDIndex
 	} else if pt.gidIdx = pt.bestGIDIndex(); !pt.usableGID(pt.gidIdx) {
-		pt.gidIdx = pt.port.DefaultGIDIndex()
+		pt.gidIdx = pt.h.defaultGIDIndex()
 	}
 	g, err := pt.gid(pt.gidIdx)
 	if err != nil {
@@ -380,7 +380,7 @@ func (pt *perftest) chooseGID() error {
 	}
 	if !pt.usableGID(pt.gidIdx) {
 		return fmt.Errorf("the UDP link of %s is bound to %v, so GID index %d cannot be a source; use -x %d",
-			pt.ifname(), pt.port.LocalAddr(), pt.gidIdx, pt.port.DefaultGIDIndex())
+			pt.ifname(), pt.h.sourceOnly(), pt.gidIdx, pt.h.defaultGIDIndex())
 	}
 	pt.sgid = g
 	return nil
@@ -393,11 +393,11 @@ func (pt *perftest) chooseGID() error {
 // An empty entry reads as the zero GID, which is not IPv4-mapped.
 func (pt *perftest) bestGIDIndex() int {
 	isV4 := func(i int) bool {
-		g, err := pt.dev.QueryGID(i)
+		g, err := pt.h.QueryGID(i)
 		return err == nil && oob.GIDIsIPv4Mapped(g)
 	}
 	best := 0
-	for i := 1; i < pt.dev.QueryPort().GIDTblLen; i++ {
+	for i := 1; i < pt.h.gidTableLen(); i++ {
 		cur, rival := isV4(best), isV4(i)
 		if rival && !cur && !pt.p.IPv6 || !rival && cur && pt.p.IPv6 {
 			best = i
@@ -420,7 +420,7 @@ func (pt *perftest) setOutReads() {
 	if pt.verb != oob.VerbRead && pt.verb != oob.VerbAtomic {
 		return
 	}
-	maxReads := pt.dev.Query().MaxQPRdAtom
+	maxReads := pt.h.maxRdAtomic()
 	switch {
 	case p.OutReads > maxReads:
 		pt.out(oob.ResultLine)
@@ -486,14 +486,13 @@ func (pt *perftest) setup() error {
 	n := p.NumQPs
 	pt.area = pt.roundCache(max(int(p.Size), pt.cycle))
 	var err error
-	if pt.pd, err = pt.dev.AllocPD(); err != nil {
+	if pt.pd, err = pt.h.AllocPD(); err != nil {
 		return fmt.Errorf("Couldn't allocate PD: %v", err)
 	}
 	size := 2 * n * pt.area
 	if p.Conn == oob.UD {
 		size += pt.cache
 	}
-	pt.buf = make([]byte, size)
 	access := mr.AccessLocalWrite
 	switch pt.verb {
 	case oob.VerbWrite:
@@ -503,9 +502,10 @@ func (pt *perftest) setup() error {
 	case oob.VerbAtomic:
 		access |= mr.AccessRemoteAtomic
 	}
-	if pt.mr, err = pt.pd.RegMR(pt.buf, access); err != nil {
+	if pt.mr, err = register(pt.h, pt.pd, size, access); err != nil {
 		return fmt.Errorf("Couldn't allocate MR: %v", err)
 	}
+	pt.buf = pt.mr.Buf()[:size]
 	txDepth, rxDepth := p.TxDepth, 0
 	if pt.receives() {
 		rxDepth = p.RxDepth
@@ -515,7 +515,7 @@ func (pt *perftest) setup() error {
 	}
 	if pt.verb == oob.VerbAtomic {
 		slots := max(txDepth+p.PostList, 1)
-		if pt.res, err = pt.pd.RegMR(make([]byte, 8*slots*n), mr.AccessLocalWrite); err != nil {
+		if pt.res, err = register(pt.h, pt.pd, 8*slots*n, mr.AccessLocalWrite); err != nil {
 			return fmt.Errorf("Couldn't allocate MR: %v", err)
 		}
 	}
@@ -530,7 +530,7 @@ func (pt *perftest) setup() error {
 		typ = verbs.QPTypeUD
 	}
 	for i := 0; i < n; i++ {
-		q, err := pt.pd.CreateQP(&roce.QPInitAttr{Type: typ, SendCQ: pt.cq.cq, RecvCQ: pt.cq.cq,
+		q, err := pt.pd.CreateQP(&rdma.QPInitAttr{Type: typ, SendCQ: pt.cq.cq, RecvCQ: pt.cq.cq,
 			Cap: verbs.QPCap{MaxSendWR: uint32(txDepth + p.PostList), MaxRecvWR: uint32(max(rxDepth, 1)),
 				MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
@@ -719,12 +719,20 @@ func (pt *perftest) qpState() string {
 }
 
 // qpState describes q and the device's recovery counters.
-func (t *toolRun) qpState(q *roce.QP) string {
-	inflight, sq, rq := q.Outstanding()
-	c := t.dev.Counters()
-	return fmt.Sprintf("QP %#06x %v: %d packets unacknowledged, next PSN %#06x, expecting PSN %#06x; %d timeouts, %d packets retransmitted, %d NAKs sent, %d sent, %d received",
-		uint32(q.QPN()), q.State(), inflight, uint32(sq), uint32(rq),
+func (t *toolRun) qpState(q rdma.QP) string {
+	c := t.h.counters()
+	devc := fmt.Sprintf("%d timeouts, %d packets retransmitted, %d NAKs sent, %d sent, %d received",
 		c["timeouts"], c["retransmit_pkts"], c["nak_sent"], c["sent_pkts"], c["rcvd_pkts"])
+	if o, ok := q.(interface {
+		Outstanding() (int32, bth.PSN, bth.PSN)
+	}); ok {
+		inflight, sq, rq := o.Outstanding()
+		return fmt.Sprintf("QP %#06x %v: %d packets unacknowledged, next PSN %#06x, expecting PSN %#06x; %s",
+			uint32(q.QPN()), q.State(), inflight, uint32(sq), uint32(rq), devc)
+	}
+	// A daemon's QP: its state is in the memory shared with the daemon,
+	// the counters are the daemon device's.
+	return fmt.Sprintf("QP %#06x %v; the daemon's %s: %s", uint32(q.QPN()), q.State(), t.h.Name(), devc)
 }
 
 // stallError describes a wait that gave up: no completion within the

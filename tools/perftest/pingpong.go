@@ -21,6 +21,7 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/rdma"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/tools/oob"
 	"github.com/sroce/sroce/verbs"
@@ -99,10 +100,10 @@ type pingpong struct {
 	p      oob.PingpongParams
 	client bool
 
-	pd     *roce.PD
-	mr     *roce.MR
+	pd     rdma.PD
+	mr     *region
 	cq     *completions
-	qp     *roce.QP
+	qp     rdma.QP
 	ah     *verbs.AH
 	gidIdx int
 	mtu    verbs.MTU
@@ -218,8 +219,7 @@ func (pp *pingpong) run() int {
 	}
 	elapsed := time.Since(start)
 	io.WriteString(pp.e.Stdout, oob.PingpongResultLines(p.Size, p.Iters, elapsed))
-	pp.linger([]*roce.QP{pp.qp})
-	pp.cq.done()
+	pp.linger([]rdma.QP{pp.qp})
 	if pp.interrupted() != nil {
 		return pp.failErr(context.Cause(pp.ctx))
 	}
@@ -239,7 +239,7 @@ func (pp *pingpong) setup() error {
 	pp.slot = int(p.Size)
 	if p.UD {
 		pp.slot += oob.UDGRHSpace
-		if mtu := pp.port.PathMTU(); int(p.Size) > mtu {
+		if mtu := pp.h.activeMTU().Bytes(); int(p.Size) > mtu {
 			return fmt.Errorf("Requested size larger than port MTU (%d)", mtu)
 		}
 	} else {
@@ -247,14 +247,14 @@ func (pp *pingpong) setup() error {
 	}
 	pp.gidIdx = p.GIDIndex
 	if pp.gidIdx < 0 {
-		pp.gidIdx = pp.port.DefaultGIDIndex()
+		pp.gidIdx = pp.h.defaultGIDIndex()
 	}
 	if !pp.usableGID(pp.gidIdx) {
 		if _, err := pp.gid(pp.gidIdx); err != nil {
 			return err
 		}
 		return fmt.Errorf("the UDP link of %s is bound to %v, so GID index %d cannot be a source; use -g %d",
-			pp.ifname(), pp.port.LocalAddr(), pp.gidIdx, pp.port.DefaultGIDIndex())
+			pp.ifname(), pp.h.sourceOnly(), pp.gidIdx, pp.h.defaultGIDIndex())
 	}
 	// The server receives into and sends from one buffer, so that it
 	// echoes what came in, as the tools do. The client keeps what it
@@ -264,16 +264,15 @@ func (pp *pingpong) setup() error {
 		pp.recvOff = pp.slot
 		size = 2 * pp.slot
 	}
-	buf := make([]byte, max(size, 1))
-	for i := range buf {
-		buf[i] = 0x7b
-	}
 	var err error
-	if pp.pd, err = pp.dev.AllocPD(); err != nil {
+	if pp.pd, err = pp.h.AllocPD(); err != nil {
 		return fmt.Errorf("Couldn't allocate PD: %v", err)
 	}
-	if pp.mr, err = pp.pd.RegMR(buf, mr.AccessLocalWrite); err != nil {
+	if pp.mr, err = register(pp.h, pp.pd, max(size, 1), mr.AccessLocalWrite); err != nil {
 		return fmt.Errorf("Couldn't register MR: %v", err)
+	}
+	for i := range pp.mr.Buf() {
+		pp.mr.Buf()[i] = 0x7b
 	}
 	if pp.cq, err = pp.newCompletions(int(p.RxDepth)+1, p.Events); err != nil {
 		return err
@@ -282,7 +281,7 @@ func (pp *pingpong) setup() error {
 	if p.UD {
 		typ = verbs.QPTypeUD
 	}
-	pp.qp, err = pp.pd.CreateQP(&roce.QPInitAttr{Type: typ, SendCQ: pp.cq.cq, RecvCQ: pp.cq.cq, SigAll: true,
+	pp.qp, err = pp.pd.CreateQP(&rdma.QPInitAttr{Type: typ, SendCQ: pp.cq.cq, RecvCQ: pp.cq.cq, SigAll: true,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: p.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return fmt.Errorf("Couldn't create QP: %v", err)

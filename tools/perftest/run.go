@@ -1,7 +1,8 @@
 package perftest
 
 // Plumbing shared by the pingpong and perftest commands: the device named
-// by -d opened on its network interface (package roce/iface), the source
+// by -d on its network interface (a sroce daemon's when one serves the
+// interface, else one opened in the tool's process; see hca.go), the source
 // GID, completion waits bounded by a stall limit, and failures reported in
 // one sentence.
 
@@ -12,12 +13,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/rdma"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/tools/device"
@@ -67,8 +68,7 @@ const (
 type toolRun struct {
 	e     *env
 	name  string // the subcommand, e.g. "write-bw"
-	port  *iface.Port
-	dev   *roce.Device
+	h     hca
 	stall time.Duration
 	steps oob.Timeouts
 
@@ -80,7 +80,7 @@ type toolRun struct {
 	phase string
 	// watch is the QP whose state a failed wait describes (nil before
 	// the QPs exist).
-	watch *roce.QP
+	watch rdma.QP
 }
 
 // newToolRun returns a run of the command name that prints to e, with the
@@ -216,12 +216,8 @@ func (t *toolRun) open(ctx context.Context, spec, peer string, queues int) error
 	t.waitingFor("opening the device on %s", d.Ifname)
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
-	port, err := device.Open(ctx, d, mode)
-	if err != nil {
-		return err
-	}
-	t.port, t.dev = port, port.Device()
-	return nil
+	t.h, err = openHCA(d.Ifname, func() (*iface.Port, error) { return device.Open(ctx, d, mode) })
+	return err
 }
 
 // Bounds of linger.
@@ -239,14 +235,14 @@ const (
 // is RC's TIME_WAIT. The quiet period is twice the longest retransmit
 // timeout of the RC QPs (the tools give both sides the same), at least
 // minQuiet; the whole wait is bounded by maxLinger.
-func (t *toolRun) linger(qps []*roce.QP) {
+func (t *toolRun) linger(qps []rdma.QP) {
 	var longest time.Duration
 	for _, q := range qps {
 		if q == nil || q.Type() != verbs.QPTypeRC {
 			continue
 		}
-		attr, _ := q.Query()
-		if attr.Timeout == 0 {
+		attr, err := q.Query()
+		if err != nil || attr.Timeout == 0 {
 			continue
 		}
 		longest = max(longest, time.Duration(4096<<min(attr.Timeout, 31))*time.Nanosecond)
@@ -257,12 +253,12 @@ func (t *toolRun) linger(qps []*roce.QP) {
 	quiet := max(2*longest, minQuiet)
 	end := time.Now().Add(maxLinger)
 	tick := min(quiet/4, 10*time.Millisecond)
-	last := t.dev.Counter(verbs.CntRcvdPkts)
+	last := t.h.received()
 	calm := time.Now()
 	t.waitingFor("answering the peer's last packets after the run")
 	for now := time.Now(); now.Before(end) && now.Sub(calm) < quiet && t.ctx.Err() == nil; now = time.Now() {
 		time.Sleep(tick)
-		if c := t.dev.Counter(verbs.CntRcvdPkts); c != last {
+		if c := t.h.received(); c != last {
 			last, calm = c, time.Now()
 		}
 	}
@@ -270,22 +266,22 @@ func (t *toolRun) linger(qps []*roce.QP) {
 
 // close releases the device.
 func (t *toolRun) close() {
-	if t.port != nil {
-		t.port.Close()
+	if t.h != nil {
+		t.h.Close()
 	}
 }
 
 // ifname returns the interface the device runs on.
-func (t *toolRun) ifname() string { return t.port.Ifname() }
+func (t *toolRun) ifname() string { return t.h.ifname() }
 
 // usableGID reports whether GID index i exists and can be a source on
 // this port (on the UDP link only the bound address can).
 func (t *toolRun) usableGID(i int) bool {
-	g, err := t.port.GID(i)
+	g, err := t.h.gid(i)
 	if err != nil {
 		return false
 	}
-	if t.port.UDPLink() != nil && g.Addr().Unmap() != t.port.LocalAddr() {
+	if src := t.h.sourceOnly(); src.IsValid() && g.Addr().Unmap() != src {
 		return false
 	}
 	return true
@@ -296,7 +292,7 @@ func (t *toolRun) gid(i int) (bth.GID, error) {
 	if i < 0 || i >= roce.GIDTableLen {
 		return bth.GID{}, fmt.Errorf("GID index %d is out of range (0..%d)", i, roce.GIDTableLen-1)
 	}
-	return t.port.GID(i)
+	return t.h.gid(i)
 }
 
 // ahAttr returns the path from GID index sgid to the peer's GID.
@@ -306,7 +302,7 @@ func (t *toolRun) ahAttr(ctx context.Context, dgid bth.GID, sgid int) (verbs.AHA
 	}
 	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 	defer cancel()
-	return t.port.AHAttr(ctx, dgid, sgid)
+	return t.h.ahAttr(ctx, dgid, sgid)
 }
 
 // randomPSN returns a random initial packet sequence number, as the tools
@@ -318,41 +314,33 @@ var errStall = errors.New("no completion arrived")
 
 // completions waits for work completions of one CQ, by polling or, with
 // events, on its completion channel, and gives up after the stall limit
-// without a completion, when the port is lost or when the run's context
+// without a completion, when the device is lost or when the run's context
 // is cancelled (by a signal: the error is then its cause).
 type completions struct {
-	spin   bool // poll busily instead of blocking (inline devices)
-	ctx    context.Context
-	cq     *roce.CQ
-	ch     *roce.CompChannel // nil without events
-	stall  time.Duration
-	port   *iface.Port
-	buf    []verbs.WC
-	unacks int // events taken and not yet acknowledged
+	spin  bool // poll busily instead of blocking (inline devices)
+	ctx   context.Context
+	cq    rdma.CQ
+	stall time.Duration
+	h     hca
+	buf   []verbs.WC
 }
 
 // newCompletions creates a CQ of n entries on dev, with a completion
 // channel when events is set, and its waiter.
 func (t *toolRun) newCompletions(n int, events bool) (*completions, error) {
-	c := &completions{ctx: t.ctx, stall: t.stall, port: t.port, buf: make([]verbs.WC, 64)}
+	c := &completions{ctx: t.ctx, stall: t.stall, h: t.h, buf: make([]verbs.WC, 64)}
+	// Without events perftest polls its CQ busily; see hca.spins for
+	// where sroce's tools do.
+	c.spin = !events && t.h.spins()
+	create := t.h.CreateCQ
 	if events {
-		c.ch = t.dev.CreateCompChannel()
+		create = t.h.CreateEventCQ
 	}
-	// Without events perftest polls its CQ busily. On an inline device
-	// every poll runs the engine, so polling is how this goroutine
-	// receives; on the others it would only take the processor from the
-	// loop, so it blocks instead.
-	c.spin = !events && t.dev.Engine() == roce.EngineInline
-	cq, err := t.dev.CreateCQ(min(n, roce.MaxCQE), c.ch)
+	cq, err := create(min(n, roce.MaxCQE))
 	if err != nil {
 		return nil, fmt.Errorf("cannot create a CQ of %d entries: %v", n, err)
 	}
 	c.cq = cq
-	if events {
-		if err := cq.ReqNotify(false); err != nil {
-			return nil, fmt.Errorf("cannot request CQ notification: %v", err)
-		}
-	}
 	return c, nil
 }
 
@@ -396,27 +384,6 @@ func (c *completions) waitUntil(end time.Time) ([]verbs.WC, error) {
 		if !end.IsZero() {
 			slice = max(min(slice, time.Until(end)), time.Millisecond)
 		}
-		if c.ch != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), slice)
-			_, err := c.ch.GetEvent(ctx)
-			cancel()
-			if err == nil {
-				c.unacks++
-				if c.unacks >= 64 {
-					c.ch.AckEvents(c.cq, c.unacks)
-					c.unacks = 0
-				}
-				if err := c.cq.ReqNotify(false); err != nil {
-					return nil, fmt.Errorf("cannot request CQ notification: %v", err)
-				}
-			} else if !errors.Is(err, context.DeadlineExceeded) {
-				return nil, fmt.Errorf("waiting for a completion event: %v", err)
-			}
-			if wcs := c.poll(); len(wcs) > 0 {
-				return wcs, nil
-			}
-			continue
-		}
 		n, err := c.cq.WaitTimeout(c.buf, slice)
 		if n > 0 {
 			return c.buf[:n], nil
@@ -452,45 +419,23 @@ func (c *completions) spinUntil(end time.Time) ([]verbs.WC, error) {
 		if now.After(deadline) {
 			return nil, errStall
 		}
-		runtime.Gosched()
+		c.h.yield()
 	}
 }
 
-// lost returns why the port became unusable, or nil.
+// lost returns why the device became unusable, or nil.
 func (c *completions) lost() error {
-	if c.port == nil {
+	if c.h == nil {
 		return nil
 	}
-	select {
-	case <-c.port.Lost():
-		if err := c.port.Err(); err != nil {
-			return err
-		}
-		return errors.New("the device was closed")
-	default:
-		return nil
-	}
+	return c.h.lost()
 }
 
-// done acknowledges the events taken, as the tools do before destroying
-// the CQ.
-func (c *completions) done() {
-	if c.ch != nil && c.unacks > 0 {
-		c.ch.AckEvents(c.cq, c.unacks)
-		c.unacks = 0
-	}
-}
-
-// syncMemory orders this goroutine after every packet the device loop has
-// processed so far: the loop places remote WRITEs, READ responses and
-// atomics in MR memory while it holds the device lock, which Counter takes
-// too. Memory read after syncMemory holds what those packets wrote. On an
-// inline device it first runs the loop (Progress): nothing else receives
-// while this goroutine watches memory.
-func (t *toolRun) syncMemory() uint64 {
-	t.dev.Progress()
-	return t.dev.Counter(verbs.CntRcvdPkts)
-}
+// syncMemory orders this goroutine after every packet the device has
+// processed so far and returns how many it received: memory read after
+// syncMemory holds what those packets wrote (remote WRITEs, READ
+// responses, atomics). See hca.received.
+func (t *toolRun) syncMemory() uint64 { return t.h.received() }
 
 // statusText describes a work completion status as perftest's error
 // messages do: "status 12 (transport retry counter exceeded)".

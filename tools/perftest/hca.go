@@ -1,0 +1,310 @@
+package perftest
+
+// The device a tool's verbs go to: a sroce device the tool opens in its
+// own process on the interface, or, when a sroce daemon serves that
+// interface, the daemon's device (the daemon holds the interface's AF_XDP
+// queue or UDP port, so a device of the tool's own could not open there).
+// Both are reached through package rdma; hca adds what the tools need of
+// the port around the verbs.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/client"
+	"github.com/sroce/sroce/daemon"
+	"github.com/sroce/sroce/daemon/ctl"
+	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/rdma"
+	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/roce/iface"
+	"github.com/sroce/sroce/verbs"
+	"golang.org/x/sys/unix"
+)
+
+// hca is the device of a tool run.
+type hca interface {
+	rdma.Device
+	// ifname returns the interface the device runs on.
+	ifname() string
+	// activeMTU returns the port's active MTU.
+	activeMTU() verbs.MTU
+	// gid returns the GID at index i, with an error naming the valid
+	// indexes when it is empty.
+	gid(i int) (bth.GID, error)
+	// gidTableLen returns the length of the port's GID table.
+	gidTableLen() int
+	// defaultGIDIndex is the GID index a tool takes when none is given.
+	defaultGIDIndex() int
+	// sourceOnly returns the one address the link can send from (the UDP
+	// link of a device in process), or an invalid address.
+	sourceOnly() netip.Addr
+	// maxRdAtomic returns the device's max_qp_rd_atom.
+	maxRdAtomic() int
+	// ahAttr returns the path from GID index sgid to dgid.
+	ahAttr(ctx context.Context, dgid bth.GID, sgid int) (verbs.AHAttr, error)
+	// counters returns the device's counters by rxe's names.
+	counters() map[string]uint64
+	// received returns the packets the device received since the run
+	// opened it, after every one of them has been placed in memory.
+	received() uint64
+	// shared reports whether registered memory is shared with another
+	// process (the daemon's engine), which places remote WRITEs in it
+	// while this process reads.
+	shared() bool
+	// spins reports whether a tool waiting for completions polls its CQ
+	// busily, as perftest does: on an inline device in process (each poll
+	// runs the engine) and on a daemon's (the engine runs in the daemon,
+	// and a poll reads the shared ring without a system call). The
+	// engine of a device in process runs in goroutines of the tool,
+	// which polling would only take the processor from.
+	spins() bool
+	// yield gives the processor away between polls: to the tool's other
+	// goroutines in process, to other threads (the daemon's) otherwise.
+	yield()
+	// lost returns why the device became unusable, or nil.
+	lost() error
+	// port returns the device in process, or nil for a daemon's.
+	port() *iface.Port
+}
+
+// openHCA opens the device of interface ifname: the daemon's when a sroce
+// daemon at its usual socket (SROCE_SOCKET) serves it, else one in
+// process with open.
+func openHCA(ifname string, open func() (*iface.Port, error)) (hca, error) {
+	socket := daemon.DefaultSocket()
+	if x, err := client.Open(socket, "sroce_"+ifname); err == nil {
+		return newDaemonHCA(x, socket, ifname)
+	}
+	p, err := open()
+	if err != nil {
+		return nil, err
+	}
+	return &localHCA{Device: rdma.InProcess(p.Device()), p: p, dev: p.Device()}, nil
+}
+
+// --- in process ------------------------------------------------------
+
+type localHCA struct {
+	rdma.Device
+	p   *iface.Port
+	dev *roce.Device
+}
+
+func (h *localHCA) ifname() string              { return h.p.Ifname() }
+func (h *localHCA) activeMTU() verbs.MTU        { return h.p.ActiveMTU() }
+func (h *localHCA) gid(i int) (bth.GID, error)  { return h.p.GID(i) }
+func (h *localHCA) gidTableLen() int            { return h.dev.QueryPort().GIDTblLen }
+func (h *localHCA) defaultGIDIndex() int        { return h.p.DefaultGIDIndex() }
+func (h *localHCA) maxRdAtomic() int            { return h.dev.Query().MaxQPRdAtom }
+func (h *localHCA) counters() map[string]uint64 { return h.dev.Counters() }
+func (h *localHCA) shared() bool                { return false }
+func (h *localHCA) spins() bool                 { return h.dev.Engine() == roce.EngineInline }
+func (h *localHCA) port() *iface.Port           { return h.p }
+func (h *localHCA) yield()                      { runtime.Gosched() }
+func (h *localHCA) Close() error                { return h.p.Close() }
+func (h *localHCA) sourceOnly() netip.Addr {
+	if h.p.UDPLink() == nil {
+		return netip.Addr{}
+	}
+	return h.p.LocalAddr()
+}
+
+func (h *localHCA) ahAttr(ctx context.Context, dgid bth.GID, sgid int) (verbs.AHAttr, error) {
+	return h.p.AHAttr(ctx, dgid, sgid)
+}
+
+// received runs an inline engine first (nothing else receives while the
+// tool watches memory); the engine places remote WRITEs, READ responses
+// and atomics in MR memory under the device lock, which Counter takes, so
+// memory read afterwards holds what those packets wrote.
+func (h *localHCA) received() uint64 {
+	h.dev.Progress()
+	return h.dev.Counter(verbs.CntRcvdPkts)
+}
+
+func (h *localHCA) lost() error {
+	select {
+	case <-h.p.Lost():
+		if err := h.p.Err(); err != nil {
+			return err
+		}
+		return errors.New("the device was closed")
+	default:
+		return nil
+	}
+}
+
+// --- a daemon's device -----------------------------------------------
+
+type daemonHCA struct {
+	rdma.Device
+	x      *client.Context
+	socket string
+	name   string
+	ifn    string
+	port0  ctl.PortAttr
+	dev    ctl.DeviceAttr
+	rcvd0  uint64 // the device's received packets when the run opened it
+	gone   atomic.Pointer[error]
+}
+
+func newDaemonHCA(x *client.Context, socket, ifname string) (hca, error) {
+	h := &daemonHCA{x: x, socket: socket, name: x.Info.Name, ifn: ifname}
+	var err error
+	if h.port0, err = x.QueryPort(); err == nil {
+		h.dev, err = x.QueryDevice()
+	}
+	if err != nil {
+		x.Close()
+		return nil, fmt.Errorf("querying %s of the sroce daemon at %s: %v", h.name, socket, err)
+	}
+	dev, err := rdma.DaemonContext(x)
+	if err != nil {
+		x.Close()
+		return nil, err
+	}
+	h.Device = dev
+	h.rcvd0 = h.counters()["rcvd_pkts"]
+	return h, nil
+}
+
+func (h *daemonHCA) ifname() string         { return h.ifn }
+func (h *daemonHCA) activeMTU() verbs.MTU   { return verbs.MTU(h.port0.ActiveMTU) }
+func (h *daemonHCA) gidTableLen() int       { return int(h.port0.GIDTblLen) }
+func (h *daemonHCA) maxRdAtomic() int       { return int(h.dev.MaxQPRdAtom) }
+func (h *daemonHCA) sourceOnly() netip.Addr { return netip.Addr{} }
+func (h *daemonHCA) shared() bool           { return true }
+func (h *daemonHCA) spins() bool            { return true }
+func (h *daemonHCA) yield()                 { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+func (h *daemonHCA) port() *iface.Port      { return nil }
+
+func (h *daemonHCA) gid(i int) (bth.GID, error) {
+	g, err := h.x.QueryGID(i)
+	if err == nil && !g.IsZero() {
+		return g, nil
+	}
+	var valid []int
+	for j := 0; j < h.gidTableLen(); j++ {
+		if g, err := h.x.QueryGID(j); err == nil && !g.IsZero() {
+			valid = append(valid, j)
+		}
+	}
+	return bth.GID{}, fmt.Errorf("GID index %d is empty on %s of the sroce daemon (valid indexes: %v)", i, h.name, valid)
+}
+
+// defaultGIDIndex is the first IPv4 GID, else the first IPv6 GID that is
+// not the link-local default, else 0, as for a device in process.
+func (h *daemonHCA) defaultGIDIndex() int {
+	other := -1
+	for i := 0; i < h.gidTableLen(); i++ {
+		g, err := h.x.QueryGID(i)
+		if err != nil || g.IsZero() {
+			continue
+		}
+		if g.IsIPv4() {
+			return i
+		}
+		if other < 0 && !g.Addr().IsLinkLocalUnicast() {
+			other = i
+		}
+	}
+	return max(other, 0)
+}
+
+// ahAttr leaves the destination MAC to the daemon, which resolves it
+// when the QP moves to RTR or the AH is created, as rdma-core's providers
+// leave it to the kernel.
+func (h *daemonHCA) ahAttr(ctx context.Context, dgid bth.GID, sgid int) (verbs.AHAttr, error) {
+	if _, err := h.gid(sgid); err != nil {
+		return verbs.AHAttr{}, err
+	}
+	if dgid.IsZero() {
+		return verbs.AHAttr{}, errors.New("the destination GID is zero")
+	}
+	return verbs.AHAttr{DGID: dgid, SGIDIndex: uint8(sgid)}, nil
+}
+
+// counters asks the daemon; an answer that does not come leaves them
+// empty.
+func (h *daemonHCA) counters() map[string]uint64 {
+	out := map[string]uint64{}
+	st, err := h.x.Stats()
+	if err != nil {
+		h.gone.CompareAndSwap(nil, &err)
+		return out
+	}
+	for _, c := range st.Engine {
+		out[c.Name] = c.Value
+	}
+	return out
+}
+
+// received reads the daemon's counter; the fence orders this process's
+// later reads of shared memory after it.
+func (h *daemonHCA) received() uint64 {
+	n := h.counters()["rcvd_pkts"]
+	fence()
+	if n < h.rcvd0 {
+		return 0
+	}
+	return n - h.rcvd0
+}
+
+func (h *daemonHCA) lost() error {
+	if e := h.gone.Load(); e != nil {
+		return fmt.Errorf("the sroce daemon at %s no longer answers: %w", h.socket, *e)
+	}
+	return nil
+}
+
+// fenceWord is what fence swaps.
+var fenceWord uint32
+
+// fence is a full memory barrier (an atomic read-modify-write), after
+// which loads of memory another process wrote see what it wrote before.
+func fence() { atomic.AddUint32(&fenceWord, 1) }
+
+// loadByte reads b[i] of memory another process writes, atomically with
+// the aligned word around it (which lies in the same page: the daemon's
+// buffers are whole pages).
+func loadByte(b []byte, i int) byte {
+	p := unsafe.Pointer(&b[i])
+	off := uintptr(p) & 3
+	w := (*uint32)(unsafe.Add(p, -int(off)))
+	return byte(atomic.LoadUint32(w) >> (8 * off)) // little-endian, as sroce's platforms are
+}
+
+// region is a registered buffer of the tool.
+type region struct {
+	rdma.MR
+	buf []byte
+}
+
+// register allocates n bytes the device can reach (a daemon's: memory
+// shared with it) and registers them with access.
+func register(h hca, pd rdma.PD, n int, access mr.Access) (*region, error) {
+	buf, err := h.Alloc(max(n, 1))
+	if err != nil {
+		return nil, err
+	}
+	m, err := pd.RegMR(buf, access)
+	if err != nil {
+		return nil, err
+	}
+	return &region{MR: m, buf: buf}, nil
+}
+
+// Buf returns the registered memory.
+func (r *region) Buf() []byte { return r.buf }
+
+// SGE returns the scatter/gather element for n bytes at offset off.
+func (r *region) SGE(off, n int) mr.SGE {
+	return mr.SGE{Addr: r.Addr() + uint64(off), Length: uint32(n), LKey: r.LKey()}
+}
