@@ -43,11 +43,18 @@ static void cqe_to_wc(const struct sroce_cqe *e, struct ibv_wc *wc)
 /*
  * The device is software: the daemon that produces completions needs a
  * CPU, and a program polling an empty CQ in a loop can take the one it
- * would run on. After SROCE_EMPTY_POLLS empty polls in a row, each further
- * empty poll yields the CPU (sched_yield returns at once when no other
- * thread waits for it).
+ * would run on. Every SROCE_EMPTY_POLLS-th empty poll in a row yields the
+ * CPU (sched_yield returns at once when no other thread waits for it);
+ * the polls between cost no system call, so a completion that comes while
+ * the program polls is seen at once.
  */
 #define SROCE_EMPTY_POLLS 64
+
+/* empty_poll counts an empty poll of cq and says whether to yield. */
+static int empty_poll(struct sroce_cq *cq)
+{
+	return ++cq->empty_polls % SROCE_EMPTY_POLLS == 0;
+}
 
 int sroce_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 {
@@ -63,7 +70,7 @@ int sroce_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	}
 	if (i > 0 || n <= 0)
 		cq->empty_polls = 0;
-	else if (++cq->empty_polls > SROCE_EMPTY_POLLS)
+	else if (empty_poll(cq))
 		i = -1;
 	pthread_spin_unlock(&cq->lock);
 	if (i < 0) {
@@ -107,7 +114,7 @@ static int cqx_start_poll(struct ibv_cq_ex *ex, struct ibv_poll_cq_attr *attr)
 	pthread_spin_lock(&cq->lock);
 	int err = cqx_load(cq);
 	if (err) {
-		int yield = ++cq->empty_polls > SROCE_EMPTY_POLLS;
+		int yield = empty_poll(cq);
 		pthread_spin_unlock(&cq->lock);
 		if (yield)
 			sched_yield();

@@ -7,11 +7,12 @@ package netns
 // built the same way, over AF_XDP, in the same run, with the daemons' CPU
 // time per message of the real tools.
 //
-//	go test -run '^$' -bench ShimTable -benchtime 1x ./tests/netns
+//	go test -run '^$' -bench ShimTable -benchtime 5x ./tests/netns
 
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,43 +47,69 @@ func BenchmarkShimTable(b *testing.B) {
 	// AF_XDP queue themselves). The figures alternate between the two.
 	d := startDaemons(b, "xdp", false)
 	v := newVethPair(b, nil)
+	// Each round runs every figure once, each way in turn; the table shows
+	// the median of the rounds (-benchtime Nx: N rounds) and the range of
+	// the per-round ratios, which shows how much this shared machine moved.
 	type row struct {
-		fig              guestFigure
-		real, ownD, own  float64
-		cpuPerMsgDaemons time.Duration
-		msgs             int
+		fig                guestFigure
+		real, ownD, own    []float64
+		cpuDaemons         []time.Duration // per message, of the real tool's run
+		ratioD, ratioLocal []float64
 	}
-	var rows []row
-	for i, fig := range shimFigures {
-		r := row{fig: fig}
-		n, _ := strconv.Atoi(strings.Fields(fig.args)[3])
-		r.msgs = n
-		for iter := 0; iter < b.N; iter++ {
+	rows := make([]row, len(shimFigures))
+	for iter := 0; iter < b.N; iter++ {
+		for i, fig := range shimFigures {
+			r := &rows[i]
+			r.fig = fig
+			n, _ := strconv.Atoi(strings.Fields(fig.args)[3])
 			cpu0 := d.daemonCPU(0) + d.daemonCPU(1)
-			r.real = d.benchReal(b, fig, 19515+i)
-			r.cpuPerMsgDaemons = (d.daemonCPU(0) + d.daemonCPU(1) - cpu0) / time.Duration(n)
-			r.ownD = d.benchOwn(b, fig)
-			r.own = v.benchOwn(b, fig)
+			real := d.benchReal(b, fig, 19515+i)
+			r.cpuDaemons = append(r.cpuDaemons, (d.daemonCPU(0)+d.daemonCPU(1)-cpu0)/time.Duration(n))
+			ownD := d.benchOwn(b, fig)
+			own := v.benchOwn(b, fig)
+			r.real, r.ownD, r.own = append(r.real, real), append(r.ownD, ownD), append(r.own, own)
+			r.ratioD = append(r.ratioD, shimRatio(real, ownD, fig.lower))
+			r.ratioLocal = append(r.ratioLocal, shimRatio(real, own, fig.lower))
 		}
-		rows = append(rows, r)
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "figure\tunit\treal tool via daemons\tsroce's tool via daemons\treal / sroce's\tsroce's tool in process\treal / in process\tdaemons' CPU per message\t\n")
-	ratio := func(real, own float64, lower bool) float64 {
-		switch {
-		case own <= 0 || real <= 0:
-			return 0
-		case lower:
-			return own / real
-		}
-		return real / own
-	}
+	fmt.Fprintf(w, "figure\tunit\treal tool via daemons\tsroce's tool via daemons\treal / sroce's (rounds)\tsroce's tool in process\treal / in process (rounds)\tdaemons' CPU per message\t\n")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.2f\t%s\t%.2f\t%v\t\n", r.fig.name, r.fig.unit, fmtFigure(r.real), fmtFigure(r.ownD),
-			ratio(r.real, r.ownD, r.fig.lower), fmtFigure(r.own), ratio(r.real, r.own, r.fig.lower), r.cpuPerMsgDaemons)
+		real, ownD, own := median(r.real), median(r.ownD), median(r.own)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.2f (%s)\t%s\t%.2f (%s)\t%v\t\n", r.fig.name, r.fig.unit, fmtFigure(real), fmtFigure(ownD),
+			shimRatio(real, ownD, r.fig.lower), spread(r.ratioD), fmtFigure(own), shimRatio(real, own, r.fig.lower), spread(r.ratioLocal),
+			medianDuration(r.cpuDaemons))
 	}
 	w.Flush()
-	fmt.Println("(ratio > 1: the real tool through the daemons does better; latency ratios are sroce's/real)")
+	fmt.Printf("(%d rounds, medians; ratio > 1: the real tool through the daemons does better; latency ratios are sroce's/real)\n", b.N)
+}
+
+// shimRatio is real over own, or own over real for a latency (lower).
+func shimRatio(real, own float64, lower bool) float64 {
+	switch {
+	case own <= 0 || real <= 0:
+		return 0
+	case lower:
+		return own / real
+	}
+	return real / own
+}
+
+// medianDuration is median for durations.
+func medianDuration(ds []time.Duration) time.Duration {
+	vs := make([]float64, len(ds))
+	for i, d := range ds {
+		vs[i] = float64(d)
+	}
+	return time.Duration(median(vs)).Round(100 * time.Nanosecond)
+}
+
+// spread prints the range of ratios as "0.85-1.18".
+func spread(vs []float64) string {
+	if len(vs) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f-%.2f", slices.Min(vs), slices.Max(vs))
 }
 
 // benchReal runs a real tool pair through the daemons and returns its figure.
