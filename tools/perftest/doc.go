@@ -10,9 +10,10 @@
 // the order perftest 4.5 does it (see cm.go), so that the real
 // `ib_write_bw -R` can be either side.
 //
-// A run opens the device named by -d (package device), prints what the
-// tool prints to the writers it is given and returns the tool's exit
-// status. Every wait of a run is bounded, by the environment variables
+// A run opens the device named by -d (package device): the device of the
+// sroce daemon that serves that interface, if one does, else one in the
+// tool's process (hca.go); it prints what the tool prints to the writers
+// it is given and returns the tool's exit status. Every wait of a run is bounded, by the environment variables
 // SROCE_STALL_TIMEOUT, SROCE_EXCHANGE_TIMEOUT and SROCE_ACCEPT_TIMEOUT or
 // their defaults, and SIGINT and SIGTERM end it with one sentence on what
 // it was waiting for.
