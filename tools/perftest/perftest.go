@@ -49,7 +49,9 @@ sroce device: the same options, defaults, output and TCP exchange (port
 18515), so that either side can be the real tool.
 
 -d names the network interface to run on (IF, or IF@ADDR to bind the UDP
-link to one address of the interface, e.g. lo@127.0.0.2). -x picks the GID
+link to one address of the interface, e.g. lo@127.0.0.2); when a sroce
+daemon (SROCE_SOCKET, or its usual socket) serves it, the tool runs on the
+daemon's device. -x picks the GID
 index as on rdma_rxe (0 is the link-local IPv6 GID, 1 usually the IPv4
 address); without it sroce picks the index perftest would: the first IPv4
 GID, or with --ipv6 the first IPv6 one.

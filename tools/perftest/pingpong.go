@@ -40,7 +40,8 @@ host to connect to it.
 -d names the network interface to run on (IF, or IF@ADDR to bind the UDP
 link to one address of the interface, e.g. lo@127.0.0.2); without -d a
 client uses the interface of its route to the server and a server the first
-interface that is up. -g picks the local GID index as on rdma_rxe (0 is the
+interface that is up; when a sroce daemon (SROCE_SOCKET, or its usual
+socket) serves it, the tool runs on the daemon's device. -g picks the local GID index as on rdma_rxe (0 is the
 link-local IPv6 GID, 1 usually the IPv4 address); without -g sroce uses the
 interface's first IPv4 GID, where the real tools would fail on RoCE.
 -c makes the client check every byte it gets back.
