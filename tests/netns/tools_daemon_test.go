@@ -105,3 +105,44 @@ func TestOwnToolsDaemonRDMACM(t *testing.T) {
 		t.Errorf("write-bw -R on the daemon's device: want exit 1 and %q, got %v", want, o)
 	}
 }
+
+// TestOwnToolDaemonKilled kills the client's daemon in the middle of a
+// run: the client ends within seconds, saying the daemon went away,
+// instead of waiting out its stall limit.
+func TestOwnToolDaemonKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the killed daemon in -short mode")
+	}
+	d := startDaemons(t, "xdp", false)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	env := []string{"SROCE_LINK=xdp", "SROCE_STALL_TIMEOUT=10s"}
+	args := []string{"write-bw", "-x", "1", "-s", "65536", "-D", "60"}
+	s := d.runIn(t, ctx, true, false, env, d.bin, append(append([]string{}, args...), "-d", d.pair.Veth.NameA)...)
+	if err := listening(ctx, d.pair.A, s, 18515); err != nil {
+		t.Fatal(err)
+	}
+	rcvd := d.received(t, 0)
+	c := d.runIn(t, ctx, false, false, env, d.bin, append(args, "-d", d.pair.Veth.NameB, d.pair.Veth.AddrA[0].Addr().String())...)
+	if err := waitFor(ctx, "the WRITEs to flow", func() (bool, error) {
+		if c.exited() {
+			return false, fmt.Errorf("the client ended:\n%v", c.wait(ctx))
+		}
+		return d.received(t, 0)-rcvd > 1000, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d.procs[1].cmd.Process.Kill()
+	killed := time.Now()
+	o := c.wait(ctx)
+	took := time.Since(killed)
+	want := fmt.Sprintf("serves %s no longer", d.devs[1])
+	if o.Exit != 1 || !strings.Contains(o.Stderr, want) {
+		t.Errorf("client after its daemon was killed: want exit 1 and %q, got %v", want, o)
+	}
+	if took > 8*time.Second {
+		t.Errorf("the client took %v to notice its daemon was gone (its stall limit is 10s)", took.Round(time.Millisecond))
+	}
+	t.Logf("the client ended %v after its daemon was killed: %s", took.Round(time.Millisecond), strings.TrimSpace(o.Stderr))
+	s.cmd.Process.Kill()
+}

@@ -11,9 +11,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
+	"os"
 	"runtime"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/sroce/sroce/bth"
@@ -145,14 +148,15 @@ func (h *localHCA) lost() error {
 
 type daemonHCA struct {
 	rdma.Device
-	x      *client.Context
-	socket string
-	name   string
-	ifn    string
-	port0  ctl.PortAttr
-	dev    ctl.DeviceAttr
-	rcvd0  uint64 // the device's received packets when the run opened it
-	gone   atomic.Pointer[error]
+	x       *client.Context
+	socket  string
+	name    string
+	ifn     string
+	port0   ctl.PortAttr
+	dev     ctl.DeviceAttr
+	rcvd0   uint64 // the device's received packets when the run opened it
+	gone    atomic.Pointer[error]
+	closing atomic.Bool
 }
 
 func newDaemonHCA(x *client.Context, socket, ifname string) (hca, error) {
@@ -172,7 +176,41 @@ func newDaemonHCA(x *client.Context, socket, ifname string) (hca, error) {
 	}
 	h.Device = dev
 	h.rcvd0 = h.counters()["rcvd_pkts"]
+	go h.watch()
 	return h, nil
+}
+
+// watch reads the context's asynchronous events until the daemon goes
+// away or reports the device lost, and then marks the device lost, so that
+// a run waiting for completions ends at once rather than at its stall
+// limit. The tools act on no other asynchronous event.
+func (h *daemonHCA) watch() {
+	for {
+		ev, err := h.x.AsyncEvent(time.Minute)
+		if h.closing.Load() {
+			return
+		}
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+		case errors.Is(err, io.EOF):
+			err = errors.New("it closed the connection")
+			h.gone.CompareAndSwap(nil, &err)
+			return
+		case err != nil:
+			err = fmt.Errorf("its connection failed (%v)", err)
+			h.gone.CompareAndSwap(nil, &err)
+			return
+		case verbs.EventType(ev.EventType) == verbs.EventDeviceFatal:
+			err = errors.New("it reported the device lost")
+			h.gone.CompareAndSwap(nil, &err)
+			return
+		}
+	}
+}
+
+func (h *daemonHCA) Close() error {
+	h.closing.Store(true)
+	return h.Device.Close()
 }
 
 func (h *daemonHCA) ifname() string         { return h.ifn }
@@ -259,7 +297,7 @@ func (h *daemonHCA) received() uint64 {
 
 func (h *daemonHCA) lost() error {
 	if e := h.gone.Load(); e != nil {
-		return fmt.Errorf("the sroce daemon at %s no longer answers: %w", h.socket, *e)
+		return fmt.Errorf("the sroce daemon at %s serves %s no longer: %w", h.socket, h.name, *e)
 	}
 	return nil
 }
