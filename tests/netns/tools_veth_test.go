@@ -81,19 +81,7 @@ func (v *vethPair) runPair(t testing.TB, cmd string, args ...string) (srv, cli t
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	srv = s.wait(wctx)
 	wcancel()
-	for _, side := range []struct {
-		name   string
-		o      toolOutcome
-		server bool
-	}{{"server", srv, true}, {"client", cli, false}} {
-		if problem := sideProblem(cmd, side.o, side.server); problem != "" {
-			t.Errorf("%s %s %s: %v", cmd, side.name, problem, side.o)
-			continue
-		}
-		if side.o.Stderr != "" && !strings.Contains(cmd, "read") && !strings.Contains(cmd, "atomic") {
-			t.Errorf("%s %s wrote to stderr: %q", cmd, side.name, side.o.Stderr)
-		}
-	}
+	checkOwn(t, cmd, srv, cli)
 	if t.Failed() {
 		t.Logf("server: %v\nclient: %v", srv, cli)
 	}
