@@ -71,6 +71,9 @@ type MR interface {
 	RKey() uint32
 	// Addr is the address of the region's first byte, for SGEs and peers.
 	Addr() uint64
+	// SGE returns the scatter/gather element for n bytes at offset off
+	// of the region.
+	SGE(off, n int) mr.SGE
 	Dereg() error
 }
 

@@ -687,11 +687,15 @@ func (p *Port) GID(index int) (bth.GID, error) {
 // the UDP link's address, else the first IPv4 GID (rxe's index 1 on a
 // usual interface), else the first IPv6 GID other than the default one,
 // else 0.
-func (p *Port) DefaultGIDIndex() int {
-	gids := p.GIDs()
-	if p.local.IsValid() {
+func (p *Port) DefaultGIDIndex() int { return DefaultGIDIndex(p.GIDs(), p.local) }
+
+// DefaultGIDIndex is Port.DefaultGIDIndex for a GID table given as its
+// entries (a daemon's device, read through its client) and the one address
+// the link sends from, if it is bound to one (else invalid).
+func DefaultGIDIndex(gids []netif.GIDEntry, local netip.Addr) int {
+	if local.IsValid() {
 		for _, e := range gids {
-			if e.GID.Addr().Unmap() == p.local {
+			if e.GID.Addr().Unmap() == local {
 				return e.Index
 			}
 		}

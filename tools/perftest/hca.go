@@ -27,6 +27,7 @@ import (
 	"github.com/sroce/sroce/rdma"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
+	"github.com/sroce/sroce/roce/netif"
 	"github.com/sroce/sroce/verbs"
 	"golang.org/x/sys/unix"
 )
@@ -79,11 +80,18 @@ type hca interface {
 
 // openHCA opens the device of interface ifname: the daemon's when a sroce
 // daemon at its usual socket (SROCE_SOCKET) serves it, else one in
-// process with open.
+// process with open. A daemon that serves the interface but refuses the
+// tool (a limit, another protocol version) is the run's error: a device of
+// the tool's own could not open where the daemon holds the link.
 func openHCA(ifname string, open func() (*iface.Port, error)) (hca, error) {
 	socket := daemon.DefaultSocket()
-	if x, err := client.Open(socket, "sroce_"+ifname); err == nil {
+	x, err := client.Open(socket, "sroce_"+ifname)
+	var ce *client.Error
+	switch {
+	case err == nil:
 		return newDaemonHCA(x, socket, ifname)
+	case errors.As(err, &ce) && ce.Errno != unix.ENODEV:
+		return nil, fmt.Errorf("the sroce daemon at %s serves %s but refused this tool: %w", socket, ifname, err)
 	}
 	p, err := open()
 	if err != nil {
@@ -237,23 +245,16 @@ func (h *daemonHCA) gid(i int) (bth.GID, error) {
 	return bth.GID{}, fmt.Errorf("GID index %d is empty on %s of the sroce daemon (valid indexes: %v)", i, h.name, valid)
 }
 
-// defaultGIDIndex is the first IPv4 GID, else the first IPv6 GID that is
-// not the link-local default, else 0, as for a device in process.
+// defaultGIDIndex picks as for a device in process (iface.DefaultGIDIndex)
+// from the daemon's GID table, whose entry 0 is the default one.
 func (h *daemonHCA) defaultGIDIndex() int {
-	other := -1
+	var gids []netif.GIDEntry
 	for i := 0; i < h.gidTableLen(); i++ {
-		g, err := h.x.QueryGID(i)
-		if err != nil || g.IsZero() {
-			continue
-		}
-		if g.IsIPv4() {
-			return i
-		}
-		if other < 0 && !g.Addr().IsLinkLocalUnicast() {
-			other = i
+		if g, err := h.x.QueryGID(i); err == nil && !g.IsZero() {
+			gids = append(gids, netif.GIDEntry{Index: i, GID: g, Default: i == 0})
 		}
 	}
-	return max(other, 0)
+	return iface.DefaultGIDIndex(gids, netip.Addr{})
 }
 
 // ahAttr leaves the destination MAC to the daemon, which resolves it
@@ -341,8 +342,3 @@ func register(h hca, pd rdma.PD, n int, access mr.Access) (*region, error) {
 
 // Buf returns the registered memory.
 func (r *region) Buf() []byte { return r.buf }
-
-// SGE returns the scatter/gather element for n bytes at offset off.
-func (r *region) SGE(off, n int) mr.SGE {
-	return mr.SGE{Addr: r.Addr() + uint64(off), Length: uint32(n), LKey: r.LKey()}
-}

@@ -424,12 +424,7 @@ func (c *completions) spinUntil(end time.Time) ([]verbs.WC, error) {
 }
 
 // lost returns why the device became unusable, or nil.
-func (c *completions) lost() error {
-	if c.h == nil {
-		return nil
-	}
-	return c.h.lost()
-}
+func (c *completions) lost() error { return c.h.lost() }
 
 // syncMemory orders this goroutine after every packet the device has
 // processed so far and returns how many it received: memory read after
