@@ -325,8 +325,7 @@ func (e *engine) pump(now monotime.Time, backlog bool) bool {
 		e.runq = e.runq[:k]
 		if e.txN == len(e.tx) || e.txDry {
 			e.txDry = false
-			e.flushTx()
-			if e.txN == len(e.tx) || e.tx[e.txN] == nil && e.lendTx() == nil {
+			if !e.room() {
 				// The link takes nothing, or lends nothing, now; try
 				// again later.
 				return true
@@ -360,25 +359,35 @@ func (e *env) Event(t verbs.EventType, q *qp.QP, srq *qp.SRQ) {
 // n bytes toward ah, or nil when the batch is full and the link takes
 // nothing. send completes the frame in that same buffer.
 func (e *engine) frame(ah *verbs.AH, n int) []byte {
-	if e.txN == len(e.tx) {
-		e.flushTx()
-		if e.txN == len(e.tx) {
-			return nil
-		}
+	if !e.room() {
+		return nil
 	}
 	hl := ah.Encap.Len()
 	f := e.tx[e.txN]
-	if f == nil {
-		if f = e.lendTx(); f == nil {
-			return nil
-		}
-	}
 	if hl+n > len(f) {
 		e.cnt[verbs.CntSendErr]++
 		return nil
 	}
 	e.txHL = hl
 	return f[hl : hl+n]
+}
+
+// room reports whether the batch's next slot has a buffer to build a
+// frame in. A full batch, or one whose next slot the link lends nothing
+// for, is written to the link first, which frees slots (and, once sent,
+// the link's buffers).
+func (e *engine) room() bool {
+	if e.slotReady() {
+		return true
+	}
+	e.flushTx()
+	return e.slotReady()
+}
+
+// slotReady reports whether the next slot holds a buffer, borrowing one
+// from a lending link if it is empty.
+func (e *engine) slotReady() bool {
+	return e.txN < len(e.tx) && (e.tx[e.txN] != nil || e.lendTx() != nil)
 }
 
 // lendTxBatch is how many transmit buffers the engine borrows at a time.
@@ -401,9 +410,16 @@ func (e *engine) lendTx() []byte {
 			return nil
 		}
 		e.txSpare = e.txSpare[:n]
+		if e.txN == 0 {
+			// Lending again with nothing waiting to be sent: the step
+			// is no longer held up by the link.
+			e.txBlocked = false
+		}
 	}
 	k := len(e.txSpare) - 1
-	f := e.txSpare[k]
+	// A frame gets the room of one of the engine's own buffers, whatever
+	// the size of the link's.
+	f := e.txSpare[k][:e.d.frameSize()]
 	e.txSpare[k] = nil
 	e.txSpare = e.txSpare[:k]
 	e.tx[e.txN] = f

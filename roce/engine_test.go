@@ -376,6 +376,13 @@ func (l *lendLink) SubmitLent(frames [][]byte) (int, error) {
 	return n, err
 }
 
+// WriteBatch is the copying path, which an engine on a lending link must
+// not take: every frame is built in a lent buffer.
+func (l *lendLink) WriteBatch(frames [][]byte) (int, error) {
+	l.txErr = "a frame went out through WriteBatch, copied, instead of in a lent buffer"
+	return l.Port.WriteBatch(frames)
+}
+
 func (l *lendLink) ReturnTx(bufs [][]byte) {
 	for _, b := range bufs {
 		l.takeBack(b)

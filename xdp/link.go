@@ -223,11 +223,11 @@ func (l *Link) ReleaseLent() {
 }
 
 // TxBufSize implements roce.TxLender: a lent transmit buffer is one UMEM
-// chunk.
-func (l *Link) TxBufSize() int { return l.s.ChunkSize() }
+// chunk, of which a frame may fill up to the socket's MaxFrameSize.
+func (l *Link) TxBufSize() int { return min(l.s.ChunkSize(), l.s.MaxFrameSize()) }
 
 // LendTx implements roce.TxLender: it lends up to len(bufs) free transmit
-// chunks, each TxBufSize bytes, for frames built where the kernel sends
+// chunks, each a whole chunk (at least TxBufSize bytes), for frames built where the kernel sends
 // them from. It reaps completions first and never waits.
 func (l *Link) LendTx(bufs [][]byte) int {
 	return l.s.lendChunks(len(bufs), func(k int, addr uint64) { bufs[k] = l.s.chunk(addr) })
@@ -244,13 +244,5 @@ func (l *Link) SubmitLent(frames [][]byte) (int, error) {
 // ReturnTx implements roce.TxLender: chunks from LendTx go back to the
 // free list unsent.
 func (l *Link) ReturnTx(bufs [][]byte) {
-	s := l.s
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed.Load() {
-		return
-	}
-	for _, b := range bufs {
-		s.freeChunk(s.lentAddr(b))
-	}
+	l.s.freeLent(len(bufs), func(k int) []byte { return bufs[k] })
 }

@@ -111,7 +111,7 @@ const (
 	ownKernelRx byte = iota + 1 // in the fill ring, the kernel, or the rx ring
 	ownApp                      // received frame held by the caller
 	ownTxFree                   // on the transmit free list
-	ownTxApp                    // lent to the caller by AllocTx
+	ownTxApp                    // lent to the caller (AllocTx, Link.LendTx)
 	ownKernelTx                 // in the tx ring, the kernel, or the completion ring
 )
 
@@ -131,8 +131,7 @@ type Frame struct {
 // writes a frame at the start of Buf, reslices Buf to the frame's length and
 // passes it to SubmitTx (or gives it back with FreeTx).
 type TxFrame struct {
-	Buf  []byte
-	addr uint64
+	Buf []byte
 }
 
 // Stats are the socket's counters: the kernel's (XDP_STATISTICS) and its own.

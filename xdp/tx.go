@@ -195,7 +195,7 @@ func (s *Socket) Flush() error {
 // length. It returns how many were lent.
 func (s *Socket) AllocTx(frames []TxFrame) int {
 	return s.lendChunks(len(frames), func(k int, addr uint64) {
-		frames[k] = TxFrame{Buf: s.chunk(addr), addr: addr}
+		frames[k] = TxFrame{Buf: s.chunk(addr)}
 	})
 }
 
@@ -309,14 +309,20 @@ func (s *Socket) submitLent(n int, frame func(k int) []byte) (int, error) {
 
 // FreeTx gives chunks from AllocTx back unsent.
 func (s *Socket) FreeTx(frames []TxFrame) {
+	s.freeLent(len(frames), func(k int) []byte { return frames[k].Buf })
+	clear(frames)
+}
+
+// freeLent puts n lent chunks, buf(k) for k < n, back on the free list
+// unsent (nothing once the socket is closed).
+func (s *Socket) freeLent(n int, buf func(k int) []byte) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed.Load() {
 		return
 	}
-	for k := range frames {
-		s.freeChunk(s.lentAddr(frames[k].Buf))
-		frames[k] = TxFrame{}
+	for k := range n {
+		s.freeChunk(s.lentAddr(buf(k)))
 	}
 }
 
