@@ -115,7 +115,8 @@ func TestMcastOverUDP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.qp.PostSend(&verbs.SendWR{WRID: 100, Opcode: verbs.WROpSend, SGL: []mr.SGE{a.mr.SGE(2048, 12)},
+	copy(a.buf[3072:], "only for you")
+	if err := a.qp.PostSend(&verbs.SendWR{WRID: 100, Opcode: verbs.WROpSend, SGL: []mr.SGE{a.mr.SGE(3072, 12)},
 		AH: bah, RemoteQPN: b.qp.QPN(), RemoteQKey: qkey}); err != nil {
 		t.Fatal(err)
 	}
@@ -123,8 +124,12 @@ func TestMcastOverUDP(t *testing.T) {
 	for {
 		k := b.cq.Poll(wcs[:])
 		if k > 0 {
-			if w := wcs[0]; w.Opcode != verbs.WCRecv || w.WRID != 2 || w.SrcQP != a.qp.QPN() || k != 1 {
-				t.Fatalf("after the detach: %+v", wcs[:k])
+			// The first receive after the detach holds the unicast
+			// message, addressed to the device (the GRH's IPv4
+			// destination, its last four bytes), not the group's.
+			if w := wcs[0]; w.Opcode != verbs.WCRecv || w.WRID != 2 || w.SrcQP != a.qp.QPN() || k != 1 ||
+				string(b.buf[40:52]) != "only for you" || netip.AddrFrom4([4]byte(b.buf[36:40])) != netip.MustParseAddr("127.0.0.2") {
+				t.Fatalf("after the detach: %+v, data %q to %v: the detached device still took the group's message", wcs[:k], b.buf[40:52], b.buf[36:40])
 			}
 			break
 		}
