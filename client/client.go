@@ -408,7 +408,6 @@ func (m *MR) Dereg() error { return m.pd.x.handleCall(ctl.OpDeregMR, m.h) }
 type CQ struct {
 	x    *Context
 	h    uint32
-	cqe  int
 	mem  []byte
 	ring *ring.Ring[ring.CQE]
 	ctl  *ctl.CQCtl
@@ -465,7 +464,7 @@ func (cq *CQ) mapReply(op ctl.Op, req []byte) error {
 	if cq.mem != nil {
 		unix.Munmap(cq.mem)
 	}
-	cq.h, cq.mem, cq.ring, cq.cqe = r.Handle, mem, rg, int(r.CQE)
+	cq.h, cq.mem, cq.ring = r.Handle, mem, rg
 	cq.ctl = (*ctl.CQCtl)(unsafe.Pointer(&mem[0]))
 	return nil
 }
@@ -482,7 +481,7 @@ func (cq *CQ) Resize(cqe int) error {
 }
 
 // Cqe returns the CQ's capacity.
-func (cq *CQ) Cqe() int { return cq.cqe }
+func (cq *CQ) Cqe() int { return int(cq.ring.Limit()) }
 
 // Len returns the number of completions waiting to be polled.
 func (cq *CQ) Len() int { return int(cq.ring.Len()) }
@@ -521,19 +520,53 @@ func (cq *CQ) Wait(wcs []verbs.WC, timeout time.Duration) (int, error) {
 			time.Sleep(20 * time.Microsecond)
 			continue
 		}
-		atomic.StoreUint32(&cq.ctl.Arm, 1)
+		cq.ReqNotify(false)
 		if n := cq.Poll(wcs); n > 0 {
 			return n, nil
 		}
-		var ev ctl.CQEvent
-		cq.ch.SetReadDeadline(deadline)
-		if _, err := cq.ch.Read(ctl.Bytes(&ev)); err != nil {
+		if err := cq.event(deadline); err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				return cq.Poll(wcs), fmt.Errorf("no completion within %v: %w", timeout, context.DeadlineExceeded)
 			}
 			return 0, fmt.Errorf("waiting %v for a completion event: %w", timeout, err)
 		}
 	}
+}
+
+// ReqNotify arms the CQ (ibv_req_notify_cq): the next completion, or
+// with solicitedOnly the next solicited or failed one, raises an event on
+// the CQ's channel, which GetEvent takes. A CQ made without events has no
+// channel: EINVAL.
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	if cq.ch == nil {
+		return &Error{Op: ctl.OpCreateCompChannel, Errno: unix.EINVAL}
+	}
+	arm := uint32(1)
+	if solicitedOnly {
+		arm = 2
+	}
+	atomic.StoreUint32(&cq.ctl.Arm, arm)
+	return nil
+}
+
+// GetEvent waits at most timeout for the CQ's next event
+// (ibv_get_cq_event); the CQ is armed again only by ReqNotify.
+func (cq *CQ) GetEvent(timeout time.Duration) error {
+	if cq.ch == nil {
+		return &Error{Op: ctl.OpCreateCompChannel, Errno: unix.EINVAL}
+	}
+	if err := cq.event(time.Now().Add(timeout)); err != nil {
+		return fmt.Errorf("waiting %v for a completion event: %w", timeout, err)
+	}
+	return nil
+}
+
+// event reads one event from the CQ's channel, waiting until deadline.
+func (cq *CQ) event(deadline time.Time) error {
+	var ev ctl.CQEvent
+	cq.ch.SetReadDeadline(deadline)
+	_, err := cq.ch.Read(ctl.Bytes(&ev))
+	return err
 }
 
 // Destroy destroys the CQ (ibv_destroy_cq).

@@ -36,8 +36,9 @@ type bridge struct {
 	spinFor time.Duration
 	stopped atomic.Bool
 	// stuck says the last pass left WQEs in a ring because the engine's
-	// queue was full: the bridge must not sleep.
-	stuck bool
+	// queue was full: the bridge must not sleep. Atomic: a destroy
+	// request posts through the bridge's code on its own goroutine.
+	stuck atomic.Bool
 }
 
 // idleWake bounds how long the bridge sleeps without a doorbell or a
@@ -84,7 +85,7 @@ func (b *bridge) run() {
 			last = time.Now()
 			continue
 		}
-		if b.stuck {
+		if b.stuck.Load() {
 			runtime.Gosched()
 			continue
 		}
@@ -99,7 +100,7 @@ func (b *bridge) run() {
 			b.fail(err)
 			return
 		}
-		if !work && !b.stuck {
+		if !work && !b.stuck.Load() {
 			b.c.doorbell.SetReadDeadline(time.Now().Add(idleWake))
 			if _, err := b.c.doorbell.Read(v[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, unix.EAGAIN) {
 				return // the doorbell closed: the connection is ending
@@ -127,7 +128,7 @@ func (b *bridge) pass() (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	work := false
-	b.stuck = false
+	b.stuck.Store(false)
 	for _, o := range c.qps {
 		w, err := b.sends(o)
 		if err != nil {
@@ -234,7 +235,7 @@ func (b *bridge) post(o *qpObj) bool {
 	if o.bad == 0 {
 		err := o.qp.PostSend(&o.pwr)
 		if errors.Is(err, qp.ErrQueueFull) {
-			b.stuck = true
+			b.stuck.Store(true)
 			return false
 		}
 		if err != nil {
@@ -242,7 +243,7 @@ func (b *bridge) post(o *qpObj) bool {
 		}
 	}
 	if o.bad != 0 && !b.errorCQE(o.cqs[0], o.pwr.WRID, o.bad, o) {
-		b.stuck = true
+		b.stuck.Store(true)
 		return false
 	}
 	o.pending = false
@@ -281,7 +282,7 @@ type recvQ struct {
 func (b *bridge) recvs(q *recvQ, post func(*verbs.RecvWR) error) (bool, error) {
 	moved, stuck, err := q.drain(post)
 	if stuck {
-		b.stuck = true
+		b.stuck.Store(true)
 	}
 	return moved, err
 }

@@ -72,7 +72,6 @@ type conn struct {
 type mrObj struct {
 	mr  *roce.MR
 	mem *clientMem
-	pd  uint32
 }
 
 type chanObj struct {
@@ -112,7 +111,7 @@ type qpObj struct {
 
 type srqObj struct {
 	srq    *roce.SRQ
-	mem    *shm // replaced by a resize under c.mu and rqQ.mu
+	mem    *shm // replaced by a resize under c.mu (the ring in it under rqQ.mu too)
 	rqQ    recvQ
 	pd     uint32
 	handle uint32
@@ -617,7 +616,7 @@ func (c *conn) regMR(b []byte, fds []int) ([]byte, []int, error) {
 		mem.unmap()
 		return nil, nil, err
 	}
-	c.mrs[h] = &mrObj{mr: m, mem: mem, pd: in.PD}
+	c.mrs[h] = &mrObj{mr: m, mem: mem}
 	c.regBytes += in.Length
 	out := ctl.MR{Handle: h, LKey: m.LKey(), RKey: m.RKey()}
 	return ctl.Bytes(&out), nil, nil
@@ -657,7 +656,8 @@ func (c *conn) reregMR(b []byte, fds []int) ([]byte, []int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o, ok := c.mrs[in.Handle]
-	if !ok || flags&^(mr.ReregChangeTranslation|mr.ReregChangePD|mr.ReregChangeAccess) != 0 {
+	// As the kernel's rereg: no flag, or an unknown one, is EINVAL.
+	if !ok || flags == 0 || flags&^(mr.ReregChangeTranslation|mr.ReregChangePD|mr.ReregChangeAccess) != 0 {
 		return nil, nil, unix.EINVAL
 	}
 	var pd *roce.PD
@@ -687,9 +687,6 @@ func (c *conn) reregMR(b []byte, fds []int) ([]byte, []int, error) {
 		o.mem.unmap()
 		o.mem = mem
 		c.regBytes = c.regBytes - old + in.Reg.Length
-	}
-	if pd != nil {
-		o.pd = in.Reg.PD
 	}
 	out := ctl.MR{Handle: in.Handle, LKey: o.mr.LKey(), RKey: o.mr.RKey()}
 	return ctl.Bytes(&out), nil, nil
@@ -1086,15 +1083,17 @@ func (c *conn) queryQP(b []byte) ([]byte, []int, error) {
 func (c *conn) destroyQP(b []byte) ([]byte, []int, error) {
 	return destroy(c, b, c.qps, func(h uint32, o *qpObj) error {
 		// What the client posted before it asked goes out first, as from
-		// a NIC's queue: the bridge may not have passed over the ring
-		// yet (a program that posts unsignaled sends and then destroys
-		// the QP expects them sent). A ring that broke the rules is the
-		// bridge's to report.
+		// a NIC's queue (a program that posts unsignaled sends and then
+		// destroys the QP expects them sent): what the bridge has not
+		// yet taken from the ring, and what it gave the engine that the
+		// engine has not yet sent. A ring that broke the rules
+		// disconnects the client, as the bridge would.
 		if c.br != nil {
-			if moved, err := c.br.sends(o); err == nil && moved {
-				c.dev.dev.Device().Flush()
+			if _, err := c.br.sends(o); err != nil {
+				return err
 			}
 		}
+		o.qp.SendPosted()
 		if err := o.qp.Destroy(); err != nil {
 			return err
 		}

@@ -80,6 +80,12 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 
 func newRig(t *testing.T, opts daemon.Options) *rig {
 	t.Helper()
+	return newRigEngine(t, opts, roce.EngineAuto)
+}
+
+// newRigEngine is newRig with the devices' engine mode given.
+func newRigEngine(t *testing.T, opts daemon.Options, mode roce.EngineMode) *rig {
+	t.Helper()
 	router := memlink.NewRouter(roce.SystemClock(), 1, memlink.Impairments{})
 	peers := map[bth.GID]net.HardwareAddr{}
 	var devs []daemon.Device
@@ -89,7 +95,7 @@ func newRig(t *testing.T, opts daemon.Options) *rig {
 		gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}))
 		r.gids[i] = gid
 		peers[gid] = mac
-		d, err := roce.Open(router.NewPort(mac, 1500), &roce.Options{Name: fmt.Sprintf("m%d", i), GIDs: []bth.GID{gid}})
+		d, err := roce.Open(router.NewPort(mac, 1500), &roce.Options{Name: fmt.Sprintf("m%d", i), GIDs: []bth.GID{gid}, Engine: mode})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -605,5 +611,37 @@ func TestCQOverflow(t *testing.T) {
 	}
 	if !small.Overflowed() {
 		t.Error("the CQ's control block does not say it overflowed")
+	}
+}
+
+// TestDestroySendsPosted: unsignaled WRITEs posted just before the QP is
+// destroyed reach the peer, whatever the engine mode (the daemon sends
+// what the client's ring holds before it destroys the QP).
+func TestDestroySendsPosted(t *testing.T) {
+	for _, mode := range []roce.EngineMode{roce.EngineInline, roce.EngineAdaptive, roce.EngineSleep} {
+		t.Run(mode.String(), func(t *testing.T) {
+			r := newRigEngine(t, daemon.Options{}, mode)
+			a, b := pair(t, r, false)
+			const n, size = 16, 1024
+			for i := range n * size {
+				a.buf.Buf[i] = byte(i*7 + 1)
+			}
+			for i := range n {
+				if err := a.qp.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite,
+					SGL: []mr.SGE{a.mr.SGE(i*size, size)}, RemoteAddr: b.buf.Addr(i * size), RKey: b.mr.RKey()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := a.qp.Destroy(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for !bytes.Equal(b.buf.Buf[:n*size], a.buf.Buf[:n*size]) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: the WRITEs posted before DESTROY_QP had not arrived after 10s", mode)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
 	}
 }

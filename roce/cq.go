@@ -339,8 +339,11 @@ func (c *CQ) ReqNotify(solicitedOnly bool) error {
 	if c.ch == nil && c.notify == nil {
 		return ErrInvalid
 	}
-	c.pushMu.Lock()
-	defer c.pushMu.Unlock()
+	if c.shared {
+		// ResizeShared may move the arm word to new memory meanwhile.
+		c.pushMu.Lock()
+		defer c.pushMu.Unlock()
+	}
 	if solicitedOnly {
 		// Arming for solicited completions leaves an armNext in place.
 		c.armed.CompareAndSwap(armNone, armSolicited)

@@ -575,3 +575,28 @@ func TestUDSendQueueError(t *testing.T) {
 	b.expectWC(a, verbs.WCSuccess)
 	b.expectWC(c, verbs.WCSuccess)
 }
+
+// TestSendPosted: what was posted goes out when SendPosted runs, even if
+// the QP is destroyed right after and no step of the engine ran between
+// (the daemon's destroy of a QP whose program posted unsignaled sends).
+func TestSendPosted(t *testing.T) {
+	b := newBed(t, bedOpts{})
+	qa, _ := b.pairQPs(rcOpts{})
+	a, c := b.nodes[0], b.nodes[1]
+	lm, lbuf := a.reg(t, 4096, 0, 1)
+	rm, rbuf := c.reg(t, 4096, 0, 2)
+	for i := 0; i < 3; i++ {
+		if err := qa.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, SGL: []mr.SGE{lm.SGE(i*1024, 1024)},
+			RemoteAddr: rm.Addr() + uint64(i*1024), RKey: rm.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	qa.SendPosted()
+	if err := qa.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	b.settle()
+	if !bytes.Equal(rbuf[:3072], lbuf[:3072]) {
+		t.Fatal("the WRITEs posted before SendPosted and Destroy did not arrive")
+	}
+}

@@ -320,6 +320,30 @@ func (q *QP) PostRecvList(wrs []verbs.RecvWR) (int, error) {
 	return n, err
 }
 
+// maxSendPostedSteps bounds the pump passes of SendPosted.
+const maxSendPostedSteps = 64
+
+// SendPosted transmits, once, the work requests posted on the QP so far,
+// whatever the engine mode, as a NIC sends what it was handed before the
+// QP is destroyed (the daemon calls it before Destroy: a program may post
+// unsignaled sends and destroy the QP at once). It waits for the engine's
+// lock; frames the link has no room for stay in the engine's batch, which
+// goes out with its next step. Requests that would wait for the peer (a
+// full window, an RNR wait) are not sent.
+func (q *QP) SendPosted() {
+	e := q.eng
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if q.dev.closed.Load() || q.gone.Load() {
+		return
+	}
+	now := q.dev.clock.Now()
+	e.doorbells()
+	for i := 0; i < maxSendPostedSteps && q.queued && e.pump(now, false); i++ {
+	}
+	e.flushTx()
+}
+
 // Destroy destroys the QP (ibv_destroy_qp). Outstanding work requests are
 // discarded without completions, as in verbs; packets that arrive for the
 // QP afterwards are dropped as addressed to an unknown QP. A QP attached to
