@@ -471,13 +471,8 @@ func (id *ID) DestroyQP() error {
 	c := id.c
 	c.mu.Lock()
 	q, own := id.qp, id.ownCQs
-	if q != nil {
-		for _, j := range id.mcast {
-			if j.attached {
-				q.DetachMcast(j.mgid, 0)
-				j.attached = false
-			}
-		}
+	for _, j := range id.mcast {
+		id.detachLocked(j)
 	}
 	id.qp, id.ownCQs = nil, nil
 	c.mu.Unlock()

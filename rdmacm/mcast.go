@@ -21,7 +21,8 @@ import (
 )
 
 // ErrNotJoined is returned by LeaveMulticast for a group the ID has not
-// joined (librdmacm's EADDRNOTAVAIL).
+// joined (the kernel's ucma answers ENOENT, which the daemon passes on;
+// librdmacm finds no join first and says EADDRNOTAVAIL).
 var ErrNotJoined = errors.New("rdmacm: the ID has not joined this multicast group")
 
 // ErrIPv6Group is returned by JoinMulticast for an IPv6 group: Linux's
@@ -37,15 +38,24 @@ type McastInfo struct {
 
 // mcJoin is one join of an ID (under CM.mu).
 type mcJoin struct {
-	group    netip.Addr
-	mgid     bth.GID
+	group    netip.Addr // an IPv4 group
 	sendOnly bool
-	attached bool // the ID's QP was attached for it
+	attached bool // the ID's QP is attached for it
 }
 
-// MulticastGID returns the GID of the IPv4 multicast group g on RoCEv2:
-// the IPv4-mapped address ::ffff:a.b.c.d (cma_iboe_set_mgid).
-func MulticastGID(g netip.Addr) bth.GID { return bth.GIDFromAddr(g.Unmap()) }
+// mgid is the group's GID on RoCEv2: the IPv4-mapped address
+// ::ffff:a.b.c.d (cma_iboe_set_mgid).
+func (j *mcJoin) mgid() bth.GID { return bth.GIDFromAddr(j.group) }
+
+// detachLocked detaches the ID's QP from j's group if j attached it
+// (CM.mu held). A detach that fails (the group left with an earlier join
+// of it) changes nothing.
+func (id *ID) detachLocked(j *mcJoin) {
+	if id.qp != nil && j.attached {
+		id.qp.DetachMcast(j.mgid(), 0)
+	}
+	j.attached = false
+}
 
 // JoinMulticast joins the ID to the IPv4 multicast group
 // (rdma_join_multicast; sendOnly is RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER).
@@ -76,13 +86,14 @@ func (id *ID) JoinMulticast(group netip.Addr, sendOnly bool, ctx any) error {
 	case !g.Is4():
 		return fmt.Errorf("rdmacm: join %v: %w", g, ErrIPv6Group)
 	}
-	j := &mcJoin{group: g, mgid: MulticastGID(g), sendOnly: sendOnly}
-	mac, _ := j.mgid.MulticastMAC()
+	j := &mcJoin{group: g, sendOnly: sendOnly}
+	mgid := j.mgid()
+	mac, _ := mgid.MulticastMAC()
 	e := &Event{Type: EventMulticastJoin, ID: id, Mcast: McastInfo{Group: g, Context: ctx},
 		UD: UDParam{QPNum: bth.MulticastQPN, QKey: udpQKey,
-			AH: AHInfo{DGID: j.mgid, SGIDIndex: uint8(id.sgidIx), HopLimit: 64, DMAC: mac}}}
+			AH: AHInfo{DGID: mgid, SGIDIndex: uint8(id.sgidIx), HopLimit: 64, DMAC: mac}}}
 	if id.qp != nil && !sendOnly {
-		if err := id.qp.AttachMcast(j.mgid, 0); err != nil {
+		if err := id.qp.AttachMcast(mgid, 0); err != nil {
 			e.Type, e.Status, e.UD = EventMulticastError, attachStatus(err), UDParam{}
 		} else {
 			j.attached = true
@@ -103,9 +114,9 @@ func attachStatus(err error) int {
 }
 
 // LeaveMulticast leaves a group the ID joined (rdma_leave_multicast): the
-// ID's QP is detached from it, as Linux's rdma_cm does on every leave, and
-// the earliest join of the group is forgotten. ErrNotJoined for a group
-// the ID has no join of.
+// earliest join of the group is forgotten and, if it attached the ID's QP,
+// the QP is detached from the group, as Linux's rdma_cm does on a leave.
+// ErrNotJoined for a group the ID has no join of.
 func (id *ID) LeaveMulticast(group netip.Addr) error {
 	g := group.Unmap()
 	c := id.c
@@ -116,9 +127,7 @@ func (id *ID) LeaveMulticast(group netip.Addr) error {
 			continue
 		}
 		id.mcast = append(id.mcast[:i], id.mcast[i+1:]...)
-		if id.qp != nil && !j.sendOnly {
-			id.qp.DetachMcast(j.mgid, 0) // it may have left with an earlier join of the group
-		}
+		id.detachLocked(j)
 		return nil
 	}
 	return fmt.Errorf("rdmacm: leave %v: %w", group, ErrNotJoined)
@@ -128,9 +137,7 @@ func (id *ID) LeaveMulticast(group netip.Addr) error {
 // groups (CM.mu held).
 func (id *ID) leaveAllLocked() {
 	for _, j := range id.mcast {
-		if id.qp != nil && j.attached {
-			id.qp.DetachMcast(j.mgid, 0)
-		}
+		id.detachLocked(j)
 	}
 	id.mcast = nil
 }

@@ -84,10 +84,22 @@ func TestMulticastJoin(t *testing.T) {
 	if err := rx.LeaveMulticast(group); !errors.Is(err, rdmacm.ErrNotJoined) {
 		t.Fatalf("a second leave: %v, want ErrNotJoined", err)
 	}
-	// A join is kept until Destroy, which does not find the QP busy.
+	// A join attaches until DestroyQP, which detaches the QP first (an
+	// attached QP is busy).
 	must(t, rx.JoinMulticast(group, false, nil))
 	expect(t, p.b.ch, rdmacm.EventMulticastJoin)
 	must(t, rx.DestroyQP())
+	// Destroying an ID leaves its groups: its QP, which the program
+	// destroys afterwards, is no longer attached.
+	d := mcID(t, p.b, group, false)
+	must(t, d.JoinMulticast(group, false, nil))
+	expect(t, p.b.ch, rdmacm.EventMulticastJoin)
+	q := d.QP()
+	must(t, d.Destroy())
+	if g := q.McastGroups(); len(g) != 0 {
+		t.Fatalf("after the ID's Destroy its QP is attached to %v", g)
+	}
+	must(t, q.Destroy())
 }
 
 // TestMulticastJoinErrors: the joins Linux's rdma_cm refuses, and a join

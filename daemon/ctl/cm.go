@@ -88,7 +88,7 @@ type CMOption struct {
 // sroce_ctl_cm_mcast).
 type CMMcast struct {
 	ID        uint32
-	UID       uint32 // the client's name for the join, echoed in its events
+	UID       uint32 // JOIN: the client's name for the join, echoed in its events (LEAVE: not read)
 	JoinFlags uint32 // 0: full member, 1: send-only full member
 	_         uint32
 	Addr      CMAddr

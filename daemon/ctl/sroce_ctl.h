@@ -584,7 +584,9 @@ struct sroce_ctl_cm_option {
  * rdma_cm_join_mc_flags: 0 full member, 1 send-only) and the group. The
  * join completes at once: MULTICAST_JOIN follows with the group's QPN
  * 0xFFFFFF, Q_Key and ah_attr; the client attaches its QP itself. A leave
- * forgets the earliest join of addr (ENOENT for none). */
+ * forgets the earliest join of addr (ENOENT for none) and does not read
+ * uid: the daemon's joins attach no QP, so which of two joins of a group
+ * it forgets changes nothing the client sees. */
 struct sroce_ctl_cm_mcast {
 	uint32_t id;
 	uint32_t uid;

@@ -572,34 +572,51 @@ static int create_qp_for(struct sroce_cm_id *s, struct ibv_pd *pd, struct ibv_qp
 
 /* ---- multicast ---- */
 
+/* mc_find returns the join uid of s; the caller holds s->lock. */
 static struct sroce_cm_mc *mc_find(struct sroce_cm_id *s, uint32_t uid)
 {
 	struct sroce_cm_mc *mc;
-	pthread_mutex_lock(&s->lock);
 	for (mc = s->mc_list; mc && mc->uid != uid; mc = mc->next)
 		;
-	pthread_mutex_unlock(&s->lock);
 	return mc;
 }
 
-/* As librdmacm at MULTICAST_JOIN: the group is remembered for the leave,
- * and the ID's QP, unless the join is send-only, is attached to it; if
- * that fails the event becomes MULTICAST_ERROR with status -1 and errno
- * set. */
-static void process_join(struct sroce_cm_id *s, struct sroce_cm_mc *mc, struct rdma_cm_event *ev)
+/* The event of join uid of s (MULTICAST_JOIN or MULTICAST_ERROR), under
+ * s->lock so that a leave on another thread finds the join either not yet
+ * attached or attached, never half-way: the event carries the join's
+ * context, and as librdmacm at MULTICAST_JOIN the group is remembered for
+ * the leave and the ID's QP, unless the join is send-only, is attached to
+ * it; if that fails the event becomes MULTICAST_ERROR with status -1 and
+ * errno set. Returns EAGAIN when the join was left meanwhile. */
+static int process_mcast(struct sroce_cm_id *s, uint32_t uid, struct rdma_cm_event *ev)
 {
-	int err;
+	struct sroce_cm_mc *mc;
+	int err = 0;
 
-	mc->mgid = ev->param.ud.ah_attr.grh.dgid;
-	mc->mlid = ev->param.ud.ah_attr.dlid;
-	if (!s->id.qp || mc->send_only)
-		return;
-	err = ibv_attach_mcast(s->id.qp, &mc->mgid, mc->mlid);
-	if (err) {
-		errno = err;
-		ev->event = RDMA_CM_EVENT_MULTICAST_ERROR;
-		ev->status = -1;
+	pthread_mutex_lock(&s->lock);
+	mc = mc_find(s, uid);
+	if (!mc) {
+		pthread_mutex_unlock(&s->lock);
+		return EAGAIN;
 	}
+	ev->param.ud.private_data = mc->context;
+	ev->param.ud.private_data_len = 0;
+	if (ev->event == RDMA_CM_EVENT_MULTICAST_JOIN) {
+		mc->mgid = ev->param.ud.ah_attr.grh.dgid;
+		mc->mlid = ev->param.ud.ah_attr.dlid;
+		if (s->id.qp && !mc->send_only && !mc->attached) {
+			err = ibv_attach_mcast(s->id.qp, &mc->mgid, mc->mlid);
+			if (err) {
+				errno = err;
+				ev->event = RDMA_CM_EVENT_MULTICAST_ERROR;
+				ev->status = -1;
+			} else {
+				mc->attached = 1;
+			}
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	return 0;
 }
 
 /* Turns a datagram into the program's event. Returns 0 with *out set, or
@@ -608,7 +625,6 @@ static int process_event(const struct sroce_ctl_cm_event *in, struct sroce_cm_ev
 {
 	struct sroce_cm_event *e;
 	struct sroce_cm_id *s, *listen = NULL;
-	struct sroce_cm_mc *mc = NULL;
 	int ret;
 
 	if (in->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
@@ -630,11 +646,6 @@ static int process_event(const struct sroce_ctl_cm_event *in, struct sroce_cm_ev
 		s = id_get(in->info.handle);
 		if (!s)
 			return EAGAIN; /* an event of an ID destroyed meanwhile */
-	}
-	if (in->event == RDMA_CM_EVENT_MULTICAST_JOIN || in->event == RDMA_CM_EVENT_MULTICAST_ERROR) {
-		mc = mc_find(s, in->mcast_uid);
-		if (!mc)
-			return EAGAIN; /* a join left meanwhile */
 	}
 	apply_info(s, &in->info);
 
@@ -702,10 +713,10 @@ static int process_event(const struct sroce_ctl_cm_event *in, struct sroce_cm_ev
 		break;
 	case RDMA_CM_EVENT_MULTICAST_JOIN:
 	case RDMA_CM_EVENT_MULTICAST_ERROR:
-		e->ev.param.ud.private_data = mc->context;
-		e->ev.param.ud.private_data_len = 0;
-		if (e->ev.event == RDMA_CM_EVENT_MULTICAST_JOIN)
-			process_join(s, mc, &e->ev);
+		if (process_mcast(s, in->mcast_uid, &e->ev)) {
+			free(e);
+			return EAGAIN; /* a join left meanwhile */
+		}
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
 	case RDMA_CM_EVENT_REJECTED:
@@ -1348,11 +1359,7 @@ EXPORT void rdma_destroy_ep(struct rdma_cm_id *id)
 		rdma_destroy_qp(id);
 	if (id->srq)
 		rdma_destroy_srq(id);
-	if (id->event) {
-		rdma_ack_cm_event(id->event);
-		id->event = NULL;
-	}
-	rdma_destroy_id(id);
+	rdma_destroy_id(id); /* which acks the event a synchronous ID kept */
 }
 
 /* ---- devices ---- */
@@ -1469,13 +1476,14 @@ EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 	for (pos = &s->mc_list; *pos && memcmp(&(*pos)->addr, addr, len); pos = &(*pos)->next)
 		;
 	mc = *pos;
-	if (mc)
+	if (mc) {
 		*pos = mc->next;
+		if (mc->attached && id->qp)
+			ibv_detach_mcast(id->qp, &mc->mgid, mc->mlid);
+	}
 	pthread_mutex_unlock(&s->lock);
 	if (!mc)
 		return fail(EADDRNOTAVAIL);
-	if (id->qp && !mc->send_only)
-		ibv_detach_mcast(id->qp, &mc->mgid, mc->mlid);
 	req.uid = mc->uid;
 	sroce_cm_addr_to(&req.addr, addr);
 	free(mc);

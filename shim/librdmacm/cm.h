@@ -42,6 +42,7 @@ struct sroce_cm_channel {
 struct sroce_cm_mc {
 	uint32_t uid; /* the protocol's name for it (cm_mcast.uid, cm_event.mcast_uid) */
 	int send_only;
+	int attached; /* the ID's QP is attached to the group (under the ID's lock) */
 	void *context;
 	struct sockaddr_storage addr;
 	union ibv_gid mgid;

@@ -183,14 +183,19 @@ int main(int argc, char **argv)
 		FAIL("received \"%s\"", rbuf + 40);
 	printf("ok: the group's datagram arrived\n");
 
-	/* A second join of the group; two leaves, a third refused. */
+	/* A second join of the group; two leaves, a third refused. The
+	 * leaves detached the QP: detaching it again is EINVAL. */
 	if (rdma_join_multicast(rx, (struct sockaddr *)&group, NULL))
 		FAIL("a second rdma_join_multicast");
-	rdma_ack_cm_event(expect(RDMA_CM_EVENT_MULTICAST_JOIN));
+	ev = expect(RDMA_CM_EVENT_MULTICAST_JOIN);
+	union ibv_gid joined = ev->param.ud.ah_attr.grh.dgid;
+	rdma_ack_cm_event(ev);
 	for (int i = 0; i < 2; i++)
 		if (rdma_leave_multicast(rx, (struct sockaddr *)&group))
 			FAIL("rdma_leave_multicast %d", i + 1);
 	refused(rdma_leave_multicast(rx, (struct sockaddr *)&group), EADDRNOTAVAIL, "a third leave");
+	if (ibv_detach_mcast(rx->qp, &joined, 0) != EINVAL)
+		FAIL("the QP was still attached to the group after its leaves");
 
 	/* A unicast address: joined, but the QP cannot be attached to it. */
 	if (rdma_join_multicast(rx, (struct sockaddr *)&unicast, NULL))
@@ -213,7 +218,15 @@ int main(int argc, char **argv)
 	printf("ok: a synchronous join\n");
 	if (rdma_leave_multicast(sync, (struct sockaddr *)&group))
 		FAIL("the synchronous ID's leave");
-	rdma_destroy_id(sync);
+	{
+		/* Destroying it acks the event it kept: no wait for an ack. */
+		struct timespec t0, t1;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		rdma_destroy_id(sync);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if (t1.tv_sec - t0.tv_sec > 2)
+			FAIL("rdma_destroy_id of a synchronous ID took %ld s", (long)(t1.tv_sec - t0.tv_sec));
+	}
 
 	if (rdma_leave_multicast(tx, (struct sockaddr *)&group))
 		FAIL("the sender's leave");
