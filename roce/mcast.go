@@ -155,9 +155,11 @@ func (d *Device) detachLocked(q *QP, gid bth.GID) bool {
 	return true
 }
 
+// indexOf returns where g is in gs (each group once), searching from the
+// end: DetachAllMcast takes the groups from the end, each found at once.
 func indexOf(gs []bth.GID, g bth.GID) int {
-	for i, x := range gs {
-		if x == g {
+	for i := len(gs) - 1; i >= 0; i-- {
+		if gs[i] == g {
 			return i
 		}
 	}

@@ -6,7 +6,9 @@
 // IP stack: a datagram socket of the group's family, a member of the
 // group on the link's interface for as long as a QP is attached, makes
 // the kernel add the group's Ethernet address to the NIC's filter and
-// answer queries, as rdma_rxe's join does. The socket binds no port and
+// answer queries (rdma_rxe's attach adds only the Ethernet address; the
+// IGMP or MLD membership comes from rdma_cm's join, which a program
+// without rdma_cm does not make). The socket binds no port and
 // receives nothing: the group's frames go to the AF_XDP socket.
 
 package xdp

@@ -24,6 +24,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// mcastHops is the TTL or hop limit of datagrams to a group: the hop
+// limit sroce's packets carry (an AH's 0 is 64).
+const mcastHops = 64
+
 // maxMcastQueue bounds the datagrams from groups waiting for ReadBatch;
 // beyond it they are dropped, as a full socket drops them.
 const maxMcastQueue = 1024
@@ -54,10 +58,10 @@ func (l *Link) JoinGroup(group netip.Addr) error {
 		if err != nil {
 			return err
 		}
-		m.ifi = ifi
 		if err := l.setMulticastIf(ifi); err != nil {
 			return err
 		}
+		m.ifi = ifi
 	}
 	conn, err := l.groupSocket(group)
 	if err != nil {
@@ -143,11 +147,15 @@ func (l *Link) closeGroups() {
 
 // readGroup queues the datagrams to group until its socket closes.
 func (l *Link) readGroup(conn *net.UDPConn, group netip.Addr) {
-	buf := make([]byte, 1<<16)
+	buf := make([]byte, l.mtu+1) // one byte more shows a datagram too large
 	for {
 		n, src, err := conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
 			return
+		}
+		if n > l.mtu {
+			atomic.AddUint64(&l.stats.RxTruncated, 1)
+			continue
 		}
 		f := make([]byte, l.hdrLen+n)
 		copy(f[l.hdrLen:], buf[:n])
@@ -161,12 +169,15 @@ func (l *Link) readGroup(conn *net.UDPConn, group netip.Addr) {
 		}
 		m := &l.mc
 		m.mu.Lock()
+		first := len(m.queue) == 0
 		if len(m.queue) < maxMcastQueue {
 			m.queue = append(m.queue, f)
 			m.queued.Store(int32(len(m.queue)))
 		}
 		m.mu.Unlock()
-		l.Wake()
+		if first {
+			l.Wake() // a reader that took the queue empty may be asleep
+		}
 	}
 }
 

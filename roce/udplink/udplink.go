@@ -192,6 +192,15 @@ func (l *Link) setSockopts() error {
 			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
 		}
 		if serr == nil {
+			// Datagrams to a group cross routers as unicast ones do
+			// (the kernel's multicast default is one hop).
+			if l.v6 {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_HOPS, mcastHops)
+			} else {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MULTICAST_TTL, mcastHops)
+			}
+		}
+		if serr == nil {
 			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
 			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, 4<<20)
 		}
@@ -205,25 +214,13 @@ func (l *Link) setSockopts() error {
 	return nil
 }
 
+// interfaceMTU returns the MTU of the interface that has address a.
 func interfaceMTU(a netip.Addr) (int, error) {
-	ifs, err := net.Interfaces()
+	ifi, err := interfaceOf(a)
 	if err != nil {
 		return 0, err
 	}
-	for _, ifc := range ifs {
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, ad := range addrs {
-			if n, ok := ad.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap() == a {
-					return ifc.MTU, nil
-				}
-			}
-		}
-	}
-	return 0, fmt.Errorf("udplink: no interface has address %v", a)
+	return ifi.MTU, nil
 }
 
 // syntheticMAC makes a stable locally administered MAC from an address, so
