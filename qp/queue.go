@@ -279,17 +279,27 @@ func (s *SRQ) Len() uint32 { return s.rq.count() }
 // MaxWR returns the capacity of the queue.
 func (s *SRQ) MaxWR() uint32 { return s.rq.limit() }
 
-// Resize changes the capacity of the queue to maxWR requests, keeping the
-// requests posted and not yet taken, in order (ibv_modify_srq with
-// IBV_SRQ_MAX_WR). It fails with ErrQueueFull if more than maxWR requests
-// wait. The caller keeps both the poster and the loop away meanwhile.
-func (s *SRQ) Resize(maxWR uint32) error {
-	old := s.rq
-	s.rq.initRecv(maxWR, old.maxSGE)
-	if !old.r.CopyTo(s.rq.r, old.r.Cons(), old.r.Len()) {
-		s.rq = old
+// SRQRing is storage for an SRQ's requests, made by NewRing without any
+// lock and put in place by Resize.
+type SRQRing struct{ rq recvRing }
+
+// NewRing makes storage for maxWR requests of the SRQ's shape. It reads
+// nothing that changes after the SRQ is made, so the caller needs no lock.
+func (s *SRQ) NewRing(maxWR uint32) *SRQRing {
+	n := &SRQRing{}
+	n.rq.initRecv(maxWR, s.rq.maxSGE)
+	return n
+}
+
+// Resize moves the queue to r, keeping the requests posted and not yet
+// taken, in order (ibv_modify_srq with IBV_SRQ_MAX_WR). It fails with
+// ErrQueueFull if more requests wait than r holds. The caller keeps both
+// the poster and the loop away meanwhile.
+func (s *SRQ) Resize(r *SRQRing) error {
+	if !s.rq.r.CopyTo(r.rq.r, s.rq.r.Cons(), s.rq.r.Len()) {
 		return ErrQueueFull
 	}
+	s.rq = r.rq
 	return nil
 }
 

@@ -460,8 +460,10 @@ func (s *SRQ) Resize(maxWR uint32) error {
 	if s.dev.destroyed(&s.dead) {
 		return ErrDestroyed
 	}
-	// The engine lock keeps the QPs from taking requests, the SRQ's lock
-	// keeps posters out.
+	// The new storage is made before the locks: the engine stops only for
+	// the copy. The engine lock keeps the QPs from taking requests, the
+	// SRQ's lock keeps posters out.
+	r := s.srq.NewRing(maxWR)
 	s.eng.mu.Lock()
 	defer s.eng.mu.Unlock()
 	s.mu.Lock()
@@ -469,7 +471,7 @@ func (s *SRQ) Resize(maxWR uint32) error {
 	if l := s.srq.Limit(); l != 0 && maxWR < l {
 		return ErrInvalid
 	}
-	if err := s.srq.Resize(maxWR); err != nil {
+	if err := s.srq.Resize(r); err != nil {
 		return ErrInvalid
 	}
 	return nil
