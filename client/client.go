@@ -347,10 +347,10 @@ func (m *MR) SGE(off, n int) mr.SGE {
 
 // RegMR registers n bytes of buf from off (ibv_reg_mr).
 func (p *PD) RegMR(buf *Buffer, off, n int, access mr.Access) (*MR, error) {
-	if off < 0 || n <= 0 || off+n > len(buf.Buf) {
-		return nil, errors.New("client: RegMR range outside the buffer")
+	in, err := regRange(p, buf, off, n, access)
+	if err != nil {
+		return nil, fmt.Errorf("client: RegMR %w", err)
 	}
-	in := ctl.RegMR{PD: p.h, Access: uint32(access), Addr: buf.Addr(off), Length: uint64(n), IOVA: buf.Addr(off), FDOffset: uint64(off)}
 	b, _, err := p.x.c.call(ctl.OpRegMR, ctl.Bytes(&in), []int{buf.fd})
 	if err != nil {
 		return nil, err
@@ -375,11 +375,15 @@ func (m *MR) Rereg(flags mr.ReregFlags, pd *PD, buf *Buffer, off, n int, access 
 		in.Reg.PD = pd.h
 	}
 	if flags&mr.ReregChangeTranslation != 0 {
-		if buf == nil || off < 0 || n <= 0 || off+n > len(buf.Buf) {
-			return errors.New("client: Rereg range outside the buffer")
+		if buf == nil {
+			return errors.New("client: Rereg with ReregChangeTranslation needs a buffer")
 		}
-		in.Reg = ctl.RegMR{PD: in.Reg.PD, Access: in.Reg.Access, Addr: buf.Addr(off), Length: uint64(n), IOVA: buf.Addr(off),
-			FDOffset: uint64(off)}
+		reg, err := regRange(pd, buf, off, n, access)
+		if err != nil {
+			return fmt.Errorf("client: Rereg %w", err)
+		}
+		reg.PD = in.Reg.PD
+		in.Reg = reg
 		fds = []int{buf.fd}
 	}
 	b, _, err := m.pd.x.c.call(ctl.OpReregMR, ctl.Bytes(&in), fds)
@@ -398,6 +402,19 @@ func (m *MR) Rereg(flags mr.ReregFlags, pd *PD, buf *Buffer, off, n int, access 
 		m.addr = in.Reg.Addr
 	}
 	return nil
+}
+
+// regRange describes n bytes at off of buf, registered with access in pd
+// (nil: no PD named), as REG_MR and REREG_MR carry them.
+func regRange(pd *PD, buf *Buffer, off, n int, access mr.Access) (ctl.RegMR, error) {
+	if off < 0 || n <= 0 || off+n > len(buf.Buf) {
+		return ctl.RegMR{}, errors.New("range outside the buffer")
+	}
+	in := ctl.RegMR{Access: uint32(access), Addr: buf.Addr(off), Length: uint64(n), IOVA: buf.Addr(off), FDOffset: uint64(off)}
+	if pd != nil {
+		in.PD = pd.h
+	}
+	return in, nil
 }
 
 // Dereg deregisters the MR (ibv_dereg_mr).
