@@ -164,7 +164,7 @@ func (s *Socket) submitFill() {
 	s.fill.submit()
 	if s.fill.needWakeup() {
 		s.c.fillWakeups.Add(1)
-		unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+		unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 	}
 }
 
