@@ -73,9 +73,10 @@ func (w *window) ackEvery() int {
 // outstanding. With nothing outstanding everything may, so that a READ
 // larger than the window is still sent (alone). A full window adds no
 // limit to the fixed one, which lets a READ go while its first PSN is
-// within MaxUnackedPSNs of the oldest outstanding, as rdma_rxe does (its
-// responses may then reach past it: three 64-packet READs in flight);
-// a reduced window counts every response packet.
+// within MaxUnackedPSNs of the oldest outstanding, as rdma_rxe does with
+// its own bound (the responses may then reach past it: nine 64-packet
+// READs in flight, rxe's 128 lets three); a reduced window counts every
+// response packet.
 func (w *window) allows(inflight, cost int) bool {
 	return inflight == 0 || !w.reduced() || inflight+cost <= w.cwnd
 }

@@ -189,23 +189,27 @@ func TestLateAckAfterGoBack(t *testing.T) {
 }
 
 // TestCwndFullWindowReads: a full window adds no limit to the fixed one.
-// As with rdma_rxe, a READ goes out while its first PSN is within
-// MaxUnackedPSNs of the oldest outstanding one, so three 64-packet READs
-// are in flight at once (a window that counted every response packet let
-// only two go, a third less READ data in flight than rxe keeps), and the
-// fourth waits until responses have moved the oldest PSN on.
+// As with rdma_rxe (whose bound is 128), a READ goes out while its first
+// PSN is within MaxUnackedPSNs of the oldest outstanding one, so
+// MaxUnackedPSNs/64+1 64-packet READs are in flight at once (a window
+// that counted every response packet let one fewer go), and the next
+// waits until responses have moved the oldest PSN on.
 func TestCwndFullWindowReads(t *testing.T) {
-	a, b := pair(t, verbs.MTU1024)
-	for id := uint64(1); id <= 4; id++ {
+	a := newEnd(t, verbs.QPTypeRC, 20, "10.0.0.1")
+	b := newEnd(t, verbs.QPTypeRC, 30, "10.0.0.2")
+	fit := MaxUnackedPSNs/64 + 1
+	connectRd(t, a, b, 100, 500, uint8(fit+1), uint8(fit+1)) // max_rd_atomic is not the limit here
+	connectRd(t, b, a, 500, 100, uint8(fit+1), uint8(fit+1))
+	for id := uint64(1); id <= uint64(fit+1); id++ {
 		if err := a.q.PostSend(&verbs.SendWR{WRID: id, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled,
 			SGL: []mr.SGE{a.sge(0, 64<<10)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	req := pump(a, 0)
-	if len(req) != 3 || a.cnt[verbs.CntCwndLimited] != 0 {
-		t.Fatalf("%d READ requests sent with a full window (cwnd_limited %d), want 3 as rdma_rxe sends",
-			len(req), a.cnt[verbs.CntCwndLimited])
+	if len(req) != fit || a.cnt[verbs.CntCwndLimited] != 0 {
+		t.Fatalf("%d READ requests sent with a full window (cwnd_limited %d), want %d",
+			len(req), a.cnt[verbs.CntCwndLimited], fit)
 	}
 	deliver(t, b, 0, req[0])
 	resp := pump(b, 0)

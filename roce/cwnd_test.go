@@ -203,7 +203,10 @@ func TestCwndGrowsBack(t *testing.T) {
 			t.Fatalf("%v: slow receiver: %v", op, lossy)
 		}
 		s.b.router.SetImpairments(memlink.Impairments{Delay: 100 * time.Microsecond})
-		clean := s.run(t, 300)
+		// Above the slow-start threshold the window grows by a packet per
+		// window acknowledged: back from a few dozen to CwndMax takes
+		// about CwndMax²/2 packets; the stream carries twice that.
+		clean := s.run(t, qp.CwndMax*qp.CwndMax/64)
 		t.Logf("%v:\n  slow receiver: %v\n  then clean:    %v", op, lossy, clean)
 		if clean.reductions != 0 || clean.retrans != 0 {
 			t.Errorf("%v: clean path: %d reductions, %d retransmitted", op, clean.reductions, clean.retrans)
