@@ -26,9 +26,9 @@ const (
 	// round trip is what it keeps in flight, and its congestion window
 	// (cwnd.go) halves what it keeps in flight when the path loses
 	// packets. Between two one-vCPU guests (README, Performance) 512
-	// moved 64 KiB WRITEs from 1.17 to 1.46 times rdma_rxe's bandwidth
-	// and 64 KiB READs from 1.00 to 1.19 (three alternating rounds, the
-	// two builds side by side).
+	// moved 64 KiB WRITEs from 1.31 to 1.65 times rdma_rxe's bandwidth
+	// and 64 KiB READs from 0.89 to 1.05 (medians of five alternating
+	// rounds, the two builds side by side).
 	MaxUnackedPSNs = 512
 	// MaxPktPerAck: a requester sets AckReq on the last packet of every
 	// message and after this many packets without it, as rdma_rxe does.
