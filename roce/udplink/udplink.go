@@ -122,12 +122,15 @@ func Open(addr netip.Addr, port int, mtu int) (*Link, error) {
 	if port == 0 {
 		port = bth.UDPPort
 	}
+	// The interface that has the address gives the MTU (unless given) and
+	// the interface datagrams to groups leave by: without it, IPv6 would
+	// send them where the kernel's multicast route points.
+	ifi, ifErr := interfaceOf(addr)
 	if mtu == 0 {
-		m, err := interfaceMTU(addr)
-		if err != nil {
-			return nil, err
+		if ifErr != nil {
+			return nil, ifErr
 		}
-		mtu = m
+		mtu = ifi.MTU
 	}
 	network := "udp4"
 	if addr.Is6() {
@@ -141,6 +144,14 @@ func Open(addr netip.Addr, port int, mtu int) (*Link, error) {
 	if err := l.setSockopts(); err != nil {
 		l.Close()
 		return nil, err
+	}
+	if ifErr == nil {
+		// Else the first JoinGroup looks again and fails if it finds none.
+		if err := l.setMulticastIf(ifi); err != nil {
+			l.Close()
+			return nil, err
+		}
+		l.mc.ifi = ifi
 	}
 	if l.v6 {
 		l.batch = ipv6.NewPacketConn(conn)
@@ -212,15 +223,6 @@ func (l *Link) setSockopts() error {
 		return fmt.Errorf("udplink: socket options: %w", serr)
 	}
 	return nil
-}
-
-// interfaceMTU returns the MTU of the interface that has address a.
-func interfaceMTU(a netip.Addr) (int, error) {
-	ifi, err := interfaceOf(a)
-	if err != nil {
-		return 0, err
-	}
-	return ifi.MTU, nil
 }
 
 // syntheticMAC makes a stable locally administered MAC from an address, so

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"golang.org/x/sys/unix"
 )
 
 func openPair(t *testing.T) (*Link, *Link) {
@@ -158,5 +159,35 @@ func TestPollTakesQueuedWithoutWaiting(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		b.Close()
 		t.Fatal("the pending wake-up was lost")
+	}
+}
+
+// TestMulticastInterfaceAtOpen: a link sends datagrams to groups out of
+// the interface that has its address from the start, not only after its
+// first JoinGroup (a UD QP may send to a group it never attached to). The
+// IPv6 socket would otherwise leave the choice to the multicast route.
+func TestMulticastInterfaceAtOpen(t *testing.T) {
+	l, err := Open(netip.MustParseAddr("::1"), 0, 65536)
+	if err != nil {
+		t.Skipf("skipping: no IPv6 loopback: %v", err)
+	}
+	defer l.Close()
+	lo, err := interfaceOf(netip.MustParseAddr("::1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := l.conn.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idx int
+	var gerr error
+	if err := rc.Control(func(fd uintptr) {
+		idx, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_IF)
+	}); err != nil || gerr != nil {
+		t.Fatal(err, gerr)
+	}
+	if idx != lo.Index {
+		t.Fatalf("IPV6_MULTICAST_IF is %d after Open, want %d (%s)", idx, lo.Index, lo.Name)
 	}
 }
