@@ -136,15 +136,7 @@ func (d *daemonPair) gidIdx(t testing.TB, i int) string {
 func checkReal(t testing.TB, tool realTool, srv, cli toolOutcome) {
 	t.Helper()
 	name := strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(tool.prog, "ibv_"), "ib_"), "_", "-")
-	for _, side := range []struct {
-		name   string
-		o      toolOutcome
-		server bool
-	}{{"server", srv, true}, {"client", cli, false}} {
-		if problem := sideProblem(name, side.o, side.server); problem != "" {
-			t.Errorf("%s %s %s %s:\n%v", tool.prog, tool.args, side.name, problem, side.o)
-		}
-	}
+	checkSides(t, name, tool.prog+" "+tool.args, srv, cli, false)
 }
 
 // TestRealToolsDaemonsXDP runs every real tool between two daemons over

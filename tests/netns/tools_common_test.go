@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -115,6 +116,27 @@ var (
 // sideProblem says what is wrong with one side of a run of cmd (server
 // or client), or returns "".
 var sideProblem = interop.SideProblem
+
+// checkSides checks that both sides of a run of the tool sroce calls name
+// ran to their result; label names the run in the messages. With quiet, a
+// side that wrote to standard error fails too, except for the READ and
+// atomic tools, which print perftest's notes there.
+func checkSides(t testing.TB, name, label string, srv, cli toolOutcome, quiet bool) {
+	t.Helper()
+	for _, side := range []struct {
+		name   string
+		o      toolOutcome
+		server bool
+	}{{"server", srv, true}, {"client", cli, false}} {
+		if problem := sideProblem(name, side.o, side.server); problem != "" {
+			t.Errorf("%s %s %s:\n%v", label, side.name, problem, side.o)
+			continue
+		}
+		if quiet && side.o.Stderr != "" && !strings.Contains(name, "read") && !strings.Contains(name, "atomic") {
+			t.Errorf("%s %s wrote to stderr: %q", label, side.name, side.o.Stderr)
+		}
+	}
+}
 
 // waitFor polls cond every 100ms until it holds or ctx ends.
 func waitFor(ctx context.Context, what string, cond func() (bool, error)) error {

@@ -128,19 +128,7 @@ func TestOwnToolsDaemonsUDPUnprivileged(t *testing.T) {
 // print perftest's notes there).
 func checkOwn(t testing.TB, cmd string, srv, cli toolOutcome) {
 	t.Helper()
-	for _, side := range []struct {
-		name   string
-		o      toolOutcome
-		server bool
-	}{{"server", srv, true}, {"client", cli, false}} {
-		if problem := sideProblem(cmd, side.o, side.server); problem != "" {
-			t.Errorf("%s %s %s: %v", cmd, side.name, problem, side.o)
-			continue
-		}
-		if side.o.Stderr != "" && !strings.Contains(cmd, "read") && !strings.Contains(cmd, "atomic") {
-			t.Errorf("%s %s wrote to stderr: %q", cmd, side.name, side.o.Stderr)
-		}
-	}
+	checkSides(t, cmd, cmd, srv, cli, true)
 }
 
 // TestOwnToolsDaemonRDMACM checks that -R on a daemon's device says it
