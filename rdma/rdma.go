@@ -28,6 +28,7 @@ import (
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/verbs"
+	"golang.org/x/sys/unix"
 )
 
 // Device is an open RDMA device.
@@ -124,10 +125,18 @@ var ErrForeignCQ = errors.New("rdma: the CQ belongs to another device")
 // the sroce daemon's device when a daemon at its usual socket
 // (SROCE_SOCKET) serves it, else a device of this process on the
 // interface, opened as the sroce tools open theirs.
+//
+// A daemon that serves the device but refuses the program (a limit,
+// another protocol version) is an error: a device of this process could
+// not open where the daemon holds the link.
 func Open(name string) (Device, error) {
 	name = "sroce_" + strings.TrimPrefix(name, "sroce_")
-	if d, err := Daemon(daemon.DefaultSocket(), name); err == nil {
-		return d, nil
+	x, err := DaemonServes(daemon.DefaultSocket(), name)
+	if err != nil {
+		return nil, err
+	}
+	if x != nil {
+		return DaemonContext(x), nil
 	}
 	p, err := iface.Open(context.Background(), strings.TrimPrefix(name, "sroce_"), iface.Options{})
 	if err != nil {
@@ -149,14 +158,26 @@ func Daemon(socket, name string) (Device, error) {
 	return &remote{x: x}, nil
 }
 
+// DaemonServes opens device name of the sroce daemon at socket when the
+// daemon serves it. It returns nil and no error when no daemon listens
+// there or the daemon has no such device (the program may open one in
+// process), and an error when the daemon serves the device but refused
+// the program.
+func DaemonServes(socket, name string) (*client.Context, error) {
+	x, err := client.Open(socket, name)
+	var ce *client.Error
+	switch {
+	case err == nil:
+		return x, nil
+	case errors.As(err, &ce) && ce.Errno != unix.ENODEV:
+		return nil, fmt.Errorf("rdma: the sroce daemon at %s serves %s but refused this program: %w", socket, name, err)
+	}
+	return nil, nil
+}
+
 // DaemonContext returns x, a device context of the daemon the program
 // opened with package client, as a Device. Closing the Device closes x.
-func DaemonContext(x *client.Context) (Device, error) {
-	if x == nil {
-		return nil, errors.New("rdma: no daemon context")
-	}
-	return &remote{x: x}, nil
-}
+func DaemonContext(x *client.Context) Device { return &remote{x: x} }
 
 // --- in process ----------------------------------------------------------
 

@@ -85,13 +85,12 @@ type hca interface {
 // the tool's own could not open where the daemon holds the link.
 func openHCA(ifname string, open func() (*iface.Port, error)) (hca, error) {
 	socket := daemon.DefaultSocket()
-	x, err := client.Open(socket, "sroce_"+ifname)
-	var ce *client.Error
-	switch {
-	case err == nil:
+	x, err := rdma.DaemonServes(socket, "sroce_"+ifname)
+	if err != nil {
+		return nil, err
+	}
+	if x != nil {
 		return newDaemonHCA(x, socket, ifname)
-	case errors.As(err, &ce) && ce.Errno != unix.ENODEV:
-		return nil, fmt.Errorf("the sroce daemon at %s serves %s but refused this tool: %w", socket, ifname, err)
 	}
 	p, err := open()
 	if err != nil {
@@ -156,15 +155,16 @@ func (h *localHCA) lost() error {
 
 type daemonHCA struct {
 	rdma.Device
-	x       *client.Context
-	socket  string
-	name    string
-	ifn     string
-	port0   ctl.PortAttr
-	dev     ctl.DeviceAttr
-	rcvd0   uint64 // the device's received packets when the run opened it
-	gone    atomic.Pointer[error]
-	closing atomic.Bool
+	x        *client.Context
+	socket   string
+	name     string
+	ifn      string
+	port0    ctl.PortAttr
+	dev      ctl.DeviceAttr
+	rcvd0    uint64 // the device's received packets when the run opened it
+	rcvdLast uint64 // the last count read (received's goroutine only)
+	gone     atomic.Pointer[error]
+	closing  atomic.Bool
 }
 
 func newDaemonHCA(x *client.Context, socket, ifname string) (hca, error) {
@@ -177,13 +177,9 @@ func newDaemonHCA(x *client.Context, socket, ifname string) (hca, error) {
 		x.Close()
 		return nil, fmt.Errorf("querying %s of the sroce daemon at %s: %v", h.name, socket, err)
 	}
-	dev, err := rdma.DaemonContext(x)
-	if err != nil {
-		x.Close()
-		return nil, err
-	}
-	h.Device = dev
+	h.Device = rdma.DaemonContext(x)
 	h.rcvd0 = h.counters()["rcvd_pkts"]
+	h.rcvdLast = h.rcvd0
 	go h.watch()
 	return h, nil
 }
@@ -233,29 +229,34 @@ func (h *daemonHCA) port() *iface.Port      { return nil }
 
 func (h *daemonHCA) gid(i int) (bth.GID, error) {
 	g, err := h.x.QueryGID(i)
-	if err == nil && !g.IsZero() {
+	if err != nil {
+		return bth.GID{}, fmt.Errorf("GID index %d of %s of the sroce daemon: %w", i, h.name, err)
+	}
+	if !g.IsZero() {
 		return g, nil
 	}
 	var valid []int
-	for j := 0; j < h.gidTableLen(); j++ {
-		if g, err := h.x.QueryGID(j); err == nil && !g.IsZero() {
-			valid = append(valid, j)
-		}
+	for _, e := range h.gids() {
+		valid = append(valid, e.Index)
 	}
 	return bth.GID{}, fmt.Errorf("GID index %d is empty on %s of the sroce daemon (valid indexes: %v)", i, h.name, valid)
 }
 
-// defaultGIDIndex picks as for a device in process (iface.DefaultGIDIndex)
-// from the daemon's GID table, whose entry 0 is the default one.
-func (h *daemonHCA) defaultGIDIndex() int {
+// gids returns the daemon's GID table's entries that are set; entry 0 is
+// the default one.
+func (h *daemonHCA) gids() []netif.GIDEntry {
 	var gids []netif.GIDEntry
 	for i := 0; i < h.gidTableLen(); i++ {
 		if g, err := h.x.QueryGID(i); err == nil && !g.IsZero() {
 			gids = append(gids, netif.GIDEntry{Index: i, GID: g, Default: i == 0})
 		}
 	}
-	return iface.DefaultGIDIndex(gids, netip.Addr{})
+	return gids
 }
+
+// defaultGIDIndex picks as for a device in process (iface.DefaultGIDIndex)
+// from the daemon's GID table.
+func (h *daemonHCA) defaultGIDIndex() int { return iface.DefaultGIDIndex(h.gids(), netip.Addr{}) }
 
 // ahAttr leaves the destination MAC to the daemon, which resolves it
 // when the QP moves to RTR or the AH is created, as rdma-core's providers
@@ -271,12 +272,11 @@ func (h *daemonHCA) ahAttr(ctx context.Context, dgid bth.GID, sgid int) (verbs.A
 }
 
 // counters asks the daemon; an answer that does not come leaves them
-// empty.
+// empty (a daemon that went away is watch's to report).
 func (h *daemonHCA) counters() map[string]uint64 {
 	out := map[string]uint64{}
 	st, err := h.x.Stats()
 	if err != nil {
-		h.gone.CompareAndSwap(nil, &err)
 		return out
 	}
 	for _, c := range st.Engine {
@@ -288,7 +288,11 @@ func (h *daemonHCA) counters() map[string]uint64 {
 // received reads the daemon's counter; the fence orders this process's
 // later reads of shared memory after it.
 func (h *daemonHCA) received() uint64 {
-	n := h.counters()["rcvd_pkts"]
+	n, ok := h.counters()["rcvd_pkts"]
+	if !ok {
+		n = h.rcvdLast // the daemon did not answer: nothing seen to move
+	}
+	h.rcvdLast = n
 	fence()
 	if n < h.rcvd0 {
 		return 0
