@@ -223,8 +223,11 @@ func (l *Link) ReleaseLent() {
 }
 
 // TxBufSize implements roce.TxLender: a lent transmit buffer is one UMEM
-// chunk, of which a frame may fill up to the socket's MaxFrameSize.
-func (l *Link) TxBufSize() int { return min(l.s.ChunkSize(), l.s.MaxFrameSize()) }
+// chunk. A transmitted frame has no headroom, so it may fill the chunk;
+// the receive headroom that makes MaxFrameSize smaller without
+// multi-buffer does not apply (NewLink caps the MTU so that no frame
+// exceeds MaxFrameSize, which SubmitLent checks as Transmit does).
+func (l *Link) TxBufSize() int { return l.s.ChunkSize() }
 
 // LendTx implements roce.TxLender: it lends up to len(bufs) free transmit
 // chunks, each a whole chunk (at least TxBufSize bytes), for frames built where the kernel sends

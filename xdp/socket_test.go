@@ -976,6 +976,19 @@ func TestLinkLends(t *testing.T) {
 // submitted, panics; a link whose chunks are all lent lends none.
 func TestLinkLendsTx(t *testing.T) {
 	p := newVethPair(t, 1500, 1)
+	// Without multi-buffer the receive headroom makes MaxFrameSize smaller
+	// than a chunk; a transmitted frame has none, and its buffer stays the
+	// whole chunk (a device at the capped MTU still borrows it).
+	var single *Link
+	must(t, p.nsA.Do(func() (err error) {
+		single, err = OpenLink(p.ifA, 0, Options{NoMultiBuffer: true})
+		return err
+	}))
+	if single.TxBufSize() != single.Socket().ChunkSize() || single.Socket().MaxFrameSize() >= single.TxBufSize() {
+		t.Errorf("without multi-buffer: TxBufSize %d, chunk %d, MaxFrameSize %d",
+			single.TxBufSize(), single.Socket().ChunkSize(), single.Socket().MaxFrameSize())
+	}
+	single.Close()
 	la, lb := openLinks(t, p)
 	defer la.Close()
 	defer lb.Close()
