@@ -54,14 +54,14 @@ func (l *Link) JoinGroup(group netip.Addr) error {
 		return nil
 	}
 	if m.ifi == nil {
+		// Open found no interface with the address; it may have one now.
 		ifi, err := interfaceOf(l.local)
 		if err != nil {
 			return err
 		}
-		if err := l.setMulticastIf(ifi); err != nil {
+		if err := l.useGroupInterface(ifi); err != nil {
 			return err
 		}
-		m.ifi = ifi
 	}
 	conn, err := l.groupSocket(group)
 	if err != nil {
@@ -208,8 +208,10 @@ func (l *Link) takeGroupFrames(bufs [][]byte, sizes []int, n int) int {
 	return out
 }
 
-// setMulticastIf makes the link's socket send to groups through ifi.
-func (l *Link) setMulticastIf(ifi *net.Interface) error {
+// useGroupInterface makes ifi the interface the link joins groups on and
+// its socket sends to groups through (with l.mc.mu held, or before the
+// link is shared).
+func (l *Link) useGroupInterface(ifi *net.Interface) error {
 	var err error
 	if l.v6 {
 		err = ipv6.NewPacketConn(l.conn).SetMulticastInterface(ifi)
@@ -219,6 +221,7 @@ func (l *Link) setMulticastIf(ifi *net.Interface) error {
 	if err != nil {
 		return fmt.Errorf("udplink: multicast interface %s: %w", ifi.Name, err)
 	}
+	l.mc.ifi = ifi
 	return nil
 }
 

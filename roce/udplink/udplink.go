@@ -147,11 +147,10 @@ func Open(addr netip.Addr, port int, mtu int) (*Link, error) {
 	}
 	if ifErr == nil {
 		// Else the first JoinGroup looks again and fails if it finds none.
-		if err := l.setMulticastIf(ifi); err != nil {
+		if err := l.useGroupInterface(ifi); err != nil {
 			l.Close()
 			return nil, err
 		}
-		l.mc.ifi = ifi
 	}
 	if l.v6 {
 		l.batch = ipv6.NewPacketConn(conn)
