@@ -591,7 +591,11 @@ func TestSendPosted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	sent := b.router.Stats().Sent
 	qa.SendPosted()
+	if n := b.router.Stats().Sent - sent; n != 3 {
+		t.Fatalf("SendPosted put %d frames on the link, want the 3 WRITEs", n)
+	}
 	if err := qa.Destroy(); err != nil {
 		t.Fatal(err)
 	}
