@@ -19,6 +19,7 @@ import (
 	"errors"
 	"math/bits"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/mr"
@@ -323,3 +324,19 @@ func (s *SRQ) take(dst *recvWQE) (ok, limitEvent bool) {
 	}
 	return true, false
 }
+
+// QueueBytes returns the memory the QP's work queues hold: the send queue's
+// slots with their SGL, inline and address-handle storage, and the receive
+// ring when the QP has its own. It is what a QP of these capabilities costs
+// beyond its fixed state, for callers that budget memory (the daemon).
+func (q *QP) QueueBytes() int {
+	n := len(q.sq.slots)*int(unsafe.Sizeof(sendWQE{})) + len(q.sq.sgl)*int(unsafe.Sizeof(mr.SGE{})) +
+		len(q.sq.inlineBuf) + len(q.sq.ahs)*int(unsafe.Sizeof(verbs.AH{}))
+	if q.rq.r != nil {
+		n += len(q.rq.r.Memory())
+	}
+	return n
+}
+
+// QueueBytes returns the memory the SRQ's ring holds.
+func (s *SRQ) QueueBytes() int { return len(s.rq.r.Memory()) }

@@ -344,6 +344,10 @@ func (q *QP) SendPosted() {
 	e.flushTx()
 }
 
+// QueueBytes returns the memory the engine holds for the QP's work queues
+// (qp.QP.QueueBytes), for callers that budget memory.
+func (q *QP) QueueBytes() int { return q.qp.QueueBytes() }
+
 // Destroy destroys the QP (ibv_destroy_qp). Outstanding work requests are
 // discarded without completions, as in verbs; packets that arrive for the
 // QP afterwards are dropped as addressed to an unknown QP. A QP attached to
@@ -483,6 +487,13 @@ func (s *SRQ) Query() (maxWR, limit, posted uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.srq.MaxWR(), s.srq.Limit(), s.srq.Len()
+}
+
+// QueueBytes returns the memory the engine holds for the SRQ's requests.
+func (s *SRQ) QueueBytes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.srq.QueueBytes()
 }
 
 // Destroy destroys the SRQ (ibv_destroy_srq); it fails with ErrBusy while
