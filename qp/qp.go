@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/monotime"
@@ -290,16 +291,18 @@ func (q *QP) PostSend(wr *verbs.SendWR) error {
 	s.inline = inline
 	s.nsge = 0
 	if inline {
-		in := q.sq.inlineOf(s)
+		in := q.sq.place(s, s.length)[:s.length]
 		if wr.InlineData != nil {
 			copy(in, wr.InlineData)
 		} else if _, err := q.pd.Gather(wr.SGL, 0, in); err != nil {
 			s.wr = sendWR{}
 			s.inline = false
+			q.sq.unplace(s)
 			return ErrInlineGather
 		}
 	} else {
 		s.nsge = uint8(len(wr.SGL))
+		q.sq.place(s, uint32(len(wr.SGL))*uint32(unsafe.Sizeof(mr.SGE{})))
 		copy(q.sq.sglOf(s), wr.SGL)
 	}
 	s.state = wqePosted

@@ -108,8 +108,11 @@ type sendWQE struct {
 	wr     sendWR
 	length uint32
 	idx    uint32 // the slot's position in the ring, fixed at creation
-	nsge   uint8  // SGEs in the slot's part of sendQueue.sgl
-	inline bool   // the payload is in the slot's part of sendQueue.inline
+	start  uint64 // the poster's arena position before this request's storage
+	off    uint32 // where the SGL or inline payload starts in arena gen
+	gen    uint8  // the arena generation holding it
+	nsge   uint8  // SGEs at off
+	inline bool   // the payload is at off instead
 
 	// Execution state, owned by the loop.
 	state    wqeState
@@ -123,18 +126,48 @@ type sendWQE struct {
 	atomic   uint64 // atomic original value, for tests and debugging
 }
 
-// sendQueue is a QP's send ring and the storage of its slots' variable
-// parts, each one allocation for the whole queue: the SGLs (maxSGE
-// elements per slot), the inline payloads (maxInline bytes per slot) and,
-// for UD QPs only, the resolved address handles.
+// sendQueue is a QP's send ring with the storage of its requests' variable
+// parts: the SGLs and inline payloads live in an arena, and for UD QPs the
+// resolved address handles in one array indexed by slot.
+//
+// The arena holds only what the requests in the queue need, not max_send_wr
+// times the largest request: the poster takes each request's bytes in post
+// order and the loop gives them back by releasing slots in the same order,
+// so the arena is a ring of bytes whose live part runs from the oldest
+// unreleased slot's start to the poster's head. When a request does not fit,
+// the poster makes an arena twice as large (a new generation) and posts
+// there; older generations stay until their last request is released. The
+// largest arena is bounded ((limit+2) times the largest request: room for
+// every request the queue admits, the one gap left where the ring wraps,
+// and the request being placed), so a post never fails for want of
+// storage. Slots name their generation; the loop
+// finds the arena through an atomic pointer, so the poster never waits for
+// it and nothing is allocated once the arena has grown to what the QP's
+// traffic needs.
 type sendQueue struct {
 	ring[sendWQE]
-	sgl       []mr.SGE
-	inlineBuf []byte
 	ahs       []verbs.AH
 	maxSGE    uint32
 	maxInline uint32
+	maxArena  uint64 // the largest arena (0: no variable parts)
+
+	// The arenas by generation; the poster stores, the loop loads.
+	arenas [arenaGens]atomic.Pointer[[]byte]
+	// Poster state (under the poster's serialization).
+	gen    uint8  // the generation posts go to
+	oldest uint8  // the oldest generation not yet dropped
+	head   uint64 // free-running position in arena gen
 }
+
+// arenaGens bounds the generations: each doubles the last, from
+// arenaMinBytes, so 32 cover any bound.
+const arenaGens = 32
+
+// arenaMinBytes is the size of a QP's first arena.
+const arenaMinBytes = 1024
+
+// arenaAlign keeps every SGL in the arena aligned for mr.SGE.
+const arenaAlign = 16
 
 func (s *sendQueue) initSend(maxWR, maxSGE, maxInline uint32, ud bool) {
 	s.init(maxWR)
@@ -143,30 +176,128 @@ func (s *sendQueue) initSend(maxWR, maxSGE, maxInline uint32, ud bool) {
 		s.slots[i].idx = uint32(i)
 	}
 	s.maxSGE, s.maxInline = maxSGE, maxInline
-	if maxSGE > 0 {
-		s.sgl = make([]mr.SGE, n*maxSGE)
-	}
-	if maxInline > 0 {
-		s.inlineBuf = make([]byte, n*maxInline)
+	per := uint64(max(maxSGE*uint32(unsafe.Sizeof(mr.SGE{})), maxInline))
+	per = (per + arenaAlign - 1) &^ (arenaAlign - 1)
+	if per > 0 {
+		s.maxArena = max((uint64(s.limit)+2)*per, arenaMinBytes)
 	}
 	if ud {
 		s.ahs = make([]verbs.AH, n)
 	}
 }
 
+// place takes n bytes of arena storage for the request in slot w, which
+// the poster is filling (the slot at prod), and records where in w. Only
+// the poster calls it.
+func (s *sendQueue) place(w *sendWQE, n uint32) []byte {
+	n = (n + arenaAlign - 1) &^ (arenaAlign - 1)
+	w.start, w.gen, w.off = s.head, s.gen, 0
+	if n == 0 {
+		return nil
+	}
+	// The live part of the current arena starts at the oldest queued
+	// request's start when that request is in this generation; if an
+	// older generation still holds it, everything placed in this one is
+	// live. A stale cons (the loop moves it on meanwhile) only makes
+	// the live part look longer.
+	cons, prod := s.cons.Load(), s.prod.Load()
+	tail := s.head
+	oldestLive := s.gen
+	if cons != prod {
+		o := s.at(cons)
+		oldestLive = o.gen
+		if o.gen == s.gen {
+			tail = o.start
+		} else {
+			tail = 0
+		}
+	}
+	for s.oldest != oldestLive {
+		s.arenas[s.oldest%arenaGens].Store(nil)
+		s.oldest++
+	}
+	a := s.arenas[s.gen%arenaGens].Load()
+	if a != nil {
+		size := uint64(len(*a))
+		pos := s.head % size
+		skip := uint64(0)
+		if pos+uint64(n) > size {
+			skip = size - pos
+		}
+		if s.head-tail+skip+uint64(n) <= size {
+			w.start, w.off = s.head, uint32(pos+skip)
+			if skip != 0 {
+				w.off = 0
+			}
+			s.head += skip + uint64(n)
+			return (*a)[w.off : w.off+n]
+		}
+	}
+	// A new generation, twice the last (or the first), empty.
+	size := uint64(arenaMinBytes)
+	if a != nil {
+		size = uint64(len(*a)) * 2
+	}
+	for size < uint64(n) {
+		size *= 2
+	}
+	size = min(size, s.maxArena)
+	b := make([]byte, size)
+	if a != nil {
+		s.gen++
+	}
+	s.arenas[s.gen%arenaGens].Store(&b)
+	s.head = uint64(n)
+	w.start, w.gen, w.off = 0, s.gen, 0
+	if cons == prod {
+		// Nothing queued: the older generations can go now.
+		for s.oldest != s.gen {
+			s.arenas[s.oldest%arenaGens].Store(nil)
+			s.oldest++
+		}
+	}
+	return b[:n]
+}
+
+// unplace gives back the storage place took for w, whose post failed.
+func (s *sendQueue) unplace(w *sendWQE) {
+	if w.gen == s.gen {
+		s.head = w.start
+	}
+}
+
+// storage returns the arena bytes of w's variable part.
+func (s *sendQueue) storage(w *sendWQE, n uint32) []byte {
+	a := s.arenas[w.gen%arenaGens].Load()
+	return (*a)[w.off : w.off+n : w.off+n]
+}
+
 // sglOf returns the SGL of w.
 func (s *sendQueue) sglOf(w *sendWQE) []mr.SGE {
-	i := w.idx * s.maxSGE
-	return s.sgl[i : i+uint32(w.nsge) : i+uint32(w.nsge)]
+	if w.nsge == 0 {
+		return nil
+	}
+	b := s.storage(w, uint32(w.nsge)*uint32(unsafe.Sizeof(mr.SGE{})))
+	return unsafe.Slice((*mr.SGE)(unsafe.Pointer(&b[0])), int(w.nsge))
 }
 
 // inlineOf returns the inline payload of w, or nil if it has none.
 func (s *sendQueue) inlineOf(w *sendWQE) []byte {
-	if !w.inline {
+	if !w.inline || w.length == 0 {
 		return nil
 	}
-	i := w.idx * s.maxInline
-	return s.inlineBuf[i : i+w.length : i+w.length]
+	return s.storage(w, w.length)
+}
+
+// arenaBytes returns the bytes the arenas hold now.
+func (s *sendQueue) arenaBytes() int {
+	n := 0
+	for i := range s.arenas {
+		if a := s.arenas[i].Load(); a != nil {
+			n += len(*a)
+		}
+	}
+	return n
 }
 
 // ahOf returns the destination of a UD send.
@@ -325,18 +456,24 @@ func (s *SRQ) take(dst *recvWQE) (ok, limitEvent bool) {
 	return true, false
 }
 
-// QueueBytes returns the memory the QP's work queues hold: the send queue's
-// slots with their SGL, inline and address-handle storage, and the receive
-// ring when the QP has its own. It is what a QP of these capabilities costs
-// beyond its fixed state, for callers that budget memory (the daemon).
+// QueueBytes returns the most memory the QP's work queues can come to
+// hold: the send queue's slots and address handles, the largest arena its
+// requests' SGLs and inline payloads can need, and the receive ring when
+// the QP has its own. It is what a QP of these capabilities may cost beyond
+// its fixed state, for callers that budget memory (the daemon); the arena
+// part is only as large as the QP's traffic has needed (ArenaBytes).
 func (q *QP) QueueBytes() int {
-	n := len(q.sq.slots)*int(unsafe.Sizeof(sendWQE{})) + len(q.sq.sgl)*int(unsafe.Sizeof(mr.SGE{})) +
-		len(q.sq.inlineBuf) + len(q.sq.ahs)*int(unsafe.Sizeof(verbs.AH{}))
+	n := len(q.sq.slots)*int(unsafe.Sizeof(sendWQE{})) + len(q.sq.ahs)*int(unsafe.Sizeof(verbs.AH{})) +
+		2*int(q.sq.maxArena) // every generation below the largest adds up to less than it
 	if q.rq.r != nil {
 		n += len(q.rq.r.Memory())
 	}
 	return n
 }
+
+// ArenaBytes returns the bytes the send queue's arenas hold now (the SGLs
+// and inline payloads of the requests posted).
+func (q *QP) ArenaBytes() int { return q.sq.arenaBytes() }
 
 // QueueBytes returns the memory the SRQ's ring holds.
 func (s *SRQ) QueueBytes() int { return len(s.rq.r.Memory()) }
