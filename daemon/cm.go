@@ -174,6 +174,7 @@ func (c *conn) cmDestroyChannel(b []byte) ([]byte, []int, error) {
 	}
 	unix.Close(ch.w)
 	delete(c.cm.chans, in.Handle)
+	c.release(one(ResFDs, 1))
 	return nil, nil, nil
 }
 
@@ -565,6 +566,7 @@ func (c *conn) cmCleanup() {
 	for h, cc := range c.cm.chans {
 		unix.Close(cc.w)
 		delete(c.cm.chans, h)
+		c.release(one(ResFDs, 1))
 	}
 	done := c.cm.fwDone
 	c.mu.Unlock()
