@@ -177,6 +177,8 @@ func runDaemon(e *env, args []string) int {
 		fmt.Fprintf(e.Stderr, "sroce daemon: %v\n", err)
 		return exitUsage
 	}
+	bs := srv.Budgets()
+	log.Info("budgets", "user", bs.User.String(), "total", bs.Total.String())
 	path := *socket
 	if path == "" {
 		path = daemon.DefaultSocket()
