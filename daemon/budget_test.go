@@ -515,3 +515,132 @@ func TestAcceptSurvivesEMFILE(t *testing.T) {
 		t.Errorf("%d lines say accept failed, want 1 (one per 10 s)", n)
 	}
 }
+
+// TestBudgetEveryObjectReleased makes one of every object that holds a
+// budget (completion and CM channels, CQs, a resized CQ, an SRQ and its
+// resize, QPs with and without it, MRs, a re-registered MR, a window),
+// checks they are charged, and frees them: destroyed one by one, the
+// charges return to what the open connection holds; left to the
+// connection's end, to nothing.
+func TestBudgetEveryObjectReleased(t *testing.T) {
+	r := newRig(t, daemon.Options{})
+	c := dialOpen(t, r)
+	pd := handleOf(c, ctl.OpAllocPD, nil)
+	base := r.srv.Budgets().Used
+	if base[daemon.ResConns] != 1 || base[daemon.ResFDs] != 4 || base[daemon.ResMaps] != 1 {
+		t.Errorf("an open connection holds %v, want a connection, 4 descriptors and a mapping", base)
+	}
+	var made []func() error
+	destroy := func(op ctl.Op, h uint32) func() error {
+		return func() error {
+			in := ctl.Handle{Handle: h}
+			_, _, err := c.call(op, ctl.Bytes(&in))
+			return err
+		}
+	}
+	ch := handleOf(c, ctl.OpCreateCompChannel, nil)
+	cmch := handleOf(c, ctl.OpCMCreateChannel, nil)
+	cqIn := ctl.CreateCQ{CQE: 64, Channel: ch}
+	cq := handleOf(c, ctl.OpCreateCQ, ctl.Bytes(&cqIn))
+	rs := ctl.ResizeCQ{Handle: cq, CQE: 1000}
+	_, fds, err := c.call(ctl.OpResizeCQ, ctl.Bytes(&rs))
+	closeFDs(fds)
+	if err != nil {
+		t.Fatalf("RESIZE_CQ: %v", err)
+	}
+	srqIn := ctl.SRQ{PDOrHandle: pd, MaxWR: 16, MaxSGE: 2}
+	srq := handleOf(c, ctl.OpCreateSRQ, ctl.Bytes(&srqIn))
+	grow := ctl.SRQ{PDOrHandle: srq, AttrMask: 1, MaxWR: 256}
+	_, fds, err = c.call(ctl.OpModifySRQ, ctl.Bytes(&grow))
+	closeFDs(fds)
+	if err != nil {
+		t.Fatalf("MODIFY_SRQ max_wr: %v", err)
+	}
+	qpIn := ctl.CreateQP{PD: pd, SendCQ: cq, RecvCQ: cq, SRQ: srq, QPType: uint8(verbs.QPTypeRC), Cap: ctl.QPCap{MaxSendWR: 64, MaxSendSGE: 2}}
+	qp1 := handleOf(c, ctl.OpCreateQP, ctl.Bytes(&qpIn))
+	qpIn.SRQ, qpIn.Cap.MaxRecvWR, qpIn.Cap.MaxRecvSGE = 0, 64, 2
+	qp2 := handleOf(c, ctl.OpCreateQP, ctl.Bytes(&qpIn))
+	mfd, err := unix.MemfdCreate("t", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(mfd)
+	unix.Ftruncate(mfd, 1<<20)
+	unix.FcntlInt(uintptr(mfd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK)
+	reg := ctl.RegMR{PD: pd, Length: 8192, Access: uint32(mr.AccessLocalWrite)}
+	b, _, err := c.callFDs(ctl.OpRegMR, ctl.Bytes(&reg), []int{mfd})
+	if err != nil {
+		t.Fatalf("REG_MR: %v", err)
+	}
+	m, _ := ctl.Get[ctl.MR](b)
+	rr := ctl.ReregMR{Handle: m.Handle, Flags: uint32(mr.ReregChangeTranslation), Reg: ctl.RegMR{Length: 65536, FDOffset: 4096}}
+	if _, _, err := c.callFDs(ctl.OpReregMR, ctl.Bytes(&rr), []int{mfd}); err != nil {
+		t.Fatalf("REREG_MR: %v", err)
+	}
+	mwIn := ctl.MW{PDOrHandle: pd, TypeOrRKey: 1}
+	b, _, err = c.call(ctl.OpAllocMW, ctl.Bytes(&mwIn))
+	if err != nil {
+		t.Fatalf("ALLOC_MW: %v", err)
+	}
+	mw, _ := ctl.Get[ctl.MW](b)
+	made = append(made, destroy(ctl.OpDestroyQP, qp1), destroy(ctl.OpDestroyQP, qp2), destroy(ctl.OpDestroySRQ, srq),
+		destroy(ctl.OpDestroyCQ, cq), destroy(ctl.OpDestroyCompChannel, ch), destroy(ctl.OpCMDestroyChannel, cmch),
+		destroy(ctl.OpDeregMR, m.Handle), destroy(ctl.OpDeallocMW, mw.PDOrHandle))
+
+	st := r.srv.Budgets()
+	for _, want := range []struct {
+		r daemon.Resource
+		n uint64
+	}{
+		// 2 channels, a CQ, an SRQ, 2 QPs
+		{daemon.ResFDs, base[daemon.ResFDs] + 6},
+		// a CQ, an SRQ, 2 QPs, an MR
+		{daemon.ResMaps, base[daemon.ResMaps] + 5},
+		{daemon.ResQPs, 2},
+		{daemon.ResMRs, 2},
+		{daemon.ResRegBytes, 65536},
+	} {
+		if got := st.Used[want.r]; got != want.n {
+			t.Errorf("%s: %d charged, want %d", want.r, got, want.n)
+		}
+	}
+	if q := st.Used[daemon.ResQueueBytes]; q < base[daemon.ResQueueBytes]+1000*64+256*16 {
+		t.Errorf("%d bytes of queues charged: less than the CQ's and SRQ's rings", q)
+	}
+	for i, f := range made {
+		if err := f(); err != nil {
+			t.Fatalf("destroying object %d: %v", i, err)
+		}
+	}
+	if got := r.srv.Budgets().Used; got != base {
+		t.Errorf("after every object was destroyed the connection holds %v, want %v", got, base)
+	}
+
+	// The same objects through the Go client, left to the connection's
+	// end.
+	x, err := client.Open(r.socket, "sroce_mem1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	xpd, _ := x.AllocPD()
+	xcq, err := x.CreateCQ(64, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := xcq.Resize(500); err != nil {
+		t.Fatal(err)
+	}
+	buf, _ := x.Alloc(1 << 16)
+	xmr, err := xpd.RegMR(buf, 0, 4096, mr.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := xmr.Rereg(mr.ReregChangeTranslation, nil, buf, 4096, 8192, mr.AccessLocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := xpd.CreateQP(&client.QPInitAttr{Type: verbs.QPTypeUD, SendCQ: xcq, RecvCQ: xcq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	c.uc.Close()
+	zeroAfter(t, r, x)
+}

@@ -758,7 +758,10 @@ func (c *conn) reregMR(b []byte, fds []int) ([]byte, []int, error) {
 		o.mem.unmap()
 		o.mem = mem
 		c.regBytes = c.regBytes - old + in.Reg.Length
-		c.release(mrCost(old))
+		// The MR stays; the old range's mapping and bytes go.
+		gone := mrCost(old)
+		gone[ResMRs] = 0
+		c.release(gone)
 		o.cost = mrCost(in.Reg.Length)
 	}
 	out := ctl.MR{Handle: in.Handle, LKey: o.mr.LKey(), RKey: o.mr.RKey()}
