@@ -358,7 +358,7 @@ func TestBudgetDefaults(t *testing.T) {
 // connection budget: those over it are answered EAGAIN and closed, the
 // ones within it keep working, and nothing is left charged after.
 func TestBudgetIdleConnections(t *testing.T) {
-	const budgetConns, tries = 200, 1000
+	const budgetConns, tries = 1000, 10000
 	r := newRig(t, daemon.Options{User: budget(t, fmt.Sprintf("conns=%d", budgetConns))})
 	var kept []*net.UnixConn
 	defer func() {
