@@ -26,7 +26,7 @@ const (
 	ResQPs                        // QPs
 	ResMRs                        // MRs and MWs
 	ResRegBytes                   // bytes registered
-	ResQueueBytes                 // bytes of queues: shared rings and the engine's queues
+	ResQueueBytes                 // bytes of queues (shared rings, the engine's queues) and of small objects (PDs, AHs, CM IDs)
 	numResources
 )
 

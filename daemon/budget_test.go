@@ -518,7 +518,8 @@ func TestAcceptSurvivesEMFILE(t *testing.T) {
 
 // TestBudgetEveryObjectReleased makes one of every object that holds a
 // budget (completion and CM channels, CQs, a resized CQ, an SRQ and its
-// resize, QPs with and without it, MRs, a re-registered MR, a window),
+// resize, QPs with and without it, MRs, a re-registered MR, a window, a
+// PD, an AH, a CM ID),
 // checks they are charged, and frees them: destroyed one by one, the
 // charges return to what the open connection holds; left to the
 // connection's end, to nothing.
@@ -583,6 +584,18 @@ func TestBudgetEveryObjectReleased(t *testing.T) {
 		t.Fatalf("ALLOC_MW: %v", err)
 	}
 	mw, _ := ctl.Get[ctl.MW](b)
+	cmid, err := c.createID(cmch)
+	if err != nil {
+		t.Fatalf("CM_CREATE_ID: %v", err)
+	}
+	ahIn := ctl.AH{PDOrHandle: pd, Attr: ctl.AHAttr{DGID: r.gids[1], HopLimit: 64, IsGlobal: 1, PortNum: 1}}
+	ah := handleOf(c, ctl.OpCreateAH, ctl.Bytes(&ahIn))
+	pd2 := handleOf(c, ctl.OpAllocPD, nil)
+	idArg := ctl.CMIDArg{ID: cmid}
+	made = append(made, func() error {
+		_, _, err := c.call(ctl.OpCMDestroyID, ctl.Bytes(&idArg))
+		return err
+	}, destroy(ctl.OpDestroyAH, ah), destroy(ctl.OpDeallocPD, pd2))
 	made = append(made, destroy(ctl.OpDestroyQP, qp1), destroy(ctl.OpDestroyQP, qp2), destroy(ctl.OpDestroySRQ, srq),
 		destroy(ctl.OpDestroyCQ, cq), destroy(ctl.OpDestroyCompChannel, ch), destroy(ctl.OpCMDestroyChannel, cmch),
 		destroy(ctl.OpDeregMR, m.Handle), destroy(ctl.OpDeallocMW, mw.PDOrHandle))

@@ -610,16 +610,31 @@ func (c *conn) allocPD() ([]byte, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := c.charge(objectCost); err != nil {
+		return nil, nil, err
+	}
 	pd, err := c.dev.dev.Device().AllocPD()
 	if err != nil {
+		c.release(objectCost)
 		return nil, nil, err
 	}
 	c.pds[h] = pd
 	return handleReply(h)
 }
 
+// objectCost is what a PD or an AH is charged: a nominal size of its
+// state in the daemon, against the queue memory budget (the per-connection
+// limit on objects alone lets a uid's many connections hold gigabytes).
+var objectCost = one(ResQueueBytes, 512)
+
 func (c *conn) deallocPD(b []byte) ([]byte, []int, error) {
-	return destroy(c, b, c.pds, func(_ uint32, pd *roce.PD) error { return pd.Dealloc() })
+	return destroy(c, b, c.pds, func(_ uint32, pd *roce.PD) error {
+		if err := pd.Dealloc(); err != nil {
+			return err
+		}
+		c.release(objectCost)
+		return nil
+	})
 }
 
 func (c *conn) regMR(b []byte, fds []int) ([]byte, []int, error) {
@@ -1599,6 +1614,9 @@ func (c *conn) createAH(b []byte) ([]byte, []int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h, err := c.alloc(n, c.s.limits.Objects, "AHs")
+	if err == nil {
+		err = c.charge(objectCost)
+	}
 	if err != nil {
 		pd.DestroyAH(ah)
 		return nil, nil, err
@@ -1614,6 +1632,7 @@ func (c *conn) destroyAH(b []byte) ([]byte, []int, error) {
 		if pd := c.pds[o.pd]; pd != nil {
 			pd.DestroyAH(o.ah)
 		}
+		c.release(objectCost)
 		return nil
 	})
 }
@@ -1692,10 +1711,12 @@ func (c *conn) cleanup() {
 			pd.DestroyAH(o.ah)
 		}
 		delete(c.ahs, h)
+		c.release(objectCost)
 	}
 	for h, pd := range c.pds {
 		pd.Dealloc()
 		delete(c.pds, h)
+		c.release(objectCost)
 	}
 	for h, ch := range c.chans {
 		unix.Close(ch.w)

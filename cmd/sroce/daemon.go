@@ -81,7 +81,8 @@ func runDaemon(e *env, args []string) int {
 	f.Var(&limTotal, "limit-total", "what all clients may hold together, as `KEY=N[,KEY=N...]` with keys conns, fds, maps, qps, mrs (counts), "+
 		"reg and queue (bytes, with K, M or G suffixes); a key left out follows the host: "+
 		fmt.Sprintf("maps = vm.max_map_count less max(%d, an eighth), fds = RLIMIT_NOFILE (soft raised to hard) less max(%d, a sixteenth), ", daemon.MapsReserve, daemon.FDsReserve)+
-		fmt.Sprintf("conns = a quarter of fds up to %d, qps = fds up to %d, mrs = maps, queue = a quarter of MemTotal, reg = half of MemTotal ", daemon.MaxConns, daemon.MaxQPs)+
+		fmt.Sprintf("conns = a quarter of fds up to %d, qps = fds up to %d, mrs = maps, queue = a quarter of MemTotal, reg = half of MemTotal; ", daemon.MaxConns, daemon.MaxQPs)+
+		"queue counts the shared rings, the engine's queues and 512 bytes per PD and AH, 2 KiB per CM ID "+
 		"(here: "+defTotal.String()+")")
 	pos, status, ok := f.parse(args)
 	if !ok {
