@@ -174,6 +174,7 @@ func (c *conn) cmDestroyChannel(b []byte) ([]byte, []int, error) {
 	}
 	unix.Close(ch.w)
 	delete(c.cm.chans, in.Handle)
+	c.release(one(ResFDs, 1))
 	return nil, nil, nil
 }
 
@@ -198,8 +199,12 @@ func (c *conn) cmCreateID(b []byte) ([]byte, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := c.charge(cmIDCost); err != nil {
+		return nil, nil, err
+	}
 	id, err := c.s.cm.CreateID(c.cm.ch, ps, nil)
 	if err != nil {
+		c.release(cmIDCost)
 		return nil, nil, cmErrno(err)
 	}
 	c.cmAdd(id, h, in.Channel)
@@ -207,7 +212,11 @@ func (c *conn) cmCreateID(b []byte) ([]byte, []int, error) {
 	return ctl.Bytes(&out), nil, nil
 }
 
-// cmAdd records an ID of the connection (c.mu held).
+// cmIDCost is what a CM ID is charged: a nominal size of its state in
+// the daemon, against the queue memory budget.
+var cmIDCost = one(ResQueueBytes, 2048)
+
+// cmAdd records an ID of the connection, charged (c.mu held).
 func (c *conn) cmAdd(id *rdmacm.ID, h, ch uint32) *cmID {
 	o := &cmID{id: id, handle: h, ch: ch}
 	c.cm.ids[h] = o
@@ -254,6 +263,7 @@ func (c *conn) cmForget(o *cmID) {
 	}
 	delete(c.cm.ids, o.handle)
 	delete(c.cm.byID, o.id)
+	c.release(cmIDCost)
 	if ch := c.cm.chans[o.ch]; ch != nil {
 		ch.refs--
 	}
@@ -486,6 +496,9 @@ func (c *conn) cmDeliver(e *rdmacm.Event) {
 	if e.Type == rdmacm.EventConnectRequest {
 		l := c.cm.byID[e.ListenID]
 		h, err := c.alloc(len(c.cm.ids), c.s.limits.CMIDs, "CM IDs")
+		if err == nil && l != nil {
+			err = c.charge(cmIDCost)
+		}
 		if l == nil || err != nil {
 			go func() {
 				e.ID.Reject(nil)
@@ -565,6 +578,7 @@ func (c *conn) cmCleanup() {
 	for h, cc := range c.cm.chans {
 		unix.Close(cc.w)
 		delete(c.cm.chans, h)
+		c.release(one(ResFDs, 1))
 	}
 	done := c.cm.fwDone
 	c.mu.Unlock()

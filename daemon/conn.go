@@ -59,6 +59,9 @@ type conn struct {
 	ahs      map[uint32]*ahObj
 	regBytes uint64
 
+	heldMu     sync.Mutex
+	held       cost // what the connection holds of its uid's budget
+	openCost   cost // what OPEN charged: the context page, doorbell, async socket
 	ctxPage    *shm
 	doorbell   *os.File // the eventfd clients write to (closed with the connection)
 	doorbellFD int      // its descriptor, nonblocking
@@ -70,8 +73,9 @@ type conn struct {
 }
 
 type mrObj struct {
-	mr  *roce.MR
-	mem *clientMem
+	mr   *roce.MR
+	mem  *clientMem
+	cost cost
 }
 
 type chanObj struct {
@@ -85,6 +89,7 @@ type cqObj struct {
 	ctl    *ctl.CQCtl
 	ch     uint32
 	handle uint32
+	cost   cost
 }
 
 type qpObj struct {
@@ -107,6 +112,7 @@ type qpObj struct {
 	cap     verbs.QPCap // as the client sees it
 	maxSend uint32
 	maxRecv uint32
+	cost    cost
 }
 
 type srqObj struct {
@@ -117,6 +123,7 @@ type srqObj struct {
 	handle uint32
 	maxSGE uint32
 	refs   int
+	cost   cost
 }
 
 type ahObj struct {
@@ -243,7 +250,7 @@ func parseFDs(oob []byte) ([]int, error) {
 	}
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
-		return nil, fmt.Errorf("unreadable control message: %v", err)
+		return nil, fmt.Errorf("unreadable control message: %w", err)
 	}
 	var fds []int
 	for _, m := range msgs {
@@ -252,7 +259,7 @@ func parseFDs(oob []byte) ([]int, error) {
 		}
 		f, err := unix.ParseUnixRights(&m)
 		if err != nil {
-			return fds, fmt.Errorf("unreadable SCM_RIGHTS: %v", err)
+			return fds, fmt.Errorf("unreadable SCM_RIGHTS: %w", err)
 		}
 		fds = append(fds, f...)
 	}
@@ -285,10 +292,21 @@ func errnoOf(err error) int32 {
 	return int32(unix.EINVAL)
 }
 
+// dupFD duplicates fd for a reply (which closes its descriptors once
+// sent); failing, it returns the errno (EMFILE, ENFILE), the daemon's
+// shortage.
+func dupFD(fd int) (int, error) {
+	d, err := unix.Dup(fd)
+	if err != nil {
+		return -1, fmt.Errorf("dup for the reply: %w", err)
+	}
+	return d, nil
+}
+
 // alloc returns the next handle, checking a table's limit.
 func (c *conn) alloc(have, limit int, what string) (uint32, error) {
 	if have >= limit {
-		c.s.log.Warn("client limit reached", "client", c.id, "what", what, "limit", limit)
+		c.s.budget.warn(c.uid, "client limit reached", "client", c.id, "what", what, "limit", limit)
 		return 0, unix.ENOMEM
 	}
 	c.next++
@@ -463,33 +481,51 @@ func (c *conn) open(b []byte) ([]byte, []int, error) {
 	if c.dev == nil {
 		return nil, nil, unix.ENODEV
 	}
-	page, err := newShm("ctx", ctl.CtxPageSize)
-	if err != nil {
+	// The context page, the doorbell and the daemon's end of the async
+	// socket; the reply's copies for the client are closed when sent.
+	k := add(shmCost(ctl.CtxPageSize), one(ResFDs, 2))
+	if err := c.charge(k); err != nil {
 		c.dev = nil
 		return nil, nil, err
+	}
+	fail := func(err error, fds ...int) ([]byte, []int, error) {
+		closeFDs(fds)
+		c.release(k)
+		c.dev = nil
+		return nil, nil, err
+	}
+	page, err := newShm("ctx", ctl.CtxPageSize)
+	if err != nil {
+		return fail(err)
 	}
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		page.close()
-		c.dev = nil
-		return nil, nil, err
+		return fail(fmt.Errorf("eventfd for the doorbell: %w", err))
 	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		page.close()
-		unix.Close(efd)
-		c.dev = nil
-		return nil, nil, err
+		return fail(fmt.Errorf("socketpair for async events: %w", err), efd)
+	}
+	// The reply passes the client's copies: its async socket end, the
+	// eventfd and the context page (dup'd, as the caller closes what it
+	// passes).
+	dbl, err := dupFD(efd)
+	if err != nil {
+		page.close()
+		return fail(err, efd, pair[0], pair[1])
+	}
+	pg, err := dupFD(page.fd)
+	if err != nil {
+		page.close()
+		return fail(err, efd, pair[0], pair[1], dbl)
 	}
 	unix.SetNonblock(pair[0], true)
 	c.ctxPage, c.asyncW = page, pair[0]
 	c.doorbell, c.doorbellFD = os.NewFile(uintptr(efd), "sroce-doorbell"), efd
+	c.openCost = k
 	c.br = newBridge(c)
-	// The reply passes the client's copies: its async socket end, the
-	// eventfd and the context page (dup'd, as the caller closes what it
-	// passes).
-	dbl, _ := unix.Dup(efd)
-	pg, _ := unix.Dup(page.fd)
 	dev := ctl.Device{}
 	ctl.SetName(dev.Name[:], c.dev.name)
 	ctl.SetName(dev.IfName[:], c.dev.dev.Ifname())
@@ -574,16 +610,31 @@ func (c *conn) allocPD() ([]byte, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := c.charge(objectCost); err != nil {
+		return nil, nil, err
+	}
 	pd, err := c.dev.dev.Device().AllocPD()
 	if err != nil {
+		c.release(objectCost)
 		return nil, nil, err
 	}
 	c.pds[h] = pd
 	return handleReply(h)
 }
 
+// objectCost is what a PD or an AH is charged: a nominal size of its
+// state in the daemon, against the queue memory budget (the per-connection
+// limit on objects alone lets a uid's many connections hold gigabytes).
+var objectCost = one(ResQueueBytes, 512)
+
 func (c *conn) deallocPD(b []byte) ([]byte, []int, error) {
-	return destroy(c, b, c.pds, func(_ uint32, pd *roce.PD) error { return pd.Dealloc() })
+	return destroy(c, b, c.pds, func(_ uint32, pd *roce.PD) error {
+		if err := pd.Dealloc(); err != nil {
+			return err
+		}
+		c.release(objectCost)
+		return nil
+	})
 }
 
 func (c *conn) regMR(b []byte, fds []int) ([]byte, []int, error) {
@@ -607,19 +658,45 @@ func (c *conn) regMR(b []byte, fds []int) ([]byte, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	k := mrCost(in.Length)
+	if err := c.charge(k); err != nil {
+		return nil, nil, err
+	}
 	mem, err := mapClientMem(fds[0], in.FDOffset, in.Length)
 	if err != nil {
-		return nil, nil, misbehaved("REG_MR: %v", err)
+		c.release(k)
+		return nil, nil, clientMemErr("REG_MR", err)
 	}
 	m, err := pd.RegMRRegion(mem, in.IOVA, mr.Access(in.Access))
 	if err != nil {
 		mem.unmap()
+		c.release(k)
 		return nil, nil, err
 	}
-	c.mrs[h] = &mrObj{mr: m, mem: mem}
+	c.mrs[h] = &mrObj{mr: m, mem: mem, cost: k}
 	c.regBytes += in.Length
 	out := ctl.MR{Handle: h, LKey: m.LKey(), RKey: m.RKey()}
 	return ctl.Bytes(&out), nil, nil
+}
+
+// mrCost is what an MR of length bytes holds: one MR, one mapping, its
+// bytes.
+func mrCost(length uint64) cost {
+	var k cost
+	k[ResMRs], k[ResMaps], k[ResRegBytes] = 1, 1, length
+	return k
+}
+
+// clientMemErr is the error of a request whose client memory could not
+// be mapped: the client's fault (not a memfd, not sealed, a range outside
+// it) ends the connection; the daemon's shortage (mmap's ENOMEM at
+// vm.max_map_count) is the errno the client gets, connected.
+func clientMemErr(op string, err error) error {
+	var f *memFault
+	if errors.As(err, &f) {
+		return misbehaved("%s: %v", op, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
 }
 
 // checkRegBytes checks a registration of length bytes that replaces one
@@ -630,7 +707,7 @@ func (c *conn) checkRegBytes(length, old uint64) error {
 		return unix.EINVAL
 	}
 	if c.regBytes-old+length > c.s.limits.RegBytes {
-		c.s.log.Warn("client limit reached", "client", c.id, "what", "registered bytes", "limit", c.s.limits.RegBytes)
+		c.s.budget.warn(c.uid, "client limit reached", "client", c.id, "what", "registered bytes", "limit", c.s.limits.RegBytes)
 		return unix.ENOMEM
 	}
 	return nil
@@ -668,18 +745,27 @@ func (c *conn) reregMR(b []byte, fds []int) ([]byte, []int, error) {
 	}
 	var mem *clientMem
 	var region mr.Region
+	var k cost // the new range's mapping and bytes
 	old := uint64(len(o.mem.bytes))
 	if translate {
 		if err := c.checkRegBytes(in.Reg.Length, old); err != nil {
 			return nil, nil, err
 		}
+		// The new range is mapped beside the old until Rereg is done.
+		k = mrCost(in.Reg.Length)
+		k[ResMRs] = 0
+		if err := c.charge(k); err != nil {
+			return nil, nil, err
+		}
 		if mem, err = mapClientMem(fds[0], in.Reg.FDOffset, in.Reg.Length); err != nil {
-			return nil, nil, misbehaved("REREG_MR: %v", err)
+			c.release(k)
+			return nil, nil, clientMemErr("REREG_MR", err)
 		}
 		region = mem
 	}
 	if err := o.mr.Rereg(flags, pd, region, in.Reg.IOVA, mr.Access(in.Reg.Access)); err != nil {
 		mem.unmap()
+		c.release(k)
 		return nil, nil, err
 	}
 	if translate {
@@ -687,6 +773,11 @@ func (c *conn) reregMR(b []byte, fds []int) ([]byte, []int, error) {
 		o.mem.unmap()
 		o.mem = mem
 		c.regBytes = c.regBytes - old + in.Reg.Length
+		// The MR stays; the old range's mapping and bytes go.
+		gone := mrCost(old)
+		gone[ResMRs] = 0
+		c.release(gone)
+		o.cost = mrCost(in.Reg.Length)
 	}
 	out := ctl.MR{Handle: in.Handle, LKey: o.mr.LKey(), RKey: o.mr.RKey()}
 	return ctl.Bytes(&out), nil, nil
@@ -699,6 +790,7 @@ func (c *conn) deregMR(b []byte) ([]byte, []int, error) {
 		}
 		c.regBytes -= uint64(len(o.mem.bytes))
 		o.mem.unmap()
+		c.release(o.cost)
 		return nil
 	})
 }
@@ -718,8 +810,12 @@ func (c *conn) allocMW(b []byte) ([]byte, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := c.charge(one(ResMRs, 1)); err != nil {
+		return nil, nil, err
+	}
 	w, err := pd.AllocMW(mr.MWType(in.TypeOrRKey))
 	if err != nil {
+		c.release(one(ResMRs, 1))
 		return nil, nil, err
 	}
 	c.mws[h] = w
@@ -728,7 +824,13 @@ func (c *conn) allocMW(b []byte) ([]byte, []int, error) {
 }
 
 func (c *conn) deallocMW(b []byte) ([]byte, []int, error) {
-	return destroy(c, b, c.mws, func(_ uint32, w *mr.MW) error { return w.Dealloc() })
+	return destroy(c, b, c.mws, func(_ uint32, w *mr.MW) error {
+		if err := w.Dealloc(); err != nil {
+			return err
+		}
+		c.release(one(ResMRs, 1))
+		return nil
+	})
 }
 
 // eventSocket returns the two ends of a socket the daemon sends events
@@ -737,7 +839,7 @@ func (c *conn) deallocMW(b []byte) ([]byte, []int, error) {
 func eventSocket() (w, r int, err error) {
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, -1, err
+		return -1, -1, fmt.Errorf("socketpair for events: %w", err)
 	}
 	unix.SetNonblock(pair[0], true)
 	return pair[0], pair[1], nil
@@ -753,8 +855,12 @@ func (c *conn) newChannel(have int, what string, add func(h uint32, w int)) ([]b
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := c.charge(one(ResFDs, 1)); err != nil {
+		return nil, nil, err
+	}
 	w, r, err := eventSocket()
 	if err != nil {
+		c.release(one(ResFDs, 1))
 		return nil, nil, err
 	}
 	add(h, w)
@@ -771,7 +877,11 @@ func (c *conn) destroyChannel(b []byte) ([]byte, []int, error) {
 		if ch.refs > 0 {
 			return unix.EBUSY
 		}
-		return unix.Close(ch.w)
+		// Closed whatever close says (Linux frees the descriptor even
+		// when it reports an error), so released once.
+		unix.Close(ch.w)
+		c.release(one(ResFDs, 1))
+		return nil
 	})
 }
 
@@ -795,11 +905,22 @@ func (c *conn) createCQ(b []byte) ([]byte, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	mem, cm, err := newCQShm(in.CQE)
-	if err != nil {
+	k := shmCost(cqSize(in.CQE))
+	if err := c.charge(k); err != nil {
 		return nil, nil, err
 	}
-	o := &cqObj{mem: mem, ctl: cm.ctl, ch: in.Channel, handle: h}
+	mem, cm, err := newCQShm(in.CQE)
+	if err != nil {
+		c.release(k)
+		return nil, nil, err
+	}
+	fd, err := dupFD(mem.fd)
+	if err != nil {
+		mem.close()
+		c.release(k)
+		return nil, nil, err
+	}
+	o := &cqObj{mem: mem, ctl: cm.ctl, ch: in.Channel, handle: h, cost: k}
 	var notify func()
 	if ch := c.chans[in.Channel]; ch != nil {
 		// On the device loop, with the device lock held: a nonblocking
@@ -815,7 +936,9 @@ func (c *conn) createCQ(b []byte) ([]byte, []int, error) {
 	cm.Notify = notify
 	cq, err := c.dev.dev.Device().CreateSharedCQ(int(in.CQE), cm.SharedCQ)
 	if err != nil {
+		unix.Close(fd)
 		mem.close()
+		c.release(k)
 		return nil, nil, err
 	}
 	o.cq = cq
@@ -824,8 +947,11 @@ func (c *conn) createCQ(b []byte) ([]byte, []int, error) {
 		c.chans[in.Channel].refs++
 	}
 	c.dev.own(cq, c, h)
-	return cqReply(h, in.CQE, mem)
+	return cqReply(h, in.CQE, mem, fd)
 }
+
+// cqSize is the size of the memory of a CQ of cqe entries.
+func cqSize(cqe uint32) int { return cqRingOffset + ring.Bytes(cqe, ring.Stride[ring.CQE](0)) }
 
 // cqShm is a CQ's memory as the daemon lays it out: the control block,
 // then the CQE ring at cqRingOffset.
@@ -839,7 +965,7 @@ var cqRingOffset = cacheLine(int(unsafe.Sizeof(ctl.CQCtl{})))
 
 // newCQShm creates the memory of a CQ of cqe entries.
 func newCQShm(cqe uint32) (*shm, cqShm, error) {
-	mem, err := newShm("cq", cqRingOffset+ring.Bytes(cqe, ring.Stride[ring.CQE](0)))
+	mem, err := newShm("cq", cqSize(cqe))
 	if err != nil {
 		return nil, cqShm{}, err
 	}
@@ -848,10 +974,9 @@ func newCQShm(cqe uint32) (*shm, cqShm, error) {
 		Arm: (*atomic.Uint32)(unsafe.Pointer(&cc.Arm))}}, nil
 }
 
-// cqReply is the reply of CREATE_CQ and RESIZE_CQ: the CQ and a
-// descriptor of its memory.
-func cqReply(h, cqe uint32, mem *shm) ([]byte, []int, error) {
-	fd, _ := unix.Dup(mem.fd)
+// cqReply is the reply of CREATE_CQ and RESIZE_CQ: the CQ and fd, a
+// descriptor of its memory for the client.
+func cqReply(h, cqe uint32, mem *shm, fd int) ([]byte, []int, error) {
 	out := ctl.CQ{Handle: h, CQE: cqe, RingOffset: uint64(cqRingOffset), MemSize: uint64(len(mem.mem))}
 	return ctl.Bytes(&out), []int{fd}, nil
 }
@@ -871,12 +996,25 @@ func (c *conn) resizeCQ(b []byte) ([]byte, []int, error) {
 	if !ok || in.CQE == 0 || in.CQE > roce.MaxCQE {
 		return nil, nil, unix.EINVAL
 	}
+	k := shmCost(cqSize(in.CQE))
+	if err := c.charge(k); err != nil {
+		return nil, nil, err
+	}
 	mem, cm, err := newCQShm(in.CQE)
 	if err != nil {
+		c.release(k)
+		return nil, nil, err
+	}
+	fd, err := dupFD(mem.fd)
+	if err != nil {
+		mem.close()
+		c.release(k)
 		return nil, nil, err
 	}
 	if err := o.cq.ResizeShared(int(in.CQE), cm.SharedCQ); err != nil {
+		unix.Close(fd)
 		mem.close()
+		c.release(k)
 		if errors.Is(err, roce.ErrRingCorrupt) {
 			return nil, nil, misbehaved("CQ %d: %v", in.Handle, err)
 		}
@@ -885,8 +1023,9 @@ func (c *conn) resizeCQ(b []byte) ([]byte, []int, error) {
 	// Under c.mu, which asyncEvent holds to set the overflow flag.
 	atomic.StoreUint32(&cm.ctl.Overflow, atomic.LoadUint32(&o.ctl.Overflow))
 	o.mem.close()
-	o.mem, o.ctl = mem, cm.ctl
-	return cqReply(in.Handle, in.CQE, mem)
+	c.release(o.cost)
+	o.mem, o.ctl, o.cost = mem, cm.ctl, k
+	return cqReply(in.Handle, in.CQE, mem, fd)
 }
 
 func (c *conn) destroyCQ(b []byte) ([]byte, []int, error) {
@@ -912,6 +1051,7 @@ func (c *conn) dropCQ(h uint32, o *cqObj) {
 	}
 	delete(c.cqs, h)
 	o.mem.close()
+	c.release(o.cost)
 }
 
 func (c *conn) createQP(b []byte) ([]byte, []int, error) {
@@ -955,44 +1095,65 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 		attr.SRQ = srq.srq
 		attr.Cap.MaxRecvWR, attr.Cap.MaxRecvSGE = 0, 0
 	}
+	// Charged before the engine allocates: the QP and its shared memory
+	// as the caps asked for it lay out; once the engine says what it
+	// gave, the charge becomes the real footprint, the engine's queues
+	// included.
+	want := in.Cap.Verbs()
+	if srq == nil && want.MaxRecvWR == 0 {
+		want.MaxRecvWR = 1
+	}
+	if want.MaxSendSGE > roce.MaxSGE || want.MaxInlineData > roce.MaxInlineData ||
+		srq == nil && (want.MaxRecvWR > roce.MaxQPWR || want.MaxRecvSGE > roce.MaxSGE) {
+		return nil, nil, unix.EINVAL
+	}
+	k := add(one(ResQPs, 1), shmCost(layoutQP(want, srq != nil).size))
+	if err := c.charge(k); err != nil {
+		return nil, nil, err
+	}
 	q, err := pd.CreateQP(attr)
 	if err != nil {
+		c.release(k)
 		return nil, nil, err
 	}
 	_, ia := q.Query()
 	got := ia.Cap
 	got.MaxSendWR = in.Cap.MaxSendWR
-	sqTail := int(got.MaxSendSGE) * int(unsafe.Sizeof(mr.SGE{}))
-	if int(got.MaxInlineData) > sqTail {
-		sqTail = int(got.MaxInlineData)
+	if srq == nil && got.MaxRecvWR == 0 {
+		got.MaxRecvWR = 1
 	}
-	sqStride := ring.Stride[ring.SendWQE](sqTail)
-	sqOff := cacheLine(int(unsafe.Sizeof(ctl.QPCtl{})))
-	size := sqOff + ring.Bytes(got.MaxSendWR, sqStride)
-	rqOff := 0
-	var rqStride uint32
-	if srq == nil {
-		if got.MaxRecvWR == 0 {
-			got.MaxRecvWR = 1
-		}
-		rqStride = ring.Stride[ring.RecvWQE](int(got.MaxRecvSGE) * int(unsafe.Sizeof(mr.SGE{})))
-		rqOff = cacheLine(size)
-		size = rqOff + ring.Bytes(got.MaxRecvWR, rqStride)
-	}
-	mem, err := newShm("qp", size)
-	if err != nil {
+	lay := layoutQP(got, srq != nil)
+	real := add(one(ResQPs, 1), shmCost(lay.size))
+	real[ResQueueBytes] += uint64(q.QueueBytes())
+	if k, err = c.recharge(k, real); err != nil {
 		q.Destroy()
+		c.release(k)
 		return nil, nil, err
 	}
-	o := &qpObj{qp: q, mem: mem, typ: typ, pd: in.PD, cqs: [2]uint32{in.SendCQ, in.RecvCQ}, srq: in.SRQ,
-		handle: h, ctl: (*ctl.QPCtl)(unsafe.Pointer(&mem.mem[0])), maxSend: got.MaxSendSGE, maxRecv: got.MaxRecvSGE, cap: got, rqQ: recvQ{maxSGE: got.MaxRecvSGE}}
-	if o.sq, err = ring.Init[ring.SendWQE](mem.mem[sqOff:], ring.KindSend, got.MaxSendWR, sqStride); err == nil && srq == nil {
-		o.rqQ.r, err = ring.Init[ring.RecvWQE](mem.mem[rqOff:], ring.KindRecv, got.MaxRecvWR, rqStride)
+	fail := func(err error) ([]byte, []int, error) {
+		q.Destroy()
+		c.release(k)
+		return nil, nil, err
 	}
+	mem, err := newShm("qp", lay.size)
+	if err != nil {
+		return fail(err)
+	}
+	fd, err := dupFD(mem.fd)
 	if err != nil {
 		mem.close()
-		q.Destroy()
-		return nil, nil, err
+		return fail(err)
+	}
+	sqOff, rqOff := lay.sqOff, lay.rqOff
+	o := &qpObj{qp: q, mem: mem, typ: typ, pd: in.PD, cqs: [2]uint32{in.SendCQ, in.RecvCQ}, srq: in.SRQ, cost: k,
+		handle: h, ctl: (*ctl.QPCtl)(unsafe.Pointer(&mem.mem[0])), maxSend: got.MaxSendSGE, maxRecv: got.MaxRecvSGE, cap: got, rqQ: recvQ{maxSGE: got.MaxRecvSGE}}
+	if o.sq, err = ring.Init[ring.SendWQE](mem.mem[sqOff:], ring.KindSend, got.MaxSendWR, lay.sqStride); err == nil && srq == nil {
+		o.rqQ.r, err = ring.Init[ring.RecvWQE](mem.mem[rqOff:], ring.KindRecv, got.MaxRecvWR, lay.rqStride)
+	}
+	if err != nil {
+		unix.Close(fd)
+		mem.close()
+		return fail(err)
 	}
 	sge := got.MaxSendSGE
 	if got.MaxRecvSGE > sge {
@@ -1007,13 +1168,68 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 		q.SetRecvRefill(c.refill(&o.rqQ, q.PostRecv))
 	}
 	c.dev.own(q, c, h)
-	fd, _ := unix.Dup(mem.fd)
 	out := ctl.QP{Handle: h, QPN: uint32(q.QPN()), Cap: ctl.CapOf(got), SQOffset: uint64(sqOff), RQOffset: uint64(rqOff),
 		MemSize: uint64(len(mem.mem))}
 	if srq != nil {
 		out.Cap.MaxRecvWR, out.Cap.MaxRecvSGE = 0, 0
 	}
 	return ctl.Bytes(&out), []int{fd}, nil
+}
+
+// qpLayout is where a QP's rings lie in its memory.
+type qpLayout struct {
+	sqOff, rqOff       int // rqOff is 0 with an SRQ
+	size               int
+	sqStride, rqStride uint32
+}
+
+// layoutQP lays out the memory of a QP of caps cp (MaxRecvWR at least 1
+// without an SRQ): the control block, the send ring, the receive ring.
+func layoutQP(cp verbs.QPCap, withSRQ bool) qpLayout {
+	sqTail := max(int(cp.MaxSendSGE)*int(unsafe.Sizeof(mr.SGE{})), int(cp.MaxInlineData))
+	l := qpLayout{sqStride: ring.Stride[ring.SendWQE](sqTail), sqOff: cacheLine(int(unsafe.Sizeof(ctl.QPCtl{})))}
+	l.size = l.sqOff + ring.Bytes(cp.MaxSendWR, l.sqStride)
+	if !withSRQ {
+		l.rqStride = ring.Stride[ring.RecvWQE](int(cp.MaxRecvSGE) * int(unsafe.Sizeof(mr.SGE{})))
+		l.rqOff = cacheLine(l.size)
+		l.size = l.rqOff + ring.Bytes(cp.MaxRecvWR, l.rqStride)
+	}
+	return l
+}
+
+// recharge turns the charge held turns into want: it takes what want has
+// more (which may be refused: held stays) and gives back what it has
+// less. It returns the charge now held.
+func (c *conn) recharge(held, want cost) (cost, error) {
+	var more, less cost
+	for r := range held {
+		if want[r] > held[r] {
+			more[r] = want[r] - held[r]
+		} else {
+			less[r] = held[r] - want[r]
+		}
+	}
+	if err := c.charge(more); err != nil {
+		return held, err
+	}
+	c.release(less)
+	return want, nil
+}
+
+// rechargeForce is recharge for a change already made: what want has
+// more is taken whatever the budgets say.
+func (c *conn) rechargeForce(held, want cost) cost {
+	var more, less cost
+	for r := range held {
+		if want[r] > held[r] {
+			more[r] = want[r] - held[r]
+		} else {
+			less[r] = held[r] - want[r]
+		}
+	}
+	c.force(more)
+	c.release(less)
+	return want
 }
 
 // resolve fills in the destination MAC of a path, as rdma-core does for
@@ -1135,6 +1351,7 @@ func (c *conn) dropQP(h uint32, o *qpObj) {
 	o.qp.SetRecvRefill(nil)
 	o.rqQ.close()
 	o.mem.close()
+	c.release(o.cost)
 }
 
 func (c *conn) createSRQ(b []byte) ([]byte, []int, error) {
@@ -1155,22 +1372,51 @@ func (c *conn) createSRQ(b []byte) ([]byte, []int, error) {
 	if in.MaxSGE == 0 {
 		in.MaxSGE = 1
 	}
+	if in.MaxWR > roce.MaxSRQWR || in.MaxSGE > roce.MaxSGE {
+		return nil, nil, unix.EINVAL
+	}
+	// Charged before the engine allocates (its memory as asked for),
+	// then the real footprint with the engine's queue.
+	stride := ring.Stride[ring.RecvWQE](int(in.MaxSGE) * int(unsafe.Sizeof(mr.SGE{})))
+	k := shmCost(srqSize(in.MaxWR, stride))
+	if err := c.charge(k); err != nil {
+		return nil, nil, err
+	}
 	s, err := pd.CreateSRQ(in.MaxWR, in.MaxSGE, in.SRQLimit)
 	if err != nil {
+		c.release(k)
 		return nil, nil, err
 	}
 	maxWR, _, _ := s.Query()
-	mem, r, err := newSRQShm(maxWR, ring.Stride[ring.RecvWQE](int(in.MaxSGE)*int(unsafe.Sizeof(mr.SGE{}))))
-	if err != nil {
+	real := shmCost(srqSize(maxWR, stride))
+	real[ResQueueBytes] += uint64(s.QueueBytes())
+	fail := func(err error) ([]byte, []int, error) {
 		s.Destroy()
+		c.release(k)
 		return nil, nil, err
 	}
-	so := &srqObj{srq: s, mem: mem, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rqQ: recvQ{r: r, maxSGE: in.MaxSGE}}
+	if k, err = c.recharge(k, real); err != nil {
+		return fail(err)
+	}
+	mem, r, err := newSRQShm(maxWR, stride)
+	if err != nil {
+		return fail(err)
+	}
+	fd, err := dupFD(mem.fd)
+	if err != nil {
+		mem.close()
+		return fail(err)
+	}
+	so := &srqObj{srq: s, mem: mem, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rqQ: recvQ{r: r, maxSGE: in.MaxSGE}, cost: k}
 	c.srqs[h] = so
 	s.SetRecvRefill(c.refill(&so.rqQ, s.PostRecv))
 	c.dev.own(s, c, h)
-	return srqReply(so, maxWR)
+	return srqReply(so, maxWR, fd)
 }
+
+// srqSize is the size of the memory of an SRQ's ring of maxWR entries of
+// stride bytes.
+func srqSize(maxWR, stride uint32) int { return srqRingOffset + ring.Bytes(maxWR, stride) }
 
 // srqRingOffset is where an SRQ's ring starts in its memfd.
 var srqRingOffset = cacheLine(int(unsafe.Sizeof(ctl.SRQCtl{})))
@@ -1178,7 +1424,7 @@ var srqRingOffset = cacheLine(int(unsafe.Sizeof(ctl.SRQCtl{})))
 // newSRQShm creates the memory of an SRQ's ring of maxWR entries of
 // stride bytes.
 func newSRQShm(maxWR, stride uint32) (*shm, *ring.Ring[ring.RecvWQE], error) {
-	mem, err := newShm("srq", srqRingOffset+ring.Bytes(maxWR, stride))
+	mem, err := newShm("srq", srqSize(maxWR, stride))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -1191,9 +1437,8 @@ func newSRQShm(maxWR, stride uint32) (*shm, *ring.Ring[ring.RecvWQE], error) {
 }
 
 // srqReply is the reply of CREATE_SRQ and of MODIFY_SRQ with max_wr: the
-// SRQ and a descriptor of its memory.
-func srqReply(o *srqObj, maxWR uint32) ([]byte, []int, error) {
-	fd, _ := unix.Dup(o.mem.fd)
+// SRQ and fd, a descriptor of its memory for the client.
+func srqReply(o *srqObj, maxWR uint32, fd int) ([]byte, []int, error) {
 	out := ctl.SRQCreated{Handle: o.handle, MaxWR: maxWR, MaxSGE: o.maxSGE, RingOffset: uint64(srqRingOffset),
 		MemSize: uint64(len(o.mem.mem))}
 	return ctl.Bytes(&out), []int{fd}, nil
@@ -1260,13 +1505,32 @@ func (c *conn) resizeSRQ(in *ctl.SRQ) ([]byte, []int, error) {
 	if uint64(posted)+uint64(inRing) > uint64(in.MaxWR) {
 		return nil, nil, unix.EINVAL
 	}
-	mem, r, err := newSRQShm(in.MaxWR, stride)
-	if err != nil {
+	// The new memory, and the engine's queue grown (or shrunk) in
+	// proportion, are charged before they are made; the old ones are
+	// released once replaced.
+	engine := uint64(o.srq.QueueBytes())
+	k := shmCost(srqSize(in.MaxWR, stride))
+	k[ResQueueBytes] += engine / uint64(max(o.rqQ.r.Limit(), 1)) * uint64(in.MaxWR)
+	if err := c.charge(k); err != nil {
 		return nil, nil, err
 	}
-	if err := o.srq.Resize(in.MaxWR); err != nil {
-		mem.close()
+	fail := func(err error) ([]byte, []int, error) {
+		c.release(k)
 		return nil, nil, err
+	}
+	mem, r, err := newSRQShm(in.MaxWR, stride)
+	if err != nil {
+		return fail(err)
+	}
+	fd, err := dupFD(mem.fd)
+	if err != nil {
+		mem.close()
+		return fail(err)
+	}
+	if err := o.srq.Resize(in.MaxWR); err != nil {
+		unix.Close(fd)
+		mem.close()
+		return fail(err)
 	}
 	q.mu.Lock()
 	ok = q.r.CopyTo(r, q.cons, q.r.Prod()-q.cons) // only fewer wait now
@@ -1274,7 +1538,15 @@ func (c *conn) resizeSRQ(in *ctl.SRQ) ([]byte, []int, error) {
 		q.r, q.cons = r, 0
 	}
 	q.mu.Unlock()
+	// What the engine holds now, resized, is the real charge: the old
+	// memory's and queue's are released.
+	real := shmCost(len(mem.mem))
+	real[ResQueueBytes] += uint64(o.srq.QueueBytes())
+	k = c.rechargeForce(k, real)
+	c.release(o.cost)
+	o.cost = k
 	if !ok {
+		unix.Close(fd)
 		mem.close()
 		return nil, nil, misbehaved("SRQ %d's ring changed during MODIFY_SRQ", in.PDOrHandle)
 	}
@@ -1282,10 +1554,11 @@ func (c *conn) resizeSRQ(in *ctl.SRQ) ([]byte, []int, error) {
 	o.mem = mem
 	if in.AttrMask&srqLimit != 0 {
 		if err := o.srq.Arm(in.SRQLimit); err != nil {
+			unix.Close(fd)
 			return nil, nil, err
 		}
 	}
-	return srqReply(o, in.MaxWR)
+	return srqReply(o, in.MaxWR, fd)
 }
 
 func (c *conn) querySRQ(b []byte) ([]byte, []int, error) {
@@ -1316,6 +1589,7 @@ func (c *conn) destroySRQ(b []byte) ([]byte, []int, error) {
 		o.srq.SetRecvRefill(nil)
 		o.rqQ.close()
 		o.mem.close()
+		c.release(o.cost)
 		return nil
 	})
 }
@@ -1343,6 +1617,9 @@ func (c *conn) createAH(b []byte) ([]byte, []int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h, err := c.alloc(n, c.s.limits.Objects, "AHs")
+	if err == nil {
+		err = c.charge(objectCost)
+	}
 	if err != nil {
 		pd.DestroyAH(ah)
 		return nil, nil, err
@@ -1358,6 +1635,7 @@ func (c *conn) destroyAH(b []byte) ([]byte, []int, error) {
 		if pd := c.pds[o.pd]; pd != nil {
 			pd.DestroyAH(o.ah)
 		}
+		c.release(objectCost)
 		return nil
 	})
 }
@@ -1403,8 +1681,12 @@ func (c *conn) cleanup() {
 	for h, w := range c.mws {
 		w.Dealloc()
 		delete(c.mws, h)
+		c.release(one(ResMRs, 1))
 	}
 	for h, o := range c.mrs {
+		// A mapping kept is released from the budget all the same: the
+		// error says it is lost, and the budget must not shrink for it.
+		c.release(o.cost)
 		if err := o.mr.Dereg(); err != nil {
 			c.s.log.Error("deregistering a departed client's MR failed; its mapping is kept", "client", c.id, "err", err)
 			delete(c.mrs, h)
@@ -1421,6 +1703,7 @@ func (c *conn) cleanup() {
 		o.srq.SetRecvRefill(nil)
 		o.rqQ.close()
 		o.mem.close()
+		c.release(o.cost)
 	}
 	for h, o := range c.cqs {
 		o.cq.Destroy()
@@ -1431,14 +1714,17 @@ func (c *conn) cleanup() {
 			pd.DestroyAH(o.ah)
 		}
 		delete(c.ahs, h)
+		c.release(objectCost)
 	}
 	for h, pd := range c.pds {
 		pd.Dealloc()
 		delete(c.pds, h)
+		c.release(objectCost)
 	}
 	for h, ch := range c.chans {
 		unix.Close(ch.w)
 		delete(c.chans, h)
+		c.release(one(ResFDs, 1))
 	}
 	c.ctxPage.close()
 	if c.doorbell != nil {
@@ -1448,4 +1734,9 @@ func (c *conn) cleanup() {
 		unix.Close(c.asyncW)
 		c.asyncW = -1
 	}
+	c.release(c.openCost)
+	c.openCost = cost{}
+	// The connection's socket was closed before the cleanup.
+	c.release(connCost)
+	c.releaseRest()
 }

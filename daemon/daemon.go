@@ -93,6 +93,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Limits per connection; zero fields take DefaultLimits'.
 	Limits Limits
+	// Total bounds what all clients together may make the daemon hold;
+	// zero entries take DefaultTotal(ReadHost())'s.
+	Total Budget
+	// User bounds what the clients of one uid may hold together; zero
+	// entries take DefaultUser(total)'s: a quarter of the total.
+	User Budget
 	// SpinFor is how long a connection's bridge keeps polling its rings
 	// after the last work before it sleeps (negative: never spin). The
 	// default is 50µs where the engine spins too (roce.EngineAuto
@@ -118,6 +124,10 @@ type Server struct {
 	limits Limits
 	spin   time.Duration
 	cm     *rdmacm.CM // the RDMA CM of every device that can run one; nil if none
+	budget *budgets
+	// refusing holds a slot for each refused connection being answered
+	// (at most refusingMax at once; beyond, they are closed unanswered).
+	refusing chan struct{}
 
 	mu      sync.Mutex
 	conns   map[*conn]struct{}
@@ -175,6 +185,21 @@ func New(devs []Device, opts Options) (*Server, error) {
 	if s.spin == 0 {
 		s.spin = defaultSpin()
 	}
+	total, user := opts.Total, opts.User
+	defTotal := DefaultTotal(ReadHost())
+	for r := range total {
+		if total[r] == 0 {
+			total[r] = defTotal[r]
+		}
+	}
+	defUser := DefaultUser(total)
+	for r := range user {
+		if user[r] == 0 {
+			user[r] = defUser[r]
+		}
+	}
+	s.budget = newBudgets(user, total, s.log)
+	s.refusing = make(chan struct{}, refusingMax)
 	seen := map[string]bool{}
 	for _, d := range devs {
 		sd := &served{name: "sroce_" + d.Ifname(), dev: d, owners: make(map[any]owner)}
@@ -250,7 +275,13 @@ func Listen(path string) (*net.UnixListener, error) {
 	return ln, nil
 }
 
-// Serve accepts clients on ln until Close. It returns nil after Close.
+// Serve accepts clients on ln until Close. It returns nil after Close,
+// and an error only if ln was closed by someone else: a failing accept
+// (EMFILE, ENFILE, ENOMEM, ENOBUFS or any other error) is counted, logged
+// at most every 10 s, and retried after a backoff from 5 ms doubling to
+// 1 s, reset by the next success. A connection over its uid's budget or
+// the daemon's is closed right after accept, its HELLO answered with
+// EAGAIN.
 func (s *Server) Serve(ln *net.UnixListener) error {
 	s.mu.Lock()
 	if s.closed {
@@ -259,6 +290,7 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 	}
 	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
+	var backoff time.Duration
 	for {
 		uc, err := ln.AcceptUnix()
 		if err != nil {
@@ -268,22 +300,38 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 			if closed {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("daemon: accepting a client: the listener was closed: %w", err)
 			}
-			return fmt.Errorf("daemon: accepting a client: %w", err)
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.budget.acceptRetries.Add(1)
+			s.budget.warn(noUID, "accepting a client failed; retrying", "err", err, "in", backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-s.ctx.Done():
+				t.Stop()
+			}
+			continue
 		}
+		backoff = 0
 		c, err := s.newConn(uc)
 		if err != nil {
 			s.log.Warn("client refused", "err", err)
 			uc.Close()
 			continue
 		}
+		if err := c.charge(connCost); err != nil {
+			s.budget.connsRefused.Add(1)
+			s.budget.warn(c.uid, "client connection refused", "pid", c.pid, "comm", c.comm, "err", err)
+			s.refuse(uc, errnoOf(err))
+			continue
+		}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			uc.Close()
+			c.release(connCost)
 			continue
 		}
 		s.conns[c] = struct{}{}
@@ -297,6 +345,48 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 			s.mu.Unlock()
 		}()
 	}
+}
+
+// connCost is what a connection holds from accept: itself and its socket.
+var connCost = cost{ResConns: 1, ResFDs: 1}
+
+// refusingMax bounds the refused connections answered at once.
+const refusingMax = 64
+
+// refuseWait bounds how long a refused connection's HELLO is waited for.
+const refuseWait = time.Second
+
+// refuse closes a connection refused after accept. If a slot is free it
+// first answers the client's first request (HELLO) with errno, so that
+// the program is told why (its HELLO was sent with the connect and is
+// read from the socket before the close, which would otherwise reset the
+// connection under the reply).
+func (s *Server) refuse(uc *net.UnixConn, errno int32) {
+	select {
+	case s.refusing <- struct{}{}:
+	default:
+		uc.Close()
+		return
+	}
+	go func() {
+		defer func() { <-s.refusing }()
+		defer uc.Close()
+		buf := make([]byte, ctl.MaxMsg+1)
+		oob := make([]byte, unix.CmsgSpace(ctl.MaxFDs*4))
+		uc.SetDeadline(time.Now().Add(refuseWait))
+		n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+		if fds, _ := parseFDs(oob[:oobn]); len(fds) > 0 {
+			closeFDs(fds)
+		}
+		if err != nil {
+			return
+		}
+		h, _, err := ctl.Parse(buf[:n])
+		if err != nil {
+			return
+		}
+		uc.Write(ctl.Append(nil, ctl.Hdr{Op: h.Op, Seq: h.Seq, Err: errno}))
+	}()
 }
 
 // Close stops accepting, disconnects every client (freeing what they

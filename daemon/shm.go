@@ -68,28 +68,38 @@ type clientMem struct {
 // Bytes returns the registered range (mr.Region).
 func (m *clientMem) Bytes() []byte { return m.bytes }
 
+// memFault is a registration the client got wrong: the descriptor is not
+// a memfd, not sealed against shrinking, or the range is outside it. It
+// ends the connection; any other error of mapClientMem is the daemon's
+// shortage (an errno the client gets).
+type memFault struct{ reason string }
+
+func (e *memFault) Error() string { return e.reason }
+
 // mapClientMem maps length bytes at offset off of the client's memfd fd.
 // The memfd must be sealed against shrinking (F_SEAL_SHRINK) and hold the
 // whole range, or a client could truncate it and make the daemon fault on
-// its next access.
+// its next access. A *memFault is the client's fault; other errors wrap
+// the errno of fstat or mmap (ENOMEM when the daemon is out of mappings,
+// EACCES or EPERM for a descriptor that cannot be mapped writable).
 func mapClientMem(fd int, off, length uint64) (*clientMem, error) {
 	if length == 0 {
-		return nil, fmt.Errorf("zero-length registration")
+		return nil, &memFault{"zero-length registration"}
 	}
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	if err != nil {
-		return nil, fmt.Errorf("the descriptor passed is not a memfd (F_GET_SEALS: %v)", err)
+		return nil, &memFault{fmt.Sprintf("the descriptor passed is not a memfd (F_GET_SEALS: %v)", err)}
 	}
 	if seals&unix.F_SEAL_SHRINK == 0 {
-		return nil, fmt.Errorf("the memfd passed is not sealed against shrinking (F_SEAL_SHRINK)")
+		return nil, &memFault{"the memfd passed is not sealed against shrinking (F_SEAL_SHRINK)"}
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("fstat of the memfd: %v", err)
+		return nil, fmt.Errorf("fstat of the memfd: %w", err)
 	}
 	end := off + length
 	if end < off || end > uint64(st.Size) {
-		return nil, fmt.Errorf("range [%d, %d) is outside the memfd's %d bytes", off, end, st.Size)
+		return nil, &memFault{fmt.Sprintf("range [%d, %d) is outside the memfd's %d bytes", off, end, st.Size)}
 	}
 	start := off &^ uint64(pageSize-1)
 	mapEnd := (end + uint64(pageSize) - 1) &^ uint64(pageSize-1)
@@ -100,7 +110,7 @@ func mapClientMem(fd int, off, length uint64) (*clientMem, error) {
 	}
 	mem, err := unix.Mmap(fd, int64(start), int(mapEnd-start), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("mapping the memfd: %v", err)
+		return nil, fmt.Errorf("mapping the memfd: %w", err)
 	}
 	return &clientMem{mapping: mem, bytes: mem[off-start : end-start : end-start]}, nil
 }

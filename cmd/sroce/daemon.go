@@ -35,7 +35,13 @@ of every device: xdp (AF_XDP, needs root), udp (a UDP socket on port 4791,
 no privileges) or auto (xdp when permitted). Each client's objects are
 freed when it exits or is killed; a client that breaks the protocol is
 disconnected and the reason logged. --max-qps, --max-mrs and --max-reg
-bound what one client may hold.
+bound what one client (connection) may hold; --limit-user bounds what the
+clients of one uid hold together, --limit-total what all clients hold:
+connections, descriptors and mappings in the daemon, QPs, MRs, registered
+bytes and queue memory. A request over a budget fails with the kernel's
+errno (ENOMEM, EMFILE; EAGAIN for a connection over the cap, which is then
+closed) and the client stays connected. The totals follow the host
+(vm.max_map_count, RLIMIT_NOFILE, MemTotal); one uid may take a quarter.
 
 --metrics ADDR serves Prometheus metrics at http://ADDR/metrics: every
 device's counters (those "sroce stat" names) and each client's QPs, MRs and
@@ -51,6 +57,11 @@ func (r *repeated) Set(s string) error { *r = append(*r, s); return nil }
 
 // runDaemon implements "sroce daemon".
 func runDaemon(e *env, args []string) int {
+	// The descriptor budget follows RLIMIT_NOFILE: take all the service
+	// was given.
+	raiseErr := daemon.RaiseNoFile()
+	defTotal := daemon.DefaultTotal(daemon.ReadHost())
+	defUser := daemon.DefaultUser(defTotal)
 	f := newFlags(e, "daemon", "sroce daemon -d IF [-d IF ...] [--link auto|xdp|udp] [--socket PATH] [--metrics ADDR]", daemonAbout)
 	var ifs repeated
 	f.Var(&ifs, "d", "network `interface` to serve, or IF@ADDR to bind the UDP link to ADDR (repeatable)")
@@ -65,6 +76,14 @@ func runDaemon(e *env, args []string) int {
 	maxQPs := f.Int("max-qps", daemon.DefaultLimits.QPs, "QPs one client may hold")
 	maxMRs := f.Int("max-mrs", daemon.DefaultLimits.MRs, "MRs and MWs one client may hold")
 	maxReg := f.Uint64("max-reg", daemon.DefaultLimits.RegBytes, "bytes one client may register")
+	var limUser, limTotal budgetFlag
+	f.Var(&limUser, "limit-user", "what the clients of one uid may hold together, with --limit-total's `keys`; a key left out is a quarter of the total's (here: "+defUser.String()+")")
+	f.Var(&limTotal, "limit-total", "what all clients may hold together, as `KEY=N[,KEY=N...]` with keys conns, fds, maps, qps, mrs (counts), "+
+		"reg and queue (bytes, with K, M or G suffixes); a key left out follows the host: "+
+		fmt.Sprintf("maps = vm.max_map_count less max(%d, an eighth), fds = RLIMIT_NOFILE (soft raised to hard) less max(%d, a sixteenth), ", daemon.MapsReserve, daemon.FDsReserve)+
+		fmt.Sprintf("conns = a quarter of fds up to %d, qps = fds up to %d, mrs = maps, queue = a quarter of MemTotal, reg = half of MemTotal; ", daemon.MaxConns, daemon.MaxQPs)+
+		"queue counts the shared rings, the engine's queues and 512 bytes per PD and AH, 2 KiB per CM ID "+
+		"(here: "+defTotal.String()+")")
 	pos, status, ok := f.parse(args)
 	if !ok {
 		return status
@@ -74,6 +93,17 @@ func runDaemon(e *env, args []string) int {
 	}
 	if len(ifs) == 0 {
 		return f.usageError("give at least one interface with -d")
+	}
+	for _, l := range []struct {
+		name string
+		v    int
+	}{{"max-qps", *maxQPs}, {"max-mrs", *maxMRs}} {
+		if l.v <= 0 {
+			return f.usageError(fmt.Sprintf("--%s %d: want a positive number", l.name, l.v))
+		}
+	}
+	if *maxReg == 0 {
+		return f.usageError("--max-reg 0: want a positive number")
 	}
 	mode, err := iface.ParseMode(*link)
 	if err != nil {
@@ -108,6 +138,9 @@ func runDaemon(e *env, args []string) int {
 		return f.usageError(fmt.Sprintf("--log-format %q: want text or json", *logFormat))
 	}
 	log := slog.New(h)
+	if raiseErr != nil {
+		log.Warn("the descriptor limit stays as it was; the descriptor budget follows it", "err", raiseErr)
+	}
 
 	var devs []daemon.Device
 	var ports []*iface.Port
@@ -139,11 +172,14 @@ func runDaemon(e *env, args []string) int {
 		}
 	}
 	srv, err := daemon.New(devs, daemon.Options{Logger: log, SpinFor: *spin,
-		Limits: daemon.Limits{QPs: *maxQPs, MRs: *maxMRs, RegBytes: *maxReg}})
+		Limits: daemon.Limits{QPs: *maxQPs, MRs: *maxMRs, RegBytes: *maxReg},
+		User:   limUser.b, Total: limTotal.b})
 	if err != nil {
 		fmt.Fprintf(e.Stderr, "sroce daemon: %v\n", err)
 		return exitUsage
 	}
+	bs := srv.Budgets()
+	log.Info("budgets", "user", bs.User.String(), "total", bs.Total.String())
 	path := *socket
 	if path == "" {
 		path = daemon.DefaultSocket()
@@ -244,6 +280,7 @@ func writeMetrics(w interface{ Write([]byte) (int, error) }, srv *daemon.Server,
 			fmt.Fprintf(&b, "%s{device=%q} %d\n", name, dev, st.Value)
 		}
 	}
+	writeBudgets(&b, srv.Budgets())
 	clients := srv.Clients()
 	sort.Slice(clients, func(i, j int) bool { return clients[i].ID < clients[j].ID })
 	b.WriteString("# TYPE sroce_clients gauge\n")
@@ -262,6 +299,57 @@ func writeMetrics(w interface{ Write([]byte) (int, error) }, srv *daemon.Server,
 		}
 	}
 	w.Write([]byte(b.String()))
+}
+
+// budgetFlag is --limit-user or --limit-total: a daemon.Budget.
+type budgetFlag struct{ b daemon.Budget }
+
+func (f *budgetFlag) String() string {
+	if f == nil || f.b == (daemon.Budget{}) {
+		return ""
+	}
+	return f.b.String()
+}
+
+func (f *budgetFlag) Set(s string) error {
+	b, err := daemon.ParseBudget(s)
+	if err != nil {
+		return err
+	}
+	// Repeated, the later keys win.
+	for r, v := range b {
+		if v != 0 {
+			f.b[r] = v
+		}
+	}
+	return nil
+}
+
+// writeBudgets writes the budgets' counters and usage.
+func writeBudgets(b *strings.Builder, st daemon.BudgetStats) {
+	keys := daemon.ResourceKeys()
+	b.WriteString("# HELP sroce_accept_retries_total Accepts that failed (EMFILE, ENFILE, ENOMEM, ENOBUFS, ...) and were retried after a backoff.\n")
+	b.WriteString("# TYPE sroce_accept_retries_total counter\n")
+	fmt.Fprintf(b, "sroce_accept_retries_total %d\n", st.AcceptRetries)
+	b.WriteString("# HELP sroce_connections_refused_total Connections closed right after accept: their uid, or the daemon, was at its connection or descriptor budget.\n")
+	b.WriteString("# TYPE sroce_connections_refused_total counter\n")
+	fmt.Fprintf(b, "sroce_connections_refused_total %d\n", st.ConnsRefused)
+	b.WriteString("# HELP sroce_budget_refused_total Requests and connections refused because a budget (one uid's or the daemon's) was reached, by resource.\n")
+	b.WriteString("# TYPE sroce_budget_refused_total counter\n")
+	for i, k := range keys {
+		fmt.Fprintf(b, "sroce_budget_refused_total{resource=%q} %d\n", k, st.Refused[i])
+	}
+	b.WriteString("# HELP sroce_budget_used What all clients hold now, by resource (bytes for reg and queue).\n")
+	b.WriteString("# TYPE sroce_budget_used gauge\n")
+	for i, k := range keys {
+		fmt.Fprintf(b, "sroce_budget_used{resource=%q} %d\n", k, st.Used[i])
+	}
+	b.WriteString("# HELP sroce_budget_limit The budgets: of one uid (scope user) and of the daemon (scope total), by resource.\n")
+	b.WriteString("# TYPE sroce_budget_limit gauge\n")
+	for i, k := range keys {
+		fmt.Fprintf(b, "sroce_budget_limit{scope=\"user\",resource=%q} %d\n", k, st.User[i])
+		fmt.Fprintf(b, "sroce_budget_limit{scope=\"total\",resource=%q} %d\n", k, st.Total[i])
+	}
 }
 
 // metricName makes a counter name a valid Prometheus metric name.
