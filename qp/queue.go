@@ -107,7 +107,6 @@ type sendWQE struct {
 	// Written by the poster before publication.
 	wr     sendWR
 	length uint32
-	idx    uint32 // the slot's position in the ring, fixed at creation
 	start  uint64 // the poster's arena position before this request's storage
 	off    uint32 // where the SGL or inline payload starts in arena gen
 	gen    uint8  // the arena generation holding it
@@ -172,9 +171,6 @@ const arenaAlign = 16
 func (s *sendQueue) initSend(maxWR, maxSGE, maxInline uint32, ud bool) {
 	s.init(maxWR)
 	n := uint32(len(s.slots))
-	for i := range s.slots {
-		s.slots[i].idx = uint32(i)
-	}
 	s.maxSGE, s.maxInline = maxSGE, maxInline
 	per := uint64(max(maxSGE*uint32(unsafe.Sizeof(mr.SGE{})), maxInline))
 	per = (per + arenaAlign - 1) &^ (arenaAlign - 1)
@@ -301,7 +297,13 @@ func (s *sendQueue) arenaBytes() int {
 }
 
 // ahOf returns the destination of a UD send.
-func (s *sendQueue) ahOf(w *sendWQE) *verbs.AH { return &s.ahs[w.idx] }
+func (s *sendQueue) ahOf(w *sendWQE) *verbs.AH {
+	// w is one of s.slots: its index is its distance from the first. (No
+	// index is stored in the slots: writing one into each at creation
+	// would make every slot of a large queue resident before any use.)
+	i := (uintptr(unsafe.Pointer(w)) - uintptr(unsafe.Pointer(&s.slots[0]))) / unsafe.Sizeof(sendWQE{})
+	return &s.ahs[i]
+}
 
 // recvWQE is the receive request the responder works on: a view of a
 // receive queue slot, or of a copy taken from an SRQ.
