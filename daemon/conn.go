@@ -371,7 +371,13 @@ func (c *conn) handle(h ctl.Hdr, b []byte, fds []int) ([]byte, []int, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return c.s.stats(ctl.Name(in.Name[:]))
+		if c.dev == nil {
+			// A context's device only, as a uverbs method before
+			// GET_CONTEXT fails (ib_uverbs_get_ucontext_file: EINVAL);
+			// the client stays connected and may OPEN.
+			return nil, nil, unix.EINVAL
+		}
+		return c.s.stats(c.dev, ctl.Name(in.Name[:]))
 	}
 	if h.Op.IsCM() {
 		return c.handleCM(h, b)
