@@ -478,8 +478,19 @@ func (e *EndError) Error() string { return e.Reason }
 // Dial connects to a trace socket and reads its hello within timeout.
 func Dial(path string, timeout time.Duration) (*Client, error) {
 	c, err := net.DialTimeout("unix", path, timeout)
+	if errors.Is(err, syscall.EACCES) {
+		owner := "its owner"
+		var st syscall.Stat_t
+		if syscall.Stat(path, &st) == nil {
+			owner = "uid " + strconv.Itoa(int(st.Uid))
+			if st.Uid == 0 {
+				owner = "root"
+			}
+		}
+		return nil, fmt.Errorf("cannot connect to the trace socket %s: %w (a trace shows every user's packets, so only %s may attach)", path, err, owner)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("cannot connect to the trace socket %s: %v", path, err)
+		return nil, fmt.Errorf("cannot connect to the trace socket %s: %w", path, err)
 	}
 	cl := &Client{c: c, r: bufio.NewReaderSize(c, 64<<10)}
 	c.SetReadDeadline(time.Now().Add(timeout))
