@@ -461,33 +461,38 @@ func (c *conn) open(b []byte) ([]byte, []int, error) {
 		return nil, nil, misbehaved("OPEN twice on one connection")
 	}
 	name := ctl.Name(in.Name[:])
+	var sd *served
 	for _, d := range c.s.devices() {
 		if d.name == name {
-			c.dev = d
+			sd = d
 		}
 	}
-	if c.dev == nil {
+	if sd == nil {
 		return nil, nil, unix.ENODEV
 	}
 	page, err := newShm("ctx", ctl.CtxPageSize)
 	if err != nil {
-		c.dev = nil
 		return nil, nil, err
 	}
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		page.close()
-		c.dev = nil
 		return nil, nil, err
 	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		page.close()
 		unix.Close(efd)
-		c.dev = nil
 		return nil, nil, err
 	}
 	unix.SetNonblock(pair[0], true)
+	// c.dev is read by other goroutines under s.mu (stats, Remove,
+	// asyncEvents) or c.mu (stat): it is written under both.
+	c.s.mu.Lock()
+	c.mu.Lock()
+	c.dev = sd
+	c.mu.Unlock()
+	c.s.mu.Unlock()
 	c.ctxPage, c.asyncW = page, pair[0]
 	c.doorbell, c.doorbellFD = os.NewFile(uintptr(efd), "sroce-doorbell"), efd
 	c.br = newBridge(c)
