@@ -155,6 +155,13 @@ func sameUserNS(dir string) (bool, error) {
 	if !errors.Is(err, unix.EACCES) && !errors.Is(err, unix.EPERM) {
 		return false, fmt.Errorf("the client's user namespace: %w", err)
 	}
+	return sameUIDMap(dir)
+}
+
+// sameUIDMap reports whether the process of /proc directory dir has the
+// daemon's uid_map: what tells its user namespace from one an
+// unprivileged user made when its namespace link may not be read.
+func sameUIDMap(dir string) (bool, error) {
 	mine, err := os.ReadFile("/proc/self/uid_map")
 	if err != nil {
 		return false, fmt.Errorf("the daemon's uid_map: %w", err)

@@ -211,6 +211,10 @@ func TestCMPrivilegedPorts(t *testing.T) {
 		}
 	}
 	t.Run("without the capability", func(t *testing.T) {
+		const capSetPCap = 1 << 8
+		if capEff(t)&capSetPCap == 0 {
+			t.Skip("skipping: dropping CAP_NET_BIND_SERVICE from a child's bounding set needs CAP_SETPCAP")
+		}
 		run(t, helperCmd(t, testExe(t), "drop", r.socket, envPort+"=20000"))
 	})
 	t.Run("user namespace", func(t *testing.T) {
@@ -285,6 +289,9 @@ func TestQueryStatsPrivacy(t *testing.T) {
 		t.Fatal("the other client was not ready after 30 s")
 	}
 
+	if c, err := os.ReadFile("/proc/" + strconv.Itoa(holder.Process.Pid) + "/comm"); err != nil || strings.TrimSpace(string(c)) != "peerclient" {
+		t.Fatalf("the other client's program name is %q (%v), want peerclient", c, err)
+	}
 	b, _, err := a.call(ctl.OpQueryStats, ctl.Bytes(&mem0))
 	if err != nil {
 		t.Fatalf("QUERY_STATS after OPEN: %v", err)
