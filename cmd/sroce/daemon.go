@@ -40,7 +40,7 @@ bound what one client may hold.
 --metrics ADDR serves Prometheus metrics at http://ADDR/metrics: every
 device's counters (those "sroce stat" names) and, per device, its clients
 and their QPs, MRs and registered bytes in total. Who the clients are is
-the operator's to ask: --metrics-clients adds the same per client uid and
+the operator's to ask: --metrics-clients adds the same per uid and
 program name (comm), never pids. A client asks QUERY_STATS ("sroce stat")
 about the device it opened only. Logs are structured (--log-format text or
 json) on standard error. SIGINT or SIGTERM stops the daemon: clients are
