@@ -873,18 +873,28 @@ func (q *QP) SendRing() *ring.Ring[ring.SendWQE] { return q.sq }
 func (x *Context) Ring() { x.ring() }
 
 // Stats returns what the daemon at socket tells of its device name: the
-// link, the port and the counters (what "sroce stat" prints).
+// link, the port and the counters (what "sroce stat" prints). The daemon
+// answers a context about its own device only, so Stats opens one for the
+// question and closes it; the clients it counts are the others.
 func Stats(socket, name string) (*ctl.Stats, error) {
-	c, err := dial(socket)
+	x, err := Open(socket, name)
 	if err != nil {
 		return nil, err
 	}
-	defer c.uc.Close()
-	return queryStats(c, name)
+	defer x.Close()
+	st, err := x.Stats()
+	if err != nil {
+		return nil, err
+	}
+	if st.Clients > 0 {
+		st.Clients-- // this context
+	}
+	return st, nil
 }
 
 // Stats returns what the daemon tells of this context's device, over the
-// context's own connection.
+// context's own connection (QUERY_STATS, which the daemon answers after
+// OPEN only, for the context's device).
 func (x *Context) Stats() (*ctl.Stats, error) { return queryStats(x.c, x.Info.Name) }
 
 // queryStats asks the daemon on c for device name's stats.

@@ -325,6 +325,15 @@ func (c *conn) cmAddr(op ctl.Op, b []byte) ([]byte, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// A bind, and a resolve that binds an unbound ID to the source it
+	// names, take a port below 1024 only with CAP_NET_BIND_SERVICE
+	// (rdma_bind_addr's cma_get_port; a listen on an unbound ID takes an
+	// ephemeral port).
+	if src.Addr().IsValid() && !o.id.LocalAddr().IsValid() {
+		if err := c.mayBindPort(src.Port()); err != nil {
+			return nil, nil, err
+		}
+	}
 	if op == ctl.OpCMBind {
 		if !src.Addr().IsValid() {
 			return nil, nil, unix.EINVAL

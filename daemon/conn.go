@@ -389,7 +389,13 @@ func (c *conn) handle(h ctl.Hdr, b []byte, fds []int) ([]byte, []int, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return c.s.stats(ctl.Name(in.Name[:]))
+		if c.dev == nil {
+			// A context's device only, as a uverbs method before
+			// GET_CONTEXT fails (ib_uverbs_get_ucontext_file: EINVAL);
+			// the client stays connected and may OPEN.
+			return nil, nil, unix.EINVAL
+		}
+		return c.s.stats(c.dev, ctl.Name(in.Name[:]))
 	}
 	if h.Op.IsCM() {
 		return c.handleCM(h, b)
@@ -473,25 +479,24 @@ func (c *conn) open(b []byte) ([]byte, []int, error) {
 		return nil, nil, misbehaved("OPEN twice on one connection")
 	}
 	name := ctl.Name(in.Name[:])
+	var sd *served
 	for _, d := range c.s.devices() {
 		if d.name == name {
-			c.dev = d
+			sd = d
 		}
 	}
-	if c.dev == nil {
+	if sd == nil {
 		return nil, nil, unix.ENODEV
 	}
 	// The context page, the doorbell and the daemon's end of the async
 	// socket; the reply's copies for the client are closed when sent.
 	k := add(shmCost(ctl.CtxPageSize), one(ResFDs, 2))
 	if err := c.charge(k); err != nil {
-		c.dev = nil
 		return nil, nil, err
 	}
 	fail := func(err error, fds ...int) ([]byte, []int, error) {
 		closeFDs(fds)
 		c.release(k)
-		c.dev = nil
 		return nil, nil, err
 	}
 	page, err := newShm("ctx", ctl.CtxPageSize)
@@ -522,6 +527,13 @@ func (c *conn) open(b []byte) ([]byte, []int, error) {
 		return fail(err, efd, pair[0], pair[1], dbl)
 	}
 	unix.SetNonblock(pair[0], true)
+	// c.dev is read by other goroutines under s.mu (stats, Remove,
+	// asyncEvents) or c.mu (stat): it is written under both.
+	c.s.mu.Lock()
+	c.mu.Lock()
+	c.dev = sd
+	c.mu.Unlock()
+	c.s.mu.Unlock()
 	c.ctxPage, c.asyncW = page, pair[0]
 	c.doorbell, c.doorbellFD = os.NewFile(uintptr(efd), "sroce-doorbell"), efd
 	c.openCost = k

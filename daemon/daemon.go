@@ -36,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/sroce/sroce/daemon/ctl"
+	"github.com/sroce/sroce/internal/sockfile"
 	"github.com/sroce/sroce/roce/iface"
 	"golang.org/x/sys/unix"
 	"log/slog"
@@ -252,10 +253,24 @@ func DefaultSocket() string {
 	return filepath.Join(os.TempDir(), fmt.Sprintf("sroce-%d.sock", os.Getuid()))
 }
 
-// Listen creates the socket at path (removing a stale one that nobody
-// listens on) and returns its listener.
+// SocketMode is the mode of the daemon's socket: every local user may
+// connect, as every user may open /dev/infiniband/uverbs* on a stock
+// rdma-core host; what a client may do is bounded by its own connection's
+// objects and limits. SocketDirMode is the mode of the socket's directory
+// when Listen creates it.
+const (
+	SocketMode    = 0o666
+	SocketDirMode = 0o755
+)
+
+// Listen creates the socket at path (replacing a stale one that nobody
+// listens on) and returns its listener. The socket's file has SocketMode
+// from the moment it appears at path, and the directories Listen creates
+// have SocketDirMode, whatever the umask (directories that exist keep
+// their mode). Closing the listener leaves the file: the caller removes
+// path.
 func Listen(path string) (*net.UnixListener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := sockfile.MkdirAll(filepath.Dir(path), SocketDirMode); err != nil {
 		return nil, fmt.Errorf("creating the socket's directory: %w", err)
 	}
 	if _, err := os.Stat(path); err == nil {
@@ -263,16 +278,8 @@ func Listen(path string) (*net.UnixListener, error) {
 			c.Close()
 			return nil, fmt.Errorf("a daemon is already listening on %s", path)
 		}
-		os.Remove(path)
 	}
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s: %w", path, err)
-	}
-	// Every local user may connect: what a client may do is bounded by
-	// its own connection's objects and limits, as with /dev/infiniband.
-	os.Chmod(path, 0o666)
-	return ln, nil
+	return sockfile.Listen("unixpacket", path, SocketMode, true)
 }
 
 // Serve accepts clients on ln until Close. It returns nil after Close,
@@ -565,16 +572,13 @@ type Inspector interface {
 	LinkStats() []iface.Stat
 }
 
-// stats answers QUERY_STATS for device name.
-func (s *Server) stats(name string) ([]byte, []int, error) {
-	var sd *served
-	for _, d := range s.devices() {
-		if d.name == name {
-			sd = d
-		}
-	}
-	if sd == nil {
-		return nil, nil, unix.ENODEV
+// stats answers QUERY_STATS of a context on device sd: the device's
+// counters and how many contexts it has, never who they are. name is the
+// device the request names: sd's own, or empty for it; another device is
+// refused with EINVAL, as uverbs refuses an object of another context.
+func (s *Server) stats(sd *served, name string) ([]byte, []int, error) {
+	if name != "" && name != sd.name {
+		return nil, nil, unix.EINVAL
 	}
 	st := ctl.Stats{Device: sd.name, Interface: sd.dev.Ifname(), PortState: "PORT_ACTIVE",
 		ActiveMTU: sd.dev.ActiveMTU().Bytes(), Seconds: time.Since(s.started).Seconds()}

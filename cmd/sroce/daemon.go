@@ -44,10 +44,20 @@ closed) and the client stays connected. The totals follow the host
 (vm.max_map_count, RLIMIT_NOFILE, MemTotal); one uid may take a quarter.
 
 --metrics ADDR serves Prometheus metrics at http://ADDR/metrics: every
-device's counters (those "sroce stat" names) and each client's QPs, MRs and
-registered bytes. Logs are structured (--log-format text or json) on
-standard error. SIGINT or SIGTERM stops the daemon: clients are
-disconnected and everything freed.`
+device's counters (those "sroce stat" names) and, per device, its clients
+and their QPs, MRs and registered bytes in total. Who the clients are is
+the operator's to ask: --metrics-clients adds the same per uid and
+program name (comm), never pids. A client asks QUERY_STATS ("sroce stat")
+about the device it opened only. Logs are structured (--log-format text or
+json) on standard error. SIGINT or SIGTERM stops the daemon: clients are
+disconnected and everything freed.
+
+The socket is mode 0666 (every local user may connect, as to
+/dev/infiniband/uverbs*) and the directories the daemon creates for it
+0755, whatever the umask. A device's live trace socket ("sroce trace") is
+the daemon's user's only (0600: a trace shows every user's packets). RDMA
+CM ports below 1024 need CAP_NET_BIND_SERVICE in the client, as with the
+kernel's rdma_cm (EACCES otherwise).`
 
 // repeated is a flag that may be given several times.
 type repeated []string
@@ -68,6 +78,7 @@ func runDaemon(e *env, args []string) int {
 	link := f.String("link", "auto", "link of the devices: `auto`, xdp or udp")
 	socket := f.String("socket", "", "unix socket to listen on (default: SROCE_SOCKET, or the place for this user)")
 	metrics := f.String("metrics", "", "serve Prometheus metrics on this `address` (host:port)")
+	metricsClients := f.Bool("metrics-clients", false, "label the metrics of clients with their uid and program name (comm), one series per uid, program and device")
 	engine := f.String("engine", "", "engine mode: auto, sleep, spin, adaptive or inline (default: SROCE_ENGINE, else auto)")
 	queues := f.Int("queues", 0, "receive queues of each interface the devices use, one engine each (default: SROCE_QUEUES, else the queue count capped by the CPUs)")
 	logFormat := f.String("log-format", "text", "log format: `text` or json")
@@ -202,7 +213,7 @@ func runDaemon(e *env, args []string) int {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-			writeMetrics(w, srv, ports)
+			writeMetrics(w, srv, ports, *metricsClients)
 		})
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go hs.Serve(mln)
@@ -257,12 +268,16 @@ wait:
 }
 
 // writeMetrics writes the Prometheus text exposition of the daemon's
-// devices and clients.
-func writeMetrics(w interface{ Write([]byte) (int, error) }, srv *daemon.Server, ports []*iface.Port) {
+// devices and clients: per device, its clients and what they hold in
+// total; with perClient, also per uid, program name and device (never
+// pids: who runs what is the operator's to ask for).
+func writeMetrics(w interface{ Write([]byte) (int, error) }, srv *daemon.Server, ports []*iface.Port, perClient bool) {
 	var b strings.Builder
 	seen := map[string]bool{}
+	var devices []string
 	for _, p := range ports {
 		dev := p.Device().Name()
+		devices = append(devices, "sroce_"+p.Ifname())
 		stats := append(p.Counters(), p.LinkStats()...)
 		for _, c := range srv.CMStats("sroce_" + p.Ifname()) {
 			stats = append(stats, iface.Stat{Name: c.Name, Value: c.Value})
@@ -281,24 +296,107 @@ func writeMetrics(w interface{ Write([]byte) (int, error) }, srv *daemon.Server,
 		}
 	}
 	writeBudgets(&b, srv.Budgets())
-	clients := srv.Clients()
-	sort.Slice(clients, func(i, j int) bool { return clients[i].ID < clients[j].ID })
-	b.WriteString("# TYPE sroce_clients gauge\n")
-	fmt.Fprintf(&b, "sroce_clients %d\n", len(clients))
-	for _, g := range []struct {
-		name string
-		val  func(daemon.ClientStat) uint64
-	}{
-		{"sroce_client_qps", func(c daemon.ClientStat) uint64 { return uint64(c.QPs) }},
-		{"sroce_client_mrs", func(c daemon.ClientStat) uint64 { return uint64(c.MRs) }},
-		{"sroce_client_registered_bytes", func(c daemon.ClientStat) uint64 { return c.Bytes }},
-	} {
-		fmt.Fprintf(&b, "# TYPE %s gauge\n", g.name)
-		for _, c := range clients {
-			fmt.Fprintf(&b, "%s{client=\"%d\",pid=\"%d\",comm=%q,device=%q} %d\n", g.name, c.ID, c.PID, c.Comm, c.Device, g.val(c))
+	writeClientMetrics(&b, srv.Clients(), devices, perClient)
+	w.Write([]byte(b.String()))
+}
+
+// clientTotals is what a group of clients holds.
+type clientTotals struct {
+	clients, qps, mrs int
+	bytes             uint64
+}
+
+// clientKey groups clients: by device, and with perClient also by uid and
+// program name.
+type clientKey struct {
+	device, comm string
+	uid          uint32
+}
+
+// writeClientMetrics writes the clients' gauges: sroce_clients and
+// sroce_device_{qps,mrs,registered_bytes} per device (each of devices,
+// also at 0; connections that opened none are not counted), and with
+// perClient sroce_client_{contexts,qps,mrs,registered_bytes} per uid,
+// comm and device (connections that opened none under device "").
+func writeClientMetrics(b *strings.Builder, clients []daemon.ClientStat, devices []string, perClient bool) {
+	perDev := map[string]*clientTotals{}
+	for _, d := range devices {
+		perDev[d] = &clientTotals{}
+	}
+	perUser := map[clientKey]*clientTotals{}
+	for _, c := range clients {
+		var ts []*clientTotals
+		if c.Device != "" {
+			if perDev[c.Device] == nil {
+				perDev[c.Device] = &clientTotals{}
+			}
+			ts = append(ts, perDev[c.Device])
+		}
+		if perClient {
+			k := clientKey{device: c.Device, comm: c.Comm, uid: c.UID}
+			if perUser[k] == nil {
+				perUser[k] = &clientTotals{}
+			}
+			ts = append(ts, perUser[k])
+		}
+		for _, t := range ts {
+			t.clients++
+			t.qps += c.QPs
+			t.mrs += c.MRs
+			t.bytes += c.Bytes
 		}
 	}
-	w.Write([]byte(b.String()))
+	devs := make([]string, 0, len(perDev))
+	for d := range perDev {
+		devs = append(devs, d)
+	}
+	sort.Strings(devs)
+	keys := make([]clientKey, 0, len(perUser))
+	for k := range perUser {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if a.device != b.device {
+			return a.device < b.device
+		}
+		if a.uid != b.uid {
+			return a.uid < b.uid
+		}
+		return a.comm < b.comm
+	})
+	gauges := []struct {
+		dev, user string
+		val       func(*clientTotals) uint64
+	}{
+		{"sroce_clients", "sroce_client_contexts", func(t *clientTotals) uint64 { return uint64(t.clients) }},
+		{"sroce_device_qps", "sroce_client_qps", func(t *clientTotals) uint64 { return uint64(t.qps) }},
+		{"sroce_device_mrs", "sroce_client_mrs", func(t *clientTotals) uint64 { return uint64(t.mrs) }},
+		{"sroce_device_registered_bytes", "sroce_client_registered_bytes", func(t *clientTotals) uint64 { return t.bytes }},
+	}
+	for _, g := range gauges {
+		fmt.Fprintf(b, "# TYPE %s gauge\n", g.dev)
+		for _, d := range devs {
+			fmt.Fprintf(b, "%s{device=\"%s\"} %d\n", g.dev, labelValue(d), g.val(perDev[d]))
+		}
+	}
+	if !perClient {
+		return
+	}
+	for _, g := range gauges {
+		fmt.Fprintf(b, "# TYPE %s gauge\n", g.user)
+		for _, k := range keys {
+			fmt.Fprintf(b, "%s{device=\"%s\",uid=\"%d\",comm=\"%s\"} %d\n", g.user, labelValue(k.device), k.uid, labelValue(k.comm), g.val(perUser[k]))
+		}
+	}
+}
+
+// labelValue escapes s for a label value of the text exposition: a
+// backslash, a double quote and a newline are escaped, bytes that are not
+// UTF-8 replaced (a program name is any bytes).
+func labelValue(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
 }
 
 // budgetFlag is --limit-user or --limit-total: a daemon.Budget.

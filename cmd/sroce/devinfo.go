@@ -264,15 +264,18 @@ func daemonDevinfo(w io.Writer, socket, ifname string, verbose bool) bool {
 	if socket == "" {
 		socket = daemon.DefaultSocket()
 	}
-	st, err := client.Stats(socket, "sroce_"+ifname)
-	if err != nil {
-		return false
-	}
-	x, err := client.Open(socket, st.Device)
+	x, err := client.Open(socket, "sroce_"+ifname)
 	if err != nil {
 		return false
 	}
 	defer x.Close()
+	st, err := x.Stats() // the daemon answers a context about its device
+	if err != nil {
+		return false
+	}
+	if st.Clients > 0 {
+		st.Clients-- // this context
+	}
 	da, err := x.QueryDevice()
 	if err != nil {
 		return false

@@ -33,7 +33,9 @@ fill buffer) and the socket's own; for the UDP link its datagram counts.
 
 What it shows. When a sroce daemon serves the interface (at --socket, or
 SROCE_SOCKET, or the daemon's usual place), stat prints the counters of the
-daemon's device, which every program run through the daemon uses.
+daemon's device, which every program run through the daemon uses: it opens
+a context on the device to ask (the daemon tells a context about its own
+device only, and how many clients it has, not who they are).
 Otherwise a device exists only inside the process that opened it, and its
 counters die with it; then stat opens a fresh device on the interface (the
 one a tool would get, with --mode), keeps it open for --for (default 0: just open it) counting whatever

@@ -36,7 +36,7 @@ const (
 	OpQueryPort   Op = 5
 	OpQueryGID    Op = 6
 	OpQueryPKey   Op = 7
-	OpQueryStats  Op = 8 // request: Open; reply: a Stats as JSON
+	OpQueryStats  Op = 8 // request: Open (the context's device, or empty); after OPEN only (EINVAL before); reply: a Stats as JSON
 
 	OpAllocPD   Op = 10
 	OpDeallocPD Op = 11

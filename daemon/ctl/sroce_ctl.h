@@ -66,7 +66,7 @@ enum sroce_ctl_op {
 	SROCE_OP_QUERY_PORT   = 5,
 	SROCE_OP_QUERY_GID    = 6,
 	SROCE_OP_QUERY_PKEY   = 7,
-	SROCE_OP_QUERY_STATS  = 8,  /* request {name}, allowed before OPEN; reply: JSON text */
+	SROCE_OP_QUERY_STATS  = 8,  /* request {name}: the context's device or empty; EINVAL before OPEN; reply: JSON text */
 
 	SROCE_OP_ALLOC_PD     = 10,
 	SROCE_OP_DEALLOC_PD   = 11,

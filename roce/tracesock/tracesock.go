@@ -9,6 +9,11 @@
 // when the device closes; List skips and removes the sockets of processes
 // that are gone.
 //
+// Who: a socket is its owner's only (mode 0600, set before the socket
+// appears, whatever the umask): a trace shows every packet of the device,
+// every user's, so the sroce daemon's devices are traced by root, and a
+// user's own programs' devices by that user.
+//
 // Wire format: the server only writes, the client only reads (anything a
 // client sends is ignored). The stream is a sequence of records, each a
 // 4-byte big-endian length of what follows, then a kind byte and a body;
@@ -53,6 +58,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/internal/sockfile"
 	"github.com/sroce/sroce/monotime"
 	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/roce"
@@ -115,11 +121,23 @@ type Server struct {
 	wg   sync.WaitGroup // clients being served
 }
 
+// SocketMode is a trace socket's mode: its owner's only (root's, for the
+// sroce daemon's devices), since a trace shows every packet of the device,
+// whoever's traffic it is. DirMode is the mode of the directories Serve
+// creates: the sockets in it carry their own modes, and the directory may
+// be the daemon's (/run/sroce), whose socket every user must reach. Both
+// are set explicitly, whatever the umask.
+const (
+	SocketMode = 0o600
+	DirMode    = 0o755
+)
+
 // Serve serves dev's trace on a socket in Dir until dev closes (or Close).
+// The socket has SocketMode from the moment it appears.
 func Serve(dev *roce.Device) (*Server, error) {
 	dir := Dir()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("cannot create the trace socket directory: %v", err)
+	if err := sockfile.MkdirAll(dir, DirMode); err != nil {
+		return nil, fmt.Errorf("cannot create the trace socket directory: %w", err)
 	}
 	base := fmt.Sprintf("%s.%d", safeName(dev.Name()), os.Getpid())
 	var ln *net.UnixListener
@@ -130,19 +148,18 @@ func Serve(dev *roce.Device) (*Server, error) {
 			path = filepath.Join(dir, fmt.Sprintf("%s.%d.sock", base, i))
 		}
 		var err error
-		ln, err = net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+		ln, err = sockfile.Listen("unix", path, SocketMode, false)
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, syscall.EADDRINUSE) {
-			return nil, fmt.Errorf("cannot listen on the trace socket %s: %v", path, err)
+		if !errors.Is(err, sockfile.ErrExist) {
+			return nil, fmt.Errorf("cannot listen on the trace socket %s: %w", path, err)
 		}
 		ln = nil
 	}
 	if ln == nil {
 		return nil, fmt.Errorf("cannot find a free trace socket name for %s in %s", base, dir)
 	}
-	ln.SetUnlinkOnClose(true)
 	s := &Server{dev: dev, path: path, ln: ln, done: make(chan struct{})}
 	go s.accept()
 	// Closing the device ends the clients' streams with their end record
@@ -183,6 +200,7 @@ func (s *Server) Close() error {
 	s.once.Do(func() {
 		close(s.done)
 		s.ln.Close()
+		os.Remove(s.path)
 	})
 	return nil
 }
@@ -460,8 +478,19 @@ func (e *EndError) Error() string { return e.Reason }
 // Dial connects to a trace socket and reads its hello within timeout.
 func Dial(path string, timeout time.Duration) (*Client, error) {
 	c, err := net.DialTimeout("unix", path, timeout)
+	if errors.Is(err, syscall.EACCES) {
+		owner := "its owner"
+		var st syscall.Stat_t
+		if syscall.Stat(path, &st) == nil {
+			owner = "uid " + strconv.Itoa(int(st.Uid))
+			if st.Uid == 0 {
+				owner = "root"
+			}
+		}
+		return nil, fmt.Errorf("cannot connect to the trace socket %s: %w (a trace shows every user's packets, so only %s may attach)", path, err, owner)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("cannot connect to the trace socket %s: %v", path, err)
+		return nil, fmt.Errorf("cannot connect to the trace socket %s: %w", path, err)
 	}
 	cl := &Client{c: c, r: bufio.NewReaderSize(c, 64<<10)}
 	c.SetReadDeadline(time.Now().Add(timeout))
