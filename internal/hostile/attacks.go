@@ -238,7 +238,17 @@ func doubleReadOnce(ctx context.Context, cfg *Config, t *Tally) error {
 // again; do makes one and closes every descriptor the daemon passed.
 type step struct {
 	what string
-	do   func() error
+	do   func(most int) (int, error)
+}
+
+// one makes a step's do of a function that makes one object.
+func one(f func() error) func(int) (int, error) {
+	return func(int) (int, error) {
+		if err := f(); err != nil {
+			return 0, err
+		}
+		return 1, nil
+	}
 }
 
 // exhaust opens up to cfg.Conns connections one after the other; on each,
@@ -274,36 +284,10 @@ func exhaust(ctx context.Context, cfg *Config, t *Tally, setup func(c *Conn) ([]
 			t.Err("setup", err)
 			continue
 		}
-		refused := make([]bool, len(steps))
-		made := make([]int, len(steps))
-		left := len(steps)
-	fill:
-		for left > 0 && ctx.Err() == nil {
-			for k, st := range steps {
-				if refused[k] {
-					continue
-				}
-				err := st.do()
-				var r *Refused
-				switch {
-				case err == nil:
-					t.Got(st.what, 1)
-					if made[k]++; made[k] >= cfg.PerConn {
-						refused[k] = true
-						left--
-					}
-				case errors.As(err, &r):
-					t.Err(st.what, err)
-					refused[k] = true
-					left--
-				default:
-					t.Err(st.what, err)
-					break fill
-				}
-			}
-		}
+		fill(ctx, cfg, t, steps)
 	}
-	// Hold on, and keep knocking.
+	// Hold on, and keep knocking: a new connection fills again whatever
+	// the daemon freed meanwhile.
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -321,7 +305,45 @@ func exhaust(ctx context.Context, cfg *Config, t *Tally, setup func(c *Conn) ([]
 			continue
 		}
 		t.Got("connections while holding", 1)
-		c.Close()
+		conns = append(conns, c)
+		if steps, err := setup(c); err != nil {
+			t.Err("setup while holding", err)
+		} else {
+			fill(ctx, cfg, t, steps)
+		}
+	}
+}
+
+// fill repeats the steps round robin until the daemon refuses each, or
+// cfg.PerConn of each were made, or the connection breaks.
+func fill(ctx context.Context, cfg *Config, t *Tally, steps []step) {
+	refused := make([]bool, len(steps))
+	made := make([]int, len(steps))
+	left := len(steps)
+	for left > 0 && ctx.Err() == nil {
+		for k, st := range steps {
+			if refused[k] {
+				continue
+			}
+			n, err := st.do(cfg.PerConn - made[k])
+			t.Got(st.what, n)
+			made[k] += n
+			var r *Refused
+			switch {
+			case err == nil:
+				if made[k] >= cfg.PerConn {
+					refused[k] = true
+					left--
+				}
+			case errors.As(err, &r):
+				t.Err(st.what, err)
+				refused[k] = true
+				left--
+			default:
+				t.Err(st.what, err)
+				return
+			}
+		}
 	}
 }
 
@@ -352,15 +374,15 @@ func Descriptors(ctx context.Context, cfg *Config, t *Tally) error {
 			return nil, err
 		}
 		return []step{
-			{"completion channels", func() error { _, fds, err := c.CreateCompChannel(); closeAll(fds); return err }},
-			{"CQs", func() error { _, fds, err := c.CreateCQ(1, 0); closeAll(fds); return err }},
-			{"QPs", func() error {
+			{"completion channels", one(func() error { _, fds, err := c.CreateCompChannel(); closeAll(fds); return err })},
+			{"CQs", one(func() error { _, fds, err := c.CreateCQ(1, 0); closeAll(fds); return err })},
+			{"QPs", one(func() error {
 				_, fds, err := c.CreateQP(ctl.CreateQP{PD: pd, SendCQ: cq.Handle, RecvCQ: cq.Handle, QPType: uint8(verbs.QPTypeRC),
 					Cap: ctl.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 				closeAll(fds)
 				return err
-			}},
-			{"SRQs", func() error { _, fds, err := c.CreateSRQ(pd, 1, 1); closeAll(fds); return err }},
+			})},
+			{"SRQs", one(func() error { _, fds, err := c.CreateSRQ(pd, 1, 1); closeAll(fds); return err })},
 		}, nil
 	})
 }
@@ -382,12 +404,51 @@ func Mappings(ctx context.Context, cfg *Config, t *Tally) error {
 		}
 		fds = append(fds, fd)
 		addr := uint64(0x10000000)
-		return []step{{"one-page MRs", func() error {
-			addr += 4096
-			_, err := c.RegMR(pd, fd, addr, 0, 4096)
-			return err
+		return []step{{"one-page MRs", func(most int) (int, error) {
+			return c.regMRs(pd, fd, &addr, min(most, 32))
 		}}}, nil
 	})
+}
+
+// regMRs sends n REG_MRs of the first page of memfd at once, at
+// addresses from *addr on, then reads their replies. It returns how many
+// were registered and the first refusal, or the error that broke the
+// connection.
+func (c *Conn) regMRs(pd uint32, memfd int, addr *uint64, n int) (int, error) {
+	first := c.seq + 1
+	sent := 0
+	var err error
+	for ; sent < n; sent++ {
+		*addr += 4096
+		in := ctl.RegMR{PD: pd, Access: 1, Addr: *addr, Length: 4096, IOVA: *addr}
+		c.seq++
+		if err = c.Send(ctl.Append(nil, ctl.Hdr{Op: ctl.OpRegMR, Seq: c.seq, NFDs: 1}, ctl.Bytes(&in)), []int{memfd}); err != nil {
+			break
+		}
+	}
+	made := 0
+	var refused error
+	for k := 0; k < sent; k++ {
+		h, _, fds, rerr := c.Recv()
+		closeAll(fds)
+		if rerr != nil {
+			return made, rerr
+		}
+		if h.Seq != first+uint32(k) {
+			return made, fmt.Errorf("reply %d to REG_MR %d", h.Seq, first+uint32(k))
+		}
+		if h.Err != 0 {
+			if refused == nil {
+				refused = &Refused{Op: ctl.OpRegMR, Errno: unix.Errno(h.Err)}
+			}
+			continue
+		}
+		made++
+	}
+	if err != nil {
+		return made, err
+	}
+	return made, refused
 }
 
 // Memory exhausts the daemon's memory: on each connection it creates RC
@@ -404,12 +465,12 @@ func Memory(ctx context.Context, cfg *Config, t *Tally) error {
 		if err != nil {
 			return nil, err
 		}
-		return []step{{"largest QPs", func() error {
+		return []step{{"largest QPs", one(func() error {
 			_, fds, err := c.CreateQP(ctl.CreateQP{PD: pd, SendCQ: cq.Handle, RecvCQ: cq.Handle, QPType: uint8(verbs.QPTypeRC),
 				Cap: ctl.QPCap{MaxSendWR: roce.MaxQPWR, MaxRecvWR: roce.MaxQPWR, MaxSendSGE: roce.MaxSGE, MaxRecvSGE: roce.MaxSGE,
 					MaxInlineData: roce.MaxInlineData}})
 			closeAll(fds)
 			return err
-		}}}, nil
+		})}}, nil
 	})
 }

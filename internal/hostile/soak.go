@@ -67,7 +67,7 @@ func scribble(rng *rand.Rand, s *session) {
 	switch rng.IntN(8) {
 	case 0: // a send slot, random throughout, published
 		i := s.sq.Prod()
-		fill(rng, unsafe.Slice((*byte)(unsafe.Pointer(s.sq.At(i))), s.sq.Stride()))
+		randomize(rng, unsafe.Slice((*byte)(unsafe.Pointer(s.sq.At(i))), s.sq.Stride()))
 		s.sq.Publish()
 	case 1: // a plausible send WQE with random fields that matter
 		i := s.sq.Prod()
@@ -75,12 +75,12 @@ func scribble(rng *rand.Rand, s *session) {
 		*e = ring.SendWQE{WRID: rng.Uint64(), Opcode: uint8(rng.IntN(16)), NumSGE: uint8(rng.IntN(6)), InlineLen: uint16(rng.IntN(80)),
 			Flags: uint32(verbs.Signaled) | uint32(rng.IntN(2))*uint32(verbs.Inline), RemoteAddr: rng.Uint64(), RKey: rng.Uint32(),
 			Length: rng.Uint32() % 100000, AH: rng.Uint32() % 4}
-		fill(rng, s.sq.Tail(i))
+		randomize(rng, s.sq.Tail(i))
 		s.sq.Publish()
 	case 2: // a receive slot
 		if s.rq != nil {
 			i := s.rq.Prod()
-			fill(rng, unsafe.Slice((*byte)(unsafe.Pointer(s.rq.At(i))), s.rq.Stride()))
+			randomize(rng, unsafe.Slice((*byte)(unsafe.Pointer(s.rq.At(i))), s.rq.Stride()))
 			s.rq.Publish()
 		}
 	case 3: // the send ring's producer index
@@ -94,7 +94,7 @@ func scribble(rng *rand.Rand, s *session) {
 		u32(unsafe.Pointer(&s.cqCtl.Arm), rng.Uint32()%4)
 		u32(unsafe.Pointer(&s.cqCtl.Overflow), rng.Uint32())
 	case 6: // the context page
-		fill(rng, s.page.mem[:64])
+		randomize(rng, s.page.mem[:64])
 	case 7: // a ring header's static fields (the daemon must not trust them)
 		h := s.sq.Header()
 		u32(unsafe.Pointer(&h.Size), rng.Uint32())
@@ -102,7 +102,7 @@ func scribble(rng *rand.Rand, s *session) {
 	}
 }
 
-func fill(rng *rand.Rand, b []byte) {
+func randomize(rng *rand.Rand, b []byte) {
 	for i := range b {
 		b[i] = byte(rng.Uint32())
 	}
@@ -137,7 +137,7 @@ func RandomControl(ctx context.Context, cfg *Config, t *Tally) error {
 					binary.LittleEndian.PutUint32(body[i:], uint32(rng.IntN(6)))
 				}
 			} else {
-				fill(rng, body)
+				randomize(rng, body)
 			}
 			c.seq++
 			if err := c.Send(ctl.Append(nil, ctl.Hdr{Op: op, Seq: c.seq}, body), nil); err != nil {
@@ -220,28 +220,28 @@ func Flood(ctx context.Context, cfg *Config, t *Tally) error {
 		}
 		defer closeAll([]int{memfd})
 		steps := []step{
-			{"completion channels", func() error { _, fds, err := c.CreateCompChannel(); closeAll(fds); return err }},
-			{"CQs", func() error { _, fds, err := c.CreateCQ(uint32(1+rng.IntN(4096)), 0); closeAll(fds); return err }},
-			{"QPs", func() error {
+			{"completion channels", one(func() error { _, fds, err := c.CreateCompChannel(); closeAll(fds); return err })},
+			{"CQs", one(func() error { _, fds, err := c.CreateCQ(uint32(1+rng.IntN(4096)), 0); closeAll(fds); return err })},
+			{"QPs", one(func() error {
 				_, fds, err := c.CreateQP(ctl.CreateQP{PD: pd, SendCQ: cq.Handle, RecvCQ: cq.Handle, QPType: uint8(verbs.QPTypeRC),
 					Cap: ctl.QPCap{MaxSendWR: uint32(1 + rng.IntN(4096)), MaxRecvWR: uint32(1 + rng.IntN(4096)), MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 128}})
 				closeAll(fds)
 				return err
-			}},
-			{"SRQs", func() error { _, fds, err := c.CreateSRQ(pd, uint32(1+rng.IntN(4096)), 4); closeAll(fds); return err }},
-			{"MRs", func() error {
+			})},
+			{"SRQs", one(func() error { _, fds, err := c.CreateSRQ(pd, uint32(1+rng.IntN(4096)), 4); closeAll(fds); return err })},
+			{"MRs", one(func() error {
 				off := uint64(rng.IntN(255)) * 4096
 				_, err := c.RegMR(pd, memfd, 0x10000000+off, off, 4096*uint64(1+rng.IntN(2)))
 				return err
-			}},
+			})},
 		}
 		for k := 0; k < max(cfg.PerConn, 1) && ctx.Err() == nil; k++ {
 			for _, st := range steps {
-				err := st.do()
+				n, err := st.do(1)
+				t.Got(st.what, n)
 				var r *Refused
 				switch {
 				case err == nil:
-					t.Got(st.what, 1)
 				case errors.As(err, &r):
 					t.Err(st.what, err)
 				default:
