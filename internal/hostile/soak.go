@@ -37,9 +37,19 @@ func soak(ctx context.Context, cfg *Config, t *Tally, what string, round func(ct
 
 // RandomRings writes random bytes over the rings of its QP and CQ, their
 // indices, the CQ's control block and the context page, ringing the
-// doorbell, and asks the daemon something after each burst.
+// doorbell, and asks the daemon something after each burst; every other
+// session, for up to two seconds, it races writers against the daemon's
+// reads of the send WQEs instead, as DoubleRead does.
 func RandomRings(ctx context.Context, cfg *Config, t *Tally) error {
+	session := 0
 	return soak(ctx, cfg, t, "random ring writes", func(ctx context.Context, rng *rand.Rand) error {
+		if session++; session%2 == 0 {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			race := *cfg
+			race.Writers = 4
+			return doubleReadOnce(rctx, &race, t)
+		}
 		s, err := newSession(cfg, 256, ctl.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64})
 		if err != nil {
 			return err
