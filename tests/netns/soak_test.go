@@ -98,13 +98,23 @@ func TestSoakHostile(t *testing.T) {
 	counts := map[string]int{}
 	for _, r := range runs {
 		label := r.tool.prog + " " + r.tool.args
+		// perftest times a busy loop against gettimeofday after its
+		// traffic and gives up before its report when the fit is poor,
+		// as on two CPUs under this load it now and then is: such a run
+		// says nothing about the daemons (interop.perftestUncalibrated).
+		if !r.srv.OK() || !r.cli.OK() {
+			if e := r.srv.Stderr + r.cli.Stderr; strings.Contains(e, "Correlation coefficient r^2:") && r.srv.Exit >= 0 && r.cli.Exit >= 0 {
+				t.Logf("%s could not calibrate its cycle counter under the load; not judged", label)
+				continue
+			}
+		}
 		counts[label]++
 		checkReal(t, r.tool, r.srv, r.cli)
 		checkBWRows(t, label, r.tool, r.srv, r.cli)
 	}
 	for _, tool := range soakTools {
 		if label := tool.prog + " " + tool.args; counts[label] < 2 {
-			t.Errorf("%s ran %d times in the soak; want it repeated", label, counts[label])
+			t.Errorf("%s ran to a report %d times in the soak; want it repeated", label, counts[label])
 		}
 	}
 
