@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +29,10 @@ type Config struct {
 	Conns int
 	// PerConn is the most objects of each kind one connection asks for.
 	PerConn int
-	// Writers is the number of goroutines that rewrite shared memory.
+	// Writers is the number of goroutines that rewrite shared memory; 0
+	// is one less than the CPUs (at least one), which leaves a CPU to the
+	// daemon's reads (on two CPUs, one writer crashes a daemon that reads
+	// twice within seconds, four take longer than the daemon gets to run).
 	Writers int
 	// Seed seeds the random choices.
 	Seed uint64
@@ -150,8 +154,8 @@ func (s *session) alive() error {
 }
 
 // DoubleRead races the daemon's reads of send WQEs: it publishes inline
-// SENDs of 8 bytes on a QP's send ring, the doorbell rung, while
-// cfg.Writers goroutines rewrite the word that holds the opcode, the SGE
+// SENDs of 8 bytes on a QP's send ring, the doorbell rung (yielding the
+// CPU while the ring is full), while cfg.Writers goroutines rewrite the word that holds the opcode, the SGE
 // count and the inline length of the slots the daemon is reading (at its
 // consumer index) to an inline length of 65535 (and now and then an
 // opcode of 0xff and 255 SGEs) and back, in a tight loop. A daemon that
@@ -176,7 +180,7 @@ func DoubleRead(ctx context.Context, cfg *Config, t *Tally) error {
 }
 
 func doubleReadOnce(ctx context.Context, cfg *Config, t *Tally) error {
-	s, err := newSession(cfg, uint32(roce.MaxCQE), ctl.QPCap{MaxSendWR: 1024, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
+	s, err := newSession(cfg, 4096, ctl.QPCap{MaxSendWR: 1024, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
 	if err != nil {
 		return err
 	}
@@ -185,7 +189,11 @@ func doubleReadOnce(ctx context.Context, cfg *Config, t *Tally) error {
 	good := uint32(verbs.WROpSend) | small<<16
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	for w := 0; w < max(cfg.Writers, 1); w++ {
+	writers := cfg.Writers
+	if writers <= 0 {
+		writers = max(runtime.NumCPU()-1, 1)
+	}
+	for w := 0; w < writers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -214,6 +222,9 @@ func doubleReadOnce(ctx context.Context, cfg *Config, t *Tally) error {
 	defer func() { t.Got("inline SENDs published", posted) }()
 	lastCons, lastMove := s.sq.Header().Cons.Load(), time.Now()
 	for ctx.Err() == nil {
+		if s.sq.Full() {
+			time.Sleep(20 * time.Microsecond) // the daemon needs the CPU more than this loop
+		}
 		for e := s.sq.Next(); e != nil; e = s.sq.Next() {
 			*e = ring.SendWQE{WRID: uint64(posted), Opcode: uint8(verbs.WROpSend), InlineLen: small, Length: small,
 				Flags: uint32(verbs.Inline | verbs.Signaled)}

@@ -46,9 +46,7 @@ func RandomRings(ctx context.Context, cfg *Config, t *Tally) error {
 		if session++; session%2 == 0 {
 			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
-			race := *cfg
-			race.Writers = 4
-			return doubleReadOnce(rctx, &race, t)
+			return doubleReadOnce(rctx, cfg, t)
 		}
 		s, err := newSession(cfg, 256, ctl.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64})
 		if err != nil {

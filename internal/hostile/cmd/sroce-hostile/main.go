@@ -65,7 +65,7 @@ func run(args []string) int {
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long the attack lasts")
 	fs.IntVar(&cfg.Conns, "conns", 8, "the most connections an exhaustion attack opens")
 	fs.IntVar(&cfg.PerConn, "per-conn", 16384, "the most objects of each kind per connection")
-	fs.IntVar(&cfg.Writers, "writers", 4, "goroutines rewriting shared memory (double-read)")
+	fs.IntVar(&cfg.Writers, "writers", 0, "goroutines rewriting shared memory (double-read, ring; 0: one less than the CPUs, at least one)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the random choices")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 1
