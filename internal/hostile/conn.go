@@ -235,16 +235,25 @@ func (c *Conn) RegMR(pd uint32, memfd int, addr, off, length uint64) (ctl.MR, er
 	return get[ctl.MR](b, ctl.OpRegMR)
 }
 
-// Alive reports whether the daemon at socket answers LIST_DEVICES on a
-// new connection.
+// Alive reports whether the daemon at socket answers a new connection:
+// LIST_DEVICES, or a refusal of the connection (over this uid's budget,
+// which the connections an attack just closed may still hold while the
+// daemon frees them) is an answer.
 func Alive(socket string) error {
 	c, err := Dial(socket)
+	var r *Refused
+	if errors.As(err, &r) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	_, fds, err := c.Call(ctl.OpListDevices, nil, nil)
 	closeAll(fds)
+	if errors.As(err, &r) {
+		return nil
+	}
 	return err
 }
 
