@@ -264,9 +264,9 @@ func one(f func() error) func(int) (int, error) {
 
 // exhaust opens up to cfg.Conns connections one after the other; on each,
 // setup returns the steps, which are repeated round robin until the
-// daemon refuses each (or cfg.PerConn of each were made). The connections
+// daemon refuses one (or cfg.PerConn of each were made). The connections
 // stay open, and what they made stays made, until cfg.Duration ends;
-// meanwhile the attack keeps connecting anew. It returns ErrGone when the
+// meanwhile the attack keeps connecting anew, and all along it knocks. It returns ErrGone when the
 // daemon's socket stops answering.
 func exhaust(ctx context.Context, cfg *Config, t *Tally, setup func(c *Conn) ([]step, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
@@ -275,6 +275,26 @@ func exhaust(ctx context.Context, cfg *Config, t *Tally, setup func(c *Conn) ([]
 	defer func() {
 		for _, c := range conns {
 			c.Close()
+		}
+	}()
+	// Knock all along: a new connection every 20 ms, closed at once, so
+	// that one comes while the daemon is at its limit.
+	gone := make(chan error, 1)
+	go func() {
+		for ctx.Err() == nil {
+			c, err := Dial(cfg.Socket)
+			if err != nil {
+				t.Err("knocking", err)
+				if errors.Is(err, ErrGone) {
+					gone <- err
+					cancel()
+					return
+				}
+			} else {
+				t.Got("knocks", 1)
+				c.Close()
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}()
 	failedDials := 0
@@ -304,7 +324,12 @@ func exhaust(ctx context.Context, cfg *Config, t *Tally, setup func(c *Conn) ([]
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			select {
+			case err := <-gone:
+				return err
+			default:
+				return nil
+			}
 		case <-tick.C:
 		}
 		c, err := Dial(cfg.Socket)
@@ -325,32 +350,22 @@ func exhaust(ctx context.Context, cfg *Config, t *Tally, setup func(c *Conn) ([]
 	}
 }
 
-// fill repeats the steps round robin until the daemon refuses each, or
+// fill repeats the steps round robin until the daemon refuses one (the
+// connection, or the daemon, is then at a limit: it stays there), or
 // cfg.PerConn of each were made, or the connection breaks.
 func fill(ctx context.Context, cfg *Config, t *Tally, steps []step) {
-	refused := make([]bool, len(steps))
 	made := make([]int, len(steps))
-	left := len(steps)
-	for left > 0 && ctx.Err() == nil {
+	for left := len(steps); left > 0 && ctx.Err() == nil; {
 		for k, st := range steps {
-			if refused[k] {
+			if made[k] >= cfg.PerConn {
 				continue
 			}
 			n, err := st.do(cfg.PerConn - made[k])
 			t.Got(st.what, n)
-			made[k] += n
-			var r *Refused
-			switch {
-			case err == nil:
-				if made[k] >= cfg.PerConn {
-					refused[k] = true
-					left--
-				}
-			case errors.As(err, &r):
-				t.Err(st.what, err)
-				refused[k] = true
+			if made[k] += n; made[k] >= cfg.PerConn {
 				left--
-			default:
+			}
+			if err != nil {
 				t.Err(st.what, err)
 				return
 			}
@@ -384,16 +399,15 @@ func Descriptors(ctx context.Context, cfg *Config, t *Tally) error {
 		if err != nil {
 			return nil, err
 		}
+		qp := ctl.CreateQP{PD: pd, SendCQ: cq.Handle, RecvCQ: cq.Handle, QPType: uint8(verbs.QPTypeRC),
+			Cap: ctl.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}}
+		cqIn := ctl.CreateCQ{CQE: 1}
+		srq := ctl.SRQ{PDOrHandle: pd, MaxWR: 1, MaxSGE: 1}
 		return []step{
-			{"completion channels", one(func() error { _, fds, err := c.CreateCompChannel(); closeAll(fds); return err })},
-			{"CQs", one(func() error { _, fds, err := c.CreateCQ(1, 0); closeAll(fds); return err })},
-			{"QPs", one(func() error {
-				_, fds, err := c.CreateQP(ctl.CreateQP{PD: pd, SendCQ: cq.Handle, RecvCQ: cq.Handle, QPType: uint8(verbs.QPTypeRC),
-					Cap: ctl.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
-				closeAll(fds)
-				return err
-			})},
-			{"SRQs", one(func() error { _, fds, err := c.CreateSRQ(pd, 1, 1); closeAll(fds); return err })},
+			{"completion channels", batch(c, ctl.OpCreateCompChannel, func() []byte { return nil })},
+			{"CQs", batch(c, ctl.OpCreateCQ, func() []byte { return ctl.Bytes(&cqIn) })},
+			{"QPs", batch(c, ctl.OpCreateQP, func() []byte { return ctl.Bytes(&qp) })},
+			{"SRQs", batch(c, ctl.OpCreateSRQ, func() []byte { return ctl.Bytes(&srq) })},
 		}, nil
 	})
 }
@@ -422,35 +436,43 @@ func Mappings(ctx context.Context, cfg *Config, t *Tally) error {
 }
 
 // regMRs sends n REG_MRs of the first page of memfd at once, at
-// addresses from *addr on, then reads their replies. It returns how many
-// were registered and the first refusal, or the error that broke the
-// connection.
+// addresses from *addr on, then reads their replies (many).
 func (c *Conn) regMRs(pd uint32, memfd int, addr *uint64, n int) (int, error) {
+	return c.many(ctl.OpRegMR, n, []int{memfd}, func() []byte {
+		*addr += 4096
+		in := ctl.RegMR{PD: pd, Access: 1, Addr: *addr, Length: 4096, IOVA: *addr}
+		return ctl.Bytes(&in)
+	})
+}
+
+// many sends n requests of op at once, each with the body body returns
+// and the descriptors fds, then reads their replies, closing the
+// descriptors they pass. It returns how many succeeded and the first
+// refusal, or the error that broke the connection.
+func (c *Conn) many(op ctl.Op, n int, fds []int, body func() []byte) (int, error) {
 	first := c.seq + 1
 	sent := 0
 	var err error
 	for ; sent < n; sent++ {
-		*addr += 4096
-		in := ctl.RegMR{PD: pd, Access: 1, Addr: *addr, Length: 4096, IOVA: *addr}
 		c.seq++
-		if err = c.Send(ctl.Append(nil, ctl.Hdr{Op: ctl.OpRegMR, Seq: c.seq, NFDs: 1}, ctl.Bytes(&in)), []int{memfd}); err != nil {
+		if err = c.Send(ctl.Append(nil, ctl.Hdr{Op: op, Seq: c.seq, NFDs: uint32(len(fds))}, body()), fds); err != nil {
 			break
 		}
 	}
 	made := 0
 	var refused error
 	for k := 0; k < sent; k++ {
-		h, _, fds, rerr := c.Recv()
-		closeAll(fds)
+		h, _, rfds, rerr := c.Recv()
+		closeAll(rfds)
 		if rerr != nil {
 			return made, rerr
 		}
 		if h.Seq != first+uint32(k) {
-			return made, fmt.Errorf("reply %d to REG_MR %d", h.Seq, first+uint32(k))
+			return made, fmt.Errorf("reply %d to %s %d", h.Seq, op, first+uint32(k))
 		}
 		if h.Err != 0 {
 			if refused == nil {
-				refused = &Refused{Op: ctl.OpRegMR, Errno: unix.Errno(h.Err)}
+				refused = &Refused{Op: op, Errno: unix.Errno(h.Err)}
 			}
 			continue
 		}
@@ -460,6 +482,11 @@ func (c *Conn) regMRs(pd uint32, memfd int, addr *uint64, n int) (int, error) {
 		return made, err
 	}
 	return made, refused
+}
+
+// batch is a step's do that asks for up to 32 objects of op at once.
+func batch(c *Conn, op ctl.Op, body func() []byte) func(int) (int, error) {
+	return func(most int) (int, error) { return c.many(op, min(most, 32), nil, body) }
 }
 
 // Memory exhausts the daemon's memory: on each connection it creates RC
@@ -476,12 +503,9 @@ func Memory(ctx context.Context, cfg *Config, t *Tally) error {
 		if err != nil {
 			return nil, err
 		}
-		return []step{{"largest QPs", one(func() error {
-			_, fds, err := c.CreateQP(ctl.CreateQP{PD: pd, SendCQ: cq.Handle, RecvCQ: cq.Handle, QPType: uint8(verbs.QPTypeRC),
-				Cap: ctl.QPCap{MaxSendWR: roce.MaxQPWR, MaxRecvWR: roce.MaxQPWR, MaxSendSGE: roce.MaxSGE, MaxRecvSGE: roce.MaxSGE,
-					MaxInlineData: roce.MaxInlineData}})
-			closeAll(fds)
-			return err
-		})}}, nil
+		qp := ctl.CreateQP{PD: pd, SendCQ: cq.Handle, RecvCQ: cq.Handle, QPType: uint8(verbs.QPTypeRC),
+			Cap: ctl.QPCap{MaxSendWR: roce.MaxQPWR, MaxRecvWR: roce.MaxQPWR, MaxSendSGE: roce.MaxSGE, MaxRecvSGE: roce.MaxSGE,
+				MaxInlineData: roce.MaxInlineData}}
+		return []step{{"largest QPs", batch(c, ctl.OpCreateQP, func() []byte { return ctl.Bytes(&qp) })}}, nil
 	})
 }

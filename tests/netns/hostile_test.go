@@ -420,7 +420,7 @@ func needTools(t *testing.T) {
 // send WQEs' inline length (issue 23, attack 1), one writer fewer than the
 // CPUs (the attacker's default).
 func TestHostileDoubleRead(t *testing.T) {
-	runAttack(t, attackCase{attack: "double-read", args: []string{"--duration", "15s"}})
+	runAttack(t, attackCase{attack: "double-read", args: []string{"--duration", "10s"}})
 }
 
 // TestHostileDescriptors exhausts descriptors with completion channels,
@@ -428,7 +428,7 @@ func TestHostileDoubleRead(t *testing.T) {
 // The daemon's descriptor limit is 16,384, as a service's may be: today's
 // daemon reaches it with one connection and ends when accept fails.
 func TestHostileDescriptors(t *testing.T) {
-	runAttack(t, attackCase{attack: "fds", args: []string{"--duration", "12s", "--conns", "8"},
+	runAttack(t, attackCase{attack: "fds", args: []string{"--duration", "10s", "--conns", "8"},
 		confine: func(t *testing.T, pid int) {
 			lim := unix.Rlimit{Cur: 16384, Max: 16384}
 			if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
@@ -448,11 +448,11 @@ func TestHostileMappings(t *testing.T) {
 
 // TestHostileMemory creates QPs of the largest queues, up to 4,096 per
 // connection on sixteen connections (issue 23, attack 4). Daemon A runs
-// in a memory cgroup of 1 GiB, so that a daemon without budgets meets the
+// in a memory cgroup of 640 MiB, so that a daemon without budgets meets the
 // OOM killer there and not the host's.
 func TestHostileMemory(t *testing.T) {
-	runAttack(t, attackCase{attack: "memory", args: []string{"--duration", "15s", "--conns", "16", "--per-conn", "4096"},
-		confine: func(t *testing.T, pid int) { memoryCgroup(t, pid, 1<<30) }})
+	runAttack(t, attackCase{attack: "memory", args: []string{"--duration", "10s", "--conns", "16", "--per-conn", "4096"},
+		confine: func(t *testing.T, pid int) { memoryCgroup(t, pid, 640<<20) }})
 }
 
 // memoryCgroup moves pid into a new memory cgroup of limit bytes (cgroup
