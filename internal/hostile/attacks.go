@@ -154,16 +154,17 @@ func (s *session) alive() error {
 }
 
 // DoubleRead races the daemon's reads of send WQEs: it publishes inline
-// SENDs of 8 bytes on a QP's send ring, the doorbell rung (yielding the
-// CPU while the ring is full), while cfg.Writers goroutines rewrite the word that holds the opcode, the SGE
-// count and the inline length of the slots the daemon is reading (at its
-// consumer index) to an inline length of 65535 (and now and then an
-// opcode of 0xff and 255 SGEs) and back, in a tight loop. A daemon that
-// reads the inline length twice, once to check it against the slot and
-// once to copy, slices past the slot and panics. A daemon that reads it
-// once sees either length: the small one is posted, the large one is a
-// corrupt ring and the connection ends; the attack then connects again,
-// until cfg.Duration.
+// SENDs of 8 bytes on a QP's send ring and rings the doorbell (yielding
+// the CPU while the ring is full), while cfg.Writers goroutines rewrite
+// the word that holds the opcode, the SGE count and the inline length of
+// the slots the daemon is reading (at its consumer index) to an inline
+// length of 65535 (and now and then a random opcode, 255 SGEs and a random
+// length) and back, in a tight loop. A daemon that reads the inline
+// length twice, once to check it against the slot and once to copy,
+// slices past the slot and panics. A daemon that reads it once sees
+// either length: the small one is posted, the large one is a corrupt ring
+// and the connection ends; the attack then connects again, until
+// cfg.Duration.
 func DoubleRead(ctx context.Context, cfg *Config, t *Tally) error {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
@@ -386,8 +387,9 @@ func openPD(c *Conn, dev string) (uint32, error) {
 
 // Descriptors exhausts the daemon's descriptors: on each connection it
 // creates completion channels, CQs, QPs and SRQs (each of which holds a
-// descriptor in the daemon) until each is refused, closing its own copy
-// of every descriptor passed, and holds the connections open.
+// descriptor in the daemon), 32 requests at a time, until one is
+// refused, closing its own copy of every descriptor passed, and holds the
+// connections open.
 func Descriptors(ctx context.Context, cfg *Config, t *Tally) error {
 	return exhaust(ctx, cfg, t, func(c *Conn) ([]step, error) {
 		pd, err := openPD(c, cfg.Device)
@@ -414,7 +416,8 @@ func Descriptors(ctx context.Context, cfg *Config, t *Tally) error {
 
 // Mappings exhausts the daemon's mappings: on each connection it
 // registers one-page MRs of a sealed memfd (each one a mapping in the
-// daemon) until refused, and holds the connections open.
+// daemon), 32 requests at a time, until refused, and holds the
+// connections open.
 func Mappings(ctx context.Context, cfg *Config, t *Tally) error {
 	var fds []int
 	defer func() { closeAll(fds) }()
