@@ -97,15 +97,15 @@ func startHostileDaemons(t *testing.T, prefix string) *daemonPair {
 	t.Cleanup(func() {
 		if t.Failed() || testing.Verbose() {
 			for i, p := range d.procs {
-				t.Logf("daemon %d log (last 8 KiB):\n%s", i, tail(p.stderr.String(), 8192))
+				t.Logf("daemon %d log (last 8 KiB):\n%s", i, lastBytes(p.stderr.String(), 8192))
 			}
 		}
 	})
 	return d
 }
 
-// tail returns the last n bytes of s.
-func tail(s string, n int) string {
+// lastBytes returns the last n bytes of s.
+func lastBytes(s string, n int) string {
 	if len(s) > n {
 		return "..." + s[len(s)-n:]
 	}
@@ -350,7 +350,7 @@ type attackCase struct {
 // runAttack runs one attack against daemon A with a victim throughout and
 // checks the outcome.
 func runAttack(t *testing.T, c attackCase) {
-	needTools(t)
+	needGo(t)
 	bin := buildHostile(t)
 	d := startHostileDaemons(t, "sroce-hostile")
 	pid := d.procs[0].cmd.Process.Pid
@@ -404,12 +404,12 @@ func checkAlive(t *testing.T, d *daemonPair, i int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	o := d.procs[i].wait(ctx) // a daemon that died is reaped within this
-	t.Errorf("daemon %d died (socket: %v; exit %d, %v):\n%s", i, err, o.Exit, d.procs[i].cmd.ProcessState, tail(o.Stderr, 4096))
+	t.Errorf("daemon %d died (socket: %v; exit %d, %v):\n%s", i, err, o.Exit, d.procs[i].cmd.ProcessState, lastBytes(o.Stderr, 4096))
 }
 
-// needTools skips when the go command (to build the hostile client) is
+// needGo skips when the go command (to build the hostile client) is
 // missing.
-func needTools(t *testing.T) {
+func needGo(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("skipping: the go command is needed to build internal/hostile's client")

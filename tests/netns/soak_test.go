@@ -38,7 +38,7 @@ var soakTools = []realTool{
 // TestSoakHostile runs the hostile soak.
 func TestSoakHostile(t *testing.T) {
 	needRealTools(t)
-	needTools(t)
+	needGo(t)
 	bin := buildHostile(t)
 	d := startHostileDaemons(t, "sroce-soak")
 	var pids [2]int
@@ -88,7 +88,7 @@ func TestSoakHostile(t *testing.T) {
 	defer cancel()
 	for _, h := range hostiles {
 		o := h.proc.wait(ctx)
-		t.Logf("hostile %s on daemon %d: exit %d\n%s%s", h.attack, h.daemon, o.Exit, o.Stdout, tail(o.Stderr, 2048))
+		t.Logf("hostile %s on daemon %d: exit %d\n%s%s", h.attack, h.daemon, o.Exit, o.Stdout, lastBytes(o.Stderr, 2048))
 		if o.Exit != 0 {
 			t.Errorf("hostile %s on daemon %d exited with %d (0: the daemon still answers)", h.attack, h.daemon, o.Exit)
 		}
