@@ -54,9 +54,9 @@ const (
 	boundThreads = 32
 )
 
-// startHostileDaemons is startDaemons over AF_XDP with extra daemon flags
-// (hostileLimits unless SROCE_TEST_HOSTILE_NO_LIMITS is set), the sockets
-// and a copy of the sroce binary where nobody reaches them.
+// startHostileDaemons is startDaemons over AF_XDP (daemons run by root)
+// with the budget flags (hostileLimits unless SROCE_TEST_HOSTILE_NO_LIMITS
+// is set) and the sockets where nobody reaches them.
 func startHostileDaemons(t *testing.T, prefix string) *daemonPair {
 	t.Helper()
 	nsutil.Skip(t)
