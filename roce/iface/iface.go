@@ -513,10 +513,15 @@ func (p *Port) watch(events <-chan netif.LinkEvent) {
 				gids = gidArray(p.gidt)
 			}
 			p.mu.Unlock()
+			set := false
 			for i, g := range gids {
 				if cur, err := p.dev.QueryGID(i); err == nil && cur != g {
 					p.dev.SetGID(i, g)
+					set = true
 				}
+			}
+			if set {
+				p.dev.GIDChanged()
 			}
 		case netif.EventRemoved:
 			p.mu.Lock()
@@ -537,7 +542,10 @@ func (p *Port) watch(events <-chan netif.LinkEvent) {
 	}
 }
 
-// setActive applies the port state of a link event.
+// setActive applies the port state of a link event: the port follows the
+// interface between DOWN and ACTIVE (roce.Device.PortDown and PortUp post
+// the asynchronous events) and stays usable: the link, the device and its
+// QPs outlive the fall, as an rxe device outlives its netdev going down.
 func (p *Port) setActive(ev netif.LinkEvent) {
 	now := ev.Active()
 	p.mu.Lock()
@@ -546,13 +554,6 @@ func (p *Port) setActive(ev netif.LinkEvent) {
 	p.mu.Unlock()
 	switch {
 	case was && !now:
-		// Why first: a goroutine polling a CQ may see the flushed
-		// completions the moment PortDown makes them.
-		if !ev.Up {
-			p.lose(fmt.Errorf("interface %s went down", p.ifname))
-		} else {
-			p.lose(fmt.Errorf("interface %s lost its carrier (the other end went down)", p.ifname))
-		}
 		p.dev.PortDown()
 	case !was && now:
 		p.dev.PortUp()
@@ -729,14 +730,16 @@ func (p *Port) State() verbs.PortState {
 // Device.PortDown counts.
 func (p *Port) LinkDowned() uint64 { return p.dev.Counter(verbs.CntLinkDowned) }
 
-// Lost is closed when the port becomes unusable: the interface went down,
-// lost its carrier or was deleted, the link failed, or Close was called.
-// Err then says which. Programs waiting for completions select on it to
-// fail with a clear error instead of waiting out their timeouts.
+// Lost is closed when the port becomes unusable for good: the interface
+// was deleted (or left the namespace), the link failed, or Close was
+// called. Err then says which. An interface that goes down or loses its
+// carrier does not close it: the port is DOWN (State) until the link comes
+// back. Programs waiting for completions select on it to fail with a clear
+// error instead of waiting out their timeouts.
 func (p *Port) Lost() <-chan struct{} { return p.lost }
 
 // Err returns why Lost was closed (matching ErrDown or ErrClosed), or nil
-// while the port is usable.
+// while the port is usable (ACTIVE or DOWN).
 func (p *Port) Err() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
