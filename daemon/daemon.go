@@ -424,6 +424,7 @@ func (s *Server) asyncEvents(sd *served) {
 			obj = ev.SRQ
 		}
 		if obj == nil {
+			s.log.Info("port event", "device", sd.name, "event", ev.Type.String())
 			s.mu.Lock()
 			for c := range s.conns {
 				if c.dev == sd {
