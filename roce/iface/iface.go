@@ -200,6 +200,7 @@ type Port struct {
 	mu       sync.Mutex
 	gidt     *netif.GIDTable
 	active   bool
+	up       bool // administratively up (the last link event's IFF_UP)
 	lost     chan struct{}
 	lostErr  error
 	watchErr error
@@ -248,7 +249,7 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 		return nil, errorf(ErrDown, nil, "interface %s has no carrier (is the other end of the cable or veth down?)", ifname)
 	}
 	p := &Port{h: h, ifname: ifc.Name, ifindex: ifc.Index, mac: ifc.MAC, mtu: ifc.MTU,
-		gidt: ifc.GIDTable(), active: ifc.Active(), lost: make(chan struct{}),
+		gidt: ifc.GIDTable(), active: ifc.Active(), up: ifc.Up, lost: make(chan struct{}),
 		resolveT: opts.ResolveTimeout}
 
 	if err := checkQueues(ifc.Name, mode, opts); err != nil {
@@ -550,7 +551,7 @@ func (p *Port) setActive(ev netif.LinkEvent) {
 	now := ev.Active()
 	p.mu.Lock()
 	was := p.active
-	p.active = now
+	p.active, p.up = now, ev.Up
 	p.mu.Unlock()
 	switch {
 	case was && !now:
@@ -558,6 +559,25 @@ func (p *Port) setActive(ev netif.LinkEvent) {
 	case !was && now:
 		p.dev.PortUp()
 	}
+}
+
+// DownErr says why the port is DOWN (matching ErrDown): the interface went
+// down or lost its carrier, or was deleted; nil while it is ACTIVE. A
+// program that would rather fail than wait for the link to come back (a
+// benchmark, a tool) checks it beside Lost.
+func (p *Port) DownErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.active {
+		return nil
+	}
+	if p.lostErr != nil && !errors.Is(p.lostErr, ErrClosed) {
+		return p.lostErr
+	}
+	if !p.up {
+		return errorf(ErrDown, nil, "interface %s went down", p.ifname)
+	}
+	return errorf(ErrDown, nil, "interface %s lost its carrier (the other end went down)", p.ifname)
 }
 
 // lose records why the port became unusable and closes Lost, once.
