@@ -268,8 +268,14 @@ func rcRoundTrip(t *testing.T, a, b *Port) {
 // stays usable (Lost stays open, the QPs keep their state, as on rxe), and
 // comes back ACTIVE with EventPortActive when the link does: a WRITE posted
 // while the link was down completes once it is back (RC retransmits it),
-// and new QPs connect and move data.
+// and new QPs connect and move data. On the AF_XDP link and the UDP link.
 func TestLinkFlap(t *testing.T) {
+	for _, mode := range []Mode{ModeXDP, ModeUDP} {
+		t.Run(string(mode), func(t *testing.T) { linkFlap(t, mode) })
+	}
+}
+
+func linkFlap(t *testing.T, mode Mode) {
 	nsutil.Skip(t)
 	pair, err := nsutil.NewPair(nsutil.PairConfig{Prefix: "sroce-iftest"})
 	if err != nil {
@@ -283,7 +289,7 @@ func TestLinkFlap(t *testing.T) {
 		p   **Port
 	}{{pair.A, pair.Veth.NameA, &a}, {pair.B, pair.Veth.NameB, &b}} {
 		if err := x.ns.Do(func() (err error) {
-			*x.p, err = Open(context.Background(), x.if_, Options{Mode: ModeXDP})
+			*x.p, err = Open(context.Background(), x.if_, Options{Mode: mode})
 			return err
 		}); err != nil {
 			t.Fatal(err)
