@@ -215,9 +215,11 @@ func runDaemon(e *env, args []string) int {
 		}()
 	}
 	back := make(chan string)
+	fails := map[string]int{} // reopenings that failed in a row, by interface
 	awaitBack := func(name string) {
+		pause := min(reopenPause<<min(fails[name], 8), 30*time.Second)
 		go func() {
-			if err := awaitInterface(done, name); err == nil {
+			if err := awaitInterface(done, name, pause); err == nil {
 				select {
 				case back <- name:
 				case <-done:
@@ -260,10 +262,12 @@ wait:
 				}
 			}
 			if err != nil {
+				fails[name]++
 				log.Warn("interface back, but its device did not open; waiting for it again", "interface", name, "err", err)
 				awaitBack(name)
 				continue
 			}
+			delete(fails, name)
 			portsMu.Lock()
 			ports = append(ports, p)
 			portsMu.Unlock()
@@ -297,13 +301,14 @@ func openServed(log *slog.Logger, name string, opts iface.Options) (*iface.Port,
 
 // reopenPause is how long the daemon waits after losing a port before it
 // looks for its interface again: a link that failed under an interface
-// that stayed is not reopened in a tight loop.
+// that stayed is not reopened in a tight loop. Each failed reopening
+// doubles it, up to 30s.
 const reopenPause = 200 * time.Millisecond
 
 // awaitInterface returns nil once interface name exists and is up with
-// carrier, or an error when done closes first. Errors reading the
-// kernel's notifications are retried after reopenPause.
-func awaitInterface(done <-chan struct{}, name string) error {
+// carrier, looking first after pause, or an error when done closes first.
+// Errors reading the kernel's notifications are retried after pause.
+func awaitInterface(done <-chan struct{}, name string, pause time.Duration) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -315,7 +320,7 @@ func awaitInterface(done <-chan struct{}, name string) error {
 	}()
 	for {
 		select {
-		case <-time.After(reopenPause):
+		case <-time.After(pause):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
