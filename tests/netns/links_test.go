@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -304,6 +305,18 @@ func TestDaemonLinks(t *testing.T) {
 		checkPort(t, y, portActive)
 		srv, cli := d.realPair(t, writeBW, 18703, false, nil)
 		checkReal(t, writeBW, srv, cli)
+		// The daemons' RDMA CM runs on the devices opened again.
+		if _, err := exec.LookPath("rping"); err != nil {
+			t.Log("rping is not installed (rdmacm-utils): the CM on the devices opened again is not tried")
+		} else {
+			tool := cmTool{"rping", "rping", "-s -a {addrA} -p 7481 -C 10 -v", "", "-c -a {addrA} -p 7481 -C 10 -v", countPings(10)}
+			srv, cli = d.cmPair(t, tool)
+			if !srv.OK() || !cli.OK() {
+				t.Errorf("rping after the interfaces came back:\nserver: %v\nclient: %v", srv, cli)
+			} else if problem := tool.check(srv, cli); problem != "" {
+				t.Error(problem)
+			}
+		}
 		d.alive(t)
 	})
 }
