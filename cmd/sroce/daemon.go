@@ -51,8 +51,9 @@ moves its device's port to DOWN (clients get IBV_EVENT_PORT_ERR, then
 IBV_EVENT_PORT_ACTIVE when the link is back; QPs live on, as on rxe). An
 interface that is deleted takes its device away (its clients get
 IBV_EVENT_DEVICE_FATAL and are disconnected); when an interface of that
-name comes back, up with carrier, the device is served again. With no
-device left the daemon waits for its interfaces.`
+name comes back, the device is served again. An interface that is down
+when the daemon starts is served with its port DOWN. With no device left
+the daemon waits for its interfaces.`
 
 // repeated is a flag that may be given several times.
 type repeated []string
@@ -142,7 +143,9 @@ func runDaemon(e *env, args []string) int {
 		if err != nil || spec.Ifname == "" {
 			return f.usageError(fmt.Sprintf("-d %q: want an interface name, or IF@ADDR for the UDP link's address", arg))
 		}
-		opts[spec.Ifname] = iface.Options{Mode: mode, Engine: em, Addr: spec.Addr, Queues: *queues}
+		// A down interface is served with its port DOWN, as an rxe
+		// device on a down netdev is.
+		opts[spec.Ifname] = iface.Options{Mode: mode, Engine: em, Addr: spec.Addr, Queues: *queues, AllowDown: true}
 		p, err := openServed(log, spec.Ifname, opts[spec.Ifname])
 		if err != nil {
 			fmt.Fprintf(e.Stderr, "sroce daemon: %s: %v\n", spec.Ifname, err)
@@ -200,7 +203,7 @@ func runDaemon(e *env, args []string) int {
 	// A port is lost when its interface is deleted or its link fails (a
 	// link that goes down or loses its carrier is a port event: the
 	// device stays). Its device is removed, and opened again with the
-	// same options once the interface is back, up with carrier.
+	// same options once an interface of its name is back.
 	lost := make(chan *iface.Port)
 	watchLost := func(p *iface.Port) {
 		go func() {
@@ -305,8 +308,8 @@ func openServed(log *slog.Logger, name string, opts iface.Options) (*iface.Port,
 // doubles it, up to 30s.
 const reopenPause = 200 * time.Millisecond
 
-// awaitInterface returns nil once interface name exists and is up with
-// carrier, looking first after pause, or an error when done closes first.
+// awaitInterface returns nil once interface name exists, looking first
+// after pause, or an error when done closes first.
 // Errors reading the kernel's notifications are retried after pause.
 func awaitInterface(done <-chan struct{}, name string, pause time.Duration) error {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -328,7 +331,7 @@ func awaitInterface(done <-chan struct{}, name string, pause time.Duration) erro
 		if err != nil {
 			continue
 		}
-		_, err = h.WaitActive(ctx, name)
+		_, err = h.WaitInterface(ctx, name, nil)
 		h.Close()
 		if err == nil || ctx.Err() != nil {
 			return ctx.Err()

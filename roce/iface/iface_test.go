@@ -470,3 +470,43 @@ func connectRC(ctx context.Context, t testing.TB, p *Port, q *roce.QP, idx int, 
 		}
 	}
 }
+
+// TestOpenDownThenUp opens ports on interfaces that are down (AllowDown):
+// they are DOWN, and once the links come up they are ACTIVE and carry
+// traffic, with the link opened while down.
+func TestOpenDownThenUp(t *testing.T) {
+	nsutil.Skip(t)
+	pair, err := nsutil.NewPair(nsutil.PairConfig{Prefix: "sroce-iftest", Veth: nsutil.VethConfig{Down: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pair.Close()
+	var a, b *Port
+	for _, x := range []struct {
+		ns  *nsutil.Namespace
+		if_ string
+		p   **Port
+	}{{pair.A, pair.Veth.NameA, &a}, {pair.B, pair.Veth.NameB, &b}} {
+		if err := x.ns.Do(func() (err error) {
+			*x.p, err = Open(context.Background(), x.if_, Options{Mode: ModeXDP, AllowDown: true})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer (*x.p).Close()
+		if st := (*x.p).State(); st != verbs.PortDown {
+			t.Fatalf("%s: port %v on a down interface", x.if_, st)
+		}
+		if err := x.ns.SetLinkUp(x.if_, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []*Port{a, b} {
+		for deadline := time.Now().Add(5 * time.Second); p.State() != verbs.PortActive; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: port %v 5s after the link came up", p.Ifname(), p.State())
+			}
+		}
+	}
+	rcRoundTrip(t, a, b)
+}

@@ -12,7 +12,8 @@ import (
 
 // TestWaitActive waits for an interface that is down, then deleted, then
 // created again under the same name: WaitActive returns only once the new
-// one is up with carrier, and returns ctx's error when ctx ends first.
+// one is up with carrier, and returns ctx's error when ctx ends first;
+// WaitInterface without a condition returns once it exists.
 func TestWaitActive(t *testing.T) {
 	tp := newTopo(t, nsutil.VethConfig{})
 	name := tp.Veth.NameA
@@ -26,6 +27,9 @@ func TestWaitActive(t *testing.T) {
 	defer cancel()
 	if _, err := tp.hA.WaitActive(ctx, name); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a down interface: %v, want the context's deadline", err)
+	}
+	if ifc, err := tp.hA.WaitInterface(ctxFor(t, 5*time.Second), name, nil); err != nil || ifc.Up {
+		t.Fatalf("a down interface that exists: %+v, %v", ifc, err)
 	}
 	if err := tp.Veth.Close(); err != nil {
 		t.Fatal(err)

@@ -286,17 +286,34 @@ func TestDaemonLinks(t *testing.T) {
 			}
 		}
 		d.alive(t)
+		// Created down, as ip link add leaves it: the daemons serve it
+		// at once, DOWN, and ACTIVE once it is up.
 		nv, err := nsutil.NewVeth(d.pair.A, d.pair.B, nsutil.VethConfig{NameA: ifA, NameB: ifB,
-			AddrA: v.AddrA, AddrB: v.AddrB, MTU: v.MTUA, MTUB: v.MTUB})
+			AddrA: v.AddrA, AddrB: v.AddrB, MTU: v.MTUA, MTUB: v.MTUB, Down: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { nv.Close() })
 		d.pair.Veth = nv
 		for i := range d.sockets {
-			if err := waitFor(ctx, fmt.Sprintf("daemon %d to serve %s again", i, d.devs[i]), func() (bool, error) {
+			if err := waitFor(ctx, fmt.Sprintf("daemon %d to serve the new %s, DOWN", i, d.devs[i]), func() (bool, error) {
+				st, err := client.Stats(d.sockets[i], d.devs[i])
+				return err == nil && st.PortState == "PORT_DOWN", nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := errors.Join(d.pair.A.SetLinkUp(ifA, true), d.pair.B.SetLinkUp(ifB, true)); err != nil {
+			t.Fatal(err)
+		}
+		for i := range d.sockets {
+			if err := waitFor(ctx, fmt.Sprintf("daemon %d to serve %s again, ACTIVE", i, d.devs[i]), func() (bool, error) {
 				devs, err := client.Devices(d.sockets[i])
-				return err == nil && len(devs) == 1 && devs[0].Name == d.devs[i], err
+				if err != nil || len(devs) != 1 || devs[0].Name != d.devs[i] {
+					return false, err
+				}
+				st, err := client.Stats(d.sockets[i], d.devs[i])
+				return err == nil && st.PortState == "PORT_ACTIVE", nil
 			}); err != nil {
 				t.Fatal(err)
 			}
