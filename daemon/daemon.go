@@ -434,10 +434,12 @@ func (s *Server) devices() []*served {
 	return s.devs
 }
 
-// Remove stops serving the device on interface ifname (its interface went
-// away): its clients are disconnected, which frees their objects and tells
-// the drop-in library's programs IBV_EVENT_DEVICE_FATAL, and new clients
-// no longer see it. It reports how many devices are left.
+// Remove stops serving the device on interface ifname (its interface was
+// deleted, or its link failed): each of its clients gets
+// IBV_EVENT_DEVICE_FATAL on its asynchronous event channel and is then
+// disconnected, which frees its objects, and new clients no longer see the
+// device. Add serves it again once the interface is back. It reports how
+// many devices are left; the server goes on serving with none.
 func (s *Server) Remove(ifname string) int {
 	s.mu.Lock()
 	var gone *served
@@ -450,17 +452,21 @@ func (s *Server) Remove(ifname string) int {
 		kept = append(kept, d)
 	}
 	s.devs = kept
+	clients := 0
 	if gone != nil {
 		for c := range s.conns {
 			if c.dev == gone {
+				c.asyncEvent(uint32(verbs.EventDeviceFatal), 0)
 				c.uc.Close()
+				clients++
 			}
 		}
 	}
 	n := len(s.devs)
 	s.mu.Unlock()
 	if gone != nil {
-		s.log.Warn("device removed: its interface went away; its clients were disconnected", "device", gone.name)
+		s.log.Warn("device removed: its interface went away; its clients were told (DEVICE_FATAL) and disconnected",
+			"device", gone.name, "clients", clients, "devices_left", n)
 	}
 	return n
 }
@@ -493,7 +499,10 @@ func (s *Server) Clients() []ClientStat {
 }
 
 // asyncEvents routes the device's asynchronous events to the connections
-// that own the objects; port events go to every connection of the device.
+// that own the objects; port events (PORT_ERR, PORT_ACTIVE, GID_CHANGE:
+// no object) go to every connection of the device, with the port number
+// as the handle, as ibv_get_async_event gives element.port_num. It ends
+// when the device or the server closes.
 func (s *Server) asyncEvents(sd *served) {
 	defer s.wg.Done()
 	dev := sd.dev.Device()
@@ -512,6 +521,7 @@ func (s *Server) asyncEvents(sd *served) {
 			obj = ev.SRQ
 		}
 		if obj == nil {
+			s.log.Info("port event", "device", sd.name, "event", ev.Type.String())
 			s.mu.Lock()
 			for c := range s.conns {
 				if c.dev == sd {

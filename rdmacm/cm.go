@@ -246,8 +246,18 @@ func (c *CM) bind(id *ID, addr netip.Addr, port uint16) (uint16, error) {
 	return port, nil
 }
 
-// deviceGone tells the IDs on a's device that it went away.
+// deviceGone tells the IDs on a's device that it went away, and forgets
+// the agent: a device opened later on the same addresses (an interface
+// that came back, AddPort) gets the binds.
 func (c *CM) deviceGone(a *agent) {
+	c.mu.Lock()
+	for i, x := range c.agents {
+		if x == a {
+			c.agents = append(c.agents[:i:i], c.agents[i+1:]...)
+			break
+		}
+	}
+	c.mu.Unlock()
 	for _, id := range c.idsWhere(func(id *ID) bool { return id.agent == a }) {
 		id.post(&Event{Type: EventDeviceRemoval, ID: id, Status: StatusNoDevice})
 	}

@@ -396,8 +396,8 @@ func (e *engine) run(ctx context.Context) error {
 				return nil
 			}
 			// The link is gone: the port is down for good, counted and
-			// reported once, in PortDown, and its connections fail.
-			d.PortDown()
+			// reported once, and its connections fail.
+			d.linkFailed()
 			return err
 		}
 	}

@@ -35,6 +35,7 @@ type liveDaemon struct {
 	log    *bytes.Buffer
 	mu     sync.Mutex
 	stop   func() // stops the daemon (once)
+	srv    *daemon.Server
 }
 
 func (d *liveDaemon) Write(p []byte) (int, error) {
@@ -68,6 +69,7 @@ func startDaemon(t testing.TB) *liveDaemon {
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.srv = srv
 	d.socket = filepath.Join(t.TempDir(), "sroce.sock")
 	ln, err := daemon.Listen(d.socket)
 	if err != nil {
@@ -262,9 +264,16 @@ func TestRealProgramsOnTheDaemon(t *testing.T) {
 }
 
 // TestDaemonGoneIsDeviceFatal stops the daemon under a program waiting for
-// asynchronous events: it gets IBV_EVENT_DEVICE_FATAL, as when a device
-// goes away under rdma-core, and exits cleanly.
+// asynchronous events, or removes its device (the interface was deleted):
+// it gets IBV_EVENT_DEVICE_FATAL once, as when a device goes away under
+// rdma-core, and exits cleanly.
 func TestDaemonGoneIsDeviceFatal(t *testing.T) {
+	for _, how := range []string{"daemon stopped", "device removed"} {
+		t.Run(how, func(t *testing.T) { deviceFatal(t, how == "device removed") })
+	}
+}
+
+func deviceFatal(t *testing.T, remove bool) {
 	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
 		t.Skip("skipping: /usr/include/infiniband/verbs.h is missing (apt-get install libibverbs-dev)")
 	}
@@ -314,7 +323,11 @@ func TestDaemonGoneIsDeviceFatal(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("async_test did not open the device within 20 s")
 	}
-	d.stop()
+	if remove {
+		d.srv.Remove("lo")
+	} else {
+		d.stop()
+	}
 	err := cmd.Wait()
 	pw.Close()
 	var got []string

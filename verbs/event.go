@@ -17,6 +17,7 @@ const (
 	EventSRQErr           EventType = 14
 	EventSRQLimitReached  EventType = 15
 	EventQPLastWQEReached EventType = 16
+	EventGIDChange        EventType = 18
 )
 
 var eventNames = map[EventType]string{
@@ -32,6 +33,7 @@ var eventNames = map[EventType]string{
 	EventSRQErr:           "SRQ catastrophic error",
 	EventSRQLimitReached:  "SRQ limit reached",
 	EventQPLastWQEReached: "last WQE reached",
+	EventGIDChange:        "GID table change",
 }
 
 // String returns the text of ibv_event_type_str.

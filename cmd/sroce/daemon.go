@@ -12,13 +12,16 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/sroce/sroce/daemon"
 	"github.com/sroce/sroce/roce/iface"
+	"github.com/sroce/sroce/roce/netif"
 	"github.com/sroce/sroce/roce/tracesock"
 	"github.com/sroce/sroce/tools/device"
 )
@@ -51,6 +54,15 @@ program name (comm), never pids. A client asks QUERY_STATS ("sroce stat")
 about the device it opened only. Logs are structured (--log-format text or
 json) on standard error. SIGINT or SIGTERM stops the daemon: clients are
 disconnected and everything freed.
+
+Nothing else stops it. An interface that goes down or loses its carrier
+moves its device's port to DOWN (clients get IBV_EVENT_PORT_ERR, then
+IBV_EVENT_PORT_ACTIVE when the link is back; QPs live on, as on rxe). An
+interface that is deleted takes its device away (its clients get
+IBV_EVENT_DEVICE_FATAL and are disconnected); when an interface of that
+name comes back, the device is served again. An interface that is down
+when the daemon starts is served with its port DOWN. With no device left
+the daemon waits for its interfaces.
 
 The socket is mode 0666 (every local user may connect, as to
 /dev/infiniband/uverbs*) and the directories the daemon creates for it
@@ -154,33 +166,37 @@ func runDaemon(e *env, args []string) int {
 	}
 
 	var devs []daemon.Device
-	var ports []*iface.Port
+	// ports are the devices served now, by the wait loop below; the
+	// metrics handler reads them under portsMu.
+	var (
+		ports   []*iface.Port
+		portsMu sync.Mutex
+	)
 	defer func() {
+		portsMu.Lock()
+		defer portsMu.Unlock()
 		for _, p := range ports {
 			p.Close()
 		}
 	}()
+	// opts are each interface's options, to open it again when it comes
+	// back after being deleted.
+	opts := map[string]iface.Options{}
 	for _, arg := range ifs {
 		spec, err := device.ParseSpec(arg)
 		if err != nil || spec.Ifname == "" {
 			return f.usageError(fmt.Sprintf("-d %q: want an interface name, or IF@ADDR for the UDP link's address", arg))
 		}
-		name := spec.Ifname
-		p, err := iface.Open(context.Background(), name, iface.Options{Mode: mode, Engine: em, Addr: spec.Addr, Queues: *queues})
+		// A down interface is served with its port DOWN, as an rxe
+		// device on a down netdev is.
+		opts[spec.Ifname] = iface.Options{Mode: mode, Engine: em, Addr: spec.Addr, Queues: *queues, AllowDown: true}
+		p, err := openServed(log, spec.Ifname, opts[spec.Ifname])
 		if err != nil {
-			fmt.Fprintf(e.Stderr, "sroce daemon: %s: %v\n", name, err)
+			fmt.Fprintf(e.Stderr, "sroce daemon: %s: %v\n", spec.Ifname, err)
 			return exitProblem
 		}
 		ports = append(ports, p)
 		devs = append(devs, p)
-		log.Info("device ready", "device", p.Device().Name(), "interface", name, "link", p.LinkMode(),
-			"reason", p.Reason(), "engine", p.Device().Engine().String(), "queues", p.Queues())
-		// "sroce trace" attaches to the device here.
-		if ts, err := tracesock.Serve(p.Device()); err != nil {
-			log.Warn("no live trace", "device", p.Device().Name(), "err", err)
-		} else {
-			log.Info("live trace", "device", p.Device().Name(), "socket", ts.Path())
-		}
 	}
 	srv, err := daemon.New(devs, daemon.Options{Logger: log, SpinFor: *spin,
 		Limits: daemon.Limits{QPs: *maxQPs, MRs: *maxMRs, RegBytes: *maxReg},
@@ -213,7 +229,10 @@ func runDaemon(e *env, args []string) int {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-			writeMetrics(w, srv, ports, *metricsClients)
+			portsMu.Lock()
+			ps := slices.Clone(ports)
+			portsMu.Unlock()
+			writeMetrics(w, srv, ps, *metricsClients)
 		})
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go hs.Serve(mln)
@@ -226,12 +245,40 @@ func runDaemon(e *env, args []string) int {
 	defer signal.Stop(sig)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	lost := make(chan string, len(ports))
-	for _, p := range ports {
+	done := make(chan struct{})
+	defer close(done)
+	// A port is lost when its interface is deleted or its link fails (a
+	// link that goes down or loses its carrier is a port event: the
+	// device stays). Its device is removed, and opened again with the
+	// same options once an interface of its name is back.
+	lost := make(chan *iface.Port)
+	watchLost := func(p *iface.Port) {
 		go func() {
-			<-p.Lost()
-			lost <- p.Ifname()
+			select {
+			case <-p.Lost():
+				select {
+				case lost <- p:
+				case <-done:
+				}
+			case <-done:
+			}
 		}()
+	}
+	back := make(chan string)
+	fails := map[string]int{} // reopenings that failed in a row, by interface
+	awaitBack := func(name string) {
+		pause := min(reopenPause<<min(fails[name], 8), 30*time.Second)
+		go func() {
+			if err := awaitInterface(done, name, pause); err == nil {
+				select {
+				case back <- name:
+				case <-done:
+				}
+			}
+		}()
+	}
+	for _, p := range ports {
+		watchLost(p)
 	}
 	code := exitOK
 wait:
@@ -244,20 +291,37 @@ wait:
 			log.Error("serving stopped", "err", err)
 			code = exitProblem
 			break wait
-		case name := <-lost:
-			// The interface went away: its device is gone, the others
-			// carry on.
+		case p := <-lost:
+			name := p.Ifname()
 			left := srv.Remove(name)
-			for _, p := range ports {
-				if p.Ifname() == name {
+			portsMu.Lock()
+			ports = slices.DeleteFunc(ports, func(q *iface.Port) bool { return q == p })
+			portsMu.Unlock()
+			p.Close()
+			log.Warn("interface gone: its device is closed until the interface is back", "interface", name,
+				"err", p.Err(), "devices_left", left)
+			if left == 0 {
+				log.Warn("no device left; waiting for the interfaces to come back")
+			}
+			awaitBack(name)
+		case name := <-back:
+			p, err := openServed(log, name, opts[name])
+			if err == nil {
+				if err = srv.Add(p); err != nil {
 					p.Close()
 				}
 			}
-			if left == 0 {
-				log.Error("the last interface went away; stopping", "interface", name)
-				code = exitProblem
-				break wait
+			if err != nil {
+				fails[name]++
+				log.Warn("interface back, but its device did not open; waiting for it again", "interface", name, "err", err)
+				awaitBack(name)
+				continue
 			}
+			delete(fails, name)
+			portsMu.Lock()
+			ports = append(ports, p)
+			portsMu.Unlock()
+			watchLost(p)
 		}
 	}
 	if err := srv.Close(); err != nil {
@@ -265,6 +329,61 @@ wait:
 		code = exitProblem
 	}
 	return code
+}
+
+// openServed opens the port of a device the daemon serves, and its live
+// trace socket.
+func openServed(log *slog.Logger, name string, opts iface.Options) (*iface.Port, error) {
+	p, err := iface.Open(context.Background(), name, opts)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("device ready", "device", p.Device().Name(), "interface", name, "link", p.LinkMode(),
+		"reason", p.Reason(), "engine", p.Device().Engine().String(), "queues", p.Queues())
+	// "sroce trace" attaches to the device here.
+	if ts, err := tracesock.Serve(p.Device()); err != nil {
+		log.Warn("no live trace", "device", p.Device().Name(), "err", err)
+	} else {
+		log.Info("live trace", "device", p.Device().Name(), "socket", ts.Path())
+	}
+	return p, nil
+}
+
+// reopenPause is how long the daemon waits after losing a port before it
+// looks for its interface again: a link that failed under an interface
+// that stayed is not reopened in a tight loop. Each failed reopening
+// doubles it, up to 30s.
+const reopenPause = 200 * time.Millisecond
+
+// awaitInterface returns nil once interface name exists, looking first
+// after pause, or an error when done closes first.
+// Errors reading the kernel's notifications are retried after pause.
+func awaitInterface(done <-chan struct{}, name string, pause time.Duration) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		h, err := netif.NewHandle()
+		if err != nil {
+			continue
+		}
+		_, err = h.WaitInterface(ctx, name, nil)
+		h.Close()
+		if err == nil || ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
 }
 
 // writeMetrics writes the Prometheus text exposition of the daemon's

@@ -691,6 +691,9 @@ func (r *demoRunner) wait(s *demoSide, cq *roce.CQ, want verbs.WCOpcode) (verbs.
 				return wc[0], fmt.Errorf("%s: %v", p.Device().Name(), p.Err())
 			default:
 			}
+			if err := p.DownErr(); err != nil {
+				return wc[0], fmt.Errorf("%s: %v", p.Device().Name(), err)
+			}
 		}
 		if ctx.Err() != nil {
 			retr, _ := s.port.Stat("retransmit_pkts")

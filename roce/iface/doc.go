@@ -79,11 +79,20 @@
 //
 // The port follows the interface's link events (netif.Watch): it is ACTIVE
 // while the interface is up with carrier, DOWN otherwise, as with rxe. When
-// it goes down the device is told (roce.Device.PortDown): link_downed is
-// counted, an EventPortErr asynchronous event is posted and the connected QPs
-// move to the error state, so their work requests complete with WR_FLUSH_ERR
-// instead of hanging. Port.Lost is closed and Port.Err says what happened.
-// The same happens when the interface is deleted or the link fails.
+// it goes down (ip link set down, or the carrier goes: the other end of the
+// cable or veth) the device is told (roce.Device.PortDown): link_downed is
+// counted and an EventPortErr asynchronous event is posted; when the link
+// comes back, roce.Device.PortUp posts EventPortActive. As on rxe nothing
+// else happens: the AF_XDP socket and the steering program stay bound to
+// the interface across the fall (they do on veth, whose down and up keep
+// both), the QPs keep their state, and what they send meanwhile is lost
+// and retransmitted, so a short fall costs a pause, not the connections.
+// Address changes update the GID table and post EventGIDChange.
+//
+// Port.Lost is closed only when the port is gone for good: the interface
+// was deleted (or moved to another namespace) or the link failed; Port.Err
+// then says what happened. A program that serves the port (the daemon)
+// closes it and may open the interface again once it reappears.
 //
 // # Closing
 //

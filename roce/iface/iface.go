@@ -200,6 +200,7 @@ type Port struct {
 	mu       sync.Mutex
 	gidt     *netif.GIDTable
 	active   bool
+	up       bool // administratively up (the last link event's IFF_UP)
 	lost     chan struct{}
 	lostErr  error
 	watchErr error
@@ -248,7 +249,7 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 		return nil, errorf(ErrDown, nil, "interface %s has no carrier (is the other end of the cable or veth down?)", ifname)
 	}
 	p := &Port{h: h, ifname: ifc.Name, ifindex: ifc.Index, mac: ifc.MAC, mtu: ifc.MTU,
-		gidt: ifc.GIDTable(), active: ifc.Active(), lost: make(chan struct{}),
+		gidt: ifc.GIDTable(), active: ifc.Active(), up: ifc.Up, lost: make(chan struct{}),
 		resolveT: opts.ResolveTimeout}
 
 	if err := checkQueues(ifc.Name, mode, opts); err != nil {
@@ -513,10 +514,15 @@ func (p *Port) watch(events <-chan netif.LinkEvent) {
 				gids = gidArray(p.gidt)
 			}
 			p.mu.Unlock()
+			set := false
 			for i, g := range gids {
 				if cur, err := p.dev.QueryGID(i); err == nil && cur != g {
 					p.dev.SetGID(i, g)
+					set = true
 				}
+			}
+			if set {
+				p.dev.GIDChanged()
 			}
 		case netif.EventRemoved:
 			p.mu.Lock()
@@ -537,26 +543,41 @@ func (p *Port) watch(events <-chan netif.LinkEvent) {
 	}
 }
 
-// setActive applies the port state of a link event.
+// setActive applies the port state of a link event: the port follows the
+// interface between DOWN and ACTIVE (roce.Device.PortDown and PortUp post
+// the asynchronous events) and stays usable: the link, the device and its
+// QPs outlive the fall, as an rxe device outlives its netdev going down.
 func (p *Port) setActive(ev netif.LinkEvent) {
 	now := ev.Active()
 	p.mu.Lock()
 	was := p.active
-	p.active = now
+	p.active, p.up = now, ev.Up
 	p.mu.Unlock()
 	switch {
 	case was && !now:
-		// Why first: a goroutine polling a CQ may see the flushed
-		// completions the moment PortDown makes them.
-		if !ev.Up {
-			p.lose(fmt.Errorf("interface %s went down", p.ifname))
-		} else {
-			p.lose(fmt.Errorf("interface %s lost its carrier (the other end went down)", p.ifname))
-		}
 		p.dev.PortDown()
 	case !was && now:
 		p.dev.PortUp()
 	}
+}
+
+// DownErr says why the port is DOWN (matching ErrDown): the interface went
+// down or lost its carrier, or was deleted; nil while it is ACTIVE. A
+// program that would rather fail than wait for the link to come back (a
+// benchmark, a tool) checks it beside Lost.
+func (p *Port) DownErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.active {
+		return nil
+	}
+	if p.lostErr != nil && !errors.Is(p.lostErr, ErrClosed) {
+		return p.lostErr
+	}
+	if !p.up {
+		return errorf(ErrDown, nil, "interface %s went down", p.ifname)
+	}
+	return errorf(ErrDown, nil, "interface %s lost its carrier (the other end went down)", p.ifname)
 }
 
 // lose records why the port became unusable and closes Lost, once.
@@ -729,14 +750,16 @@ func (p *Port) State() verbs.PortState {
 // Device.PortDown counts.
 func (p *Port) LinkDowned() uint64 { return p.dev.Counter(verbs.CntLinkDowned) }
 
-// Lost is closed when the port becomes unusable: the interface went down,
-// lost its carrier or was deleted, the link failed, or Close was called.
-// Err then says which. Programs waiting for completions select on it to
-// fail with a clear error instead of waiting out their timeouts.
+// Lost is closed when the port becomes unusable for good: the interface
+// was deleted (or left the namespace), the link failed, or Close was
+// called. Err then says which. An interface that goes down or loses its
+// carrier does not close it: the port is DOWN (State) until the link comes
+// back. Programs waiting for completions select on it to fail with a clear
+// error instead of waiting out their timeouts.
 func (p *Port) Lost() <-chan struct{} { return p.lost }
 
 // Err returns why Lost was closed (matching ErrDown or ErrClosed), or nil
-// while the port is usable.
+// while the port is usable (ACTIVE or DOWN).
 func (p *Port) Err() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()

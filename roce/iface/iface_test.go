@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 
@@ -261,11 +262,20 @@ func rcRoundTrip(t *testing.T, a, b *Port) {
 	}
 }
 
-// TestLinkDown takes the peer's end of the veth down while a QP is
-// connected: the port goes DOWN, Lost closes with a clear error, the device
-// counts link_downed and the QP is in the error state, so a new request
-// completes at once with WR_FLUSH_ERR.
-func TestLinkDown(t *testing.T) {
+// TestLinkFlap takes the link away under connected QPs, twice: the peer's
+// end of the veth down (A loses its carrier) and A's own interface down.
+// Each time the port goes DOWN with EventPortErr and link_downed counted,
+// stays usable (Lost stays open, the QPs keep their state, as on rxe), and
+// comes back ACTIVE with EventPortActive when the link does: a WRITE posted
+// while the link was down completes once it is back (RC retransmits it),
+// and new QPs connect and move data. On the AF_XDP link and the UDP link.
+func TestLinkFlap(t *testing.T) {
+	for _, mode := range []Mode{ModeXDP, ModeUDP} {
+		t.Run(string(mode), func(t *testing.T) { linkFlap(t, mode) })
+	}
+}
+
+func linkFlap(t *testing.T, mode Mode) {
 	nsutil.Skip(t)
 	pair, err := nsutil.NewPair(nsutil.PairConfig{Prefix: "sroce-iftest"})
 	if err != nil {
@@ -279,41 +289,158 @@ func TestLinkDown(t *testing.T) {
 		p   **Port
 	}{{pair.A, pair.Veth.NameA, &a}, {pair.B, pair.Veth.NameB, &b}} {
 		if err := x.ns.Do(func() (err error) {
-			*x.p, err = Open(context.Background(), x.if_, Options{})
+			*x.p, err = Open(context.Background(), x.if_, Options{Mode: mode})
 			return err
 		}); err != nil {
 			t.Fatal(err)
 		}
 		defer (*x.p).Close()
 	}
-	rcRoundTrip(t, a, b)
-	if err := pair.B.SetLinkUp(pair.Veth.NameB, false); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// One RC pair that lives through both falls.
+	type side struct {
+		cq *roce.CQ
+		mr *roce.MR
+		qp *roce.QP
+	}
+	mk := func(p *Port) side {
+		pd, err := p.Device().AllocPD()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cq, _ := p.Device().CreateCQ(16, nil)
+		m, err := pd.RegMR(make([]byte, 4096), mr.AccessLocalWrite|mr.AccessRemoteWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+			Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return side{cq, m, q}
+	}
+	x, y := mk(a), mk(b)
+	gidA, _ := a.GID(a.DefaultGIDIndex())
+	gidB, _ := b.GID(b.DefaultGIDIndex())
+	connectRC(ctx, t, a, x.qp, a.DefaultGIDIndex(), gidB, y.qp.QPN())
+	connectRC(ctx, t, b, y.qp, b.DefaultGIDIndex(), gidA, x.qp.QPN())
+	event := func(p *Port, want verbs.EventType) {
+		t.Helper()
+		ectx, ecancel := context.WithTimeout(ctx, 5*time.Second)
+		defer ecancel()
+		ev, err := p.Device().GetAsyncEvent(ectx)
+		if err != nil || ev.Type != want {
+			t.Fatalf("%s: asynchronous event %v (%v), want %v within 5s", p.Ifname(), ev.Type, err, want)
+		}
+	}
+	waitState := func(p *Port, want verbs.PortState) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); p.State() != want; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: port %v 5s after the link changed, want %v", p.Ifname(), p.State(), want)
+			}
+		}
+	}
+	for i, fall := range []struct {
+		name   string
+		ns     *nsutil.Namespace
+		ifname string
+	}{{"carrier loss", pair.B, pair.Veth.NameB}, {"admin down", pair.A, pair.Veth.NameA}} {
+		if err := fall.ns.SetLinkUp(fall.ifname, false); err != nil {
+			t.Fatal(err)
+		}
+		event(a, verbs.EventPortErr)
+		waitState(a, verbs.PortDown)
+		if got := a.LinkDowned(); got != uint64(i+1) {
+			t.Errorf("%s: link_downed %d, want %d", fall.name, got, i+1)
+		}
+		select {
+		case <-a.Lost():
+			t.Fatalf("%s: the port was lost: %v", fall.name, a.Err())
+		default:
+		}
+		if st := x.qp.State(); st != verbs.QPStateRTS {
+			t.Errorf("%s: QP %v while the port is down, want RTS as on rxe", fall.name, st)
+		}
+		msg := []byte(fmt.Sprintf("written while down (%s)", fall.name))
+		copy(x.mr.Buf(), msg)
+		if err := x.qp.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
+			SGL: []mr.SGE{x.mr.SGE(0, len(msg))}, RemoteAddr: y.mr.Addr(), RKey: y.mr.RKey()}); err != nil {
+			t.Fatalf("%s: posting while down: %v", fall.name, err)
+		}
+		if err := fall.ns.SetLinkUp(fall.ifname, true); err != nil {
+			t.Fatal(err)
+		}
+		event(a, verbs.EventPortActive)
+		waitState(a, verbs.PortActive)
+		var wc [1]verbs.WC
+		if n, err := x.cq.Wait(ctx, wc[:]); n != 1 || wc[0].Status != verbs.WCSuccess {
+			t.Fatalf("%s: the WRITE posted while down: %d completions %v (%v)", fall.name, n, wc[0].Status, err)
+		}
+		b.Device().Counters() // see rcRoundTrip: the WRITE's data under b's lock
+		if !bytes.Equal(y.mr.Buf()[:len(msg)], msg) {
+			t.Errorf("%s: the WRITE posted while down left %q", fall.name, y.mr.Buf()[:len(msg)])
+		}
+		rcRoundTrip(t, a, b)
+	}
+}
+
+// TestGIDChange adds and removes an address of the interface under an open
+// port: the GID table follows at the kernel's index and the device posts
+// EventGIDChange each time.
+func TestGIDChange(t *testing.T) {
+	nsutil.Skip(t)
+	pair, err := nsutil.NewPair(nsutil.PairConfig{Prefix: "sroce-iftest"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-a.Lost():
-	case <-time.After(5 * time.Second):
-		t.Fatal("port A still usable 5s after its peer went down")
+	defer pair.Close()
+	var a *Port
+	if err := pair.A.Do(func() (err error) {
+		a, err = Open(context.Background(), pair.Veth.NameA, Options{Mode: ModeXDP})
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
-	if err := a.Err(); !errors.Is(err, ErrDown) || !strings.Contains(err.Error(), "lost its carrier") {
-		t.Errorf("A: %v", err)
+	defer a.Close()
+	extra := netip.MustParsePrefix("10.99.0.7/24")
+	want := bth.GIDFromAddr(extra.Addr())
+	has := func() bool {
+		for _, e := range a.GIDs() {
+			if e.GID == want {
+				return true
+			}
+		}
+		return false
 	}
-	if a.State() != verbs.PortDown || a.LinkDowned() != 1 {
-		t.Errorf("A: state %v, link_downed %d", a.State(), a.LinkDowned())
-	}
-	if n, _ := a.Stat("link_downed"); n != 1 {
-		t.Errorf("device link_downed %d", n)
-	}
-	select {
-	case <-b.Lost():
-	case <-time.After(5 * time.Second):
-		t.Fatal("port B still usable 5s after going down")
-	}
-	if err := b.Err(); !strings.Contains(err.Error(), "went down") {
-		t.Errorf("B: %v", err)
-	}
-	if _, err := a.AHAttr(context.Background(), bth.GIDFromAddr(nsutil.DefaultAddrB.Addr()), 1); !errors.Is(err, ErrDown) {
-		t.Errorf("AHAttr on a down port: %v", err)
+	for _, add := range []bool{true, false} {
+		op := pair.A.AddAddr
+		if !add {
+			op = pair.A.DelAddr
+		}
+		if err := op(pair.Veth.NameA, extra); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ev, err := a.Device().GetAsyncEvent(ctx)
+		cancel()
+		if err != nil || ev.Type != verbs.EventGIDChange {
+			t.Fatalf("address added %v: asynchronous event %v (%v), want %v", add, ev.Type, err, verbs.EventGIDChange)
+		}
+		if has() != add {
+			t.Fatalf("address added %v: GID table %v", add, a.GIDs())
+		}
+		found := false
+		for i := 0; i < roce.GIDTableLen; i++ {
+			if g, _ := a.Device().QueryGID(i); g == want {
+				found = true
+			}
+		}
+		if found != add {
+			t.Fatalf("address added %v: the device's GID table has it: %v", add, found)
+		}
 	}
 }
 
@@ -342,4 +469,44 @@ func connectRC(ctx context.Context, t testing.TB, p *Port, q *roce.QP, idx int, 
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestOpenDownThenUp opens ports on interfaces that are down (AllowDown):
+// they are DOWN, and once the links come up they are ACTIVE and carry
+// traffic, with the link opened while down.
+func TestOpenDownThenUp(t *testing.T) {
+	nsutil.Skip(t)
+	pair, err := nsutil.NewPair(nsutil.PairConfig{Prefix: "sroce-iftest", Veth: nsutil.VethConfig{Down: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pair.Close()
+	var a, b *Port
+	for _, x := range []struct {
+		ns  *nsutil.Namespace
+		if_ string
+		p   **Port
+	}{{pair.A, pair.Veth.NameA, &a}, {pair.B, pair.Veth.NameB, &b}} {
+		if err := x.ns.Do(func() (err error) {
+			*x.p, err = Open(context.Background(), x.if_, Options{Mode: ModeXDP, AllowDown: true})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer (*x.p).Close()
+		if st := (*x.p).State(); st != verbs.PortDown {
+			t.Fatalf("%s: port %v on a down interface", x.if_, st)
+		}
+		if err := x.ns.SetLinkUp(x.if_, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []*Port{a, b} {
+		for deadline := time.Now().Add(5 * time.Second); p.State() != verbs.PortActive; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: port %v 5s after the link came up", p.Ifname(), p.State())
+			}
+		}
+	}
+	rcRoundTrip(t, a, b)
 }

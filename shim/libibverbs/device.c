@@ -835,6 +835,10 @@ EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_eve
 			return 0;
 		}
 		case IBV_EVENT_DEVICE_FATAL:
+			/* The daemon says so before it disconnects (the device's
+			 * interface was deleted): the end of the channel that
+			 * follows is not a second fatal error. */
+			__atomic_store_n(&c->dead, 1, __ATOMIC_SEQ_CST);
 			return 0;
 		default:
 			event->element.port_num = (int)ev.handle;

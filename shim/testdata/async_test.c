@@ -1,7 +1,8 @@
 /*
  * async_test.c: waits for asynchronous events on the first device, printing
  * each with ibv_event_type_str; TestDaemonGoneIsDeviceFatal stops the daemon
- * under it. Exits 0 after a DEVICE_FATAL event, 1 on a timeout or error.
+ * under it. Exits 0 after a DEVICE_FATAL event (printing any event a second
+ * ibv_get_async_event still gives: none is due), 1 on a timeout or error.
  */
 #include <infiniband/verbs.h>
 #include <poll.h>
@@ -35,8 +36,13 @@ int main(void)
 		printf("event: %s\n", ibv_event_type_str(ev.event_type));
 		fflush(stdout);
 		ibv_ack_async_event(&ev);
-		if (ev.event_type == IBV_EVENT_DEVICE_FATAL)
+		if (ev.event_type == IBV_EVENT_DEVICE_FATAL) {
+			if (ibv_get_async_event(c, &ev) == 0) {
+				printf("event: %s\n", ibv_event_type_str(ev.event_type));
+				ibv_ack_async_event(&ev);
+			}
 			break;
+		}
 	}
 	ibv_close_device(c);
 	ibv_free_device_list(l);

@@ -6,7 +6,6 @@ package netns
 // bounded time, and leave no namespace, XDP program or socket behind.
 
 import (
-	"errors"
 	"net"
 	"net/netip"
 	"strings"
@@ -170,9 +169,12 @@ func TestSroceOversizeFrame(t *testing.T) {
 }
 
 // TestSroceLinkDown takes B's end of the veth down while A writes: both
-// ports go DOWN (A sees its carrier go), count link_downed, move their
-// QPs to ERR and flush the outstanding requests; the error says what
-// happened.
+// ports go DOWN (A sees its carrier go) and count link_downed, and stay
+// usable, as rxe devices do. As on rxe the QPs are left alone: A's
+// requests retransmit into the dead link until their retry budget
+// (retry_cnt 6, 16.8 ms timeout) is spent, then fail with RETRY_EXC_ERR
+// and the rest are flushed; nothing waits forever. When the link is back
+// both ports are ACTIVE again.
 func TestSroceLinkDown(t *testing.T) {
 	srSkip(t)
 	srLeakCheck(t)
@@ -186,48 +188,41 @@ func TestSroceLinkDown(t *testing.T) {
 	}
 	first, failed, lostErr := srDrain(t, r.a, n, 10*time.Second)
 	took := time.Since(start)
-	t.Logf("%d of %d WRITEs failed (first %v) %v after the link went down; port error: %v",
-		failed, n, first.Status, took.Round(time.Millisecond), lostErr)
-	select {
-	case <-r.a.port.Lost():
-	case <-time.After(5 * time.Second):
-		t.Fatal("A's port still up 5s after its peer's link went down")
-	}
-	if err := r.a.port.Err(); !errors.Is(err, iface.ErrDown) || !strings.Contains(err.Error(), "lost its carrier") {
-		t.Errorf("A's port error: %v", err)
+	t.Logf("%d of %d WRITEs failed (first %v) %v after the link went down", failed, n, first.Status, took.Round(time.Millisecond))
+	if lostErr != nil {
+		t.Errorf("A's port was lost: %v", lostErr)
 	}
 	if failed == 0 {
-		// Everything got through before the link went down; the port
-		// must still be down.
 		t.Log("all WRITEs completed before the link went down")
-	} else if first.Status != verbs.WCWRFlushErr && first.Status != verbs.WCRetryExcErr {
-		t.Errorf("first failed completion %v, want WR_FLUSH_ERR or RETRY_EXC_ERR", first.Status)
+	} else if first.Status != verbs.WCRetryExcErr {
+		t.Errorf("first failed completion %v, want RETRY_EXC_ERR (the QP's retries spent, as on rxe)", first.Status)
 	}
-	if got := r.a.stat("link_downed"); got != 1 {
-		t.Errorf("A: link_downed = %d, want 1", got)
-	}
-	if r.a.port.State() != verbs.PortDown || r.a.qp.State() != verbs.QPStateErr {
-		t.Errorf("A: port %v, QP %v; want DOWN and ERR", r.a.port.State(), r.a.qp.State())
-	}
-	select {
-	case <-r.b.port.Lost():
-	case <-time.After(5 * time.Second):
-		t.Fatal("B's port still up 5s after its link went down")
-	}
-	if err := r.b.port.Err(); !strings.Contains(err.Error(), "went down") {
-		t.Errorf("B's port error: %v", err)
-	}
-	if got := r.b.stat("link_downed"); got != 1 {
-		t.Errorf("B: link_downed = %d, want 1", got)
-	}
-	// A request posted now completes at once with a flush error.
-	srPostWrites(t, r, 1, 8)
-	if wc, err := r.a.wait(r.a.scq, 2*time.Second); err == nil && wc.Status != verbs.WCWRFlushErr {
-		t.Errorf("a request on the dead QP completed with %v", wc.Status)
-	} else if err != nil && strings.Contains(err.Error(), "no completion") {
-		t.Error(err)
+	for _, s := range []*srSide{r.a, r.b} {
+		for deadline := time.Now().Add(5 * time.Second); s.port.State() != verbs.PortDown; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: port %v 5s after the link went down", s.name, s.port.State())
+			}
+		}
+		if got := s.stat("link_downed"); got != 1 {
+			t.Errorf("%s: link_downed = %d, want 1", s.name, got)
+		}
+		select {
+		case <-s.port.Lost():
+			t.Errorf("%s: the port was lost: %v", s.name, s.port.Err())
+		default:
+		}
 	}
 	if took > 5*time.Second {
 		t.Errorf("the failure took %v", took)
+	}
+	if err := r.pair.B.SetLinkUp(r.pair.Veth.NameB, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*srSide{r.a, r.b} {
+		for deadline := time.Now().Add(5 * time.Second); s.port.State() != verbs.PortActive; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: port %v 5s after the link came back", s.name, s.port.State())
+			}
+		}
 	}
 }

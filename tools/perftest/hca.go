@@ -147,7 +147,9 @@ func (h *localHCA) lost() error {
 		}
 		return errors.New("the device was closed")
 	default:
-		return nil
+		// A tool fails when its link goes down rather than wait for it
+		// (the device's QPs would wait, as on rxe).
+		return h.p.DownErr()
 	}
 }
 
