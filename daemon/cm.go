@@ -459,6 +459,7 @@ func (c *conn) cmInfo(o *cmID) ctl.CMIDInfo {
 // sockets until the channel is destroyed.
 func (c *conn) cmForward(ch *rdmacm.EventChannel, done chan struct{}) {
 	defer close(done)
+	defer c.contain("CM events")
 	for {
 		e, err := ch.Get(c.s.ctx)
 		if err != nil {
@@ -477,7 +478,7 @@ func (c *conn) cmDeliver(e *rdmacm.Event) {
 	defer c.mu.Unlock()
 	if c.gone.Load() || c.cm.ch == nil {
 		if e.Type == rdmacm.EventConnectRequest {
-			go e.ID.Destroy()
+			go c.contained("CM", func() { e.ID.Destroy() })
 		}
 		return
 	}
@@ -487,10 +488,10 @@ func (c *conn) cmDeliver(e *rdmacm.Event) {
 		l := c.cm.byID[e.ListenID]
 		h, err := c.alloc(len(c.cm.ids), c.s.limits.CMIDs, "CM IDs")
 		if l == nil || err != nil {
-			go func() {
+			go c.contained("CM", func() {
 				e.ID.Reject(nil)
 				e.ID.Destroy()
-			}()
+			})
 			return
 		}
 		o = c.cmAdd(e.ID, h, l.ch)
