@@ -361,8 +361,8 @@ func (c *conn) refill(q *recvQ, post func(*verbs.RecvWR) error) func() {
 		// On the engine's goroutine: a panic here ends this client's
 		// connection, never the engine.
 		defer c.contain("receive refill")
-		if panicHook != nil {
-			panicHook(c, "refill")
+		if h := panicHook.Load(); h != nil {
+			(*h)(c, "refill")
 		}
 		if _, _, err := q.drain(post); err != nil {
 			c.ringErr.CompareAndSwap(nil, &err)
@@ -385,7 +385,7 @@ func (q *recvQ) postRecv(post func(*verbs.RecvWR) error) bool {
 // panicHook, when a test sets it, runs at points of a connection's work
 // ("request" before each request is handled, "refill" in the engine's
 // receive refill), so that a test can make them panic.
-var panicHook func(c *conn, where string)
+var panicHook atomic.Pointer[func(c *conn, where string)]
 
 // contain, deferred at the top of a goroutine or callback that works for
 // c, recovers a panic there: it is logged with the client's identity and

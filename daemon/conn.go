@@ -220,8 +220,8 @@ func (c *conn) requests(log *slog.Logger) (reason string) {
 			reason = "protocol error: " + err.Error()
 			break
 		}
-		if panicHook != nil {
-			panicHook(c, "request")
+		if hk := panicHook.Load(); hk != nil {
+			(*hk)(c, "request")
 		}
 		reply, rfds, herr := c.handle(h, body, fds)
 		closeFDs(fds) // handlers dup what they keep
