@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -238,6 +239,19 @@ func (h *hostile) post(rng *rand.Rand, k int) {
 	sq.Publish()
 }
 
+// postInline publishes an inline SEND of 8 bytes on QP1's ring and
+// reports whether there was room.
+func (h *hostile) postInline() bool {
+	sq := h.sqs[0]
+	s := sq.Next()
+	if s == nil {
+		return false
+	}
+	*s = ring.SendWQE{WRID: 8, Opcode: uint8(verbs.WROpSend), Flags: uint32(verbs.Inline), InlineLen: 8}
+	sq.Publish()
+	return true
+}
+
 // postRecv publishes a well-formed receive WQE on receive ring k.
 func (h *hostile) postRecv(k int) {
 	rq := h.rqs[k]
@@ -248,6 +262,22 @@ func (h *hostile) postRecv(k int) {
 	*s = ring.RecvWQE{WRID: 1, NumSGE: 1}
 	rq.SGEs(rq.Produced(), 1)[0] = mr.SGE{Addr: uint64(uintptr(unsafe.Pointer(&h.buf[4096]))), Length: 4096, LKey: h.lkey}
 	rq.Publish()
+}
+
+// flipInline flips, for a moment, the inline length of the send WQE the
+// daemon reads next on QP1's ring to one that does not fit its slot: the
+// double read of issue 23 took the short length for its check and the
+// long one for its copy.
+func (h *hostile) flipInline() {
+	sq := h.sqs[0]
+	e := sq.At(sq.Header().Cons.Load())
+	w := (*uint32)(unsafe.Pointer(&e.Opcode))
+	small := uint32(verbs.WROpSend) | 8<<16
+	for k := 0; k < 100; k++ {
+		atomic.StoreUint32(w, uint32(verbs.WROpSend)|0xffff<<16)
+		atomic.StoreUint32(w, small)
+		atomic.StoreUint32(w, small)
+	}
 }
 
 // scribble rewrites one client-writable field the daemon reads, at
@@ -342,7 +372,10 @@ func (h *hostile) scribble(rng *rand.Rand) {
 func TestHostileRingWriter(t *testing.T) {
 	r := newRig(t, daemon.Options{})
 	a, b := pair(t, r, false)
-	const dur = 3 * time.Second
+	dur := 3 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("SROCE_HOSTILE_TIME")); err == nil {
+		dur = d // a longer hunt by hand
+	}
 	stop := make(chan struct{})
 	var victimOps atomic.Int64
 	var victimErr atomic.Pointer[string]
@@ -418,6 +451,7 @@ func TestHostileRingWriter(t *testing.T) {
 		var sw sync.WaitGroup
 		sw.Add(1)
 		srng := rand.New(rand.NewPCG(uint64(rounds), 7))
+		inlineOnly := rounds%2 == 0
 		go func() {
 			defer sw.Done()
 			for {
@@ -425,6 +459,10 @@ func TestHostileRingWriter(t *testing.T) {
 				case <-done:
 					return
 				default:
+				}
+				if inlineOnly {
+					h.flipInline()
+				} else {
 					h.scribble(srng)
 				}
 			}
@@ -432,6 +470,11 @@ func TestHostileRingWriter(t *testing.T) {
 		end := time.Now().Add(50 * time.Millisecond)
 		for time.Now().Before(end) {
 			for k := range h.sqs {
+				if inlineOnly && k == 0 {
+					for h.postInline() {
+					}
+					continue
+				}
 				h.post(rng, k)
 			}
 			for k := range h.rqs {
