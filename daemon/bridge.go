@@ -58,10 +58,12 @@ func (b *bridge) wake() {
 	unix.Write(b.c.doorbellFD, (*[8]byte)(unsafe.Pointer(&v))[:])
 }
 
-// stop ends the bridge and waits for it (bounded: a pass is short).
+// stop ends the bridge and waits for it (bounded: a pass is short); a
+// second stop only waits.
 func (b *bridge) stop() {
-	b.stopped.Store(true)
-	close(b.done)
+	if !b.stopped.Swap(true) {
+		close(b.done)
+	}
 	b.wake()
 	select {
 	case <-b.exited:
