@@ -357,7 +357,9 @@ func FuzzRingEntries(f *testing.F) {
 		b := append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(&e)), unsafe.Sizeof(e))...)
 		return append(b, tail...)
 	}
-	sge := func(s mr.SGE) []byte { return append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(&s)), unsafe.Sizeof(s))...) }
+	sge := func(s mr.SGE) []byte {
+		return append([]byte(nil), unsafe.Slice((*byte)(unsafe.Pointer(&s)), unsafe.Sizeof(s))...)
+	}
 	pad := func(b []byte, n int) []byte { return append(b, make([]byte, n-len(b))...) }
 	group := func(sel byte, entries ...[]byte) []byte {
 		b := []byte{sel, byte(len(entries))}
