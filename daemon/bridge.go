@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -43,6 +44,15 @@ type bridge struct {
 	// request posts through the bridge's code on its own goroutine.
 	stuck atomic.Bool
 }
+
+// A bridge that cannot move what waits in a ring (the engine's queue or
+// the CQ is full) spins for stuckSpin, then sleeps from stuckSleep on,
+// twice as long each time nothing moved, up to stuckSleepMax.
+const (
+	stuckSpin     = 200 * time.Microsecond
+	stuckSleep    = 50 * time.Microsecond
+	stuckSleepMax = 5 * time.Millisecond
+)
 
 func newBridge(c *conn) *bridge {
 	b := &bridge{c: c, page: (*ctl.CtxPage)(unsafe.Pointer(&c.ctxPage.mem[0])),
@@ -88,6 +98,7 @@ func (b *bridge) run() {
 	defer b.c.contain("bridge")
 	var v [8]byte
 	last := time.Now()
+	backoff := stuckSleep
 	for !b.stopped.Load() {
 		work, err := b.pass()
 		if err != nil {
@@ -95,11 +106,24 @@ func (b *bridge) run() {
 			return
 		}
 		if work {
-			last = time.Now()
+			last, backoff = time.Now(), stuckSleep
 			continue
 		}
 		if b.stuck.Load() {
-			runtime.Gosched()
+			if time.Since(last) < stuckSpin {
+				runtime.Gosched()
+				continue
+			}
+			// Stuck for a while: the engine's queue stays full (more
+			// receives posted than it holds and no message coming, a
+			// peer that does not answer) or the CQ is full. Look again
+			// after a sleep that grows while nothing moves, or at the
+			// doorbell.
+			b.c.doorbell.SetReadDeadline(time.Now().Add(backoff))
+			if _, err := b.c.doorbell.Read(v[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, unix.EAGAIN) {
+				return // the doorbell closed: the connection is ending
+			}
+			backoff = min(2*backoff, stuckSleepMax)
 			continue
 		}
 		if b.spinFor > 0 && time.Since(last) < b.spinFor {
@@ -114,6 +138,7 @@ func (b *bridge) run() {
 			return
 		}
 		if !work && !b.stuck.Load() && !b.stopped.Load() {
+			b.c.doorbell.SetReadDeadline(time.Time{})
 			if _, err := b.c.doorbell.Read(v[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
 				return // the doorbell closed: the connection is ending
 			}

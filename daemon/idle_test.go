@@ -8,6 +8,8 @@ import (
 
 	"github.com/sroce/sroce/client"
 	"github.com/sroce/sroce/daemon"
+	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/verbs"
 	"golang.org/x/sys/unix"
 )
 
@@ -16,7 +18,9 @@ import (
 // asserts nothing about time): it opens that many contexts on an
 // in-process daemon, lets them sit for SROCE_IDLE_TIME (default 10 s) and
 // logs the process's CPU time (user and system) per 10 s. The clients are
-// in the same process but idle: the CPU is the daemon's.
+// in the same process but idle: the CPU is the daemon's. With
+// SROCE_IDLE_STUCK it then adds that many contexts whose QP has more
+// receives posted than the engine's queue holds, and measures again.
 func TestIdleCPU(t *testing.T) {
 	n, err := strconv.Atoi(os.Getenv("SROCE_IDLE_CONTEXTS"))
 	if err != nil {
@@ -52,4 +56,21 @@ func TestIdleCPU(t *testing.T) {
 		defer x.Close()
 	}
 	idle(strconv.Itoa(n) + " idle contexts")
+	// Contexts whose QP has more receives posted than the engine's queue
+	// holds, and no message coming: the bridge cannot move the rest.
+	stuck, _ := strconv.Atoi(os.Getenv("SROCE_IDLE_STUCK"))
+	for i := 0; i < stuck; i++ {
+		e := newEndpoint(t, r, "sroce_mem0", false)
+		connect(t, e, e.qp.QPN(), r.gids[0])
+		wr := &verbs.RecvWR{SGL: []mr.SGE{{Addr: e.buf.Addr(0), Length: 64, LKey: e.mr.LKey()}}}
+		for e.qp.PostRecv(wr) == nil {
+		}
+		// The bridge moves what the engine takes; the rest waits.
+		waitFor(t, "room in the receive ring", func() bool { return e.qp.PostRecv(wr) == nil })
+		for e.qp.PostRecv(wr) == nil {
+		}
+	}
+	if stuck > 0 {
+		idle(strconv.Itoa(n) + " idle contexts and " + strconv.Itoa(stuck) + " with receives the engine cannot take")
+	}
 }
