@@ -183,8 +183,10 @@ func (c *conn) serve() {
 // protocol, and says why it stopped. A panic on the way ends the
 // connection only (conn.contain).
 func (c *conn) requests(log *slog.Logger) (reason string) {
+	var fds []int // a request's descriptors, until they are closed
 	defer func() {
 		if v := recover(); v != nil {
+			closeFDs(fds)
 			c.panicked("request", v)
 			reason = fmt.Sprintf("panic: %v", v)
 		}
@@ -200,7 +202,8 @@ func (c *conn) requests(log *slog.Logger) (reason string) {
 			}
 			break
 		}
-		fds, ferr := parseFDs(oob[:oobn])
+		var ferr error
+		fds, ferr = parseFDs(oob[:oobn])
 		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > ctl.MaxMsg {
 			closeFDs(fds)
 			reason = "sent a datagram larger than the protocol allows"
@@ -225,6 +228,7 @@ func (c *conn) requests(log *slog.Logger) (reason string) {
 		}
 		reply, rfds, herr := c.handle(h, body, fds)
 		closeFDs(fds) // handlers dup what they keep
+		fds = nil
 		var ce *errClient
 		if errors.As(herr, &ce) {
 			closeFDs(rfds)
