@@ -372,7 +372,7 @@ func (h *hostile) scribble(rng *rand.Rand) {
 func TestHostileRingWriter(t *testing.T) {
 	r := newRig(t, daemon.Options{})
 	a, b := pair(t, r, false)
-	dur := 3 * time.Second
+	dur := 5 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("SROCE_HOSTILE_TIME")); err == nil {
 		dur = d // a longer hunt by hand
 	}
