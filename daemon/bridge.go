@@ -1,9 +1,13 @@
 package daemon
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,13 +45,21 @@ type bridge struct {
 	stuck atomic.Bool
 }
 
-// idleWake bounds how long the bridge sleeps without a doorbell or a
-// completion, as a safety net.
-const idleWake = 100 * time.Millisecond
+// A bridge that cannot move what waits in a ring (the engine's queue or
+// the CQ is full) spins for stuckSpin, then sleeps from stuckSleep on,
+// twice as long each time nothing moved, up to stuckSleepMax.
+const (
+	stuckSpin     = 200 * time.Microsecond
+	stuckSleep    = 50 * time.Microsecond
+	stuckSleepMax = 5 * time.Millisecond
+)
 
 func newBridge(c *conn) *bridge {
 	b := &bridge{c: c, page: (*ctl.CtxPage)(unsafe.Pointer(&c.ctxPage.mem[0])),
 		done: make(chan struct{}), exited: make(chan struct{}), spinFor: c.s.spin}
+	if _, running := stateWatchers.LoadOrStore(c.s, struct{}{}); !running {
+		go c.s.watchStates()
+	}
 	go b.run()
 	return b
 }
@@ -59,10 +71,12 @@ func (b *bridge) wake() {
 	unix.Write(b.c.doorbellFD, (*[8]byte)(unsafe.Pointer(&v))[:])
 }
 
-// stop ends the bridge and waits for it (bounded: a pass is short).
+// stop ends the bridge and waits for it (bounded: a pass is short); a
+// second stop only waits.
 func (b *bridge) stop() {
-	b.stopped.Store(true)
-	close(b.done)
+	if !b.stopped.Swap(true) {
+		close(b.done)
+	}
 	b.wake()
 	select {
 	case <-b.exited:
@@ -71,10 +85,20 @@ func (b *bridge) stop() {
 	}
 }
 
+// run is the bridge's goroutine. An idle bridge costs nothing: it sleeps
+// on the doorbell with no deadline, after telling the client so
+// (NeedWakeup) and looking at the rings once more. The client stores its
+// producer index, then loads NeedWakeup; the bridge stores NeedWakeup,
+// then loads the producer indices (both sequentially consistent): one of
+// the two sees the other's store, so a post is never left unseen. stop
+// and a corrupt ring found by the engine's refill wake it through the
+// doorbell too.
 func (b *bridge) run() {
 	defer close(b.exited)
+	defer b.c.contain("bridge")
 	var v [8]byte
 	last := time.Now()
+	backoff := stuckSleep
 	for !b.stopped.Load() {
 		work, err := b.pass()
 		if err != nil {
@@ -82,11 +106,24 @@ func (b *bridge) run() {
 			return
 		}
 		if work {
-			last = time.Now()
+			last, backoff = time.Now(), stuckSleep
 			continue
 		}
 		if b.stuck.Load() {
-			runtime.Gosched()
+			if time.Since(last) < stuckSpin {
+				runtime.Gosched()
+				continue
+			}
+			// Stuck for a while: the engine's queue stays full (more
+			// receives posted than it holds and no message coming, a
+			// peer that does not answer) or the CQ is full. Look again
+			// after a sleep that grows while nothing moves, or at the
+			// doorbell.
+			b.c.doorbell.SetReadDeadline(time.Now().Add(backoff))
+			if _, err := b.c.doorbell.Read(v[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, unix.EAGAIN) {
+				return // the doorbell closed: the connection is ending
+			}
+			backoff = min(2*backoff, stuckSleepMax)
 			continue
 		}
 		if b.spinFor > 0 && time.Since(last) < b.spinFor {
@@ -100,14 +137,69 @@ func (b *bridge) run() {
 			b.fail(err)
 			return
 		}
-		if !work && !b.stuck.Load() {
-			b.c.doorbell.SetReadDeadline(time.Now().Add(idleWake))
-			if _, err := b.c.doorbell.Read(v[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, unix.EAGAIN) {
+		if !work && !b.stuck.Load() && !b.stopped.Load() {
+			b.c.doorbell.SetReadDeadline(time.Time{})
+			if _, err := b.c.doorbell.Read(v[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
 				return // the doorbell closed: the connection is ending
 			}
 		}
 		atomic.StoreUint32(&b.page.NeedWakeup, 0)
 		last = time.Now()
+	}
+}
+
+// mirrorState copies the engine's state of a QP into the control block
+// the client reads, on a change only (the client reads this line). The
+// block's word is loaded first and replaced only if it still holds that
+// value: a MODIFY_QP storing the state meanwhile is never overwritten
+// with an older one.
+func mirrorState(o *qpObj) {
+	cur := atomic.LoadUint32(&o.ctl.State)
+	if st := uint32(o.qp.State()); cur != st {
+		atomic.CompareAndSwapUint32(&o.ctl.State, cur, st)
+	}
+}
+
+// stateWatchers holds the servers whose QP states a watchStates
+// goroutine mirrors.
+var stateWatchers sync.Map // *Server → struct{}
+
+// stateTick is how often watchStates looks at the QPs.
+const stateTick = 100 * time.Millisecond
+
+// watchStates mirrors the states of every client's QPs into their
+// control blocks until the server closes. The engine moves a QP by itself
+// (to the error state after a NAK, a retry count used up or a bad
+// request), and a bridge asleep on its doorbell would not see it: one
+// goroutine for the whole server looks, so that an idle connection has no
+// ticker of its own, and a connection without QPs costs a lock.
+func (s *Server) watchStates() {
+	defer stateWatchers.Delete(s)
+	t := time.NewTicker(stateTick)
+	defer t.Stop()
+	var conns []*conn
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		conns = conns[:0]
+		for c := range s.conns {
+			conns = append(conns, c)
+		}
+		s.mu.Unlock()
+		for _, c := range conns {
+			c.contained("QP states", func() {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				for _, o := range c.qps {
+					mirrorState(o)
+				}
+			})
+		}
+		clear(conns)
 	}
 }
 
@@ -142,9 +234,7 @@ func (b *bridge) pass() (bool, error) {
 			}
 			work = work || w
 		}
-		if st := uint32(o.qp.State()); atomic.LoadUint32(&o.ctl.State) != st {
-			atomic.StoreUint32(&o.ctl.State, st) // written on a change only: the client reads this line
-		}
+		mirrorState(o)
 	}
 	for _, s := range c.srqs {
 		w, err := b.recvs(&s.rqQ, s.srq.PostRecv)
@@ -176,6 +266,9 @@ func (b *bridge) sends(o *qpObj) (bool, error) {
 		moved = true
 	}
 	r := o.sq
+	// The producer index is loaded once a pass, and every entry copied
+	// out of its slot once (ring.Ring.Load) before it is checked: the
+	// client may rewrite its ring at any moment.
 	n := r.Prod() - o.sqCons
 	if n == 0 {
 		return moved, nil
@@ -183,9 +276,10 @@ func (b *bridge) sends(o *qpObj) (bool, error) {
 	if n > r.Limit() {
 		return moved, misbehaved("QP %d's send ring says %d entries wait; it holds %d", o.handle, n, r.Limit())
 	}
+	var e ring.SendWQE
 	for ; n > 0; n-- {
 		i := o.sqCons
-		e := r.At(i)
+		r.Load(i, &e)
 		wr := &o.pwr
 		*wr = verbs.SendWR{WRID: e.WRID, Opcode: verbs.WROpcode(e.Opcode), Flags: verbs.SendFlags(e.Flags),
 			Imm: e.Imm, InvalidateRKey: e.InvalidateRKey, RemoteAddr: e.RemoteAddr, RKey: e.RKey,
@@ -193,21 +287,20 @@ func (b *bridge) sends(o *qpObj) (bool, error) {
 			Bind: mr.MWBind{LKey: e.BindLKey, Addr: e.BindAddr, Length: e.BindLength, Access: mr.Access(e.BindAccess)}}
 		o.bad = 0
 		if wr.Flags&verbs.Inline != 0 {
-			tail := r.Tail(i)
-			if int(e.InlineLen) > len(tail) {
-				return moved, misbehaved("QP %d: inline data of %d bytes in a %d-byte slot tail", o.handle, e.InlineLen, len(tail))
+			il := int(e.InlineLen)
+			if il > r.TailLen() {
+				return moved, misbehaved("QP %d: inline data of %d bytes in a %d-byte slot tail", o.handle, il, r.TailLen())
 			}
-			if cap(o.inline) < len(tail) {
-				o.inline = make([]byte, len(tail))
+			if cap(o.inline) < r.TailLen() {
+				o.inline = make([]byte, r.TailLen())
 			}
-			wr.InlineData = append(o.inline[:0], tail[:e.InlineLen]...)
+			wr.InlineData = o.inline[:r.LoadTail(i, o.inline[:il])]
 		} else {
 			ns := int(e.NumSGE)
-			if ns > int(o.maxSend) || ns > r.MaxSGEs() {
+			if ns > int(o.maxSend) || ns > r.MaxSGEs() || ns > len(o.sge) {
 				return moved, misbehaved("QP %d: send WQE with %d SGEs, the QP takes %d", o.handle, ns, o.maxSend)
 			}
-			copy(o.sge, r.SGEs(i, ns))
-			wr.SGL = o.sge[:ns]
+			wr.SGL = o.sge[:r.LoadSGEs(i, o.sge[:ns])]
 		}
 		if o.typ == verbs.QPTypeUD {
 			ah := b.c.ahs[e.AH]
@@ -297,6 +390,8 @@ func (q *recvQ) drain(post func(*verbs.RecvWR) error) (moved, stuck bool, err er
 		return false, false, nil
 	}
 	r := q.r
+	// As for sends: the producer index once a pass, each entry copied
+	// out of its slot before it is checked.
 	if q.pending {
 		if !q.postRecv(post) {
 			return false, true, nil
@@ -310,9 +405,10 @@ func (q *recvQ) drain(post func(*verbs.RecvWR) error) (moved, stuck bool, err er
 	if n > r.Limit() {
 		return moved, false, misbehaved("a receive ring says %d entries wait; it holds %d", n, r.Limit())
 	}
+	var e ring.RecvWQE
 	for ; n > 0; n-- {
 		i := q.cons
-		e := r.At(i)
+		r.Load(i, &e)
 		ns := int(e.NumSGE)
 		if ns > int(q.maxSGE) || ns > r.MaxSGEs() {
 			return moved, false, misbehaved("receive WQE with %d SGEs, the queue takes %d", ns, q.maxSGE)
@@ -320,8 +416,7 @@ func (q *recvQ) drain(post func(*verbs.RecvWR) error) (moved, stuck bool, err er
 		if cap(q.sge) < ns {
 			q.sge = make([]mr.SGE, q.maxSGE)
 		}
-		q.wr = verbs.RecvWR{WRID: e.WRID, SGL: q.sge[:ns]}
-		copy(q.wr.SGL, r.SGEs(i, ns))
+		q.wr = verbs.RecvWR{WRID: e.WRID, SGL: q.sge[:r.LoadSGEs(i, q.sge[:ns])]}
 		q.cons++
 		r.SetCons(q.cons)
 		moved = true
@@ -346,6 +441,12 @@ func (q *recvQ) close() {
 // client on its next pass.
 func (c *conn) refill(q *recvQ, post func(*verbs.RecvWR) error) func() {
 	return func() {
+		// On the engine's goroutine: a panic here ends this client's
+		// connection, never the engine.
+		defer c.contain("receive refill")
+		if h := panicHook.Load(); h != nil {
+			(*h)(c, "refill")
+		}
 		if _, _, err := q.drain(post); err != nil {
 			c.ringErr.CompareAndSwap(nil, &err)
 			c.br.wake()
@@ -362,4 +463,50 @@ func (q *recvQ) postRecv(post func(*verbs.RecvWR) error) bool {
 	// state flushes the request).
 	q.pending = false
 	return true
+}
+
+// panicHook, when a test sets it, runs at points of a connection's work
+// ("request" before each request is handled, "refill" in the engine's
+// receive refill), so that a test can make them panic.
+var panicHook atomic.Pointer[func(c *conn, where string)]
+
+// contain, deferred at the top of a goroutine or callback that works for
+// c, recovers a panic there: it is logged with the client's identity and
+// the stack (the first one of the connection at error level, later ones
+// at debug), and the connection ends (its socket closes, and the
+// connection's goroutine frees what it held), while the daemon, its other
+// clients and the engine go on. where names the goroutine in the log.
+func (c *conn) contain(where string) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	c.panicked(where, v)
+}
+
+// panicked logs a recovered panic of c's and ends the connection.
+func (c *conn) panicked(where string, v any) {
+	lvl := slog.LevelDebug
+	if c.panics.Add(1) == 1 {
+		lvl = slog.LevelError
+	}
+	c.s.log.Log(context.Background(), lvl, "a client's connection panicked; disconnecting the client",
+		"client", c.id, "pid", c.pid, "uid", c.uid, "comm", c.comm, "in", where,
+		"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	c.uc.Close()
+}
+
+// contained runs f, containing a panic as contain does.
+func (c *conn) contained(where string, f func()) {
+	defer c.contain(where)
+	f()
+}
+
+// guarded returns f wrapped so that a panic in it is contained (nil stays
+// nil): for callbacks the engine runs on c's behalf on its own goroutine.
+func (c *conn) guarded(where string, f func()) func() {
+	if f == nil {
+		return nil
+	}
+	return func() { c.contained(where, f) }
 }

@@ -478,6 +478,7 @@ func (c *conn) cmInfo(o *cmID) ctl.CMIDInfo {
 // sockets until the channel is destroyed.
 func (c *conn) cmForward(ch *rdmacm.EventChannel, done chan struct{}) {
 	defer close(done)
+	defer c.contain("CM events")
 	for {
 		e, err := ch.Get(c.s.ctx)
 		if err != nil {
@@ -496,7 +497,7 @@ func (c *conn) cmDeliver(e *rdmacm.Event) {
 	defer c.mu.Unlock()
 	if c.gone.Load() || c.cm.ch == nil {
 		if e.Type == rdmacm.EventConnectRequest {
-			go e.ID.Destroy()
+			go c.contained("CM", func() { e.ID.Destroy() })
 		}
 		return
 	}
@@ -509,10 +510,10 @@ func (c *conn) cmDeliver(e *rdmacm.Event) {
 			err = c.charge(cmIDCost)
 		}
 		if l == nil || err != nil {
-			go func() {
+			go c.contained("CM", func() {
 				e.ID.Reject(nil)
 				e.ID.Destroy()
-			}()
+			})
 			return
 		}
 		o = c.cmAdd(e.ID, h, l.ch)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -70,6 +71,7 @@ type conn struct {
 	br         *bridge
 	gone       atomic.Bool
 	ringErr    atomic.Pointer[error] // a corrupt ring the engine found (recvQ refill)
+	panics     atomic.Int32          // panics contained (conn.contain)
 }
 
 type mrObj struct {
@@ -172,9 +174,33 @@ func (c *conn) stat() ClientStat {
 func (c *conn) serve() {
 	log := c.s.log.With("client", c.id, "pid", c.pid, "uid", c.uid, "comm", c.comm)
 	log.Debug("client connected")
+	reason := c.requests(log)
+	c.uc.Close()
+	c.contained("cleanup", c.cleanup)
+	if c.dev == nil && strings.HasPrefix(reason, "client closed") {
+		log.Debug("client gone without opening a device")
+	} else if strings.HasPrefix(reason, "client closed") {
+		log.Info("client gone, its objects freed")
+	} else {
+		log.Warn("client disconnected, its objects freed", "reason", reason)
+	}
+}
+
+// requests answers the client's requests until it goes away or breaks the
+// protocol, and says why it stopped. A panic on the way ends the
+// connection only (conn.contain).
+func (c *conn) requests(log *slog.Logger) (reason string) {
+	var fds []int // a request's descriptors, until they are closed
+	defer func() {
+		if v := recover(); v != nil {
+			closeFDs(fds)
+			c.panicked("request", v)
+			reason = fmt.Sprintf("panic: %v", v)
+		}
+	}()
 	buf := make([]byte, ctl.MaxMsg+1)
 	oob := make([]byte, unix.CmsgSpace(ctl.MaxFDs*4))
-	reason := "client closed the connection"
+	reason = "client closed the connection"
 	for {
 		n, oobn, flags, _, err := c.uc.ReadMsgUnix(buf, oob)
 		if err != nil || n == 0 {
@@ -183,7 +209,8 @@ func (c *conn) serve() {
 			}
 			break
 		}
-		fds, ferr := parseFDs(oob[:oobn])
+		var ferr error
+		fds, ferr = parseFDs(oob[:oobn])
 		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > ctl.MaxMsg {
 			closeFDs(fds)
 			reason = "sent a datagram larger than the protocol allows"
@@ -203,8 +230,12 @@ func (c *conn) serve() {
 			reason = "protocol error: " + err.Error()
 			break
 		}
+		if hk := panicHook.Load(); hk != nil {
+			(*hk)(c, "request")
+		}
 		reply, rfds, herr := c.handle(h, body, fds)
 		closeFDs(fds) // handlers dup what they keep
+		fds = nil
 		var ce *errClient
 		if errors.As(herr, &ce) {
 			closeFDs(rfds)
@@ -233,15 +264,7 @@ func (c *conn) serve() {
 			break
 		}
 	}
-	c.uc.Close()
-	c.cleanup()
-	if c.dev == nil && strings.HasPrefix(reason, "client closed") {
-		log.Debug("client gone without opening a device")
-	} else if strings.HasPrefix(reason, "client closed") {
-		log.Info("client gone, its objects freed")
-	} else {
-		log.Warn("client disconnected, its objects freed", "reason", reason)
-	}
+	return reason
 }
 
 func parseFDs(oob []byte) ([]int, error) {
@@ -945,7 +968,7 @@ func (c *conn) createCQ(b []byte) ([]byte, []int, error) {
 			unix.Write(w, ctl.Bytes(&ev))
 		}
 	}
-	cm.Notify = notify
+	cm.Notify = c.guarded("CQ event", notify)
 	cq, err := c.dev.dev.Device().CreateSharedCQ(int(in.CQE), cm.SharedCQ)
 	if err != nil {
 		unix.Close(fd)

@@ -21,6 +21,13 @@
 // lines are not bounced on every entry. sroce_ring.h describes the same
 // layout for C; the test compiles it and compares every offset.
 //
+// The other side of a ring may be another process that does not follow
+// the protocol. A side that cannot trust the other (the daemon) copies
+// what it reads out of the ring before it checks and uses it: Load,
+// LoadTail and LoadSGEs copy an entry, its inline bytes, its SGEs, and
+// the producer keeps its own index (Produced) instead of reading back the
+// one in shared memory.
+//
 // Go's sync/atomic operations are sequentially consistent, which includes
 // the acquire and release ordering the protocol needs; the C side uses
 // __atomic_load_n with __ATOMIC_ACQUIRE and __atomic_store_n with
@@ -101,8 +108,9 @@ type Ring[T Entry] struct {
 
 	_ [CacheLine]byte
 	// Producer side.
+	prod     uint32 // the producer index, as this side last published it
 	consSeen uint32 // last consumer index the producer loaded
-	_        [CacheLine - 4]byte
+	_        [CacheLine - 8]byte
 	// Consumer side.
 	prodSeen uint32 // last producer index the consumer loaded
 	_        [CacheLine - 4]byte
@@ -163,7 +171,11 @@ func Init[T Entry](mem []byte, kind Kind, limit, stride uint32) (*Ring[T], error
 	h.Kind, h.Size, h.Limit, h.Stride = kind, Slots(limit), limit, stride
 	h.Version = Version
 	atomic.StoreUint32(&h.Magic, Magic) // last: the header is complete
-	return Attach[T](mem, kind)
+	// The handle is made from the arguments, not read back from mem:
+	// memory shared already could have changed meanwhile.
+	size := Slots(limit)
+	return &Ring[T]{hdr: h, slots: unsafe.Pointer(&mem[HeaderSize]), mask: size - 1, limit: limit,
+		stride: uintptr(stride), mem: mem[:HeaderSize+int(size)*int(stride)]}, nil
 }
 
 // Attach returns a handle on ring memory that Init (here or in another
@@ -188,10 +200,11 @@ func Attach[T Entry](mem []byte, kind Kind) (*Ring[T], error) {
 	case len(mem) < HeaderSize+int(h.Size)*int(h.Stride):
 		return nil, ErrSize
 	}
+	p := h.Prod.Load()
 	return &Ring[T]{
 		hdr: h, slots: unsafe.Pointer(&mem[HeaderSize]), mask: h.Size - 1, limit: h.Limit,
 		stride: uintptr(h.Stride), mem: mem,
-		consSeen: h.Cons.Load(), prodSeen: h.Prod.Load(),
+		prod: p, consSeen: h.Cons.Load(), prodSeen: p,
 	}, nil
 }
 
@@ -210,6 +223,32 @@ func (r *Ring[T]) Stride() uint32 { return uint32(r.stride) }
 // At returns the slot of index i (taken modulo the ring size).
 func (r *Ring[T]) At(i uint32) *T {
 	return (*T)(unsafe.Add(r.slots, uintptr(i&r.mask)*r.stride))
+}
+
+// Load copies the entry of slot i into dst: one read of the slot, which
+// the caller then checks and uses in its own memory, whatever the other
+// side writes into the slot meanwhile.
+func (r *Ring[T]) Load(i uint32, dst *T) {
+	*dst = *r.At(i)
+}
+
+// TailLen returns the size of a slot's tail: the bytes that follow its
+// entry.
+func (r *Ring[T]) TailLen() int {
+	var t T
+	return int(r.stride - unsafe.Sizeof(t))
+}
+
+// LoadTail copies the first len(dst) bytes of slot i's tail into dst and
+// returns how many it copied: at most TailLen.
+func (r *Ring[T]) LoadTail(i uint32, dst []byte) int {
+	return copy(dst, r.Tail(i))
+}
+
+// LoadSGEs copies the first len(dst) SGEs of slot i's tail into dst and
+// returns how many it copied: at most MaxSGEs.
+func (r *Ring[T]) LoadSGEs(i uint32, dst []mr.SGE) int {
+	return copy(dst, r.SGEs(i, min(len(dst), r.MaxSGEs())))
 }
 
 // Tail returns the bytes of slot i that follow its entry: the room for
@@ -240,12 +279,18 @@ func (r *Ring[T]) Len() uint32 { return r.hdr.Prod.Load() - r.hdr.Cons.Load() }
 
 // --- producer ---------------------------------------------------------------
 
-// Prod returns the producer index: the slot the producer fills next.
+// Prod returns the producer index in the ring's memory: the slot the
+// producer fills next, as the consumer sees it.
 func (r *Ring[T]) Prod() uint32 { return r.hdr.Prod.Load() }
+
+// Produced returns the producer index as the producer keeps it: what it
+// published through this handle (or found at Attach), whatever the
+// consumer writes over the one in shared memory.
+func (r *Ring[T]) Produced() uint32 { return r.prod }
 
 // Full reports, for the producer, whether no slot is free.
 func (r *Ring[T]) Full() bool {
-	p := r.hdr.Prod.Load()
+	p := r.prod
 	if p-r.consSeen < r.limit {
 		return false
 	}
@@ -259,11 +304,14 @@ func (r *Ring[T]) Next() *T {
 	if r.Full() {
 		return nil
 	}
-	return r.At(r.hdr.Prod.Load())
+	return r.At(r.prod)
 }
 
 // Publish hands the slot Next returned to the consumer.
-func (r *Ring[T]) Publish() { r.hdr.Prod.Store(r.hdr.Prod.Load() + 1) }
+func (r *Ring[T]) Publish() {
+	r.prod++
+	r.hdr.Prod.Store(r.prod)
+}
 
 // Push copies e into the next slot and publishes it; it reports false if
 // the ring is full.
@@ -323,15 +371,17 @@ func (r *Ring[T]) slot(i uint32) []byte {
 // the caller keeps both of r's sides and dst's producer away meanwhile,
 // and has checked that the n entries are published ones. It reports false,
 // copying nothing, if dst lacks room for n entries or its slots are
-// smaller than r's.
+// smaller than r's. The slots are copied as bytes, uninterpreted: dst's
+// consumer reads them as it reads any entry.
 func (r *Ring[T]) CopyTo(dst *Ring[T], from, n uint32) bool {
-	p := dst.hdr.Prod.Load()
-	if dst.stride < r.stride || n > dst.limit-(p-dst.hdr.Cons.Load()) {
+	p := dst.prod
+	if used := p - dst.hdr.Cons.Load(); dst.stride < r.stride || used > dst.limit || n > dst.limit-used {
 		return false
 	}
 	for k := uint32(0); k < n; k++ {
 		copy(dst.slot(p+k), r.slot(from+k))
 	}
-	dst.hdr.Prod.Store(p + n)
+	dst.prod = p + n
+	dst.hdr.Prod.Store(dst.prod)
 	return true
 }

@@ -251,3 +251,58 @@ func TestCopyTo(t *testing.T) {
 		dst.Release(1)
 	}
 }
+
+// TestProducerKeepsItsIndex has the consumer scribble over the producer
+// index in shared memory: the producer goes on from its own.
+func TestProducerKeepsItsIndex(t *testing.T) {
+	r, err := New[CQE](KindCQ, 8, Stride[CQE](0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(0); i < 3; i++ {
+		r.Push(&CQE{WRID: i})
+	}
+	r.Header().Prod.Store(1000)
+	if !r.Push(&CQE{WRID: 3}) {
+		t.Fatal("push after the scribble: ring full")
+	}
+	if r.Produced() != 4 || r.Prod() != 4 || r.At(3).WRID != 3 {
+		t.Errorf("after the scribble: produced %d, published %d, slot 3 holds %d", r.Produced(), r.Prod(), r.At(3).WRID)
+	}
+	// CopyTo moves the destination's own index too.
+	d, _ := New[CQE](KindCQ, 8, Stride[CQE](0))
+	d.Header().Prod.Store(77)
+	if !r.CopyTo(d, 0, 4) || d.Produced() != 4 || d.Prod() != 4 || d.At(3).WRID != 3 {
+		t.Errorf("CopyTo: produced %d, published %d", d.Produced(), d.Prod())
+	}
+}
+
+// TestLoadCopies checks that Load, LoadTail and LoadSGEs copy, and never
+// more than the slot holds.
+func TestLoadCopies(t *testing.T) {
+	r, err := New[SendWQE](KindSend, 4, Stride[SendWQE](2*16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := r.Next()
+	*s = SendWQE{WRID: 7, InlineLen: 9}
+	copy(r.Tail(0), "inline data")
+	r.Publish()
+	var e SendWQE
+	r.Load(0, &e)
+	s.InlineLen = 0xffff
+	if e.WRID != 7 || e.InlineLen != 9 {
+		t.Errorf("Load: %+v", e)
+	}
+	b := make([]byte, 100)
+	if n := r.LoadTail(0, b[:9]); n != 9 || string(b[:9]) != "inline da" {
+		t.Errorf("LoadTail: %d %q", n, b[:n])
+	}
+	if n := r.LoadTail(0, b); n != r.TailLen() || r.TailLen() != 32 {
+		t.Errorf("LoadTail of more than the tail: %d of %d", n, r.TailLen())
+	}
+	sg := make([]mr.SGE, 5)
+	if n := r.LoadSGEs(0, sg); n != r.MaxSGEs() || n != 2 {
+		t.Errorf("LoadSGEs of more than fit: %d", n)
+	}
+}

@@ -180,11 +180,15 @@ func (c *CQ) swapRing(r *ring.Ring[ring.CQE], arm *atomic.Uint32) error {
 	c.pushMu.Lock()
 	defer c.pushMu.Unlock()
 	old := c.ring
-	n := old.Prod() - old.Cons()
+	// The consumer index of a shared ring is the other process's to
+	// write: it is loaded once and checked against the producer index
+	// the CQ keeps itself.
+	cons := old.Cons()
+	n := old.Produced() - cons
 	if n > old.Limit() {
 		return ErrRingCorrupt
 	}
-	if !old.CopyTo(r, old.Cons(), n) {
+	if !old.CopyTo(r, cons, n) {
 		return ErrInvalid // more completions wait than cqe
 	}
 	if arm != nil {
@@ -215,9 +219,13 @@ func (c *CQ) push(wc *verbs.WC, solicited bool) bool {
 	}
 	e.SetWC(wc)
 	c.ring.Publish()
-	// The arm word is disarmed under the push lock: Resize moves it.
+	// The arm word is disarmed under the push lock: Resize moves it. A
+	// shared CQ's arm word is the consumer's to write too: each try
+	// loads it once, and a consumer that keeps changing it under the
+	// compare-and-swap gets no event rather than holding the engine
+	// (a well-behaved one changes it once: it arms).
 	notify := false
-	for {
+	for try := 0; try < 4; try++ {
 		a := c.armed.Load()
 		if !(a == armNext || (a == armSolicited && (solicited || wc.Status != verbs.WCSuccess))) {
 			break
@@ -279,7 +287,8 @@ func (c *CQ) poll(wcs []verbs.WC) int {
 func (c *CQ) Len() int {
 	c.pushMu.Lock()
 	defer c.pushMu.Unlock()
-	return int(c.ring.Len())
+	n := c.ring.Produced() - c.ring.Cons() // a shared ring's consumer index is loaded once
+	return int(min(n, c.ring.Limit()))
 }
 
 // Overflowed reports whether completions were lost because the CQ was
