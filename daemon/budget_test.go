@@ -657,3 +657,67 @@ func TestBudgetEveryObjectReleased(t *testing.T) {
 	c.uc.Close()
 	zeroAfter(t, r, x)
 }
+
+// TestLostDescriptorsIsEMFILE: a request whose descriptors the kernel could
+// not install because the daemon's descriptor table is full (MSG_CTRUNC)
+// fails with EMFILE, and the client stays connected: the shortage is the
+// daemon's, not the client's.
+func TestLostDescriptorsIsEMFILE(t *testing.T) {
+	r := newRig(t, daemon.Options{})
+	x, err := client.Open(r.socket, "sroce_mem1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	pd, err := x.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := x.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Free()
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	low := old
+	low.Cur = uint64(len(ents) + 64)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	var fill []int
+	restore := func() {
+		closeFDs(fill)
+		fill = nil
+		unix.Setrlimit(unix.RLIMIT_NOFILE, &old)
+	}
+	defer restore()
+	for {
+		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+		if err != nil {
+			if !errors.Is(err, unix.EMFILE) {
+				t.Fatalf("filling the descriptor table: %v", err)
+			}
+			break
+		}
+		fill = append(fill, fd)
+	}
+	_, err = pd.RegMR(buf, 0, 4096, mr.AccessLocalWrite)
+	restore()
+	if !errors.Is(err, unix.EMFILE) {
+		t.Fatalf("REG_MR with the daemon's descriptor table full: %v, want EMFILE", err)
+	}
+	m, err := pd.RegMR(buf, 0, 4096, mr.AccessLocalWrite)
+	if err != nil {
+		t.Fatalf("REG_MR once descriptors are free again, on the same connection: %v", err)
+	}
+	if err := m.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -211,10 +211,30 @@ func (c *conn) requests(log *slog.Logger) (reason string) {
 		}
 		var ferr error
 		fds, ferr = parseFDs(oob[:oobn])
-		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > ctl.MaxMsg {
+		if flags&unix.MSG_TRUNC != 0 || n > ctl.MaxMsg {
 			closeFDs(fds)
 			reason = "sent a datagram larger than the protocol allows"
 			break
+		}
+		if flags&unix.MSG_CTRUNC != 0 {
+			// Descriptors were lost on the way in: more than the
+			// protocol allows (the client's fault), or as many as it
+			// allows and the daemon's descriptor table is full (the
+			// daemon's shortage: EMFILE, and the client stays).
+			closeFDs(fds)
+			fds = nil
+			h, _, err := ctl.Parse(buf[:n])
+			if err != nil || h.NFDs > ctl.MaxFDs {
+				reason = "sent more descriptors than the protocol allows"
+				break
+			}
+			log.Debug("a request's descriptors were lost: the daemon's descriptor table is full", "op", h.Op.String())
+			rh := ctl.Hdr{Op: h.Op, Seq: h.Seq, Err: int32(unix.EMFILE)}
+			if _, _, werr := c.uc.WriteMsgUnix(ctl.Append(nil, rh), nil, nil); werr != nil {
+				reason = "writing a reply: " + werr.Error()
+				break
+			}
+			continue
 		}
 		if ferr != nil {
 			closeFDs(fds)
