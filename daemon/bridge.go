@@ -57,9 +57,6 @@ const (
 func newBridge(c *conn) *bridge {
 	b := &bridge{c: c, page: (*ctl.CtxPage)(unsafe.Pointer(&c.ctxPage.mem[0])),
 		done: make(chan struct{}), exited: make(chan struct{}), spinFor: c.s.spin}
-	if _, running := stateWatchers.LoadOrStore(c.s, struct{}{}); !running {
-		go c.s.watchStates()
-	}
 	go b.run()
 	return b
 }
@@ -148,61 +145,6 @@ func (b *bridge) run() {
 	}
 }
 
-// mirrorState copies the engine's state of a QP into the control block
-// the client reads, on a change only (the client reads this line). The
-// block's word is loaded first and replaced only if it still holds that
-// value: a MODIFY_QP storing the state meanwhile is never overwritten
-// with an older one.
-func mirrorState(o *qpObj) {
-	cur := atomic.LoadUint32(&o.ctl.State)
-	if st := uint32(o.qp.State()); cur != st {
-		atomic.CompareAndSwapUint32(&o.ctl.State, cur, st)
-	}
-}
-
-// stateWatchers holds the servers whose QP states a watchStates
-// goroutine mirrors.
-var stateWatchers sync.Map // *Server → struct{}
-
-// stateTick is how often watchStates looks at the QPs.
-const stateTick = 100 * time.Millisecond
-
-// watchStates mirrors the states of every client's QPs into their
-// control blocks until the server closes. The engine moves a QP by itself
-// (to the error state after a NAK, a retry count used up or a bad
-// request), and a bridge asleep on its doorbell would not see it: one
-// goroutine for the whole server looks, so that an idle connection has no
-// ticker of its own, and a connection without QPs costs a lock.
-func (s *Server) watchStates() {
-	defer stateWatchers.Delete(s)
-	t := time.NewTicker(stateTick)
-	defer t.Stop()
-	var conns []*conn
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.mu.Lock()
-		conns = conns[:0]
-		for c := range s.conns {
-			conns = append(conns, c)
-		}
-		s.mu.Unlock()
-		for _, c := range conns {
-			c.contained("QP states", func() {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				for _, o := range c.qps {
-					mirrorState(o)
-				}
-			})
-		}
-		clear(conns)
-	}
-}
-
 // fail disconnects a client whose rings broke the rules.
 func (b *bridge) fail(err error) {
 	b.c.s.log.Warn("client disconnected: its rings are corrupt", "client", b.c.id, "pid", b.c.pid, "reason", err.Error())
@@ -234,7 +176,6 @@ func (b *bridge) pass() (bool, error) {
 			}
 			work = work || w
 		}
-		mirrorState(o)
 	}
 	for _, s := range c.srqs {
 		w, err := b.recvs(&s.rqQ, s.srq.PostRecv)

@@ -1216,6 +1216,12 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 	}
 	o.sge = make([]mr.SGE, sge+1)
 	atomic.StoreUint32(&o.ctl.State, uint32(q.State()))
+	// The client reads the QP's state in its control block: every change
+	// is stored there as it is made, the loop's own (the error state after
+	// a NAK or a retry count used up) included, so that a bridge asleep on
+	// its doorbell needs no timer to mirror it.
+	qctl := o.ctl
+	q.SetStateWatch(func(st verbs.QPState) { atomic.StoreUint32(&qctl.State, uint32(st)) })
 	c.qps[h] = o
 	if srq != nil {
 		srq.refs++
@@ -1404,6 +1410,7 @@ func (c *conn) dropQP(h uint32, o *qpObj) {
 	}
 	delete(c.qps, h)
 	o.qp.SetRecvRefill(nil)
+	o.qp.SetStateWatch(nil)
 	o.rqQ.close()
 	o.mem.close()
 	c.release(o.cost)

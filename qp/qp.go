@@ -124,6 +124,8 @@ type QP struct {
 	tracer  Tracer
 
 	refill atomic.Pointer[func()] // SetRecvRefill
+
+	stateWatch atomic.Pointer[func(verbs.QPState)] // SetStateWatch
 }
 
 // SetRecvRefill sets f, which the QP calls on the loop when a message
@@ -191,9 +193,27 @@ func (q *QP) setState(s verbs.QPState) {
 	if q.tracing() && s != q.state {
 		q.trace(Trace{Kind: TraceState, From: q.state, To: s})
 	}
+	changed := s != q.state
 	q.state = s
 	q.attr.State = s
 	q.pubState.store(s)
+	if f := q.stateWatch.Load(); f != nil && changed {
+		(*f)(s)
+	}
+}
+
+// SetStateWatch sets f, which the QP calls with its new state whenever the
+// state changes, whoever changes it (a modify, or the loop: the error state
+// after a NAK or a retry count used up). It runs where the change is made,
+// under the caller's serialization of the QP, so calls come in the order
+// of the changes; it must be quick and must not call back into the QP.
+// nil removes it.
+func (q *QP) SetStateWatch(f func(verbs.QPState)) {
+	if f == nil {
+		q.stateWatch.Store(nil)
+		return
+	}
+	q.stateWatch.Store(&f)
 }
 
 // --- Posting ---------------------------------------------------------------

@@ -155,6 +155,15 @@ func (q *QP) QPN() bth.QPN { return q.qp.QPN() }
 // missed. nil removes it.
 func (q *QP) SetRecvRefill(f func()) { q.qp.SetRecvRefill(f) }
 
+// SetStateWatch sets f, which is called with the QP's new state whenever
+// it changes: by Modify, or by the device's loop (the error state after a
+// remote error, a retry count used up, a flush). It runs on the goroutine
+// that makes the change, with the QP's lock held, in the order of the
+// changes; it must be quick and must not call into the QP. The daemon
+// uses it to keep the state its clients read in shared memory current.
+// nil removes it.
+func (q *QP) SetStateWatch(f func(verbs.QPState)) { q.qp.SetStateWatch(f) }
+
 // PD returns the protection domain of the QP.
 func (q *QP) PD() *PD { return q.pd }
 
