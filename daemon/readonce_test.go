@@ -288,7 +288,7 @@ func (h *hostile) scribble(rng *rand.Rand) {
 	switch rng.IntN(12) {
 	case 0, 1, 2, 3: // the inline length, the double read of issue 23
 		sq := h.sqs[rng.IntN(len(h.sqs))]
-		i := sq.Produced() - uint32(rng.IntN(2))
+		i := sq.Prod() - uint32(rng.IntN(2))
 		e := sq.At(i)
 		for k := 0; k < 200; k++ {
 			atomic.StoreUint32((*uint32)(unsafe.Pointer(&e.Opcode)), uint32(verbs.WROpSend)|8<<16)
@@ -297,7 +297,7 @@ func (h *hostile) scribble(rng *rand.Rand) {
 		atomic.StoreUint32((*uint32)(unsafe.Pointer(&e.Opcode)), uint32(verbs.WROpSend)|8<<16)
 	case 4: // the other fields of a send WQE
 		sq := h.sqs[rng.IntN(len(h.sqs))]
-		e := sq.At(sq.Produced() - uint32(rng.IntN(3)))
+		e := sq.At(sq.Prod() - uint32(rng.IntN(3)))
 		switch rng.IntN(5) {
 		case 0:
 			e.NumSGE = uint8(rng.IntN(256))
@@ -312,11 +312,11 @@ func (h *hostile) scribble(rng *rand.Rand) {
 		}
 	case 5: // a send WQE's SGEs
 		sq := h.sqs[rng.IntN(len(h.sqs))]
-		sg := sq.SGEs(sq.Produced()-uint32(rng.IntN(3)), sq.MaxSGEs())
+		sg := sq.SGEs(sq.Prod()-uint32(rng.IntN(3)), sq.MaxSGEs())
 		sg[rng.IntN(len(sg))] = mr.SGE{Addr: rng.Uint64(), Length: rng.Uint32(), LKey: rng.Uint32()}
 	case 6: // a receive WQE (QP1's ring or the SRQ's)
 		rq := h.rqs[rng.IntN(len(h.rqs))]
-		i := rq.Produced() - uint32(rng.IntN(3))
+		i := rq.Prod() - uint32(rng.IntN(3))
 		if rng.IntN(2) == 0 {
 			e := rq.At(i)
 			for k := 0; k < 100; k++ {
