@@ -34,7 +34,12 @@ func TestIdleCPU(t *testing.T) {
 	unix.Getrlimit(unix.RLIMIT_NOFILE, &lim)
 	lim.Cur = lim.Max
 	unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
-	r := newRig(t, daemon.Options{})
+	// The contexts are one uid's: the measurement raises its budgets of
+	// connections and descriptors to what it opens.
+	var user, total daemon.Budget
+	user[daemon.ResConns], total[daemon.ResConns] = uint64(2*n+64), uint64(2*n+64)
+	user[daemon.ResFDs], total[daemon.ResFDs] = uint64(8*n+256), uint64(8*n+256)
+	r := newRig(t, daemon.Options{User: user, Total: total})
 	cpu := func() time.Duration {
 		var ru unix.Rusage
 		unix.Getrusage(unix.RUSAGE_SELF, &ru)
