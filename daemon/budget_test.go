@@ -446,40 +446,12 @@ func TestBudgetDaemonShortage(t *testing.T) {
 // descriptors are free again.
 func TestAcceptSurvivesEMFILE(t *testing.T) {
 	r := newRig(t, daemon.Options{})
-	var old unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
-		t.Fatal(err)
-	}
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	low := old
-	low.Cur = uint64(len(ents) + 64)
-	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
-		t.Fatal(err)
-	}
-	var fill []int
-	restore := func() {
-		closeFDs(fill)
-		fill = nil
-		unix.Setrlimit(unix.RLIMIT_NOFILE, &old)
-	}
+	fill, restore := fillDescriptors(t)
 	defer restore()
-	for {
-		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
-		if err != nil {
-			if !errors.Is(err, unix.EMFILE) {
-				t.Fatalf("filling the descriptor table: %v", err)
-			}
-			break
-		}
-		fill = append(fill, fd)
-	}
 	// One slot for the client's socket: the daemon's accept then has
 	// none.
-	unix.Close(fill[len(fill)-1])
-	fill = fill[:len(fill)-1]
+	unix.Close((*fill)[len(*fill)-1])
+	*fill = (*fill)[:len(*fill)-1]
 	sfd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatalf("the client's socket: %v", err)
@@ -678,6 +650,28 @@ func TestLostDescriptorsIsEMFILE(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer buf.Free()
+	_, restore := fillDescriptors(t)
+	defer restore()
+	_, err = pd.RegMR(buf, 0, 4096, mr.AccessLocalWrite)
+	restore()
+	if !errors.Is(err, unix.EMFILE) {
+		t.Fatalf("REG_MR with the daemon's descriptor table full: %v, want EMFILE", err)
+	}
+	m, err := pd.RegMR(buf, 0, 4096, mr.AccessLocalWrite)
+	if err != nil {
+		t.Fatalf("REG_MR once descriptors are free again, on the same connection: %v", err)
+	}
+	if err := m.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fillDescriptors lowers the process's descriptor limit to 64 above what
+// it has open and fills the table with eventfds up to it; it returns the
+// descriptors (the caller may close some to leave room) and a function
+// that closes them all and restores the limit (safe to call twice).
+func fillDescriptors(t *testing.T) (fill *[]int, restore func()) {
+	t.Helper()
 	var old unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
 		t.Fatal(err)
@@ -691,33 +685,22 @@ func TestLostDescriptorsIsEMFILE(t *testing.T) {
 	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
 		t.Fatal(err)
 	}
-	var fill []int
-	restore := func() {
-		closeFDs(fill)
-		fill = nil
+	fds := new([]int)
+	restore = func() {
+		closeFDs(*fds)
+		*fds = nil
 		unix.Setrlimit(unix.RLIMIT_NOFILE, &old)
 	}
-	defer restore()
 	for {
 		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
 		if err != nil {
 			if !errors.Is(err, unix.EMFILE) {
+				restore()
 				t.Fatalf("filling the descriptor table: %v", err)
 			}
 			break
 		}
-		fill = append(fill, fd)
+		*fds = append(*fds, fd)
 	}
-	_, err = pd.RegMR(buf, 0, 4096, mr.AccessLocalWrite)
-	restore()
-	if !errors.Is(err, unix.EMFILE) {
-		t.Fatalf("REG_MR with the daemon's descriptor table full: %v, want EMFILE", err)
-	}
-	m, err := pd.RegMR(buf, 0, 4096, mr.AccessLocalWrite)
-	if err != nil {
-		t.Fatalf("REG_MR once descriptors are free again, on the same connection: %v", err)
-	}
-	if err := m.Dereg(); err != nil {
-		t.Fatal(err)
-	}
+	return fds, restore
 }

@@ -960,19 +960,8 @@ func (c *conn) createCQ(b []byte) ([]byte, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	k := shmCost(cqSize(in.CQE))
-	if err := c.charge(k); err != nil {
-		return nil, nil, err
-	}
-	mem, cm, err := newCQShm(in.CQE)
+	mem, cm, fd, k, err := c.newChargedCQShm(in.CQE)
 	if err != nil {
-		c.release(k)
-		return nil, nil, err
-	}
-	fd, err := dupFD(mem.fd)
-	if err != nil {
-		mem.close()
-		c.release(k)
 		return nil, nil, err
 	}
 	o := &cqObj{mem: mem, ctl: cm.ctl, ch: in.Channel, handle: h, cost: k}
@@ -1029,6 +1018,28 @@ func newCQShm(cqe uint32) (*shm, cqShm, error) {
 		Arm: (*atomic.Uint32)(unsafe.Pointer(&cc.Arm))}}, nil
 }
 
+// newChargedCQShm charges the memory of a CQ of cqe entries to the
+// client's budgets and creates it, with a descriptor of it for the reply;
+// on an error nothing is left charged or open.
+func (c *conn) newChargedCQShm(cqe uint32) (*shm, cqShm, int, cost, error) {
+	k := shmCost(cqSize(cqe))
+	if err := c.charge(k); err != nil {
+		return nil, cqShm{}, -1, k, err
+	}
+	mem, cm, err := newCQShm(cqe)
+	if err != nil {
+		c.release(k)
+		return nil, cqShm{}, -1, k, err
+	}
+	fd, err := dupFD(mem.fd)
+	if err != nil {
+		mem.close()
+		c.release(k)
+		return nil, cqShm{}, -1, k, err
+	}
+	return mem, cm, fd, k, nil
+}
+
 // cqReply is the reply of CREATE_CQ and RESIZE_CQ: the CQ and fd, a
 // descriptor of its memory for the client.
 func cqReply(h, cqe uint32, mem *shm, fd int) ([]byte, []int, error) {
@@ -1051,19 +1062,8 @@ func (c *conn) resizeCQ(b []byte) ([]byte, []int, error) {
 	if !ok || in.CQE == 0 || in.CQE > roce.MaxCQE {
 		return nil, nil, unix.EINVAL
 	}
-	k := shmCost(cqSize(in.CQE))
-	if err := c.charge(k); err != nil {
-		return nil, nil, err
-	}
-	mem, cm, err := newCQShm(in.CQE)
+	mem, cm, fd, k, err := c.newChargedCQShm(in.CQE)
 	if err != nil {
-		c.release(k)
-		return nil, nil, err
-	}
-	fd, err := dupFD(mem.fd)
-	if err != nil {
-		mem.close()
-		c.release(k)
 		return nil, nil, err
 	}
 	if err := o.cq.ResizeShared(int(in.CQE), cm.SharedCQ); err != nil {
