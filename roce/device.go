@@ -35,7 +35,7 @@ const (
 	MaxQP         = 1 << 16
 	MaxQPWR       = 1 << 14
 	MaxSGE        = 32
-	MaxInlineData = 400
+	MaxInlineData = MaxSGE * sgeBytes // 512: rdma_rxe's, the room of MaxSGE scatter entries
 	MaxCQE        = 1<<15 - 1
 	MaxSRQWR      = 1 << 14
 	GIDTableLen   = 16
