@@ -70,6 +70,9 @@ func (e *engine) step(now monotime.Time, n int, hold txHold) bool {
 		adopted, moreIn = e.adopt(now)
 		did = did || adopted
 	}
+	if e.adoptHost(now) {
+		did = true
+	}
 	backlog := false // every round read a full batch: frames are waiting
 	for round := 0; round < rxRounds; round++ {
 		var k int
@@ -478,6 +481,13 @@ func (e *engine) send(ah *verbs.AH, src bth.QPN, pkt []byte) {
 	}
 	if !e.d.linkLoopback && e.d.isLocal(enc.Dst) {
 		e.queueLoop(f[:hl+len(pkt)])
+		return
+	}
+	if peer := e.d.hostPeer(enc.Dst); peer != nil {
+		// To another device of the host: no wire, as the kernel's stack.
+		if !peer.hostDeliver(f[:hl+len(pkt)]) {
+			e.cnt[verbs.CntSendErr]++
+		}
 		return
 	}
 	if e.d.loopMcast(enc.Dst) {

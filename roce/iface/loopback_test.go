@@ -84,3 +84,50 @@ func TestLinkLocalAH(t *testing.T) {
 		t.Fatalf("AH to the peer's link-local GID: DMAC %x, want the peer's %x", ah.DMAC, b.MAC())
 	}
 }
+
+// TestTwoPortsOfOneHost opens ports on two interfaces of one namespace (a
+// second veth pair inside it) and runs an RC SEND and WRITE between them:
+// the address vector to the other interface's address is resolved to its
+// port, and the frames go from one device to the other in process, as the
+// kernel's stack loops a packet to an address of its own host.
+func TestTwoPortsOfOneHost(t *testing.T) {
+	nsutil.Skip(t)
+	pair, err := nsutil.NewPair(nsutil.PairConfig{Prefix: "sroce-iflo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pair.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, argv := range [][]string{
+		{"ip", "link", "add", "srx0", "type", "veth", "peer", "name", "srx1"},
+		{"ip", "addr", "add", "10.98.0.1/24", "dev", "srx0"},
+		{"ip", "link", "set", "srx0", "up"},
+		{"ip", "link", "set", "srx1", "up"},
+	} {
+		if out, err := pair.A.Exec(ctx, argv...); err != nil {
+			t.Fatalf("%v: %v\n%s", argv, err, out)
+		}
+	}
+	var a, c *Port
+	if err := pair.A.Do(func() (err error) {
+		if a, err = Open(context.Background(), pair.Veth.NameA, Options{Mode: ModeXDP}); err != nil {
+			return err
+		}
+		c, err = Open(context.Background(), "srx0", Options{Mode: ModeXDP})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	defer c.Close()
+	gc, _ := c.GID(c.DefaultGIDIndex())
+	ah, err := a.AHAttr(ctx, gc, a.DefaultGIDIndex())
+	if err != nil {
+		t.Fatalf("AH to the other port's GID %v: %v", gc, err)
+	}
+	if !bytes.Equal(ah.DMAC[:], c.MAC()) {
+		t.Fatalf("AH to the other port: DMAC %x, want its MAC %x", ah.DMAC, c.MAC())
+	}
+	rcRoundTrip(t, a, c)
+}
