@@ -312,8 +312,7 @@ var confScenarios = []confScenario{
 		rtr := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
 		ah := verbs.AHAttr{DGID: p.b.gid, HopLimit: 64, DMAC: p.b.dmac}
 		try("path MTU above the port", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: 6, AH: ah}, rtr, false)
-		try("RQ PSN beyond 24 bits", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: ah, RQPSN: 1 << 24}, rtr, false)
-		try("INIT->RTR", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: ah, DestQPN: 99, MaxDestRdAtomic: 4, MinRNRTimer: 12}, rtr, true)
+		try("INIT->RTR, RQ PSN beyond 24 bits", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: ah, DestQPN: 99, RQPSN: 1<<24 | 5, MaxDestRdAtomic: 4, MinRNRTimer: 12}, rtr, true)
 		rts := verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
 		try("RTR->RTS retry_cnt 8", verbs.QPAttr{State: verbs.QPStateRTS, RetryCnt: 8}, rts, false)
 		try("RTR->RTS", verbs.QPAttr{State: verbs.QPStateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}, rts, true)
@@ -331,7 +330,7 @@ var confScenarios = []confScenario{
 			{Opcode: verbs.WROpAtomicFetchAdd, SGL: []mr.SGE{sgeOf(lm, 0, 8)}, RemoteAddr: rm.Addr() + 4, RKey: rm.RKey()},
 			{Opcode: verbs.WROpAtomicFetchAdd, SGL: []mr.SGE{sgeOf(lm, 0, 4)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()},
 			{Opcode: verbs.WROpSend, SGL: []mr.SGE{sgeOf(lm, 0, 1), sgeOf(lm, 1, 1), sgeOf(lm, 2, 1)}},
-			{Opcode: verbs.WROpSend, Flags: verbs.Inline, InlineData: make([]byte, 17)},
+			{Opcode: verbs.WROpSend, Flags: verbs.Inline, InlineData: make([]byte, 33)}, // beyond the 32 bytes 2 SGEs give
 			{Opcode: verbs.WROpcode(10)},
 		} {
 			wr.WRID, wr.Flags = uint64(i+1), wr.Flags|verbs.Signaled

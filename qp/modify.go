@@ -175,15 +175,6 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if mask&verbs.AttrMaxDestRdAtomic != 0 && attr.MaxDestRdAtomic > MaxRdAtomic {
 		return bad("max_dest_rd_atomic %d above %d", attr.MaxDestRdAtomic, MaxRdAtomic)
 	}
-	if mask&verbs.AttrRQPSN != 0 && !attr.RQPSN.Valid() {
-		return bad("rq_psn %#x does not fit 24 bits", attr.RQPSN)
-	}
-	if mask&verbs.AttrSQPSN != 0 && !attr.SQPSN.Valid() {
-		return bad("sq_psn %#x does not fit 24 bits", attr.SQPSN)
-	}
-	if mask&verbs.AttrDestQPN != 0 && !attr.DestQPN.Valid() {
-		return bad("dest_qp_num %#x does not fit 24 bits", attr.DestQPN)
-	}
 	var ah verbs.AH
 	if mask&verbs.AttrAV != 0 {
 		if err := q.env.ResolveAH(&attr.AH, &ah); err != nil {
@@ -218,13 +209,16 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 			q.mtu = attr.PathMTU.Bytes()
 		}
 	}
+	// PSNs and the destination QP number are their low 24 bits, as
+	// rdma_rxe takes them (ibv_modify_qp accepts any 32-bit value).
 	if mask&verbs.AttrDestQPN != 0 {
-		a.DestQPN = attr.DestQPN
+		a.DestQPN = attr.DestQPN & bth.QPNMask
 	}
 	if mask&verbs.AttrRQPSN != 0 {
-		a.RQPSN = attr.RQPSN
-		q.resp.psn = attr.RQPSN
-		q.resp.ackPSN = attr.RQPSN
+		psn := attr.RQPSN & bth.PSNMask
+		a.RQPSN = psn
+		q.resp.psn = psn
+		q.resp.ackPSN = psn
 	}
 	if mask&verbs.AttrMaxDestRdAtomic != 0 {
 		a.MaxDestRdAtomic = attr.MaxDestRdAtomic
@@ -255,8 +249,9 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		q.req.rdAvail = int(attr.MaxRdAtomic) - inUse
 	}
 	if mask&verbs.AttrSQPSN != 0 {
-		a.SQPSN = attr.SQPSN
-		q.req.psn, q.req.compPSN, q.req.maxPSN = attr.SQPSN, attr.SQPSN, attr.SQPSN
+		psn := attr.SQPSN & bth.PSNMask
+		a.SQPSN = psn
+		q.req.psn, q.req.compPSN, q.req.maxPSN = psn, psn, psn
 	}
 	if mask&verbs.AttrEnSQDAsyncNotify != 0 {
 		a.EnSQDAsyncNotify = attr.EnSQDAsyncNotify

@@ -70,6 +70,9 @@ func (e *engine) step(now monotime.Time, n int, hold txHold) bool {
 		adopted, moreIn = e.adopt(now)
 		did = did || adopted
 	}
+	if e.adoptHost(now) {
+		did = true
+	}
 	backlog := false // every round read a full batch: frames are waiting
 	for round := 0; round < rxRounds; round++ {
 		var k int
@@ -480,6 +483,13 @@ func (e *engine) send(ah *verbs.AH, src bth.QPN, pkt []byte) {
 		e.queueLoop(f[:hl+len(pkt)])
 		return
 	}
+	if peer := e.d.hostPeer(enc.Dst); peer != nil {
+		// To another device of the host: no wire, as the kernel's stack.
+		if !peer.hostDeliver(f[:hl+len(pkt)]) {
+			e.cnt[verbs.CntSendErr]++
+		}
+		return
+	}
 	if e.d.loopMcast(enc.Dst) {
 		// To a group the device has joined: received here too.
 		e.queueLoop(f[:hl+len(pkt)])
@@ -624,14 +634,17 @@ func (d *Device) resolveAH(attr *verbs.AHAttr, ah *verbs.AH) error {
 	if sgid.IsIPv4() != attr.DGID.IsIPv4() {
 		return errors.New("source and destination GIDs are of different IP versions")
 	}
-	if attr.FlowLabel > 0xfffff {
-		return errors.New("flow label does not fit 20 bits")
-	}
+	// The flow label is the low 20 bits of what the caller gave, as a
+	// NIC's address vector takes it (UCX sets 0xffffffff); the traffic
+	// class goes out as given, and a hop limit of 0 as 64, the kernel's
+	// default that rxe's IPv6 headers take for it.
+	fl := attr.FlowLabel & 0xfffff
 	ttl := attr.HopLimit
 	if ttl == 0 {
 		ttl = 64
 	}
 	*ah = verbs.AH{Attr: *attr, SGID: sgid}
+	ah.Attr.FlowLabel = fl
 	if m, ok := attr.DGID.MulticastMAC(); ok {
 		// A group's frames go to its Ethernet address, whatever the
 		// attributes say (libibverbs derives it the same way).
@@ -640,7 +653,7 @@ func (d *Device) resolveAH(attr *verbs.AHAttr, ah *verbs.AH) error {
 	ah.Encap = bth.Encap{
 		DstMAC: ah.Attr.DMAC, SrcMAC: d.mac,
 		Src: sgid.Addr(), Dst: attr.DGID.Addr(),
-		TOS: attr.TrafficClass, TTL: ttl, FlowLabel: attr.FlowLabel,
+		TOS: attr.TrafficClass, TTL: ttl, FlowLabel: fl,
 		DF: true, ID: 1, SrcPort: 0xc000,
 	}
 	return nil

@@ -35,7 +35,7 @@ const (
 	MaxQP         = 1 << 16
 	MaxQPWR       = 1 << 14
 	MaxSGE        = 32
-	MaxInlineData = 400
+	MaxInlineData = MaxSGE * sgeBytes // 512: rdma_rxe's, the room of MaxSGE scatter entries
 	MaxCQE        = 1<<15 - 1
 	MaxSRQWR      = 1 << 14
 	GIDTableLen   = 16
@@ -96,9 +96,10 @@ type Device struct {
 	mrt     *mr.Table
 	rng     *rand.Rand
 	gids    [GIDTableLen]bth.GID
-	gidSnap atomic.Pointer[gidTable] // what the engines read, replaced on change
-	qps     []atomic.Pointer[QP]     // by QPN - firstQPN
-	gsi     atomic.Pointer[QP]       // QP1
+	gidSnap atomic.Pointer[gidTable]  // what the engines read, replaced on change
+	host    atomic.Pointer[hostGroup] // the devices of its host (JoinHost), or nil
+	qps     []atomic.Pointer[QP]      // by QPN - firstQPN
+	gsi     atomic.Pointer[QP]        // QP1
 	// live lists the QPs that exist, QP1 included, in no order (each
 	// QP's liveIx is its place), so that what looks at every QP does not
 	// scan the whole table.

@@ -126,7 +126,8 @@ func TestAtomicAlignmentAndPostErrors(t *testing.T) {
 		{"atomic of 4 bytes", verbs.SendWR{Opcode: verbs.WROpAtomicFetchAdd, SGL: []mr.SGE{lm.SGE(0, 4)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}, qp.ErrAtomicWR},
 		{"too many SGEs", verbs.SendWR{Opcode: verbs.WROpSend, SGL: []mr.SGE{lm.SGE(0, 1), lm.SGE(1, 1), lm.SGE(2, 1)}}, qp.ErrTooManySGE},
 		{"message too long", verbs.SendWR{Opcode: verbs.WROpRDMAWrite, SGL: []mr.SGE{big, lm.SGE(0, 1)}}, qp.ErrMsgTooBig},
-		{"inline too long", verbs.SendWR{Opcode: verbs.WROpSend, Flags: verbs.Inline, InlineData: make([]byte, 17)}, qp.ErrInlineTooBig},
+		// 2 SGEs give the QP 32 bytes of inline room, as on rdma_rxe.
+		{"inline too long", verbs.SendWR{Opcode: verbs.WROpSend, Flags: verbs.Inline, InlineData: make([]byte, 33)}, qp.ErrInlineTooBig},
 		{"inline bad lkey", verbs.SendWR{Opcode: verbs.WROpSend, Flags: verbs.Inline, SGL: []mr.SGE{{Addr: lm.Addr(), Length: 8, LKey: 12345}}}, qp.ErrInlineGather},
 		{"UD opcode on RC", verbs.SendWR{Opcode: verbs.WROpcode(10)}, qp.ErrOpcode},
 	} {
@@ -342,9 +343,13 @@ func TestIllegalTransitions(t *testing.T) {
 	check("bad SGID index", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: verbs.AHAttr{DGID: b.nodes[1].gid, SGIDIndex: 3}}, rtr, "value")
 	check("IPv6 to IPv4", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: verbs.AHAttr{DGID: bth.GID{0xfd, 15: 1}}}, rtr, "value")
 	check("max_dest_rd_atomic 200", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: a.ahTo(b.nodes[1]), MaxDestRdAtomic: 200}, rtr, "value")
-	check("RQ PSN beyond 24 bits", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: a.ahTo(b.nodes[1]), RQPSN: 1 << 24}, rtr, "value")
-	if err := q.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: a.ahTo(b.nodes[1]), DestQPN: 99, MaxDestRdAtomic: 4, MinRNRTimer: 12}, rtr); err != nil {
+	// PSNs and the destination QP number beyond 24 bits are taken by
+	// their low 24 bits, as rdma_rxe takes them.
+	if err := q.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: a.ahTo(b.nodes[1]), DestQPN: 1<<24 | 99, RQPSN: 1<<31 | 7, MaxDestRdAtomic: 4, MinRNRTimer: 12}, rtr); err != nil {
 		t.Fatal(err)
+	}
+	if got, _ := q.Query(); got.RQPSN != 7 || got.DestQPN != 99 {
+		t.Fatalf("RQ PSN 0x80000007 and destination QPN 0x1000063 kept as %#x and %#x, want 7 and 99", got.RQPSN, got.DestQPN)
 	}
 	rts := verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
 	check("RTR->RTS retry_cnt 8", verbs.QPAttr{State: verbs.QPStateRTS, RetryCnt: 8}, rts, "value")

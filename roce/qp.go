@@ -62,7 +62,12 @@ type QP struct {
 }
 
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp). A
-// TypeGSI QP gets QP number 1; other QPs get numbers from 17 up.
+// TypeGSI QP gets QP number 1; other QPs get numbers from 17 up. Caps
+// above the device's limits are refused (ErrInvalid) as rdma_rxe refuses
+// them; the send queue's scatter list and inline data share one room, as
+// on rdma_rxe, so the QP gets (and Query reports) the larger of the two in
+// both: 1 SGE and no inline data give 16 bytes of inline, 64 bytes of
+// inline and 1 SGE give 4 SGEs.
 func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	d := pd.dev
 	c := attr.Cap
@@ -83,6 +88,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	if attr.SRQ != nil && attr.SRQ.pd != pd {
 		return nil, ErrInvalid
 	}
+	c = sendRoom(c)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed.Load() {
@@ -113,6 +119,7 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	}
 	e := d.engineFor(qpn, attr.SRQ)
 	q := &QP{dev: d, eng: e, pd: pd, init: *attr, heapIdx: -1}
+	q.init.Cap = c
 	cfg := &qp.Config{
 		QPN: qpn, Type: attr.Type, PD: pd.pd.ForQP(), SendCQ: (*cqSink)(attr.SendCQ), RecvCQ: (*cqSink)(attr.RecvCQ),
 		Cap: c, SigAll: attr.SigAll, PortMTU: d.portMTU, Env: (*env)(e), Counters: &q.cnt, Context: q,
@@ -528,4 +535,18 @@ func (q *QP) Outstanding() (inflight int32, sqPSN, rqPSN bth.PSN) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.qp.Outstanding()
+}
+
+// sgeBytes is the room one scatter entry takes in rdma_rxe's send queue
+// entry (struct ib_sge).
+const sgeBytes = 16
+
+// sendRoom returns c with MaxSendSGE and MaxInlineData both as large as
+// the room the larger of them needs, as rdma_rxe's rxe_qp_init_req sizes
+// and reports them (at most MaxSGE and MaxInlineData when c is within the
+// limits).
+func sendRoom(c verbs.QPCap) verbs.QPCap {
+	room := max(c.MaxSendSGE*sgeBytes, c.MaxInlineData)
+	c.MaxSendSGE, c.MaxInlineData = room/sgeBytes, room
+	return c
 }

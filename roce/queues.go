@@ -31,6 +31,8 @@ type engine struct {
 	idx  int
 	link Link
 
+	hostIn hostQ // frames from other devices of the host (engine 0)
+
 	mu  sync.Mutex     // the engine lock
 	cnt verbs.Counters // the counters of its QPs and frames
 	st  EngineStats
@@ -256,6 +258,9 @@ func (e *engine) adopt(now monotime.Time) (did, more bool) {
 
 // inboxReady reports whether another engine handed frames over.
 func (e *engine) inboxReady() bool {
+	if e.hostIn.n.Load() > 0 {
+		return true
+	}
 	for _, h := range e.inbox {
 		if h != nil && h.tail.Load() != h.head.Load() {
 			return true

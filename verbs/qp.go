@@ -147,7 +147,7 @@ type QPCap struct {
 // the caller's job: DMAC is used as given.
 type AHAttr struct {
 	DGID         bth.GID // destination GID: the peer's IP address
-	FlowLabel    uint32  // IPv6 flow label (20 bits)
+	FlowLabel    uint32  // IPv6 flow label: its low 20 bits, the rest ignored
 	SGIDIndex    uint8   // index of the source GID in the device's GID table
 	HopLimit     uint8   // IPv4 TTL or IPv6 hop limit; 0 means 64
 	TrafficClass uint8   // IPv4 TOS or IPv6 traffic class

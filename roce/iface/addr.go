@@ -31,6 +31,13 @@ const DefaultHopLimit = 64
 // A multicast dgid needs no route nor neighbour: the MAC is the group's
 // (01:00:5e or 33:33 and the group's low bits).
 //
+// A dgid that is one of the port's own GIDs (any index, any source GID of
+// its IP version) is loopback, as on rxe: the engine keeps the frames it
+// sends to itself, so no route, neighbour nor carrier is needed and the MAC
+// is the port's own. A dgid of another port of this process on another
+// interface of the namespace (AF_XDP) is reached in process, with that
+// port's MAC, as the kernel's stack loops a packet to a local address.
+//
 // On the UDP link the kernel addresses the frames itself: the MAC is not
 // needed and left zero, and the source must be the link's own address.
 //
@@ -58,6 +65,11 @@ func (p *Port) AHAttr(ctx context.Context, dgid bth.GID, sgidIndex int) (verbs.A
 			sgidIndex, netif.FormatGID(sgid), dst, want)
 	}
 	attr = verbs.AHAttr{DGID: dgid, SGIDIndex: uint8(sgidIndex), HopLimit: DefaultHopLimit, PortNum: 1}
+	if p.udp == nil && isLocal(p, dst) {
+		// To the device itself: the engine keeps these frames.
+		copy(attr.DMAC[:], p.mac)
+		return attr, nil
+	}
 	if p.udp != nil {
 		if src := sgid.Addr().Unmap(); src != p.local {
 			return verbs.AHAttr{}, errorf(ErrUnreachable, nil, "the UDP link of %s is bound to %v, so GID index %d (%v) cannot be a source; use index %d",
@@ -81,6 +93,12 @@ func (p *Port) AHAttr(ctx context.Context, dgid bth.GID, sgidIndex int) (verbs.A
 		}
 		if r.Ifindex != p.ifindex {
 			via := r.Ifname
+			if mac, ok := p.dev.HostMAC(dst); ok {
+				// A device of this process on another interface of
+				// the namespace: the engine hands it the frames.
+				copy(attr.DMAC[:], mac)
+				return attr, nil
+			}
 			if via == "lo" || isLocal(p, dst) {
 				return verbs.AHAttr{}, errorf(ErrUnreachable, nil, "%v is an address of this host, not of a peer on %s", dst, p.ifname)
 			}

@@ -311,6 +311,12 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 		return nil, fmt.Errorf("cannot open the device on %s: %w", ifname, err)
 	}
 	p.dev = dev
+	if p.udp == nil {
+		// The kernel's stack never sees this device's frames: to the
+		// devices of this process on other interfaces of the namespace
+		// they go in process, as the stack would loop them.
+		dev.JoinHost("netns " + h.NamespaceID())
+	}
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel

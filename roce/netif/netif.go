@@ -45,6 +45,11 @@ func NewHandle() (*Handle, error) {
 	return newHandle(ns)
 }
 
+// NamespaceID names the handle's network namespace uniquely on the host
+// (its device and inode numbers): two handles with the same ID are in one
+// namespace.
+func (h *Handle) NamespaceID() string { return h.ns.UniqueId() }
+
 // NewHandleAt opens a Handle on the network namespace at path (for example
 // /run/netns/NAME, nsutil.Namespace.Path, or /proc/PID/ns/net). A
 // namespace other than the caller's needs CAP_SYS_ADMIN.
