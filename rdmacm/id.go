@@ -824,13 +824,21 @@ func (id *ID) Reject(private []byte) error {
 
 // Disconnect tears the connection down (rdma_disconnect): the QP moves to
 // the error state and a DREQ goes to the peer; DISCONNECTED follows its
-// DREP (or the DREQ's retries).
+// DREP (or the DREQ's retries). As the kernel's rdma_disconnect, which
+// fails only on an ID that never had a connection (its IB CM ID): on one
+// whose connection is being set up, was refused or is already down (the
+// peer's DREQ came first, or a second call) the QP moves to the error
+// state and nothing is sent, and it returns nil.
 func (id *ID) Disconnect() error {
 	c := id.c
 	c.mu.Lock()
 	a := id.agent
 	switch id.state {
 	case stateEstablished, stateAccepted:
+	case stateConnect, stateConnectResponse, stateConnectRequest, stateDisconnected:
+		id.toErr()
+		c.mu.Unlock()
+		return nil
 	default:
 		c.mu.Unlock()
 		return id.wrong("disconnect")
