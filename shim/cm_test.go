@@ -23,8 +23,9 @@ func TestCMLoopback(t *testing.T) {
 
 // runCProgram compiles testdata/NAME.c against the system's rdma_cma.h
 // and the built librdmacm and libibverbs, runs it against a daemon with
-// the device's address, and wants its "ok: all".
-func runCProgram(t *testing.T, name string) {
+// the device's address, and wants its "ok: all"; it returns what the
+// program wrote to standard error.
+func runCProgram(t *testing.T, name string) string {
 	if _, err := os.Stat("/usr/include/rdma/rdma_cma.h"); err != nil {
 		t.Skip("skipping: /usr/include/rdma/rdma_cma.h is missing (apt-get install librdmacm-dev)")
 	}
@@ -42,6 +43,20 @@ func runCProgram(t *testing.T, name string) {
 	}
 	if !strings.Contains(out, "ok: all") {
 		t.Fatalf("%s did not finish", name)
+	}
+	return errOut
+}
+
+// TestCMTeardownAndAddresses runs testdata/cm_teardown_test.c, built as
+// cm_test.c is, against a daemon: binding to wildcard and loopback
+// addresses and resolving 127.0.0.1 as the kernel's rdma_cm does,
+// rdma_disconnect's EINVAL on an ID never connected, and
+// rdma_destroy_event_channel with a listener on it, which frees the
+// listener's port and prints nothing.
+func TestCMTeardownAndAddresses(t *testing.T) {
+	errOut := runCProgram(t, "cm_teardown_test")
+	if strings.TrimSpace(errOut) != "" {
+		t.Fatalf("the library wrote to standard error:\n%s", errOut)
 	}
 }
 
