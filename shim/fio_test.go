@@ -12,8 +12,8 @@ import (
 )
 
 // TestRealFioOnTheDaemon runs Debian's fio with its rdma ioengine, server
-// and client, through the built libraries against one daemon: RDMA WRITE
-// and RDMA READ at iodepth 1 and 16. fio's client acknowledges
+// and client, through the built libraries against one daemon: RDMA WRITE,
+// RDMA READ and SEND at iodepth 1 and 16. fio's client acknowledges
 // completions rather than events and destroys its CQ before its QP; each
 // run must move all its bytes, say nothing of unacknowledged events, and
 // both sides end within the bound (on rxe they end at once; sroce once
@@ -27,16 +27,23 @@ func TestRealFioOnTheDaemon(t *testing.T) {
 	for _, tc := range []struct {
 		verb  string
 		depth int
-	}{{"write", 1}, {"write", 16}, {"read", 1}, {"read", 16}} {
+	}{{"write", 1}, {"write", 16}, {"read", 1}, {"read", 16}, {"send", 1}, {"send", 16}} {
 		port++
 		t.Run(fmt.Sprintf("%s-iodepth%d", tc.verb, tc.depth), func(t *testing.T) {
 			// The engine's options (port, hostname, verb) after --ioengine.
 			common := []string{"--ioengine=rdma", fmt.Sprintf("--port=%d", port), "--bs=64k",
 				"--size=4m", fmt.Sprintf("--iodepth=%d", tc.depth)}
+			// fio connects with rnr_retry_count 0: for SEND the server
+			// keeps more receives posted than the client has sends in
+			// flight, as fio's engine advises (on rxe too).
+			serverArgs := append([]string{"--name=server", "--rw=read"}, common...)
+			if tc.verb == "send" {
+				serverArgs = append(serverArgs, fmt.Sprintf("--iodepth=%d", 4*tc.depth))
+			}
 			srv := newWatch("waiting for connection")
 			sc := make(chan error, 1)
 			go func() {
-				sc <- d.fio(10*time.Second, srv, append([]string{"--name=server", "--rw=read"}, common...)...)
+				sc <- d.fio(10*time.Second, srv, serverArgs...)
 			}()
 			select {
 			case <-srv.seen:
