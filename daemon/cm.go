@@ -163,13 +163,34 @@ func (c *conn) cmDestroyChannel(b []byte) ([]byte, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// As the kernel's rdma_cm when a program closes the channel's file:
+	// the IDs still on it are destroyed (listeners stop, connections are
+	// disconnected), and the close succeeds.
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	ch := c.cm.chans[in.Handle]
 	if ch == nil {
+		c.mu.Unlock()
+		return nil, nil, unix.EINVAL
+	}
+	var on []*cmID
+	for _, o := range c.cm.ids {
+		if o.ch == in.Handle {
+			on = append(on, o)
+		}
+	}
+	c.mu.Unlock()
+	for _, o := range on {
+		if err := c.cmDestroyID(o); err != nil {
+			c.s.log.Debug("an ID of a destroyed CM event channel", "client", c.id, "err", err)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cm.chans[in.Handle] != ch {
 		return nil, nil, unix.EINVAL
 	}
 	if ch.refs > 0 {
+		// An ID migrated onto it meanwhile.
 		return nil, nil, unix.EBUSY
 	}
 	unix.Close(ch.w)

@@ -153,9 +153,6 @@ func TestCMOperations(t *testing.T) {
 	if _, err := a.bind(ids[1], addr, 7000); !errors.Is(err, unix.EADDRINUSE) {
 		t.Errorf("binding a listened port again: %v, want EADDRINUSE", err)
 	}
-	if _, _, err := a.call(ctl.OpCMDestroyChannel, ctl.Bytes(&ctl.Handle{Handle: ch})); !errors.Is(err, unix.EBUSY) {
-		t.Errorf("destroying a channel with IDs: %v, want EBUSY", err)
-	}
 	destroy := ctl.CMIDArg{ID: ids[2]}
 	if _, _, err := a.call(ctl.OpCMDestroyID, ctl.Bytes(&destroy)); err != nil {
 		t.Errorf("CM_DESTROY_ID: %v", err)
@@ -195,6 +192,35 @@ func TestCMOperations(t *testing.T) {
 	}
 	if err != nil {
 		t.Errorf("binding the departed client's port: %v", err)
+	}
+
+	// As the kernel's rdma_cm when the channel's file is closed:
+	// destroying a channel destroys the IDs on it, here a listener, whose
+	// port is free at once.
+	ch2 := b.channel()
+	lid, err := b.createID(ch2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.bind(lid, addr, 7001); err != nil {
+		t.Fatalf("CM_BIND: %v", err)
+	}
+	listen2 := ctl.CMIDArg{ID: lid, Arg: 8}
+	if _, _, err := b.call(ctl.OpCMListen, ctl.Bytes(&listen2)); err != nil {
+		t.Fatalf("CM_LISTEN: %v", err)
+	}
+	if _, _, err := b.call(ctl.OpCMDestroyChannel, ctl.Bytes(&ctl.Handle{Handle: ch2})); err != nil {
+		t.Errorf("destroying a channel with a listener on it: %v", err)
+	}
+	if _, _, err := b.call(ctl.OpCMQuery, ctl.Bytes(&ctl.CMIDArg{ID: lid})); !errors.Is(err, unix.ENOENT) {
+		t.Errorf("querying an ID of a destroyed channel: %v, want ENOENT", err)
+	}
+	id2, err := b.createID(bch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.bind(id2, addr, 7001); err != nil {
+		t.Errorf("binding the port of a destroyed channel's listener: %v", err)
 	}
 
 	// A CM request shorter than its struct ends the connection.

@@ -187,7 +187,10 @@ func (id *ID) bindLocked(a netip.AddrPort) error {
 	ix := 0
 	if !addr.IsUnspecified() {
 		var ok bool
-		if ag, ix, ok = id.c.agentFor(addr); !ok {
+		if ag, ix, ok = id.c.agentFor(addr); !ok && addr.IsLoopback() {
+			ag, ix, ok = id.c.loopbackAgent()
+		}
+		if !ok {
 			return fmt.Errorf("rdmacm: bind to %v: %w", addr, ErrNoDevice)
 		}
 	}
@@ -210,7 +213,7 @@ func (id *ID) bindLocked(a netip.AddrPort) error {
 func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error {
 	c := id.c
 	daddr := dst.Addr().Unmap()
-	if !daddr.IsValid() || daddr.IsUnspecified() {
+	if !daddr.IsValid() {
 		return fmt.Errorf("rdmacm: resolve the invalid address %v: %w", dst, ErrInvalid)
 	}
 	if timeout <= 0 {
@@ -232,9 +235,88 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 	fixed := id.agent
 	agents := c.agents
 	sgid := id.sgidIx
+	if _, _, local := c.agentFor(daddr); !local && (daddr.IsLoopback() || daddr.IsUnspecified()) {
+		// As the kernel's cma_resolve_loopback: a loopback or wildcard
+		// destination is the ID's own device (the first one when the ID
+		// has none), its source the loopback address of the family.
+		if fixed == nil {
+			fixed, sgid, _ = c.loopbackAgent()
+		}
+		if fixed == nil {
+			id.state = stateIdle
+			if id.bound != nil {
+				id.state = stateAddrBound
+			}
+			c.mu.Unlock()
+			return fmt.Errorf("rdmacm: resolve %v: %w", daddr, ErrNoDevice)
+		}
+		c.mu.Unlock()
+		go id.resolveLoopback(fixed, sgid, daddr)
+		return nil
+	}
 	c.mu.Unlock()
 	go id.resolve(fixed, sgid, agents, daddr, timeout)
 	return nil
+}
+
+// loopbackAgent is the device an ID bound or resolved to a loopback
+// address uses, as the kernel's cma_bind_loopback picks it: the first
+// device, GID index 0 (CM.mu held). ok false when the CM has no device.
+func (c *CM) loopbackAgent() (*agent, int, bool) {
+	if len(c.agents) == 0 {
+		return nil, 0, false
+	}
+	return c.agents[0], 0, true
+}
+
+// resolveLoopback completes ResolveAddr to a loopback or wildcard
+// destination: the path leads to the device's own source GID.
+func (id *ID) resolveLoopback(ag *agent, six int, daddr netip.Addr) {
+	c := id.c
+	sg, err := ag.dev.QueryGID(six)
+	c.mu.Lock()
+	if id.state != stateAddrQuery {
+		c.mu.Unlock()
+		return
+	}
+	fail := func() {
+		id.state = stateIdle
+		if id.bound != nil {
+			id.state = stateAddrBound
+		}
+		c.mu.Unlock()
+		id.post(&Event{Type: EventAddrError, ID: id, Status: StatusAddrNotAvail})
+	}
+	if err != nil {
+		fail()
+		return
+	}
+	lo := netip.IPv6Loopback()
+	if daddr.Is4() {
+		lo = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	}
+	if daddr.IsUnspecified() {
+		id.dst = netip.AddrPortFrom(lo, id.dst.Port())
+	}
+	if id.bound == nil || id.src.Addr().IsUnspecified() {
+		port := uint16(0)
+		if id.bound != nil {
+			port = id.bound.port
+			delete(c.ports, *id.bound)
+		}
+		p, e := c.bind(id, lo, port)
+		if e != nil {
+			fail()
+			return
+		}
+		id.bound = &portKey{id.ps, p, lo}
+		id.src = netip.AddrPortFrom(lo, p)
+	}
+	id.agent, id.sgidIx = ag, six
+	id.ah = verbs.AHAttr{DGID: sg, SGIDIndex: uint8(six), HopLimit: 64, PortNum: 1}
+	id.state = stateAddrResolved
+	c.mu.Unlock()
+	id.post(&Event{Type: EventAddrResolved, ID: id})
 }
 
 // resolve finds the route and neighbour to daddr and posts the outcome.
@@ -824,13 +906,21 @@ func (id *ID) Reject(private []byte) error {
 
 // Disconnect tears the connection down (rdma_disconnect): the QP moves to
 // the error state and a DREQ goes to the peer; DISCONNECTED follows its
-// DREP (or the DREQ's retries).
+// DREP (or the DREQ's retries). As the kernel's rdma_disconnect, which
+// fails only on an ID that never had a connection (its IB CM ID): on one
+// whose connection is being set up, was refused or is already down (the
+// peer's DREQ came first, or a second call) the QP moves to the error
+// state and nothing is sent, and it returns nil.
 func (id *ID) Disconnect() error {
 	c := id.c
 	c.mu.Lock()
 	a := id.agent
 	switch id.state {
 	case stateEstablished, stateAccepted:
+	case stateConnect, stateConnectResponse, stateConnectRequest, stateDisconnected:
+		id.toErr()
+		c.mu.Unlock()
+		return nil
 	default:
 		c.mu.Unlock()
 		return id.wrong("disconnect")

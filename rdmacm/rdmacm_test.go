@@ -218,6 +218,14 @@ func TestConnectSendDisconnect(t *testing.T) {
 			if st := closer.QP().State(); st != verbs.QPStateErr {
 				t.Fatalf("Disconnect left the QP %v", st)
 			}
+			// As the kernel's: after the peer's DREQ, and a second
+			// time, rdma_disconnect returns 0 and sends nothing.
+			sent := p.a.cm.Stats()[0].MADsSent + p.b.cm.Stats()[0].MADsSent
+			must(t, other.Disconnect())
+			must(t, closer.Disconnect())
+			if now := p.a.cm.Stats()[0].MADsSent + p.b.cm.Stats()[0].MADsSent; now != sent {
+				t.Fatalf("Disconnect of a disconnected ID sent %d MADs", now-sent)
+			}
 			for _, id := range []*rdmacm.ID{act, pas} {
 				must(t, id.DestroyQP())
 				must(t, id.Destroy())
@@ -325,8 +333,10 @@ func TestRejectWithPrivateData(t *testing.T) {
 	if named["cm_rej_sent"] != 1 || named["cm_mads_received"] != st.MADsReceived || named["cm_mads_received"] == 0 {
 		t.Fatalf("named counters %v", named)
 	}
-	if err := act.Disconnect(); err == nil {
-		t.Fatal("Disconnect of a rejected ID succeeded")
+	// The kernel's rdma_disconnect of a rejected ID returns 0 (its IB CM
+	// ID stays; neither a DREQ nor a DREP goes out).
+	if err := act.Disconnect(); err != nil {
+		t.Fatalf("Disconnect of a rejected ID: %v", err)
 	}
 	// Too much private data is refused before anything is sent.
 	id, _ := p.a.cm.CreateID(p.a.ch, cm.PortSpaceTCP, nil)

@@ -1,6 +1,7 @@
 package shim_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,8 +24,9 @@ func TestCMLoopback(t *testing.T) {
 
 // runCProgram compiles testdata/NAME.c against the system's rdma_cma.h
 // and the built librdmacm and libibverbs, runs it against a daemon with
-// the device's address, and wants its "ok: all".
-func runCProgram(t *testing.T, name string) {
+// the device's address, and wants its "ok: all"; it returns what the
+// program wrote to standard error.
+func runCProgram(t *testing.T, name string) string {
 	if _, err := os.Stat("/usr/include/rdma/rdma_cma.h"); err != nil {
 		t.Skip("skipping: /usr/include/rdma/rdma_cma.h is missing (apt-get install librdmacm-dev)")
 	}
@@ -42,6 +44,20 @@ func runCProgram(t *testing.T, name string) {
 	}
 	if !strings.Contains(out, "ok: all") {
 		t.Fatalf("%s did not finish", name)
+	}
+	return errOut
+}
+
+// TestCMTeardownAndAddresses runs testdata/cm_teardown_test.c, built as
+// cm_test.c is, against a daemon: binding to wildcard and loopback
+// addresses and resolving 127.0.0.1 as the kernel's rdma_cm does,
+// rdma_disconnect's EINVAL on an ID never connected, and
+// rdma_destroy_event_channel with a listener on it, which frees the
+// listener's port and prints nothing.
+func TestCMTeardownAndAddresses(t *testing.T) {
+	errOut := runCProgram(t, "cm_teardown_test")
+	if strings.TrimSpace(errOut) != "" {
+		t.Fatalf("the library wrote to standard error:\n%s", errOut)
 	}
 }
 
@@ -154,4 +170,50 @@ func (w *watch) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.String()
+}
+
+// TestRealPerftestRDMACM runs perftest's ib_write_bw and ib_send_bw with
+// -R (connections through RDMA CM), server and client on one daemon: each
+// moves its data and both sides disconnect cleanly (the kernel's
+// rdma_disconnect returns 0 after the peer's, and perftest says "Failed to
+// disconnect" otherwise).
+func TestRealPerftestRDMACM(t *testing.T) {
+	d := startDaemon(t)
+	g := fmt.Sprint(d.gidIdx)
+	for _, prog := range []string{"ib_write_bw", "ib_send_bw"} {
+		t.Run(prog, func(t *testing.T) {
+			args := []string{"-R", "-d", "sroce_lo", "-x", g, "-s", "4096", "-n", "200", "-p", "18601"}
+			type result struct {
+				out, errOut string
+				err         error
+			}
+			sc := make(chan result, 1)
+			go func() {
+				o, e, err := d.run(t, 30*time.Second, prog, args...)
+				sc <- result{o, e, err}
+			}()
+			var c result
+			// The client is retried while the server does not listen yet.
+			for try := 0; try < 50; try++ {
+				time.Sleep(200 * time.Millisecond)
+				c.out, c.errOut, c.err = d.run(t, 30*time.Second, prog, append(args, testAddr)...)
+				if c.err == nil || !strings.Contains(c.out+c.errOut, "REJECTED") && !strings.Contains(c.out+c.errOut, "Unable to perform rdma_client") {
+					break
+				}
+			}
+			s := <-sc
+			t.Logf("server:\n%s%s\nclient:\n%s%s", s.out, s.errOut, c.out, c.errOut)
+			if s.err != nil || c.err != nil {
+				t.Fatalf("%s -R: server %v, client %v", prog, s.err, c.err)
+			}
+			for _, out := range []string{s.out + s.errOut, c.out + c.errOut} {
+				if !strings.Contains(out, "#bytes") {
+					t.Fatal("no result table")
+				}
+				if strings.Contains(out, "Failed to disconnect") || strings.Contains(out, "librdmacm (sroce)") {
+					t.Fatal("the teardown failed or the library complained")
+				}
+			}
+		})
+	}
 }

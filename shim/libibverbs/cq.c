@@ -285,25 +285,30 @@ EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 	struct ibv_comp_channel *channel = ibcq->channel;
 	int err;
 
-	/* Once out of the table no more events are handed out for this CQ. */
+	/*
+	 * As the kernel's uverbs: the CQ is destroyed first, so one still used
+	 * by a QP or an SRQ is EBUSY at once and keeps its events; then, once
+	 * out of the table (no more events handed out for it), the library
+	 * waits for the program to acknowledge those it was given.
+	 */
+	err = sroce_call(c, SROCE_OP_DESTROY_CQ, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
+	if (err)
+		return err;
 	sroce_table_del(c, &c->cqs, ibcq->handle);
 	pthread_mutex_lock(&c->table_lock);
 	uint32_t comp = cq->comp_delivered, async = cq->async_delivered;
 	pthread_mutex_unlock(&c->table_lock);
-	err = sroce_wait_acks(&ibcq->mutex, &ibcq->cond, &ibcq->comp_events_completed, comp,
-			      &ibcq->async_events_completed, async, "ibv_destroy_cq");
-	if (!err)
-		err = sroce_call(c, SROCE_OP_DESTROY_CQ, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
-	if (err) {
-		sroce_table_put(c, &c->cqs, ibcq->handle, cq);
-		return err;
-	}
+	/* Unacknowledged events keep the struct: an ibv_ack_cq_events may still come. */
+	int keep = sroce_wait_acks(&ibcq->mutex, &ibcq->cond, &ibcq->comp_events_completed, comp,
+				   &ibcq->async_events_completed, async, "ibv_destroy_cq");
 	if (channel) {
 		pthread_mutex_lock(&ibcq->context->mutex);
 		channel->refcnt--;
 		pthread_mutex_unlock(&ibcq->context->mutex);
 	}
 	munmap(cq->mem, cq->mem_size);
+	if (keep)
+		return 0;
 	pthread_spin_destroy(&cq->lock);
 	pthread_mutex_destroy(&cq->arm_lock);
 	free(cq);

@@ -320,17 +320,18 @@ EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 	struct sroce_ctl_handle h = {.handle = ibqp->handle};
 	int err;
 
+	/* Destroyed first, then its events waited for, as ibv_destroy_cq does. */
+	err = sroce_call(c, SROCE_OP_DESTROY_QP, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
+	if (err)
+		return err;
 	sroce_table_del(c, &c->qps, ibqp->handle);
 	pthread_mutex_lock(&c->table_lock);
 	uint32_t async = qp->async_delivered;
 	pthread_mutex_unlock(&c->table_lock);
-	err = sroce_wait_acks(&ibqp->mutex, &ibqp->cond, &ibqp->events_completed, async, NULL, 0,
-			      "ibv_destroy_qp");
-	if (!err)
-		err = sroce_call(c, SROCE_OP_DESTROY_QP, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
-	if (err) {
-		sroce_table_put(c, &c->qps, ibqp->handle, qp);
-		return err;
+	if (sroce_wait_acks(&ibqp->mutex, &ibqp->cond, &ibqp->events_completed, async, NULL, 0,
+			    "ibv_destroy_qp")) {
+		munmap(qp->mem, qp->mem_size);
+		return 0;
 	}
 	munmap(qp->mem, qp->mem_size);
 	pthread_spin_destroy(&qp->sq_lock);
@@ -968,17 +969,18 @@ EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
 	struct sroce_ctl_handle h = {.handle = ibsrq->handle};
 	int err;
 
+	/* Destroyed first (EBUSY while a QP uses it), then its events waited for. */
+	err = sroce_call(c, SROCE_OP_DESTROY_SRQ, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
+	if (err)
+		return err;
 	sroce_table_del(c, &c->srqs, ibsrq->handle);
 	pthread_mutex_lock(&c->table_lock);
 	uint32_t async = srq->async_delivered;
 	pthread_mutex_unlock(&c->table_lock);
-	err = sroce_wait_acks(&ibsrq->mutex, &ibsrq->cond, &ibsrq->events_completed, async, NULL,
-			      0, "ibv_destroy_srq");
-	if (!err)
-		err = sroce_call(c, SROCE_OP_DESTROY_SRQ, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
-	if (err) {
-		sroce_table_put(c, &c->srqs, ibsrq->handle, srq);
-		return err;
+	if (sroce_wait_acks(&ibsrq->mutex, &ibsrq->cond, &ibsrq->events_completed, async, NULL,
+			    0, "ibv_destroy_srq")) {
+		munmap(srq->mem, srq->mem_size);
+		return 0;
 	}
 	munmap(srq->mem, srq->mem_size);
 	pthread_spin_destroy(&srq->lock);

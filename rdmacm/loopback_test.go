@@ -1,0 +1,51 @@
+package rdmacm_test
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/sroce/sroce/cm"
+	"github.com/sroce/sroce/rdmacm"
+	"github.com/sroce/sroce/roce/memlink"
+)
+
+// TestBindLoopbackAndWildcard binds IDs as the kernel's rdma_cm lets a
+// program on a RoCE device: to the wildcard addresses of both families,
+// and to loopback addresses no device holds, which attach the ID to the
+// first device (cma_bind_loopback); resolving a loopback or wildcard
+// destination resolves to that device's own GID, the source the loopback
+// address (cma_resolve_loopback).
+func TestBindLoopbackAndWildcard(t *testing.T) {
+	p := newPair(t, memlink.Impairments{}, rdmacm.Config{})
+	h := p.a
+	for i, a := range []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified(),
+		netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.AddrFrom4([4]byte{127, 1, 2, 3}), netip.IPv6Loopback()} {
+		id, err := h.cm.CreateID(h.ch, cm.PortSpaceTCP, nil)
+		must(t, err)
+		ap := netip.AddrPortFrom(a, uint16(6000+i))
+		if err := id.BindAddr(ap); err != nil {
+			t.Fatalf("bind to %v: %v", ap, err)
+		}
+		if got := id.LocalAddr(); got != ap {
+			t.Fatalf("bound to %v, LocalAddr says %v", ap, got)
+		}
+		must(t, id.Listen(4))
+		must(t, id.Destroy())
+	}
+	for _, dst := range []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback(), netip.IPv4Unspecified()} {
+		id, err := h.cm.CreateID(h.ch, cm.PortSpaceTCP, nil)
+		must(t, err)
+		must(t, id.ResolveAddr(netip.AddrPort{}, netip.AddrPortFrom(dst, 7000), time.Second))
+		ev := expect(t, h.ch, rdmacm.EventAddrResolved)
+		if ev.ID != id {
+			t.Fatalf("ADDR_RESOLVED for another ID")
+		}
+		if src := id.LocalAddr().Addr(); !src.IsLoopback() || src.Is4() != dst.Is4() {
+			t.Fatalf("resolving %v left the source %v, want the loopback address", dst, src)
+		}
+		must(t, id.ResolveRoute(time.Second))
+		expect(t, h.ch, rdmacm.EventRouteResolved)
+		must(t, id.Destroy())
+	}
+}
