@@ -221,3 +221,27 @@ func TestCwndFullWindowReads(t *testing.T) {
 		t.Fatalf("%d READ requests sent after the first completed (%d completions)", len(req), len(a.cq.wcs))
 	}
 }
+
+// TestUnackedBytesBound: what an RC requester keeps outstanding is bounded
+// in PSNs (MaxUnackedPSNs) and in bytes (MaxUnackedBytes): at a path MTU of
+// 1024 it sends 513 packets without an ACK, at 4096 only 129, as rdma_rxe's
+// 128 PSNs (512 KiB). Unbounded in bytes, 512 PSNs of 4 KiB waited in the
+// path's queues as long as a short retransmit timeout.
+func TestUnackedBytesBound(t *testing.T) {
+	for _, c := range []struct {
+		mtu  verbs.MTU
+		want int
+	}{{verbs.MTU1024, MaxUnackedPSNs + 1}, {verbs.MTU2048, 256 + 1}, {verbs.MTU4096, 128 + 1}} {
+		a, b := pair(t, c.mtu)
+		a.q.SetCwnd(false)
+		for id := uint64(1); id <= 12; id++ {
+			if err := a.q.PostSend(&verbs.SendWR{WRID: id, Opcode: verbs.WROpRDMAWrite,
+				SGL: []mr.SGE{a.sge(0, 64<<10)}, RemoteAddr: b.mr.IOVA(), RKey: b.mr.RKey()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := len(pump(a, 0)); got != c.want {
+			t.Errorf("path MTU %d: %d packets sent without an ACK, want %d", c.mtu.Bytes(), got, c.want)
+		}
+	}
+}

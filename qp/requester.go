@@ -103,7 +103,7 @@ func (q *QP) pumpSend(now monotime.Time, budget int) (int, bool) {
 		}
 		if q.typ == verbs.QPTypeRC {
 			inflight := int(r.ahead(r.psn))
-			if inflight > MaxUnackedPSNs {
+			if inflight > q.unackedLimit() {
 				return n, false
 			}
 			if !r.cw.allows(inflight, q.packetCost(w)) {
@@ -493,4 +493,15 @@ func (q *QP) checkDrained() {
 	if q.attr.EnSQDAsyncNotify {
 		q.env.Event(verbs.EventSQDrained, q, nil)
 	}
+}
+
+// unackedLimit returns how many PSNs past the oldest unacknowledged one the
+// requester may send: MaxUnackedPSNs, or fewer where the path MTU would
+// make them carry more than MaxUnackedBytes (never fewer than rdma_rxe's
+// 128).
+func (q *QP) unackedLimit() int {
+	if q.mtu <= 0 {
+		return MaxUnackedPSNs
+	}
+	return min(MaxUnackedPSNs, max(128, MaxUnackedBytes/q.mtu))
 }
