@@ -7,7 +7,9 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/cm"
+	"github.com/sroce/sroce/roce"
 )
 
 // CM timing, as Linux's rdma_cm sets it for RoCE.
@@ -204,6 +206,26 @@ func (c *CM) agentFor(addr netip.Addr) (*agent, int, bool) {
 		}
 	}
 	return nil, 0, false
+}
+
+// onLoopbackNet reports whether a device of the CM has a loopback address
+// among its GIDs (a UDP link on lo, as sroce's own tests run two hosts on
+// 127.x addresses): loopback addresses are then other hosts' on that
+// link, not the kernel's loopback of cma_bind_loopback and
+// cma_resolve_loopback (CM.mu held).
+func (c *CM) onLoopbackNet() bool {
+	for _, a := range c.agents {
+		for i := 0; i < roce.GIDTableLen; i++ {
+			g, err := a.dev.QueryGID(i)
+			if err != nil || g == (bth.GID{}) {
+				continue
+			}
+			if addr := g.Addr(); addr.IsLoopback() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // bind reserves (ps, port, addr) for id; port 0 takes an ephemeral port

@@ -187,7 +187,7 @@ func (id *ID) bindLocked(a netip.AddrPort) error {
 	ix := 0
 	if !addr.IsUnspecified() {
 		var ok bool
-		if ag, ix, ok = id.c.agentFor(addr); !ok && addr.IsLoopback() {
+		if ag, ix, ok = id.c.agentFor(addr); !ok && addr.IsLoopback() && !id.c.onLoopbackNet() {
 			ag, ix, ok = id.c.loopbackAgent()
 		}
 		if !ok {
@@ -235,7 +235,7 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 	fixed := id.agent
 	agents := c.agents
 	sgid := id.sgidIx
-	if _, _, local := c.agentFor(daddr); !local && (daddr.IsLoopback() || daddr.IsUnspecified()) {
+	if _, _, local := c.agentFor(daddr); !local && (daddr.IsLoopback() && !c.onLoopbackNet() || daddr.IsUnspecified()) {
 		// As the kernel's cma_resolve_loopback: a loopback or wildcard
 		// destination is the ID's own device (the first one when the ID
 		// has none), its source the loopback address of the family.
