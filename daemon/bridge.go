@@ -301,15 +301,37 @@ func (b *bridge) errorCQE(cq uint32, wrid uint64, st verbs.WCStatus, o *qpObj) b
 // finds the QP's (or SRQ's) queue empty (roce.QP.SetRecvRefill), so a
 // receive the client posted before the message came is never answered
 // with an RNR NAK. Resizing an SRQ replaces the ring under mu.
+//
+// A slot's room goes back to the client only when the engine is done
+// with its request (release): the consumer index the client sees lags the
+// daemon's by what the engine holds, so the client's ring full is the
+// queue full (a post beyond max_recv_wr fails with ENOMEM, as on rxe),
+// and the engine's queue never holds more than its capacity.
 type recvQ struct {
 	mu      sync.Mutex // the fields below; the ring's memory while !closed
 	closed  bool
 	r       *ring.Ring[ring.RecvWQE]
-	cons    uint32
+	cons    uint32 // the next slot to take
+	held    uint32 // taken from the ring, not yet released by the engine
+	skip    uint32 // released requests that were taken from a ring since replaced
 	maxSGE  uint32
 	pending bool
 	wr      verbs.RecvWR
 	sge     []mr.SGE
+}
+
+// release gives the client back the room of n requests the engine is
+// done with (roce.QP.SetRecvRelease), oldest first.
+func (q *recvQ) release(n uint32) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	m := min(n, q.skip)
+	q.skip -= m
+	n -= m
+	q.held -= min(n, q.held)
+	if !q.closed {
+		q.r.SetCons(q.cons - q.held)
+	}
 }
 
 // recvs posts the receive WQEs published on q's ring (recvQ.drain).
@@ -359,7 +381,7 @@ func (q *recvQ) drain(post func(*verbs.RecvWR) error) (moved, stuck bool, err er
 		}
 		q.wr = verbs.RecvWR{WRID: e.WRID, SGL: q.sge[:r.LoadSGEs(i, q.sge[:ns])]}
 		q.cons++
-		r.SetCons(q.cons)
+		q.held++
 		moved = true
 		q.pending = true
 		if !q.postRecv(post) {
@@ -395,14 +417,29 @@ func (c *conn) refill(q *recvQ, post func(*verbs.RecvWR) error) func() {
 	}
 }
 
+// released returns the function the engine calls when requests taken
+// from q's ring leave its queue (recvQ.release), on the engine's goroutine.
+func (c *conn) released(q *recvQ) func(uint32) {
+	return func(n uint32) {
+		defer c.contain("receive release")
+		q.release(n)
+	}
+}
+
 // postRecv posts q's request; false: the engine's queue is full.
 func (q *recvQ) postRecv(post func(*verbs.RecvWR) error) bool {
-	if err := post(&q.wr); errors.Is(err, qp.ErrQueueFull) {
+	err := post(&q.wr)
+	if errors.Is(err, qp.ErrQueueFull) {
 		return false
 	}
-	// Any other refusal is the engine's to report (a QP in the error
-	// state flushes the request).
 	q.pending = false
+	if err != nil {
+		// Refused (a QP in the RESET state): the request is dropped, as
+		// the kernel drops what a reset QP's queue held, and its room
+		// goes back at once.
+		q.held--
+		q.r.SetCons(q.cons - q.held)
+	}
 	return true
 }
 

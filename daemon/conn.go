@@ -1227,6 +1227,7 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 		srq.refs++
 	} else {
 		q.SetRecvRefill(c.refill(&o.rqQ, q.PostRecv))
+		q.SetRecvRelease(c.released(&o.rqQ))
 	}
 	c.dev.own(q, c, h)
 	out := ctl.QP{Handle: h, QPN: uint32(q.QPN()), Cap: ctl.CapOf(got), SQOffset: uint64(sqOff), RQOffset: uint64(rqOff),
@@ -1410,6 +1411,7 @@ func (c *conn) dropQP(h uint32, o *qpObj) {
 	}
 	delete(c.qps, h)
 	o.qp.SetRecvRefill(nil)
+	o.qp.SetRecvRelease(nil)
 	o.qp.SetStateWatch(nil)
 	o.rqQ.close()
 	o.mem.close()
@@ -1472,6 +1474,7 @@ func (c *conn) createSRQ(b []byte) ([]byte, []int, error) {
 	so := &srqObj{srq: s, mem: mem, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rqQ: recvQ{r: r, maxSGE: in.MaxSGE}, cost: k}
 	c.srqs[h] = so
 	s.SetRecvRefill(c.refill(&so.rqQ, s.PostRecv))
+	s.SetRecvRelease(c.released(&so.rqQ))
 	c.dev.own(s, c, h)
 	return srqReply(so, maxWR, fd)
 }
@@ -1597,7 +1600,11 @@ func (c *conn) resizeSRQ(in *ctl.SRQ) ([]byte, []int, error) {
 	q.mu.Lock()
 	ok = q.r.CopyTo(r, q.cons, q.r.Prod()-q.cons) // only fewer wait now
 	if ok {
+		// The requests the engine holds were taken from the old ring:
+		// their release frees nothing in the new one.
 		q.r, q.cons = r, 0
+		q.skip += q.held
+		q.held = 0
 	}
 	q.mu.Unlock()
 	// What the engine holds now, resized, is the real charge: the old
@@ -1649,6 +1656,7 @@ func (c *conn) destroySRQ(b []byte) ([]byte, []int, error) {
 		}
 		c.dev.disown(o.srq)
 		o.srq.SetRecvRefill(nil)
+		o.srq.SetRecvRelease(nil)
 		o.rqQ.close()
 		o.mem.close()
 		c.release(o.cost)
@@ -1763,6 +1771,7 @@ func (c *conn) cleanup() {
 		c.dev.disown(o.srq)
 		delete(c.srqs, h)
 		o.srq.SetRecvRefill(nil)
+		o.srq.SetRecvRelease(nil)
 		o.rqQ.close()
 		o.mem.close()
 		c.release(o.cost)

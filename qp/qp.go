@@ -132,7 +132,8 @@ type QP struct {
 	traceOn *atomic.Bool // Config.Tracing
 	tracer  Tracer
 
-	refill atomic.Pointer[func()] // SetRecvRefill
+	refill   atomic.Pointer[func()]       // SetRecvRefill
+	released atomic.Pointer[func(uint32)] // SetRecvRelease
 
 	stateWatch atomic.Pointer[func(verbs.QPState)] // SetStateWatch
 }
@@ -148,6 +149,28 @@ func (q *QP) SetRecvRefill(f func()) {
 		return
 	}
 	q.refill.Store(&f)
+}
+
+// SetRecvRelease sets f, which the QP calls with n each time n receive
+// requests leave its receive queue (completed, flushed, or discarded by a
+// reset), before the completion of a completed or flushed one is pushed.
+// A caller that keeps the queue's requests elsewhere too (the daemon's
+// shared rings) frees their room there, so that what a program posted and
+// the QP holds together never exceed the queue's capacity. f runs on the
+// loop, or on the caller of Modify for a reset. nil removes it.
+func (q *QP) SetRecvRelease(f func(n uint32)) {
+	if f == nil {
+		q.released.Store(nil)
+		return
+	}
+	q.released.Store(&f)
+}
+
+// recvReleased tells SetRecvRelease's function that n requests left.
+func (q *QP) recvReleased(n uint32) {
+	if f := q.released.Load(); f != nil && n != 0 {
+		(*f)(n)
+	}
 }
 
 // New creates a QP in the RESET state.
@@ -567,8 +590,9 @@ func (q *QP) flush() {
 	} else {
 		for q.rq.r.Ready() != 0 {
 			wc := verbs.WC{WRID: q.rq.r.Front().WRID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.qpn}
-			q.pushRecv(&wc, false)
 			q.rq.r.Release(1)
+			q.recvReleased(1)
+			q.pushRecv(&wc, false)
 		}
 	}
 	rs.rwqe = nil

@@ -374,7 +374,19 @@ type SRQ struct {
 	// Context is free for the device's use.
 	Context any
 
-	refill atomic.Pointer[func()] // SetRecvRefill
+	refill   atomic.Pointer[func()]       // SetRecvRefill
+	released atomic.Pointer[func(uint32)] // SetRecvRelease
+}
+
+// SetRecvRelease sets f, which a QP of the SRQ calls on the loop with 1
+// each time it takes a request from the SRQ (QP.SetRecvRelease says
+// more). nil removes it.
+func (s *SRQ) SetRecvRelease(f func(n uint32)) {
+	if f == nil {
+		s.released.Store(nil)
+		return
+	}
+	s.released.Store(&f)
 }
 
 // SetRecvRefill sets f, which a QP of the SRQ calls on the loop when a
@@ -450,6 +462,9 @@ func (s *SRQ) take(dst *recvWQE) (ok, limitEvent bool) {
 	dst.wrid, dst.length = src.wrid, src.length
 	dst.sgl = append(dst.sgl[:0], src.sgl...)
 	s.rq.r.Release(1)
+	if f := s.released.Load(); f != nil {
+		(*f)(1)
+	}
 	if l := s.limit.Load(); l != 0 && s.rq.count() < l {
 		if s.limit.CompareAndSwap(l, 0) {
 			return true, true

@@ -262,6 +262,7 @@ func (q *QP) completeRecv(wc *verbs.WC, solicited bool) {
 	wc.QPNum = q.qpn
 	if q.srq == nil {
 		q.rq.r.Release(1)
+		q.recvReleased(1)
 	}
 	rs.rwqe = nil
 	rs.roff = 0

@@ -162,6 +162,10 @@ func (q *QP) QPN() bth.QPN { return q.qp.QPN() }
 // missed. nil removes it.
 func (q *QP) SetRecvRefill(f func()) { q.qp.SetRecvRefill(f) }
 
+// SetRecvRelease sets f, called with n when n receive requests leave the
+// QP's receive queue (qp.QP.SetRecvRelease says when). nil removes it.
+func (q *QP) SetRecvRelease(f func(n uint32)) { q.qp.SetRecvRelease(f) }
+
 // SetStateWatch sets f, which is called with the QP's new state whenever
 // it changes: by Modify, or by the device's loop (the error state after a
 // remote error, a retry count used up, a flush). It runs on the goroutine
@@ -446,6 +450,10 @@ func (pd *PD) CreateSRQ(maxWR, maxSGE, limit uint32) (*SRQ, error) {
 // SetRecvRefill is QP.SetRecvRefill for the QPs that take their receive
 // requests from s.
 func (s *SRQ) SetRecvRefill(f func()) { s.srq.SetRecvRefill(f) }
+
+// SetRecvRelease sets f, called with 1 each time a QP takes a request
+// from the SRQ. nil removes it.
+func (s *SRQ) SetRecvRelease(f func(n uint32)) { s.srq.SetRecvRelease(f) }
 
 // PostRecv posts a receive work request to the SRQ (ibv_post_srq_recv).
 func (s *SRQ) PostRecv(wr *verbs.RecvWR) error {

@@ -277,6 +277,37 @@ struct ibv_cq_ex *sroce_create_cq_ex(struct ibv_context *context, struct ibv_cq_
 	return cq ? &cq->cq : NULL;
 }
 
+/*
+ * sroce_cq_clean removes the completions of QP qpn that wait on the CQ,
+ * keeping the others in order: a QP moved to RESET leaves nothing behind
+ * in its CQs (as RoCE NICs' providers clean their CQs), so a program that
+ * resets a QP after an error and uses it again does not poll the old
+ * QP's flushed requests. Only the consumer's index moves: the entries
+ * past the producer index read here are the daemon's and stay untouched.
+ */
+void sroce_cq_clean(struct ibv_cq *ibcq, uint32_t qpn)
+{
+	struct sroce_cq *cq = to_scq(ibcq);
+	pthread_spin_lock(&cq->lock);
+	struct sroce_ring_hdr *h = cq->ring;
+	uint32_t cons = h->cons;
+	uint32_t prod = __atomic_load_n(&h->prod, __ATOMIC_ACQUIRE);
+	uint32_t freed = 0;
+	if (prod - cons <= h->size) {
+		for (uint32_t i = prod; i != cons;) {
+			i--;
+			struct sroce_cqe *e = sroce_ring_slot(h, i);
+			if (e->qp_num == qpn)
+				freed++;
+			else if (freed)
+				memcpy(sroce_ring_slot(h, i + freed), e, sizeof(*e));
+		}
+	}
+	if (freed)
+		__atomic_store_n(&h->cons, cons + freed, __ATOMIC_RELEASE);
+	pthread_spin_unlock(&cq->lock);
+}
+
 EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 {
 	struct sroce_cq *cq = to_scq(ibcq);

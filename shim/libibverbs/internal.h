@@ -172,6 +172,7 @@ int sroce_query_device_ex(struct ibv_context *context,
 int sroce_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int sroce_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 struct ibv_cq_ex *sroce_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
+void sroce_cq_clean(struct ibv_cq *cq, uint32_t qpn);
 int sroce_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int sroce_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int sroce_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);

@@ -283,8 +283,15 @@ EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 			 NULL, 0, NULL, 0);
 	if (err)
 		return err;
-	if (mask & IBV_QP_STATE)
+	if (mask & IBV_QP_STATE) {
 		qp->state = a->qp_state;
+		if (a->qp_state == IBV_QPS_RESET) {
+			if (qp->recv_cq)
+				sroce_cq_clean(qp->recv_cq, qp->qp_num);
+			if (qp->send_cq && qp->send_cq != qp->recv_cq)
+				sroce_cq_clean(qp->send_cq, qp->qp_num);
+		}
+	}
 	return 0;
 }
 

@@ -35,3 +35,68 @@ qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq,
 qp.to_init(QPAttr(port_num=1))
 assert qp.qp_state == e.IBV_QPS_INIT, qp.qp_state
 print("ok cq, cq_ex and qp")
+
+# A receive queue holds max_recv_wr requests, whatever the daemon has
+# taken from the ring meanwhile: one more is ENOMEM (as on rxe); a flushed
+# request's room comes back.
+from pyverbs.pyverbs_error import PyverbsRDMAError
+from pyverbs.wr import RecvWR, SGE
+
+ud = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq, rcq=cq,
+                       cap=QPCap(max_send_wr=4, max_recv_wr=4)))
+def ud_init(q):
+    a = QPAttr(port_num=1)
+    a.qkey = 0x11111111
+    q.to_init(a)
+
+
+ud_init(ud)
+max_recv = ud.query(e.IBV_QP_CAP)[0].cap.max_recv_wr
+sge = SGE(mr.buf, 64, mr.lkey)
+
+
+def fill(q, n):
+    for i in range(n):
+        q.post_recv(RecvWR(wr_id=i, num_sge=1, sg=[sge]))
+
+
+def full(q):
+    try:
+        q.post_recv(RecvWR(wr_id=99, num_sge=1, sg=[sge]))
+    except PyverbsRDMAError as ex:
+        assert ex.error_code == 12, ex.error_code  # ENOMEM
+        return True
+    return False
+
+
+import time
+fill(ud, max_recv)
+time.sleep(0.2)  # the daemon takes the receives into the engine meanwhile
+assert full(ud), "a receive beyond max_recv_wr was accepted"
+ud.modify(QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
+got, deadline = 0, time.time() + 10
+while got < max_recv and time.time() < deadline:
+    n, wcs = cq.poll(max_recv)
+    for wc in wcs[:n]:
+        assert wc.status == e.IBV_WC_WR_FLUSH_ERR, wc.status
+    got += n
+assert got == max_recv, f"{got} of {max_recv} flushed receives completed in 10 s"
+fill(ud, max_recv)
+print("ok receive queue full at max_recv_wr")
+
+# A QP moved to RESET leaves no completion behind in its CQ; another
+# QP's stay, in order.
+time.sleep(0.2)  # the engine flushes the receives just posted to ud
+other = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq, rcq=cq,
+                          cap=QPCap(max_send_wr=4, max_recv_wr=4)))
+ud_init(other)
+fill(other, 2)
+other.modify(QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
+ud.modify(QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)
+seen, deadline = [], time.time() + 10
+while len(seen) < 2 and time.time() < deadline:
+    n, wcs = cq.poll(16)
+    seen += [(wc.qp_num, wc.wr_id) for wc in wcs[:n]]
+assert seen == [(other.qp_num, 0), (other.qp_num, 1)], \
+    f"after ud's reset, in 10 s the CQ gave {seen}; want other's two flushed receives only"
+print("ok reset cleans the CQ")
