@@ -206,8 +206,8 @@ func TestRealProgramsOnTheDaemon(t *testing.T) {
 		if err != nil {
 			t.Fatalf("verbs_test: %v", err)
 		}
-		if n := strings.Count(o, "ok "); n != 15 {
-			t.Fatalf("%d checks passed, want 15", n)
+		if n := strings.Count(o, "ok "); n != 16 {
+			t.Fatalf("%d checks passed, want 16", n)
 		}
 	})
 	t.Run("pyverbs", func(t *testing.T) {
@@ -220,8 +220,8 @@ func TestRealProgramsOnTheDaemon(t *testing.T) {
 		if err != nil {
 			t.Fatalf("pyverbs_test.py: %v", err)
 		}
-		if n := strings.Count(o, "ok "); n != 5 {
-			t.Fatalf("%d checks passed, want 5", n)
+		if n := strings.Count(o, "ok "); n != 6 {
+			t.Fatalf("%d checks passed, want 6", n)
 		}
 	})
 	iters := regexp.MustCompile(`(?m)^100 iters in `)

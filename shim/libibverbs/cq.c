@@ -265,7 +265,7 @@ struct ibv_cq_ex *sroce_create_cq_ex(struct ibv_context *context, struct ibv_cq_
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	if (a->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS) {
+	if (a->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -273,8 +273,24 @@ struct ibv_cq_ex *sroce_create_cq_ex(struct ibv_context *context, struct ibv_cq_
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
+	/* A CQ may be made in a parent domain (not a plain PD), which it holds. */
+	struct sroce_pd *pd = NULL;
+	if (a->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) {
+		if (!a->parent_domain || a->parent_domain->context != context ||
+		    !to_spd(a->parent_domain)->parent) {
+			errno = EINVAL;
+			return NULL;
+		}
+		pd = to_spd(a->parent_domain);
+	}
 	struct sroce_cq *cq = create_cq(context, a->cqe, a->cq_context, a->channel, a->comp_vector);
-	return cq ? &cq->cq : NULL;
+	if (!cq)
+		return NULL;
+	if (pd) {
+		cq->pd = pd;
+		__atomic_add_fetch(&pd->refs, 1, __ATOMIC_RELAXED);
+	}
+	return &cq->cq;
 }
 
 /*
@@ -326,6 +342,8 @@ EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 	if (err)
 		return err;
 	sroce_table_del(c, &c->cqs, ibcq->handle);
+	if (cq->pd)
+		__atomic_sub_fetch(&cq->pd->refs, 1, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&c->table_lock);
 	uint32_t comp = cq->comp_delivered, async = cq->async_delivered;
 	pthread_mutex_unlock(&c->table_lock);

@@ -189,6 +189,9 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->vctx.query_device_ex = sroce_query_device_ex;
 	c->vctx.create_cq_ex = sroce_create_cq_ex;
 	c->vctx.create_qp_ex = sroce_create_qp_ex;
+	c->vctx.alloc_parent_domain = sroce_alloc_parent_domain;
+	c->vctx.alloc_td = sroce_alloc_td;
+	c->vctx.dealloc_td = sroce_dealloc_td;
 	c->vctx.sz = sizeof(struct verbs_context);
 	return ctx;
 
@@ -512,7 +515,7 @@ EXPORT int ibv_get_pkey_index(struct ibv_context *context, uint8_t port_num, uin
 EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 {
 	struct sroce_ctl_handle h;
-	struct ibv_pd *pd;
+	struct sroce_pd *pd;
 	int err = sroce_call(to_sctx(context), SROCE_OP_ALLOC_PD, NULL, 0, NULL, 0, &h,
 			     sizeof(h), NULL, 0);
 	if (err) {
@@ -527,19 +530,99 @@ EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 		errno = ENOMEM;
 		return NULL;
 	}
-	pd->context = context;
-	pd->handle = h.handle;
-	return pd;
+	pd->pd.context = context;
+	pd->pd.handle = h.handle;
+	return &pd->pd;
 }
 
-EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
+/*
+ * A parent domain (ibv_alloc_parent_domain) is its PD seen through another
+ * ibv_pd: the daemon's handle is the PD's, so every object made with it
+ * is the PD's. It holds its PD (which is EBUSY to ibv_dealloc_pd until
+ * the parent domains on it go) and its thread domain. The allocators a
+ * program may give are not called: the memory of sroce's queues is the
+ * daemon's, shared with the program, never the program's to allocate (a
+ * provider may use them, it need not).
+ */
+struct ibv_pd *sroce_alloc_parent_domain(struct ibv_context *context,
+					 struct ibv_parent_domain_init_attr *a)
 {
-	struct sroce_ctl_handle h = {.handle = pd->handle};
-	int err = sroce_call(to_sctx(pd->context), SROCE_OP_DEALLOC_PD, &h, sizeof(h), NULL, 0,
+	if (!a || !a->pd || a->pd->context != context ||
+	    (a->comp_mask & ~(uint32_t)(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS |
+					IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT)) ||
+	    (a->td && a->td->context != context)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct sroce_pd *base = to_spd(a->pd);
+	if (base->parent) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct sroce_pd *pd = calloc(1, sizeof(*pd));
+	if (!pd) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pd->pd.context = context;
+	pd->pd.handle = a->pd->handle;
+	pd->parent = base;
+	pd->td = a->td;
+	if (a->td)
+		__atomic_add_fetch(&to_std(a->td)->refs, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&base->refs, 1, __ATOMIC_RELAXED);
+	return &pd->pd;
+}
+
+EXPORT int ibv_dealloc_pd(struct ibv_pd *ibpd)
+{
+	struct sroce_pd *pd = to_spd(ibpd);
+	if (pd->parent) {
+		if (__atomic_load_n(&pd->refs, __ATOMIC_RELAXED))
+			return EBUSY;
+		__atomic_sub_fetch(&pd->parent->refs, 1, __ATOMIC_RELAXED);
+		if (pd->td)
+			__atomic_sub_fetch(&to_std(pd->td)->refs, 1, __ATOMIC_RELAXED);
+		free(pd);
+		return 0;
+	}
+	if (__atomic_load_n(&pd->refs, __ATOMIC_RELAXED))
+		return EBUSY;
+	struct sroce_ctl_handle h = {.handle = ibpd->handle};
+	int err = sroce_call(to_sctx(ibpd->context), SROCE_OP_DEALLOC_PD, &h, sizeof(h), NULL, 0,
 			     NULL, 0, NULL, 0);
 	if (err)
 		return err;
 	free(pd);
+	return 0;
+}
+
+/*
+ * A thread domain (ibv_alloc_td) promises that one thread at a time uses
+ * what is made with it; sroce's queues take the same locks either way, so
+ * it is a token a parent domain holds (EBUSY to free while held).
+ */
+struct ibv_td *sroce_alloc_td(struct ibv_context *context, struct ibv_td_init_attr *a)
+{
+	if (a && a->comp_mask) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct sroce_td *td = calloc(1, sizeof(*td));
+	if (!td) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	td->td.context = context;
+	return &td->td;
+}
+
+int sroce_dealloc_td(struct ibv_td *ibtd)
+{
+	struct sroce_td *td = to_std(ibtd);
+	if (__atomic_load_n(&td->refs, __ATOMIC_RELAXED))
+		return EBUSY;
+	free(td);
 	return 0;
 }
 

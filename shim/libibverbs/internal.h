@@ -74,6 +74,29 @@ static inline struct sroce_context *to_sctx(struct ibv_context *c)
 	return container_of(c, struct sroce_context, vctx.context);
 }
 
+/* A PD, or a parent domain over one (ibv_alloc_parent_domain). */
+struct sroce_pd {
+	struct ibv_pd pd;
+	struct sroce_pd *parent; /* a parent domain's PD; NULL for a PD */
+	struct ibv_td *td;       /* a parent domain's thread domain, or NULL */
+	uint32_t refs;           /* parent domains on a PD; CQs made with a parent domain */
+};
+
+static inline struct sroce_pd *to_spd(struct ibv_pd *pd)
+{
+	return container_of(pd, struct sroce_pd, pd);
+}
+
+struct sroce_td {
+	struct ibv_td td;
+	uint32_t refs; /* parent domains holding it */
+};
+
+static inline struct sroce_td *to_std(struct ibv_td *td)
+{
+	return container_of(td, struct sroce_td, td);
+}
+
 struct sroce_comp_channel {
 	struct ibv_comp_channel ch;
 	uint32_t handle;
@@ -91,6 +114,7 @@ struct sroce_cq {
 	uint32_t empty_polls;     /* polls in a row that found nothing */
 	uint32_t comp_delivered;  /* events handed to the program */
 	uint32_t async_delivered;
+	struct sroce_pd *pd;      /* the parent domain it was made in, or NULL */
 };
 
 struct sroce_qp {
@@ -104,6 +128,7 @@ struct sroce_qp {
 	int wr_err;            /* ibv_wr_*: the first error since wr_start */
 	struct sroce_send_wqe *wr_cur; /* ibv_wr_*: the WQE being built */
 	struct sroce_ctl_qp_cap cap;
+	struct sroce_pd *pd;   /* the parent domain it was made in, or NULL */
 	int sq_sig_all;
 	struct sroce_qp_ctl *ctl;
 	struct sroce_ring_hdr *sq, *rq;
@@ -173,6 +198,10 @@ int sroce_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int sroce_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 struct ibv_cq_ex *sroce_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
 void sroce_cq_clean(struct ibv_cq *cq, uint32_t qpn);
+struct ibv_pd *sroce_alloc_parent_domain(struct ibv_context *context,
+					 struct ibv_parent_domain_init_attr *attr);
+struct ibv_td *sroce_alloc_td(struct ibv_context *context, struct ibv_td_init_attr *attr);
+int sroce_dealloc_td(struct ibv_td *td);
 int sroce_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int sroce_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int sroce_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);

@@ -155,6 +155,10 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 		a->cap.max_recv_wr = reply.cap.max_recv_wr;
 		a->cap.max_recv_sge = reply.cap.max_recv_sge;
 	}
+	if (to_spd(pd)->parent) { /* a QP holds the parent domain it was made in */
+		qp->pd = to_spd(pd);
+		__atomic_add_fetch(&qp->pd->refs, 1, __ATOMIC_RELAXED);
+	}
 	return &qp->qp;
 fail:
 	if (qp->mem && qp->mem != MAP_FAILED)
@@ -332,6 +336,8 @@ EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 	if (err)
 		return err;
 	sroce_table_del(c, &c->qps, ibqp->handle);
+	if (qp->pd)
+		__atomic_sub_fetch(&qp->pd->refs, 1, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&c->table_lock);
 	uint32_t async = qp->async_delivered;
 	pthread_mutex_unlock(&c->table_lock);

@@ -821,6 +821,29 @@ struct ibv_cq_init_attr_ex {
 	struct ibv_pd *parent_domain;
 };
 
+struct ibv_td_init_attr {
+	uint32_t comp_mask;
+};
+
+struct ibv_td {
+	struct ibv_context *context;
+};
+
+enum ibv_parent_domain_init_attr_mask {
+	IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS = 1 << 0,
+	IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT = 1 << 1,
+};
+
+struct ibv_parent_domain_init_attr {
+	struct ibv_pd *pd;
+	struct ibv_td *td;
+	uint32_t comp_mask;
+	void *(*alloc)(struct ibv_pd *pd, void *pd_context, size_t size, size_t alignment,
+		       uint64_t resource_type);
+	void (*free)(struct ibv_pd *pd, void *pd_context, void *ptr, uint64_t resource_type);
+	void *pd_context;
+};
+
 struct ibv_ah {
 	struct ibv_context *context;
 	struct ibv_pd *pd;
@@ -911,9 +934,10 @@ struct verbs_context {
 	void *destroy_flow_action;
 	void *create_flow_action_esp;
 	void *modify_qp_rate_limit;
-	void *alloc_parent_domain;
-	void *dealloc_td;
-	void *alloc_td;
+	struct ibv_pd *(*alloc_parent_domain)(struct ibv_context *context,
+					      struct ibv_parent_domain_init_attr *attr);
+	int (*dealloc_td)(struct ibv_td *td);
+	struct ibv_td *(*alloc_td)(struct ibv_context *context, struct ibv_td_init_attr *init_attr);
 	void *modify_cq;
 	void *post_srq_ops;
 	void *destroy_rwq_ind_table;

@@ -100,3 +100,33 @@ while len(seen) < 2 and time.time() < deadline:
 assert seen == [(other.qp_num, 0), (other.qp_num, 1)], \
     f"after ud's reset, in 10 s the CQ gave {seen}; want other's two flushed receives only"
 print("ok reset cleans the CQ")
+
+# A parent domain: QPs, MRs and extended CQs made in it are its PD's
+# (verbs_test.c checks what frees are EBUSY).
+from pyverbs.pd import ParentDomain, ParentDomainInitAttr, ParentDomainContext
+import pyverbs.mem_alloc as mem
+
+
+def alloc(pd, context, size, alignment, resource_type):
+    return mem.posix_memalign(size, alignment)
+
+
+def free(pd, context, ptr, resource_type):
+    mem.free(ptr)
+
+
+pd2 = PD(ctx)
+pdctx = ParentDomainContext(pd2, alloc, free)
+parent = ParentDomain(ctx, attr=ParentDomainInitAttr(pd=pd2, pd_context=pdctx))
+pcq = CQEX(ctx, CqInitAttrEx(cqe=8, parent_domain=parent,
+                             comp_mask=e.IBV_CQ_INIT_ATTR_MASK_PD))
+pqp = QP(parent, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=pcq, rcq=pcq,
+                            cap=QPCap(max_send_wr=4, max_recv_wr=4)))
+pqp.to_init(QPAttr(port_num=1))
+pmr = MR(parent, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+pmr.close()
+pqp.close()
+pcq.close()
+parent.close()
+pd2.close()
+print("ok parent domain")

@@ -596,6 +596,39 @@ int main(int argc, char **argv)
 		printf("ok multicast\n");
 	}
 
+	/* A parent domain holds its PD and thread domain; a CQ and a QP made in
+	 * it hold it: each is EBUSY to free until what holds it is gone. */
+	{
+		struct ibv_td_init_attr ta = {0};
+		struct ibv_td *td = ibv_alloc_td(ctx, &ta);
+		CHECK(td, "ibv_alloc_td: %s", strerror(errno));
+		struct ibv_pd *base = ibv_alloc_pd(ctx);
+		CHECK(base, "ibv_alloc_pd");
+		struct ibv_parent_domain_init_attr pa = {.pd = base, .td = td};
+		struct ibv_pd *par = ibv_alloc_parent_domain(ctx, &pa);
+		CHECK(par, "ibv_alloc_parent_domain: %s", strerror(errno));
+		struct ibv_cq_init_attr_ex ca = {.cqe = 4, .comp_mask = IBV_CQ_INIT_ATTR_MASK_PD,
+						 .parent_domain = par};
+		struct ibv_cq_ex *pcq = ibv_create_cq_ex(ctx, &ca);
+		CHECK(pcq, "ibv_create_cq_ex in a parent domain: %s", strerror(errno));
+		ca.parent_domain = base;
+		CHECK(!ibv_create_cq_ex(ctx, &ca) && errno == EINVAL, "a CQ in a plain PD was made");
+		struct ibv_qp_init_attr qa = {.send_cq = ibv_cq_ex_to_cq(pcq), .recv_cq = ibv_cq_ex_to_cq(pcq),
+					      .cap = {.max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1},
+					      .qp_type = IBV_QPT_RC};
+		struct ibv_qp *pqp = ibv_create_qp(par, &qa);
+		CHECK(pqp, "ibv_create_qp in a parent domain: %s", strerror(errno));
+		CHECK(ibv_dealloc_pd(base) == EBUSY, "a PD held by a parent domain was freed");
+		CHECK(ibv_dealloc_td(td) == EBUSY, "a thread domain held by a parent domain was freed");
+		CHECK(ibv_dealloc_pd(par) == EBUSY, "a parent domain with a QP and a CQ was freed");
+		CHECK(!ibv_destroy_qp(pqp), "ibv_destroy_qp");
+		CHECK(ibv_dealloc_pd(par) == EBUSY, "a parent domain with a CQ was freed");
+		CHECK(!ibv_destroy_cq(ibv_cq_ex_to_cq(pcq)), "ibv_destroy_cq");
+		CHECK(!ibv_dealloc_pd(par) && !ibv_dealloc_pd(base) && !ibv_dealloc_td(td),
+		      "freeing a parent domain, its PD and thread domain");
+		printf("ok parent and thread domains\n");
+	}
+
 	CHECK(!ibv_destroy_qp(a_qp) && !ibv_destroy_qp(b_qp), "ibv_destroy_qp");
 	CHECK(!ibv_destroy_cq(a_cq) && !ibv_destroy_cq(b_cq), "ibv_destroy_cq");
 	CHECK(!ibv_destroy_comp_channel(ch), "ibv_destroy_comp_channel");
