@@ -54,6 +54,12 @@ func startTool(t testing.TB, cmd *exec.Cmd, start func(*exec.Cmd) error) *toolPr
 	t.Helper()
 	p := &toolProc{cmd: cmd, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = &p.stdout, &p.stderr
+	// A program that forks (fio's jobs, mpirun's daemons) leaves its
+	// output open in children a kill does not reach: the wait for that
+	// output is bounded too.
+	if cmd.WaitDelay == 0 {
+		cmd.WaitDelay = 5 * time.Second
+	}
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	}
