@@ -48,17 +48,11 @@ func needMPI(t testing.TB) {
 }
 
 // ucxEnv is the environment of every UCX program in these tests, with the
-// transports tls.
-//
-// UCX 1.13's ud_verbs drops every UD packet whose GRH destination does not
-// match one of its GIDs (UCX_UD_VERBS_ETH_DGID_CHECK, on by default), and
-// it tells an IPv4 packet's GRH from an IPv6 one by the work completion's
-// sl, which mlx5 fills with the RoCE packet type: rdma_rxe, like sroce,
-// reports sl 0, so on both UCX reads the IPv4 header's bytes as an IPv6
-// GID and drops everything (UCX 1.18 reads the GRH itself: openucx/ucx
-// pull request 10209). The check is turned off here as on rxe.
+// transports tls. Nothing else is needed: UCX_UD_VERBS_ETH_DGID_CHECK
+// stays on (UCX 1.13's ud_verbs finds the destination address of each
+// packet by the completion's sl, which sroce fills as ConnectX does).
 func ucxEnv(tls string) []string {
-	return []string{"UCX_TLS=" + tls, "UCX_UD_VERBS_ETH_DGID_CHECK=n", "SROCE_LINK=xdp"}
+	return []string{"UCX_TLS=" + tls}
 }
 
 // TestUCXInfo checks that ucx_info -d lists each daemon's device with
@@ -229,6 +223,7 @@ func (d *daemonPair) ucxPerf(t *testing.T, tls string, c ucxCase, port int, loop
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	env := append(ucxEnv(tls), "UCX_NET_DEVICES="+d.devs[0]+":1")
+	before := d.received(t, 0)
 	s := d.runIn(t, ctx, true, false, env, "ucx_perftest", "-p", strconv.Itoa(port))
 	if err := listening(ctx, d.pair.A, s, port); err != nil {
 		t.Fatal(err)
@@ -251,6 +246,11 @@ func (d *daemonPair) ucxPerf(t *testing.T, tls string, c ucxCase, port int, loop
 	r, err := parsePerf(cli.Stdout)
 	if err != nil {
 		t.Fatalf("%v:\n%v", err, cli)
+	}
+	// The server's side received at least a packet per iteration: the
+	// run went through sroce, not a transport UCX chose instead.
+	if got := d.received(t, 0) - before; got < uint64(c.iters) {
+		t.Fatalf("daemon 0's device received %d packets in %d iterations", got, c.iters)
 	}
 	return r
 }
@@ -306,7 +306,7 @@ func TestOpenMPIUCX(t *testing.T) {
 				o := d.runIn(t, ctx, true, false, env, "mpirun", "--allow-run-as-root", "-np", "2",
 					"--host", run.hosts, "--mca", "plm_rsh_agent", agent,
 					"--mca", "pml", "ucx", "--mca", "btl", "self",
-					"-x", "UCX_TLS", "-x", "UCX_UD_VERBS_ETH_DGID_CHECK", progs[p.prog]).wait(ctx)
+					"-x", "UCX_TLS", progs[p.prog]).wait(ctx)
 				if ctx.Err() != nil {
 					t.Fatalf("mpirun %s did not end within 2 minutes: %v", p.prog, o)
 				}
