@@ -163,6 +163,18 @@ type ucxCase struct {
 	test  string
 	size  int
 	iters int
+	// uct, for a test of UCX's transport layer (put_bw, am_bw), is the
+	// transport and the data layout (-x and -D): ucx_perftest's server
+	// takes the client's device name (-d), so these run on one device.
+	uct []string
+}
+
+// ucxUCTCases are the transport-layer runs, on one device: ud_verbs has
+// no RDMA (no put), and its messages are at most 1016 bytes.
+var ucxUCTCases = []ucxCase{
+	{"put_bw", 65536, 2000, []string{"rc_verbs", "zcopy"}},
+	{"am_bw", 4096, 5000, []string{"rc_verbs", "bcopy"}},
+	{"am_bw", 1000, 5000, []string{"ud_verbs", "bcopy"}},
 }
 
 // ucxTransports are the transports the runs use: rc_verbs needs a UD
@@ -173,18 +185,28 @@ var ucxTransports = []struct{ name, tls string }{
 }
 
 var ucxCases = []ucxCase{
-	{"tag_lat", 8, 10000},
-	{"ucp_put_bw", 65536, 2000},
-	{"ucp_am_bw", 65536, 2000},
+	{"tag_lat", 8, 10000, nil},
+	{"ucp_put_bw", 65536, 2000, nil},
+	{"ucp_am_bw", 65536, 2000, nil},
 }
 
 // TestUCXPerftest runs ucx_perftest's server in A and client in B (and
 // both in A on one device: loopback), each transport and test, and checks
-// the figures.
+// the figures; and the transport-layer tests on one device.
 func TestUCXPerftest(t *testing.T) {
 	needUCX(t)
 	d := startDaemonsIn(t, "ux", "xdp", false)
 	port := 19100
+	for _, c := range ucxUCTCases {
+		port++
+		t.Run("loopback/uct/"+c.uct[0]+"/"+c.test, func(t *testing.T) {
+			r := d.ucxPerf(t, c.uct[0], c, port, true)
+			if r.iters != c.iters || r.bwOverall < 1 {
+				t.Fatalf("%d iterations (asked for %d), %.2f MB/s", r.iters, c.iters, r.bwOverall)
+			}
+			t.Logf("loopback uct %s %s: %d B messages, %.1f MB/s, %.0f msg/s", c.uct[0], c.test, c.size, r.bwOverall, r.rateOverall)
+		})
+	}
 	for _, loop := range []bool{false, true} {
 		for _, tr := range ucxTransports {
 			for _, c := range ucxCases {
@@ -232,8 +254,12 @@ func (d *daemonPair) ucxPerf(t *testing.T, tls string, c ucxCase, port int, loop
 	if loop {
 		cenv = env
 	}
-	cli := d.runIn(t, ctx, loop, false, cenv, "ucx_perftest", d.pair.Veth.AddrA[0].Addr().String(),
-		"-p", strconv.Itoa(port), "-t", c.test, "-s", strconv.Itoa(c.size), "-n", strconv.Itoa(c.iters)).wait(ctx)
+	args := []string{d.pair.Veth.AddrA[0].Addr().String(),
+		"-p", strconv.Itoa(port), "-t", c.test, "-s", strconv.Itoa(c.size), "-n", strconv.Itoa(c.iters)}
+	if c.uct != nil {
+		args = append(args, "-x", c.uct[0], "-D", c.uct[1], "-d", d.devs[0]+":1")
+	}
+	cli := d.runIn(t, ctx, loop, false, cenv, "ucx_perftest", args...).wait(ctx)
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	srv := s.wait(wctx)
 	wcancel()
