@@ -108,6 +108,10 @@ type Options struct {
 	// need (ib_send_lat through two daemons on two CPUs: 91-94 µs with
 	// 50µs of spin, 47-53 µs without).
 	SpinFor time.Duration
+	// DevNodeDir is where the daemon makes an entry for each device it
+	// serves, as programs such as UCX look for one (see devnode.go); the
+	// daemon command gives DevNodeDir. Empty: no entries.
+	DevNodeDir string
 }
 
 // defaultSpin is Options.SpinFor's default in this process.
@@ -126,6 +130,7 @@ type Server struct {
 	spin   time.Duration
 	cm     *rdmacm.CM // the RDMA CM of every device that can run one; nil if none
 	budget *budgets
+	nodes  devNodes
 	// refusing holds a slot for each refused connection being answered
 	// (at most refusingMax at once; beyond, they are closed unanswered).
 	refusing chan struct{}
@@ -201,13 +206,16 @@ func New(devs []Device, opts Options) (*Server, error) {
 	}
 	s.budget = newBudgets(user, total, s.log)
 	s.refusing = make(chan struct{}, refusingMax)
+	s.nodes = devNodes{dir: opts.DevNodeDir, log: s.log}
 	seen := map[string]bool{}
 	for _, d := range devs {
 		sd := &served{name: "sroce_" + d.Ifname(), dev: d, owners: make(map[any]owner)}
 		if seen[sd.name] {
+			s.nodes.close()
 			return nil, fmt.Errorf("interface %s given twice", d.Ifname())
 		}
 		seen[sd.name] = true
+		s.nodes.add(sd.name, d.NodeGUID())
 		s.devs = append(s.devs, sd)
 		s.wg.Add(1)
 		go s.asyncEvents(sd)
@@ -406,6 +414,7 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.nodes.close()
 	s.cancel()
 	for _, ln := range s.lns {
 		ln.Close()
@@ -465,6 +474,7 @@ func (s *Server) Remove(ifname string) int {
 	n := len(s.devs)
 	s.mu.Unlock()
 	if gone != nil {
+		s.nodes.remove(gone.name)
 		s.log.Warn("device removed: its interface went away; its clients were told (DEVICE_FATAL) and disconnected",
 			"device", gone.name, "clients", clients, "devices_left", n)
 	}

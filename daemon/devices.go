@@ -33,6 +33,7 @@ func (s *Server) Add(d Device) error {
 	s.devs = append(s.devs[:len(s.devs):len(s.devs)], sd)
 	s.wg.Add(1)
 	n := len(s.devs)
+	s.nodes.add(sd.name, d.NodeGUID()) // under s.mu: not after Close
 	s.mu.Unlock()
 	go s.asyncEvents(sd)
 	if p, ok := d.(rdmacm.Port); ok {

@@ -973,7 +973,11 @@ func (q *QP) udRequest(pkt *bth.Packet) {
 		return
 	}
 	info := pkt.Info()
-	wc := verbs.WC{Opcode: verbs.WCRecv, ByteLen: uint32(verbs.GRHLen + pay), Flags: verbs.WCGRH, SrcQP: pkt.DETH().SrcQP()}
+	wc := verbs.WC{Opcode: verbs.WCRecv, ByteLen: uint32(verbs.GRHLen + pay), Flags: verbs.WCGRH, SrcQP: pkt.DETH().SrcQP(),
+		SL: verbs.WCSLRoCEv2IPv4}
+	if pkt.IPv6 {
+		wc.SL = verbs.WCSLRoCEv2IPv6
+	}
 	if info.Headers&bth.HdrImmDt != 0 {
 		wc.Flags |= verbs.WCWithImm
 		wc.Imm = pkt.ImmDt().Value()

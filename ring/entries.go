@@ -35,14 +35,15 @@ type CQE struct {
 func (e *CQE) SetWC(wc *verbs.WC) {
 	*e = CQE{WRID: wc.WRID, Status: uint8(wc.Status), Opcode: uint8(wc.Opcode), VendorErr: wc.VendorErr,
 		ByteLen: wc.ByteLen, Imm: wc.Imm, InvalidatedRKey: wc.InvalidatedRKey, QPNum: uint32(wc.QPNum),
-		SrcQP: uint32(wc.SrcQP), Flags: uint32(wc.Flags), PKeyIndex: wc.PKeyIndex}
+		SrcQP: uint32(wc.SrcQP), Flags: uint32(wc.Flags), PKeyIndex: wc.PKeyIndex, SL: wc.SL}
 }
 
 // WC returns the completion the entry holds.
 func (e *CQE) WC(wc *verbs.WC) {
 	*wc = verbs.WC{WRID: e.WRID, Status: verbs.WCStatus(e.Status), Opcode: verbs.WCOpcode(e.Opcode),
 		VendorErr: e.VendorErr, ByteLen: e.ByteLen, Imm: e.Imm, InvalidatedRKey: e.InvalidatedRKey,
-		QPNum: bth.QPN(e.QPNum), SrcQP: bth.QPN(e.SrcQP), Flags: verbs.WCFlags(e.Flags), PKeyIndex: e.PKeyIndex}
+		QPNum: bth.QPN(e.QPNum), SrcQP: bth.QPN(e.SrcQP), Flags: verbs.WCFlags(e.Flags), PKeyIndex: e.PKeyIndex,
+		SL: e.SL}
 }
 
 // UDAddr is the destination of a UD send as plain values (struct

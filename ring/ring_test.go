@@ -125,7 +125,7 @@ func TestRingConcurrent(t *testing.T) {
 func TestCQERoundTrip(t *testing.T) {
 	wc := verbs.WC{WRID: 7, Status: verbs.WCRemAccessErr, Opcode: verbs.WCRecvRDMAWithImm, VendorErr: 3,
 		ByteLen: 4096, Imm: 0xdeadbeef, InvalidatedRKey: 0x1234, QPNum: 0x11, SrcQP: 0x22,
-		Flags: verbs.WCWithImm | verbs.WCGRH, PKeyIndex: 1}
+		Flags: verbs.WCWithImm | verbs.WCGRH, PKeyIndex: 1, SL: verbs.WCSLRoCEv2IPv4}
 	var e CQE
 	e.SetWC(&wc)
 	var got verbs.WC

@@ -80,6 +80,10 @@ func TestUDSendGRH(t *testing.T) {
 			if w.ByteLen != 1040 || w.Flags != verbs.WCGRH|verbs.WCWithImm || w.Imm != 0xabcdef01 || w.SrcQP != qa.QPN() || w.Opcode != verbs.WCRecv {
 				t.Fatalf("%+v", w)
 			}
+			// sl says where the destination address is in the GRH space (UCX's ud_verbs reads it).
+			if want := map[bool]uint8{false: verbs.WCSLRoCEv2IPv4, true: verbs.WCSLRoCEv2IPv6}[v6]; w.SL != want {
+				t.Fatalf("sl %#x, want %#x", w.SL, want)
+			}
 			if !bytes.Equal(rbuf[100:1100], lbuf[:1000]) {
 				t.Fatal("payload differs")
 			}

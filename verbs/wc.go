@@ -140,4 +140,17 @@ type WC struct {
 	SrcQP           bth.QPN // UD: the sender's QP number
 	Flags           WCFlags
 	PKeyIndex       uint16
+	SL              uint8 // UD over RoCE: the received packet's header types (WCSLRoCEv2IPv4, WCSLRoCEv2IPv6)
 }
+
+// A UD receive's WC.SL over RoCE, which has no service level on the wire:
+// the type of the packet's headers, as ConnectX (mlx5) reports it there
+// (bit 3: a UDP header, RoCEv2; bits 2:0: the L3 header, 1 IPv6, 2 IPv4).
+// UCX up to 1.17 reads it to find the destination address in the 40 bytes
+// before a UD payload (the IPv4 header starts at byte 20) and drops every
+// packet whose destination is not its own; rdma_rxe reports 0, on which
+// UCX's ud_verbs takes an IPv4 packet for an IPv6 one and drops it.
+const (
+	WCSLRoCEv2IPv6 uint8 = 0x8 | 0x1
+	WCSLRoCEv2IPv4 uint8 = 0x8 | 0x2
+)

@@ -200,7 +200,7 @@ func runDaemon(e *env, args []string) int {
 	}
 	srv, err := daemon.New(devs, daemon.Options{Logger: log, SpinFor: *spin,
 		Limits: daemon.Limits{QPs: *maxQPs, MRs: *maxMRs, RegBytes: *maxReg},
-		User:   limUser.b, Total: limTotal.b})
+		User:   limUser.b, Total: limTotal.b, DevNodeDir: daemon.DevNodeDir})
 	if err != nil {
 		fmt.Fprintf(e.Stderr, "sroce daemon: %v\n", err)
 		return exitUsage
@@ -214,6 +214,7 @@ func runDaemon(e *env, args []string) int {
 	ln, err := daemon.Listen(path)
 	if err != nil {
 		fmt.Fprintf(e.Stderr, "sroce daemon: %v\n", err)
+		srv.Close()
 		return exitProblem
 	}
 	defer os.Remove(path)

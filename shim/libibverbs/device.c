@@ -82,9 +82,19 @@ EXPORT struct ibv_device **ibv_get_device_list(int *num_devices)
 			if (!sd)
 				break;
 			snprintf(sd->dev.name, sizeof(sd->dev.name), "%.63s", d->name);
-			snprintf(sd->dev.dev_name, sizeof(sd->dev.dev_name), "uverbs%d", n);
+			/*
+			 * dev_name is the daemon's entry in /dev/infiniband
+			 * (daemon.DevNodeName: the name and the GUID's bytes in
+			 * hex), never the kernel's uverbsN, which would name a
+			 * kernel device's node on a host that has some. UCX
+			 * looks for /dev/infiniband/<dev_name>.
+			 */
+			const uint8_t *g = (const uint8_t *)&d->node_guid;
+			snprintf(sd->dev.dev_name, sizeof(sd->dev.dev_name),
+				 "%.40s.%02x%02x%02x%02x%02x%02x%02x%02x", d->name, g[0], g[1],
+				 g[2], g[3], g[4], g[5], g[6], g[7]);
 			snprintf(sd->dev.dev_path, sizeof(sd->dev.dev_path),
-				 "/sys/class/infiniband_verbs/uverbs%d", n);
+				 "/sys/class/infiniband_verbs/%s", sd->dev.dev_name);
 			snprintf(sd->dev.ibdev_path, sizeof(sd->dev.ibdev_path),
 				 "/sys/class/infiniband/%.63s", d->name);
 			sd->dev.node_type = IBV_NODE_CA;

@@ -93,6 +93,16 @@ func startDaemonsIn(t testing.TB, prefix, link string, unprivileged bool) *daemo
 		d.procs[i] = startTool(t, cmd, side.ns.Start)
 		sock := d.sockets[i]
 		p := d.procs[i]
+		// Ended with SIGTERM, as a service manager ends it, so that it
+		// removes what it made (its /dev/infiniband entries); startTool's
+		// cleanup, which runs after this one, kills it if it is still up.
+		t.Cleanup(func() {
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.done:
+			case <-time.After(10 * time.Second):
+			}
+		})
 		if err := waitFor(ctx, "the daemon's socket "+sock, func() (bool, error) {
 			if p.exited() {
 				return false, fmt.Errorf("the daemon ended:\n%v", p.wait(ctx))
