@@ -46,6 +46,14 @@ func (d *liveDaemon) Write(p []byte) (int, error) {
 
 func startDaemon(t testing.TB) *liveDaemon {
 	t.Helper()
+	return startDaemonAt(t, testAddr)
+}
+
+// startDaemonAt starts a daemon as startDaemon does, its device's UDP
+// link on loopback address addr, so that tests on other addresses can run
+// beside it.
+func startDaemonAt(t testing.TB, addr string) *liveDaemon {
+	t.Helper()
 	if _, err := shim.Compiler(); err != nil {
 		t.Skipf("skipping: %v", err)
 	}
@@ -60,9 +68,9 @@ func startDaemon(t testing.TB) *liveDaemon {
 		t.Fatal(err)
 	}
 	d.lib = lib
-	port, err := iface.Open(context.Background(), "lo", iface.Options{Mode: iface.ModeUDP, Addr: netip.MustParseAddr(testAddr)})
+	port, err := iface.Open(context.Background(), "lo", iface.Options{Mode: iface.ModeUDP, Addr: netip.MustParseAddr(addr)})
 	if err != nil {
-		t.Fatalf("opening a device on lo at %s (another test using the address makes this fail): %v", testAddr, err)
+		t.Fatalf("opening a device on lo at %s (another test using the address makes this fail): %v", addr, err)
 	}
 	t.Cleanup(func() { port.Close() })
 	srv, err := daemon.New([]daemon.Device{port}, daemon.Options{Logger: slog.New(slog.NewTextHandler(d, nil))})
@@ -97,9 +105,9 @@ func startDaemon(t testing.TB) *liveDaemon {
 	if err != nil {
 		t.Fatalf("ibv_devinfo -v: %v\n%s\n%s", err, out, errOut)
 	}
-	m := regexp.MustCompile(`GID\[\s*(\d+)\]:\s+::ffff:` + regexp.QuoteMeta(testAddr) + `, RoCE v2`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`GID\[\s*(\d+)\]:\s+::ffff:` + regexp.QuoteMeta(addr) + `, RoCE v2`).FindStringSubmatch(out)
 	if m == nil {
-		t.Fatalf("ibv_devinfo -v lists no RoCE v2 GID for %s:\n%s", testAddr, out)
+		t.Fatalf("ibv_devinfo -v lists no RoCE v2 GID for %s:\n%s", addr, out)
 	}
 	fmt.Sscan(m[1], &d.gidIdx)
 	return d

@@ -1,0 +1,127 @@
+package shim_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sroce/sroce/shim"
+)
+
+// memAddr is the loopback address of the device of the memory-kind tests
+// (not the other shim tests' testAddr, so that both can run at once).
+const memAddr = "127.0.0.93"
+
+// hugePages is how many huge pages the memory-kind tests ask the kernel
+// for: two per kind at once, eight for the benchmark's 16 MiB.
+const hugePages = 16
+
+// reserveHugePages makes n huge pages of the default size available
+// (vm.nr_hugepages, restored when the test ends) and reports whether it
+// could; the reason when it could not.
+func reserveHugePages(t testing.TB, n int) (bool, string) {
+	const knob = "/proc/sys/vm/nr_hugepages"
+	b, err := os.ReadFile(knob)
+	if err != nil {
+		return false, err.Error()
+	}
+	old, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if old < n {
+		if err := os.WriteFile(knob, []byte(strconv.Itoa(n)), 0o644); err != nil {
+			return false, "setting " + knob + ": " + err.Error()
+		}
+		t.Cleanup(func() {
+			if err := os.WriteFile(knob, []byte(strconv.Itoa(old)), 0o644); err != nil {
+				t.Errorf("restoring %s to %d: %v", knob, old, err)
+			}
+		})
+	}
+	b, _ = os.ReadFile("/proc/meminfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "HugePages_Free:" {
+			if free, _ := strconv.Atoi(f[1]); free >= n {
+				return true, ""
+			} else {
+				return false, "the kernel gave " + f[1] + " free huge pages of " + strconv.Itoa(n) + " asked"
+			}
+		}
+	}
+	return false, "no HugePages_Free in /proc/meminfo"
+}
+
+// memKindsProgram starts a daemon on memAddr and compiles
+// testdata/memkinds_test.c against the library.
+func memKindsProgram(t testing.TB) (*liveDaemon, string) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the daemon maps a client's shared memory through /proc/PID/map_files, which needs root")
+	}
+	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
+		t.Skip("skipping: /usr/include/infiniband/verbs.h is missing (apt-get install libibverbs-dev)")
+	}
+	d := startDaemonAt(t, memAddr)
+	cc, _ := shim.Compiler()
+	bin := filepath.Join(t.TempDir(), "memkinds_test")
+	if out, err := exec.Command(cc, "-O1", "-Wall", "-o", bin, "testdata/memkinds_test.c",
+		filepath.Join(d.lib, shim.LibName)).CombinedOutput(); err != nil {
+		t.Fatalf("compiling testdata/memkinds_test.c: %v\n%s", err, out)
+	}
+	return d, bin
+}
+
+// TestMemoryKinds registers every kind of memory programs register (heap,
+// anonymous private and shared, POSIX shm, memfd, files shared and
+// private, hugetlb shared, private and memfd, a range mixing private and
+// shared pages, one range twice) and moves data through each with RDMA
+// WRITE, READ and SEND between two QPs of the device, checking the bytes
+// (testdata/memkinds_test.c); then fork with and without fork safety, and
+// a registered file truncated under its MR.
+func TestMemoryKinds(t *testing.T) {
+	huge, why := reserveHugePages(t, hugePages)
+	d, bin := memKindsProgram(t)
+	g := strconv.Itoa(d.gidIdx)
+	run := func(t *testing.T, mode string, want int) string {
+		o, e, err := d.run(t, 90*time.Second, bin, "sroce_lo", g, mode)
+		t.Logf("%s%s", o, e)
+		if err != nil {
+			t.Fatalf("memkinds_test %s: %v", mode, err)
+		}
+		if n := strings.Count(o, "ok "); n != want {
+			t.Fatalf("memkinds_test %s: %d checks passed, want %d", mode, n, want)
+		}
+		return o
+	}
+	t.Run("kinds", func(t *testing.T) {
+		if !huge {
+			t.Logf("hugetlb kinds skipped: %s", why)
+			run(t, "kinds", 10)
+			return
+		}
+		run(t, "kinds", 13)
+	})
+	t.Run("fork", func(t *testing.T) { run(t, "fork", 2) })
+	t.Run("forksafe", func(t *testing.T) {
+		t.Setenv("RDMAV_FORK_SAFE", "1")
+		run(t, "forksafe", 3)
+	})
+	t.Run("truncate", func(t *testing.T) { run(t, "truncate", 2) })
+}
+
+// BenchmarkMemoryKinds reports the time of ibv_reg_mr (the first, which
+// remaps private memory, and a registration and deregistration of a range
+// already prepared) and the throughput of RDMA WRITE through an MR, per
+// memory kind and size (testdata/memkinds_test.c bench).
+func BenchmarkMemoryKinds(b *testing.B) {
+	reserveHugePages(b, hugePages)
+	d, bin := memKindsProgram(b)
+	for range b.N {
+		o, e, err := d.run(b, 5*time.Minute, bin, "sroce_lo", strconv.Itoa(d.gidIdx), "bench")
+		b.Logf("\n%s%s", o, e)
+		if err != nil {
+			b.Fatalf("memkinds_test bench: %v", err)
+		}
+	}
+}
