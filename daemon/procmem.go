@@ -106,7 +106,7 @@ func (c *conn) peerProc() (int, error) {
 	defer unix.Close(pidfd)
 	dir, err := unix.Open(fmt.Sprintf("/proc/%d", c.pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("opening /proc/%d: %w", c.pid, err)
+		return -1, fmt.Errorf("the client process is gone (opening /proc/%d: %v): %w", c.pid, err, unix.ESRCH)
 	}
 	// Alive after the open: the directory is the peer's, not a reused pid's.
 	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
