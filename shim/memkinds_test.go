@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -108,7 +109,42 @@ func TestMemoryKinds(t *testing.T) {
 		run(t, "forksafe", 3)
 	})
 	t.Run("truncate", func(t *testing.T) { run(t, "truncate", 2) })
+
+	// perftest's own buffers: posix_memalign (private), a file it maps
+	// shared (--mmap), SysV shm in huge pages (--use_hugepages).
+	dir := t.TempDir()
+	for i, tc := range []struct {
+		name string
+		args func(side string) []string
+		huge bool
+	}{
+		{"ib_write_bw", func(string) []string { return nil }, false},
+		{"ib_write_bw --mmap", func(side string) []string {
+			f := filepath.Join(dir, side)
+			os.WriteFile(f, make([]byte, 1<<20), 0o600)
+			return []string{"--mmap=" + f}
+		}, false},
+		{"ib_write_bw --use_hugepages", func(string) []string { return []string{"--use_hugepages"} }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.huge && !huge {
+				t.Skipf("skipping: %s", why)
+			}
+			port := 19301 + i
+			base := []string{"-d", "sroce_lo", "-x", g, "-s", "65536", "-n", "2000", "-p", strconv.Itoa(port)}
+			srv, cli := d.pairOn(t, port, "ib_write_bw", append(base, tc.args("server")...), append(base, tc.args("client")...))
+			m := bwLine.FindStringSubmatch(cli)
+			if m == nil || !strings.Contains(srv, "#bytes") {
+				t.Fatalf("no result table:\nserver:\n%s\nclient:\n%s", srv, cli)
+			}
+			t.Logf("%s: 64 KiB WRITEs, BW average %s MB/s", tc.name, m[1])
+		})
+	}
 }
+
+// bwLine is the result line of perftest's bandwidth tests: bytes,
+// iterations, peak and average MB/s, message rate.
+var bwLine = regexp.MustCompile(`(?m)^\s*65536\s+\d+\s+[\d.]+\s+([\d.]+)\s+[\d.]+\s*$`)
 
 // BenchmarkMemoryKinds reports the time of ibv_reg_mr (the first, which
 // remaps private memory, and a registration and deregistration of a range
