@@ -1,20 +1,32 @@
 /*
  * mr.c: memory registration.
  *
- * The daemon reaches a registered range through a memfd. The library keeps
- * one memfd for the whole process, as large as the user address space and
- * sparse, in which the page at virtual address A lives at file offset A.
- * ibv_reg_mr remaps the pages that cover the range onto it: it copies their
- * current contents into the memfd and maps the memfd over the same
- * addresses with MAP_SHARED | MAP_FIXED and the same protection, so the
- * program sees the same bytes at the same addresses and the daemon, which
- * maps the same file pages, sees what the program writes and the program
- * sees what the daemon writes. Because offsets equal addresses, any range
- * is contiguous in the file whatever was remapped before, and pages already
- * remapped (found in /proc/self/maps, which stays right when the program
- * unmaps and maps again) are left as they are, so an MR inside or across
- * earlier ones reuses their pages. Pages stay remapped after ibv_dereg_mr:
- * they are still the program's memory.
+ * The daemon maps a registered range itself, in one of two ways.
+ *
+ * Memory shared with a file (a MAP_SHARED mapping of a regular file, POSIX
+ * or SysV shm, a memfd, hugetlbfs, or shared anonymous memory, which is a
+ * file of the kernel's shmem) stays as it is: the library sends the
+ * range's address without a descriptor and the daemon maps the same file
+ * pages through /proc/PID/map_files of the connected process.
+ *
+ * Private memory has no file the daemon could map, so the library remaps
+ * it onto a memfd. It keeps one memfd for the whole process, as large as
+ * the user address space and sparse, in which the page at virtual address
+ * A lives at file offset A. ibv_reg_mr remaps the pages that cover the
+ * range onto it: it copies their current contents into the memfd and maps
+ * the memfd over the same addresses with MAP_SHARED | MAP_FIXED and the
+ * same protection, so the program sees the same bytes at the same
+ * addresses and the daemon, which maps the same file pages, sees what the
+ * program writes and the program sees what the daemon writes. Because
+ * offsets equal addresses, any range is contiguous in the file whatever
+ * was remapped before, and pages already remapped (found in
+ * /proc/self/maps, which stays right when the program unmaps and maps
+ * again) are left as they are, so an MR inside or across earlier ones
+ * reuses their pages. Pages stay remapped after ibv_dereg_mr: they are
+ * still the program's memory. When the whole range is on the memfd, the
+ * memfd goes to the daemon with the range's offset; when a part is shared
+ * with a file, the range goes by address and the daemon maps the memfd's
+ * part from the process's mappings like any other shared file.
  *
  * The file keeps its pages when the program unmaps them (free() of a large
  * buffer), so the library keeps a table of the segments it remapped and of
@@ -22,20 +34,17 @@
  * gives back to the system (FALLOC_FL_PUNCH_HOLE) the parts of remapped
  * segments that the program no longer maps and no live MR covers.
  *
- * Limits:
- * - Only private memory is remapped: anonymous (heap, malloc, mmap of
- *   MAP_ANONYMOUS, posix_memalign) and the writable private mappings of
- *   files (the static data of the program and its libraries: rdma_client
- *   registers its static buffers). The stack, shared and read-only file
- *   mappings, hugetlbfs, device mappings and unmapped holes are refused
- *   with EINVAL.
- * - After fork the child shares the remapped pages with the parent
- *   (MAP_SHARED) instead of getting a copy-on-write copy, as if the range
- *   had been given to ibv_dontfork_range and then shared; a child must not
- *   write to buffers its parent uses for RDMA.
- * - While ibv_reg_mr copies and remaps, other threads must not write to the
- *   pages being registered (a write between the copy and the remap is lost).
- * - Registrations are serialized by one lock per process.
+ * What is remapped: anonymous memory (heap, malloc, MAP_PRIVATE |
+ * MAP_ANONYMOUS, private huge pages, remapped whole onto base pages) and
+ * the private mappings of files that are not code (the static data of the
+ * program and its libraries among them): their pages become the process's
+ * own copies, as rxe's pinning for write makes them. The stack, code,
+ * device mappings and unmapped holes are refused with EINVAL.
+ *
+ * Fork: see fork_child. While ibv_reg_mr copies and remaps, other threads
+ * must not write to the pages being registered (a write between the copy
+ * and the remap is lost). Registrations are serialized by one lock per
+ * process.
  */
 #define _GNU_SOURCE
 #include <errno.h>
