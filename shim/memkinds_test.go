@@ -76,7 +76,8 @@ func memKindsProgram(t testing.TB) (*liveDaemon, string) {
 // TestMemoryKinds registers every kind of memory programs register (heap,
 // anonymous private and shared, POSIX shm, memfd, files shared and
 // private, hugetlb shared, private and memfd, a range mixing private and
-// shared pages, one range twice) and moves data through each with RDMA
+// shared pages, one range twice, a re-registration between private and
+// shared memory) and moves data through each with RDMA
 // WRITE, READ and SEND between two QPs of the device, checking the bytes
 // (testdata/memkinds_test.c); then fork with and without fork safety, and
 // a registered file truncated under its MR.
@@ -98,10 +99,10 @@ func TestMemoryKinds(t *testing.T) {
 	t.Run("kinds", func(t *testing.T) {
 		if !huge {
 			t.Logf("hugetlb kinds skipped: %s", why)
-			run(t, "kinds", 10)
+			run(t, "kinds", 11)
 			return
 		}
-		run(t, "kinds", 13)
+		run(t, "kinds", 14)
 	})
 	t.Run("fork", func(t *testing.T) { run(t, "fork", 2) })
 	t.Run("forksafe", func(t *testing.T) {

@@ -500,10 +500,21 @@ void sroce_mem_release(void *addr, size_t length)
  * fails with EINVAL once memory has been registered; memory shared with a
  * file is shared with children as on rxe.
  */
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&mem_lock);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&mem_lock);
+}
+
 static void fork_child(void)
 {
 	FILE *f;
 	char line[512];
+	pthread_mutex_init(&mem_lock, NULL);
 	if (mem_fd < 0)
 		return;
 	f = fopen("/proc/self/maps", "re");
@@ -552,7 +563,7 @@ static void fork_env(void) __attribute__((constructor));
 static void fork_env(void)
 {
 	const char *a = getenv("RDMAV_FORK_SAFE"), *b = getenv("IBV_FORK_SAFE");
-	pthread_atfork(NULL, NULL, fork_child);
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
 	if ((a && strcmp(a, "0")) || (b && strcmp(b, "0")))
 		if (ibv_fork_init())
 			fprintf(stderr, "libibverbs: Warning: fork()-safety requested but init failed\n");

@@ -373,6 +373,28 @@ static void kinds(void)
 		CHECK(!ibv_dereg_mr(m2) && !ibv_dereg_mr(ms), "%s: dereg", tname[k]);
 		kind_done(tname[k]);
 	}
+
+	/* ibv_rereg_mr of the translation from private memory to a shared
+	 * file and back: WRITEs land in the new range (in the file). */
+	{
+		unsigned char *src = h1;
+		struct ibv_mr *ms = ibv_reg_mr(pd, src, LEN, ACCESS);
+		struct ibv_mr *mr = ibv_reg_mr(pd, h2, LEN, ACCESS);
+		CHECK(ms && mr, "rereg: ibv_reg_mr: %s", strerror(errno));
+		CHECK(!ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, fs + 200, LEN, 0),
+		      "rereg to a shared file: %s", strerror(errno));
+		fill(src, LEN, 14);
+		rdma(qa, IBV_WR_RDMA_WRITE, src, LEN, ms->lkey, fs + 200, mr->rkey, "rereg: WRITE to the file");
+		CHECK(pread(ffd, back, LEN, 200) == LEN, "rereg: pread");
+		check_fill(back, LEN, 14, "rereg: the file");
+		CHECK(!ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, a + 300, LEN, 0),
+		      "rereg back to private memory: %s", strerror(errno));
+		fill(src, LEN, 15);
+		rdma(qa, IBV_WR_RDMA_WRITE, src, LEN, ms->lkey, a + 300, mr->rkey, "rereg: WRITE to private memory");
+		check_fill(a + 300, LEN, 15, "rereg: private memory");
+		CHECK(!ibv_dereg_mr(mr) && !ibv_dereg_mr(ms), "rereg: dereg");
+		kind_done("rereg between private and shared");
+	}
 }
 
 /* Fork without fork safety: the child sees the registered pages as they
