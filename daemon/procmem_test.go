@@ -168,19 +168,8 @@ func TestRegMRByAddressPeerGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cmClient{t: t, uc: fc.(*net.UnixConn)}
-	defer c.uc.Close()
-	hello := ctl.Hello{ABI: ctl.Version}
-	if _, _, err := c.call(ctl.OpHello, ctl.Bytes(&hello)); err != nil {
-		t.Fatalf("HELLO: %v", err)
-	}
-	var in ctl.Open
-	ctl.SetName(in.Name[:], "sroce_mem0")
-	_, ofds, err := c.call(ctl.OpOpen, ctl.Bytes(&in))
-	closeFDs(ofds)
-	if err != nil {
-		t.Fatalf("OPEN: %v", err)
-	}
+	c := helloOn(t, fc.(*net.UnixConn))
+	c.open()
 	pd := handleOf(c, ctl.OpAllocPD, nil)
 	f, _ := os.CreateTemp(t.TempDir(), "mr")
 	defer f.Close()

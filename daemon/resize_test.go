@@ -190,14 +190,20 @@ func TestReregMR(t *testing.T) {
 // dialOpen is a raw connection to the daemon with sroce_mem0 open.
 func dialOpen(t *testing.T, r *rig) *cmClient {
 	c := dialCM(t, r)
+	c.open()
+	return c
+}
+
+// open opens sroce_mem0 on the connection.
+func (c *cmClient) open() {
+	c.t.Helper()
 	var in ctl.Open
 	ctl.SetName(in.Name[:], "sroce_mem0")
 	_, fds, err := c.call(ctl.OpOpen, ctl.Bytes(&in))
 	closeFDs(fds)
 	if err != nil {
-		t.Fatalf("OPEN: %v", err)
+		c.t.Fatalf("OPEN: %v", err)
 	}
-	return c
 }
 
 func closeFDs(fds []int) {

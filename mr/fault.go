@@ -11,31 +11,26 @@ import "runtime/debug"
 
 // memCopy is copy on MR memory, with a fault reported as ErrAccess.
 func memCopy(dst, src []byte) (n int, err error) {
-	old := debug.SetPanicOnFault(true)
-	defer func() {
-		debug.SetPanicOnFault(old)
-		if r := recover(); r != nil {
-			if _, fault := r.(interface{ Addr() uintptr }); !fault {
-				panic(r)
-			}
-			err = ErrAccess
-		}
-	}()
+	defer faulted(debug.SetPanicOnFault(true), &err)
 	return copy(dst, src), nil
 }
 
 // memAtomic runs an atomic operation on MR memory, with a fault reported
 // as ErrAccess.
 func memAtomic(op func() uint64) (v uint64, err error) {
-	old := debug.SetPanicOnFault(true)
-	defer func() {
-		debug.SetPanicOnFault(old)
-		if r := recover(); r != nil {
-			if _, fault := r.(interface{ Addr() uintptr }); !fault {
-				panic(r)
-			}
-			err = ErrAccess
-		}
-	}()
+	defer faulted(debug.SetPanicOnFault(true), &err)
 	return op(), nil
+}
+
+// faulted, deferred, restores the goroutine's panic-on-fault setting to
+// old and turns a memory fault's panic into ErrAccess in *err; any other
+// panic goes on.
+func faulted(old bool, err *error) {
+	debug.SetPanicOnFault(old)
+	if r := recover(); r != nil {
+		if _, fault := r.(interface{ Addr() uintptr }); !fault {
+			panic(r)
+		}
+		*err = ErrAccess
+	}
 }

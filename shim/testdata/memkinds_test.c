@@ -32,30 +32,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "verbs_test.h"
+
 #ifndef MFD_HUGETLB
 #define MFD_HUGETLB 4U
 #endif
 
-#define CHECK(cond, ...)                                                  \
-	do {                                                              \
-		if (!(cond)) {                                            \
-			printf("FAIL line %d: ", __LINE__);               \
-			printf(__VA_ARGS__);                              \
-			printf("\n");                                     \
-			fflush(stdout);                                   \
-			exit(1);                                          \
-		}                                                         \
-	} while (0)
-
 #define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 #define HUGE (2UL << 20)
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#define LEN 100000 /* bytes moved: many packets at MTU 1024, not page-aligned */
+#define AREA (256 << 10)
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
@@ -63,60 +49,6 @@ static struct ibv_cq *cq;
 static struct ibv_qp *qa, *qb;
 static union ibv_gid gid;
 static int gid_idx;
-
-static struct ibv_wc poll_any(const char *what)
-{
-	struct ibv_wc wc;
-	double deadline = now() + 10;
-	for (;;) {
-		int n = ibv_poll_cq(cq, 1, &wc);
-		CHECK(n >= 0, "%s: ibv_poll_cq failed", what);
-		if (n == 1)
-			return wc;
-		CHECK(now() < deadline, "%s: no completion within 10 s", what);
-	}
-}
-
-static void poll_ok(const char *what)
-{
-	struct ibv_wc wc = poll_any(what);
-	CHECK(wc.status == IBV_WC_SUCCESS, "%s: status %s", what, ibv_wc_status_str(wc.status));
-}
-
-static void connect_qp(struct ibv_qp *qp, uint32_t remote_qpn)
-{
-	struct ibv_qp_attr a;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), "INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = remote_qpn;
-	a.rq_psn = 100;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.sgid_index = (uint8_t)gid_idx;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-					     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-	      "RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 100;
-	a.max_rd_atomic = 4;
-	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-					     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
-	      "RTS");
-}
 
 /* Two RC QPs connected to each other. */
 static void make_qps(void)
@@ -126,8 +58,8 @@ static void make_qps(void)
 	qa = ibv_create_qp(pd, &qa_attr);
 	qb = ibv_create_qp(pd, &qa_attr);
 	CHECK(qa && qb, "create QPs: %s", strerror(errno));
-	connect_qp(qa, qb->qp_num);
-	connect_qp(qb, qa->qp_num);
+	connect_qp(qa, qb->qp_num, &gid, gid_idx);
+	connect_qp(qb, qa->qp_num, &gid, gid_idx);
 }
 
 static void setup(const char *dev, const char *idx)
@@ -157,7 +89,7 @@ static void rdma(struct ibv_qp *qp, enum ibv_wr_opcode op, void *local, uint32_t
 	wr.wr.rdma.remote_addr = (uintptr_t)remote;
 	wr.wr.rdma.rkey = rkey;
 	CHECK(!ibv_post_send(qp, &wr, &bad), "%s: post", what);
-	poll_ok(what);
+	poll_one(cq, what);
 }
 
 static void fill(unsigned char *p, size_t n, unsigned seed)
@@ -204,11 +136,20 @@ static void move_data(const char *kind, unsigned char *src, unsigned char *dst, 
 	struct ibv_send_wr swr = {.wr_id = 3, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
 				  .send_flags = IBV_SEND_SIGNALED}, *sbad;
 	CHECK(!ibv_post_send(qa, &swr, &sbad), "%s: post send", what);
-	poll_ok(what);
-	poll_ok(what);
+	poll_one(cq, what);
+	poll_one(cq, what);
 	check_fill(dst, len, 3, what);
 
 	CHECK(!ibv_dereg_mr(ms) && !ibv_dereg_mr(md), "%s: dereg", kind);
+}
+
+/* A WRITE of LEN bytes of pattern seed from src to dst, checked at dst. */
+static void write_checked(unsigned char *src, uint32_t lkey, unsigned char *dst, uint32_t rkey, unsigned seed,
+			  const char *what)
+{
+	fill(src, LEN, seed);
+	rdma(qa, IBV_WR_RDMA_WRITE, src, LEN, lkey, dst, rkey, what);
+	check_fill(dst, LEN, seed, what);
 }
 
 /* A file of size bytes in the test's directory, unlinked. */
@@ -221,13 +162,28 @@ static int temp_file(size_t size)
 	return fd;
 }
 
-#define LEN 100000 /* bytes moved: many packets at MTU 1024, not page-aligned */
-#define AREA (256 << 10)
 
 static void kind_done(const char *kind)
 {
 	printf("ok %s\n", kind);
 	fflush(stdout);
+}
+
+/* Data moved through a mapping of fd (MAP_SHARED or MAP_PRIVATE), then
+ * read back from fd: there with MAP_SHARED, not with MAP_PRIVATE. */
+static unsigned char *fd_kind(const char *kind, int fd, int flags, unsigned char *back)
+{
+	unsigned char *p = mmap(NULL, AREA, PROT_READ | PROT_WRITE, flags, fd, 0);
+	CHECK(p != MAP_FAILED, "%s: mmap: %s", kind, strerror(errno));
+	move_data(kind, p + 100, p + AREA / 2 + 36, LEN);
+	CHECK(pread(fd, back, LEN, AREA / 2 + 36) == LEN, "%s: pread", kind);
+	if (flags & MAP_SHARED)
+		check_fill(back, LEN, 3, kind);
+	else
+		for (size_t i = 0; i < LEN; i++)
+			CHECK(back[i] == 0, "%s: byte %zu of the file changed", kind, i);
+	kind_done(kind);
+	return p;
 }
 
 static void kinds(void)
@@ -269,32 +225,15 @@ static void kinds(void)
 	check_fill(s2 + AREA / 2 + 36, LEN, 3, "POSIX shm: another mapping of the object");
 	kind_done("POSIX shm");
 
-	/* A memfd. */
+	/* A memfd, a file mapped shared (the data is in the file) and one
+	 * mapped private (the process's copy, the file untouched). */
+	unsigned char *back = malloc(LEN);
 	int mfd = memfd_create("memkinds", MFD_CLOEXEC);
 	CHECK(mfd >= 0 && ftruncate(mfd, AREA) == 0, "memfd: %s", strerror(errno));
-	unsigned char *m = mmap(NULL, AREA, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
-	move_data("memfd", m + 100, m + AREA / 2 + 36, LEN);
-	unsigned char *back = malloc(LEN);
-	CHECK(pread(mfd, back, LEN, AREA / 2 + 36) == LEN, "memfd: pread");
-	check_fill(back, LEN, 3, "memfd: read back from the descriptor");
-	kind_done("memfd");
-
-	/* A file mapped shared: the data is in the file. */
+	fd_kind("memfd", mfd, MAP_SHARED, back);
 	int ffd = temp_file(AREA);
-	unsigned char *fs = mmap(NULL, AREA, PROT_READ | PROT_WRITE, MAP_SHARED, ffd, 0);
-	move_data("file shared", fs + 100, fs + AREA / 2 + 36, LEN);
-	CHECK(pread(ffd, back, LEN, AREA / 2 + 36) == LEN, "file shared: pread");
-	check_fill(back, LEN, 3, "file shared: read back from the file");
-	kind_done("file shared");
-
-	/* A file mapped private: the process's copy, the file untouched. */
-	int pfd = temp_file(AREA);
-	unsigned char *fp = mmap(NULL, AREA, PROT_READ | PROT_WRITE, MAP_PRIVATE, pfd, 0);
-	move_data("file private", fp + 100, fp + AREA / 2 + 36, LEN);
-	CHECK(pread(pfd, back, LEN, AREA / 2 + 36) == LEN, "file private: pread");
-	for (size_t i = 0; i < LEN; i++)
-		CHECK(back[i] == 0, "file private: byte %zu of the file changed", i);
-	kind_done("file private");
+	unsigned char *fs = fd_kind("file shared", ffd, MAP_SHARED, back);
+	fd_kind("file private", temp_file(AREA), MAP_PRIVATE, back);
 
 	/* A range mixing private and shared pages: anonymous, file, anonymous. */
 	size_t span = 48 * (size_t)pg;
@@ -357,16 +296,10 @@ static void kinds(void)
 		struct ibv_mr *m2 = ibv_reg_mr(pd, twice[k], LEN, ACCESS);
 		CHECK(ms && m1 && m2, "%s: ibv_reg_mr: %s", tname[k], strerror(errno));
 		CHECK(m1->rkey != m2->rkey, "%s: two MRs with one key", tname[k]);
-		fill(src, LEN, 4);
-		rdma(qa, IBV_WR_RDMA_WRITE, src, LEN, ms->lkey, twice[k], m1->rkey, tname[k]);
-		check_fill(twice[k], LEN, 4, tname[k]);
-		fill(src, LEN, 5);
-		rdma(qa, IBV_WR_RDMA_WRITE, src, LEN, ms->lkey, twice[k], m2->rkey, tname[k]);
-		check_fill(twice[k], LEN, 5, tname[k]);
+		write_checked(src, ms->lkey, twice[k], m1->rkey, 4, tname[k]);
+		write_checked(src, ms->lkey, twice[k], m2->rkey, 5, tname[k]);
 		CHECK(!ibv_dereg_mr(m1), "%s: dereg the first", tname[k]);
-		fill(src, LEN, 6);
-		rdma(qa, IBV_WR_RDMA_WRITE, src, LEN, ms->lkey, twice[k], m2->rkey, tname[k]);
-		check_fill(twice[k], LEN, 6, tname[k]);
+		write_checked(src, ms->lkey, twice[k], m2->rkey, 6, tname[k]);
 		fill(twice[k], LEN, 7);
 		rdma(qa, IBV_WR_RDMA_READ, src, LEN, ms->lkey, twice[k], m2->rkey, tname[k]);
 		check_fill(src, LEN, 7, tname[k]);
@@ -383,15 +316,12 @@ static void kinds(void)
 		CHECK(ms && mr, "rereg: ibv_reg_mr: %s", strerror(errno));
 		CHECK(!ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, fs + 200, LEN, 0),
 		      "rereg to a shared file: %s", strerror(errno));
-		fill(src, LEN, 14);
-		rdma(qa, IBV_WR_RDMA_WRITE, src, LEN, ms->lkey, fs + 200, mr->rkey, "rereg: WRITE to the file");
+		write_checked(src, ms->lkey, fs + 200, mr->rkey, 14, "rereg: WRITE to the file");
 		CHECK(pread(ffd, back, LEN, 200) == LEN, "rereg: pread");
 		check_fill(back, LEN, 14, "rereg: the file");
 		CHECK(!ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, a + 300, LEN, 0),
 		      "rereg back to private memory: %s", strerror(errno));
-		fill(src, LEN, 15);
-		rdma(qa, IBV_WR_RDMA_WRITE, src, LEN, ms->lkey, a + 300, mr->rkey, "rereg: WRITE to private memory");
-		check_fill(a + 300, LEN, 15, "rereg: private memory");
+		write_checked(src, ms->lkey, a + 300, mr->rkey, 15, "rereg: WRITE to private memory");
 		CHECK(!ibv_dereg_mr(mr) && !ibv_dereg_mr(ms), "rereg: dereg");
 		kind_done("rereg between private and shared");
 	}
@@ -484,7 +414,7 @@ static void truncated(void)
 	wr.wr.rdma.remote_addr = (uintptr_t)fs;
 	wr.wr.rdma.rkey = mf->rkey;
 	CHECK(!ibv_post_send(qa, &wr, &bad), "post");
-	struct ibv_wc wc = poll_any("WRITE to a truncated file");
+	struct ibv_wc wc = poll_any(cq, "WRITE to a truncated file");
 	CHECK(wc.status != IBV_WC_SUCCESS, "a WRITE to a truncated file succeeded");
 	printf("ok truncated file: WRITE fails with %s\n", ibv_wc_status_str(wc.status));
 	/* Drain the flushes of the two QPs in error. */
