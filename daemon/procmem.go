@@ -113,22 +113,29 @@ func (c *conn) peerProc() (int, error) {
 		unix.Close(dir)
 		return -1, fmt.Errorf("the client process is gone: %w", unix.ESRCH)
 	}
-	if c.uid != 0 {
-		var st unix.Stat_t
-		// /proc/PID belongs to the process's euid while it is dumpable,
-		// to root otherwise.
-		if err := unix.Fstat(dir, &st); err != nil || st.Uid != c.uid || !sameUIDs(dir, c.uid) {
-			unix.Close(dir)
-			return -1, fmt.Errorf("the client process is not uid %d's or not dumpable: %w", c.uid, unix.EPERM)
-		}
+	if c.uid != 0 && !ownedBy(dir, c.uid) {
+		unix.Close(dir)
+		return -1, fmt.Errorf("the client process is not uid %d's or not dumpable: %w", c.uid, unix.EPERM)
 	}
 	return dir, nil
 }
 
-// sameUIDs reports whether the real, effective, saved and filesystem
-// uids of the process of /proc directory dir are all uid.
-func sameUIDs(dir int, uid uint32) bool {
-	b, err := readAt(dir, "status")
+// ownedBy reports whether the process of /proc directory dir is dumpable
+// and its real, effective, saved and filesystem uids are all uid.
+func ownedBy(dir int, uid uint32) bool {
+	fd, err := unix.Openat(dir, "status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	f := os.NewFile(uintptr(fd), "status")
+	defer f.Close()
+	// The files in /proc/PID (not the directory itself) belong to the
+	// process's euid while it is dumpable, to root otherwise.
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Uid != uid {
+		return false
+	}
+	b, err := io.ReadAll(f)
 	if err != nil {
 		return false
 	}
@@ -147,17 +154,6 @@ func sameUIDs(dir int, uid uint32) bool {
 		}
 	}
 	return false
-}
-
-// readAt reads a small file of /proc directory dir.
-func readAt(dir int, name string) ([]byte, error) {
-	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
-	return io.ReadAll(f)
 }
 
 // mapsOf reads the VMAs of the process of dir that overlap [start, end).

@@ -1,12 +1,14 @@
 package shim_test
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,8 +81,10 @@ func memKindsProgram(t testing.TB) (*liveDaemon, string) {
 // shared pages, one range twice, a re-registration between private and
 // shared memory) and moves data through each with RDMA
 // WRITE, READ and SEND between two QPs of the device, checking the bytes
-// (testdata/memkinds_test.c); then fork with and without fork safety, and
-// a registered file truncated under its MR.
+// (testdata/memkinds_test.c), as root and as an unprivileged user; a
+// non-dumpable process whose shared memory the daemon refuses; fork with
+// and without fork safety; a registered file truncated under its MR; and
+// perftest's ib_write_bw on its own kinds of buffers.
 func TestMemoryKinds(t *testing.T) {
 	huge, why := reserveHugePages(t, hugePages)
 	d, bin := memKindsProgram(t)
@@ -104,6 +108,33 @@ func TestMemoryKinds(t *testing.T) {
 		}
 		run(t, "kinds", 14)
 	})
+	// An unprivileged client: the daemon checks that the process it maps
+	// from is the client's uid's and dumpable.
+	for _, p := range []string{d.socket, d.lib, bin} {
+		for dir := filepath.Dir(p); dir != os.TempDir() && dir != "/"; dir = filepath.Dir(dir) {
+			os.Chmod(dir, 0o755)
+		}
+	}
+	nobody := func(t *testing.T, mode string, want int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, "sroce_lo", g, mode)
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+d.lib, "SROCE_SOCKET="+d.socket)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		t.Logf("%s", out)
+		if n := strings.Count(string(out), "ok "); err != nil || n != want {
+			t.Fatalf("memkinds_test %s as uid 65534: %v, %d checks passed, want %d", mode, err, n, want)
+		}
+	}
+	t.Run("kinds as nobody", func(t *testing.T) {
+		if huge {
+			nobody(t, "kinds", 14)
+		} else {
+			nobody(t, "kinds", 11)
+		}
+	})
+	t.Run("undumpable as nobody", func(t *testing.T) { nobody(t, "undumpable", 2) })
 	t.Run("fork", func(t *testing.T) { run(t, "fork", 2) })
 	t.Run("forksafe", func(t *testing.T) {
 		t.Setenv("RDMAV_FORK_SAFE", "1")

@@ -15,6 +15,7 @@
  *   kinds     the memory kinds and the double registration
  *   fork      fork without fork safety: the child gets a copy
  *   forksafe  fork with RDMAV_FORK_SAFE set: registered pages stay out of the child
+ *   undumpable  a non-dumpable process: its shared memory refused unless root
  *   truncate  a registered file truncated under its MR: the WRITE fails, nothing else
  *   bench     registration time and WRITE throughput per kind and size
  */
@@ -27,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -426,6 +428,26 @@ static void truncated(void)
 	printf("ok truncated file: the daemon still serves\n");
 }
 
+/* A process that made itself non-dumpable (as a set-user-ID program is):
+ * the daemon does not map its shared memory (EPERM) unless the client is
+ * root; its private memory, which it passes as a memfd, registers. */
+static void undumpable(void)
+{
+	CHECK(!prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl: %s", strerror(errno));
+	unsigned char *sa = mmap(NULL, AREA, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct ibv_mr *m = ibv_reg_mr(pd, sa, AREA, ACCESS);
+	if (geteuid() == 0) {
+		CHECK(m, "root's shared memory refused: %s", strerror(errno));
+	} else {
+		CHECK(!m && errno == EPERM, "shared memory of a non-dumpable process: %s, want EPERM",
+		      m ? "registered" : strerror(errno));
+	}
+	printf("ok non-dumpable: shared memory %s\n", m ? "registered (root)" : "refused");
+	unsigned char *a = mmap(NULL, AREA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	move_data("non-dumpable: private memory", a + 100, a + AREA / 2 + 36, LEN);
+	printf("ok non-dumpable: private memory registered\n");
+}
+
 /* Registration time (reg + dereg) and WRITE throughput per kind and size. */
 static void bench(void)
 {
@@ -487,7 +509,7 @@ static void bench(void)
 
 int main(int argc, char **argv)
 {
-	CHECK(argc == 4, "usage: memkinds_test DEVICE GID_INDEX kinds|fork|forksafe|truncate|bench");
+	CHECK(argc == 4, "usage: memkinds_test DEVICE GID_INDEX kinds|fork|forksafe|undumpable|truncate|bench");
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	setup(argv[1], argv[2]);
 	if (!strcmp(argv[3], "kinds"))
@@ -496,6 +518,8 @@ int main(int argc, char **argv)
 		fork_default();
 	else if (!strcmp(argv[3], "forksafe"))
 		fork_safe();
+	else if (!strcmp(argv[3], "undumpable"))
+		undumpable();
 	else if (!strcmp(argv[3], "truncate"))
 		truncated();
 	else if (!strcmp(argv[3], "bench"))
