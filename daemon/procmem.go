@@ -303,4 +303,3 @@ func (c *conn) mapProcMem(addr, length uint64, write bool) (*clientMem, uint64, 
 	o := addr - first
 	return &clientMem{mapping: mem, bytes: mem[o : o+length : o+length], raw: true}, uint64(len(ps)), nil
 }
-
