@@ -750,8 +750,9 @@ func (c *conn) clientRange(op string, fds []int, in ctl.RegMR, mrs uint64) (*cli
 		return mem, k, nil
 	}
 	// The VMAs are not known before the maps are read: charge the most a
-	// registration may hold, then give back what it does not.
-	k[ResMaps] = maxMRPieces
+	// registration may hold, and the descriptors it opens on the way,
+	// then give back what it does not keep.
+	k[ResMaps], k[ResFDs] = maxMRPieces, maxMRPieces
 	if err := c.charge(k); err != nil {
 		return nil, k, err
 	}
@@ -762,8 +763,10 @@ func (c *conn) clientRange(op string, fds []int, in ctl.RegMR, mrs uint64) (*cli
 		c.s.log.Debug("registration by address refused", "client", c.id, "op", op, "err", err)
 		return nil, k, procMemErrno(err)
 	}
-	c.release(one(ResMaps, maxMRPieces-n))
-	k[ResMaps] = n
+	var back cost
+	back[ResMaps], back[ResFDs] = maxMRPieces-n, maxMRPieces
+	c.release(back)
+	k[ResMaps], k[ResFDs] = n, 0
 	return mem, k, nil
 }
 

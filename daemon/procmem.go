@@ -108,8 +108,9 @@ func (c *conn) peerProc() (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("the client process is gone (opening /proc/%d: %v): %w", c.pid, err, unix.ESRCH)
 	}
-	// Alive after the open: the directory is the peer's, not a reused pid's.
-	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
+	// Alive after the open: the directory is the peer's, not a reused
+	// pid's. (EPERM, a daemon without CAP_KILL, is alive too.)
+	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil && err != unix.EPERM {
 		unix.Close(dir)
 		return -1, fmt.Errorf("the client process is gone: %w", unix.ESRCH)
 	}
