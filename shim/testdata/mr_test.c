@@ -14,17 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "internal.h"
-
-#define CHECK(cond, ...)                                                  \
-	do {                                                              \
-		if (!(cond)) {                                            \
-			printf("FAIL line %d: ", __LINE__);               \
-			printf(__VA_ARGS__);                              \
-			printf("\n");                                     \
-			exit(1);                                          \
-		}                                                         \
-	} while (0)
 
 /* Lines of /proc/self/maps that map the library's memfd. */
 static int memfd_mappings(void)

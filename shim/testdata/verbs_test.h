@@ -1,5 +1,5 @@
 /*
- * verbs_test.h: what the C verbs test programs share: CHECK, now,
+ * verbs_test.h: what the C verbs test programs share: CHECK (check.h), now,
  * poll_any and poll_one (a completion, bounded) and connect_qp (an RC QP
  * to RTS towards a QP of the same device).
  */
@@ -12,15 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CHECK(cond, ...)                                                  \
-	do {                                                              \
-		if (!(cond)) {                                            \
-			printf("FAIL line %d: ", __LINE__);               \
-			printf(__VA_ARGS__);                              \
-			printf("\n");                                     \
-			exit(1);                                          \
-		}                                                         \
-	} while (0)
+#include "check.h"
 
 static inline double now(void)
 {
