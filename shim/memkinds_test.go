@@ -1,6 +1,7 @@
 package shim_test
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -193,3 +194,105 @@ func BenchmarkMemoryKinds(b *testing.B) {
 		}
 	}
 }
+
+// TestMemoryKindsUnitCapabilities runs the sroce daemon with no more
+// capabilities than its systemd unit's bounding set
+// (daemon/systemd/sroce.service) and registers every kind of memory
+// through it as an unprivileged user: the unit gives what reading a
+// client's maps and opening its map_files takes.
+func TestMemoryKindsUnitCapabilities(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: needs root to run the daemon with a bounding set and the program as another user")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("skipping: setpriv is not installed (util-linux)")
+	}
+	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
+		t.Skip("skipping: /usr/include/infiniband/verbs.h is missing (apt-get install libibverbs-dev)")
+	}
+	unit, err := os.ReadFile("../daemon/systemd/sroce.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^CapabilityBoundingSet=(.*)$`).FindSubmatch(unit)
+	if m == nil {
+		t.Fatal("the unit has no CapabilityBoundingSet")
+	}
+	bounding := "-all"
+	for _, c := range strings.Fields(string(m[1])) {
+		bounding += ",+" + strings.ToLower(strings.TrimPrefix(c, "CAP_"))
+	}
+	cc, err := shim.Compiler()
+	if err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "sroce-caps-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	sroce := filepath.Join(dir, "sroce")
+	if out, err := exec.Command("go", "build", "-o", sroce, "../cmd/sroce").CombinedOutput(); err != nil {
+		t.Fatalf("building sroce: %v\n%s", err, out)
+	}
+	lib, err := shim.LibIn(context.Background(), filepath.Join(dir, "lib"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "memkinds_test")
+	if out, err := exec.Command(cc, "-O1", "-Wall", "-o", bin, "testdata/memkinds_test.c",
+		filepath.Join(lib, shim.LibName)).CombinedOutput(); err != nil {
+		t.Fatalf("compiling testdata/memkinds_test.c: %v\n%s", err, out)
+	}
+	filepath.WalkDir(dir, func(p string, _ os.DirEntry, _ error) error { return os.Chmod(p, 0o755) })
+
+	socket := filepath.Join(dir, "sroce.sock")
+	var log bytes.Buffer
+	daemon := exec.Command(setpriv, "--bounding-set="+bounding, "--inh-caps=-all", sroce, "daemon",
+		"-d", "lo@"+capsAddr, "--link", "udp", "-v", "--socket", socket)
+	daemon.Stdout, daemon.Stderr = &log, &log
+	if err := daemon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		daemon.Process.Signal(syscall.SIGTERM)
+		daemon.Wait()
+		if t.Failed() {
+			t.Logf("daemon (bounding set %s):\n%s", bounding, log.String())
+		}
+	})
+	env := append(os.Environ(), "LD_LIBRARY_PATH="+lib, "SROCE_SOCKET="+socket)
+	var info []byte
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		c := exec.Command("ibv_devinfo", "-v", "-d", "sroce_lo")
+		c.Env = env
+		if info, err = c.Output(); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon did not serve sroce_lo within 20 s: %v\n%s", err, info)
+		}
+	}
+	g := regexp.MustCompile(`GID\[\s*(\d+)\]:\s+::ffff:` + regexp.QuoteMeta(capsAddr) + `, RoCE v2`).FindSubmatch(info)
+	if g == nil {
+		t.Fatalf("ibv_devinfo -v lists no RoCE v2 GID for %s:\n%s", capsAddr, info)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "sroce_lo", string(g[1]), "kinds")
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	// The hugetlb kinds skip where the machine has no huge pages.
+	if n, skips := strings.Count(string(out), "ok "), strings.Count(string(out), "skip "); err != nil || n+skips != 14 || n < 11 {
+		t.Fatalf("memkinds_test kinds as uid 65534 on a daemon with the unit's capabilities: %v, %d checks passed, %d skipped",
+			err, n, skips)
+	}
+}
+
+// capsAddr is the loopback address of TestMemoryKindsUnitCapabilities'
+// daemon.
+const capsAddr = "127.0.0.94"
