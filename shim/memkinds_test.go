@@ -104,10 +104,10 @@ func TestMemoryKinds(t *testing.T) {
 	t.Run("kinds", func(t *testing.T) {
 		if !huge {
 			t.Logf("hugetlb kinds skipped: %s", why)
-			run(t, "kinds", 11)
+			run(t, "kinds", 12)
 			return
 		}
-		run(t, "kinds", 14)
+		run(t, "kinds", 15)
 	})
 	// An unprivileged client: the daemon checks that the process it maps
 	// from is the client's uid's and dumpable.
@@ -130,9 +130,9 @@ func TestMemoryKinds(t *testing.T) {
 	}
 	t.Run("kinds as nobody", func(t *testing.T) {
 		if huge {
-			nobody(t, "kinds", 14)
+			nobody(t, "kinds", 15)
 		} else {
-			nobody(t, "kinds", 11)
+			nobody(t, "kinds", 12)
 		}
 	})
 	t.Run("undumpable as nobody", func(t *testing.T) { nobody(t, "undumpable", 2) })
@@ -287,7 +287,7 @@ func TestMemoryKindsUnitCapabilities(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s", out)
 	// The hugetlb kinds skip where the machine has no huge pages.
-	if n, skips := strings.Count(string(out), "ok "), strings.Count(string(out), "skip "); err != nil || n+skips != 14 || n < 11 {
+	if n, skips := strings.Count(string(out), "ok "), strings.Count(string(out), "skip "); err != nil || n+skips != 15 || n < 12 {
 		t.Fatalf("memkinds_test kinds as uid 65534 on a daemon with the unit's capabilities: %v, %d checks passed, %d skipped",
 			err, n, skips)
 	}

@@ -39,7 +39,8 @@
  * the private mappings of files that are not code (the static data of the
  * program and its libraries among them): their pages become the process's
  * own copies, as rxe's pinning for write makes them. The stack, code,
- * device mappings and unmapped holes are refused with EINVAL.
+ * device mappings and unmapped holes are refused with EINVAL; memory the
+ * process maps read-only, with EFAULT when the registration writes.
  *
  * Fork: see fork_child. While ibv_reg_mr copies and remaps, other threads
  * must not write to the pages being registered (a write between the copy
@@ -384,6 +385,17 @@ static int fork_enabled, fork_too_late;
  */
 int sroce_mem_backing(void *addr, size_t length, int *fd, uint64_t *offset)
 {
+	return sroce_mem_backing_access(addr, length, 0, fd, offset);
+}
+
+/* The access flags that make the pages written: rxe pins such memory for
+ * writing, which fails with EFAULT where the process may not write. */
+#define SROCE_WRITE_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
+
+/* sroce_mem_backing for a registration with access flags access: EFAULT
+ * where one of them writes and the process maps a page read-only. */
+int sroce_mem_backing_access(void *addr, size_t length, unsigned int access, int *fd, uint64_t *offset)
+{
 	long pg = sysconf(_SC_PAGESIZE);
 	uintptr_t start = (uintptr_t)addr & ~(uintptr_t)(pg - 1);
 	uintptr_t end;
@@ -422,6 +434,10 @@ int sroce_mem_backing(void *addr, size_t length, int *fd, uint64_t *offset)
 			break;
 		}
 		uintptr_t s = covered, t = e.end < end ? e.end : end;
+		if ((access & SROCE_WRITE_ACCESS) && !(e.prot & PROT_WRITE)) {
+			err = EFAULT;
+			break;
+		}
 		if (shared_file(&e) && !is_ours(&e)) {
 			shared = 1;
 		} else if (!is_ours(&e)) {
@@ -612,7 +628,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint6
 	int err;
 
 	access &= ~SROCE_ACCESS_OPTIONAL_RANGE;
-	err = sroce_mem_backing(addr, length, &fd, &off);
+	err = sroce_mem_backing_access(addr, length, access, &fd, &off);
 	if (err) {
 		errno = err;
 		return NULL;

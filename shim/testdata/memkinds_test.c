@@ -309,6 +309,28 @@ static void kinds(void)
 		kind_done(tname[k]);
 	}
 
+	/* Read-only memory, private and shared: registered for reading, and
+	 * refused with EFAULT for writing, as rxe's pinning refuses it. */
+	{
+		unsigned char *rp = mmap(NULL, AREA, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		unsigned char *rs = mmap(NULL, AREA, PROT_READ, MAP_SHARED, ffd, 0);
+		unsigned char *ro[2] = {rp, rs};
+		for (int k = 0; k < 2; k++) {
+			errno = 0;
+			CHECK(!ibv_reg_mr(pd, ro[k], AREA, ACCESS) && errno == EFAULT,
+			      "read-only %s memory registered writable: errno %d, want EFAULT", k ? "shared" : "private",
+			      errno);
+			struct ibv_mr *m = ibv_reg_mr(pd, ro[k], AREA, IBV_ACCESS_REMOTE_READ);
+			CHECK(m, "read-only %s memory registered for reading: %s", k ? "shared" : "private",
+			      strerror(errno));
+			struct ibv_mr *ms = ibv_reg_mr(pd, h1, LEN, ACCESS);
+			rdma(qa, IBV_WR_RDMA_READ, h1, LEN, ms->lkey, ro[k] + 100, m->rkey, "READ of read-only memory");
+			CHECK(!memcmp(h1, ro[k] + 100, LEN), "READ of read-only memory: bytes differ");
+			CHECK(!ibv_dereg_mr(m) && !ibv_dereg_mr(ms), "dereg");
+		}
+		kind_done("read-only memory");
+	}
+
 	/* ibv_rereg_mr of the translation from private memory to a shared
 	 * file and back: WRITEs land in the new range (in the file). */
 	{
