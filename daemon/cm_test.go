@@ -29,6 +29,12 @@ func dialCM(t *testing.T, r *rig) *cmClient {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return helloOn(t, uc)
+}
+
+// helloOn says HELLO on connection uc, closed when the test ends.
+func helloOn(t *testing.T, uc *net.UnixConn) *cmClient {
+	t.Helper()
 	c := &cmClient{t: t, uc: uc}
 	t.Cleanup(func() { uc.Close() })
 	hello := ctl.Hello{ABI: ctl.Version}

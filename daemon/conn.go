@@ -75,9 +75,10 @@ type conn struct {
 }
 
 type mrObj struct {
-	mr   *roce.MR
-	mem  *clientMem
-	cost cost
+	mr     *roce.MR
+	mem    *clientMem
+	cost   cost
+	access uint32 // as registered, or as REREG_MR last changed it
 }
 
 type chanObj struct {
@@ -697,8 +698,8 @@ func (c *conn) regMR(b []byte, fds []int) ([]byte, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(fds) != 1 {
-		return nil, nil, misbehaved("REG_MR with %d descriptors, it takes one memfd", len(fds))
+	if len(fds) > 1 {
+		return nil, nil, misbehaved("REG_MR with %d descriptors, it takes one memfd or none", len(fds))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -713,14 +714,9 @@ func (c *conn) regMR(b []byte, fds []int) ([]byte, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	k := mrCost(in.Length)
-	if err := c.charge(k); err != nil {
-		return nil, nil, err
-	}
-	mem, err := mapClientMem(fds[0], in.FDOffset, in.Length)
+	mem, k, err := c.clientRange("REG_MR", fds, in, 1)
 	if err != nil {
-		c.release(k)
-		return nil, nil, clientMemErr("REG_MR", err)
+		return nil, nil, err
 	}
 	m, err := pd.RegMRRegion(mem, in.IOVA, mr.Access(in.Access))
 	if err != nil {
@@ -728,10 +724,60 @@ func (c *conn) regMR(b []byte, fds []int) ([]byte, []int, error) {
 		c.release(k)
 		return nil, nil, err
 	}
-	c.mrs[h] = &mrObj{mr: m, mem: mem, cost: k}
+	c.mrs[h] = &mrObj{mr: m, mem: mem, cost: k, access: in.Access}
 	c.regBytes += in.Length
 	out := ctl.MR{Handle: h, LKey: m.LKey(), RKey: m.RKey()}
 	return ctl.Bytes(&out), nil, nil
+}
+
+// clientRange maps the memory of a registration and charges it: with a
+// descriptor, a range of the client's memfd (mapClientMem); without, the
+// range at in.Addr of the client's address space (mapProcMem), one
+// mapping per VMA it spans. It charges mrs MRs, the mappings and the
+// bytes. c.mu is held.
+func (c *conn) clientRange(op string, fds []int, in ctl.RegMR, mrs uint64) (*clientMem, cost, error) {
+	k := mrCost(in.Length)
+	k[ResMRs] = mrs
+	if len(fds) == 1 {
+		if err := c.charge(k); err != nil {
+			return nil, k, err
+		}
+		mem, err := mapClientMem(fds[0], in.FDOffset, in.Length)
+		if err != nil {
+			c.release(k)
+			return nil, k, clientMemErr(op, err)
+		}
+		return mem, k, nil
+	}
+	// The VMAs are not known before the maps are read: charge the most a
+	// registration may hold, and the descriptors it opens on the way,
+	// then give back what it does not keep.
+	k[ResMaps], k[ResFDs] = maxMRPieces, maxMRPieces
+	if err := c.charge(k); err != nil {
+		return nil, k, err
+	}
+	write := mr.Access(in.Access)&(mr.AccessLocalWrite|mr.AccessRemoteWrite|mr.AccessRemoteAtomic) != 0
+	mem, n, err := c.mapProcMem(in.Addr, in.Length, write)
+	if err != nil {
+		c.release(k)
+		c.s.log.Debug("registration by address refused", "client", c.id, "op", op, "err", err)
+		return nil, k, procMemErrno(err)
+	}
+	var back cost
+	back[ResMaps], back[ResFDs] = maxMRPieces-n, maxMRPieces
+	c.release(back)
+	k[ResMaps], k[ResFDs] = n, 0
+	return mem, k, nil
+}
+
+// procMemErrno is the errno a registration by address fails with: the
+// errno of the failure, EFAULT when there is none.
+func procMemErrno(err error) error {
+	var e unix.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return unix.EFAULT
 }
 
 // mrCost is what an MR of length bytes holds: one MR, one mapping, its
@@ -778,12 +824,8 @@ func (c *conn) reregMR(b []byte, fds []int) ([]byte, []int, error) {
 	}
 	flags := mr.ReregFlags(in.Flags)
 	translate := flags&mr.ReregChangeTranslation != 0
-	want := 0
-	if translate {
-		want = 1
-	}
-	if len(fds) != want {
-		return nil, nil, misbehaved("REREG_MR with %d descriptors, its flags %#x take %d", len(fds), in.Flags, want)
+	if len(fds) > 1 || (len(fds) == 1 && !translate) {
+		return nil, nil, misbehaved("REREG_MR with %d descriptors, its flags %#x take at most %d", len(fds), in.Flags, min(in.Flags&uint32(mr.ReregChangeTranslation), 1))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -807,14 +849,12 @@ func (c *conn) reregMR(b []byte, fds []int) ([]byte, []int, error) {
 			return nil, nil, err
 		}
 		// The new range is mapped beside the old until Rereg is done.
-		k = mrCost(in.Reg.Length)
-		k[ResMRs] = 0
-		if err := c.charge(k); err != nil {
-			return nil, nil, err
+		reg := in.Reg
+		if flags&mr.ReregChangeAccess == 0 {
+			reg.Access = o.access
 		}
-		if mem, err = mapClientMem(fds[0], in.Reg.FDOffset, in.Reg.Length); err != nil {
-			c.release(k)
-			return nil, nil, clientMemErr("REREG_MR", err)
+		if mem, k, err = c.clientRange("REREG_MR", fds, reg, 0); err != nil {
+			return nil, nil, err
 		}
 		region = mem
 	}
@@ -823,16 +863,20 @@ func (c *conn) reregMR(b []byte, fds []int) ([]byte, []int, error) {
 		c.release(k)
 		return nil, nil, err
 	}
+	if flags&mr.ReregChangeAccess != 0 {
+		o.access = in.Reg.Access
+	}
 	if translate {
 		// The engine no longer touches the old range: Rereg waited.
 		o.mem.unmap()
 		o.mem = mem
 		c.regBytes = c.regBytes - old + in.Reg.Length
-		// The MR stays; the old range's mapping and bytes go.
-		gone := mrCost(old)
+		// The MR stays; the old range's mappings and bytes go.
+		gone := o.cost
 		gone[ResMRs] = 0
 		c.release(gone)
-		o.cost = mrCost(in.Reg.Length)
+		k[ResMRs] = o.cost[ResMRs]
+		o.cost = k
 	}
 	out := ctl.MR{Handle: in.Handle, LKey: o.mr.LKey(), RKey: o.mr.RKey()}
 	return ctl.Bytes(&out), nil, nil

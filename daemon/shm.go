@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"os"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -63,6 +64,7 @@ func (s *shm) close() {
 type clientMem struct {
 	mapping []byte // the whole mapping, page-aligned
 	bytes   []byte // the registered range within it
+	raw     bool   // mapped by mapProcMem (unix.MmapPtr), not unix.Mmap
 }
 
 // Bytes returns the registered range (mr.Region).
@@ -118,7 +120,11 @@ func mapClientMem(fd int, off, length uint64) (*clientMem, error) {
 // unmap releases the mapping; the MR must be deregistered first.
 func (m *clientMem) unmap() {
 	if m != nil && m.mapping != nil {
-		unix.Munmap(m.mapping)
+		if m.raw {
+			unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(m.mapping)), uintptr(len(m.mapping)))
+		} else {
+			unix.Munmap(m.mapping)
+		}
 		m.mapping, m.bytes = nil, nil
 	}
 }

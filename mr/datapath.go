@@ -155,9 +155,12 @@ func (pd *PD) Gather(sgl []SGE, off uint64, dst []byte) (int, error) {
 		if !m.pin() {
 			return n, ErrBadKey
 		}
-		c := copy(dst[n:], m.mem[base+off:base+l])
+		c, err := memCopy(dst[n:], m.mem[base+off:base+l])
 		m.unpin()
 		n += c
+		if err != nil {
+			return n, err
+		}
 		off = 0
 	}
 	if n < len(dst) {
@@ -190,9 +193,12 @@ func (pd *PD) Scatter(sgl []SGE, off uint64, src []byte) (int, error) {
 		if !m.pin() {
 			return n, ErrBadKey
 		}
-		c := copy(m.mem[base+off:base+l], src[n:])
+		c, err := memCopy(m.mem[base+off:base+l], src[n:])
 		m.unpin()
 		n += c
+		if err != nil {
+			return n, err
+		}
 		off = 0
 	}
 	if n < len(src) {
@@ -227,9 +233,9 @@ func (pd *PD) ReadRemote(rkey uint32, va uint64, dst []byte) error {
 	if !m.pin() {
 		return ErrBadKey
 	}
-	copy(dst, m.mem[off:])
+	_, err = memCopy(dst, m.mem[off:])
 	m.unpin()
-	return nil
+	return err
 }
 
 // WriteRemote serves an RDMA WRITE: it copies src to va through rkey, after
@@ -245,9 +251,9 @@ func (pd *PD) WriteRemote(rkey uint32, va uint64, src []byte) error {
 	if !m.pin() {
 		return ErrBadKey
 	}
-	copy(m.mem[off:], src)
+	_, err = memCopy(m.mem[off:], src)
 	m.unpin()
-	return nil
+	return err
 }
 
 // atomicMR resolves the MR of an atomic request through rkey.

@@ -338,9 +338,9 @@ func (m *MR) Read(va uint64, dst []byte) error {
 	if !m.pin() {
 		return ErrDeregistered
 	}
-	copy(dst, m.mem[off:])
+	_, err := memCopy(dst, m.mem[off:])
 	m.unpin()
-	return nil
+	return err
 }
 
 // Write copies src into the MR at virtual address va. It needs
@@ -360,9 +360,9 @@ func (m *MR) Write(va uint64, src []byte) error {
 	if !m.pin() {
 		return ErrDeregistered
 	}
-	copy(m.mem[off:], src)
+	_, err := memCopy(m.mem[off:], src)
 	m.unpin()
-	return nil
+	return err
 }
 
 // boundsErr returns the error for a failed bounds check, preferring
@@ -408,9 +408,9 @@ func (m *MR) CompareSwap(va, compare, swap uint64) (uint64, error) {
 	if !m.pin() {
 		return 0, ErrDeregistered
 	}
-	old := compareSwap(p, compare, swap)
+	old, err := memAtomic(func() uint64 { return compareSwap(p, compare, swap) })
 	m.unpin()
-	return old, nil
+	return old, err
 }
 
 // FetchAdd atomically adds add to the 64-bit word at va and returns the
@@ -424,9 +424,9 @@ func (m *MR) FetchAdd(va, add uint64) (uint64, error) {
 	if !m.pin() {
 		return 0, ErrDeregistered
 	}
-	old := atomic.AddUint64(p, add) - add
+	old, err := memAtomic(func() uint64 { return atomic.AddUint64(p, add) - add })
 	m.unpin()
-	return old, nil
+	return old, err
 }
 
 func compareSwap(p *uint64, compare, swap uint64) uint64 {

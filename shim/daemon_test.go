@@ -46,6 +46,14 @@ func (d *liveDaemon) Write(p []byte) (int, error) {
 
 func startDaemon(t testing.TB) *liveDaemon {
 	t.Helper()
+	return startDaemonAt(t, testAddr)
+}
+
+// startDaemonAt starts a daemon as startDaemon does, its device's UDP
+// link on loopback address addr, so that tests on other addresses can run
+// beside it.
+func startDaemonAt(t testing.TB, addr string) *liveDaemon {
+	t.Helper()
 	if _, err := shim.Compiler(); err != nil {
 		t.Skipf("skipping: %v", err)
 	}
@@ -60,9 +68,9 @@ func startDaemon(t testing.TB) *liveDaemon {
 		t.Fatal(err)
 	}
 	d.lib = lib
-	port, err := iface.Open(context.Background(), "lo", iface.Options{Mode: iface.ModeUDP, Addr: netip.MustParseAddr(testAddr)})
+	port, err := iface.Open(context.Background(), "lo", iface.Options{Mode: iface.ModeUDP, Addr: netip.MustParseAddr(addr)})
 	if err != nil {
-		t.Fatalf("opening a device on lo at %s (another test using the address makes this fail): %v", testAddr, err)
+		t.Fatalf("opening a device on lo at %s (another test using the address makes this fail): %v", addr, err)
 	}
 	t.Cleanup(func() { port.Close() })
 	srv, err := daemon.New([]daemon.Device{port}, daemon.Options{Logger: slog.New(slog.NewTextHandler(d, nil))})
@@ -97,9 +105,9 @@ func startDaemon(t testing.TB) *liveDaemon {
 	if err != nil {
 		t.Fatalf("ibv_devinfo -v: %v\n%s\n%s", err, out, errOut)
 	}
-	m := regexp.MustCompile(`GID\[\s*(\d+)\]:\s+::ffff:` + regexp.QuoteMeta(testAddr) + `, RoCE v2`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`GID\[\s*(\d+)\]:\s+::ffff:` + regexp.QuoteMeta(addr) + `, RoCE v2`).FindStringSubmatch(out)
 	if m == nil {
-		t.Fatalf("ibv_devinfo -v lists no RoCE v2 GID for %s:\n%s", testAddr, out)
+		t.Fatalf("ibv_devinfo -v lists no RoCE v2 GID for %s:\n%s", addr, out)
 	}
 	fmt.Sscan(m[1], &d.gidIdx)
 	return d
@@ -141,6 +149,13 @@ func (d *liveDaemon) start(t testing.TB, timeout time.Duration, out io.Writer, p
 // address last) and returns both outputs.
 func (d *liveDaemon) pair(t *testing.T, prog string, args ...string) (srv, cli string) {
 	t.Helper()
+	return d.pairOn(t, 18515, prog, args, args)
+}
+
+// pairOn is pair for a tool whose arguments make it listen on TCP port
+// port, with the server's and the client's own arguments.
+func (d *liveDaemon) pairOn(t *testing.T, port int, prog string, srvArgs, cliArgs []string) (srv, cli string) {
+	t.Helper()
 	if _, err := exec.LookPath(prog); err != nil {
 		t.Skipf("skipping: %s is not installed", prog)
 	}
@@ -150,27 +165,26 @@ func (d *liveDaemon) pair(t *testing.T, prog string, args ...string) (srv, cli s
 	}
 	sc := make(chan result, 1)
 	go func() {
-		o, e, err := d.run(t, 60*time.Second, prog, args...)
+		o, e, err := d.run(t, 60*time.Second, prog, srvArgs...)
 		sc <- result{o, e, err}
 	}()
 	var c result
-	// The client connects once, after the server listens on its TCP port
-	// (the tools' default, 18515).
+	// The client connects once, after the server listens on its TCP port.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		out, _ := exec.Command("ss", "-Hltn", "sport = :18515").Output()
+		out, _ := exec.Command("ss", "-Hltn", fmt.Sprintf("sport = :%d", port)).Output()
 		if len(bytes.TrimSpace(out)) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s's server did not listen on TCP port 18515 within 20 s", prog)
+			t.Fatalf("%s's server did not listen on TCP port %d within 20 s", prog, port)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	c.out, c.errOut, c.err = d.run(t, 60*time.Second, prog, append(append([]string{}, args...), "127.0.0.1")...)
+	c.out, c.errOut, c.err = d.run(t, 60*time.Second, prog, append(append([]string{}, cliArgs...), "127.0.0.1")...)
 	s := <-sc
 	if c.err != nil || s.err != nil {
-		t.Fatalf("%s %v:\nclient: %v\n%s%s\nserver: %v\n%s%s", prog, args, c.err, c.out, c.errOut, s.err, s.out, s.errOut)
+		t.Fatalf("%s %v:\nclient: %v\n%s%s\nserver: %v\n%s%s", prog, cliArgs, c.err, c.out, c.errOut, s.err, s.out, s.errOut)
 	}
 	return s.out + s.errOut, c.out + c.errOut
 }

@@ -295,12 +295,14 @@ func TestMemoryRemapping(t *testing.T) {
 	if err := WriteSources(dir); err != nil {
 		t.Fatal(err)
 	}
-	src, err := os.ReadFile("testdata/mr_test.c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "mr_test.c"), src, 0o644); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"mr_test.c", "check.h"} {
+		src, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), src, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	names, _ := filepath.Glob(filepath.Join(dir, "*.c"))
 	args := append([]string{"-O1", "-Wall", "-DSROCE_NO_SYMVER", "-o", filepath.Join(dir, "mr_test")}, names...)

@@ -281,7 +281,9 @@ type Mcast struct {
 	GID [16]byte
 }
 
-// RegMR is REG_MR's request (struct sroce_ctl_reg_mr).
+// RegMR is REG_MR's request (struct sroce_ctl_reg_mr). With a descriptor
+// (a sealed memfd) the range is at FDOffset of it; without, it is the
+// range at Addr of the client process's shared file mappings.
 type RegMR struct {
 	PD       uint32
 	Access   uint32

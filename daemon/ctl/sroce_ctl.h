@@ -284,6 +284,12 @@ struct sroce_ctl_reg_mr {
 	uint64_t iova;             /* the address remote peers use (= addr for ibv_reg_mr) */
 	uint64_t fd_offset;        /* where addr is in the memfd */
 };
+/*
+ * REG_MR (and REREG_MR of the translation) carries one descriptor, a memfd
+ * sealed against shrinking that holds the range at fd_offset, or none: the
+ * daemon then maps [addr, addr + length) of the connected process's own
+ * mappings, which must all be shared mappings of files (fd_offset unused).
+ */
 
 /*
  * REREG_MR request (ibv_rereg_mr): flags (enum ibv_rereg_mr_flags) select

@@ -178,6 +178,7 @@ int sroce_call_remap(struct sroce_context *c, uint16_t op, const void *req, size
 
 /* mr.c */
 int sroce_mem_backing(void *addr, size_t length, int *fd, uint64_t *offset);
+int sroce_mem_backing_access(void *addr, size_t length, unsigned int access, int *fd, uint64_t *offset);
 void sroce_mem_release(void *addr, size_t length);
 
 /* exported verbs the library also calls itself */

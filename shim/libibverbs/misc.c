@@ -147,30 +147,7 @@ EXPORT int mbps_to_ibv_rate(int mbps)
 	return 0;
 }
 
-/* Fork: registered pages are shared with a child (see mr.c); nothing to set up. */
-EXPORT int ibv_fork_init(void)
-{
-	return 0;
-}
-
-EXPORT int ibv_is_fork_initialized(void)
-{
-	return IBV_FORK_UNNEEDED;
-}
-
-EXPORT int ibv_dontfork_range(void *base, size_t size)
-{
-	(void)base;
-	(void)size;
-	return 0;
-}
-
-EXPORT int ibv_dofork_range(void *base, size_t size)
-{
-	(void)base;
-	(void)size;
-	return 0;
-}
+/* Fork: see mr.c. */
 
 /* Verbs sroce does not offer. */
 EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,

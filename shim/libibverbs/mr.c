@@ -1,20 +1,32 @@
 /*
  * mr.c: memory registration.
  *
- * The daemon reaches a registered range through a memfd. The library keeps
- * one memfd for the whole process, as large as the user address space and
- * sparse, in which the page at virtual address A lives at file offset A.
- * ibv_reg_mr remaps the pages that cover the range onto it: it copies their
- * current contents into the memfd and maps the memfd over the same
- * addresses with MAP_SHARED | MAP_FIXED and the same protection, so the
- * program sees the same bytes at the same addresses and the daemon, which
- * maps the same file pages, sees what the program writes and the program
- * sees what the daemon writes. Because offsets equal addresses, any range
- * is contiguous in the file whatever was remapped before, and pages already
- * remapped (found in /proc/self/maps, which stays right when the program
- * unmaps and maps again) are left as they are, so an MR inside or across
- * earlier ones reuses their pages. Pages stay remapped after ibv_dereg_mr:
- * they are still the program's memory.
+ * The daemon maps a registered range itself, in one of two ways.
+ *
+ * Memory shared with a file (a MAP_SHARED mapping of a regular file, POSIX
+ * or SysV shm, a memfd, hugetlbfs, or shared anonymous memory, which is a
+ * file of the kernel's shmem) stays as it is: the library sends the
+ * range's address without a descriptor and the daemon maps the same file
+ * pages through /proc/PID/map_files of the connected process.
+ *
+ * Private memory has no file the daemon could map, so the library remaps
+ * it onto a memfd. It keeps one memfd for the whole process, as large as
+ * the user address space and sparse, in which the page at virtual address
+ * A lives at file offset A. ibv_reg_mr remaps the pages that cover the
+ * range onto it: it copies their current contents into the memfd and maps
+ * the memfd over the same addresses with MAP_SHARED | MAP_FIXED and the
+ * same protection, so the program sees the same bytes at the same
+ * addresses and the daemon, which maps the same file pages, sees what the
+ * program writes and the program sees what the daemon writes. Because
+ * offsets equal addresses, any range is contiguous in the file whatever
+ * was remapped before, and pages already remapped (found in
+ * /proc/self/maps, which stays right when the program unmaps and maps
+ * again) are left as they are, so an MR inside or across earlier ones
+ * reuses their pages. Pages stay remapped after ibv_dereg_mr: they are
+ * still the program's memory. When the whole range is on the memfd, the
+ * memfd goes to the daemon with the range's offset; when a part is shared
+ * with a file, the range goes by address and the daemon maps the memfd's
+ * part from the process's mappings like any other shared file.
  *
  * The file keeps its pages when the program unmaps them (free() of a large
  * buffer), so the library keeps a table of the segments it remapped and of
@@ -22,20 +34,18 @@
  * gives back to the system (FALLOC_FL_PUNCH_HOLE) the parts of remapped
  * segments that the program no longer maps and no live MR covers.
  *
- * Limits:
- * - Only private memory is remapped: anonymous (heap, malloc, mmap of
- *   MAP_ANONYMOUS, posix_memalign) and the writable private mappings of
- *   files (the static data of the program and its libraries: rdma_client
- *   registers its static buffers). The stack, shared and read-only file
- *   mappings, hugetlbfs, device mappings and unmapped holes are refused
- *   with EINVAL.
- * - After fork the child shares the remapped pages with the parent
- *   (MAP_SHARED) instead of getting a copy-on-write copy, as if the range
- *   had been given to ibv_dontfork_range and then shared; a child must not
- *   write to buffers its parent uses for RDMA.
- * - While ibv_reg_mr copies and remaps, other threads must not write to the
- *   pages being registered (a write between the copy and the remap is lost).
- * - Registrations are serialized by one lock per process.
+ * What is remapped: anonymous memory (heap, malloc, MAP_PRIVATE |
+ * MAP_ANONYMOUS, private huge pages, remapped whole onto base pages) and
+ * the private mappings of files that are not code (the static data of the
+ * program and its libraries among them): their pages become the process's
+ * own copies, as rxe's pinning for write makes them. The stack, code,
+ * device mappings and unmapped holes are refused with EINVAL; memory the
+ * process maps read-only, with EFAULT when the registration writes.
+ *
+ * Fork: see fork_child. While ibv_reg_mr copies and remaps, other threads
+ * must not write to the pages being registered (a write between the copy
+ * and the remap is lost). Registrations are serialized by one lock per
+ * process.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -288,17 +298,108 @@ static int remap(uintptr_t start, uintptr_t end, int prot)
 	return 0;
 }
 
+/* The page size of the mapping at addr (KernelPageSize in smaps: huge
+ * pages for hugetlb), or the base page size. */
+static uintptr_t vma_page_size(uintptr_t addr)
+{
+	uintptr_t size = (uintptr_t)sysconf(_SC_PAGESIZE);
+	FILE *f = fopen("/proc/self/smaps", "re");
+	char line[512];
+	int in = 0;
+	if (!f)
+		return size;
+	while (fgets(line, sizeof(line), f)) {
+		uintptr_t s, e;
+		unsigned long kb;
+		if (!strncmp(line, "KernelPageSize:", 15)) {
+			if (in && sscanf(line + 15, "%lu", &kb) == 1) {
+				size = kb * 1024;
+				break;
+			}
+		} else if (sscanf(line, "%lx-%lx ", &s, &e) == 2) {
+			in = addr >= s && addr < e;
+		}
+	}
+	fclose(f);
+	return size;
+}
+
+/* Whether a mapping is memory the process shares with a file (a MAP_SHARED
+ * mapping of a regular file, POSIX shm, a memfd, hugetlbfs, or shared
+ * anonymous memory, which is a file of the kernel's shmem), which the
+ * daemon maps itself. */
+static int shared_file(const struct maps_entry *e)
+{
+	return e->shared && e->ino != 0;
+}
+
+/* Whether a private mapping can be remapped onto the memfd: anonymous
+ * memory (heap, malloc, MAP_PRIVATE|MAP_ANONYMOUS, MAP_HUGETLB) and the
+ * private mappings of files that are not code (their pages are the
+ * process's own copies once written, as rxe's pinning makes them). */
+static int remappable(const struct maps_entry *e)
+{
+	if (e->shared)
+		return 0;
+	if (e->ino == 0)
+		return e->path[0] == 0 || !strcmp(e->path, "[heap]");
+	return !(e->prot & PROT_EXEC) || ((e->prot & PROT_WRITE) && loaded_object(e->start));
+}
+
+/* Remaps [s, t) of the private mapping e onto the memfd: at base pages,
+ * or, where the kernel refuses to split the mapping there (hugetlb), over
+ * the huge pages that hold the range. */
+static int remap_entry(const struct maps_entry *e, uintptr_t s, uintptr_t t)
+{
+	int err = remap(s, t, e->prot);
+	if (err == EINVAL) {
+		uintptr_t ps = vma_page_size(s);
+		uintptr_t hs = s & ~(ps - 1), ht = (t + ps - 1) & ~(ps - 1);
+		if (hs < e->start)
+			hs = e->start;
+		if (ht > e->end)
+			ht = e->end;
+		if (hs != s || ht != t) {
+			err = remap(hs, ht, e->prot);
+			if (!err)
+				err = ivals_add(&segs, hs, ht);
+			return err;
+		}
+	}
+	if (!err)
+		err = ivals_add(&segs, s, t);
+	return err;
+}
+
+/* Fork: see ibv_fork_init. */
+static int fork_enabled, fork_too_late;
+
 /*
- * Makes [addr, addr + length) live in the process memfd; returns 0 and the
- * memfd (owned by the library: the caller sends it, never closes it) and
- * the offset of addr in it, or EINVAL for memory that cannot be remapped.
+ * Makes [addr, addr + length) reachable by the daemon: private memory is
+ * remapped onto the process memfd; memory shared with a file stays as it
+ * is. Returns 0 with the memfd (owned by the library: the caller sends it,
+ * never closes it) and the offset of addr in it when the whole range is in
+ * the memfd; with *fd = -1 when a part is memory shared with a file, which
+ * the daemon then maps by address from the process's mappings. EINVAL for
+ * memory that is neither (the stack, code, devices, holes).
  */
 int sroce_mem_backing(void *addr, size_t length, int *fd, uint64_t *offset)
+{
+	return sroce_mem_backing_access(addr, length, 0, fd, offset);
+}
+
+/* The access flags that make the pages written: rxe pins such memory for
+ * writing, which fails with EFAULT where the process may not write. */
+#define SROCE_WRITE_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
+
+/* sroce_mem_backing for a registration with access flags access: EFAULT
+ * where one of them writes and the process maps a page read-only. */
+int sroce_mem_backing_access(void *addr, size_t length, unsigned int access, int *fd, uint64_t *offset)
 {
 	long pg = sysconf(_SC_PAGESIZE);
 	uintptr_t start = (uintptr_t)addr & ~(uintptr_t)(pg - 1);
 	uintptr_t end;
-	int err = 0;
+	int err = 0, shared = 0;
 
 	if (length == 0 || (uintptr_t)addr + length < (uintptr_t)addr)
 		return EINVAL;
@@ -315,8 +416,10 @@ int sroce_mem_backing(void *addr, size_t length, int *fd, uint64_t *offset)
 		err = errno;
 		goto out;
 	}
-	/* First pass: check that every page is ours already or can be remapped. */
-	struct maps_entry todo[64];
+	/* First pass: check that every page is ours already, shared with a
+	 * file, or can be remapped. */
+	struct maps_entry todo[64]; /* whole mappings */
+	uintptr_t todo_s[64], todo_e[64]; /* the parts to remap */
 	int ntodo = 0;
 	uintptr_t covered = start;
 	char line[512];
@@ -331,15 +434,15 @@ int sroce_mem_backing(void *addr, size_t length, int *fd, uint64_t *offset)
 			break;
 		}
 		uintptr_t s = covered, t = e.end < end ? e.end : end;
-		if (!is_ours(&e)) {
-			int anon = e.ino == 0 && (e.path[0] == 0 || !strcmp(e.path, "[heap]"));
-			/* A program's or library's writable static data (.data,
-			 * .bss next to it): a private copy of the file's pages,
-			 * which the memfd's pages replace as well as anonymous
-			 * ones. */
-			int data = e.ino != 0 && (e.prot & PROT_WRITE) && loaded_object(e.start);
-			if ((!anon && !data) || e.shared) {
-				err = EINVAL; /* stack, read-only files, devices, shared memory */
+		if ((access & SROCE_WRITE_ACCESS) && !(e.prot & PROT_WRITE)) {
+			err = EFAULT;
+			break;
+		}
+		if (shared_file(&e) && !is_ours(&e)) {
+			shared = 1;
+		} else if (!is_ours(&e)) {
+			if (!remappable(&e)) {
+				err = EINVAL; /* stack, code, devices */
 				break;
 			}
 			if (ntodo == (int)(sizeof(todo) / sizeof(todo[0]))) {
@@ -347,8 +450,8 @@ int sroce_mem_backing(void *addr, size_t length, int *fd, uint64_t *offset)
 				break;
 			}
 			todo[ntodo] = e;
-			todo[ntodo].start = s;
-			todo[ntodo].end = t;
+			todo_s[ntodo] = s;
+			todo_e[ntodo] = t;
 			ntodo++;
 		}
 		covered = t;
@@ -356,17 +459,18 @@ int sroce_mem_backing(void *addr, size_t length, int *fd, uint64_t *offset)
 	fclose(f);
 	if (!err && covered < end)
 		err = EINVAL;
-	for (int i = 0; !err && i < ntodo; i++) {
-		err = remap(todo[i].start, todo[i].end, todo[i].prot);
-		if (!err)
-			err = ivals_add(&segs, todo[i].start, todo[i].end);
-	}
+	for (int i = 0; !err && i < ntodo; i++)
+		err = remap_entry(&todo[i], todo_s[i], todo_e[i]);
 	if (!err)
 		err = ivals_add(&live, start, end);
+	if (!err && fork_enabled)
+		madvise((void *)start, end - start, MADV_DONTFORK);
+	if (!err)
+		fork_too_late = 1;
 	reclaim();
 out:
 	if (!err) {
-		*fd = mem_fd;
+		*fd = shared ? -1 : mem_fd;
 		*offset = (uint64_t)(uintptr_t)addr;
 	}
 	pthread_mutex_unlock(&mem_lock);
@@ -375,7 +479,8 @@ out:
 
 /*
  * The MR of [addr, addr + length) is gone (the daemon unmapped it): its
- * pages may be given back once the program no longer maps them.
+ * pages may be given back once the program no longer maps them, and with
+ * fork safety, forked again where no other MR covers them.
  */
 void sroce_mem_release(void *addr, size_t length)
 {
@@ -388,8 +493,128 @@ void sroce_mem_release(void *addr, size_t length)
 			live.v[i] = live.v[--live.n];
 			break;
 		}
+	if (fork_enabled) {
+		struct ivals free_ = {0};
+		subtract((struct ival){start, end}, &live, 0, &free_);
+		for (size_t i = 0; i < free_.n; i++)
+			madvise((void *)free_.v[i].s, free_.v[i].e - free_.v[i].s, MADV_DOFORK);
+		free(free_.v);
+	}
 	reclaim();
 	pthread_mutex_unlock(&mem_lock);
+}
+
+/*
+ * Fork. rxe's pages are pinned, and since Linux 5.13 fork copies pinned
+ * pages into the child at once instead of sharing them copy-on-write, so
+ * the parent's registrations keep their pages whatever the child writes;
+ * rdma-core then reports IBV_FORK_UNNEEDED. sroce does the same in the
+ * child (fork_child): every page remapped onto the memfd, which the
+ * child would otherwise share with the parent, becomes a private copy.
+ * ibv_fork_init (or RDMAV_FORK_SAFE, IBV_FORK_SAFE) additionally keeps
+ * registered ranges out of children (MADV_DONTFORK) as rdma-core does, and
+ * fails with EINVAL once memory has been registered; memory shared with a
+ * file is shared with children as on rxe.
+ */
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&mem_lock);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&mem_lock);
+}
+
+static void fork_child(void)
+{
+	FILE *f;
+	char line[512];
+	pthread_mutex_init(&mem_lock, NULL);
+	if (mem_fd < 0)
+		return;
+	f = fopen("/proc/self/maps", "re");
+	if (f) {
+		while (fgets(line, sizeof(line), f)) {
+			struct maps_entry e;
+			if (parse_maps_line(line, &e) || !is_ours(&e))
+				continue;
+			size_t len = e.end - e.start;
+			void *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+					 -1, 0);
+			if (tmp == MAP_FAILED)
+				continue;
+			if (!(e.prot & PROT_READ))
+				mprotect((void *)e.start, len, PROT_READ);
+			memcpy(tmp, (void *)e.start, len);
+			mprotect(tmp, len, e.prot);
+			if (mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)e.start) ==
+			    MAP_FAILED)
+				munmap(tmp, len);
+		}
+		fclose(f);
+	}
+	close(mem_fd);
+	mem_fd = -1;
+	segs.n = 0;
+	live.n = 0;
+	fork_too_late = 0;
+}
+
+EXPORT int ibv_fork_init(void)
+{
+	int err = 0;
+	pthread_mutex_lock(&mem_lock);
+	if (!fork_enabled) {
+		if (fork_too_late)
+			err = EINVAL;
+		else
+			fork_enabled = 1;
+	}
+	pthread_mutex_unlock(&mem_lock);
+	return err;
+}
+
+static void fork_env(void) __attribute__((constructor));
+static void fork_env(void)
+{
+	const char *a = getenv("RDMAV_FORK_SAFE"), *b = getenv("IBV_FORK_SAFE");
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+	if ((a && strcmp(a, "0")) || (b && strcmp(b, "0")))
+		if (ibv_fork_init())
+			fprintf(stderr, "libibverbs: Warning: fork()-safety requested but init failed\n");
+}
+
+EXPORT enum ibv_fork_status ibv_is_fork_initialized(void)
+{
+	return IBV_FORK_UNNEEDED;
+}
+
+static int fork_range(void *base, size_t size, int advice)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uintptr_t s = (uintptr_t)base & ~(uintptr_t)(pg - 1);
+	uintptr_t e = ((uintptr_t)base + size + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
+	int err = 0;
+	if (!base || !size)
+		return 0;
+	pthread_mutex_lock(&mem_lock);
+	if (!fork_enabled)
+		fork_too_late = 1;
+	else if (madvise((void *)s, e - s, advice))
+		err = errno;
+	pthread_mutex_unlock(&mem_lock);
+	return err;
+}
+
+EXPORT int ibv_dontfork_range(void *base, size_t size)
+{
+	return fork_range(base, size, MADV_DONTFORK);
+}
+
+EXPORT int ibv_dofork_range(void *base, size_t size)
+{
+	return fork_range(base, size, MADV_DOFORK);
 }
 
 static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
@@ -403,7 +628,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint6
 	int err;
 
 	access &= ~SROCE_ACCESS_OPTIONAL_RANGE;
-	err = sroce_mem_backing(addr, length, &fd, &off);
+	err = sroce_mem_backing_access(addr, length, access, &fd, &off);
 	if (err) {
 		errno = err;
 		return NULL;
@@ -414,7 +639,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint6
 	req.length = length;
 	req.iova = iova;
 	req.fd_offset = off;
-	err = sroce_call(to_sctx(pd->context), SROCE_OP_REG_MR, &req, sizeof(req), &fd, 1, &reply,
+	err = sroce_call(to_sctx(pd->context), SROCE_OP_REG_MR, &req, sizeof(req), &fd, fd >= 0, &reply,
 			 sizeof(reply), NULL, 0);
 	if (err) {
 		sroce_mem_release(addr, length);
@@ -512,7 +737,7 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 		req.reg.fd_offset = off;
 	}
 	err = sroce_call(to_sctx(mr->context), SROCE_OP_REREG_MR, &req, sizeof(req), &fd,
-			 translate ? 1 : 0, &reply, sizeof(reply), NULL, 0);
+			 translate && fd >= 0, &reply, sizeof(reply), NULL, 0);
 	if (err) {
 		if (translate)
 			sroce_mem_release(addr, length);

@@ -14,17 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "internal.h"
-
-#define CHECK(cond, ...)                                                  \
-	do {                                                              \
-		if (!(cond)) {                                            \
-			printf("FAIL line %d: ", __LINE__);               \
-			printf(__VA_ARGS__);                              \
-			printf("\n");                                     \
-			exit(1);                                          \
-		}                                                         \
-	} while (0)
 
 /* Lines of /proc/self/maps that map the library's memfd. */
 static int memfd_mappings(void)
@@ -134,21 +125,30 @@ int main(void)
 	}
 	printf("ok read-only protection kept\n");
 
-	/* The stack, file mappings, holes and empty ranges are refused. */
+	/* The stack, code, holes and empty ranges are refused; a private file
+	 * mapping is remapped (the process's own copy of the file's pages);
+	 * a shared one is left for the daemon to map (fd -1). */
 	char stackbuf[256];
 	stackbuf[0] = 1;
 	CHECK(sroce_mem_backing(stackbuf, sizeof(stackbuf), &fd, &off) == EINVAL, "the stack was accepted");
 	char path[] = "/tmp/sroce-mr-test-XXXXXX";
 	int tf = mkstemp(path);
 	CHECK(tf >= 0 && ftruncate(tf, pg) == 0, "temp file");
-	void *fm = mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE, tf, 0);
+	unsigned char *fm = mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE, tf, 0);
+	unsigned char *fs = mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE, MAP_SHARED, tf, 0);
+	void *code = mmap(NULL, (size_t)pg, PROT_READ | PROT_EXEC, MAP_PRIVATE, tf, 0);
 	unlink(path);
-	CHECK(sroce_mem_backing(fm, 16, &fd, &off) == EINVAL, "a file mapping was accepted");
+	fs[5] = 55;
+	CHECK(sroce_mem_backing(fm, 16, &fd, &off) == 0 && fd >= 0 && fm[5] == 55, "a private file mapping was refused");
+	CHECK(sroce_mem_backing(fs, 16, &fd, &off) == 0 && fd == -1, "a shared file mapping was not left to the daemon");
+	fm[6] = 66;
+	CHECK(fs[6] == 0, "a write to the remapped private mapping reached the file");
+	CHECK(sroce_mem_backing(code, 16, &fd, &off) == EINVAL, "code was accepted");
 	unsigned char *hole = mmap(NULL, 3 * (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	munmap(hole + pg, (size_t)pg);
 	CHECK(sroce_mem_backing(hole, 3 * (size_t)pg, &fd, &off) == EINVAL, "a range with a hole was accepted");
 	CHECK(sroce_mem_backing(heap, 0, &fd, &off) == EINVAL, "an empty range was accepted");
-	printf("ok refused: stack, file, hole, empty\n");
+	printf("ok refused: stack, code, hole, empty; files private and shared\n");
 
 	/* The program's static data (a file's private writable mapping) is accepted. */
 	{
@@ -193,15 +193,18 @@ int main(void)
 	}
 	printf("ok unmapped pages given back\n");
 
-	/* After fork the child shares registered pages (the documented limit). */
+	/* After fork the child has its own copy of registered pages. */
+	heap[0] = 1;
 	pid_t pid = fork();
 	if (pid == 0) {
+		int ok = heap[0] == 1 && memfd_mappings() == 0;
 		heap[0] = 0x5a;
-		_exit(0);
+		_exit(ok ? 0 : 2);
 	}
 	int st;
 	waitpid(pid, &st, 0);
-	CHECK(heap[0] == 0x5a, "the child's write is not shared (fork semantics changed: update mr.c's comment)");
-	printf("ok fork shares registered pages\n");
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child did not see the parent's bytes in private pages");
+	CHECK(heap[0] == 1, "the child's write reached the parent's registered pages");
+	printf("ok fork copies registered pages into the child\n");
 	return 0;
 }

@@ -16,22 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CHECK(cond, ...)                                                  \
-	do {                                                              \
-		if (!(cond)) {                                            \
-			printf("FAIL line %d: ", __LINE__);               \
-			printf(__VA_ARGS__);                              \
-			printf("\n");                                     \
-			exit(1);                                          \
-		}                                                         \
-	} while (0)
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "verbs_test.h"
 
 /* Runs a destroy call, wants errno value want from it within 2 s. */
 #define WANT(call, want)                                                                   \
