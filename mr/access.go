@@ -27,11 +27,15 @@ const (
 	// AccessMWBind lets memory windows be bound to the MR
 	// (IBV_ACCESS_MW_BIND).
 	AccessMWBind Access = 1 << 4
+	// AccessOnDemand asks for on-demand paging (IBV_ACCESS_ON_DEMAND).
+	// sroce never pins what it registers, so every MR already behaves
+	// so: the flag is accepted and changes nothing.
+	AccessOnDemand Access = 1 << 6
 )
 
 const (
 	accessRemote = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
-	accessAll    = AccessLocalWrite | accessRemote | AccessMWBind
+	accessAll    = AccessLocalWrite | accessRemote | AccessMWBind | AccessOnDemand
 )
 
 // valid reports whether a is a permitted registration access set: no unknown
@@ -53,9 +57,9 @@ func (a Access) String() string {
 		return "0"
 	}
 	var b strings.Builder
-	names := [...]string{"LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC", "MW_BIND"}
+	names := [...]string{"LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC", "MW_BIND", "", "ON_DEMAND"}
 	for i, n := range names {
-		if a&(1<<i) != 0 {
+		if a&(1<<i) != 0 && n != "" {
 			if b.Len() > 0 {
 				b.WriteByte('|')
 			}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
-	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/verbs"
 )
 
@@ -146,9 +145,9 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if mask&verbs.AttrPKeyIndex != 0 && attr.PKeyIndex != 0 {
 		return bad("P_Key index %d out of range (the table holds only 0xffff)", attr.PKeyIndex)
 	}
-	if mask&verbs.AttrAccessFlags != 0 && attr.AccessFlags&^(mr.AccessLocalWrite|mr.AccessRemoteWrite|mr.AccessRemoteRead|mr.AccessRemoteAtomic) != 0 {
-		return bad("unknown access flags %v", attr.AccessFlags)
-	}
+	// The QP's access flags are taken as given, as rxe and the kernel take
+	// them (a program may pass its MRs' flags, IBV_ACCESS_ON_DEMAND
+	// included): only the remote ones mean anything to a responder.
 	if mask&verbs.AttrPathMTU != 0 {
 		if !attr.PathMTU.Valid() {
 			return bad("invalid path MTU %d", attr.PathMTU)

@@ -202,6 +202,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->vctx.alloc_parent_domain = sroce_alloc_parent_domain;
 	c->vctx.alloc_td = sroce_alloc_td;
 	c->vctx.dealloc_td = sroce_dealloc_td;
+	c->vctx.advise_mr = sroce_advise_mr;
 	c->vctx.sz = sizeof(struct verbs_context);
 	return ctx;
 
@@ -325,6 +326,21 @@ int sroce_query_device_ex(struct ibv_context *context,
 	if (err)
 		return err;
 	ex.phys_port_cnt_ex = ex.orig_attr.phys_port_cnt;
+	/*
+	 * On-demand paging: the daemon reaches registered memory through
+	 * mappings of the program's own pages and never pins them, so an
+	 * IBV_ACCESS_ON_DEMAND registration is an ordinary one, for every
+	 * operation. Implicit ODP (the whole address space as one MR) is not
+	 * offered: there is nothing to map it from.
+	 */
+	ex.odp_caps.general_caps = IBV_ODP_SUPPORT;
+	ex.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+		IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+		IBV_ODP_SUPPORT_SRQ_RECV;
+	ex.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+		IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
+	ex.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+		IBV_ODP_SUPPORT_SRQ_RECV;
 	memcpy(attr, &ex, attr_size < sizeof(ex) ? attr_size : sizeof(ex));
 	if (attr_size > sizeof(ex))
 		memset((char *)attr + sizeof(ex), 0, attr_size - sizeof(ex));

@@ -203,6 +203,8 @@ struct ibv_pd *sroce_alloc_parent_domain(struct ibv_context *context,
 					 struct ibv_parent_domain_init_attr *attr);
 struct ibv_td *sroce_alloc_td(struct ibv_context *context, struct ibv_td_init_attr *attr);
 int sroce_dealloc_td(struct ibv_td *td);
+int sroce_advise_mr(struct ibv_pd *pd, uint32_t advice, uint32_t flags, struct ibv_sge *sg_list,
+		    uint32_t num_sges);
 int sroce_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int sroce_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int sroce_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);

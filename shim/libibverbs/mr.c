@@ -627,7 +627,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, uint6
 	uint64_t off;
 	int err;
 
-	access &= ~SROCE_ACCESS_OPTIONAL_RANGE;
+	access &= ~SROCE_ACCESS_HINTS;
 	err = sroce_mem_backing_access(addr, length, access, &fd, &off);
 	if (err) {
 		errno = err;
@@ -724,7 +724,7 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 	if (flags & IBV_REREG_MR_CHANGE_PD)
 		req.reg.pd = pd->handle;
 	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
-		req.reg.access = (uint32_t)access & ~SROCE_ACCESS_OPTIONAL_RANGE;
+		req.reg.access = (uint32_t)access & ~SROCE_ACCESS_HINTS;
 	if (translate) {
 		err = sroce_mem_backing(addr, length, &fd, &off);
 		if (err) {
@@ -827,3 +827,21 @@ int sroce_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind
 /* Names that also have an IBVERBS_1.0 compatibility version get their default version here. */
 SROCE_DEFAULT_1_1(ibv_dereg_mr)
 SROCE_DEFAULT_1_1(ibv_reg_mr)
+
+/*
+ * ibv_advise_mr: the pages of every MR are the program's own, mapped, so
+ * a prefetch has nothing to fault in; the request is checked as the
+ * kernel checks it (known advice and flags, at least one SGE, no SGE
+ * wrapping around) and done.
+ */
+int sroce_advise_mr(struct ibv_pd *pd, uint32_t advice, uint32_t flags, struct ibv_sge *sg_list,
+		    uint32_t num_sges)
+{
+	if (!pd || advice > SROCE_ADVISE_MR_PREFETCH_NO_FAULT || (flags & ~(uint32_t)SROCE_ADVISE_MR_FLAG_FLUSH) ||
+	    !num_sges || !sg_list)
+		return EINVAL;
+	for (uint32_t i = 0; i < num_sges; i++)
+		if (sg_list[i].addr + sg_list[i].length < sg_list[i].addr)
+			return EINVAL;
+	return 0;
+}

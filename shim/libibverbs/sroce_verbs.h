@@ -118,6 +118,28 @@ struct ibv_query_device_ex_input {
 	uint32_t comp_mask;
 };
 
+enum ibv_odp_transport_cap_bits {
+	IBV_ODP_SUPPORT_SEND = 1 << 0,
+	IBV_ODP_SUPPORT_RECV = 1 << 1,
+	IBV_ODP_SUPPORT_WRITE = 1 << 2,
+	IBV_ODP_SUPPORT_READ = 1 << 3,
+	IBV_ODP_SUPPORT_ATOMIC = 1 << 4,
+	IBV_ODP_SUPPORT_SRQ_RECV = 1 << 5,
+};
+
+enum ibv_odp_general_caps {
+	IBV_ODP_SUPPORT = 1 << 0,
+	IBV_ODP_SUPPORT_IMPLICIT = 1 << 1,
+};
+
+/* ibv_advise_mr's advice and flags (IB_UVERBS_ADVISE_MR_*). */
+enum {
+	SROCE_ADVISE_MR_PREFETCH = 0,
+	SROCE_ADVISE_MR_PREFETCH_WRITE = 1,
+	SROCE_ADVISE_MR_PREFETCH_NO_FAULT = 2,
+	SROCE_ADVISE_MR_FLAG_FLUSH = 1 << 0,
+};
+
 struct ibv_odp_caps {
 	uint64_t general_caps;
 	struct {
@@ -350,6 +372,9 @@ enum ibv_access_flags {
 };
 /* Access bits a provider may ignore (IBV_ACCESS_OPTIONAL_RANGE). */
 #define SROCE_ACCESS_OPTIONAL_RANGE 0x3ff00000u
+/* What a registration may ask that changes nothing on sroce: the optional
+ * range, and IBV_ACCESS_HUGETLB (a hint; huge pages are found by address). */
+#define SROCE_ACCESS_HINTS (SROCE_ACCESS_OPTIONAL_RANGE | IBV_ACCESS_HUGETLB)
 
 struct ibv_device;
 struct ibv_context;
@@ -921,7 +946,8 @@ struct ibv_context {
 struct verbs_context {
 	int (*query_port)(struct ibv_context *context, uint8_t port_num,
 			  struct ibv_port_attr *port_attr, size_t port_attr_len);
-	void *advise_mr;
+	int (*advise_mr)(struct ibv_pd *pd, uint32_t advice, uint32_t flags, struct ibv_sge *sg_list,
+			 uint32_t num_sges);
 	void *alloc_null_mr;
 	void *read_counters;
 	void *attach_counters_point_flow;

@@ -130,3 +130,28 @@ pcq.close()
 parent.close()
 pd2.close()
 print("ok parent domain")
+
+# On-demand paging: offered (explicit, not implicit) for every operation;
+# an ODP MR registers, a QP takes ON_DEMAND among
+# its access flags as the kernel does, and ibv_advise_mr prefetches and
+# refuses an unknown advice.
+from pyverbs.mr import MR as _MR
+odp = ctx.query_device_ex().odp_caps
+assert odp.general_caps & e.IBV_ODP_SUPPORT and not odp.general_caps & e.IBV_ODP_SUPPORT_IMPLICIT, odp.general_caps
+want = e.IBV_ODP_SUPPORT_SEND | e.IBV_ODP_SUPPORT_RECV | e.IBV_ODP_SUPPORT_WRITE | \
+    e.IBV_ODP_SUPPORT_READ | e.IBV_ODP_SUPPORT_ATOMIC | e.IBV_ODP_SUPPORT_SRQ_RECV
+assert odp.rc_odp_caps == want, odp.rc_odp_caps
+odp_access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_ON_DEMAND | e.IBV_ACCESS_REMOTE_WRITE
+odp_mr = _MR(pd, 8192, odp_access)
+oq = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=2, max_recv_wr=2)))
+a = QPAttr(port_num=1)
+a.qp_access_flags = odp_access | e.IBV_ACCESS_REMOTE_ATOMIC
+oq.to_init(a)
+pd.advise_mr(e._IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, e._IBV_ADVISE_MR_FLAG_FLUSH,
+             [SGE(odp_mr.buf, 8192, odp_mr.lkey)])
+try:
+    pd.advise_mr(7, 0, [SGE(odp_mr.buf, 8192, odp_mr.lkey)])
+    raise AssertionError("ibv_advise_mr took advice 7")
+except PyverbsRDMAError as ex:
+    assert ex.error_code == 22, ex.error_code
+print("ok on-demand paging")
