@@ -243,6 +243,29 @@ var rxeCMCases = []rxeCMCase{
 		}
 		return ""
 	}},
+	// fio's rdma ioengine: RDMA WRITE at iodepth 16, and SEND at iodepth 1
+	// with a receive posted for every message (fio connects with
+	// rnr_retry_count 0; see TestAppFio).
+	{"fio write", "fio", "--name=server --rw=read --ioengine=rdma --port=18602 --bs=64k --size=4m --iodepth=16",
+		"--name=client --rw=write --ioengine=rdma --port=18602 --bs=64k --size=4m --iodepth=16 --verb=write --hostname={addr}",
+		18602, fioMoved},
+	{"fio send", "fio", "--name=server --rw=read --ioengine=rdma --port=18603 --bs=64k --size=4m --iodepth=64",
+		"--name=client --rw=write --ioengine=rdma --port=18603 --bs=64k --size=4m --iodepth=1 --verb=send --hostname={addr}",
+		18603, fioMoved},
+}
+
+// fioMoved checks that fio's client moved its 4 MiB and neither side
+// reported an error.
+func fioMoved(srv, cli string) string {
+	if !strings.Contains(cli, "io=4096KiB") {
+		return "fio's client did not report 4 MiB moved"
+	}
+	for _, out := range []string{srv, cli} {
+		if strings.Contains(out, "err=") && !strings.Contains(out, "err= 0") {
+			return "fio reported an error"
+		}
+	}
+	return ""
 }
 
 // udaddyPort is the port udaddy listens on when given none.
