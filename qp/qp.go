@@ -238,28 +238,12 @@ func CheckSendWR(typ verbs.QPType, cap *verbs.QPCap, wr *verbs.SendWR) error {
 	if uint32(len(wr.SGL)) > cap.MaxSendSGE && !(wr.Flags&verbs.Inline != 0 && wr.InlineData != nil) {
 		return ErrTooManySGE
 	}
-	switch typ {
-	case verbs.QPTypeRC:
-		switch wr.Opcode {
-		case verbs.WROpSend, verbs.WROpSendWithImm, verbs.WROpSendWithInv, verbs.WROpRDMAWrite,
-			verbs.WROpRDMAWriteWithImm, verbs.WROpRDMARead, verbs.WROpAtomicCmpSwp, verbs.WROpAtomicFetchAdd,
-			verbs.WROpLocalInv, verbs.WROpBindMW, verbs.WROpRegMR:
-		default:
-			return ErrOpcode
-		}
-	case verbs.QPTypeUC:
-		switch wr.Opcode {
-		case verbs.WROpSend, verbs.WROpSendWithImm, verbs.WROpRDMAWrite, verbs.WROpRDMAWriteWithImm, verbs.WROpBindMW:
-		default:
-			return ErrOpcode
-		}
-	default:
-		if wr.Opcode != verbs.WROpSend && wr.Opcode != verbs.WROpSendWithImm {
-			return ErrOpcode
-		}
-		if wr.AH == nil {
-			return ErrNoAH
-		}
+	info := wr.Opcode.Info()
+	if info == nil || !info.Types.Has(typ) {
+		return ErrOpcode
+	}
+	if datagram(typ) && wr.AH == nil {
+		return ErrNoAH
 	}
 	if err := checkLocalWR(wr); err != nil {
 		return err
@@ -271,7 +255,7 @@ func CheckSendWR(typ verbs.QPType, cap *verbs.QPCap, wr *verbs.SendWR) error {
 	if inline && total > uint64(cap.MaxInlineData) {
 		return ErrInlineTooBig
 	}
-	if isAtomic(wr.Opcode) && (total != 8 || wr.RemoteAddr&7 != 0) {
+	if info.Payload == verbs.PayloadAtomic8 && (total != 8 || wr.RemoteAddr&7 != 0) {
 		return ErrAtomicWR
 	}
 	return nil
@@ -279,7 +263,7 @@ func CheckSendWR(typ verbs.QPType, cap *verbs.QPCap, wr *verbs.SendWR) error {
 
 // sendSize returns wr's message length and whether its data is inline.
 func sendSize(wr *verbs.SendWR) (total uint64, inline bool) {
-	inline = wr.Flags&verbs.Inline != 0 && (isSend(wr.Opcode) || isWrite(wr.Opcode))
+	inline = wr.Flags&verbs.Inline != 0 && wr.Opcode.Info() != nil && wr.Opcode.Info().Inline
 	if inline && wr.InlineData != nil {
 		return uint64(len(wr.InlineData)), true
 	}

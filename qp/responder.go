@@ -400,25 +400,26 @@ func (q *QP) rcRequest(pkt *bth.Packet) {
 	k := pkt.Info().Op
 	pos := pkt.Info().Position
 	f := q.checkOpSeq(k, pos)
+	wr := verbs.WRInfoOfWire(pkt.Opcode)
 	if f == faultNone {
-		f = q.checkOpValid(k)
+		f = q.checkOpValid(wr)
 	}
 	if f == faultNone {
-		f = q.checkResource(pkt.Info())
+		f = q.checkResource(wr, pkt.Info())
 	}
 	if f == faultNone {
 		f = q.checkLength(pos, uint32(pkt.PayLen))
 	}
 	if f == faultNone {
-		switch {
-		case k == bth.OpWrite:
+		switch wr.Class {
+		case verbs.ClassWrite:
 			f = q.executeWrite(pkt, pos)
-		case k == bth.OpReadRequest:
+		case verbs.ClassRead:
 			f = q.executeRead(pkt)
 			if f == faultNone {
 				return // a READ completes nothing here and is not ACKed
 			}
-		case k.Atomic():
+		case verbs.ClassAtomic:
 			f = q.executeAtomic(pkt, k)
 			if f == faultNone {
 				return // answered by its atomic ACK
@@ -477,36 +478,21 @@ func (q *QP) checkOpSeq(k bth.Op, pos bth.Position) fault {
 	return faultNone
 }
 
-// checkOpValid checks that the QP allows the operation: its remote access
-// flags, and an opcode this responder executes (FLUSH and ATOMIC_WRITE are
-// not supported).
-func (q *QP) checkOpValid(k bth.Op) fault {
-	acc := q.attr.AccessFlags
-	switch {
-	case k == bth.OpSend:
-		return faultNone
-	case k == bth.OpWrite:
-		if acc&mr.AccessRemoteWrite != 0 {
-			return faultNone
-		}
-	case k == bth.OpReadRequest:
-		if acc&mr.AccessRemoteRead != 0 {
-			return faultNone
-		}
-	case k.Atomic():
-		if acc&mr.AccessRemoteAtomic != 0 {
-			return faultNone
-		}
+// checkOpValid checks that the QP allows the operation: an opcode that
+// some work request of the table sends (wr, nil for any other), and the
+// remote access its row requires among the QP's access flags.
+func (q *QP) checkOpValid(wr *verbs.WROpInfo) fault {
+	if wr == nil || q.attr.AccessFlags&wr.Remote != wr.Remote {
+		return faultInvalid
 	}
-	return faultInvalid
+	return faultNone
 }
 
 // checkResource checks that the request has what it consumes: a
-// READ/atomic responder resource, or a receive request.
-func (q *QP) checkResource(info *bth.OpInfo) fault {
-	k := info.Op
+// responder resource (the table's RdAtomic), or a receive request.
+func (q *QP) checkResource(wr *verbs.WROpInfo, info *bth.OpInfo) fault {
 	rs := &q.resp
-	if (k == bth.OpReadRequest || k.Atomic()) && rs.resBusy >= len(rs.res) {
+	if wr.RdAtomic && rs.resBusy >= len(rs.res) {
 		// More READ/atomic requests outstanding than max_dest_rd_atomic
 		// (rounded up) allows: the IBTA's invalid request NAK. Without
 		// this check one packet could make the responder queue any
@@ -863,7 +849,7 @@ func (q *QP) ucRequest(pkt *bth.Packet) {
 		q.ucDrop()
 		return
 	}
-	if k == bth.OpWrite && q.attr.AccessFlags&mr.AccessRemoteWrite == 0 {
+	if wr := verbs.WRInfoOfWire(pkt.Opcode); wr == nil || q.attr.AccessFlags&wr.Remote != wr.Remote {
 		q.ucDrop()
 		return
 	}

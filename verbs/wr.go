@@ -27,52 +27,18 @@ const (
 
 // String returns the opcode's verbs name without the IBV_WR_ prefix.
 func (o WROpcode) String() string {
-	switch o {
-	case WROpRDMAWrite:
-		return "RDMA_WRITE"
-	case WROpRDMAWriteWithImm:
-		return "RDMA_WRITE_WITH_IMM"
-	case WROpSend:
-		return "SEND"
-	case WROpSendWithImm:
-		return "SEND_WITH_IMM"
-	case WROpRDMARead:
-		return "RDMA_READ"
-	case WROpAtomicCmpSwp:
-		return "ATOMIC_CMP_AND_SWP"
-	case WROpAtomicFetchAdd:
-		return "ATOMIC_FETCH_AND_ADD"
-	case WROpSendWithInv:
-		return "SEND_WITH_INV"
-	case WROpLocalInv:
-		return "LOCAL_INV"
-	case WROpBindMW:
-		return "BIND_MW"
-	case WROpRegMR:
-		return "REG_MR"
+	if i := o.Info(); i != nil {
+		return i.Name
 	}
 	return "WROpcode(" + strconv.Itoa(int(o)) + ")"
 }
 
 // WCOpcode returns the opcode of the completion a send request of opcode
 // o reports, as rdma_rxe maps them (every SEND variant completes as
-// WCSend).
+// WCSend, and so does an opcode outside the table).
 func (o WROpcode) WCOpcode() WCOpcode {
-	switch o {
-	case WROpRDMAWrite, WROpRDMAWriteWithImm:
-		return WCRDMAWrite
-	case WROpRDMARead:
-		return WCRDMARead
-	case WROpAtomicCmpSwp:
-		return WCCompSwap
-	case WROpAtomicFetchAdd:
-		return WCFetchAdd
-	case WROpBindMW:
-		return WCBindMW
-	case WROpLocalInv:
-		return WCLocalInv
-	case WROpRegMR:
-		return WCRegMR
+	if i := o.Info(); i != nil {
+		return i.WC
 	}
 	return WCSend
 }

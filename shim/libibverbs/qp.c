@@ -15,6 +15,7 @@
 
 #include "internal.h"
 #include "sroce_conv.h"
+#include "sroce_wr_ops.h"
 
 static int ring_ok(void *mem, uint64_t mem_size, uint64_t off, uint16_t kind, size_t entry)
 {
@@ -172,13 +173,6 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
 {
 	return create_qp(pd, attr);
 }
-
-/* The opcodes of the ibv_wr_* API the library builds (rxe's, without TSO and ATOMIC_WRITE). */
-#define SROCE_SEND_OPS                                                                       \
-	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
-	 IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |                             \
-	 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |             \
-	 IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV)
 
 static void set_wr_ops(struct ibv_qp_ex *x);
 
@@ -351,51 +345,43 @@ static int fill_send(struct sroce_qp *qp, struct sroce_ring_hdr *r, struct sroce
 		return EINVAL;
 	memset(w, 0, sizeof(*w));
 	w->wr_id = wr->wr_id;
+	/* The opcode's row of the table (sroce_wr_ops.h, generated from the engine's). */
+	const struct sroce_wr_op *op = sroce_wr_op(wr->opcode);
+	if (!op || !(op->qp_types & (1u << qp->qp.qp_type)))
+		return EINVAL; /* TSO, driver opcodes, an opcode of another QP type: as rxe */
 	w->opcode = (uint8_t)wr->opcode;
 	w->send_flags = wr->send_flags;
 	if (qp->sq_sig_all)
 		w->send_flags |= IBV_SEND_SIGNALED;
-	switch (wr->opcode) {
-	case IBV_WR_RDMA_WRITE_WITH_IMM:
-	case IBV_WR_SEND_WITH_IMM:
+	if (op->flags & SROCE_WR_IMM)
 		w->imm = ntohl(wr->imm_data);
-		break;
-	case IBV_WR_SEND_WITH_INV:
-	case IBV_WR_LOCAL_INV:
+	if (op->flags & SROCE_WR_INV)
 		w->invalidate_rkey = wr->invalidate_rkey;
-		break;
-	case IBV_WR_RDMA_WRITE:
-	case IBV_WR_SEND:
-	case IBV_WR_RDMA_READ:
-	case IBV_WR_ATOMIC_CMP_AND_SWP:
-	case IBV_WR_ATOMIC_FETCH_AND_ADD:
-	case IBV_WR_BIND_MW:
-		break;
-	default:
-		return EINVAL; /* TSO, driver opcodes, ATOMIC_WRITE: as rxe */
-	}
-	switch (wr->opcode) {
-	case IBV_WR_RDMA_WRITE:
-	case IBV_WR_RDMA_WRITE_WITH_IMM:
-	case IBV_WR_RDMA_READ:
+	switch (op->cls) {
+	case SROCE_WR_CLASS_WRITE:
+	case SROCE_WR_CLASS_READ:
 		w->remote_addr = wr->wr.rdma.remote_addr;
 		w->rkey = wr->wr.rdma.rkey;
 		break;
-	case IBV_WR_ATOMIC_CMP_AND_SWP:
-	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+	case SROCE_WR_CLASS_ATOMIC:
 		w->remote_addr = wr->wr.atomic.remote_addr;
 		w->rkey = wr->wr.atomic.rkey;
 		w->compare_add = wr->wr.atomic.compare_add;
 		w->swap = wr->wr.atomic.swap;
 		break;
-	case IBV_WR_BIND_MW:
-		/* rkey: the window's new rkey; invalidate_rkey: its current one. */
-		w->rkey = wr->bind_mw.rkey;
-		w->invalidate_rkey = wr->bind_mw.mw ? wr->bind_mw.mw->rkey : 0;
-		w->bind_addr = wr->bind_mw.bind_info.addr;
-		w->bind_length = wr->bind_mw.bind_info.length;
-		w->bind_lkey = wr->bind_mw.bind_info.mr ? wr->bind_mw.bind_info.mr->lkey : 0;
-		w->bind_access = wr->bind_mw.bind_info.mw_access_flags;
+	case SROCE_WR_CLASS_LOCAL:
+		/* A local operation's operands are its own (the engine's localOp). */
+		if (wr->opcode == IBV_WR_LOCAL_INV) {
+			w->invalidate_rkey = wr->invalidate_rkey;
+		} else if (wr->opcode == IBV_WR_BIND_MW) {
+			/* rkey: the window's new rkey; invalidate_rkey: its current one. */
+			w->rkey = wr->bind_mw.rkey;
+			w->invalidate_rkey = wr->bind_mw.mw ? wr->bind_mw.mw->rkey : 0;
+			w->bind_addr = wr->bind_mw.bind_info.addr;
+			w->bind_length = wr->bind_mw.bind_info.length;
+			w->bind_lkey = wr->bind_mw.bind_info.mr ? wr->bind_mw.bind_info.mr->lkey : 0;
+			w->bind_access = wr->bind_mw.bind_info.mw_access_flags;
+		}
 		break;
 	default:
 		break;
@@ -415,10 +401,7 @@ static int fill_send(struct sroce_qp *qp, struct sroce_ring_hdr *r, struct sroce
 		w->ud.port_num = ah->attr.port_num;
 		memcpy(w->ud.dmac, ah->attr.dmac, 6);
 	}
-	if ((wr->send_flags & IBV_SEND_INLINE) &&
-	    (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM ||
-	     wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
-	     wr->opcode == IBV_WR_SEND_WITH_INV)) {
+	if ((wr->send_flags & IBV_SEND_INLINE) && (op->flags & SROCE_WR_INLINE)) {
 		uint8_t *dst = SROCE_SLOT_TAIL(w);
 		for (int i = 0; i < wr->num_sge; i++)
 			total += wr->sg_list[i].length;
@@ -446,8 +429,7 @@ static int fill_send(struct sroce_qp *qp, struct sroce_ring_hdr *r, struct sroce
 	if (total > 0xffffffffu)
 		return EINVAL;
 	/* An atomic takes one 8-byte buffer and an aligned remote address (rxe checks the same). */
-	if ((wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) &&
-	    (total != 8 || (wr->wr.atomic.remote_addr & 7)))
+	if (op->payload == SROCE_WR_PAYLOAD_ATOMIC8 && (total != 8 || (w->remote_addr & 7)))
 		return EINVAL;
 	w->length = (uint32_t)total;
 	return 0;
@@ -708,7 +690,8 @@ static void xwr_set_sge_list(struct ibv_qp_ex *x, size_t n, const struct ibv_sge
 	w->inline_len = 0;
 	w->send_flags &= ~(uint32_t)IBV_SEND_INLINE;
 	/* An atomic's length is its operand's, whatever the SGE says. */
-	if (w->opcode != IBV_WR_ATOMIC_CMP_AND_SWP && w->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD)
+	const struct sroce_wr_op *op = sroce_wr_op(w->opcode);
+	if (!op || op->payload != SROCE_WR_PAYLOAD_ATOMIC8)
 		w->length = (uint32_t)total;
 }
 
