@@ -226,6 +226,10 @@ func (q *QP) handleResponse(now monotime.Time, pkt *bth.Packet, psn bth.PSN) boo
 func (q *QP) readResponse(pkt *bth.Packet, w *sendWQE, psn bth.PSN) bool {
 	mtu := uint32(q.mtu)
 	remaining := w.length - w.rdDone
+	if w.op().Class != verbs.ClassRead {
+		// ATOMIC_WRITE: a zero-length READ response acknowledges it.
+		remaining = 0
+	}
 	n := uint32(pkt.PayLen)
 	op := pkt.Opcode
 	lastKind := op == bth.RCReadResponseLast || op == bth.RCReadResponseOnly

@@ -252,7 +252,9 @@ func CheckSendWR(typ verbs.QPType, cap *verbs.QPCap, wr *verbs.SendWR) error {
 	if total > MaxMsgSize {
 		return ErrMsgTooBig
 	}
-	if inline && total > uint64(cap.MaxInlineData) {
+	// An 8-byte operand is held by the request itself (rxe's WQE holds an
+	// ATOMIC_WRITE's value too), whatever max_inline_data.
+	if inline && total > uint64(cap.MaxInlineData) && info.Payload != verbs.PayloadAtomic8 {
 		return ErrInlineTooBig
 	}
 	if info.Payload == verbs.PayloadAtomic8 && (total != 8 || wr.RemoteAddr&7 != 0) {

@@ -184,6 +184,11 @@ func (q *QP) sendPacket(now monotime.Time, w *sendWQE) bool {
 			h.Atomic.SwapAdd, h.Atomic.Compare = w.wr.Swap, w.wr.CompareAdd
 		}
 		last = true
+	case verbs.ClassAtomicWrite:
+		h.BTH.Opcode = op.Opcode(q.typ, true, true)
+		h.RETH = bth.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: w.length}
+		payload = w.length
+		last = true
 	default:
 		first := w.sent == 0
 		last = remaining <= mtu

@@ -24,6 +24,9 @@ func consumesRecv(info *bth.OpInfo) bool {
 const (
 	resRead   = 1
 	resAtomic = 2
+	// resAtomicWrite remembers an ATOMIC_WRITE so that a duplicate is
+	// answered again without storing again.
+	resAtomicWrite = 3
 )
 
 // resource remembers a READ or atomic request so that a duplicate can be
@@ -424,6 +427,11 @@ func (q *QP) rcRequest(pkt *bth.Packet) {
 			if f == faultNone {
 				return // answered by its atomic ACK
 			}
+		case verbs.ClassAtomicWrite:
+			f = q.executeAtomicWrite(pkt)
+			if f == faultNone {
+				return // answered by its zero-length READ response
+			}
 		default:
 			f = q.executeSend(pkt)
 		}
@@ -621,6 +629,31 @@ func (q *QP) executeAtomic(pkt *bth.Packet, k bth.Op) fault {
 	return faultNone
 }
 
+// executeAtomicWrite stores an ATOMIC_WRITE's 8 bytes at once and queues
+// its answer, a READ RESPONSE ONLY without payload (IBTA 1.5, as rdma_rxe
+// answers it); the resource it takes answers a duplicate.
+func (q *QP) executeAtomicWrite(pkt *bth.Packet) fault {
+	rs := &q.resp
+	psn := pkt.BTH().PSN()
+	reth := pkt.RETH()
+	if reth.DMALen() != uint32(pkt.PayLen) {
+		return faultInvalid
+	}
+	err := q.pd.AtomicWrite(reth.RKey(), reth.VA(), pkt.PayloadBytes())
+	if err == mr.ErrAlignment {
+		return faultInvalid
+	} else if err != nil {
+		return faultAccess
+	}
+	q.nextMSN()
+	i := q.newResource(resAtomicWrite, psn, psn)
+	q.queueRead(i, psn, 0, 0, 0, true)
+	rs.psn = psn.Next()
+	rs.ackPSN = rs.psn
+	rs.inSend, rs.inWrite = false, false
+	return faultNone
+}
+
 // executeSend scatters one SEND packet into the receive request.
 func (q *QP) executeSend(pkt *bth.Packet) fault {
 	rs := &q.resp
@@ -723,6 +756,15 @@ func (q *QP) duplicate(pkt *bth.Packet, psn bth.PSN) {
 			return
 		}
 		q.queueRead(i, psn, va, r.rkey, uint32(n), psn == r.firstPSN)
+	case k == bth.OpAtomicWrite:
+		i := q.findResource(resAtomicWrite, psn)
+		if i < 0 {
+			q.cnt[verbs.CntDupNoResource]++
+			return
+		}
+		if rs.res[i].queued == 0 {
+			q.queueRead(i, psn, 0, 0, 0, true)
+		}
 	case k.Atomic():
 		i := q.findResource(resAtomic, psn)
 		if i < 0 {

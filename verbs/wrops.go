@@ -30,6 +30,10 @@ const (
 	// AtomicETH, answered by an ATOMIC ACKNOWLEDGE carrying the original
 	// value, which lands in the request's 8-byte buffer.
 	ClassAtomic
+	// ClassAtomicWrite is ATOMIC_WRITE (IBTA 1.5): one packet with a RETH
+	// and exactly 8 bytes of payload, which the responder stores at once
+	// (8-byte aligned) and answers with a zero-length READ response.
+	ClassAtomicWrite
 	// ClassLocal is an operation the requester executes itself (BIND_MW,
 	// REG_MR, LOCAL_INV): no packet.
 	ClassLocal
@@ -43,8 +47,10 @@ const (
 	// PayloadMessage: any length up to the maximum message size, from the
 	// SGL or (with the Inline flag, where Inline allows it) inline.
 	PayloadMessage PayloadRule = iota + 1
-	// PayloadAtomic8: the SGL names exactly 8 bytes and the remote address
-	// is 8-byte aligned.
+	// PayloadAtomic8: exactly 8 bytes (for COMPARE_SWAP and FETCH_ADD the
+	// SGL receiving the original value; for ATOMIC_WRITE the value, from
+	// the SGL or inline whatever the QP's max_inline_data) and an 8-byte
+	// aligned remote address.
 	PayloadAtomic8
 	// PayloadNone: no SGL and no inline data.
 	PayloadNone
@@ -141,6 +147,9 @@ var wrOps = [...]WROpInfo{
 	WROpSendWithInv: {Name: "SEND_WITH_INV", Types: typesRC, Class: ClassSend, WC: WCSend,
 		Payload: PayloadMessage, Inline: true, Inv: true, Solicited: true, Response: bth.OpAck,
 		rc: [4]bth.Opcode{bth.RCSendOnlyInvalidate, bth.RCSendFirst, bth.RCSendMiddle, bth.RCSendLastInvalidate}, wire: true},
+	WROpAtomicWrite: {Name: "ATOMIC_WRITE", Types: typesRC, Class: ClassAtomicWrite, WC: WCAtomicWrite,
+		Payload: PayloadAtomic8, Inline: true, RdAtomic: true, Remote: mr.AccessRemoteWrite, Response: bth.OpReadResponse,
+		rc: [4]bth.Opcode{bth.RCAtomicWrite}, wire: true, single: true},
 	WROpRegMR: {Name: "REG_MR", Types: typesRC, Class: ClassLocal, WC: WCRegMR, Payload: PayloadNone, KernelOnly: true},
 }
 
@@ -235,7 +244,7 @@ func init() {
 func WRInfoOfWire(op bth.Opcode) *WROpInfo { return wireOps[op] }
 
 var (
-	classNames   = [...]string{"NONE", "SEND", "WRITE", "READ", "ATOMIC", "LOCAL"}
+	classNames   = [...]string{"NONE", "SEND", "WRITE", "READ", "ATOMIC", "ATOMIC_WRITE", "LOCAL"}
 	payloadNames = [...]string{"INVALID", "MESSAGE", "ATOMIC8", "NONE"}
 )
 

@@ -7,7 +7,7 @@ import (
 )
 
 // classOp is the wire operation each class sends.
-var classOp = map[WRClass]bth.Op{ClassSend: bth.OpSend, ClassWrite: bth.OpWrite, ClassRead: bth.OpReadRequest}
+var classOp = map[WRClass]bth.Op{ClassSend: bth.OpSend, ClassWrite: bth.OpWrite, ClassRead: bth.OpReadRequest, ClassAtomicWrite: bth.OpAtomicWrite}
 
 // TestWROpTableWire checks every row against the wire opcode table: its
 // opcodes exist, are requests of the right service and operation at the

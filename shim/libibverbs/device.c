@@ -312,6 +312,10 @@ int sroce_query_device_ex(struct ibv_context *context,
 	if (err)
 		return err;
 	ex.phys_port_cnt_ex = ex.orig_attr.phys_port_cnt;
+	/* The kernel's 64-bit flags: the 32 of device_cap_flags, and
+	 * IB_UVERBS_DEVICE_ATOMIC_WRITE (1 << 40): the engine executes
+	 * IBV_WR_ATOMIC_WRITE (ibv_wr_atomic_write). */
+	ex.device_cap_flags_ex = ex.orig_attr.device_cap_flags | SROCE_DEVICE_ATOMIC_WRITE;
 	memcpy(attr, &ex, attr_size < sizeof(ex) ? attr_size : sizeof(ex));
 	if (attr_size > sizeof(ex))
 		memset((char *)attr + sizeof(ex), 0, attr_size - sizeof(ex));

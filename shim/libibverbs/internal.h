@@ -17,6 +17,10 @@
 #include "sroce_verbs.h"
 
 #define EXPORT __attribute__((visibility("default")))
+
+/* device_cap_flags_ex bit of the kernel's IB_UVERBS_DEVICE_ATOMIC_WRITE (rdma-core 44 has no IBV_ name for it). */
+#define SROCE_DEVICE_ATOMIC_WRITE (1ULL << 40)
+
 /*
  * Exports name as name@@IBVERBS_1.1 beside its name@IBVERBS_1.0
  * compatibility version. SROCE_NO_SYMVER leaves versions out, for test

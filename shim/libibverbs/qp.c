@@ -360,6 +360,7 @@ static int fill_send(struct sroce_qp *qp, struct sroce_ring_hdr *r, struct sroce
 	switch (op->cls) {
 	case SROCE_WR_CLASS_WRITE:
 	case SROCE_WR_CLASS_READ:
+	case SROCE_WR_CLASS_ATOMIC_WRITE:
 		w->remote_addr = wr->wr.rdma.remote_addr;
 		w->rkey = wr->wr.rdma.rkey;
 		break;
@@ -405,7 +406,9 @@ static int fill_send(struct sroce_qp *qp, struct sroce_ring_hdr *r, struct sroce
 		uint8_t *dst = SROCE_SLOT_TAIL(w);
 		for (int i = 0; i < wr->num_sge; i++)
 			total += wr->sg_list[i].length;
-		if (total > qp->cap.max_inline_data || total > room || total > 0xffff)
+		/* An 8-byte operand fits the WQE whatever max_inline_data (as the engine's check). */
+		if ((total > qp->cap.max_inline_data && op->payload != SROCE_WR_PAYLOAD_ATOMIC8) ||
+		    total > room || total > 0xffff)
 			return EINVAL;
 		for (int i = 0; i < wr->num_sge; i++) {
 			memcpy(dst, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
@@ -597,6 +600,26 @@ static void xwr_atomic_fetch_add(struct ibv_qp_ex *x, uint32_t rkey, uint64_t ad
 	}
 }
 
+/* ibv_wr_atomic_write: the 8 bytes travel inline in the WQE, as rxe's WQE holds them. */
+static void xwr_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, const void *v)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	struct sroce_send_wqe *w = xwr_next(x, IBV_WR_ATOMIC_WRITE, IBV_QP_EX_WITH_ATOMIC_WRITE);
+	if (!w)
+		return;
+	if (qp->sq->stride - sizeof(*w) < 8 || (addr & 7)) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	w->rkey = rkey;
+	w->remote_addr = addr;
+	memcpy(SROCE_SLOT_TAIL(w), v, 8);
+	w->inline_len = 8;
+	w->length = 8;
+	w->num_sge = 0;
+	w->send_flags |= IBV_SEND_INLINE;
+}
+
 static void xwr_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey,
 			const struct ibv_mw_bind_info *b)
 {
@@ -624,14 +647,6 @@ static void xwr_send_tso(struct ibv_qp_ex *x, void *hdr, uint16_t hdr_sz, uint16
 	(void)hdr;
 	(void)hdr_sz;
 	(void)mss;
-	xwr_unsupported(x);
-}
-
-static void xwr_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, const void *data)
-{
-	(void)rkey;
-	(void)addr;
-	(void)data;
 	xwr_unsupported(x);
 }
 

@@ -16,7 +16,8 @@ enum {
 	SROCE_WR_CLASS_WRITE = 2,
 	SROCE_WR_CLASS_READ = 3,
 	SROCE_WR_CLASS_ATOMIC = 4,
-	SROCE_WR_CLASS_LOCAL = 5,
+	SROCE_WR_CLASS_ATOMIC_WRITE = 5,
+	SROCE_WR_CLASS_LOCAL = 6,
 };
 
 /* What data it carries (verbs.PayloadRule). */
@@ -44,7 +45,7 @@ struct sroce_wr_op {
 	uint64_t ex_flag;   /* its IBV_QP_EX_WITH_* bit (the ibv_wr_* API) */
 };
 
-#define SROCE_NUM_WR_OPS 10
+#define SROCE_NUM_WR_OPS 16
 
 static const struct sroce_wr_op sroce_wr_ops[SROCE_NUM_WR_OPS] = {
 	[IBV_WR_RDMA_WRITE] = {"RDMA_WRITE", 0x000c, SROCE_WR_CLASS_WRITE, SROCE_WR_PAYLOAD_MESSAGE,
@@ -67,6 +68,8 @@ static const struct sroce_wr_op sroce_wr_ops[SROCE_NUM_WR_OPS] = {
 			0, 5, IBV_QP_EX_WITH_BIND_MW},
 	[IBV_WR_SEND_WITH_INV] = {"SEND_WITH_INV", 0x0004, SROCE_WR_CLASS_SEND, SROCE_WR_PAYLOAD_MESSAGE,
 			SROCE_WR_INLINE | SROCE_WR_INV, 0, IBV_QP_EX_WITH_SEND_WITH_INV},
+	[IBV_WR_ATOMIC_WRITE] = {"ATOMIC_WRITE", 0x0004, SROCE_WR_CLASS_ATOMIC_WRITE, SROCE_WR_PAYLOAD_ATOMIC8,
+			SROCE_WR_INLINE | SROCE_WR_RD_ATOMIC, 9, IBV_QP_EX_WITH_ATOMIC_WRITE},
 };
 
 /* Every IBV_QP_EX_WITH_* bit of the table: what ibv_create_qp_ex accepts in send_ops_flags. */
@@ -79,7 +82,8 @@ static const struct sroce_wr_op sroce_wr_ops[SROCE_NUM_WR_OPS] = {
 			IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | \
 			IBV_QP_EX_WITH_LOCAL_INV | \
 			IBV_QP_EX_WITH_BIND_MW | \
-			IBV_QP_EX_WITH_SEND_WITH_INV)
+			IBV_QP_EX_WITH_SEND_WITH_INV | \
+			IBV_QP_EX_WITH_ATOMIC_WRITE)
 
 /* The row of opcode op, or NULL when the library does not offer it. */
 static inline const struct sroce_wr_op *sroce_wr_op(int op)
