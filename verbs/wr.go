@@ -22,7 +22,7 @@ const (
 	WROpLocalInv         WROpcode = 7
 	WROpBindMW           WROpcode = 8
 	WROpSendWithInv      WROpcode = 9
-	WROpAtomicWrite      WROpcode = 15 // IBV_WR_ATOMIC_WRITE: 8 bytes written at once
+	WROpAtomicWrite      WROpcode = 15   // IBV_WR_ATOMIC_WRITE: 8 bytes written at once
 	WROpRegMR            WROpcode = 0x20 // the kernel's IB_WR_REG_MR; libibverbs has none
 )
 
