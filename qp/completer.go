@@ -57,7 +57,7 @@ func (q *QP) response(now monotime.Time, pkt *bth.Packet) {
 // made progress (something was acknowledged).
 func (q *QP) handleResponse(now monotime.Time, pkt *bth.Packet, psn bth.PSN) bool {
 	r := &q.req
-	op := pkt.Opcode
+	op := pkt.Opcode.RCEquivalent() // XRC responses are RC's under the XRC service bits
 	prod := q.sq.prod.Load()
 	progress := false
 	var w *sendWQE
@@ -231,7 +231,7 @@ func (q *QP) readResponse(pkt *bth.Packet, w *sendWQE, psn bth.PSN) bool {
 		remaining = 0
 	}
 	n := uint32(pkt.PayLen)
-	op := pkt.Opcode
+	op := pkt.Opcode.RCEquivalent()
 	lastKind := op == bth.RCReadResponseLast || op == bth.RCReadResponseOnly
 	if remaining > mtu {
 		if lastKind || n != mtu {

@@ -93,7 +93,7 @@ func (q *QP) pumpSend(now monotime.Time, budget int) (int, bool) {
 				q.localOp(w)
 				continue
 			}
-			if q.typ == verbs.QPTypeRC && w.op().RdAtomic && !w.hasRd {
+			if q.typ.Reliable() && w.op().RdAtomic && !w.hasRd {
 				if r.rdAvail <= 0 {
 					return n, false
 				}
@@ -101,7 +101,7 @@ func (q *QP) pumpSend(now monotime.Time, budget int) (int, bool) {
 				w.hasRd = true
 			}
 		}
-		if q.typ == verbs.QPTypeRC {
+		if q.typ.Reliable() {
 			inflight := int(r.ahead(r.psn))
 			if inflight > q.unackedLimit() {
 				return n, false
@@ -167,6 +167,8 @@ func (q *QP) sendPacket(now monotime.Time, w *sendWQE) bool {
 	h.BTH.PKey = verbs.DefaultPKey
 	h.BTH.PSN = r.psn
 	h.BTH.DestQP = q.attr.DestQPN
+	// Every XRC request names the SRQ it goes to (the XRCETH).
+	h.XRCETH.SRQN = w.wr.RemoteSRQN
 	ah := &q.av
 	var payload uint32
 	var last bool // last packet of the message
@@ -180,7 +182,7 @@ func (q *QP) sendPacket(now monotime.Time, w *sendWQE) bool {
 	case verbs.ClassAtomic:
 		h.BTH.Opcode = op.Opcode(q.typ, true, true)
 		h.Atomic = bth.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
-		if h.BTH.Opcode == bth.RCCompareSwap {
+		if h.BTH.Opcode.RCEquivalent() == bth.RCCompareSwap {
 			h.Atomic.SwapAdd, h.Atomic.Compare = w.wr.Swap, w.wr.CompareAdd
 		}
 		last = true
@@ -224,7 +226,7 @@ func (q *QP) sendPacket(now monotime.Time, w *sendWQE) bool {
 	// asks every half window, and on the packet that fills it, so that
 	// an ACK always comes back to open it.
 	h.BTH.AckReq = last || r.noAck > r.cw.ackEvery()
-	if q.typ == verbs.QPTypeRC && r.cw.reduced() && int(r.ahead(r.psn))+1 >= r.cw.cwnd {
+	if q.typ.Reliable() && r.cw.reduced() && int(r.ahead(r.psn))+1 >= r.cw.cwnd {
 		h.BTH.AckReq = true
 	}
 
@@ -271,7 +273,7 @@ func (q *QP) sendPacket(now monotime.Time, w *sendWQE) bool {
 	w.sent += payload
 	if last {
 		r.reqIdx++
-		if q.typ == verbs.QPTypeRC {
+		if q.typ.Reliable() {
 			w.state = wqePending
 		} else {
 			w.state = wqeDone
@@ -279,7 +281,7 @@ func (q *QP) sendPacket(now monotime.Time, w *sendWQE) bool {
 	} else {
 		w.state = wqeSending
 	}
-	if q.typ == verbs.QPTypeRC && !r.retransArmed {
+	if q.typ.Reliable() && !r.retransArmed {
 		q.armRetrans(now)
 	}
 	return true
@@ -390,7 +392,7 @@ func (q *QP) completeSends() {
 			q.pushSend(&wc)
 		}
 		if failed {
-			if q.typ == verbs.QPTypeRC {
+			if q.typ.Reliable() {
 				q.toErr()
 			} else {
 				q.toSQE()

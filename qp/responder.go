@@ -62,6 +62,7 @@ type outEntry struct {
 	va    uint64
 	rkey  uint32
 	resid uint32
+	pd    *mr.PD // READ: the PD of its R_Key (an XRC target's changes with the SRQ)
 }
 
 // respQueueLen bounds the queued responses of one QP.
@@ -309,7 +310,7 @@ func (q *QP) queueAtomicAck(res int16, psn bth.PSN, orig uint64) {
 }
 
 func (q *QP) queueRead(res int16, psn bth.PSN, va uint64, rkey, n uint32, first bool) {
-	e := outEntry{kind: outRead, res: res, first: first, psn: psn, msn: q.resp.msn, va: va, rkey: rkey, resid: n}
+	e := outEntry{kind: outRead, res: res, first: first, psn: psn, msn: q.resp.msn, va: va, rkey: rkey, resid: n, pd: q.pd}
 	if !q.resp.out.push(&e) {
 		q.cnt[verbs.CntRespQueueFull]++
 		return
@@ -400,6 +401,12 @@ func (q *QP) rcRequest(pkt *bth.Packet) {
 		return
 	}
 	psn := pkt.BTH().PSN()
+	if q.typ == verbs.QPTypeXRCRecv {
+		if f := q.xrcTarget(pkt); f != faultNone {
+			q.refuse(f, psn)
+			return
+		}
+	}
 	k := pkt.Info().Op
 	pos := pkt.Info().Position
 	f := q.checkOpSeq(k, pos)
@@ -441,6 +448,30 @@ func (q *QP) rcRequest(pkt *bth.Packet) {
 		return
 	}
 	q.completeRequest(pkt, k, pos)
+}
+
+// xrcTarget makes the XRC SRQ a request names the one the XRC_RECV QP
+// serves it from: its receive requests, its protection domain for memory
+// operations, its CQ for completions. An SRQ of another domain, or none,
+// is an invalid request, and so is a change of SRQ inside a message.
+func (q *QP) xrcTarget(pkt *bth.Packet) fault {
+	n := pkt.XRCETH().SRQN()
+	if q.srq != nil && q.srq.num == n {
+		return faultNone
+	}
+	if q.resp.rwqe != nil || q.resp.inSend || q.resp.inWrite || q.findSRQ == nil {
+		return faultInvalid
+	}
+	s := q.findSRQ(n)
+	if s == nil || s.xrcd == nil || s.xrcd != q.xrcd {
+		q.cnt[verbs.CntRecvDropped]++
+		return faultInvalid
+	}
+	if uint32(cap(q.resp.srqWQE.sgl)) < s.rq.maxSGE {
+		q.resp.srqWQE.sgl = make([]mr.SGE, 0, s.rq.maxSGE)
+	}
+	q.srq, q.pd, q.rcq = s, s.pd, s.cq
+	return faultNone
 }
 
 // checkPSN takes the packet's PSN: it reports true for the expected PSN.
@@ -816,6 +847,9 @@ func (q *QP) pumpResp(budget int) (int, bool) {
 				h.AETH = bth.AETHFields{Syndrome: bth.SyndromeACKUnlimited, MSN: bth.MSN(e.msn)}
 			}
 		}
+		if q.typ == verbs.QPTypeXRCRecv {
+			h.BTH.Opcode += xrcShift // the same responses under the XRC service bits
+		}
 		tl := h.TransportLen(int(payload))
 		buf := q.env.Frame(&q.av, tl)
 		if buf == nil {
@@ -824,7 +858,7 @@ func (q *QP) pumpResp(budget int) (int, bool) {
 		}
 		off, err := h.EncodeHeaders(buf, int(payload))
 		if err == nil && payload > 0 {
-			err = q.pd.ReadRemote(e.rkey, e.va, buf[off:off+int(payload)])
+			err = e.pd.ReadRemote(e.rkey, e.va, buf[off:off+int(payload)])
 		}
 		if err != nil {
 			// The memory went away while the READ was being served.

@@ -102,6 +102,9 @@ type SendWR struct {
 	AH         *AH
 	RemoteQPN  bth.QPN
 	RemoteQKey uint32
+	// RemoteSRQN is the XRC SRQ at the peer that an XRC_SEND QP's request
+	// goes to (qp_type.xrc.remote_srqn of struct ibv_send_wr).
+	RemoteSRQN uint32
 }
 
 // RecvWR is a receive work request (struct ibv_recv_wr). The SGL is copied

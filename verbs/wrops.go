@@ -65,9 +65,11 @@ func (s QPTypeSet) Has(t QPType) bool { return t < 16 && s&(1<<t) != 0 }
 // Sets of QP types the table uses.
 const (
 	typesRC       QPTypeSet = 1 << QPTypeRC
+	typesRCXRC    QPTypeSet = 1<<QPTypeRC | 1<<QPTypeXRCSend
 	typesRCUC     QPTypeSet = 1<<QPTypeRC | 1<<QPTypeUC
+	typesRCUCXRC  QPTypeSet = typesRCUC | 1<<QPTypeXRCSend
 	typesDatagram QPTypeSet = 1<<QPTypeUD | 1<<QPTypeGSI
-	typesAll                = typesRCUC | typesDatagram
+	typesAll                = typesRCUCXRC | typesDatagram
 )
 
 // WROpInfo is one row of the work-request opcode table.
@@ -121,10 +123,10 @@ type WROpInfo struct {
 
 // wrOps is the table, indexed by WROpcode.
 var wrOps = [...]WROpInfo{
-	WROpRDMAWrite: {Name: "RDMA_WRITE", Types: typesRCUC, Class: ClassWrite, WC: WCRDMAWrite,
+	WROpRDMAWrite: {Name: "RDMA_WRITE", Types: typesRCUCXRC, Class: ClassWrite, WC: WCRDMAWrite,
 		Payload: PayloadMessage, Inline: true, Remote: mr.AccessRemoteWrite, Response: bth.OpAck,
 		rc: [4]bth.Opcode{bth.RCWriteOnly, bth.RCWriteFirst, bth.RCWriteMiddle, bth.RCWriteLast}, wire: true},
-	WROpRDMAWriteWithImm: {Name: "RDMA_WRITE_WITH_IMM", Types: typesRCUC, Class: ClassWrite, WC: WCRDMAWrite,
+	WROpRDMAWriteWithImm: {Name: "RDMA_WRITE_WITH_IMM", Types: typesRCUCXRC, Class: ClassWrite, WC: WCRDMAWrite,
 		Payload: PayloadMessage, Inline: true, Imm: true, Solicited: true, Remote: mr.AccessRemoteWrite, Response: bth.OpAck,
 		rc: [4]bth.Opcode{bth.RCWriteOnlyImm, bth.RCWriteFirst, bth.RCWriteMiddle, bth.RCWriteLastImm}, wire: true},
 	WROpSend: {Name: "SEND", Types: typesAll, Class: ClassSend, WC: WCSend,
@@ -133,18 +135,18 @@ var wrOps = [...]WROpInfo{
 	WROpSendWithImm: {Name: "SEND_WITH_IMM", Types: typesAll, Class: ClassSend, WC: WCSend,
 		Payload: PayloadMessage, Inline: true, Imm: true, Solicited: true, Response: bth.OpAck,
 		rc: [4]bth.Opcode{bth.RCSendOnlyImm, bth.RCSendFirst, bth.RCSendMiddle, bth.RCSendLastImm}, ud: bth.UDSendOnlyImm, wire: true},
-	WROpRDMARead: {Name: "RDMA_READ", Types: typesRC, Class: ClassRead, WC: WCRDMARead,
+	WROpRDMARead: {Name: "RDMA_READ", Types: typesRCXRC, Class: ClassRead, WC: WCRDMARead,
 		Payload: PayloadMessage, RdAtomic: true, Remote: mr.AccessRemoteRead, Response: bth.OpReadResponse,
 		rc: [4]bth.Opcode{bth.RCReadRequest}, wire: true, single: true},
-	WROpAtomicCmpSwp: {Name: "ATOMIC_CMP_AND_SWP", Types: typesRC, Class: ClassAtomic, WC: WCCompSwap,
+	WROpAtomicCmpSwp: {Name: "ATOMIC_CMP_AND_SWP", Types: typesRCXRC, Class: ClassAtomic, WC: WCCompSwap,
 		Payload: PayloadAtomic8, RdAtomic: true, Remote: mr.AccessRemoteAtomic, Response: bth.OpAtomicAck,
 		rc: [4]bth.Opcode{bth.RCCompareSwap}, wire: true, single: true},
-	WROpAtomicFetchAdd: {Name: "ATOMIC_FETCH_AND_ADD", Types: typesRC, Class: ClassAtomic, WC: WCFetchAdd,
+	WROpAtomicFetchAdd: {Name: "ATOMIC_FETCH_AND_ADD", Types: typesRCXRC, Class: ClassAtomic, WC: WCFetchAdd,
 		Payload: PayloadAtomic8, RdAtomic: true, Remote: mr.AccessRemoteAtomic, Response: bth.OpAtomicAck,
 		rc: [4]bth.Opcode{bth.RCFetchAdd}, wire: true, single: true},
-	WROpLocalInv: {Name: "LOCAL_INV", Types: typesRC, Class: ClassLocal, WC: WCLocalInv, Payload: PayloadNone},
-	WROpBindMW:   {Name: "BIND_MW", Types: typesRCUC, Class: ClassLocal, WC: WCBindMW, Payload: PayloadNone},
-	WROpSendWithInv: {Name: "SEND_WITH_INV", Types: typesRC, Class: ClassSend, WC: WCSend,
+	WROpLocalInv: {Name: "LOCAL_INV", Types: typesRCXRC, Class: ClassLocal, WC: WCLocalInv, Payload: PayloadNone},
+	WROpBindMW:   {Name: "BIND_MW", Types: typesRCUCXRC, Class: ClassLocal, WC: WCBindMW, Payload: PayloadNone},
+	WROpSendWithInv: {Name: "SEND_WITH_INV", Types: typesRCXRC, Class: ClassSend, WC: WCSend,
 		Payload: PayloadMessage, Inline: true, Inv: true, Solicited: true, Response: bth.OpAck,
 		rc: [4]bth.Opcode{bth.RCSendOnlyInvalidate, bth.RCSendFirst, bth.RCSendMiddle, bth.RCSendLastInvalidate}, wire: true},
 	WROpAtomicWrite: {Name: "ATOMIC_WRITE", Types: typesRC, Class: ClassAtomicWrite, WC: WCAtomicWrite,
@@ -197,14 +199,20 @@ func (i *WROpInfo) Opcode(t QPType, first, last bool) bth.Opcode {
 		pos = bth.PosLast
 	}
 	o := i.rc[pos-bth.PosOnly]
-	if t == QPTypeUC {
+	switch t {
+	case QPTypeUC:
 		o += ucShift
+	case QPTypeXRCSend:
+		o += xrcShift
 	}
 	return o
 }
 
 // ucShift turns an RC opcode into the UC one of the same operation.
 const ucShift = bth.UCSendFirst - bth.RCSendFirst
+
+// xrcShift turns an RC opcode into the XRC one of the same operation.
+const xrcShift = bth.XRCSendFirst - bth.RCSendFirst
 
 // wireOps maps a request's wire opcode back to the row of the work request
 // that sends it (for the first, middle and last packets of a SEND, any of
@@ -230,6 +238,9 @@ func init() {
 			add(op)
 			if i.Types.Has(QPTypeUC) {
 				add(op + ucShift)
+			}
+			if i.Types.Has(QPTypeXRCSend) {
+				add(op + xrcShift)
 			}
 		}
 		if i.ud != 0 {

@@ -13,7 +13,7 @@ var classOp = map[WRClass]bth.Op{ClassSend: bth.OpSend, ClassWrite: bth.OpWrite,
 // opcodes exist, are requests of the right service and operation at the
 // right message position, and map back to a row of the same class.
 func TestWROpTableWire(t *testing.T) {
-	types := []QPType{QPTypeRC, QPTypeUC, QPTypeUD, QPTypeGSI}
+	types := []QPType{QPTypeRC, QPTypeUC, QPTypeUD, QPTypeGSI, QPTypeXRCSend}
 	for o := 0; o < NumWROpcodes; o++ {
 		i := WROpcode(o).Info()
 		if i == nil {
@@ -77,6 +77,7 @@ func TestWROpTableRejects(t *testing.T) {
 		{WROpRDMAWrite, QPTypeUC, true}, {WROpRDMARead, QPTypeUC, false}, {WROpBindMW, QPTypeUC, true},
 		{WROpLocalInv, QPTypeUC, false}, {WROpSendWithInv, QPTypeUC, false}, {WROpcode(10), QPTypeRC, false},
 		{WROpcode(200), QPTypeRC, false}, {WROpSend, QPType(99), false},
+		{WROpRDMARead, QPTypeXRCSend, true}, {WROpAtomicWrite, QPTypeXRCSend, false}, {WROpSend, QPTypeXRCRecv, false},
 	} {
 		if got := c.op.AllowedOn(c.typ); got != c.ok {
 			t.Errorf("%v on %v: allowed %v, want %v", c.op, c.typ, got, c.ok)
