@@ -380,11 +380,15 @@ type SRQ struct {
 
 	// An XRC SRQ's domain, number, protection domain and completion
 	// queue (zero for an SRQ of QPs).
-	xrcd *XRCD
-	num  uint32
-	pd   *mr.PD
-	cq   CQ
+	xrcd   *XRCD
+	num    uint32
+	pd     *mr.PD
+	cq     CQ
+	closed atomic.Bool // Close
 }
+
+// Close marks an XRC SRQ destroyed: targets that served it stop.
+func (s *SRQ) Close() { s.closed.Store(true) }
 
 // XRCD is an XRC domain: the XRC_RECV QPs of a domain deliver messages to
 // the XRC SRQs of the same domain, which the messages name.

@@ -456,14 +456,14 @@ func (q *QP) rcRequest(pkt *bth.Packet) {
 // is an invalid request, and so is a change of SRQ inside a message.
 func (q *QP) xrcTarget(pkt *bth.Packet) fault {
 	n := pkt.XRCETH().SRQN()
-	if q.srq != nil && q.srq.num == n {
+	if q.srq != nil && q.srq.num == n && !q.srq.closed.Load() {
 		return faultNone
 	}
 	if q.resp.rwqe != nil || q.resp.inSend || q.resp.inWrite || q.findSRQ == nil {
 		return faultInvalid
 	}
 	s := q.findSRQ(n)
-	if s == nil || s.xrcd == nil || s.xrcd != q.xrcd {
+	if s == nil || s.xrcd == nil || s.xrcd != q.xrcd || s.closed.Load() {
 		q.cnt[verbs.CntRecvDropped]++
 		return faultInvalid
 	}
