@@ -63,6 +63,8 @@ const (
 	OpModifySRQ  Op = 41
 	OpQuerySRQ   Op = 42
 	OpDestroySRQ Op = 43
+	OpOpenXRCD   Op = 44
+	OpCloseXRCD  Op = 45
 
 	OpCreateAH  Op = 50
 	OpDestroyAH Op = 51
@@ -98,6 +100,7 @@ var opNames = map[Op]string{
 	OpCreateQP: "CREATE_QP", OpModifyQP: "MODIFY_QP", OpQueryQP: "QUERY_QP", OpDestroyQP: "DESTROY_QP",
 	OpAttachMcast: "ATTACH_MCAST", OpDetachMcast: "DETACH_MCAST",
 	OpCreateSRQ: "CREATE_SRQ", OpModifySRQ: "MODIFY_SRQ", OpQuerySRQ: "QUERY_SRQ", OpDestroySRQ: "DESTROY_SRQ",
+	OpOpenXRCD: "OPEN_XRCD", OpCloseXRCD: "CLOSE_XRCD",
 	OpCreateAH: "CREATE_AH", OpDestroyAH: "DESTROY_AH",
 	OpCMCreateChannel: "CM_CREATE_CHANNEL", OpCMDestroyChannel: "CM_DESTROY_CHANNEL",
 	OpCMCreateID: "CM_CREATE_ID", OpCMDestroyID: "CM_DESTROY_ID", OpCMBind: "CM_BIND",
@@ -453,7 +456,15 @@ type SRQ struct {
 	MaxWR      uint32
 	MaxSGE     uint32
 	SRQLimit   uint32
+	XRCD       uint32
+	CQ         uint32
 	_          uint32
+}
+
+// OpenXRCD is OPEN_XRCD's request (struct sroce_ctl_open_xrcd).
+type OpenXRCD struct {
+	OFlags uint32
+	_      uint32
 }
 
 // SRQCreated is CREATE_SRQ's reply, and MODIFY_SRQ's with IBV_SRQ_MAX_WR
@@ -462,7 +473,7 @@ type SRQCreated struct {
 	Handle     uint32
 	MaxWR      uint32
 	MaxSGE     uint32
-	_          uint32
+	SRQNum     uint32
 	RingOffset uint64
 	MemSize    uint64
 }

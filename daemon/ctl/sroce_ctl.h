@@ -93,6 +93,8 @@ enum sroce_ctl_op {
 	SROCE_OP_MODIFY_SRQ   = 41,
 	SROCE_OP_QUERY_SRQ    = 42,
 	SROCE_OP_DESTROY_SRQ  = 43,
+	SROCE_OP_OPEN_XRCD    = 44, /* (open_xrcd), fds: the file naming a shared domain, or none; reply {handle} */
+	SROCE_OP_CLOSE_XRCD   = 45, /* (handle) EBUSY while the connection's XRC SRQs or QPs use it */
 
 	SROCE_OP_CREATE_AH    = 50,
 	SROCE_OP_DESTROY_AH   = 51,
@@ -379,11 +381,11 @@ struct sroce_ctl_qp_cap {
 
 /* CREATE_QP request. */
 struct sroce_ctl_create_qp {
-	uint32_t pd;
+	uint32_t pd;               /* XRC_RECV: the XRC domain's handle */
 	uint32_t send_cq;
 	uint32_t recv_cq;
 	uint32_t srq;              /* 0: none */
-	uint8_t  qp_type;          /* enum ibv_qp_type: 2 RC, 3 UC, 4 UD */
+	uint8_t  qp_type;          /* enum ibv_qp_type: 2 RC, 3 UC, 4 UD, 9 XRC_SEND, 10 XRC_RECV */
 	uint8_t  sq_sig_all;
 	uint16_t reserved0;
 	struct sroce_ctl_qp_cap cap;
@@ -472,6 +474,17 @@ struct sroce_ctl_srq {
 	uint32_t max_wr;
 	uint32_t max_sge;
 	uint32_t srq_limit;
+	uint32_t xrcd;             /* CREATE_SRQ: an XRC SRQ's domain (0: an SRQ of QPs) */
+	uint32_t cq;               /* CREATE_SRQ: an XRC SRQ's CQ */
+	uint32_t reserved;
+};
+
+/* OPEN_XRCD request (ibv_open_xrcd): with one fd, the domain shared by
+ * every opener of that file (its inode), created with O_CREAT if none,
+ * EEXIST with O_CREAT|O_EXCL if one exists, ENOENT without O_CREAT if none;
+ * without an fd a domain of its own. */
+struct sroce_ctl_open_xrcd {
+	uint32_t oflags;
 	uint32_t reserved;
 };
 
@@ -481,7 +494,7 @@ struct sroce_ctl_srq_created {
 	uint32_t handle;
 	uint32_t max_wr;
 	uint32_t max_sge;
-	uint32_t reserved;
+	uint32_t srq_num;          /* an XRC SRQ's number (ibv_get_srq_num) */
 	uint64_t ring_offset;
 	uint64_t mem_size;
 };

@@ -189,6 +189,10 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->vctx.query_device_ex = sroce_query_device_ex;
 	c->vctx.create_cq_ex = sroce_create_cq_ex;
 	c->vctx.create_qp_ex = sroce_create_qp_ex;
+	c->vctx.open_xrcd = (void *)sroce_open_xrcd;
+	c->vctx.close_xrcd = (void *)sroce_close_xrcd;
+	c->vctx.create_srq_ex = (void *)sroce_create_srq_ex;
+	c->vctx.get_srq_num = (void *)sroce_get_srq_num;
 	c->vctx.sz = sizeof(struct verbs_context);
 	return ctx;
 

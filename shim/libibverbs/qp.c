@@ -71,34 +71,62 @@ int sroce_call_remap(struct sroce_context *c, uint16_t op, const void *req, size
 	return 0;
 }
 
-static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
+/*
+ * create_qp: RC, UC and UD QPs of pd, an XRC_SEND QP of pd (no receive CQ
+ * needed), or an XRC_RECV QP of domain xrcd (no PD, CQs or SRQ: its
+ * messages go to the XRC SRQs they name).
+ */
+static struct ibv_qp *create_qp(struct ibv_context *context, struct ibv_pd *pd,
+				struct ibv_qp_init_attr *a, struct ibv_xrcd *xrcd)
 {
-	struct ibv_context *context = pd->context;
 	struct sroce_context *c = to_sctx(context);
 	struct sroce_ctl_create_qp req = {0};
 	struct sroce_ctl_qp reply;
 	struct sroce_qp *qp;
 	int fd = -1, err;
+	int xrc = a->qp_type == IBV_QPT_XRC_SEND || a->qp_type == IBV_QPT_XRC_RECV;
+	int norq = a->srq || xrc; /* no receive ring of its own */
 
-	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD) {
-		/* XRC, raw packet and driver QPs: rxe refuses them the same way. */
+	switch (a->qp_type) {
+	case IBV_QPT_RC:
+	case IBV_QPT_UC:
+	case IBV_QPT_UD:
+		if (!pd || !a->send_cq || !a->recv_cq) {
+			errno = EINVAL;
+			return NULL;
+		}
+		break;
+	case IBV_QPT_XRC_SEND:
+		if (!pd || !a->send_cq || a->srq) {
+			errno = EINVAL;
+			return NULL;
+		}
+		break;
+	case IBV_QPT_XRC_RECV:
+		if (!xrcd || a->srq) {
+			errno = EINVAL;
+			return NULL;
+		}
+		break;
+	default:
+		/* Raw packet and driver QPs: rxe refuses them the same way. */
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	if (!a->send_cq || !a->recv_cq) {
-		errno = EINVAL;
-		return NULL;
+	if (a->qp_type == IBV_QPT_XRC_RECV) {
+		req.pd = container_of(xrcd, struct sroce_xrcd, xrcd)->handle;
+	} else {
+		req.pd = pd->handle;
+		req.send_cq = a->send_cq->handle;
+		req.recv_cq = a->recv_cq ? a->recv_cq->handle : 0;
 	}
-	req.pd = pd->handle;
-	req.send_cq = a->send_cq->handle;
-	req.recv_cq = a->recv_cq->handle;
 	req.srq = a->srq ? a->srq->handle : 0;
 	req.qp_type = (uint8_t)a->qp_type;
 	req.sq_sig_all = a->sq_sig_all ? 1 : 0;
 	req.cap.max_send_wr = a->cap.max_send_wr;
-	req.cap.max_recv_wr = a->srq ? 0 : a->cap.max_recv_wr;
+	req.cap.max_recv_wr = norq ? 0 : a->cap.max_recv_wr;
 	req.cap.max_send_sge = a->cap.max_send_sge;
-	req.cap.max_recv_sge = a->srq ? 0 : a->cap.max_recv_sge;
+	req.cap.max_recv_sge = norq ? 0 : a->cap.max_recv_sge;
 	req.cap.max_inline_data = a->cap.max_inline_data;
 	qp = calloc(1, sizeof(*qp));
 	if (!qp) {
@@ -121,14 +149,14 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 	qp->mem_size = reply.mem_size;
 	if (!ring_ok(qp->mem, reply.mem_size, reply.sq_offset, SROCE_RING_SEND,
 		     sizeof(struct sroce_send_wqe)) ||
-	    (!a->srq && !ring_ok(qp->mem, reply.mem_size, reply.rq_offset, SROCE_RING_RECV,
-				 sizeof(struct sroce_recv_wqe)))) {
+	    (!norq && !ring_ok(qp->mem, reply.mem_size, reply.rq_offset, SROCE_RING_RECV,
+			       sizeof(struct sroce_recv_wqe)))) {
 		err = EPROTO;
 		goto fail;
 	}
 	qp->ctl = qp->mem;
 	qp->sq = (struct sroce_ring_hdr *)((char *)qp->mem + reply.sq_offset);
-	qp->rq = a->srq ? NULL : (struct sroce_ring_hdr *)((char *)qp->mem + reply.rq_offset);
+	qp->rq = norq ? NULL : (struct sroce_ring_hdr *)((char *)qp->mem + reply.rq_offset);
 	qp->cap = reply.cap;
 	qp->sq_sig_all = a->sq_sig_all;
 	pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
@@ -152,7 +180,7 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 	a->cap.max_send_wr = reply.cap.max_send_wr;
 	a->cap.max_send_sge = reply.cap.max_send_sge;
 	a->cap.max_inline_data = reply.cap.max_inline_data;
-	if (!a->srq) {
+	if (!norq) {
 		a->cap.max_recv_wr = reply.cap.max_recv_wr;
 		a->cap.max_recv_sge = reply.cap.max_recv_sge;
 	}
@@ -171,7 +199,11 @@ fail:
 
 EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	return create_qp(pd, attr);
+	if (attr->qp_type == IBV_QPT_XRC_RECV) {
+		errno = EINVAL; /* needs its domain: ibv_create_qp_ex */
+		return NULL;
+	}
+	return create_qp(pd->context, pd, attr, NULL);
 }
 
 static void set_wr_ops(struct ibv_qp_ex *x);
@@ -184,9 +216,17 @@ static void set_wr_ops(struct ibv_qp_ex *x);
 struct ibv_qp *sroce_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *a)
 {
 	struct ibv_qp_init_attr ia;
-	uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+	struct ibv_xrcd *xrcd = NULL;
+	uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
 			 IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || a->pd->context != context) {
+	if (a->qp_type == IBV_QPT_XRC_RECV) {
+		/* A target: its domain instead of a PD. */
+		xrcd = a->xrcd;
+		if (!(a->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !xrcd || xrcd->context != context) {
+			errno = EINVAL;
+			return NULL;
+		}
+	} else if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || a->pd->context != context) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -204,7 +244,7 @@ struct ibv_qp *sroce_create_qp_ex(struct ibv_context *context, struct ibv_qp_ini
 		return NULL;
 	}
 	memcpy(&ia, a, sizeof(ia));
-	struct ibv_qp *qp = create_qp(a->pd, &ia);
+	struct ibv_qp *qp = create_qp(context, xrcd ? NULL : a->pd, &ia, xrcd);
 	if (!qp)
 		return NULL;
 	a->cap = ia.cap;
@@ -387,6 +427,8 @@ static int fill_send(struct sroce_qp *qp, struct sroce_ring_hdr *r, struct sroce
 	default:
 		break;
 	}
+	if (qp->qp.qp_type == IBV_QPT_XRC_SEND)
+		w->ud.remote_qpn = wr->qp_type.xrc.remote_srqn; /* the ring's remote queue number */
 	if (qp->qp.qp_type == IBV_QPT_UD) {
 		if (!wr->wr.ud.ah)
 			return EINVAL;
@@ -652,8 +694,15 @@ static void xwr_send_tso(struct ibv_qp_ex *x, void *hdr, uint16_t hdr_sz, uint16
 
 static void xwr_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t srqn)
 {
-	(void)srqn;
-	xwr_unsupported(x);
+	struct sroce_qp *qp = to_xqp(x);
+	struct sroce_send_wqe *w = qp->wr_cur;
+	if (!w)
+		return;
+	if (qp->qp.qp_type != IBV_QPT_XRC_SEND) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	w->ud.remote_qpn = srqn;
 }
 
 static void xwr_set_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ibah, uint32_t qpn, uint32_t qkey)
@@ -866,13 +915,17 @@ static void srq_use(struct sroce_srq *srq, const struct sroce_ctl_srq_created *r
 	srq->max_sge = reply->max_sge;
 }
 
-EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
+/* create_srq: an SRQ of pd; of domain xrcd with completion queue cq for an XRC SRQ. */
+static struct ibv_srq *create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a, struct ibv_xrcd *xrcd,
+				  struct ibv_cq *cq)
 {
 	struct sroce_context *c = to_sctx(pd->context);
 	struct sroce_ctl_srq req = {.pd_or_handle = pd->handle,
 				    .max_wr = a->attr.max_wr,
 				    .max_sge = a->attr.max_sge,
-				    .srq_limit = a->attr.srq_limit};
+				    .srq_limit = a->attr.srq_limit,
+				    .xrcd = xrcd ? container_of(xrcd, struct sroce_xrcd, xrcd)->handle : 0,
+				    .cq = cq ? cq->handle : 0};
 	struct sroce_ctl_srq_created reply;
 	struct sroce_srq *srq;
 	int fd = -1, err;
@@ -894,6 +947,7 @@ EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_att
 	if (err)
 		goto fail;
 	srq_use(srq, &reply);
+	srq->srq_num = reply.srq_num;
 	pthread_spin_init(&srq->lock, PTHREAD_PROCESS_PRIVATE);
 	srq->srq.context = pd->context;
 	srq->srq.srq_context = a->srq_context;
@@ -917,6 +971,104 @@ fail:
 	free(srq);
 	errno = err;
 	return NULL;
+}
+
+EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
+{
+	return create_srq(pd, a, NULL, NULL);
+}
+
+/*
+ * ibv_create_srq_ex: a basic SRQ of a PD, or an XRC SRQ (IBV_SRQT_XRC)
+ * with its PD, domain and CQ; tag matching is not offered.
+ */
+struct ibv_srq *sroce_create_srq_ex(struct ibv_context *context, struct ibv_srq_init_attr_ex *a)
+{
+	uint32_t known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
+			 IBV_SRQ_INIT_ATTR_CQ;
+	int type = (a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? (int)a->srq_type : IBV_SRQT_BASIC;
+	struct ibv_srq_init_attr ia = {.srq_context = a->srq_context, .attr = a->attr};
+	struct ibv_srq *srq;
+
+	if (a->comp_mask & ~known || (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!(a->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !a->pd || a->pd->context != context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (type == IBV_SRQT_XRC &&
+	    (!(a->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !(a->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || !a->xrcd ||
+	     !a->cq || a->xrcd->context != context || a->cq->context != context)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (type == IBV_SRQT_XRC)
+		srq = create_srq(a->pd, &ia, a->xrcd, a->cq);
+	else
+		srq = create_srq(a->pd, &ia, NULL, NULL);
+	if (srq)
+		a->attr = ia.attr;
+	return srq;
+}
+
+int sroce_get_srq_num(struct ibv_srq *ibsrq, uint32_t *num)
+{
+	struct sroce_srq *srq = container_of(ibsrq, struct sroce_srq, srq);
+	if (!srq->srq_num)
+		return EINVAL; /* not an XRC SRQ */
+	*num = srq->srq_num;
+	return 0;
+}
+
+/* ibv_open_xrcd: the domain of the file attr->fd names (shared by every
+ * process that opens that file), or a new domain of its own with fd -1. */
+struct ibv_xrcd *sroce_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_attr *a)
+{
+	struct sroce_context *c = to_sctx(context);
+	struct sroce_ctl_open_xrcd req = {0};
+	struct sroce_ctl_handle reply;
+	struct sroce_xrcd *x;
+	int fd = -1, err;
+
+	if (a->comp_mask & ~(uint32_t)(IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!(a->comp_mask & IBV_XRCD_INIT_ATTR_FD) || !(a->comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	fd = a->fd;
+	req.oflags = (uint32_t)a->oflags;
+	x = calloc(1, sizeof(*x));
+	if (!x) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = sroce_call(c, SROCE_OP_OPEN_XRCD, &req, sizeof(req), fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0,
+			 &reply, sizeof(reply), NULL, 0);
+	if (err) {
+		free(x);
+		errno = err;
+		return NULL;
+	}
+	x->xrcd.context = context;
+	x->handle = reply.handle;
+	return &x->xrcd;
+}
+
+int sroce_close_xrcd(struct ibv_xrcd *xrcd)
+{
+	struct sroce_xrcd *x = container_of(xrcd, struct sroce_xrcd, xrcd);
+	struct sroce_ctl_handle h = {.handle = x->handle};
+	int err = sroce_call(to_sctx(xrcd->context), SROCE_OP_CLOSE_XRCD, &h, sizeof(h), NULL, 0, NULL, 0,
+			     NULL, 0);
+	if (err)
+		return err;
+	free(x);
+	return 0;
 }
 
 /*

@@ -442,6 +442,53 @@ struct ibv_srq_attr {
 	uint32_t srq_limit;
 };
 
+enum ibv_xrcd_init_attr_mask {
+	IBV_XRCD_INIT_ATTR_FD = 1 << 0,
+	IBV_XRCD_INIT_ATTR_OFLAGS = 1 << 1,
+	IBV_XRCD_INIT_ATTR_RESERVED = 1 << 2,
+};
+
+struct ibv_xrcd_init_attr {
+	uint32_t comp_mask;
+	int fd;
+	int oflags;
+};
+
+struct ibv_xrcd {
+	struct ibv_context *context;
+};
+
+enum ibv_srq_type {
+	IBV_SRQT_BASIC,
+	IBV_SRQT_XRC,
+	IBV_SRQT_TM,
+};
+
+enum ibv_srq_init_attr_mask {
+	IBV_SRQ_INIT_ATTR_TYPE = 1 << 0,
+	IBV_SRQ_INIT_ATTR_PD = 1 << 1,
+	IBV_SRQ_INIT_ATTR_XRCD = 1 << 2,
+	IBV_SRQ_INIT_ATTR_CQ = 1 << 3,
+	IBV_SRQ_INIT_ATTR_TM = 1 << 4,
+	IBV_SRQ_INIT_ATTR_RESERVED = 1 << 5,
+};
+
+struct ibv_tm_cap {
+	uint32_t max_num_tags;
+	uint32_t max_ops;
+};
+
+struct ibv_srq_init_attr_ex {
+	void *srq_context;
+	struct ibv_srq_attr attr;
+	uint32_t comp_mask;
+	enum ibv_srq_type srq_type;
+	struct ibv_pd *pd;
+	struct ibv_xrcd *xrcd;
+	struct ibv_cq *cq;
+	struct ibv_tm_cap tm_cap;
+};
+
 struct ibv_srq_init_attr {
 	void *srq_context;
 	struct ibv_srq_attr attr;

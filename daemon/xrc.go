@@ -1,0 +1,124 @@
+package daemon
+
+// XRC domains. ibv_open_xrcd with a file shares one domain between every
+// process that opens the same file (its inode), as the kernel's uverbs
+// does: the served device keeps the shared domains, a connection holds one
+// reference per open, and the domain is freed with the last close. A
+// connection's XRC SRQs and XRC_RECV QPs keep its open of their domain
+// (EBUSY on close while they exist).
+
+import (
+	"github.com/sroce/sroce/daemon/ctl"
+	"github.com/sroce/sroce/roce"
+	"golang.org/x/sys/unix"
+)
+
+// xrcdKey names the file of a shared domain.
+type xrcdKey struct{ dev, ino uint64 }
+
+// sharedXRCD is a domain of the device and its openers, under served.mu.
+type sharedXRCD struct {
+	x     *roce.XRCD
+	key   xrcdKey
+	keyed bool // opened through a file (else the connection's own)
+	refs  int
+}
+
+// xrcdObj is a connection's open of a domain.
+type xrcdObj struct {
+	sh   *sharedXRCD
+	uses int // the connection's XRC SRQs and XRC_RECV QPs in it, under c.mu
+}
+
+func (c *conn) openXRCD(b []byte, fds []int) ([]byte, []int, error) {
+	in, err := body[ctl.OpenXRCD](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(fds) > 1 {
+		return nil, nil, misbehaved("OPEN_XRCD with %d descriptors", len(fds))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, err := c.alloc(len(c.xrcds), c.s.limits.Objects, "XRCDs")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.charge(objectCost); err != nil {
+		return nil, nil, err
+	}
+	sh, err := c.dev.openXRCD(fds, in.OFlags)
+	if err != nil {
+		c.release(objectCost)
+		return nil, nil, err
+	}
+	c.xrcds[h] = &xrcdObj{sh: sh}
+	return handleReply(h)
+}
+
+// openXRCD finds or makes the domain of the file fds holds (none: a new
+// domain of its own) under the open flags of ibv_open_xrcd.
+func (sd *served) openXRCD(fds []int, oflags uint32) (*sharedXRCD, error) {
+	var key xrcdKey
+	keyed := len(fds) == 1
+	if keyed {
+		var st unix.Stat_t
+		if err := unix.Fstat(fds[0], &st); err != nil {
+			return nil, unix.EBADF
+		}
+		key = xrcdKey{uint64(st.Dev), st.Ino}
+	}
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	if keyed {
+		if sh := sd.xrcds[key]; sh != nil {
+			if oflags&unix.O_CREAT != 0 && oflags&unix.O_EXCL != 0 {
+				return nil, unix.EEXIST
+			}
+			sh.refs++
+			return sh, nil
+		}
+		if oflags&unix.O_CREAT == 0 {
+			return nil, unix.ENOENT
+		}
+	}
+	x, err := sd.dev.Device().AllocXRCD()
+	if err != nil {
+		return nil, err
+	}
+	sh := &sharedXRCD{x: x, key: key, keyed: keyed, refs: 1}
+	if keyed {
+		if sd.xrcds == nil {
+			sd.xrcds = make(map[xrcdKey]*sharedXRCD)
+		}
+		sd.xrcds[key] = sh
+	}
+	return sh, nil
+}
+
+// closeXRCD drops one open of sh, freeing the domain with the last.
+func (sd *served) closeXRCD(sh *sharedXRCD) error {
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	if sh.refs--; sh.refs > 0 {
+		return nil
+	}
+	if sh.keyed {
+		delete(sd.xrcds, sh.key)
+	}
+	return sh.x.Dealloc()
+}
+
+func (c *conn) closeXRCD(b []byte) ([]byte, []int, error) {
+	return destroy(c, b, c.xrcds, func(_ uint32, o *xrcdObj) error {
+		if o.uses > 0 {
+			return unix.EBUSY
+		}
+		err := c.dev.closeXRCD(o.sh)
+		c.release(objectCost)
+		if err != nil {
+			c.s.log.Error("freeing an XRC domain failed", "client", c.id, "err", err)
+		}
+		return nil
+	})
+}
