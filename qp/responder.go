@@ -645,43 +645,52 @@ func (q *QP) executeAtomic(pkt *bth.Packet, k bth.Op) fault {
 	} else {
 		orig, err = q.pd.FetchAdd(a.RKey(), va, a.SwapAdd())
 	}
-	if err == mr.ErrAlignment {
-		return faultInvalid
-	} else if err != nil {
-		return faultAccess
+	if err != nil {
+		return atomicFault(err)
 	}
 	q.nextMSN()
 	i := q.newResource(resAtomic, psn, psn)
 	rs.res[i].orig = orig
 	q.queueAtomicAck(i, psn, orig)
+	q.singleDone(psn)
+	return faultNone
+}
+
+// atomicFault is the fault of an atomic memory operation that failed: a
+// misaligned address is an invalid request, anything else an access error.
+func atomicFault(err error) fault {
+	if err == mr.ErrAlignment {
+		return faultInvalid
+	}
+	return faultAccess
+}
+
+// singleDone moves the responder past a one-packet request it executed
+// at psn (an atomic, an ATOMIC_WRITE): the next PSN, the PSN a duplicate
+// SEND or WRITE is acknowledged with, no message in progress.
+func (q *QP) singleDone(psn bth.PSN) {
+	rs := &q.resp
 	rs.psn = psn.Next()
 	rs.ackPSN = rs.psn
 	rs.inSend, rs.inWrite = false, false
-	return faultNone
 }
 
 // executeAtomicWrite stores an ATOMIC_WRITE's 8 bytes at once and queues
 // its answer, a READ RESPONSE ONLY without payload (IBTA 1.5, as rdma_rxe
 // answers it); the resource it takes answers a duplicate.
 func (q *QP) executeAtomicWrite(pkt *bth.Packet) fault {
-	rs := &q.resp
 	psn := pkt.BTH().PSN()
 	reth := pkt.RETH()
 	if reth.DMALen() != uint32(pkt.PayLen) {
 		return faultInvalid
 	}
-	err := q.pd.AtomicWrite(reth.RKey(), reth.VA(), pkt.PayloadBytes())
-	if err == mr.ErrAlignment {
-		return faultInvalid
-	} else if err != nil {
-		return faultAccess
+	if err := q.pd.AtomicWrite(reth.RKey(), reth.VA(), pkt.PayloadBytes()); err != nil {
+		return atomicFault(err)
 	}
 	q.nextMSN()
 	i := q.newResource(resAtomicWrite, psn, psn)
 	q.queueRead(i, psn, 0, 0, 0, true)
-	rs.psn = psn.Next()
-	rs.ackPSN = rs.psn
-	rs.inSend, rs.inWrite = false, false
+	q.singleDone(psn)
 	return faultNone
 }
 
