@@ -1854,7 +1854,7 @@ func (c *conn) cleanup() {
 			c.s.log.Error("freeing a departed client's XRC domain failed", "client", c.id, "err", err)
 		}
 		delete(c.xrcds, h)
-		c.release(objectCost)
+		c.release(openCost(o.sh.keyed))
 	}
 	for h, pd := range c.pds {
 		pd.Dealloc()

@@ -2,16 +2,27 @@ package daemon
 
 // XRC domains. ibv_open_xrcd with a file shares one domain between every
 // process that opens the same file (its inode), as the kernel's uverbs
-// does: the served device keeps the shared domains, a connection holds one
-// reference per open, and the domain is freed with the last close. A
-// connection's XRC SRQs and XRC_RECV QPs keep its open of their domain
-// (EBUSY on close while they exist).
+// does: the served device keeps the shared domains, each holding a
+// descriptor of its file so that the inode is not reused while the domain
+// lives; a connection holds one reference per open, and the domain is
+// freed with the last close. A connection's XRC SRQs and XRC_RECV QPs keep
+// its open of their domain (EBUSY on close while they exist). An open is
+// charged an object and, for a file, a descriptor (the domain's, counted
+// for each opener).
 
 import (
 	"github.com/sroce/sroce/daemon/ctl"
 	"github.com/sroce/sroce/roce"
 	"golang.org/x/sys/unix"
 )
+
+// openCost is what one open of a domain is charged.
+func openCost(keyed bool) cost {
+	if keyed {
+		return add(objectCost, one(ResFDs, 1))
+	}
+	return objectCost
+}
 
 // xrcdKey names the file of a shared domain.
 type xrcdKey struct{ dev, ino uint64 }
@@ -21,6 +32,7 @@ type sharedXRCD struct {
 	x     *roce.XRCD
 	key   xrcdKey
 	keyed bool // opened through a file (else the connection's own)
+	fd    int  // keyed: the file, held while the domain lives
 	refs  int
 }
 
@@ -44,12 +56,13 @@ func (c *conn) openXRCD(b []byte, fds []int) ([]byte, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := c.charge(objectCost); err != nil {
+	k := openCost(len(fds) == 1)
+	if err := c.charge(k); err != nil {
 		return nil, nil, err
 	}
 	sh, err := c.dev.openXRCD(fds, in.OFlags)
 	if err != nil {
-		c.release(objectCost)
+		c.release(k)
 		return nil, nil, err
 	}
 	c.xrcds[h] = &xrcdObj{sh: sh}
@@ -82,11 +95,22 @@ func (sd *served) openXRCD(fds []int, oflags uint32) (*sharedXRCD, error) {
 			return nil, unix.ENOENT
 		}
 	}
+	sh := &sharedXRCD{key: key, keyed: keyed, fd: -1, refs: 1}
+	if keyed {
+		fd, err := dupFD(fds[0])
+		if err != nil {
+			return nil, err
+		}
+		sh.fd = fd
+	}
 	x, err := sd.dev.Device().AllocXRCD()
 	if err != nil {
+		if sh.fd >= 0 {
+			unix.Close(sh.fd)
+		}
 		return nil, err
 	}
-	sh := &sharedXRCD{x: x, key: key, keyed: keyed, refs: 1}
+	sh.x = x
 	if keyed {
 		if sd.xrcds == nil {
 			sd.xrcds = make(map[xrcdKey]*sharedXRCD)
@@ -105,6 +129,7 @@ func (sd *served) closeXRCD(sh *sharedXRCD) error {
 	}
 	if sh.keyed {
 		delete(sd.xrcds, sh.key)
+		unix.Close(sh.fd)
 	}
 	return sh.x.Dealloc()
 }
@@ -115,7 +140,7 @@ func (c *conn) closeXRCD(b []byte) ([]byte, []int, error) {
 			return unix.EBUSY
 		}
 		err := c.dev.closeXRCD(o.sh)
-		c.release(objectCost)
+		c.release(openCost(o.sh.keyed))
 		if err != nil {
 			c.s.log.Error("freeing an XRC domain failed", "client", c.id, "err", err)
 		}

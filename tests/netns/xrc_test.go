@@ -85,7 +85,7 @@ func TestXRCPingpong(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		o := d.runIn(t, ctx, true, false, nil, python, "testdata/xrc_data.py", d.devs[0]).wait(ctx)
-		if !o.OK() || strings.Count(o.Stdout, "ok ") != 4 {
+		if !o.OK() || strings.Count(o.Stdout, "ok ") != 5 {
 			t.Fatalf("xrc_data.py did not pass within a minute: %v", o)
 		}
 		t.Logf("%s", o.Stdout)

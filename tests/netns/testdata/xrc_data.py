@@ -1,10 +1,13 @@
 """XRC through sroce's libibverbs on one device, data checked: a domain
-opened through a file, two XRC SRQs of it with a CQ each, one XRC_RECV QP
-and one XRC_SEND QP connected to each other through the device's IPv4 GID.
+opened twice through a file (the XRC_RECV QP made in the second open, the
+SRQs in the first: one domain), ibv_open_xrcd's O_EXCL and missing-O_CREAT
+errors, two XRC SRQs with a CQ each, one XRC_RECV QP and one XRC_SEND QP
+connected to each other through the device's IPv4 GID.
 A SEND of three packets (path MTU 1024) to each SRQ lands in that SRQ's
 buffer and completes on that SRQ's CQ; an RDMA WRITE through the XRC QPs
 reaches memory of the SRQs' PD and a READ brings it back. Run by
 TestXRCPingpong with the device name; prints "ok NAME" per check."""
+import errno
 import ipaddress
 import os
 import stat
@@ -18,6 +21,7 @@ from pyverbs.addr import AHAttr, GlobalRoute
 from pyverbs.cq import CQ
 from pyverbs.mr import MR
 from pyverbs.pd import PD
+from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttrEx
 from pyverbs.srq import SRQ, SrqInitAttrEx
 from pyverbs.wr import SGE, RecvWR, SendWR
@@ -36,7 +40,23 @@ assert gidx is not None, "no IPv4 GID"
 
 tmp = tempfile.NamedTemporaryFile()
 fd = os.open(tmp.name, os.O_RDONLY | os.O_CREAT, stat.S_IRUSR | stat.S_IRGRP)
-xrcd = XRCD(ctx, XRCDInitAttr(e.IBV_XRCD_INIT_ATTR_FD | e.IBV_XRCD_INIT_ATTR_OFLAGS, os.O_CREAT, fd))
+MASK = e.IBV_XRCD_INIT_ATTR_FD | e.IBV_XRCD_INIT_ATTR_OFLAGS
+
+
+def open_fails(oflags, f, want):
+    try:
+        XRCD(ctx, XRCDInitAttr(MASK, oflags, f)).close()
+    except PyverbsRDMAError as ex:
+        assert ex.error_code == want, (oflags, ex.error_code, want)
+        return
+    raise AssertionError("ibv_open_xrcd with oflags %#x succeeded, want errno %d" % (oflags, want))
+
+
+open_fails(0, fd, errno.ENOENT)
+xrcd = XRCD(ctx, XRCDInitAttr(MASK, os.O_CREAT, fd))
+open_fails(os.O_CREAT | os.O_EXCL, fd, errno.EEXIST)
+xrcd2 = XRCD(ctx, XRCDInitAttr(MASK, 0, fd))
+print("ok ibv_open_xrcd: ENOENT without O_CREAT, EEXIST with O_EXCL, the same file opens the same domain")
 scq = CQ(ctx, 16)
 cqs = [CQ(ctx, 16), CQ(ctx, 16)]
 srqs = []
@@ -53,7 +73,7 @@ print("ok XRC SRQ numbers %s" % nums)
 init = QPAttr(port_num=1)
 init.pkey_index = 0
 init.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_WRITE
-rqp = QP(ctx, QPInitAttrEx(qp_type=e.IBV_QPT_XRC_RECV, comp_mask=e.IBV_QP_INIT_ATTR_XRCD, xrcd=xrcd), init)
+rqp = QP(ctx, QPInitAttrEx(qp_type=e.IBV_QPT_XRC_RECV, comp_mask=e.IBV_QP_INIT_ATTR_XRCD, xrcd=xrcd2), init)
 init.qp_access_flags = 0
 sqp = QP(ctx, QPInitAttrEx(qp_type=e.IBV_QPT_XRC_SEND, sq_sig_all=1, comp_mask=e.IBV_QP_INIT_ATTR_PD, pd=pd, scq=scq,
                            cap=QPCap(max_send_wr=8, max_recv_wr=0, max_recv_sge=0)), init)
@@ -118,6 +138,7 @@ rqp.close()
 sqp.close()
 for s in srqs:
     s.close()
+xrcd2.close()
 xrcd.close()
 os.close(fd)
 print("ok torn down")
