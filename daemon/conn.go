@@ -107,6 +107,8 @@ type qpObj struct {
 	cqs     [2]uint32
 	srq     uint32
 	xrcd    uint32 // XRC_RECV: its domain's handle
+	tgt     *tgtQP // XRC_RECV: the QP and its handles
+	opened  bool   // a handle of ibv_open_qp: the QP's watch and events are its creator's
 	handle  uint32
 	sge     []mr.SGE
 	inline  []byte       // pwr's inline data
@@ -510,6 +512,8 @@ func (c *conn) handle(h ctl.Hdr, b []byte, fds []int) ([]byte, []int, error) {
 		return c.destroySRQ(b)
 	case ctl.OpOpenXRCD:
 		return c.openXRCD(b, fds)
+	case ctl.OpOpenQP:
+		return c.openQP(b)
 	case ctl.OpCloseXRCD:
 		return c.closeXRCD(b)
 	case ctl.OpCreateAH:
@@ -1274,6 +1278,7 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 	case xo != nil:
 		xo.uses++
 		o.xrcd = in.PD
+		o.tgt = c.dev.addTarget(xo.sh, q)
 	case !xrc:
 		q.SetRecvRefill(c.refill(&o.rqQ, q.PostRecv))
 	}
@@ -1419,6 +1424,10 @@ func (c *conn) destroyQP(b []byte) ([]byte, []int, error) {
 				return err
 			}
 		}
+		if !c.lastHandle(o) {
+			c.dropQP(h, o) // an XRC target another handle keeps
+			return nil
+		}
 		o.qp.SendPosted()
 		if err := o.qp.Destroy(); err != nil {
 			return err
@@ -1453,6 +1462,15 @@ func (c *conn) mcast(op ctl.Op, b []byte) ([]byte, []int, error) {
 
 // dropQP forgets a destroyed QP; c.mu is held.
 func (c *conn) dropQP(h uint32, o *qpObj) {
+	if o.opened {
+		if x := c.xrcds[o.xrcd]; x != nil {
+			x.uses--
+		}
+		delete(c.qps, h)
+		o.mem.close()
+		c.release(o.cost)
+		return
+	}
 	c.dev.disown(o.qp)
 	if s := c.srqs[o.srq]; s != nil {
 		s.refs--
@@ -1805,6 +1823,10 @@ func (c *conn) cleanup() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for h, o := range c.qps {
+		if !c.lastHandle(o) {
+			c.dropQP(h, o) // an XRC target another process keeps
+			continue
+		}
 		o.qp.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.AttrState)
 		// As the kernel does for a departing process: its groups first.
 		o.qp.DetachAllMcast()

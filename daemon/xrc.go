@@ -11,8 +11,15 @@ package daemon
 // for each opener).
 
 import (
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/daemon/ctl"
+	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/ring"
 	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/verbs"
 	"golang.org/x/sys/unix"
 )
 
@@ -34,6 +41,116 @@ type sharedXRCD struct {
 	keyed bool // opened through a file (else the connection's own)
 	fd    int  // keyed: the file, held while the domain lives
 	refs  int
+	tgts  map[bth.QPN]*tgtQP // its XRC_RECV QPs
+}
+
+// tgtQP is an XRC_RECV QP of a shared domain and the number of handles
+// the connections hold of it (its creator's and ibv_open_qp's), under
+// served.mu: the QP lives until the last is destroyed, as the kernel keeps
+// an XRC target QP for its openers.
+type tgtQP struct {
+	q    *roce.QP
+	refs int
+}
+
+// addTarget records q, just created in sh, with its creator's handle.
+func (sd *served) addTarget(sh *sharedXRCD, q *roce.QP) *tgtQP {
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	if sh.tgts == nil {
+		sh.tgts = make(map[bth.QPN]*tgtQP)
+	}
+	t := &tgtQP{q: q, refs: 1}
+	sh.tgts[q.QPN()] = t
+	return t
+}
+
+// lastHandle drops o's handle of its QP and reports whether it was the
+// last (always, for a QP that is not an XRC target), in which case the
+// caller destroys the QP.
+func (c *conn) lastHandle(o *qpObj) bool {
+	if o.tgt == nil {
+		return true
+	}
+	sd := c.dev
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	if o.tgt.refs--; o.tgt.refs > 0 {
+		return false
+	}
+	if x := c.xrcds[o.xrcd]; x != nil {
+		delete(x.sh.tgts, o.qp.QPN())
+	}
+	return true
+}
+
+// openQP gives the connection a handle of an XRC_RECV QP of a domain it
+// has open (ibv_open_qp): memory of its own for the QP's state and an
+// empty send ring, as CREATE_QP's reply lays it out.
+func (c *conn) openQP(b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.OpenQP](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if verbs.QPType(in.QPType) != verbs.QPTypeXRCRecv {
+		return nil, nil, unix.EINVAL
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	xo := c.xrcds[in.XRCD]
+	if xo == nil {
+		return nil, nil, unix.EINVAL
+	}
+	h, err := c.alloc(len(c.qps), c.s.limits.QPs, "QPs")
+	if err != nil {
+		return nil, nil, err
+	}
+	got := verbs.QPCap{MaxSendWR: 1}
+	lay := layoutQP(got, true)
+	k := add(one(ResQPs, 1), shmCost(lay.size))
+	if err := c.charge(k); err != nil {
+		return nil, nil, err
+	}
+	sd := c.dev
+	sd.mu.Lock()
+	t := xo.sh.tgts[bth.QPN(in.QPN)]
+	if t != nil {
+		t.refs++
+	}
+	sd.mu.Unlock()
+	if t == nil {
+		c.release(k)
+		return nil, nil, unix.ENOENT
+	}
+	o := &qpObj{qp: t.q, typ: verbs.QPTypeXRCRecv, pd: in.XRCD, xrcd: in.XRCD, tgt: t, opened: true, cost: k, handle: h,
+		cap: got, sge: make([]mr.SGE, 1)}
+	fail := func(err error) ([]byte, []int, error) {
+		if c.lastHandle(o) {
+			o.qp.Destroy() // its creator destroyed it meanwhile
+		}
+		c.release(k)
+		return nil, nil, err
+	}
+	mem, err := newShm("qp", lay.size)
+	if err != nil {
+		return fail(err)
+	}
+	fd, err := dupFD(mem.fd)
+	if err != nil {
+		mem.close()
+		return fail(err)
+	}
+	o.mem, o.ctl = mem, (*ctl.QPCtl)(unsafe.Pointer(&mem.mem[0]))
+	if o.sq, err = ring.Init[ring.SendWQE](mem.mem[lay.sqOff:], ring.KindSend, 1, lay.sqStride); err != nil {
+		unix.Close(fd)
+		mem.close()
+		return fail(err)
+	}
+	atomic.StoreUint32(&o.ctl.State, uint32(t.q.State()))
+	c.qps[h] = o
+	xo.uses++
+	out := ctl.QP{Handle: h, QPN: in.QPN, Cap: ctl.CapOf(got), SQOffset: uint64(lay.sqOff), MemSize: uint64(len(mem.mem))}
+	return ctl.Bytes(&out), []int{fd}, nil
 }
 
 // xrcdObj is a connection's open of a domain.

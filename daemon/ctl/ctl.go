@@ -63,6 +63,7 @@ const (
 	OpModifySRQ  Op = 41
 	OpQuerySRQ   Op = 42
 	OpDestroySRQ Op = 43
+	OpOpenQP     Op = 36
 	OpOpenXRCD   Op = 44
 	OpCloseXRCD  Op = 45
 
@@ -100,7 +101,7 @@ var opNames = map[Op]string{
 	OpCreateQP: "CREATE_QP", OpModifyQP: "MODIFY_QP", OpQueryQP: "QUERY_QP", OpDestroyQP: "DESTROY_QP",
 	OpAttachMcast: "ATTACH_MCAST", OpDetachMcast: "DETACH_MCAST",
 	OpCreateSRQ: "CREATE_SRQ", OpModifySRQ: "MODIFY_SRQ", OpQuerySRQ: "QUERY_SRQ", OpDestroySRQ: "DESTROY_SRQ",
-	OpOpenXRCD: "OPEN_XRCD", OpCloseXRCD: "CLOSE_XRCD",
+	OpOpenXRCD: "OPEN_XRCD", OpCloseXRCD: "CLOSE_XRCD", OpOpenQP: "OPEN_QP",
 	OpCreateAH: "CREATE_AH", OpDestroyAH: "DESTROY_AH",
 	OpCMCreateChannel: "CM_CREATE_CHANNEL", OpCMDestroyChannel: "CM_DESTROY_CHANNEL",
 	OpCMCreateID: "CM_CREATE_ID", OpCMDestroyID: "CM_DESTROY_ID", OpCMBind: "CM_BIND",
@@ -459,6 +460,14 @@ type SRQ struct {
 	XRCD       uint32
 	CQ         uint32
 	_          uint32
+}
+
+// OpenQP is OPEN_QP's request (struct sroce_ctl_open_qp).
+type OpenQP struct {
+	XRCD   uint32
+	QPN    uint32
+	QPType uint8
+	_      [7]uint8
 }
 
 // OpenXRCD is OPEN_XRCD's request (struct sroce_ctl_open_xrcd).

@@ -88,6 +88,7 @@ enum sroce_ctl_op {
 	SROCE_OP_DESTROY_QP   = 33,
 	SROCE_OP_ATTACH_MCAST = 34, /* (mcast) */
 	SROCE_OP_DETACH_MCAST = 35, /* (mcast) */
+	SROCE_OP_OPEN_QP      = 36, /* (open_qp) reply as CREATE_QP's: another handle of an XRC_RECV QP */
 
 	SROCE_OP_CREATE_SRQ   = 40, /* reply fds: the SRQ's memfd */
 	SROCE_OP_MODIFY_SRQ   = 41,
@@ -477,6 +478,16 @@ struct sroce_ctl_srq {
 	uint32_t xrcd;             /* CREATE_SRQ: an XRC SRQ's domain (0: an SRQ of QPs) */
 	uint32_t cq;               /* CREATE_SRQ: an XRC SRQ's CQ */
 	uint32_t reserved;
+};
+
+/* OPEN_QP request (ibv_open_qp): the XRC_RECV QP qpn of the domain xrcd
+ * names, which another process of the domain may have created; the QP
+ * lives until its last handle is destroyed. */
+struct sroce_ctl_open_qp {
+	uint32_t xrcd;
+	uint32_t qpn;
+	uint8_t  qp_type;          /* IBV_QPT_XRC_RECV, the only type opened */
+	uint8_t  reserved[7];
 };
 
 /* OPEN_XRCD request (ibv_open_xrcd): with one fd, the domain shared by

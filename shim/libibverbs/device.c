@@ -193,6 +193,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->vctx.close_xrcd = (void *)sroce_close_xrcd;
 	c->vctx.create_srq_ex = (void *)sroce_create_srq_ex;
 	c->vctx.get_srq_num = (void *)sroce_get_srq_num;
+	c->vctx.open_qp = (void *)sroce_open_qp;
 	c->vctx.sz = sizeof(struct verbs_context);
 	return ctx;
 

@@ -190,6 +190,7 @@ struct ibv_xrcd *sroce_open_xrcd(struct ibv_context *context, struct ibv_xrcd_in
 int sroce_close_xrcd(struct ibv_xrcd *xrcd);
 struct ibv_srq *sroce_create_srq_ex(struct ibv_context *context, struct ibv_srq_init_attr_ex *attr);
 int sroce_get_srq_num(struct ibv_srq *srq, uint32_t *num);
+struct ibv_qp *sroce_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *attr);
 struct ibv_mw *sroce_alloc_mw(struct ibv_pd *pd, int type);
 int sroce_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
 int sroce_dealloc_mw(struct ibv_mw *mw);

@@ -197,6 +197,83 @@ fail:
 	return NULL;
 }
 
+/*
+ * ibv_open_qp: another handle of an XRC_RECV QP of a domain this process
+ * has open, which another process may have created; the QP lives until
+ * its last handle is destroyed (ibv_destroy_qp of this one).
+ */
+struct ibv_qp *sroce_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *a)
+{
+	struct sroce_context *c = to_sctx(context);
+	uint32_t need = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+	struct sroce_ctl_open_qp req = {0};
+	struct sroce_ctl_qp reply;
+	struct sroce_qp *qp;
+	int fd = -1, err;
+
+	if (a->comp_mask & ~(uint32_t)(need | IBV_QP_OPEN_ATTR_CONTEXT)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if ((a->comp_mask & need) != need || !a->xrcd || a->xrcd->context != context ||
+	    a->qp_type != IBV_QPT_XRC_RECV) {
+		errno = EINVAL;
+		return NULL;
+	}
+	req.xrcd = container_of(a->xrcd, struct sroce_xrcd, xrcd)->handle;
+	req.qpn = a->qp_num;
+	req.qp_type = IBV_QPT_XRC_RECV;
+	qp = calloc(1, sizeof(*qp));
+	if (!qp) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = sroce_call(c, SROCE_OP_OPEN_QP, &req, sizeof(req), NULL, 0, &reply, sizeof(reply), &fd, 1);
+	if (err) {
+		free(qp);
+		errno = err;
+		return NULL;
+	}
+	qp->mem = mmap(NULL, reply.mem_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (qp->mem == MAP_FAILED) {
+		err = errno;
+		goto fail;
+	}
+	qp->mem_size = reply.mem_size;
+	if (!ring_ok(qp->mem, reply.mem_size, reply.sq_offset, SROCE_RING_SEND, sizeof(struct sroce_send_wqe))) {
+		err = EPROTO;
+		goto fail;
+	}
+	qp->ctl = qp->mem;
+	qp->sq = (struct sroce_ring_hdr *)((char *)qp->mem + reply.sq_offset);
+	qp->cap = reply.cap;
+	pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
+	pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
+	qp->qp.context = context;
+	qp->qp.qp_context = (a->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? a->qp_context : NULL;
+	qp->qp.handle = reply.handle;
+	qp->qp.qp_num = reply.qpn;
+	qp->qp.state = (int)qp->ctl->state;
+	qp->qp.qp_type = IBV_QPT_XRC_RECV;
+	pthread_mutex_init(&qp->qp.mutex, NULL);
+	pthread_cond_init(&qp->qp.cond, NULL);
+	err = sroce_table_put(c, &c->qps, reply.handle, qp);
+	if (err)
+		goto fail;
+	return &qp->qp;
+fail:
+	if (qp->mem && qp->mem != MAP_FAILED)
+		munmap(qp->mem, reply.mem_size);
+	{
+		struct sroce_ctl_handle h = {.handle = reply.handle};
+		sroce_call(c, SROCE_OP_DESTROY_QP, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
+	}
+	free(qp);
+	errno = err;
+	return NULL;
+}
+
 EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
 	if (attr->qp_type == IBV_QPT_XRC_RECV) {

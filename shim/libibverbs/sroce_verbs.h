@@ -504,6 +504,24 @@ enum ibv_qp_type {
 	IBV_QPT_DRIVER = 0xff,
 };
 
+enum ibv_qp_open_attr_mask {
+	IBV_QP_OPEN_ATTR_NUM = 1 << 0,
+	IBV_QP_OPEN_ATTR_XRCD = 1 << 1,
+	IBV_QP_OPEN_ATTR_CONTEXT = 1 << 2,
+	IBV_QP_OPEN_ATTR_TYPE = 1 << 3,
+	IBV_QP_OPEN_ATTR_RESERVED = 1 << 4,
+};
+
+struct ibv_xrcd;
+
+struct ibv_qp_open_attr {
+	uint32_t comp_mask;
+	uint32_t qp_num;
+	struct ibv_xrcd *xrcd;
+	void *qp_context;
+	enum ibv_qp_type qp_type;
+};
+
 struct ibv_qp_cap {
 	uint32_t max_send_wr;
 	uint32_t max_recv_wr;

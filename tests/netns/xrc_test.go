@@ -2,13 +2,15 @@ package netns
 
 // XRC with Debian's real programs: rdma-core's ibv_xsrq_pingpong between
 // two daemons over AF_XDP and with server and client on one daemon
-// (loopback), and testdata/xrc_data.py under pyverbs, which checks the
-// bytes that XRC SENDs, WRITEs and READs move.
+// (loopback), testdata/xrc_data.py under pyverbs, which checks the bytes
+// that XRC SENDs, WRITEs and READs move, and testdata/xrc_open_qp.c, which
+// checks that ibv_open_qp keeps a target QP alive as the kernel does.
 
 import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,7 +18,8 @@ import (
 )
 
 // TestXRCPingpong runs ibv_xsrq_pingpong (server in namespace A; client in
-// B, then in A with completion events) and xrc_data.py on daemon A. Each
+// B, then in A with completion events), xrc_data.py and xrc_open_qp on
+// daemon A. Each
 // run must end within a minute, both sides printing "success", and the
 // daemons must have received the messages (4096 bytes, four packets at
 // path MTU 1024, each way per iteration).
@@ -87,6 +90,23 @@ func TestXRCPingpong(t *testing.T) {
 		o := d.runIn(t, ctx, true, false, nil, python, "testdata/xrc_data.py", d.devs[0]).wait(ctx)
 		if !o.OK() || strings.Count(o.Stdout, "ok ") != 5 {
 			t.Fatalf("xrc_data.py did not pass within a minute: %v", o)
+		}
+		t.Logf("%s", o.Stdout)
+	})
+	t.Run("ibv_open_qp", func(t *testing.T) {
+		if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
+			t.Skip("skipping: /usr/include/infiniband/verbs.h is missing (tests/run installs libibverbs-dev)")
+		}
+		dir := t.TempDir()
+		bin := filepath.Join(dir, "xrc_open_qp")
+		if out, err := exec.Command("cc", "-Wall", "-o", bin, "testdata/xrc_open_qp.c", "-libverbs").CombinedOutput(); err != nil {
+			t.Fatalf("compiling testdata/xrc_open_qp.c: %v\n%s", err, out)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		o := d.runIn(t, ctx, true, false, nil, bin, d.devs[0], filepath.Join(dir, "domain")).wait(ctx)
+		if !o.OK() || !strings.Contains(o.Stdout, "ok all") {
+			t.Fatalf("xrc_open_qp did not pass within a minute: %v", o)
 		}
 		t.Logf("%s", o.Stdout)
 	})
