@@ -1239,24 +1239,10 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 		c.release(k)
 		return nil, nil, err
 	}
-	mem, err := newShm("qp", lay.size)
+	o := &qpObj{qp: q, typ: typ, pd: in.PD, cqs: [2]uint32{in.SendCQ, in.RecvCQ}, srq: in.SRQ, cost: k,
+		handle: h, maxSend: got.MaxSendSGE, maxRecv: got.MaxRecvSGE, cap: got, rqQ: recvQ{maxSGE: got.MaxRecvSGE}}
+	fd, err := o.makeMemory(lay, got, noRQ)
 	if err != nil {
-		return fail(err)
-	}
-	fd, err := dupFD(mem.fd)
-	if err != nil {
-		mem.close()
-		return fail(err)
-	}
-	sqOff, rqOff := lay.sqOff, lay.rqOff
-	o := &qpObj{qp: q, mem: mem, typ: typ, pd: in.PD, cqs: [2]uint32{in.SendCQ, in.RecvCQ}, srq: in.SRQ, cost: k,
-		handle: h, ctl: (*ctl.QPCtl)(unsafe.Pointer(&mem.mem[0])), maxSend: got.MaxSendSGE, maxRecv: got.MaxRecvSGE, cap: got, rqQ: recvQ{maxSGE: got.MaxRecvSGE}}
-	if o.sq, err = ring.Init[ring.SendWQE](mem.mem[sqOff:], ring.KindSend, got.MaxSendWR, lay.sqStride); err == nil && !noRQ {
-		o.rqQ.r, err = ring.Init[ring.RecvWQE](mem.mem[rqOff:], ring.KindRecv, got.MaxRecvWR, lay.rqStride)
-	}
-	if err != nil {
-		unix.Close(fd)
-		mem.close()
 		return fail(err)
 	}
 	sge := got.MaxSendSGE
@@ -1283,12 +1269,37 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 		q.SetRecvRefill(c.refill(&o.rqQ, q.PostRecv))
 	}
 	c.dev.own(q, c, h)
-	out := ctl.QP{Handle: h, QPN: uint32(q.QPN()), Cap: ctl.CapOf(got), SQOffset: uint64(sqOff), RQOffset: uint64(rqOff),
-		MemSize: uint64(len(mem.mem))}
+	out := ctl.QP{Handle: h, QPN: uint32(q.QPN()), Cap: ctl.CapOf(got), SQOffset: uint64(lay.sqOff), RQOffset: uint64(lay.rqOff),
+		MemSize: uint64(len(o.mem.mem))}
 	if noRQ {
 		out.Cap.MaxRecvWR, out.Cap.MaxRecvSGE = 0, 0
 	}
 	return ctl.Bytes(&out), []int{fd}, nil
+}
+
+// makeMemory makes o's memory as lay lays it out for caps got: the
+// control block, the send ring and (unless noRQ) the receive ring. It
+// returns the descriptor for the reply.
+func (o *qpObj) makeMemory(lay qpLayout, got verbs.QPCap, noRQ bool) (int, error) {
+	mem, err := newShm("qp", lay.size)
+	if err != nil {
+		return -1, err
+	}
+	fd, err := dupFD(mem.fd)
+	if err != nil {
+		mem.close()
+		return -1, err
+	}
+	if o.sq, err = ring.Init[ring.SendWQE](mem.mem[lay.sqOff:], ring.KindSend, got.MaxSendWR, lay.sqStride); err == nil && !noRQ {
+		o.rqQ.r, err = ring.Init[ring.RecvWQE](mem.mem[lay.rqOff:], ring.KindRecv, got.MaxRecvWR, lay.rqStride)
+	}
+	if err != nil {
+		unix.Close(fd)
+		mem.close()
+		return -1, err
+	}
+	o.mem, o.ctl = mem, (*ctl.QPCtl)(unsafe.Pointer(&mem.mem[0]))
+	return fd, nil
 }
 
 // qpLayout is where a QP's rings lie in its memory.

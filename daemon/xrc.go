@@ -12,12 +12,10 @@ package daemon
 
 import (
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/daemon/ctl"
 	"github.com/sroce/sroce/mr"
-	"github.com/sroce/sroce/ring"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/verbs"
 	"golang.org/x/sys/unix"
@@ -131,25 +129,14 @@ func (c *conn) openQP(b []byte) ([]byte, []int, error) {
 		c.release(k)
 		return nil, nil, err
 	}
-	mem, err := newShm("qp", lay.size)
+	fd, err := o.makeMemory(lay, got, true)
 	if err != nil {
-		return fail(err)
-	}
-	fd, err := dupFD(mem.fd)
-	if err != nil {
-		mem.close()
-		return fail(err)
-	}
-	o.mem, o.ctl = mem, (*ctl.QPCtl)(unsafe.Pointer(&mem.mem[0]))
-	if o.sq, err = ring.Init[ring.SendWQE](mem.mem[lay.sqOff:], ring.KindSend, 1, lay.sqStride); err != nil {
-		unix.Close(fd)
-		mem.close()
 		return fail(err)
 	}
 	atomic.StoreUint32(&o.ctl.State, uint32(t.q.State()))
 	c.qps[h] = o
 	xo.uses++
-	out := ctl.QP{Handle: h, QPN: in.QPN, Cap: ctl.CapOf(got), SQOffset: uint64(lay.sqOff), MemSize: uint64(len(mem.mem))}
+	out := ctl.QP{Handle: h, QPN: in.QPN, Cap: ctl.CapOf(got), SQOffset: uint64(lay.sqOff), MemSize: uint64(len(o.mem.mem))}
 	return ctl.Bytes(&out), []int{fd}, nil
 }
 

@@ -72,6 +72,70 @@ int sroce_call_remap(struct sroce_context *c, uint16_t op, const void *req, size
 }
 
 /*
+ * qp_call asks the daemon for a QP (CREATE_QP, or OPEN_QP for another
+ * handle of one), maps the memory of the reply and finds its rings (no
+ * receive ring with norq). The QP starts as tmpl with the handle and
+ * number the daemon gave; it is in the context's table when returned. NULL
+ * with errno set on failure, the daemon's QP destroyed.
+ */
+static struct sroce_qp *qp_call(struct sroce_context *c, uint16_t op, const void *req, size_t reqlen, int norq,
+				const struct ibv_qp *tmpl, struct sroce_ctl_qp *reply)
+{
+	struct sroce_qp *qp = calloc(1, sizeof(*qp));
+	int fd = -1, err;
+
+	if (!qp) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = sroce_call(c, op, req, reqlen, NULL, 0, reply, sizeof(*reply), &fd, 1);
+	if (err) {
+		free(qp);
+		errno = err;
+		return NULL;
+	}
+	qp->mem = mmap(NULL, reply->mem_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (qp->mem == MAP_FAILED) {
+		err = errno;
+		goto fail;
+	}
+	qp->mem_size = reply->mem_size;
+	if (!ring_ok(qp->mem, reply->mem_size, reply->sq_offset, SROCE_RING_SEND,
+		     sizeof(struct sroce_send_wqe)) ||
+	    (!norq && !ring_ok(qp->mem, reply->mem_size, reply->rq_offset, SROCE_RING_RECV,
+			       sizeof(struct sroce_recv_wqe)))) {
+		err = EPROTO;
+		goto fail;
+	}
+	qp->ctl = qp->mem;
+	qp->sq = (struct sroce_ring_hdr *)((char *)qp->mem + reply->sq_offset);
+	qp->rq = norq ? NULL : (struct sroce_ring_hdr *)((char *)qp->mem + reply->rq_offset);
+	qp->cap = reply->cap;
+	pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
+	pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
+	qp->qp = *tmpl;
+	qp->qp.handle = reply->handle;
+	qp->qp.qp_num = reply->qpn;
+	pthread_mutex_init(&qp->qp.mutex, NULL);
+	pthread_cond_init(&qp->qp.cond, NULL);
+	err = sroce_table_put(c, &c->qps, reply->handle, qp);
+	if (err)
+		goto fail;
+	return qp;
+fail:
+	if (qp->mem && qp->mem != MAP_FAILED)
+		munmap(qp->mem, reply->mem_size);
+	{
+		struct sroce_ctl_handle h = {.handle = reply->handle};
+		sroce_call(c, SROCE_OP_DESTROY_QP, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
+	}
+	free(qp);
+	errno = err;
+	return NULL;
+}
+
+/*
  * create_qp: RC, UC and UD QPs of pd, an XRC_SEND QP of pd (no receive CQ
  * needed), or an XRC_RECV QP of domain xrcd (no PD, CQs or SRQ: its
  * messages go to the XRC SRQs they name).
@@ -83,7 +147,6 @@ static struct ibv_qp *create_qp(struct ibv_context *context, struct ibv_pd *pd,
 	struct sroce_ctl_create_qp req = {0};
 	struct sroce_ctl_qp reply;
 	struct sroce_qp *qp;
-	int fd = -1, err;
 	int xrc = a->qp_type == IBV_QPT_XRC_SEND || a->qp_type == IBV_QPT_XRC_RECV;
 	int norq = a->srq || xrc; /* no receive ring of its own */
 
@@ -128,54 +191,12 @@ static struct ibv_qp *create_qp(struct ibv_context *context, struct ibv_pd *pd,
 	req.cap.max_send_sge = a->cap.max_send_sge;
 	req.cap.max_recv_sge = norq ? 0 : a->cap.max_recv_sge;
 	req.cap.max_inline_data = a->cap.max_inline_data;
-	qp = calloc(1, sizeof(*qp));
-	if (!qp) {
-		errno = ENOMEM;
+	struct ibv_qp t = {.context = context, .qp_context = a->qp_context, .pd = pd, .send_cq = a->send_cq,
+			   .recv_cq = a->recv_cq, .srq = a->srq, .state = IBV_QPS_RESET, .qp_type = a->qp_type};
+	qp = qp_call(c, SROCE_OP_CREATE_QP, &req, sizeof(req), norq, &t, &reply);
+	if (!qp)
 		return NULL;
-	}
-	err = sroce_call(c, SROCE_OP_CREATE_QP, &req, sizeof(req), NULL, 0, &reply, sizeof(reply),
-			 &fd, 1);
-	if (err) {
-		free(qp);
-		errno = err;
-		return NULL;
-	}
-	qp->mem = mmap(NULL, reply.mem_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	close(fd);
-	if (qp->mem == MAP_FAILED) {
-		err = errno;
-		goto fail;
-	}
-	qp->mem_size = reply.mem_size;
-	if (!ring_ok(qp->mem, reply.mem_size, reply.sq_offset, SROCE_RING_SEND,
-		     sizeof(struct sroce_send_wqe)) ||
-	    (!norq && !ring_ok(qp->mem, reply.mem_size, reply.rq_offset, SROCE_RING_RECV,
-			       sizeof(struct sroce_recv_wqe)))) {
-		err = EPROTO;
-		goto fail;
-	}
-	qp->ctl = qp->mem;
-	qp->sq = (struct sroce_ring_hdr *)((char *)qp->mem + reply.sq_offset);
-	qp->rq = norq ? NULL : (struct sroce_ring_hdr *)((char *)qp->mem + reply.rq_offset);
-	qp->cap = reply.cap;
 	qp->sq_sig_all = a->sq_sig_all;
-	pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
-	pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
-	qp->qp.context = context;
-	qp->qp.qp_context = a->qp_context;
-	qp->qp.pd = pd;
-	qp->qp.send_cq = a->send_cq;
-	qp->qp.recv_cq = a->recv_cq;
-	qp->qp.srq = a->srq;
-	qp->qp.handle = reply.handle;
-	qp->qp.qp_num = reply.qpn;
-	qp->qp.state = IBV_QPS_RESET;
-	qp->qp.qp_type = a->qp_type;
-	pthread_mutex_init(&qp->qp.mutex, NULL);
-	pthread_cond_init(&qp->qp.cond, NULL);
-	err = sroce_table_put(c, &c->qps, reply.handle, qp);
-	if (err)
-		goto fail;
 	/* What the QP got, as rdma-core reports it back. */
 	a->cap.max_send_wr = reply.cap.max_send_wr;
 	a->cap.max_send_sge = reply.cap.max_send_sge;
@@ -185,16 +206,6 @@ static struct ibv_qp *create_qp(struct ibv_context *context, struct ibv_pd *pd,
 		a->cap.max_recv_sge = reply.cap.max_recv_sge;
 	}
 	return &qp->qp;
-fail:
-	if (qp->mem && qp->mem != MAP_FAILED)
-		munmap(qp->mem, reply.mem_size);
-	{
-		struct sroce_ctl_handle h = {.handle = reply.handle};
-		sroce_call(c, SROCE_OP_DESTROY_QP, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
-	}
-	free(qp);
-	errno = err;
-	return NULL;
 }
 
 /*
@@ -209,7 +220,6 @@ struct ibv_qp *sroce_open_qp(struct ibv_context *context, struct ibv_qp_open_att
 	struct sroce_ctl_open_qp req = {0};
 	struct sroce_ctl_qp reply;
 	struct sroce_qp *qp;
-	int fd = -1, err;
 
 	if (a->comp_mask & ~(uint32_t)(need | IBV_QP_OPEN_ATTR_CONTEXT)) {
 		errno = EOPNOTSUPP;
@@ -223,55 +233,13 @@ struct ibv_qp *sroce_open_qp(struct ibv_context *context, struct ibv_qp_open_att
 	req.xrcd = container_of(a->xrcd, struct sroce_xrcd, xrcd)->handle;
 	req.qpn = a->qp_num;
 	req.qp_type = IBV_QPT_XRC_RECV;
-	qp = calloc(1, sizeof(*qp));
-	if (!qp) {
-		errno = ENOMEM;
+	struct ibv_qp t = {.context = context, .qp_type = IBV_QPT_XRC_RECV,
+			   .qp_context = (a->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? a->qp_context : NULL};
+	qp = qp_call(c, SROCE_OP_OPEN_QP, &req, sizeof(req), 1, &t, &reply);
+	if (!qp)
 		return NULL;
-	}
-	err = sroce_call(c, SROCE_OP_OPEN_QP, &req, sizeof(req), NULL, 0, &reply, sizeof(reply), &fd, 1);
-	if (err) {
-		free(qp);
-		errno = err;
-		return NULL;
-	}
-	qp->mem = mmap(NULL, reply.mem_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	close(fd);
-	if (qp->mem == MAP_FAILED) {
-		err = errno;
-		goto fail;
-	}
-	qp->mem_size = reply.mem_size;
-	if (!ring_ok(qp->mem, reply.mem_size, reply.sq_offset, SROCE_RING_SEND, sizeof(struct sroce_send_wqe))) {
-		err = EPROTO;
-		goto fail;
-	}
-	qp->ctl = qp->mem;
-	qp->sq = (struct sroce_ring_hdr *)((char *)qp->mem + reply.sq_offset);
-	qp->cap = reply.cap;
-	pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
-	pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
-	qp->qp.context = context;
-	qp->qp.qp_context = (a->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? a->qp_context : NULL;
-	qp->qp.handle = reply.handle;
-	qp->qp.qp_num = reply.qpn;
 	qp->qp.state = (int)qp->ctl->state;
-	qp->qp.qp_type = IBV_QPT_XRC_RECV;
-	pthread_mutex_init(&qp->qp.mutex, NULL);
-	pthread_cond_init(&qp->qp.cond, NULL);
-	err = sroce_table_put(c, &c->qps, reply.handle, qp);
-	if (err)
-		goto fail;
 	return &qp->qp;
-fail:
-	if (qp->mem && qp->mem != MAP_FAILED)
-		munmap(qp->mem, reply.mem_size);
-	{
-		struct sroce_ctl_handle h = {.handle = reply.handle};
-		sroce_call(c, SROCE_OP_DESTROY_QP, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
-	}
-	free(qp);
-	errno = err;
-	return NULL;
 }
 
 EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
