@@ -18,7 +18,7 @@ import (
 // Protocol constants (SROCE_CTL_*).
 const (
 	Magic   = 0x4c435253 // "SRCL"
-	Version = 5          // 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST; 5: CM_JOIN_MCAST, CM_LEAVE_MCAST
+	Version = 6          // 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST; 5: CM_JOIN_MCAST, CM_LEAVE_MCAST; 6: XRC (OPEN_XRCD, CLOSE_XRCD, OPEN_QP, CREATE_SRQ of a domain)
 	MaxMsg  = 8192       // the largest datagram either way
 	MaxFDs  = 4          // descriptors one datagram may carry
 	NameLen = 64         // device name buffer, NUL-terminated

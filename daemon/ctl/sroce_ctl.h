@@ -53,7 +53,7 @@
 #include <stdint.h>
 
 #define SROCE_CTL_MAGIC   0x4c435253u /* "SRCL" */
-#define SROCE_CTL_VERSION 5 /* 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST; 5: CM_JOIN_MCAST, CM_LEAVE_MCAST */
+#define SROCE_CTL_VERSION 6 /* 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST; 5: CM_JOIN_MCAST, CM_LEAVE_MCAST; 6: XRC (OPEN_XRCD, CLOSE_XRCD, OPEN_QP, CREATE_SRQ of a domain) */
 #define SROCE_CTL_MAX_MSG 8192 /* the largest datagram either way */
 #define SROCE_CTL_MAX_FDS 4
 #define SROCE_CTL_NAME    64   /* device name buffer, NUL-terminated */
