@@ -60,6 +60,9 @@ func TestEncodersRefuseOutOfRange(t *testing.T) {
 	if err := (&DETHFields{SrcQP: 1 << 24}).Encode(b); !errors.Is(err, ErrOutOfRange) {
 		t.Errorf("DETH: %v", err)
 	}
+	if err := (&XRCETHFields{SRQN: 1 << 24}).Encode(b); !errors.Is(err, ErrOutOfRange) {
+		t.Errorf("XRCETH: %v", err)
+	}
 	ok := BTHFields{PSN: PSNMask, DestQP: QPNMask, PadCnt: 3}
 	if err := ok.Encode(b); err != nil {
 		t.Fatal(err)
@@ -90,13 +93,16 @@ func TestOpcodeTable(t *testing.T) {
 			t.Errorf("%v: ExtLen %d, headers sum %d", op, info.ExtLen, sum)
 		}
 	}
-	// 12 RC+UC shared, 13 RC-only (incl. FLUSH, ATOMIC_WRITE), 12 UC, 2 UD, CNP.
-	if n != 40 {
-		t.Errorf("%d opcodes in table, want 40", n)
+	// 12 RC+UC shared, 13 RC-only (incl. FLUSH, ATOMIC_WRITE), 12 UC, 2 UD,
+	// CNP, and the 23 of XRC (RC's but FLUSH and ATOMIC_WRITE).
+	if n != 63 {
+		t.Errorf("%d opcodes in table, want 63", n)
 	}
 	for op, want := range map[Opcode]string{
 		RCWriteOnlyImm: "RETH+ImmDt", RCAtomicAcknowledge: "AETH+AtomicAckETH",
 		RCFlush: "RETH+FETH", UDSendOnlyImm: "ImmDt+DETH", RCSendOnlyInvalidate: "IETH",
+		Opcode(0xab): "RETH+ImmDt+XRCETH", XRCAtomicAcknowledge: "AETH+AtomicAckETH", XRCSendOnly: "XRCETH",
+		Opcode(0xb3): "AtomicETH+XRCETH", XRCReadResponseOnly: "AETH",
 	} {
 		if got := op.Info().Headers.String(); got != want {
 			t.Errorf("%v headers %s, want %s", op, got, want)
@@ -107,6 +113,20 @@ func TestOpcodeTable(t *testing.T) {
 	}
 	if o, _ := UDSendOnlyImm.Info().Offset(HdrImmDt); o != DETHLen {
 		t.Errorf("UD imm offset %d", o)
+	}
+	// The XRCETH comes first, right after the BTH (IBTA 9.3: BTH, XRCETH,
+	// then RETH or AtomicETH, then ImmDt or IETH).
+	for _, op := range []Opcode{0xab, 0xb3, 0xac, 0xb7} {
+		if o, ok := op.Info().Offset(HdrXRCETH); !ok || o != 0 {
+			t.Errorf("%v: XRCETH at %d", op, o)
+		}
+	}
+	if o, _ := Opcode(0xab).Info().Offset(HdrImmDt); o != XRCETHLen+RETHLen {
+		t.Errorf("XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE ImmDt offset %d", o)
+	}
+	if Opcode(0xab).String() != "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE" || Opcode(0xab).RCEquivalent() != RCWriteOnlyImm ||
+		Opcode(0xb5).Valid() || Opcode(0xbc).Valid() || Opcode(0xbd).Valid() {
+		t.Error("XRC opcodes")
 	}
 	if Opcode(0x15).Valid() || Opcode(0x66).Valid() || Opcode(0x80).Valid() {
 		t.Error("reserved opcodes in table")
@@ -160,6 +180,7 @@ func testHeaders(op Opcode) Headers {
 		IETH:      0x4242,
 		DETH:      DETHFields{QKey: 0x11111111, SrcQP: 0x12},
 		FETH:      FETHFields{SelectivityLevel: 1, PlacementType: 1},
+		XRCETH:    XRCETHFields{SRQN: 0x00abcd},
 	}
 }
 
@@ -499,6 +520,15 @@ func FuzzHeaders(f *testing.F) {
 			return AtomicETH(o).Fields()
 		}() != a {
 			t.Fatal("AtomicETH round trip")
+		}
+		if r := XRCETH(x).Fields(); func() XRCETHFields {
+			o := make([]byte, XRCETHLen)
+			if err := r.Encode(o); err != nil {
+				t.Fatal(err)
+			}
+			return XRCETH(o).Fields()
+		}() != r {
+			t.Fatal("XRCETH round trip")
 		}
 		_ = AETH(x).Syndrome().String()
 	})

@@ -133,6 +133,7 @@ type Headers struct {
 	IETH      uint32 // R_Key to invalidate
 	DETH      DETHFields
 	FETH      FETHFields
+	XRCETH    XRCETHFields
 }
 
 // Headers decodes the BTH and the extended headers of a parsed packet.
@@ -162,6 +163,9 @@ func (p *Packet) Headers() Headers {
 	}
 	if hs&HdrFETH != 0 {
 		h.FETH = p.FETH().Fields()
+	}
+	if hs&HdrXRCETH != 0 {
+		h.XRCETH = p.XRCETH().Fields()
 	}
 	return h
 }

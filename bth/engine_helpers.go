@@ -49,6 +49,10 @@ func (h *Headers) EncodeHeaders(b []byte, payloadLen int) (int, error) {
 			if err := h.FETH.Encode(FETH(x[o:])); err != nil {
 				return 0, err
 			}
+		case HdrXRCETH:
+			if err := h.XRCETH.Encode(XRCETH(x[o:])); err != nil {
+				return 0, err
+			}
 		case HdrCNPResv:
 			clear(x[o : o+CNPResvLen])
 		}

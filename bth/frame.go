@@ -236,6 +236,9 @@ func (p *Packet) IETH() IETH { return IETH(p.ext(HdrIETH, IETHLen)) }
 // DETH returns the DETH, or nil.
 func (p *Packet) DETH() DETH { return DETH(p.ext(HdrDETH, DETHLen)) }
 
+// XRCETH returns the XRCETH, or nil.
+func (p *Packet) XRCETH() XRCETH { return XRCETH(p.ext(HdrXRCETH, XRCETHLen)) }
+
 // FETH returns the FETH, or nil.
 func (p *Packet) FETH() FETH { return FETH(p.ext(HdrFETH, FETHLen)) }
 

@@ -13,6 +13,7 @@ const (
 	IETHLen         = 4
 	DETHLen         = 8
 	FETHLen         = 4
+	XRCETHLen       = 4
 	CNPResvLen      = 16 // reserved bytes after the BTH of a CNP
 	ICRCLen         = 4
 )
@@ -378,5 +379,43 @@ func (f *FETHFields) Encode(b FETH) error {
 		return errAt(LayerExt, KindOutOfRange)
 	}
 	binary.BigEndian.PutUint32(b, uint32(f.SelectivityLevel)<<4|uint32(f.PlacementType))
+	return nil
+}
+
+// XRCETH is the 4-byte XRC Extended Transport Header that follows the BTH
+// of every XRC request: the number of the XRC SRQ at the responder whose
+// receive requests (and protection domain) the message uses.
+//
+//	 0               1               2               3
+//	 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7
+//	+---------------+-----------------------------------------------+
+//	|   Reserved    |              XRC SRQ number                   |
+//	+---------------+-----------------------------------------------+
+type XRCETH []byte
+
+const (
+	xrcethResv = 0
+	xrcethSRQ  = 1
+)
+
+// SRQN returns the XRC SRQ number.
+func (b XRCETH) SRQN() uint32 { return get24(b[xrcethSRQ:]) }
+
+// XRCETHFields is the decoded form of an XRCETH.
+type XRCETHFields struct {
+	SRQN uint32 // 24 bits
+}
+
+// Fields decodes b.
+func (b XRCETH) Fields() XRCETHFields { return XRCETHFields{b.SRQN()} }
+
+// Encode writes f into b (XRCETHLen bytes); it refuses an SRQ number of
+// 2^24 or more.
+func (f *XRCETHFields) Encode(b XRCETH) error {
+	if f.SRQN > PSNMask {
+		return errAt(LayerExt, KindOutOfRange)
+	}
+	b[xrcethResv] = 0
+	put24(b[xrcethSRQ:], f.SRQN)
 	return nil
 }

@@ -56,6 +56,7 @@ const (
 const (
 	serviceRC             Opcode = 0x00
 	serviceUC             Opcode = 0x20
+	serviceXRC            Opcode = 0xa0
 	atomicWritePayloadLen        = 8
 )
 
@@ -68,6 +69,7 @@ const (
 	ServiceUC
 	ServiceUD
 	ServiceCNP
+	ServiceXRC
 )
 
 func (s Service) String() string {
@@ -80,6 +82,8 @@ func (s Service) String() string {
 		return "UD"
 	case ServiceCNP:
 		return "CNP"
+	case ServiceXRC:
+		return "XRC"
 	}
 	return "?"
 }
@@ -98,11 +102,12 @@ const (
 	HdrDETH
 	HdrFETH
 	HdrCNPResv // the 16 reserved bytes of a CNP
-	numHdr     = 9
+	HdrXRCETH
+	numHdr = 10
 )
 
-var hdrLen = [numHdr]int{RETHLen, AETHLen, AtomicETHLen, AtomicAckETHLen, ImmDtLen, IETHLen, DETHLen, FETHLen, CNPResvLen}
-var hdrName = [numHdr]string{"RETH", "AETH", "AtomicETH", "AtomicAckETH", "ImmDt", "IETH", "DETH", "FETH", "CNPResv"}
+var hdrLen = [numHdr]int{RETHLen, AETHLen, AtomicETHLen, AtomicAckETHLen, ImmDtLen, IETHLen, DETHLen, FETHLen, CNPResvLen, XRCETHLen}
+var hdrName = [numHdr]string{"RETH", "AETH", "AtomicETH", "AtomicAckETH", "ImmDt", "IETH", "DETH", "FETH", "CNPResv", "XRCETH"}
 
 // hdrIndex returns the bit number of a single-header set.
 func hdrIndex(h Hdr) int { return bits.TrailingZeros16(uint16(h)) }
@@ -265,6 +270,42 @@ func init() {
 	def(UDSendOnly, "UD_SEND_ONLY", OpSend, ServiceUD, PosOnly, true, true, HdrDETH)
 	def(UDSendOnlyImm, "UD_SEND_ONLY_WITH_IMMEDIATE", OpSend, ServiceUD, PosOnly, true, true, HdrDETH, HdrImmDt)
 	def(CNP, "CNP", OpCNP, ServiceCNP, PosOnly, false, false, HdrCNPResv)
+
+	// XRC: the RC operations SEND to FETCH_ADD and the SENDs with
+	// invalidate (not FLUSH and ATOMIC_WRITE, which IBTA 1.5 defines for
+	// RC only) under the XRC service bits; requests carry an XRCETH right
+	// after the BTH, responses do not.
+	for rc := RCSendFirst; rc <= RCSendOnlyInvalidate; rc++ {
+		i := opTable[rc]
+		if !i.valid {
+			continue
+		}
+		hdrs := i.Order
+		if i.Request {
+			hdrs = append([]Hdr{HdrXRCETH}, hdrs...)
+		}
+		def(serviceXRC|rc, "XRC_"+i.Name[len("RC_"):], i.Op, ServiceXRC, i.Position, i.Request, i.Payload, hdrs...)
+	}
+}
+
+// XRC opcodes the engine names.
+const (
+	XRCSendFirst          Opcode = 0xa0
+	XRCSendOnly           Opcode = 0xa4
+	XRCReadRequest        Opcode = 0xac
+	XRCReadResponseOnly   Opcode = 0xb0
+	XRCAcknowledge        Opcode = 0xb1
+	XRCAtomicAcknowledge  Opcode = 0xb2
+	XRCSendOnlyInvalidate Opcode = 0xb7
+)
+
+// RCEquivalent returns the RC opcode of the same operation as an XRC
+// opcode (o itself for any other).
+func (o Opcode) RCEquivalent() Opcode {
+	if opTable[o].Service == ServiceXRC {
+		return o &^ serviceXRC
+	}
+	return o
 }
 
 // Syndrome is the AETH syndrome byte: bits 7:5 give the kind (ACK, RNR NAK,

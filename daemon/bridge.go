@@ -169,7 +169,7 @@ func (b *bridge) pass() (bool, error) {
 			return work, err
 		}
 		work = work || w
-		if o.srq == 0 {
+		if o.srq == 0 && o.rqQ.r != nil { // XRC QPs have no receive ring
 			w, err = b.recvs(&o.rqQ, o.qp.PostRecv)
 			if err != nil {
 				return work, err
@@ -242,6 +242,9 @@ func (b *bridge) sends(o *qpObj) (bool, error) {
 				return moved, misbehaved("QP %d: send WQE with %d SGEs, the QP takes %d", o.handle, ns, o.maxSend)
 			}
 			wr.SGL = o.sge[:r.LoadSGEs(i, o.sge[:ns])]
+		}
+		if o.typ == verbs.QPTypeXRCSend {
+			wr.RemoteSRQN = e.UD.RemoteQPN // the ring's remote queue number: the XRC SRQ's
 		}
 		if o.typ == verbs.QPTypeUD {
 			ah := b.c.ahs[e.AH]

@@ -58,6 +58,7 @@ type conn struct {
 	qps      map[uint32]*qpObj
 	srqs     map[uint32]*srqObj
 	ahs      map[uint32]*ahObj
+	xrcds    map[uint32]*xrcdObj
 	regBytes uint64
 
 	heldMu     sync.Mutex
@@ -106,6 +107,9 @@ type qpObj struct {
 	pd      uint32
 	cqs     [2]uint32
 	srq     uint32
+	xrcd    uint32 // XRC_RECV: its domain's handle
+	tgt     *tgtQP // XRC_RECV: the QP and its handles
+	opened  bool   // a handle of ibv_open_qp: the QP's watch and events are its creator's
 	handle  uint32
 	sge     []mr.SGE
 	inline  []byte       // pwr's inline data
@@ -126,6 +130,7 @@ type srqObj struct {
 	handle uint32
 	maxSGE uint32
 	refs   int
+	xrcd   uint32 // an XRC SRQ's domain handle
 	cost   cost
 }
 
@@ -153,7 +158,7 @@ func (s *Server) newConn(uc *net.UnixConn) (*conn, error) {
 	c := &conn{s: s, uc: uc, id: id, pid: cred.Pid, uid: cred.Uid, asyncW: -1,
 		pds: map[uint32]*roce.PD{}, mrs: map[uint32]*mrObj{}, mws: map[uint32]*mr.MW{},
 		chans: map[uint32]*chanObj{}, cqs: map[uint32]*cqObj{}, qps: map[uint32]*qpObj{},
-		srqs: map[uint32]*srqObj{}, ahs: map[uint32]*ahObj{}}
+		srqs: map[uint32]*srqObj{}, ahs: map[uint32]*ahObj{}, xrcds: map[uint32]*xrcdObj{}}
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cred.Pid)); err == nil {
 		c.comm = strings.TrimSpace(string(b))
 	}
@@ -393,7 +398,7 @@ func destroy[T any](c *conn, b []byte, m map[uint32]T, free func(h uint32, o T) 
 // handle runs one request and returns the reply body and the descriptors
 // to pass. fds are closed by the caller after handle returns.
 func (c *conn) handle(h ctl.Hdr, b []byte, fds []int) ([]byte, []int, error) {
-	if h.Op != ctl.OpRegMR && h.Op != ctl.OpReregMR && len(fds) != 0 {
+	if h.Op != ctl.OpRegMR && h.Op != ctl.OpReregMR && h.Op != ctl.OpOpenXRCD && len(fds) != 0 {
 		return nil, nil, misbehaved("passed descriptors with a request that takes none")
 	}
 	switch h.Op {
@@ -506,6 +511,12 @@ func (c *conn) handle(h ctl.Hdr, b []byte, fds []int) ([]byte, []int, error) {
 		return c.querySRQ(b)
 	case ctl.OpDestroySRQ:
 		return c.destroySRQ(b)
+	case ctl.OpOpenXRCD:
+		return c.openXRCD(b, fds)
+	case ctl.OpOpenQP:
+		return c.openQP(b)
+	case ctl.OpCloseXRCD:
+		return c.closeXRCD(b)
 	case ctl.OpCreateAH:
 		return c.createAH(b)
 	case ctl.OpDestroyAH:
@@ -600,8 +611,9 @@ func (c *conn) queryDevice() ([]byte, []int, error) {
 		VendorID: 0xffffff, MaxQP: uint32(a.MaxQP), MaxQPWR: uint32(a.MaxQPWR),
 		// rxe's: BAD_PKEY_CNTR, CHANGE_PHY_PORT, AUTO_PATH_MIG, UD_AV_PORT_ENFORCE,
 		// PORT_ACTIVE_EVENT, SYS_IMAGE_GUID, RC_RNR_NAK_GEN, SRQ_RESIZE,
-		// MEM_WINDOW, MEM_MGT_EXTENSIONS, MEM_WINDOW_TYPE_2B (as ibv_devinfo -v shows it).
-		DeviceCapFlags: 1<<1 | 1<<5 | 1<<6 | 1<<9 | 1<<10 | 1<<11 | 1<<12 | 1<<13 | 1<<17 | 1<<21 | 1<<24,
+		// MEM_WINDOW, MEM_MGT_EXTENSIONS, MEM_WINDOW_TYPE_2B (as ibv_devinfo -v shows it), and
+		// XRC, which rxe lacks.
+		DeviceCapFlags: 1<<1 | 1<<5 | 1<<6 | 1<<9 | 1<<10 | 1<<11 | 1<<12 | 1<<13 | 1<<17 | 1<<20 | 1<<21 | 1<<24,
 		MaxSGE:         uint32(a.MaxSGE), MaxSGERd: uint32(a.MaxSGE), MaxCQ: uint32(a.MaxCQ), MaxCQE: uint32(a.MaxCQE),
 		MaxMR: uint32(a.MaxMR), MaxPD: uint32(a.MaxPD), MaxQPRdAtom: uint32(a.MaxQPRdAtom),
 		MaxResRdAtom: uint32(a.MaxQPRdAtom) * uint32(a.MaxQP), MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom),
@@ -1160,14 +1172,32 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	pd, scq, rcq := c.pds[in.PD], c.cqs[in.SendCQ], c.cqs[in.RecvCQ]
-	if pd == nil || scq == nil || rcq == nil {
-		return nil, nil, unix.EINVAL
-	}
 	typ := verbs.QPType(in.QPType)
-	if typ != verbs.QPTypeRC && typ != verbs.QPTypeUC && typ != verbs.QPTypeUD {
+	var (
+		pd       *roce.PD
+		scq, rcq *cqObj
+		xo       *xrcdObj
+	)
+	switch typ {
+	case verbs.QPTypeRC, verbs.QPTypeUC, verbs.QPTypeUD:
+		if pd, scq, rcq = c.pds[in.PD], c.cqs[in.SendCQ], c.cqs[in.RecvCQ]; pd == nil || scq == nil || rcq == nil {
+			return nil, nil, unix.EINVAL
+		}
+	case verbs.QPTypeXRCSend:
+		// An initiator receives nothing: its receive CQ is optional.
+		pd, scq, rcq = c.pds[in.PD], c.cqs[in.SendCQ], c.cqs[in.RecvCQ]
+		if pd == nil || scq == nil || in.SRQ != 0 || (in.RecvCQ != 0 && rcq == nil) {
+			return nil, nil, unix.EINVAL
+		}
+	case verbs.QPTypeXRCRecv:
+		// A target belongs to a domain and has no PD, CQs or SRQ.
+		if xo = c.xrcds[in.PD]; xo == nil || in.SRQ != 0 {
+			return nil, nil, unix.EINVAL
+		}
+	default:
 		return nil, nil, unix.EOPNOTSUPP
 	}
+	xrc := typ == verbs.QPTypeXRCSend || typ == verbs.QPTypeXRCRecv
 	var srq *srqObj
 	if in.SRQ != 0 {
 		if srq = c.srqs[in.SRQ]; srq == nil {
@@ -1184,7 +1214,13 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 	if in.Cap.MaxSendWR > roce.MaxQPWR {
 		return nil, nil, unix.EINVAL
 	}
-	attr := &roce.QPInitAttr{Type: typ, SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: in.Cap.Verbs(), SigAll: in.SQSigAll != 0}
+	attr := &roce.QPInitAttr{Type: typ, Cap: in.Cap.Verbs(), SigAll: in.SQSigAll != 0}
+	if scq != nil {
+		attr.SendCQ = scq.cq
+	}
+	if rcq != nil {
+		attr.RecvCQ = rcq.cq
+	}
 	// The client's send ring frees a slot when the bridge takes its WQE,
 	// before the engine completes it: the engine's send queue has room
 	// for twice the ring, so that the ring drains while the engine still
@@ -1198,19 +1234,30 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 	// as the caps asked for it lay out; once the engine says what it
 	// gave, the charge becomes the real footprint, the engine's queues
 	// included.
+	// XRC QPs have no receive ring: a target's receives are its domain's
+	// SRQs', an initiator receives nothing.
+	noRQ := srq != nil || xrc
+	if noRQ {
+		attr.Cap.MaxRecvWR, attr.Cap.MaxRecvSGE = 0, 0
+	}
 	want := in.Cap.Verbs()
-	if srq == nil && want.MaxRecvWR == 0 {
+	if !noRQ && want.MaxRecvWR == 0 {
 		want.MaxRecvWR = 1
 	}
 	if want.MaxSendSGE > roce.MaxSGE || want.MaxInlineData > roce.MaxInlineData ||
-		srq == nil && (want.MaxRecvWR > roce.MaxQPWR || want.MaxRecvSGE > roce.MaxSGE) {
+		!noRQ && (want.MaxRecvWR > roce.MaxQPWR || want.MaxRecvSGE > roce.MaxSGE) {
 		return nil, nil, unix.EINVAL
 	}
-	k := add(one(ResQPs, 1), shmCost(layoutQP(want, srq != nil).size))
+	k := add(one(ResQPs, 1), shmCost(layoutQP(want, noRQ).size))
 	if err := c.charge(k); err != nil {
 		return nil, nil, err
 	}
-	q, err := pd.CreateQP(attr)
+	var q *roce.QP
+	if xo != nil {
+		q, err = xo.sh.x.CreateQP(attr)
+	} else {
+		q, err = pd.CreateQP(attr)
+	}
 	if err != nil {
 		c.release(k)
 		return nil, nil, err
@@ -1218,10 +1265,12 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 	_, ia := q.Query()
 	got := ia.Cap
 	got.MaxSendWR = in.Cap.MaxSendWR
-	if srq == nil && got.MaxRecvWR == 0 {
+	if noRQ {
+		got.MaxRecvWR, got.MaxRecvSGE = 0, 0
+	} else if got.MaxRecvWR == 0 {
 		got.MaxRecvWR = 1
 	}
-	lay := layoutQP(got, srq != nil)
+	lay := layoutQP(got, noRQ)
 	real := add(one(ResQPs, 1), shmCost(lay.size))
 	real[ResQueueBytes] += uint64(q.QueueBytes())
 	if k, err = c.recharge(k, real); err != nil {
@@ -1234,24 +1283,10 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 		c.release(k)
 		return nil, nil, err
 	}
-	mem, err := newShm("qp", lay.size)
+	o := &qpObj{qp: q, typ: typ, pd: in.PD, cqs: [2]uint32{in.SendCQ, in.RecvCQ}, srq: in.SRQ, cost: k,
+		handle: h, maxSend: got.MaxSendSGE, maxRecv: got.MaxRecvSGE, cap: got, rqQ: recvQ{maxSGE: got.MaxRecvSGE}}
+	fd, err := o.makeMemory(lay, got, noRQ)
 	if err != nil {
-		return fail(err)
-	}
-	fd, err := dupFD(mem.fd)
-	if err != nil {
-		mem.close()
-		return fail(err)
-	}
-	sqOff, rqOff := lay.sqOff, lay.rqOff
-	o := &qpObj{qp: q, mem: mem, typ: typ, pd: in.PD, cqs: [2]uint32{in.SendCQ, in.RecvCQ}, srq: in.SRQ, cost: k,
-		handle: h, ctl: (*ctl.QPCtl)(unsafe.Pointer(&mem.mem[0])), maxSend: got.MaxSendSGE, maxRecv: got.MaxRecvSGE, cap: got, rqQ: recvQ{maxSGE: got.MaxRecvSGE}}
-	if o.sq, err = ring.Init[ring.SendWQE](mem.mem[sqOff:], ring.KindSend, got.MaxSendWR, lay.sqStride); err == nil && srq == nil {
-		o.rqQ.r, err = ring.Init[ring.RecvWQE](mem.mem[rqOff:], ring.KindRecv, got.MaxRecvWR, lay.rqStride)
-	}
-	if err != nil {
-		unix.Close(fd)
-		mem.close()
 		return fail(err)
 	}
 	sge := got.MaxSendSGE
@@ -1267,19 +1302,49 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 	qctl := o.ctl
 	q.SetStateWatch(func(st verbs.QPState) { atomic.StoreUint32(&qctl.State, uint32(st)) })
 	c.qps[h] = o
-	if srq != nil {
+	switch {
+	case srq != nil:
 		srq.refs++
-	} else {
+	case xo != nil:
+		xo.uses++
+		o.xrcd = in.PD
+		o.tgt = c.dev.addTarget(xo.sh, q)
+	case !xrc:
 		q.SetRecvRefill(c.refill(&o.rqQ, q.PostRecv))
 		q.SetRecvRelease(c.released(&o.rqQ))
 	}
 	c.dev.own(q, c, h)
-	out := ctl.QP{Handle: h, QPN: uint32(q.QPN()), Cap: ctl.CapOf(got), SQOffset: uint64(sqOff), RQOffset: uint64(rqOff),
-		MemSize: uint64(len(mem.mem))}
-	if srq != nil {
+	out := ctl.QP{Handle: h, QPN: uint32(q.QPN()), Cap: ctl.CapOf(got), SQOffset: uint64(lay.sqOff), RQOffset: uint64(lay.rqOff),
+		MemSize: uint64(len(o.mem.mem))}
+	if noRQ {
 		out.Cap.MaxRecvWR, out.Cap.MaxRecvSGE = 0, 0
 	}
 	return ctl.Bytes(&out), []int{fd}, nil
+}
+
+// makeMemory makes o's memory as lay lays it out for caps got: the
+// control block, the send ring and (unless noRQ) the receive ring. It
+// returns the descriptor for the reply.
+func (o *qpObj) makeMemory(lay qpLayout, got verbs.QPCap, noRQ bool) (int, error) {
+	mem, err := newShm("qp", lay.size)
+	if err != nil {
+		return -1, err
+	}
+	fd, err := dupFD(mem.fd)
+	if err != nil {
+		mem.close()
+		return -1, err
+	}
+	if o.sq, err = ring.Init[ring.SendWQE](mem.mem[lay.sqOff:], ring.KindSend, got.MaxSendWR, lay.sqStride); err == nil && !noRQ {
+		o.rqQ.r, err = ring.Init[ring.RecvWQE](mem.mem[lay.rqOff:], ring.KindRecv, got.MaxRecvWR, lay.rqStride)
+	}
+	if err != nil {
+		unix.Close(fd)
+		mem.close()
+		return -1, err
+	}
+	o.mem, o.ctl = mem, (*ctl.QPCtl)(unsafe.Pointer(&mem.mem[0]))
+	return fd, nil
 }
 
 // qpLayout is where a QP's rings lie in its memory.
@@ -1415,6 +1480,10 @@ func (c *conn) destroyQP(b []byte) ([]byte, []int, error) {
 				return err
 			}
 		}
+		if !c.lastHandle(o) {
+			c.dropQP(h, o) // an XRC target another handle keeps
+			return nil
+		}
 		o.qp.SendPosted()
 		if err := o.qp.Destroy(); err != nil {
 			return err
@@ -1449,9 +1518,21 @@ func (c *conn) mcast(op ctl.Op, b []byte) ([]byte, []int, error) {
 
 // dropQP forgets a destroyed QP; c.mu is held.
 func (c *conn) dropQP(h uint32, o *qpObj) {
+	if o.opened {
+		if x := c.xrcds[o.xrcd]; x != nil {
+			x.uses--
+		}
+		delete(c.qps, h)
+		o.mem.close()
+		c.release(o.cost)
+		return
+	}
 	c.dev.disown(o.qp)
 	if s := c.srqs[o.srq]; s != nil {
 		s.refs--
+	}
+	if x := c.xrcds[o.xrcd]; x != nil {
+		x.uses--
 	}
 	delete(c.qps, h)
 	o.qp.SetRecvRefill(nil)
@@ -1473,6 +1554,13 @@ func (c *conn) createSRQ(b []byte) ([]byte, []int, error) {
 	if pd == nil || in.MaxWR == 0 {
 		return nil, nil, unix.EINVAL
 	}
+	var xo *xrcdObj
+	var xcq *cqObj
+	if in.XRCD != 0 {
+		if xo, xcq = c.xrcds[in.XRCD], c.cqs[in.CQ]; xo == nil || xcq == nil {
+			return nil, nil, unix.EINVAL
+		}
+	}
 	h, err := c.alloc(len(c.srqs), c.s.limits.Objects, "SRQs")
 	if err != nil {
 		return nil, nil, err
@@ -1490,7 +1578,12 @@ func (c *conn) createSRQ(b []byte) ([]byte, []int, error) {
 	if err := c.charge(k); err != nil {
 		return nil, nil, err
 	}
-	s, err := pd.CreateSRQ(in.MaxWR, in.MaxSGE, in.SRQLimit)
+	var s *roce.SRQ
+	if xo != nil {
+		s, err = pd.CreateXRCSRQ(xo.sh.x, xcq.cq, in.MaxWR, in.MaxSGE, in.SRQLimit)
+	} else {
+		s, err = pd.CreateSRQ(in.MaxWR, in.MaxSGE, in.SRQLimit)
+	}
 	if err != nil {
 		c.release(k)
 		return nil, nil, err
@@ -1515,8 +1608,12 @@ func (c *conn) createSRQ(b []byte) ([]byte, []int, error) {
 		mem.close()
 		return fail(err)
 	}
-	so := &srqObj{srq: s, mem: mem, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rqQ: recvQ{r: r, maxSGE: in.MaxSGE}, cost: k}
+	so := &srqObj{srq: s, mem: mem, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rqQ: recvQ{r: r, maxSGE: in.MaxSGE}, cost: k,
+		xrcd: in.XRCD}
 	c.srqs[h] = so
+	if xo != nil {
+		xo.uses++
+	}
 	s.SetRecvRefill(c.refill(&so.rqQ, s.PostRecv))
 	s.SetRecvRelease(c.released(&so.rqQ))
 	c.dev.own(s, c, h)
@@ -1548,8 +1645,8 @@ func newSRQShm(maxWR, stride uint32) (*shm, *ring.Ring[ring.RecvWQE], error) {
 // srqReply is the reply of CREATE_SRQ and of MODIFY_SRQ with max_wr: the
 // SRQ and fd, a descriptor of its memory for the client.
 func srqReply(o *srqObj, maxWR uint32, fd int) ([]byte, []int, error) {
-	out := ctl.SRQCreated{Handle: o.handle, MaxWR: maxWR, MaxSGE: o.maxSGE, RingOffset: uint64(srqRingOffset),
-		MemSize: uint64(len(o.mem.mem))}
+	out := ctl.SRQCreated{Handle: o.handle, MaxWR: maxWR, MaxSGE: o.maxSGE, SRQNum: o.srq.Num(),
+		RingOffset: uint64(srqRingOffset), MemSize: uint64(len(o.mem.mem))}
 	return ctl.Bytes(&out), []int{fd}, nil
 }
 
@@ -1698,6 +1795,9 @@ func (c *conn) destroySRQ(b []byte) ([]byte, []int, error) {
 		if err := o.srq.Destroy(); err != nil {
 			return err
 		}
+		if x := c.xrcds[o.xrcd]; x != nil {
+			x.uses--
+		}
 		c.dev.disown(o.srq)
 		o.srq.SetRecvRefill(nil)
 		o.srq.SetRecvRelease(nil)
@@ -1786,6 +1886,10 @@ func (c *conn) cleanup() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for h, o := range c.qps {
+		if !c.lastHandle(o) {
+			c.dropQP(h, o) // an XRC target another process keeps
+			continue
+		}
 		o.qp.Modify(&verbs.QPAttr{State: verbs.QPStateErr}, verbs.AttrState)
 		// As the kernel does for a departing process: its groups first.
 		o.qp.DetachAllMcast()
@@ -1830,6 +1934,13 @@ func (c *conn) cleanup() {
 		}
 		delete(c.ahs, h)
 		c.release(objectCost)
+	}
+	for h, o := range c.xrcds {
+		if err := c.dev.closeXRCD(o.sh); err != nil {
+			c.s.log.Error("freeing a departed client's XRC domain failed", "client", c.id, "err", err)
+		}
+		delete(c.xrcds, h)
+		c.release(openCost(o.sh.keyed))
 	}
 	for h, pd := range c.pds {
 		pd.Dealloc()

@@ -154,6 +154,7 @@ type served struct {
 
 	mu     sync.Mutex
 	owners map[any]owner // *roce.QP, *roce.CQ, *roce.SRQ -> owner
+	xrcds  map[xrcdKey]*sharedXRCD
 }
 
 type owner struct {

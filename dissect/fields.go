@@ -15,7 +15,7 @@ import (
 type Field struct {
 	// Layer names the header the field belongs to: "Ethernet", "802.1Q",
 	// "IPv4", "IPv6", "UDP", "BTH", an extended header ("RETH", "AETH",
-	// "AtomicETH", "AtomicAckETH", "ImmDt", "IETH", "DETH", "FETH"),
+	// "AtomicETH", "AtomicAckETH", "ImmDt", "IETH", "DETH", "FETH", "XRCETH"),
 	// for a management datagram to QP1 "MAD" and its CM message ("CM
 	// REQ", "CM SIDR_REP", ...), "Payload" or "ICRC".
 	Layer string
@@ -115,7 +115,7 @@ func AppendFields(fs []Field, p *bth.Packet, icrcOK bool) []Field {
 			a := p.AtomicETH()
 			add("AtomicETH", "virtual address", hex(a.VA(), 0))
 			add("AtomicETH", "R_Key", hex(uint64(a.RKey()), 0))
-			if p.Opcode == bth.RCCompareSwap {
+			if p.Opcode.RCEquivalent() == bth.RCCompareSwap {
 				add("AtomicETH", "swap", dec(a.SwapAdd()))
 				add("AtomicETH", "compare", dec(a.Compare()))
 			} else {
@@ -135,6 +135,8 @@ func AppendFields(fs []Field, p *bth.Packet, icrcOK bool) []Field {
 			ft := p.FETH()
 			add("FETH", "selectivity level", dec(uint64(ft.SelectivityLevel())))
 			add("FETH", "placement type", dec(uint64(ft.PlacementType())))
+		case bth.HdrXRCETH:
+			add("XRCETH", "XRC SRQ", hex(uint64(p.XRCETH().SRQN()), 6))
 		}
 	}
 	if m, ok := DecodeMAD(p); ok {

@@ -239,6 +239,25 @@ func fixtures(t testing.TB) []fixture {
 	add(fixture{name: "atomic write", frame: build(t, a2b, h, 8), kind: kindRoCE,
 		text: []string{"RC_ATOMIC_WRITE", "payload=8"}, json: map[string]any{"infiniband.bth.opcode": 0x1d}})
 
+	h = hdrs(bth.XRCSendOnly, 0x11, 0x82, true)
+	h.XRCETH = bth.XRCETHFields{SRQN: 0x00a1b2}
+	add(fixture{name: "xrc send", frame: build(t, a2b, h, 24), kind: kindRoCE,
+		text: []string{"XRC_SEND_ONLY", "XRCETH srq=0x00a1b2", "payload=24"},
+		json: map[string]any{"infiniband.bth.opcode": 0xa4, "xrceth_srqn": 0xa1b2}})
+
+	h = hdrs(bth.Opcode(0xab), 0x11, 0x83, true)
+	h.XRCETH = bth.XRCETHFields{SRQN: 0x17}
+	h.RETH = bth.RETHFields{VA: 0x4000, RKey: 0x99, DMALen: 16}
+	h.Imm = 0x0a0b0c0d
+	add(fixture{name: "xrc write imm", frame: build(t, a2b, h, 16), kind: kindRoCE,
+		text: []string{"XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", "XRCETH srq=0x000017  RETH va=0x4000 rkey=0x99 dmalen=16  ImmDt 0x0a0b0c0d"},
+		json: map[string]any{"infiniband.bth.opcode": 0xab, "xrceth_srqn": 0x17, "infiniband.immdt": 0x0a0b0c0d}})
+
+	h = hdrs(bth.XRCAcknowledge, 0x12, 0x82, false)
+	h.AETH = bth.AETHFields{Syndrome: bth.SyndromeACKUnlimited, MSN: 3}
+	add(fixture{name: "xrc ack", frame: build(t, b2a, h, 0), kind: kindRoCE,
+		text: []string{"XRC_ACKNOWLEDGE", "AETH"}, json: map[string]any{"infiniband.bth.opcode": 0xb1}})
+
 	h = hdrs(bth.CNP, 0x11, 0, false)
 	h.BTH.BECN = true
 	add(fixture{name: "cnp", frame: build(t, b2a, h, 0), kind: kindRoCE,

@@ -220,7 +220,7 @@ func appendExtText(b []byte, p *bth.Packet, x bth.Hdr) []byte {
 		b = appendHex(b, a.VA(), 0)
 		b = append(b, " rkey="...)
 		b = appendHex(b, uint64(a.RKey()), 0)
-		if p.Opcode == bth.RCCompareSwap {
+		if p.Opcode.RCEquivalent() == bth.RCCompareSwap {
 			b = append(b, " compare="...)
 			b = strconv.AppendUint(b, a.Compare(), 10)
 			b = append(b, " swap="...)
@@ -249,6 +249,9 @@ func appendExtText(b []byte, p *bth.Packet, x bth.Hdr) []byte {
 		b = strconv.AppendUint(b, uint64(ft.SelectivityLevel()), 10)
 		b = append(b, " placement="...)
 		b = strconv.AppendUint(b, uint64(ft.PlacementType()), 10)
+	case bth.HdrXRCETH:
+		b = append(b, "  XRCETH srq="...)
+		b = appendHex(b, uint64(p.XRCETH().SRQN()), 6)
 	}
 	return b
 }
@@ -337,6 +340,8 @@ func appendJSON(b []byte, n int, p *bth.Packet, icrcOK bool) []byte {
 			ft := p.FETH()
 			b = jsonUint(b, "feth_selectivity_level", uint64(ft.SelectivityLevel()))
 			b = jsonUint(b, "feth_placement_type", uint64(ft.PlacementType()))
+		case bth.HdrXRCETH:
+			b = jsonUint(b, "xrceth_srqn", uint64(p.XRCETH().SRQN()))
 		}
 	}
 	if m, ok := DecodeMAD(p); ok {

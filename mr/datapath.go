@@ -3,12 +3,19 @@
 // PD of the QP it is serving: Gather to build request payloads from send SGEs,
 // Scatter to place received SEND and READ response data into receive or
 // local SGEs, CheckRemote/WriteRemote/ReadRemote for RDMA WRITE and READ
-// requests, and CompareSwap/FetchAdd for atomic requests. The application
+// requests, CompareSwap/FetchAdd for atomic requests and AtomicWrite for
+// ATOMIC_WRITE. The application
 // owns the memory and registers it from its own goroutine; this package owns
 // the keys. Nothing here allocates or blocks: lookups are lock-free and every
 // copy pins its MR so that Dereg can wait for it.
 
 package mr
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+	"unsafe"
+)
 
 // SGE is a scatter/gather element (struct ibv_sge): Length bytes at virtual
 // address Addr in the MR with local key LKey.
@@ -254,6 +261,32 @@ func (pd *PD) WriteRemote(rkey uint32, va uint64, src []byte) error {
 	_, err = memCopy(m.mem[off:], src)
 	m.unpin()
 	return err
+}
+
+// AtomicWrite serves an ATOMIC_WRITE: it stores the 8 bytes of v at va
+// through rkey with one aligned 64-bit store, so that no reader sees part
+// of it, after checking the key, PD, AccessRemoteWrite and bounds. va (and
+// the memory behind it) must be 8-byte aligned (ErrAlignment).
+func (pd *PD) AtomicWrite(rkey uint32, va uint64, v []byte) error {
+	if va&7 != 0 || len(v) != 8 {
+		return ErrAlignment
+	}
+	m, off, err := pd.remote(rkey, va, 8, AccessRemoteWrite)
+	if err != nil {
+		return err
+	}
+	if !m.pin() {
+		return ErrBadKey
+	}
+	p := unsafe.Pointer(&m.mem[off])
+	if uintptr(p)&7 != 0 {
+		// The IOVA is aligned but the backing memory is not.
+		m.unpin()
+		return ErrAlignment
+	}
+	atomic.StoreUint64((*uint64)(p), binary.NativeEndian.Uint64(v))
+	m.unpin()
+	return nil
 }
 
 // atomicMR resolves the MR of an atomic request through rkey.

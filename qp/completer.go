@@ -57,7 +57,7 @@ func (q *QP) response(now monotime.Time, pkt *bth.Packet) {
 // made progress (something was acknowledged).
 func (q *QP) handleResponse(now monotime.Time, pkt *bth.Packet, psn bth.PSN) bool {
 	r := &q.req
-	op := pkt.Opcode
+	op := pkt.Opcode.RCEquivalent() // XRC responses are RC's under the XRC service bits
 	prod := q.sq.prod.Load()
 	progress := false
 	var w *sendWQE
@@ -85,7 +85,7 @@ func (q *QP) handleResponse(now monotime.Time, pkt *bth.Packet, psn bth.PSN) boo
 		if !w.awaitingAck() {
 			return progress
 		}
-		if isRdAtomic(w.wr.Opcode) {
+		if w.op().RdAtomic {
 			// A later PSN answered before this READ or atomic: its
 			// response was lost. Go back for it.
 			q.errorRetry(now, RetryImpliedNAK)
@@ -109,7 +109,7 @@ func (q *QP) handleResponse(now monotime.Time, pkt *bth.Packet, psn bth.PSN) boo
 	if !r.sentBefore(psn) {
 		d = -int64((r.compPSN - psn) & bth.PSNMask)
 	}
-	rdAtomic := isRdAtomic(w.wr.Opcode)
+	rdAtomic := w.op().RdAtomic
 	if d < 0 {
 		// A duplicate of a response already handled.
 		if psn == w.lastPSN && w.awaitingAck() && !rdAtomic && op == bth.RCAcknowledge &&
@@ -130,13 +130,13 @@ func (q *QP) handleResponse(now monotime.Time, pkt *bth.Packet, psn bth.PSN) boo
 			q.protoError(w, verbs.WCBadRespErr)
 			return progress
 		}
-		if w.wr.Opcode != verbs.WROpRDMARead {
+		if w.op().Response != bth.OpReadResponse {
 			q.protoError(w, verbs.WCBadRespErr)
 			return progress
 		}
 		return q.readResponse(pkt, w, psn) || progress
 	case bth.RCAtomicAcknowledge:
-		if !pkt.AETH().Syndrome().IsACK() || !isAtomic(w.wr.Opcode) {
+		if !pkt.AETH().Syndrome().IsACK() || w.op().Response != bth.OpAtomicAck {
 			q.protoError(w, verbs.WCBadRespErr)
 			return progress
 		}
@@ -226,8 +226,12 @@ func (q *QP) handleResponse(now monotime.Time, pkt *bth.Packet, psn bth.PSN) boo
 func (q *QP) readResponse(pkt *bth.Packet, w *sendWQE, psn bth.PSN) bool {
 	mtu := uint32(q.mtu)
 	remaining := w.length - w.rdDone
+	if w.op().Class != verbs.ClassRead {
+		// ATOMIC_WRITE: a zero-length READ response acknowledges it.
+		remaining = 0
+	}
 	n := uint32(pkt.PayLen)
-	op := pkt.Opcode
+	op := pkt.Opcode.RCEquivalent()
 	lastKind := op == bth.RCReadResponseLast || op == bth.RCReadResponseOnly
 	if remaining > mtu {
 		if lastKind || n != mtu {

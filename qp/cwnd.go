@@ -155,7 +155,7 @@ func (q *QP) SetCwnd(on bool) {
 
 // lossSignal reduces the congestion window after a loss and counts it.
 func (q *QP) lossSignal(timeout bool) {
-	if q.typ != verbs.QPTypeRC {
+	if !q.typ.Reliable() {
 		return
 	}
 	if q.req.cw.lossSignal(q.req.maxPSN, timeout) {

@@ -28,7 +28,7 @@ var ErrLocalWR = errors.New("qp: local operation with a scatter/gather list or i
 // posted; other requests pass. Its operands are checked against the window
 // or MR when it runs, and a failure completes it with an error.
 func checkLocalWR(wr *verbs.SendWR) error {
-	if isLocal(wr.Opcode) && (len(wr.SGL) != 0 || wr.InlineData != nil) {
+	if i := wr.Opcode.Info(); i != nil && i.Payload == verbs.PayloadNone && (len(wr.SGL) != 0 || wr.InlineData != nil) {
 		return ErrLocalWR
 	}
 	return nil

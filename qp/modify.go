@@ -42,21 +42,27 @@ func (e *ModifyError) Error() string {
 // per QP type (indexed by Type; GSI follows the kernel's table).
 type transition struct {
 	valid bool
-	req   [5]verbs.QPAttrMask
-	opt   [5]verbs.QPAttrMask
+	req   [numTypes]verbs.QPAttrMask
+	opt   [numTypes]verbs.QPAttrMask
 }
 
-// perType builds a per-type mask array: ud applies to UD and GSI.
-func perType(ud, uc, rc verbs.QPAttrMask) [5]verbs.QPAttrMask {
-	var m [5]verbs.QPAttrMask
+// numTypes is the size of a table indexed by QP type.
+const numTypes = verbs.QPTypeXRCRecv + 1
+
+// perType builds a per-type mask array: ud applies to UD and GSI, rc to RC
+// and both halves of XRC (the kernel's table differs for XRC in three
+// places, set after).
+func perType(ud, uc, rc verbs.QPAttrMask) [numTypes]verbs.QPAttrMask {
+	var m [numTypes]verbs.QPAttrMask
 	m[verbs.QPTypeGSI], m[verbs.QPTypeUD], m[verbs.QPTypeUC], m[verbs.QPTypeRC] = ud, ud, uc, rc
+	m[verbs.QPTypeXRCSend], m[verbs.QPTypeXRCRecv] = rc, rc
 	return m
 }
 
 // modifyTable is the verbs QP state machine (the kernel's qp_state_table
 // for RC, UC, UD and GSI).
 var modifyTable = func() (t [numStates][numStates]transition) {
-	all := func(m verbs.QPAttrMask) [5]verbs.QPAttrMask { return perType(m, m, m) }
+	all := func(m verbs.QPAttrMask) [numTypes]verbs.QPAttrMask { return perType(m, m, m) }
 	for s := verbs.QPState(0); s < numStates; s++ {
 		t[s][verbs.QPStateReset].valid = true
 		if s != verbs.QPStateReset {
@@ -100,6 +106,18 @@ var modifyTable = func() (t [numStates][numStates]transition) {
 	t[verbs.QPStateSQE][verbs.QPStateRTS] = transition{valid: true, opt: perType(verbs.AttrCurState|verbs.AttrQKey,
 		verbs.AttrCurState|verbs.AttrAccessFlags, 0)}
 	t[verbs.QPStateSQE][verbs.QPStateRTS].valid = true
+	// XRC as the kernel's qp_state_table has it: an initiator's RESET->INIT
+	// needs no access flags and its INIT->RTR none of the responder's
+	// attributes; a target's RTR->RTS needs only the timeout and SQ PSN.
+	reset2init := &t[verbs.QPStateReset][verbs.QPStateInit]
+	reset2init.req[verbs.QPTypeXRCSend] = verbs.AttrPKeyIndex | verbs.AttrPort
+	reset2init.opt[verbs.QPTypeXRCSend] = verbs.AttrAccessFlags
+	init2rtr := &t[verbs.QPStateInit][verbs.QPStateRTR]
+	init2rtr.req[verbs.QPTypeXRCSend] = verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
+	init2rtr.opt[verbs.QPTypeXRCSend] |= verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
+	rtr2rts := &t[verbs.QPStateRTR][verbs.QPStateRTS]
+	rtr2rts.req[verbs.QPTypeXRCRecv] = verbs.AttrTimeout | verbs.AttrSQPSN
+	rtr2rts.opt[verbs.QPTypeXRCRecv] |= verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
 	return t
 }()
 
@@ -125,7 +143,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		}
 	}
 	tr := &modifyTable[cur][next]
-	if !tr.valid || (q.typ == verbs.QPTypeRC && cur == verbs.QPStateSQE) {
+	if !tr.valid || (q.typ.Reliable() && cur == verbs.QPStateSQE) {
 		return &ModifyError{From: cur, To: next, Type: q.typ, Reason: "illegal state transition"}
 	}
 	req, opt := tr.req[q.typ], tr.opt[q.typ]

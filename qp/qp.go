@@ -78,12 +78,17 @@ type CQ interface {
 // Config describes a QP to create (struct ibv_qp_init_attr plus what the
 // device supplies).
 type Config struct {
-	QPN      bth.QPN
-	Type     verbs.QPType
-	PD       *mr.PD
-	SendCQ   CQ
-	RecvCQ   CQ
-	SRQ      *SRQ // receive requests come from here instead of the QP's own queue
+	QPN    bth.QPN
+	Type   verbs.QPType
+	PD     *mr.PD
+	SendCQ CQ
+	RecvCQ CQ
+	SRQ    *SRQ // receive requests come from here instead of the QP's own queue
+	// XRCD is an XRC_RECV QP's domain, and XRCSRQ finds an XRC SRQ by
+	// number (the device's table): each request names the SRQ of the
+	// domain that receives it.
+	XRCD     *XRCD
+	XRCSRQ   func(num uint32) *SRQ
 	Cap      verbs.QPCap
 	SigAll   bool      // every send request completes, Signaled or not
 	PortMTU  verbs.MTU // active MTU of the port: the UD message limit and path MTU bound
@@ -105,6 +110,8 @@ type QP struct {
 	scq     CQ
 	rcq     CQ
 	srq     *SRQ
+	xrcd    *XRCD
+	findSRQ func(uint32) *SRQ
 	cap     verbs.QPCap
 	sigAll  bool
 	portMTU verbs.MTU
@@ -176,7 +183,7 @@ func (q *QP) recvReleased(n uint32) {
 // New creates a QP in the RESET state.
 func New(c *Config) *QP {
 	q := &QP{
-		qpn: c.QPN, typ: c.Type, pd: c.PD, scq: c.SendCQ, rcq: c.RecvCQ, srq: c.SRQ,
+		qpn: c.QPN, typ: c.Type, pd: c.PD, scq: c.SendCQ, rcq: c.RecvCQ, srq: c.SRQ, xrcd: c.XRCD, findSRQ: c.XRCSRQ,
 		cap: c.Cap, sigAll: c.SigAll, portMTU: c.PortMTU, env: c.Env, cnt: c.Counters,
 		Context: c.Context,
 	}
@@ -190,6 +197,9 @@ func New(c *Config) *QP {
 	q.sq.initSend(max(c.Cap.MaxSendWR, 1), c.Cap.MaxSendSGE, c.Cap.MaxInlineData, datagram(c.Type))
 	if c.SRQ == nil {
 		q.rq.initRecv(max(c.Cap.MaxRecvWR, 1), c.Cap.MaxRecvSGE)
+	}
+	if c.Type == verbs.QPTypeXRCRecv {
+		q.cap.MaxRecvWR = 0 // its receives come from the XRC SRQs
 	}
 	if c.SRQ != nil {
 		q.resp.srqWQE.sgl = make([]mr.SGE, 0, c.SRQ.rq.maxSGE)
@@ -261,28 +271,15 @@ func CheckSendWR(typ verbs.QPType, cap *verbs.QPCap, wr *verbs.SendWR) error {
 	if uint32(len(wr.SGL)) > cap.MaxSendSGE && !(wr.Flags&verbs.Inline != 0 && wr.InlineData != nil) {
 		return ErrTooManySGE
 	}
-	switch typ {
-	case verbs.QPTypeRC:
-		switch wr.Opcode {
-		case verbs.WROpSend, verbs.WROpSendWithImm, verbs.WROpSendWithInv, verbs.WROpRDMAWrite,
-			verbs.WROpRDMAWriteWithImm, verbs.WROpRDMARead, verbs.WROpAtomicCmpSwp, verbs.WROpAtomicFetchAdd,
-			verbs.WROpLocalInv, verbs.WROpBindMW, verbs.WROpRegMR:
-		default:
-			return ErrOpcode
-		}
-	case verbs.QPTypeUC:
-		switch wr.Opcode {
-		case verbs.WROpSend, verbs.WROpSendWithImm, verbs.WROpRDMAWrite, verbs.WROpRDMAWriteWithImm, verbs.WROpBindMW:
-		default:
-			return ErrOpcode
-		}
-	default:
-		if wr.Opcode != verbs.WROpSend && wr.Opcode != verbs.WROpSendWithImm {
-			return ErrOpcode
-		}
-		if wr.AH == nil {
-			return ErrNoAH
-		}
+	info := wr.Opcode.Info()
+	if info == nil || !info.Types.Has(typ) {
+		return ErrOpcode
+	}
+	if datagram(typ) && wr.AH == nil {
+		return ErrNoAH
+	}
+	if typ == verbs.QPTypeXRCSend && wr.RemoteSRQN > bth.PSNMask {
+		return ErrXRCSRQ
 	}
 	if err := checkLocalWR(wr); err != nil {
 		return err
@@ -291,10 +288,12 @@ func CheckSendWR(typ verbs.QPType, cap *verbs.QPCap, wr *verbs.SendWR) error {
 	if total > MaxMsgSize {
 		return ErrMsgTooBig
 	}
-	if inline && total > uint64(cap.MaxInlineData) {
+	// An 8-byte operand is held by the request itself (rxe's WQE holds an
+	// ATOMIC_WRITE's value too), whatever max_inline_data.
+	if inline && total > uint64(cap.MaxInlineData) && info.Payload != verbs.PayloadAtomic8 {
 		return ErrInlineTooBig
 	}
-	if isAtomic(wr.Opcode) && (total != 8 || wr.RemoteAddr&7 != 0) {
+	if info.Payload == verbs.PayloadAtomic8 && (total != 8 || wr.RemoteAddr&7 != 0) {
 		return ErrAtomicWR
 	}
 	return nil
@@ -302,7 +301,7 @@ func CheckSendWR(typ verbs.QPType, cap *verbs.QPCap, wr *verbs.SendWR) error {
 
 // sendSize returns wr's message length and whether its data is inline.
 func sendSize(wr *verbs.SendWR) (total uint64, inline bool) {
-	inline = wr.Flags&verbs.Inline != 0 && (isSend(wr.Opcode) || isWrite(wr.Opcode))
+	inline = wr.Flags&verbs.Inline != 0 && wr.Opcode.Info() != nil && wr.Opcode.Info().Inline
 	if inline && wr.InlineData != nil {
 		return uint64(len(wr.InlineData)), true
 	}
@@ -335,7 +334,7 @@ func (q *QP) PostSend(wr *verbs.SendWR) error {
 	s.wr = sendWR{WRID: wr.WRID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm,
 		InvalidateRKey: wr.InvalidateRKey, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey,
 		CompareAdd: wr.CompareAdd, Swap: wr.Swap, RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey,
-		Bind: wr.Bind, RegAccess: wr.RegAccess}
+		RemoteSRQN: wr.RemoteSRQN, Bind: wr.Bind, RegAccess: wr.RegAccess}
 	if wr.AH != nil && q.sq.ahs != nil {
 		*q.sq.ahOf(s) = *wr.AH // by value: the caller's AH may change
 	}
@@ -503,6 +502,8 @@ func (q *QP) Receive(now monotime.Time, pkt *bth.Packet) {
 		want = bth.ServiceRC
 	case verbs.QPTypeUC:
 		want = bth.ServiceUC
+	case verbs.QPTypeXRCSend, verbs.QPTypeXRCRecv:
+		want = bth.ServiceXRC
 	default:
 		want = bth.ServiceUD
 	}
@@ -536,9 +537,14 @@ func (q *QP) Receive(now monotime.Time, pkt *bth.Packet) {
 		return
 	}
 	q.cnt[verbs.CntRcvdPkts]++
+	// An XRC initiator only sends requests, a target only answers them.
+	if info.Request && q.typ == verbs.QPTypeXRCSend || !info.Request && q.typ == verbs.QPTypeXRCRecv {
+		q.cnt[verbs.CntWrongType]++
+		return
+	}
 	if info.Request {
 		switch q.typ {
-		case verbs.QPTypeRC:
+		case verbs.QPTypeRC, verbs.QPTypeXRCRecv:
 			q.rcRequest(pkt)
 		case verbs.QPTypeUC:
 			q.ucRequest(pkt)
@@ -608,6 +614,9 @@ func (q *QP) pushSend(wc *verbs.WC) {
 }
 
 func (q *QP) pushRecv(wc *verbs.WC, solicited bool) {
+	if q.rcq == nil {
+		return // an XRC_RECV QP that has served no SRQ yet
+	}
 	if !q.rcq.Push(*wc, solicited) {
 		q.cnt[verbs.CntCQOverflow]++
 		if q.state != verbs.QPStateErr {

@@ -36,6 +36,7 @@ var (
 	ErrOpcode       = errors.New("qp: opcode not supported on this QP type")
 	ErrPostState    = errors.New("qp: QP state does not accept this work request")
 	ErrNoAH         = errors.New("qp: UD send without an address handle")
+	ErrXRCSRQ       = errors.New("qp: XRC send with a remote SRQ number of more than 24 bits")
 	ErrAtomicWR     = errors.New("qp: atomic needs one 8-byte buffer and an 8-byte aligned remote address")
 	ErrHasSRQ       = errors.New("qp: QP uses a shared receive queue")
 	ErrInlineGather = errors.New("qp: inline data could not be gathered from the SGL")
@@ -99,6 +100,7 @@ type sendWR struct {
 	RegAccess      mr.Access
 	RemoteQPN      bth.QPN
 	RemoteQKey     uint32
+	RemoteSRQN     uint32
 	Opcode         verbs.WROpcode
 }
 
@@ -376,6 +378,14 @@ type SRQ struct {
 
 	refill   atomic.Pointer[func()]       // SetRecvRefill
 	released atomic.Pointer[func(uint32)] // SetRecvRelease
+
+	// An XRC SRQ's domain, number, protection domain and completion
+	// queue (zero for an SRQ of QPs).
+	xrcd   *XRCD
+	num    uint32
+	pd     *mr.PD
+	cq     CQ
+	closed atomic.Bool // Close
 }
 
 // SetRecvRelease sets f, which a QP of the SRQ calls on the loop with 1
@@ -388,6 +398,32 @@ func (s *SRQ) SetRecvRelease(f func(n uint32)) {
 	}
 	s.released.Store(&f)
 }
+
+// Close marks an XRC SRQ destroyed: targets that served it stop.
+func (s *SRQ) Close() { s.closed.Store(true) }
+
+// XRCD is an XRC domain: the XRC_RECV QPs of a domain deliver messages to
+// the XRC SRQs of the same domain, which the messages name.
+type XRCD struct {
+	// Context is free for the device's use.
+	Context any
+}
+
+// NewXRCSRQ returns an XRC SRQ of domain d with number num: an XRC_RECV
+// QP of d takes receive requests from it for the messages that name num,
+// checks their memory operations against pd and completes their receives
+// on cq.
+func NewXRCSRQ(maxWR, maxSGE uint32, d *XRCD, num uint32, pd *mr.PD, cq CQ) *SRQ {
+	s := NewSRQ(maxWR, maxSGE)
+	s.xrcd, s.num, s.pd, s.cq = d, num, pd, cq
+	return s
+}
+
+// Num returns an XRC SRQ's number (ibv_get_srq_num).
+func (s *SRQ) Num() uint32 { return s.num }
+
+// XRCD returns an XRC SRQ's domain, or nil for an SRQ of QPs.
+func (s *SRQ) XRCD() *XRCD { return s.xrcd }
 
 // SetRecvRefill sets f, which a QP of the SRQ calls on the loop when a
 // message needs a receive request and the SRQ is empty (QP.SetRecvRefill

@@ -89,11 +89,11 @@ func (q *QP) pumpSend(now monotime.Time, budget int) (int, bool) {
 			if w.wr.Flags&verbs.Fence != 0 && r.reqIdx != r.compIdx {
 				return n, false
 			}
-			if isLocal(w.wr.Opcode) {
+			if w.op().Class == verbs.ClassLocal {
 				q.localOp(w)
 				continue
 			}
-			if q.typ == verbs.QPTypeRC && isRdAtomic(w.wr.Opcode) && !w.hasRd {
+			if q.typ.Reliable() && w.op().RdAtomic && !w.hasRd {
 				if r.rdAvail <= 0 {
 					return n, false
 				}
@@ -101,7 +101,7 @@ func (q *QP) pumpSend(now monotime.Time, budget int) (int, bool) {
 				w.hasRd = true
 			}
 		}
-		if q.typ == verbs.QPTypeRC {
+		if q.typ.Reliable() {
 			inflight := int(r.ahead(r.psn))
 			if inflight > q.unackedLimit() {
 				return n, false
@@ -125,7 +125,7 @@ func (q *QP) pumpSend(now monotime.Time, budget int) (int, bool) {
 // congestion window: one for a SEND or WRITE packet or an atomic, and one
 // per response packet for a READ request.
 func (q *QP) packetCost(w *sendWQE) int {
-	if w.wr.Opcode != verbs.WROpRDMARead {
+	if w.op().Class != verbs.ClassRead {
 		return 1
 	}
 	mtu := uint32(q.mtu)
@@ -136,11 +136,11 @@ func (q *QP) packetCost(w *sendWQE) int {
 // if no transmit buffer was available (nothing changed).
 func (q *QP) sendPacket(now monotime.Time, w *sendWQE) bool {
 	r := &q.req
-	op := w.wr.Opcode
+	op := w.op()
 	mtu := uint32(q.mtu)
 	if !w.started {
 		npkts := uint32(1)
-		if isSend(op) || isWrite(op) || op == verbs.WROpRDMARead {
+		if op.Segmented() || op.Class == verbs.ClassRead {
 			npkts = max((w.length+mtu-1)/mtu, 1)
 		}
 		if datagram(q.typ) {
@@ -167,40 +167,46 @@ func (q *QP) sendPacket(now monotime.Time, w *sendWQE) bool {
 	h.BTH.PKey = verbs.DefaultPKey
 	h.BTH.PSN = r.psn
 	h.BTH.DestQP = q.attr.DestQPN
+	// Every XRC request names the SRQ it goes to (the XRCETH).
+	h.XRCETH.SRQN = w.wr.RemoteSRQN
 	ah := &q.av
 	var payload uint32
 	var last bool // last packet of the message
 	remaining := w.length - w.sent
 
-	switch {
-	case op == verbs.WROpRDMARead:
-		h.BTH.Opcode = bth.RCReadRequest
+	switch op.Class {
+	case verbs.ClassRead:
+		h.BTH.Opcode = op.Opcode(q.typ, true, true)
 		h.RETH = bth.RETHFields{VA: w.wr.RemoteAddr + uint64(w.sent), RKey: w.wr.RKey, DMALen: remaining}
 		last = true
-	case isAtomic(op):
-		h.BTH.Opcode = bth.RCFetchAdd
+	case verbs.ClassAtomic:
+		h.BTH.Opcode = op.Opcode(q.typ, true, true)
 		h.Atomic = bth.AtomicETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, SwapAdd: w.wr.CompareAdd}
-		if op == verbs.WROpAtomicCmpSwp {
-			h.BTH.Opcode = bth.RCCompareSwap
+		if h.BTH.Opcode.RCEquivalent() == bth.RCCompareSwap {
 			h.Atomic.SwapAdd, h.Atomic.Compare = w.wr.Swap, w.wr.CompareAdd
 		}
+		last = true
+	case verbs.ClassAtomicWrite:
+		h.BTH.Opcode = op.Opcode(q.typ, true, true)
+		h.RETH = bth.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: w.length}
+		payload = w.length
 		last = true
 	default:
 		first := w.sent == 0
 		last = remaining <= mtu
 		payload = min(remaining, mtu)
-		h.BTH.Opcode = reqOpcode(q.typ, op, first, last)
-		if isWrite(op) && first {
+		h.BTH.Opcode = op.Opcode(q.typ, first, last)
+		if op.Class == verbs.ClassWrite && first {
 			h.RETH = bth.RETHFields{VA: w.wr.RemoteAddr, RKey: w.wr.RKey, DMALen: w.length}
 		}
 		if last {
-			if hasImm(op) {
+			if op.Imm {
 				h.Imm = w.wr.Imm
 			}
-			if op == verbs.WROpSendWithInv {
+			if op.Inv {
 				h.IETH = w.wr.InvalidateRKey
 			}
-			if w.wr.Flags&verbs.Solicited != 0 && (isSend(op) || op == verbs.WROpRDMAWriteWithImm) {
+			if w.wr.Flags&verbs.Solicited != 0 && op.Solicited {
 				h.BTH.SE = true
 			}
 		}
@@ -220,7 +226,7 @@ func (q *QP) sendPacket(now monotime.Time, w *sendWQE) bool {
 	// asks every half window, and on the packet that fills it, so that
 	// an ACK always comes back to open it.
 	h.BTH.AckReq = last || r.noAck > r.cw.ackEvery()
-	if q.typ == verbs.QPTypeRC && r.cw.reduced() && int(r.ahead(r.psn))+1 >= r.cw.cwnd {
+	if q.typ.Reliable() && r.cw.reduced() && int(r.ahead(r.psn))+1 >= r.cw.cwnd {
 		h.BTH.AckReq = true
 	}
 
@@ -255,7 +261,7 @@ func (q *QP) sendPacket(now monotime.Time, w *sendWQE) bool {
 	}
 
 	// Advance.
-	if op == verbs.WROpRDMARead {
+	if op.Class == verbs.ClassRead {
 		n := max((remaining+mtu-1)/mtu, 1)
 		r.psn = r.psn.Add(n)
 	} else {
@@ -267,7 +273,7 @@ func (q *QP) sendPacket(now monotime.Time, w *sendWQE) bool {
 	w.sent += payload
 	if last {
 		r.reqIdx++
-		if q.typ == verbs.QPTypeRC {
+		if q.typ.Reliable() {
 			w.state = wqePending
 		} else {
 			w.state = wqeDone
@@ -275,7 +281,7 @@ func (q *QP) sendPacket(now monotime.Time, w *sendWQE) bool {
 	} else {
 		w.state = wqeSending
 	}
-	if q.typ == verbs.QPTypeRC && !r.retransArmed {
+	if q.typ.Reliable() && !r.retransArmed {
 		q.armRetrans(now)
 	}
 	return true
@@ -292,62 +298,6 @@ func (q *QP) failWQE(w *sendWQE, status verbs.WCStatus) {
 	}
 }
 
-// reqOpcode returns the opcode of a SEND or RDMA WRITE packet.
-func reqOpcode(t verbs.QPType, op verbs.WROpcode, first, last bool) bth.Opcode {
-	var o bth.Opcode
-	if isWrite(op) {
-		switch {
-		case first && last:
-			o = bth.RCWriteOnly
-			if op == verbs.WROpRDMAWriteWithImm {
-				o = bth.RCWriteOnlyImm
-			}
-		case first:
-			o = bth.RCWriteFirst
-		case last:
-			o = bth.RCWriteLast
-			if op == verbs.WROpRDMAWriteWithImm {
-				o = bth.RCWriteLastImm
-			}
-		default:
-			o = bth.RCWriteMiddle
-		}
-	} else {
-		switch {
-		case first && last:
-			o = bth.RCSendOnly
-			switch op {
-			case verbs.WROpSendWithImm:
-				o = bth.RCSendOnlyImm
-			case verbs.WROpSendWithInv:
-				o = bth.RCSendOnlyInvalidate
-			}
-		case first:
-			o = bth.RCSendFirst
-		case last:
-			o = bth.RCSendLast
-			switch op {
-			case verbs.WROpSendWithImm:
-				o = bth.RCSendLastImm
-			case verbs.WROpSendWithInv:
-				o = bth.RCSendLastInvalidate
-			}
-		default:
-			o = bth.RCSendMiddle
-		}
-	}
-	switch t {
-	case verbs.QPTypeUC:
-		o |= 0x20
-	case verbs.QPTypeUD, verbs.QPTypeGSI:
-		o = bth.UDSendOnly
-		if op == verbs.WROpSendWithImm {
-			o = bth.UDSendOnlyImm
-		}
-	}
-	return o
-}
-
 // goBack rewinds the requester to the oldest unacknowledged PSN
 // (go-back-N). The first unfinished request resumes where the
 // acknowledgements stop: a SEND or WRITE at the packet of compPSN, a READ
@@ -360,7 +310,7 @@ func (q *QP) goBack() {
 	mtu := uint32(q.mtu)
 	for i := r.compIdx; i != prod; i++ {
 		w := q.sq.at(i)
-		if isLocal(w.wr.Opcode) && w.state == wqeDone {
+		if w.op().Class == verbs.ClassLocal && w.state == wqeDone {
 			continue // executed already, and it sends no packets
 		}
 		if !w.started || w.state == wqePosted || w.state == wqeDone || w.state == wqeError {
@@ -370,13 +320,12 @@ func (q *QP) goBack() {
 		}
 		if first {
 			first = false
-			op := w.wr.Opcode
-			switch {
-			case op == verbs.WROpRDMARead:
+			switch w.op().Class {
+			case verbs.ClassRead:
 				k := w.rdDone / mtu
 				w.sent = k * mtu
 				r.psn = w.firstPSN.Add(k)
-			case isAtomic(op):
+			case verbs.ClassAtomic:
 				w.sent = 0
 				r.psn = w.firstPSN
 			default:
@@ -423,7 +372,7 @@ func (q *QP) completeSends() {
 		wc := verbs.WC{WRID: w.wr.WRID, Status: w.status, Opcode: w.wr.Opcode.WCOpcode(), QPNum: q.qpn}
 		if w.status == verbs.WCSuccess {
 			wc.ByteLen = w.length
-			if hasImm(w.wr.Opcode) {
+			if w.op().Imm {
 				wc.Flags = verbs.WCWithImm
 			}
 		}
@@ -443,7 +392,7 @@ func (q *QP) completeSends() {
 			q.pushSend(&wc)
 		}
 		if failed {
-			if q.typ == verbs.QPTypeRC {
+			if q.typ.Reliable() {
 				q.toErr()
 			} else {
 				q.toSQE()

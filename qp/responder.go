@@ -24,6 +24,9 @@ func consumesRecv(info *bth.OpInfo) bool {
 const (
 	resRead   = 1
 	resAtomic = 2
+	// resAtomicWrite remembers an ATOMIC_WRITE so that a duplicate is
+	// answered again without storing again.
+	resAtomicWrite = 3
 )
 
 // resource remembers a READ or atomic request so that a duplicate can be
@@ -59,6 +62,7 @@ type outEntry struct {
 	va    uint64
 	rkey  uint32
 	resid uint32
+	pd    *mr.PD // READ: the PD of its R_Key (an XRC target's changes with the SRQ)
 }
 
 // respQueueLen bounds the queued responses of one QP.
@@ -307,7 +311,7 @@ func (q *QP) queueAtomicAck(res int16, psn bth.PSN, orig uint64) {
 }
 
 func (q *QP) queueRead(res int16, psn bth.PSN, va uint64, rkey, n uint32, first bool) {
-	e := outEntry{kind: outRead, res: res, first: first, psn: psn, msn: q.resp.msn, va: va, rkey: rkey, resid: n}
+	e := outEntry{kind: outRead, res: res, first: first, psn: psn, msn: q.resp.msn, va: va, rkey: rkey, resid: n, pd: q.pd}
 	if !q.resp.out.push(&e) {
 		q.cnt[verbs.CntRespQueueFull]++
 		return
@@ -398,31 +402,43 @@ func (q *QP) rcRequest(pkt *bth.Packet) {
 		return
 	}
 	psn := pkt.BTH().PSN()
+	if q.typ == verbs.QPTypeXRCRecv {
+		if f := q.xrcTarget(pkt); f != faultNone {
+			q.refuse(f, psn)
+			return
+		}
+	}
 	k := pkt.Info().Op
 	pos := pkt.Info().Position
 	f := q.checkOpSeq(k, pos)
+	wr := verbs.WRInfoOfWire(pkt.Opcode)
 	if f == faultNone {
-		f = q.checkOpValid(k)
+		f = q.checkOpValid(wr)
 	}
 	if f == faultNone {
-		f = q.checkResource(pkt.Info())
+		f = q.checkResource(wr, pkt.Info())
 	}
 	if f == faultNone {
 		f = q.checkLength(pos, uint32(pkt.PayLen))
 	}
 	if f == faultNone {
-		switch {
-		case k == bth.OpWrite:
+		switch wr.Class {
+		case verbs.ClassWrite:
 			f = q.executeWrite(pkt, pos)
-		case k == bth.OpReadRequest:
+		case verbs.ClassRead:
 			f = q.executeRead(pkt)
 			if f == faultNone {
 				return // a READ completes nothing here and is not ACKed
 			}
-		case k.Atomic():
+		case verbs.ClassAtomic:
 			f = q.executeAtomic(pkt, k)
 			if f == faultNone {
 				return // answered by its atomic ACK
+			}
+		case verbs.ClassAtomicWrite:
+			f = q.executeAtomicWrite(pkt)
+			if f == faultNone {
+				return // answered by its zero-length READ response
 			}
 		default:
 			f = q.executeSend(pkt)
@@ -433,6 +449,30 @@ func (q *QP) rcRequest(pkt *bth.Packet) {
 		return
 	}
 	q.completeRequest(pkt, k, pos)
+}
+
+// xrcTarget makes the XRC SRQ a request names the one the XRC_RECV QP
+// serves it from: its receive requests, its protection domain for memory
+// operations, its CQ for completions. An SRQ of another domain, or none,
+// is an invalid request, and so is a change of SRQ inside a message.
+func (q *QP) xrcTarget(pkt *bth.Packet) fault {
+	n := pkt.XRCETH().SRQN()
+	if q.srq != nil && q.srq.num == n && !q.srq.closed.Load() {
+		return faultNone
+	}
+	if q.resp.rwqe != nil || q.resp.inSend || q.resp.inWrite || q.findSRQ == nil {
+		return faultInvalid
+	}
+	s := q.findSRQ(n)
+	if s == nil || s.xrcd == nil || s.xrcd != q.xrcd || s.closed.Load() {
+		q.cnt[verbs.CntRecvDropped]++
+		return faultInvalid
+	}
+	if uint32(cap(q.resp.srqWQE.sgl)) < s.rq.maxSGE {
+		q.resp.srqWQE.sgl = make([]mr.SGE, 0, s.rq.maxSGE)
+	}
+	q.srq, q.pd, q.rcq = s, s.pd, s.cq
+	return faultNone
 }
 
 // checkPSN takes the packet's PSN: it reports true for the expected PSN.
@@ -478,36 +518,21 @@ func (q *QP) checkOpSeq(k bth.Op, pos bth.Position) fault {
 	return faultNone
 }
 
-// checkOpValid checks that the QP allows the operation: its remote access
-// flags, and an opcode this responder executes (FLUSH and ATOMIC_WRITE are
-// not supported).
-func (q *QP) checkOpValid(k bth.Op) fault {
-	acc := q.attr.AccessFlags
-	switch {
-	case k == bth.OpSend:
-		return faultNone
-	case k == bth.OpWrite:
-		if acc&mr.AccessRemoteWrite != 0 {
-			return faultNone
-		}
-	case k == bth.OpReadRequest:
-		if acc&mr.AccessRemoteRead != 0 {
-			return faultNone
-		}
-	case k.Atomic():
-		if acc&mr.AccessRemoteAtomic != 0 {
-			return faultNone
-		}
+// checkOpValid checks that the QP allows the operation: an opcode that
+// some work request of the table sends (wr, nil for any other), and the
+// remote access its row requires among the QP's access flags.
+func (q *QP) checkOpValid(wr *verbs.WROpInfo) fault {
+	if wr == nil || q.attr.AccessFlags&wr.Remote != wr.Remote {
+		return faultInvalid
 	}
-	return faultInvalid
+	return faultNone
 }
 
 // checkResource checks that the request has what it consumes: a
-// READ/atomic responder resource, or a receive request.
-func (q *QP) checkResource(info *bth.OpInfo) fault {
-	k := info.Op
+// responder resource (the table's RdAtomic), or a receive request.
+func (q *QP) checkResource(wr *verbs.WROpInfo, info *bth.OpInfo) fault {
 	rs := &q.resp
-	if (k == bth.OpReadRequest || k.Atomic()) && rs.resBusy >= len(rs.res) {
+	if wr.RdAtomic && rs.resBusy >= len(rs.res) {
 		// More READ/atomic requests outstanding than max_dest_rd_atomic
 		// (rounded up) allows: the IBTA's invalid request NAK. Without
 		// this check one packet could make the responder queue any
@@ -621,18 +646,52 @@ func (q *QP) executeAtomic(pkt *bth.Packet, k bth.Op) fault {
 	} else {
 		orig, err = q.pd.FetchAdd(a.RKey(), va, a.SwapAdd())
 	}
-	if err == mr.ErrAlignment {
-		return faultInvalid
-	} else if err != nil {
-		return faultAccess
+	if err != nil {
+		return atomicFault(err)
 	}
 	q.nextMSN()
 	i := q.newResource(resAtomic, psn, psn)
 	rs.res[i].orig = orig
 	q.queueAtomicAck(i, psn, orig)
+	q.singleDone(psn)
+	return faultNone
+}
+
+// atomicFault is the fault of an atomic memory operation that failed: a
+// misaligned address is an invalid request, anything else an access error.
+func atomicFault(err error) fault {
+	if err == mr.ErrAlignment {
+		return faultInvalid
+	}
+	return faultAccess
+}
+
+// singleDone moves the responder past a one-packet request it executed
+// at psn (an atomic, an ATOMIC_WRITE): the next PSN, the PSN a duplicate
+// SEND or WRITE is acknowledged with, no message in progress.
+func (q *QP) singleDone(psn bth.PSN) {
+	rs := &q.resp
 	rs.psn = psn.Next()
 	rs.ackPSN = rs.psn
 	rs.inSend, rs.inWrite = false, false
+}
+
+// executeAtomicWrite stores an ATOMIC_WRITE's 8 bytes at once and queues
+// its answer, a READ RESPONSE ONLY without payload (IBTA 1.5, as rdma_rxe
+// answers it); the resource it takes answers a duplicate.
+func (q *QP) executeAtomicWrite(pkt *bth.Packet) fault {
+	psn := pkt.BTH().PSN()
+	reth := pkt.RETH()
+	if reth.DMALen() != uint32(pkt.PayLen) {
+		return faultInvalid
+	}
+	if err := q.pd.AtomicWrite(reth.RKey(), reth.VA(), pkt.PayloadBytes()); err != nil {
+		return atomicFault(err)
+	}
+	q.nextMSN()
+	i := q.newResource(resAtomicWrite, psn, psn)
+	q.queueRead(i, psn, 0, 0, 0, true)
+	q.singleDone(psn)
 	return faultNone
 }
 
@@ -738,6 +797,15 @@ func (q *QP) duplicate(pkt *bth.Packet, psn bth.PSN) {
 			return
 		}
 		q.queueRead(i, psn, va, r.rkey, uint32(n), psn == r.firstPSN)
+	case k == bth.OpAtomicWrite:
+		i := q.findResource(resAtomicWrite, psn)
+		if i < 0 {
+			q.cnt[verbs.CntDupNoResource]++
+			return
+		}
+		if rs.res[i].queued == 0 {
+			q.queueRead(i, psn, 0, 0, 0, true)
+		}
 	case k.Atomic():
 		i := q.findResource(resAtomic, psn)
 		if i < 0 {
@@ -789,6 +857,9 @@ func (q *QP) pumpResp(budget int) (int, bool) {
 				h.AETH = bth.AETHFields{Syndrome: bth.SyndromeACKUnlimited, MSN: bth.MSN(e.msn)}
 			}
 		}
+		if q.typ == verbs.QPTypeXRCRecv {
+			h.BTH.Opcode += xrcShift // the same responses under the XRC service bits
+		}
 		tl := h.TransportLen(int(payload))
 		buf := q.env.Frame(&q.av, tl)
 		if buf == nil {
@@ -797,7 +868,7 @@ func (q *QP) pumpResp(budget int) (int, bool) {
 		}
 		off, err := h.EncodeHeaders(buf, int(payload))
 		if err == nil && payload > 0 {
-			err = q.pd.ReadRemote(e.rkey, e.va, buf[off:off+int(payload)])
+			err = e.pd.ReadRemote(e.rkey, e.va, buf[off:off+int(payload)])
 		}
 		if err != nil {
 			// The memory went away while the READ was being served.
@@ -864,7 +935,7 @@ func (q *QP) ucRequest(pkt *bth.Packet) {
 		q.ucDrop()
 		return
 	}
-	if k == bth.OpWrite && q.attr.AccessFlags&mr.AccessRemoteWrite == 0 {
+	if wr := verbs.WRInfoOfWire(pkt.Opcode); wr == nil || q.attr.AccessFlags&wr.Remote != wr.Remote {
 		q.ucDrop()
 		return
 	}

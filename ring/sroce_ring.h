@@ -117,7 +117,7 @@ struct sroce_send_wqe {
 	uint32_t bind_access;
 	uint32_t reg_access;      /* REG_MR */
 	uint32_t ah;              /* UD on a daemon's ring: the AH's handle */
-	struct sroce_ud_addr ud;  /* UD only */
+	struct sroce_ud_addr ud;  /* UD only; XRC_SEND: ud.remote_qpn is the remote XRC SRQ number */
 	/* struct sroce_sge sge[num_sge] or uint8_t inline_data[inline_len] */
 };
 

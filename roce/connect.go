@@ -90,7 +90,7 @@ func ConnectQP(q Connectable, c *ConnectAttr) error {
 	if !datagram {
 		rtr.AH, rtr.PathMTU, rtr.DestQPN, rtr.RQPSN = c.AH, c.PathMTU, c.DestQPN, c.RQPSN
 		mask |= verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN
-		if typ == verbs.QPTypeRC {
+		if typ == verbs.QPTypeRC || typ == verbs.QPTypeXRCRecv {
 			rtr.MaxDestRdAtomic, rtr.MinRNRTimer = c.MaxDestRdAtomic, c.MinRNRTimer
 			mask |= verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
 		}
@@ -103,7 +103,7 @@ func ConnectQP(q Connectable, c *ConnectAttr) error {
 	}
 	rts := verbs.QPAttr{State: verbs.QPStateRTS, SQPSN: c.SQPSN}
 	mask = verbs.AttrState | verbs.AttrSQPSN
-	if typ == verbs.QPTypeRC {
+	if typ.Reliable() {
 		rts.Timeout, rts.RetryCnt, rts.RNRRetry, rts.MaxRdAtomic = c.Timeout, c.RetryCnt, c.RNRRetry, c.MaxRdAtomic
 		mask |= verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
 	}

@@ -106,8 +106,13 @@ type Device struct {
 	live    []*QP
 	nextQPN int
 	nsrq    int // SRQs created, to spread them over the engines
-	cnt     verbs.Counters
-	closed  atomic.Bool // set under mu
+	// xrcSRQs holds the XRC SRQs by number (read by the engines without
+	// the device lock); nextSRQN is the next number to try, under mu.
+	xrcSRQs  sync.Map // uint32 -> *SRQ
+	nextSRQN uint32
+	nxrcd    int // XRC domains opened, to spread them over the engines
+	cnt      verbs.Counters
+	closed   atomic.Bool // set under mu
 	// portDown: PortDown was called and PortUp not since.
 	portDown bool
 	// mcast holds the multicast groups and their QPs (mcast.go), changed

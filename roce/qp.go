@@ -28,6 +28,8 @@ type QPInitAttr struct {
 	// SigAll makes every send request generate a completion
 	// (sq_sig_all).
 	SigAll bool
+	// XRCD is the domain of an XRC_RECV QP (set by XRCD.CreateQP).
+	XRCD *XRCD
 	// Context is free for the application.
 	Context any
 }
@@ -72,11 +74,29 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	d := pd.dev
 	c := attr.Cap
 	switch attr.Type {
-	case verbs.QPTypeRC, verbs.QPTypeUC, verbs.QPTypeUD, verbs.QPTypeGSI:
+	case verbs.QPTypeRC, verbs.QPTypeUC, verbs.QPTypeUD, verbs.QPTypeGSI, verbs.QPTypeXRCSend:
+		if attr.XRCD != nil {
+			return nil, ErrInvalid
+		}
+	case verbs.QPTypeXRCRecv:
+		// No CQs, no SRQ, no send queue: its messages go to the XRC
+		// SRQs of its domain.
+		if attr.XRCD == nil || attr.XRCD.pd != pd || attr.SendCQ != nil || attr.RecvCQ != nil || attr.SRQ != nil {
+			return nil, ErrInvalid
+		}
+		c = verbs.QPCap{}
 	default:
 		return nil, ErrInvalid
 	}
-	if attr.SendCQ == nil || attr.RecvCQ == nil || attr.SendCQ.dev != d || attr.RecvCQ.dev != d {
+	// An XRC initiator receives nothing: its receive CQ is optional.
+	needRecvCQ := attr.Type != verbs.QPTypeXRCSend && attr.Type != verbs.QPTypeXRCRecv
+	if attr.Type != verbs.QPTypeXRCRecv && (attr.SendCQ == nil || attr.SendCQ.dev != d) {
+		return nil, ErrInvalid
+	}
+	if (needRecvCQ && attr.RecvCQ == nil) || (attr.RecvCQ != nil && attr.RecvCQ.dev != d) {
+		return nil, ErrInvalid
+	}
+	if attr.Type == verbs.QPTypeXRCSend && attr.SRQ != nil {
 		return nil, ErrInvalid
 	}
 	if c.MaxSendWR > MaxQPWR || c.MaxSendSGE > MaxSGE || c.MaxInlineData > MaxInlineData {
@@ -94,7 +114,8 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	if d.closed.Load() {
 		return nil, ErrClosed
 	}
-	if pd.dead || attr.SendCQ.dead || attr.RecvCQ.dead || (attr.SRQ != nil && attr.SRQ.dead) {
+	if pd.dead || (attr.SendCQ != nil && attr.SendCQ.dead) || (attr.RecvCQ != nil && attr.RecvCQ.dead) ||
+		(attr.SRQ != nil && attr.SRQ.dead) || (attr.XRCD != nil && attr.XRCD.dead) {
 		return nil, ErrDestroyed
 	}
 	var qpn bth.QPN
@@ -118,12 +139,19 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 		qpn = bth.QPN(d.nextQPN)
 	}
 	e := d.engineFor(qpn, attr.SRQ)
+	if attr.XRCD != nil {
+		e = attr.XRCD.eng // the one engine that consumes the domain's SRQs
+	}
 	q := &QP{dev: d, eng: e, pd: pd, init: *attr, heapIdx: -1}
 	q.init.Cap = c
 	cfg := &qp.Config{
-		QPN: qpn, Type: attr.Type, PD: pd.pd.ForQP(), SendCQ: (*cqSink)(attr.SendCQ), RecvCQ: (*cqSink)(attr.RecvCQ),
+		QPN: qpn, Type: attr.Type, PD: pd.pd.ForQP(), SendCQ: sink(attr.SendCQ), RecvCQ: sink(attr.RecvCQ),
 		Cap: c, SigAll: attr.SigAll, PortMTU: d.portMTU, Env: (*env)(e), Counters: &q.cnt, Context: q,
 		Tracing: &d.tracing,
+	}
+	if attr.XRCD != nil {
+		cfg.XRCD, cfg.XRCSRQ = attr.XRCD.x, d.findXRCSRQ
+		attr.XRCD.nobj++
 	}
 	if attr.SRQ != nil {
 		cfg.SRQ = attr.SRQ.srq
@@ -142,12 +170,24 @@ func (pd *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	q.liveIx = len(d.live)
 	d.live = append(d.live, q)
 	pd.nobj++
-	attr.SendCQ.nqp++
-	attr.RecvCQ.nqp++
+	if attr.SendCQ != nil {
+		attr.SendCQ.nqp++
+	}
+	if attr.RecvCQ != nil {
+		attr.RecvCQ.nqp++
+	}
 	if attr.SRQ != nil {
 		attr.SRQ.nqp++
 	}
 	return q, nil
+}
+
+// sink is c as the completion sink of a QP, or no sink.
+func sink(c *CQ) qp.CQ {
+	if c == nil {
+		return nil
+	}
+	return (*cqSink)(c)
 }
 
 // QPN returns the QP number.
@@ -405,10 +445,17 @@ func (q *QP) Destroy() error {
 	d.live[len(d.live)-1] = nil
 	d.live = d.live[:len(d.live)-1]
 	q.pd.nobj--
-	q.init.SendCQ.nqp--
-	q.init.RecvCQ.nqp--
+	if q.init.SendCQ != nil {
+		q.init.SendCQ.nqp--
+	}
+	if q.init.RecvCQ != nil {
+		q.init.RecvCQ.nqp--
+	}
 	if q.init.SRQ != nil {
 		q.init.SRQ.nqp--
+	}
+	if q.init.XRCD != nil {
+		q.init.XRCD.nobj--
 	}
 	return nil
 }
@@ -422,6 +469,9 @@ type SRQ struct {
 	mu   sync.Mutex
 	nqp  int
 	dead bool
+	// An XRC SRQ's domain and CQ (nil for an SRQ of QPs).
+	xrcd *XRCD
+	cq   *CQ
 	// Context is free for the application.
 	Context any
 }
@@ -534,6 +584,12 @@ func (s *SRQ) Destroy() error {
 	}
 	s.dead = true
 	s.pd.nobj--
+	if s.xrcd != nil {
+		d.xrcSRQs.Delete(s.srq.Num())
+		s.srq.Close()
+		s.xrcd.nobj--
+		s.cq.nqp--
+	}
 	return nil
 }
 

@@ -17,7 +17,20 @@ const (
 	QPTypeRC  QPType = 2 // reliable connected
 	QPTypeUC  QPType = 3 // unreliable connected
 	QPTypeUD  QPType = 4 // unreliable datagram
+	// QPTypeXRCSend is an XRC initiator: the send half of an RC
+	// connection whose every request names the XRC SRQ that receives it.
+	QPTypeXRCSend QPType = 9
+	// QPTypeXRCRecv is an XRC target: the receive half, which takes each
+	// message's receive request (and protection domain) from the XRC SRQ
+	// of its domain that the request names.
+	QPTypeXRCRecv QPType = 10
 )
+
+// Reliable reports whether t is acknowledged and retransmitted: RC and
+// the two halves of XRC.
+func (t QPType) Reliable() bool {
+	return t == QPTypeRC || t == QPTypeXRCSend || t == QPTypeXRCRecv
+}
 
 // String returns the type's name: "RC", "UC", "UD" or "GSI".
 func (t QPType) String() string {
@@ -30,6 +43,10 @@ func (t QPType) String() string {
 		return "UC"
 	case QPTypeUD:
 		return "UD"
+	case QPTypeXRCSend:
+		return "XRC_SEND"
+	case QPTypeXRCRecv:
+		return "XRC_RECV"
 	}
 	return "Type(" + strconv.Itoa(int(t)) + ")"
 }

@@ -55,7 +55,7 @@ func TestNames(t *testing.T) {
 		got  interface{ String() string }
 		want string
 	}{
-		{QPTypeRC, "RC"}, {QPTypeGSI, "GSI"}, {QPType(9), "Type(9)"},
+		{QPTypeRC, "RC"}, {QPTypeGSI, "GSI"}, {QPType(7), "Type(7)"}, {QPTypeXRCRecv, "XRC_RECV"},
 		{QPStateRTS, "RTS"}, {QPStateErr, "ERR"}, {QPState(7), "State(7)"},
 		{AttrState | AttrAV | AttrPathMTU, "STATE|AV|PATH_MTU"}, {QPAttrMask(0), "0"},
 		{AttrDestQPN | 1<<22, "DEST_QPN|0x400000"},

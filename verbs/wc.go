@@ -84,6 +84,7 @@ const (
 	WCFetchAdd        WCOpcode = 4
 	WCBindMW          WCOpcode = 5
 	WCLocalInv        WCOpcode = 6
+	WCAtomicWrite     WCOpcode = 9
 	WCRegMR           WCOpcode = 10 // the kernel's IB_WC_REG_MR; libibverbs has none
 	WCRecv            WCOpcode = 128
 	WCRecvRDMAWithImm WCOpcode = 129
@@ -108,6 +109,8 @@ func (o WCOpcode) String() string {
 		return "LOCAL_INV"
 	case WCRegMR:
 		return "REG_MR"
+	case WCAtomicWrite:
+		return "ATOMIC_WRITE"
 	case WCRecv:
 		return "RECV"
 	case WCRecvRDMAWithImm:

@@ -22,57 +22,24 @@ const (
 	WROpLocalInv         WROpcode = 7
 	WROpBindMW           WROpcode = 8
 	WROpSendWithInv      WROpcode = 9
+	WROpAtomicWrite      WROpcode = 15   // IBV_WR_ATOMIC_WRITE: 8 bytes written at once
 	WROpRegMR            WROpcode = 0x20 // the kernel's IB_WR_REG_MR; libibverbs has none
 )
 
 // String returns the opcode's verbs name without the IBV_WR_ prefix.
 func (o WROpcode) String() string {
-	switch o {
-	case WROpRDMAWrite:
-		return "RDMA_WRITE"
-	case WROpRDMAWriteWithImm:
-		return "RDMA_WRITE_WITH_IMM"
-	case WROpSend:
-		return "SEND"
-	case WROpSendWithImm:
-		return "SEND_WITH_IMM"
-	case WROpRDMARead:
-		return "RDMA_READ"
-	case WROpAtomicCmpSwp:
-		return "ATOMIC_CMP_AND_SWP"
-	case WROpAtomicFetchAdd:
-		return "ATOMIC_FETCH_AND_ADD"
-	case WROpSendWithInv:
-		return "SEND_WITH_INV"
-	case WROpLocalInv:
-		return "LOCAL_INV"
-	case WROpBindMW:
-		return "BIND_MW"
-	case WROpRegMR:
-		return "REG_MR"
+	if i := o.Info(); i != nil {
+		return i.Name
 	}
 	return "WROpcode(" + strconv.Itoa(int(o)) + ")"
 }
 
 // WCOpcode returns the opcode of the completion a send request of opcode
 // o reports, as rdma_rxe maps them (every SEND variant completes as
-// WCSend).
+// WCSend, and so does an opcode outside the table).
 func (o WROpcode) WCOpcode() WCOpcode {
-	switch o {
-	case WROpRDMAWrite, WROpRDMAWriteWithImm:
-		return WCRDMAWrite
-	case WROpRDMARead:
-		return WCRDMARead
-	case WROpAtomicCmpSwp:
-		return WCCompSwap
-	case WROpAtomicFetchAdd:
-		return WCFetchAdd
-	case WROpBindMW:
-		return WCBindMW
-	case WROpLocalInv:
-		return WCLocalInv
-	case WROpRegMR:
-		return WCRegMR
+	if i := o.Info(); i != nil {
+		return i.WC
 	}
 	return WCSend
 }
@@ -135,6 +102,9 @@ type SendWR struct {
 	AH         *AH
 	RemoteQPN  bth.QPN
 	RemoteQKey uint32
+	// RemoteSRQN is the XRC SRQ at the peer that an XRC_SEND QP's request
+	// goes to (qp_type.xrc.remote_srqn of struct ibv_send_wr).
+	RemoteSRQN uint32
 }
 
 // RecvWR is a receive work request (struct ibv_recv_wr). The SGL is copied

@@ -18,7 +18,7 @@ import (
 // Protocol constants (SROCE_CTL_*).
 const (
 	Magic   = 0x4c435253 // "SRCL"
-	Version = 5          // 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST; 5: CM_JOIN_MCAST, CM_LEAVE_MCAST
+	Version = 6          // 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST; 5: CM_JOIN_MCAST, CM_LEAVE_MCAST; 6: XRC (OPEN_XRCD, CLOSE_XRCD, OPEN_QP, CREATE_SRQ of a domain)
 	MaxMsg  = 8192       // the largest datagram either way
 	MaxFDs  = 4          // descriptors one datagram may carry
 	NameLen = 64         // device name buffer, NUL-terminated
@@ -63,6 +63,9 @@ const (
 	OpModifySRQ  Op = 41
 	OpQuerySRQ   Op = 42
 	OpDestroySRQ Op = 43
+	OpOpenQP     Op = 36
+	OpOpenXRCD   Op = 44
+	OpCloseXRCD  Op = 45
 
 	OpCreateAH  Op = 50
 	OpDestroyAH Op = 51
@@ -98,6 +101,7 @@ var opNames = map[Op]string{
 	OpCreateQP: "CREATE_QP", OpModifyQP: "MODIFY_QP", OpQueryQP: "QUERY_QP", OpDestroyQP: "DESTROY_QP",
 	OpAttachMcast: "ATTACH_MCAST", OpDetachMcast: "DETACH_MCAST",
 	OpCreateSRQ: "CREATE_SRQ", OpModifySRQ: "MODIFY_SRQ", OpQuerySRQ: "QUERY_SRQ", OpDestroySRQ: "DESTROY_SRQ",
+	OpOpenXRCD: "OPEN_XRCD", OpCloseXRCD: "CLOSE_XRCD", OpOpenQP: "OPEN_QP",
 	OpCreateAH: "CREATE_AH", OpDestroyAH: "DESTROY_AH",
 	OpCMCreateChannel: "CM_CREATE_CHANNEL", OpCMDestroyChannel: "CM_DESTROY_CHANNEL",
 	OpCMCreateID: "CM_CREATE_ID", OpCMDestroyID: "CM_DESTROY_ID", OpCMBind: "CM_BIND",
@@ -455,7 +459,23 @@ type SRQ struct {
 	MaxWR      uint32
 	MaxSGE     uint32
 	SRQLimit   uint32
+	XRCD       uint32
+	CQ         uint32
 	_          uint32
+}
+
+// OpenQP is OPEN_QP's request (struct sroce_ctl_open_qp).
+type OpenQP struct {
+	XRCD   uint32
+	QPN    uint32
+	QPType uint8
+	_      [7]uint8
+}
+
+// OpenXRCD is OPEN_XRCD's request (struct sroce_ctl_open_xrcd).
+type OpenXRCD struct {
+	OFlags uint32
+	_      uint32
 }
 
 // SRQCreated is CREATE_SRQ's reply, and MODIFY_SRQ's with IBV_SRQ_MAX_WR
@@ -464,7 +484,7 @@ type SRQCreated struct {
 	Handle     uint32
 	MaxWR      uint32
 	MaxSGE     uint32
-	_          uint32
+	SRQNum     uint32
 	RingOffset uint64
 	MemSize    uint64
 }

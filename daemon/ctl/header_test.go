@@ -24,7 +24,7 @@ var goStructs = map[string]any{
 	"sroce_ctl_cq_event": CQEvent{}, "sroce_ctl_async_event": AsyncEvent{}, "sroce_ctl_qp_cap": QPCap{},
 	"sroce_ctl_create_qp": CreateQP{}, "sroce_ctl_qp": QP{}, "sroce_qp_ctl": QPCtl{},
 	"sroce_ctl_ah_attr": AHAttr{}, "sroce_ctl_qp_attr": QPAttr{}, "sroce_ctl_modify_qp": ModifyQP{},
-	"sroce_ctl_srq": SRQ{}, "sroce_ctl_srq_created": SRQCreated{}, "sroce_srq_ctl": SRQCtl{},
+	"sroce_ctl_srq": SRQ{}, "sroce_ctl_open_xrcd": OpenXRCD{}, "sroce_ctl_open_qp": OpenQP{}, "sroce_ctl_srq_created": SRQCreated{}, "sroce_srq_ctl": SRQCtl{},
 	"sroce_ctl_ah":      AH{},
 	"sroce_ctl_cm_addr": CMAddr{}, "sroce_ctl_cm_create_id": CMCreateID{}, "sroce_ctl_cm_id_arg": CMIDArg{},
 	"sroce_ctl_cm_addr_req": CMAddrReq{}, "sroce_ctl_cm_id_info": CMIDInfo{}, "sroce_ctl_cm_conn": CMConn{},

@@ -53,7 +53,7 @@
 #include <stdint.h>
 
 #define SROCE_CTL_MAGIC   0x4c435253u /* "SRCL" */
-#define SROCE_CTL_VERSION 5 /* 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST; 5: CM_JOIN_MCAST, CM_LEAVE_MCAST */
+#define SROCE_CTL_VERSION 6 /* 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST; 5: CM_JOIN_MCAST, CM_LEAVE_MCAST; 6: XRC (OPEN_XRCD, CLOSE_XRCD, OPEN_QP, CREATE_SRQ of a domain) */
 #define SROCE_CTL_MAX_MSG 8192 /* the largest datagram either way */
 #define SROCE_CTL_MAX_FDS 4
 #define SROCE_CTL_NAME    64   /* device name buffer, NUL-terminated */
@@ -88,11 +88,14 @@ enum sroce_ctl_op {
 	SROCE_OP_DESTROY_QP   = 33,
 	SROCE_OP_ATTACH_MCAST = 34, /* (mcast) */
 	SROCE_OP_DETACH_MCAST = 35, /* (mcast) */
+	SROCE_OP_OPEN_QP      = 36, /* (open_qp) reply as CREATE_QP's: another handle of an XRC_RECV QP */
 
 	SROCE_OP_CREATE_SRQ   = 40, /* reply fds: the SRQ's memfd */
 	SROCE_OP_MODIFY_SRQ   = 41,
 	SROCE_OP_QUERY_SRQ    = 42,
 	SROCE_OP_DESTROY_SRQ  = 43,
+	SROCE_OP_OPEN_XRCD    = 44, /* (open_xrcd), fds: the file naming a shared domain, or none; reply {handle} */
+	SROCE_OP_CLOSE_XRCD   = 45, /* (handle) EBUSY while the connection's XRC SRQs or QPs use it */
 
 	SROCE_OP_CREATE_AH    = 50,
 	SROCE_OP_DESTROY_AH   = 51,
@@ -385,11 +388,11 @@ struct sroce_ctl_qp_cap {
 
 /* CREATE_QP request. */
 struct sroce_ctl_create_qp {
-	uint32_t pd;
+	uint32_t pd;               /* XRC_RECV: the XRC domain's handle */
 	uint32_t send_cq;
 	uint32_t recv_cq;
 	uint32_t srq;              /* 0: none */
-	uint8_t  qp_type;          /* enum ibv_qp_type: 2 RC, 3 UC, 4 UD */
+	uint8_t  qp_type;          /* enum ibv_qp_type: 2 RC, 3 UC, 4 UD, 9 XRC_SEND, 10 XRC_RECV */
 	uint8_t  sq_sig_all;
 	uint16_t reserved0;
 	struct sroce_ctl_qp_cap cap;
@@ -478,6 +481,27 @@ struct sroce_ctl_srq {
 	uint32_t max_wr;
 	uint32_t max_sge;
 	uint32_t srq_limit;
+	uint32_t xrcd;             /* CREATE_SRQ: an XRC SRQ's domain (0: an SRQ of QPs) */
+	uint32_t cq;               /* CREATE_SRQ: an XRC SRQ's CQ */
+	uint32_t reserved;
+};
+
+/* OPEN_QP request (ibv_open_qp): the XRC_RECV QP qpn of the domain xrcd
+ * names, which another process of the domain may have created; the QP
+ * lives until its last handle is destroyed. */
+struct sroce_ctl_open_qp {
+	uint32_t xrcd;
+	uint32_t qpn;
+	uint8_t  qp_type;          /* IBV_QPT_XRC_RECV, the only type opened */
+	uint8_t  reserved[7];
+};
+
+/* OPEN_XRCD request (ibv_open_xrcd): with one fd, the domain shared by
+ * every opener of that file (its inode), created with O_CREAT if none,
+ * EEXIST with O_CREAT|O_EXCL if one exists, ENOENT without O_CREAT if none;
+ * without an fd a domain of its own. */
+struct sroce_ctl_open_xrcd {
+	uint32_t oflags;
 	uint32_t reserved;
 };
 
@@ -487,7 +511,7 @@ struct sroce_ctl_srq_created {
 	uint32_t handle;
 	uint32_t max_wr;
 	uint32_t max_sge;
-	uint32_t reserved;
+	uint32_t srq_num;          /* an XRC SRQ's number (ibv_get_srq_num) */
 	uint64_t ring_offset;
 	uint64_t mem_size;
 };

@@ -203,6 +203,11 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->vctx.alloc_td = sroce_alloc_td;
 	c->vctx.dealloc_td = sroce_dealloc_td;
 	c->vctx.advise_mr = sroce_advise_mr;
+	c->vctx.open_xrcd = (void *)sroce_open_xrcd;
+	c->vctx.close_xrcd = (void *)sroce_close_xrcd;
+	c->vctx.create_srq_ex = (void *)sroce_create_srq_ex;
+	c->vctx.get_srq_num = (void *)sroce_get_srq_num;
+	c->vctx.open_qp = (void *)sroce_open_qp;
 	c->vctx.sz = sizeof(struct verbs_context);
 	return ctx;
 
@@ -341,6 +346,10 @@ int sroce_query_device_ex(struct ibv_context *context,
 		IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
 	ex.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
 		IBV_ODP_SUPPORT_SRQ_RECV;
+	/* The kernel's 64-bit flags: the 32 of device_cap_flags, and
+	 * IB_UVERBS_DEVICE_ATOMIC_WRITE (1 << 40): the engine executes
+	 * IBV_WR_ATOMIC_WRITE (ibv_wr_atomic_write). */
+	ex.device_cap_flags_ex = ex.orig_attr.device_cap_flags | SROCE_DEVICE_ATOMIC_WRITE;
 	memcpy(attr, &ex, attr_size < sizeof(ex) ? attr_size : sizeof(ex));
 	if (attr_size > sizeof(ex))
 		memset((char *)attr + sizeof(ex), 0, attr_size - sizeof(ex));

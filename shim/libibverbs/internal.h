@@ -17,6 +17,10 @@
 #include "sroce_verbs.h"
 
 #define EXPORT __attribute__((visibility("default")))
+
+/* device_cap_flags_ex bit of the kernel's IB_UVERBS_DEVICE_ATOMIC_WRITE (rdma-core 44 has no IBV_ name for it). */
+#define SROCE_DEVICE_ATOMIC_WRITE (1ULL << 40)
+
 /*
  * Exports name as name@@IBVERBS_1.1 beside its name@IBVERBS_1.0
  * compatibility version. SROCE_NO_SYMVER leaves versions out, for test
@@ -141,11 +145,17 @@ struct sroce_qp {
 struct sroce_srq {
 	struct ibv_srq srq;
 	uint32_t max_wr, max_sge;
+	uint32_t srq_num;       /* an XRC SRQ's number */
 	struct sroce_ring_hdr *rq;
 	void *mem;
 	size_t mem_size;
 	pthread_spinlock_t lock;
 	uint32_t async_delivered;
+};
+
+struct sroce_xrcd {
+	struct ibv_xrcd xrcd;
+	uint32_t handle;
 };
 
 struct sroce_ah {
@@ -209,6 +219,11 @@ int sroce_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_w
 int sroce_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int sroce_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 struct ibv_qp *sroce_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
+struct ibv_xrcd *sroce_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_attr *attr);
+int sroce_close_xrcd(struct ibv_xrcd *xrcd);
+struct ibv_srq *sroce_create_srq_ex(struct ibv_context *context, struct ibv_srq_init_attr_ex *attr);
+int sroce_get_srq_num(struct ibv_srq *srq, uint32_t *num);
+struct ibv_qp *sroce_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *attr);
 struct ibv_mw *sroce_alloc_mw(struct ibv_pd *pd, int type);
 int sroce_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
 int sroce_dealloc_mw(struct ibv_mw *mw);

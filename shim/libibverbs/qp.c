@@ -15,6 +15,7 @@
 
 #include "internal.h"
 #include "sroce_conv.h"
+#include "sroce_wr_ops.h"
 
 static int ring_ok(void *mem, uint64_t mem_size, uint64_t off, uint16_t kind, size_t entry)
 {
@@ -70,101 +71,63 @@ int sroce_call_remap(struct sroce_context *c, uint16_t op, const void *req, size
 	return 0;
 }
 
-static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
+/*
+ * qp_call asks the daemon for a QP (CREATE_QP, or OPEN_QP for another
+ * handle of one), maps the memory of the reply and finds its rings (no
+ * receive ring with norq). The QP starts as tmpl with the handle and
+ * number the daemon gave; it is in the context's table when returned. NULL
+ * with errno set on failure, the daemon's QP destroyed.
+ */
+static struct sroce_qp *qp_call(struct sroce_context *c, uint16_t op, const void *req, size_t reqlen, int norq,
+				const struct ibv_qp *tmpl, struct sroce_ctl_qp *reply)
 {
-	struct ibv_context *context = pd->context;
-	struct sroce_context *c = to_sctx(context);
-	struct sroce_ctl_create_qp req = {0};
-	struct sroce_ctl_qp reply;
-	struct sroce_qp *qp;
+	struct sroce_qp *qp = calloc(1, sizeof(*qp));
 	int fd = -1, err;
 
-	if (a->qp_type != IBV_QPT_RC && a->qp_type != IBV_QPT_UC && a->qp_type != IBV_QPT_UD) {
-		/* XRC, raw packet and driver QPs: rxe refuses them the same way. */
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
-	if (!a->send_cq || !a->recv_cq) {
-		errno = EINVAL;
-		return NULL;
-	}
-	req.pd = pd->handle;
-	req.send_cq = a->send_cq->handle;
-	req.recv_cq = a->recv_cq->handle;
-	req.srq = a->srq ? a->srq->handle : 0;
-	req.qp_type = (uint8_t)a->qp_type;
-	req.sq_sig_all = a->sq_sig_all ? 1 : 0;
-	req.cap.max_send_wr = a->cap.max_send_wr;
-	req.cap.max_recv_wr = a->srq ? 0 : a->cap.max_recv_wr;
-	req.cap.max_send_sge = a->cap.max_send_sge;
-	req.cap.max_recv_sge = a->srq ? 0 : a->cap.max_recv_sge;
-	req.cap.max_inline_data = a->cap.max_inline_data;
-	qp = calloc(1, sizeof(*qp));
 	if (!qp) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	err = sroce_call(c, SROCE_OP_CREATE_QP, &req, sizeof(req), NULL, 0, &reply, sizeof(reply),
-			 &fd, 1);
+	err = sroce_call(c, op, req, reqlen, NULL, 0, reply, sizeof(*reply), &fd, 1);
 	if (err) {
 		free(qp);
 		errno = err;
 		return NULL;
 	}
-	qp->mem = mmap(NULL, reply.mem_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	qp->mem = mmap(NULL, reply->mem_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
 	if (qp->mem == MAP_FAILED) {
 		err = errno;
 		goto fail;
 	}
-	qp->mem_size = reply.mem_size;
-	if (!ring_ok(qp->mem, reply.mem_size, reply.sq_offset, SROCE_RING_SEND,
+	qp->mem_size = reply->mem_size;
+	if (!ring_ok(qp->mem, reply->mem_size, reply->sq_offset, SROCE_RING_SEND,
 		     sizeof(struct sroce_send_wqe)) ||
-	    (!a->srq && !ring_ok(qp->mem, reply.mem_size, reply.rq_offset, SROCE_RING_RECV,
-				 sizeof(struct sroce_recv_wqe)))) {
+	    (!norq && !ring_ok(qp->mem, reply->mem_size, reply->rq_offset, SROCE_RING_RECV,
+			       sizeof(struct sroce_recv_wqe)))) {
 		err = EPROTO;
 		goto fail;
 	}
 	qp->ctl = qp->mem;
-	qp->sq = (struct sroce_ring_hdr *)((char *)qp->mem + reply.sq_offset);
-	qp->rq = a->srq ? NULL : (struct sroce_ring_hdr *)((char *)qp->mem + reply.rq_offset);
-	qp->cap = reply.cap;
-	qp->sq_sig_all = a->sq_sig_all;
+	qp->sq = (struct sroce_ring_hdr *)((char *)qp->mem + reply->sq_offset);
+	qp->rq = norq ? NULL : (struct sroce_ring_hdr *)((char *)qp->mem + reply->rq_offset);
+	qp->cap = reply->cap;
 	pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
 	pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
-	qp->qp.context = context;
-	qp->qp.qp_context = a->qp_context;
-	qp->qp.pd = pd;
-	qp->qp.send_cq = a->send_cq;
-	qp->qp.recv_cq = a->recv_cq;
-	qp->qp.srq = a->srq;
-	qp->qp.handle = reply.handle;
-	qp->qp.qp_num = reply.qpn;
-	qp->qp.state = IBV_QPS_RESET;
-	qp->qp.qp_type = a->qp_type;
+	qp->qp = *tmpl;
+	qp->qp.handle = reply->handle;
+	qp->qp.qp_num = reply->qpn;
 	pthread_mutex_init(&qp->qp.mutex, NULL);
 	pthread_cond_init(&qp->qp.cond, NULL);
-	err = sroce_table_put(c, &c->qps, reply.handle, qp);
+	err = sroce_table_put(c, &c->qps, reply->handle, qp);
 	if (err)
 		goto fail;
-	/* What the QP got, as rdma-core reports it back. */
-	a->cap.max_send_wr = reply.cap.max_send_wr;
-	a->cap.max_send_sge = reply.cap.max_send_sge;
-	a->cap.max_inline_data = reply.cap.max_inline_data;
-	if (!a->srq) {
-		a->cap.max_recv_wr = reply.cap.max_recv_wr;
-		a->cap.max_recv_sge = reply.cap.max_recv_sge;
-	}
-	if (to_spd(pd)->parent) { /* a QP holds the parent domain it was made in */
-		qp->pd = to_spd(pd);
-		__atomic_add_fetch(&qp->pd->refs, 1, __ATOMIC_RELAXED);
-	}
-	return &qp->qp;
+	return qp;
 fail:
 	if (qp->mem && qp->mem != MAP_FAILED)
-		munmap(qp->mem, reply.mem_size);
+		munmap(qp->mem, reply->mem_size);
 	{
-		struct sroce_ctl_handle h = {.handle = reply.handle};
+		struct sroce_ctl_handle h = {.handle = reply->handle};
 		sroce_call(c, SROCE_OP_DESTROY_QP, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
 	}
 	free(qp);
@@ -172,17 +135,125 @@ fail:
 	return NULL;
 }
 
-EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+/*
+ * create_qp: RC, UC and UD QPs of pd, an XRC_SEND QP of pd (no receive CQ
+ * needed), or an XRC_RECV QP of domain xrcd (no PD, CQs or SRQ: its
+ * messages go to the XRC SRQs they name).
+ */
+static struct ibv_qp *create_qp(struct ibv_context *context, struct ibv_pd *pd,
+				struct ibv_qp_init_attr *a, struct ibv_xrcd *xrcd)
 {
-	return create_qp(pd, attr);
+	struct sroce_context *c = to_sctx(context);
+	struct sroce_ctl_create_qp req = {0};
+	struct sroce_ctl_qp reply;
+	struct sroce_qp *qp;
+	int xrc = a->qp_type == IBV_QPT_XRC_SEND || a->qp_type == IBV_QPT_XRC_RECV;
+	int norq = a->srq || xrc; /* no receive ring of its own */
+
+	switch (a->qp_type) {
+	case IBV_QPT_RC:
+	case IBV_QPT_UC:
+	case IBV_QPT_UD:
+		if (!pd || !a->send_cq || !a->recv_cq) {
+			errno = EINVAL;
+			return NULL;
+		}
+		break;
+	case IBV_QPT_XRC_SEND:
+		if (!pd || !a->send_cq || a->srq) {
+			errno = EINVAL;
+			return NULL;
+		}
+		break;
+	case IBV_QPT_XRC_RECV:
+		if (!xrcd || a->srq) {
+			errno = EINVAL;
+			return NULL;
+		}
+		break;
+	default:
+		/* Raw packet and driver QPs: rxe refuses them the same way. */
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (a->qp_type == IBV_QPT_XRC_RECV) {
+		req.pd = container_of(xrcd, struct sroce_xrcd, xrcd)->handle;
+	} else {
+		req.pd = pd->handle;
+		req.send_cq = a->send_cq->handle;
+		req.recv_cq = a->recv_cq ? a->recv_cq->handle : 0;
+	}
+	req.srq = a->srq ? a->srq->handle : 0;
+	req.qp_type = (uint8_t)a->qp_type;
+	req.sq_sig_all = a->sq_sig_all ? 1 : 0;
+	req.cap.max_send_wr = a->cap.max_send_wr;
+	req.cap.max_recv_wr = norq ? 0 : a->cap.max_recv_wr;
+	req.cap.max_send_sge = a->cap.max_send_sge;
+	req.cap.max_recv_sge = norq ? 0 : a->cap.max_recv_sge;
+	req.cap.max_inline_data = a->cap.max_inline_data;
+	struct ibv_qp t = {.context = context, .qp_context = a->qp_context, .pd = pd, .send_cq = a->send_cq,
+			   .recv_cq = a->recv_cq, .srq = a->srq, .state = IBV_QPS_RESET, .qp_type = a->qp_type};
+	qp = qp_call(c, SROCE_OP_CREATE_QP, &req, sizeof(req), norq, &t, &reply);
+	if (!qp)
+		return NULL;
+	qp->sq_sig_all = a->sq_sig_all;
+	if (pd && to_spd(pd)->parent) { /* a QP holds the parent domain it was made in */
+		qp->pd = to_spd(pd);
+		__atomic_add_fetch(&qp->pd->refs, 1, __ATOMIC_RELAXED);
+	}
+	/* What the QP got, as rdma-core reports it back. */
+	a->cap.max_send_wr = reply.cap.max_send_wr;
+	a->cap.max_send_sge = reply.cap.max_send_sge;
+	a->cap.max_inline_data = reply.cap.max_inline_data;
+	if (!norq) {
+		a->cap.max_recv_wr = reply.cap.max_recv_wr;
+		a->cap.max_recv_sge = reply.cap.max_recv_sge;
+	}
+	return &qp->qp;
 }
 
-/* The opcodes of the ibv_wr_* API the library builds (rxe's, without TSO and ATOMIC_WRITE). */
-#define SROCE_SEND_OPS                                                                       \
-	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND | \
-	 IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |                             \
-	 IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |             \
-	 IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV)
+/*
+ * ibv_open_qp: another handle of an XRC_RECV QP of a domain this process
+ * has open, which another process may have created; the QP lives until
+ * its last handle is destroyed (ibv_destroy_qp of this one).
+ */
+struct ibv_qp *sroce_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *a)
+{
+	struct sroce_context *c = to_sctx(context);
+	uint32_t need = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+	struct sroce_ctl_open_qp req = {0};
+	struct sroce_ctl_qp reply;
+	struct sroce_qp *qp;
+
+	if (a->comp_mask & ~(uint32_t)(need | IBV_QP_OPEN_ATTR_CONTEXT)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if ((a->comp_mask & need) != need || !a->xrcd || a->xrcd->context != context ||
+	    a->qp_type != IBV_QPT_XRC_RECV) {
+		errno = EINVAL;
+		return NULL;
+	}
+	req.xrcd = container_of(a->xrcd, struct sroce_xrcd, xrcd)->handle;
+	req.qpn = a->qp_num;
+	req.qp_type = IBV_QPT_XRC_RECV;
+	struct ibv_qp t = {.context = context, .qp_type = IBV_QPT_XRC_RECV,
+			   .qp_context = (a->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? a->qp_context : NULL};
+	qp = qp_call(c, SROCE_OP_OPEN_QP, &req, sizeof(req), 1, &t, &reply);
+	if (!qp)
+		return NULL;
+	qp->qp.state = (int)qp->ctl->state;
+	return &qp->qp;
+}
+
+EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	if (attr->qp_type == IBV_QPT_XRC_RECV) {
+		errno = EINVAL; /* needs its domain: ibv_create_qp_ex */
+		return NULL;
+	}
+	return create_qp(pd->context, pd, attr, NULL);
+}
 
 static void set_wr_ops(struct ibv_qp_ex *x);
 
@@ -194,9 +265,17 @@ static void set_wr_ops(struct ibv_qp_ex *x);
 struct ibv_qp *sroce_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *a)
 {
 	struct ibv_qp_init_attr ia;
-	uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+	struct ibv_xrcd *xrcd = NULL;
+	uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
 			 IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || a->pd->context != context) {
+	if (a->qp_type == IBV_QPT_XRC_RECV) {
+		/* A target: its domain instead of a PD. */
+		xrcd = a->xrcd;
+		if (!(a->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !xrcd || xrcd->context != context) {
+			errno = EINVAL;
+			return NULL;
+		}
+	} else if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || a->pd->context != context) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -214,7 +293,7 @@ struct ibv_qp *sroce_create_qp_ex(struct ibv_context *context, struct ibv_qp_ini
 		return NULL;
 	}
 	memcpy(&ia, a, sizeof(ia));
-	struct ibv_qp *qp = create_qp(a->pd, &ia);
+	struct ibv_qp *qp = create_qp(context, xrcd ? NULL : a->pd, &ia, xrcd);
 	if (!qp)
 		return NULL;
 	a->cap = ia.cap;
@@ -364,55 +443,50 @@ static int fill_send(struct sroce_qp *qp, struct sroce_ring_hdr *r, struct sroce
 		return EINVAL;
 	memset(w, 0, sizeof(*w));
 	w->wr_id = wr->wr_id;
+	/* The opcode's row of the table (sroce_wr_ops.h, generated from the engine's). */
+	const struct sroce_wr_op *op = sroce_wr_op(wr->opcode);
+	if (!op || !(op->qp_types & (1u << qp->qp.qp_type)))
+		return EINVAL; /* TSO, driver opcodes, an opcode of another QP type: as rxe */
 	w->opcode = (uint8_t)wr->opcode;
 	w->send_flags = wr->send_flags;
 	if (qp->sq_sig_all)
 		w->send_flags |= IBV_SEND_SIGNALED;
-	switch (wr->opcode) {
-	case IBV_WR_RDMA_WRITE_WITH_IMM:
-	case IBV_WR_SEND_WITH_IMM:
+	if (op->flags & SROCE_WR_IMM)
 		w->imm = ntohl(wr->imm_data);
-		break;
-	case IBV_WR_SEND_WITH_INV:
-	case IBV_WR_LOCAL_INV:
+	if (op->flags & SROCE_WR_INV)
 		w->invalidate_rkey = wr->invalidate_rkey;
-		break;
-	case IBV_WR_RDMA_WRITE:
-	case IBV_WR_SEND:
-	case IBV_WR_RDMA_READ:
-	case IBV_WR_ATOMIC_CMP_AND_SWP:
-	case IBV_WR_ATOMIC_FETCH_AND_ADD:
-	case IBV_WR_BIND_MW:
-		break;
-	default:
-		return EINVAL; /* TSO, driver opcodes, ATOMIC_WRITE: as rxe */
-	}
-	switch (wr->opcode) {
-	case IBV_WR_RDMA_WRITE:
-	case IBV_WR_RDMA_WRITE_WITH_IMM:
-	case IBV_WR_RDMA_READ:
+	switch (op->cls) {
+	case SROCE_WR_CLASS_WRITE:
+	case SROCE_WR_CLASS_READ:
+	case SROCE_WR_CLASS_ATOMIC_WRITE:
 		w->remote_addr = wr->wr.rdma.remote_addr;
 		w->rkey = wr->wr.rdma.rkey;
 		break;
-	case IBV_WR_ATOMIC_CMP_AND_SWP:
-	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+	case SROCE_WR_CLASS_ATOMIC:
 		w->remote_addr = wr->wr.atomic.remote_addr;
 		w->rkey = wr->wr.atomic.rkey;
 		w->compare_add = wr->wr.atomic.compare_add;
 		w->swap = wr->wr.atomic.swap;
 		break;
-	case IBV_WR_BIND_MW:
-		/* rkey: the window's new rkey; invalidate_rkey: its current one. */
-		w->rkey = wr->bind_mw.rkey;
-		w->invalidate_rkey = wr->bind_mw.mw ? wr->bind_mw.mw->rkey : 0;
-		w->bind_addr = wr->bind_mw.bind_info.addr;
-		w->bind_length = wr->bind_mw.bind_info.length;
-		w->bind_lkey = wr->bind_mw.bind_info.mr ? wr->bind_mw.bind_info.mr->lkey : 0;
-		w->bind_access = wr->bind_mw.bind_info.mw_access_flags;
+	case SROCE_WR_CLASS_LOCAL:
+		/* A local operation's operands are its own (the engine's localOp). */
+		if (wr->opcode == IBV_WR_LOCAL_INV) {
+			w->invalidate_rkey = wr->invalidate_rkey;
+		} else if (wr->opcode == IBV_WR_BIND_MW) {
+			/* rkey: the window's new rkey; invalidate_rkey: its current one. */
+			w->rkey = wr->bind_mw.rkey;
+			w->invalidate_rkey = wr->bind_mw.mw ? wr->bind_mw.mw->rkey : 0;
+			w->bind_addr = wr->bind_mw.bind_info.addr;
+			w->bind_length = wr->bind_mw.bind_info.length;
+			w->bind_lkey = wr->bind_mw.bind_info.mr ? wr->bind_mw.bind_info.mr->lkey : 0;
+			w->bind_access = wr->bind_mw.bind_info.mw_access_flags;
+		}
 		break;
 	default:
 		break;
 	}
+	if (qp->qp.qp_type == IBV_QPT_XRC_SEND)
+		w->ud.remote_qpn = wr->qp_type.xrc.remote_srqn; /* the ring's remote queue number */
 	if (qp->qp.qp_type == IBV_QPT_UD) {
 		if (!wr->wr.ud.ah)
 			return EINVAL;
@@ -428,14 +502,13 @@ static int fill_send(struct sroce_qp *qp, struct sroce_ring_hdr *r, struct sroce
 		w->ud.port_num = ah->attr.port_num;
 		memcpy(w->ud.dmac, ah->attr.dmac, 6);
 	}
-	if ((wr->send_flags & IBV_SEND_INLINE) &&
-	    (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_IMM ||
-	     wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM ||
-	     wr->opcode == IBV_WR_SEND_WITH_INV)) {
+	if ((wr->send_flags & IBV_SEND_INLINE) && (op->flags & SROCE_WR_INLINE)) {
 		uint8_t *dst = SROCE_SLOT_TAIL(w);
 		for (int i = 0; i < wr->num_sge; i++)
 			total += wr->sg_list[i].length;
-		if (total > qp->cap.max_inline_data || total > room || total > 0xffff)
+		/* An 8-byte operand fits the WQE whatever max_inline_data (as the engine's check). */
+		if ((total > qp->cap.max_inline_data && op->payload != SROCE_WR_PAYLOAD_ATOMIC8) ||
+		    total > room || total > 0xffff)
 			return EINVAL;
 		for (int i = 0; i < wr->num_sge; i++) {
 			memcpy(dst, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
@@ -459,8 +532,7 @@ static int fill_send(struct sroce_qp *qp, struct sroce_ring_hdr *r, struct sroce
 	if (total > 0xffffffffu)
 		return EINVAL;
 	/* An atomic takes one 8-byte buffer and an aligned remote address (rxe checks the same). */
-	if ((wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) &&
-	    (total != 8 || (wr->wr.atomic.remote_addr & 7)))
+	if (op->payload == SROCE_WR_PAYLOAD_ATOMIC8 && (total != 8 || (w->remote_addr & 7)))
 		return EINVAL;
 	w->length = (uint32_t)total;
 	return 0;
@@ -628,6 +700,26 @@ static void xwr_atomic_fetch_add(struct ibv_qp_ex *x, uint32_t rkey, uint64_t ad
 	}
 }
 
+/* ibv_wr_atomic_write: the 8 bytes travel inline in the WQE, as rxe's WQE holds them. */
+static void xwr_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, const void *v)
+{
+	struct sroce_qp *qp = to_xqp(x);
+	struct sroce_send_wqe *w = xwr_next(x, IBV_WR_ATOMIC_WRITE, IBV_QP_EX_WITH_ATOMIC_WRITE);
+	if (!w)
+		return;
+	if (qp->sq->stride - sizeof(*w) < 8 || (addr & 7)) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	w->rkey = rkey;
+	w->remote_addr = addr;
+	memcpy(SROCE_SLOT_TAIL(w), v, 8);
+	w->inline_len = 8;
+	w->length = 8;
+	w->num_sge = 0;
+	w->send_flags |= IBV_SEND_INLINE;
+}
+
 static void xwr_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey,
 			const struct ibv_mw_bind_info *b)
 {
@@ -658,18 +750,17 @@ static void xwr_send_tso(struct ibv_qp_ex *x, void *hdr, uint16_t hdr_sz, uint16
 	xwr_unsupported(x);
 }
 
-static void xwr_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, const void *data)
-{
-	(void)rkey;
-	(void)addr;
-	(void)data;
-	xwr_unsupported(x);
-}
-
 static void xwr_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t srqn)
 {
-	(void)srqn;
-	xwr_unsupported(x);
+	struct sroce_qp *qp = to_xqp(x);
+	struct sroce_send_wqe *w = qp->wr_cur;
+	if (!w)
+		return;
+	if (qp->qp.qp_type != IBV_QPT_XRC_SEND) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	w->ud.remote_qpn = srqn;
 }
 
 static void xwr_set_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ibah, uint32_t qpn, uint32_t qkey)
@@ -721,7 +812,8 @@ static void xwr_set_sge_list(struct ibv_qp_ex *x, size_t n, const struct ibv_sge
 	w->inline_len = 0;
 	w->send_flags &= ~(uint32_t)IBV_SEND_INLINE;
 	/* An atomic's length is its operand's, whatever the SGE says. */
-	if (w->opcode != IBV_WR_ATOMIC_CMP_AND_SWP && w->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD)
+	const struct sroce_wr_op *op = sroce_wr_op(w->opcode);
+	if (!op || op->payload != SROCE_WR_PAYLOAD_ATOMIC8)
 		w->length = (uint32_t)total;
 }
 
@@ -881,13 +973,17 @@ static void srq_use(struct sroce_srq *srq, const struct sroce_ctl_srq_created *r
 	srq->max_sge = reply->max_sge;
 }
 
-EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
+/* create_srq: an SRQ of pd; of domain xrcd with completion queue cq for an XRC SRQ. */
+static struct ibv_srq *create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a, struct ibv_xrcd *xrcd,
+				  struct ibv_cq *cq)
 {
 	struct sroce_context *c = to_sctx(pd->context);
 	struct sroce_ctl_srq req = {.pd_or_handle = pd->handle,
 				    .max_wr = a->attr.max_wr,
 				    .max_sge = a->attr.max_sge,
-				    .srq_limit = a->attr.srq_limit};
+				    .srq_limit = a->attr.srq_limit,
+				    .xrcd = xrcd ? container_of(xrcd, struct sroce_xrcd, xrcd)->handle : 0,
+				    .cq = cq ? cq->handle : 0};
 	struct sroce_ctl_srq_created reply;
 	struct sroce_srq *srq;
 	int fd = -1, err;
@@ -909,6 +1005,7 @@ EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_att
 	if (err)
 		goto fail;
 	srq_use(srq, &reply);
+	srq->srq_num = reply.srq_num;
 	pthread_spin_init(&srq->lock, PTHREAD_PROCESS_PRIVATE);
 	srq->srq.context = pd->context;
 	srq->srq.srq_context = a->srq_context;
@@ -932,6 +1029,104 @@ fail:
 	free(srq);
 	errno = err;
 	return NULL;
+}
+
+EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
+{
+	return create_srq(pd, a, NULL, NULL);
+}
+
+/*
+ * ibv_create_srq_ex: a basic SRQ of a PD, or an XRC SRQ (IBV_SRQT_XRC)
+ * with its PD, domain and CQ; tag matching is not offered.
+ */
+struct ibv_srq *sroce_create_srq_ex(struct ibv_context *context, struct ibv_srq_init_attr_ex *a)
+{
+	uint32_t known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
+			 IBV_SRQ_INIT_ATTR_CQ;
+	int type = (a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? (int)a->srq_type : IBV_SRQT_BASIC;
+	struct ibv_srq_init_attr ia = {.srq_context = a->srq_context, .attr = a->attr};
+	struct ibv_srq *srq;
+
+	if (a->comp_mask & ~known || (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!(a->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !a->pd || a->pd->context != context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (type == IBV_SRQT_XRC &&
+	    (!(a->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !(a->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || !a->xrcd ||
+	     !a->cq || a->xrcd->context != context || a->cq->context != context)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (type == IBV_SRQT_XRC)
+		srq = create_srq(a->pd, &ia, a->xrcd, a->cq);
+	else
+		srq = create_srq(a->pd, &ia, NULL, NULL);
+	if (srq)
+		a->attr = ia.attr;
+	return srq;
+}
+
+int sroce_get_srq_num(struct ibv_srq *ibsrq, uint32_t *num)
+{
+	struct sroce_srq *srq = container_of(ibsrq, struct sroce_srq, srq);
+	if (!srq->srq_num)
+		return EINVAL; /* not an XRC SRQ */
+	*num = srq->srq_num;
+	return 0;
+}
+
+/* ibv_open_xrcd: the domain of the file attr->fd names (shared by every
+ * process that opens that file), or a new domain of its own with fd -1. */
+struct ibv_xrcd *sroce_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_attr *a)
+{
+	struct sroce_context *c = to_sctx(context);
+	struct sroce_ctl_open_xrcd req = {0};
+	struct sroce_ctl_handle reply;
+	struct sroce_xrcd *x;
+	int fd = -1, err;
+
+	if (a->comp_mask & ~(uint32_t)(IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!(a->comp_mask & IBV_XRCD_INIT_ATTR_FD) || !(a->comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	fd = a->fd;
+	req.oflags = (uint32_t)a->oflags;
+	x = calloc(1, sizeof(*x));
+	if (!x) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	err = sroce_call(c, SROCE_OP_OPEN_XRCD, &req, sizeof(req), fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0,
+			 &reply, sizeof(reply), NULL, 0);
+	if (err) {
+		free(x);
+		errno = err;
+		return NULL;
+	}
+	x->xrcd.context = context;
+	x->handle = reply.handle;
+	return &x->xrcd;
+}
+
+int sroce_close_xrcd(struct ibv_xrcd *xrcd)
+{
+	struct sroce_xrcd *x = container_of(xrcd, struct sroce_xrcd, xrcd);
+	struct sroce_ctl_handle h = {.handle = x->handle};
+	int err = sroce_call(to_sctx(xrcd->context), SROCE_OP_CLOSE_XRCD, &h, sizeof(h), NULL, 0, NULL, 0,
+			     NULL, 0);
+	if (err)
+		return err;
+	free(x);
+	return 0;
 }
 
 /*

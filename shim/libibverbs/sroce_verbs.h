@@ -467,6 +467,53 @@ struct ibv_srq_attr {
 	uint32_t srq_limit;
 };
 
+enum ibv_xrcd_init_attr_mask {
+	IBV_XRCD_INIT_ATTR_FD = 1 << 0,
+	IBV_XRCD_INIT_ATTR_OFLAGS = 1 << 1,
+	IBV_XRCD_INIT_ATTR_RESERVED = 1 << 2,
+};
+
+struct ibv_xrcd_init_attr {
+	uint32_t comp_mask;
+	int fd;
+	int oflags;
+};
+
+struct ibv_xrcd {
+	struct ibv_context *context;
+};
+
+enum ibv_srq_type {
+	IBV_SRQT_BASIC,
+	IBV_SRQT_XRC,
+	IBV_SRQT_TM,
+};
+
+enum ibv_srq_init_attr_mask {
+	IBV_SRQ_INIT_ATTR_TYPE = 1 << 0,
+	IBV_SRQ_INIT_ATTR_PD = 1 << 1,
+	IBV_SRQ_INIT_ATTR_XRCD = 1 << 2,
+	IBV_SRQ_INIT_ATTR_CQ = 1 << 3,
+	IBV_SRQ_INIT_ATTR_TM = 1 << 4,
+	IBV_SRQ_INIT_ATTR_RESERVED = 1 << 5,
+};
+
+struct ibv_tm_cap {
+	uint32_t max_num_tags;
+	uint32_t max_ops;
+};
+
+struct ibv_srq_init_attr_ex {
+	void *srq_context;
+	struct ibv_srq_attr attr;
+	uint32_t comp_mask;
+	enum ibv_srq_type srq_type;
+	struct ibv_pd *pd;
+	struct ibv_xrcd *xrcd;
+	struct ibv_cq *cq;
+	struct ibv_tm_cap tm_cap;
+};
+
 struct ibv_srq_init_attr {
 	void *srq_context;
 	struct ibv_srq_attr attr;
@@ -480,6 +527,24 @@ enum ibv_qp_type {
 	IBV_QPT_XRC_SEND = 9,
 	IBV_QPT_XRC_RECV,
 	IBV_QPT_DRIVER = 0xff,
+};
+
+enum ibv_qp_open_attr_mask {
+	IBV_QP_OPEN_ATTR_NUM = 1 << 0,
+	IBV_QP_OPEN_ATTR_XRCD = 1 << 1,
+	IBV_QP_OPEN_ATTR_CONTEXT = 1 << 2,
+	IBV_QP_OPEN_ATTR_TYPE = 1 << 3,
+	IBV_QP_OPEN_ATTR_RESERVED = 1 << 4,
+};
+
+struct ibv_xrcd;
+
+struct ibv_qp_open_attr {
+	uint32_t comp_mask;
+	uint32_t qp_num;
+	struct ibv_xrcd *xrcd;
+	void *qp_context;
+	enum ibv_qp_type qp_type;
 };
 
 struct ibv_qp_cap {
