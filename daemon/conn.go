@@ -1112,6 +1112,7 @@ func (c *conn) resizeCQ(b []byte) ([]byte, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	c.settleSends(in.Handle)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o, ok := c.cqs[in.Handle]
@@ -1137,6 +1138,39 @@ func (c *conn) resizeCQ(b []byte) ([]byte, []int, error) {
 	c.release(o.cost)
 	o.mem, o.ctl, o.cost = mem, cm.ctl, k
 	return cqReply(in.Handle, in.CQE, mem, fd)
+}
+
+// settleSends makes the completions of work the client posted before a
+// resize of CQ h be in the CQ when its size is checked, as the kernel's
+// providers complete a datagram send before ibv_post_send returns: the
+// rings are passed to the engine, and the UD and UC sends completed on h
+// are waited for (they complete once sent, with no answer to wait for)
+// up to 100 ms. RC completions wait for their acknowledgements and are
+// counted as they are.
+func (c *conn) settleSends(h uint32) {
+	if c.br == nil {
+		return
+	}
+	if _, err := c.br.pass(); err != nil {
+		return // the bridge disconnects the client on its next pass
+	}
+	deadline := time.Now().Add(100 * time.Millisecond)
+	for {
+		busy := false
+		c.mu.Lock()
+		for _, o := range c.qps {
+			if o.cqs[0] == h && (o.typ == verbs.QPTypeUD || o.typ == verbs.QPTypeUC) && o.qp.SendQueueLen() != 0 {
+				busy = true
+				break
+			}
+		}
+		c.mu.Unlock()
+		if !busy || time.Now().After(deadline) {
+			return
+		}
+		c.dev.dev.Device().Flush()
+		time.Sleep(50 * time.Microsecond)
+	}
 }
 
 func (c *conn) destroyCQ(b []byte) ([]byte, []int, error) {

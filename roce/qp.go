@@ -221,6 +221,10 @@ func (q *QP) PD() *PD { return q.pd }
 // Type returns the transport service.
 func (q *QP) Type() verbs.QPType { return q.qp.Type() }
 
+// SendQueueLen returns the number of send requests posted and not yet
+// completed.
+func (q *QP) SendQueueLen() uint32 { return q.qp.SendQueueLen() }
+
 // State returns the current state; the answer may be stale.
 func (q *QP) State() verbs.QPState { return q.qp.State() }
 

@@ -220,8 +220,8 @@ func TestRealProgramsOnTheDaemon(t *testing.T) {
 		if err != nil {
 			t.Fatalf("verbs_test: %v", err)
 		}
-		if n := strings.Count(o, "ok "); n != 16 {
-			t.Fatalf("%d checks passed, want 16", n)
+		if n := strings.Count(o, "ok "); n != 17 {
+			t.Fatalf("%d checks passed, want 17", n)
 		}
 	})
 	t.Run("pyverbs", func(t *testing.T) {

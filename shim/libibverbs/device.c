@@ -346,6 +346,7 @@ int sroce_query_device_ex(struct ibv_context *context,
 		IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
 	ex.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
 		IBV_ODP_SUPPORT_SRQ_RECV;
+	ex.xrc_odp_caps = ex.odp_caps.per_transport_caps.rc_odp_caps;
 	/* The kernel's 64-bit flags: the 32 of device_cap_flags, and
 	 * IB_UVERBS_DEVICE_ATOMIC_WRITE (1 << 40): the engine executes
 	 * IBV_WR_ATOMIC_WRITE (ibv_wr_atomic_write). */

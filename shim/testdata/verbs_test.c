@@ -558,6 +558,50 @@ int main(int argc, char **argv)
 		printf("ok parent and thread domains\n");
 	}
 
+	/* ibv_resize_cq counts the completions of the datagram sends posted
+	 * just before it (a kernel provider completes them within
+	 * ibv_post_send): shrinking the CQ below them is EINVAL. */
+	{
+		struct ibv_cq *rcq = ibv_create_cq(ctx, 128, NULL, NULL, 0);
+		CHECK(rcq, "ibv_create_cq");
+		struct ibv_qp_init_attr ua = {.send_cq = rcq, .recv_cq = rcq, .qp_type = IBV_QPT_UD,
+					      .cap = {.max_send_wr = 64, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+		struct ibv_qp *uq = ibv_create_qp(pd, &ua);
+		CHECK(uq, "ibv_create_qp UD");
+		struct ibv_qp_attr qa = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11111111};
+		CHECK(!ibv_modify_qp(uq, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), "UD to INIT");
+		qa.qp_state = IBV_QPS_RTR;
+		CHECK(!ibv_modify_qp(uq, &qa, IBV_QP_STATE), "UD to RTR");
+		qa.qp_state = IBV_QPS_RTS;
+		CHECK(!ibv_modify_qp(uq, &qa, IBV_QP_STATE | IBV_QP_SQ_PSN), "UD to RTS");
+		struct ibv_ah_attr aa = {.is_global = 1, .port_num = 1, .grh = {.dgid = gid, .sgid_index = (uint8_t)gid_idx, .hop_limit = 64}};
+		struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+		CHECK(ah, "ibv_create_ah");
+		struct ibv_sge sge = {.addr = (uintptr_t)a_buf, .length = 16, .lkey = a_mr->lkey};
+		for (int i = 0; i < 64; i++) {
+			struct ibv_send_wr wr = {.wr_id = (uint64_t)i, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+						 .send_flags = IBV_SEND_SIGNALED}, *bad;
+			wr.wr.ud.ah = ah;
+			wr.wr.ud.remote_qpn = uq->qp_num;
+			wr.wr.ud.remote_qkey = 0x11111111;
+			CHECK(!ibv_post_send(uq, &wr, &bad), "ibv_post_send UD %d", i);
+		}
+		CHECK(ibv_resize_cq(rcq, 1) == EINVAL, "a CQ with 64 sends' completions was resized to 1");
+		struct ibv_wc wc[64];
+		int got = 0;
+		double t0 = now();
+		while (got < 64 && now() - t0 < 10) {
+			int n = ibv_poll_cq(rcq, 64 - got, wc + got);
+			CHECK(n >= 0, "ibv_poll_cq");
+			got += n;
+		}
+		CHECK(got == 64, "%d of 64 UD sends completed in 10 s", got);
+		for (int i = 0; i < 64; i++)
+			CHECK(wc[i].status == IBV_WC_SUCCESS, "UD send %d: %s", i, ibv_wc_status_str(wc[i].status));
+		CHECK(!ibv_destroy_ah(ah) && !ibv_destroy_qp(uq) && !ibv_destroy_cq(rcq), "destroying the UD QP");
+		printf("ok resize counts the sends just posted\n");
+	}
+
 	CHECK(!ibv_destroy_qp(a_qp) && !ibv_destroy_qp(b_qp), "ibv_destroy_qp");
 	CHECK(!ibv_destroy_cq(a_cq) && !ibv_destroy_cq(b_cq), "ibv_destroy_cq");
 	CHECK(!ibv_destroy_comp_channel(ch), "ibv_destroy_comp_channel");
