@@ -187,8 +187,17 @@ func (id *ID) bindLocked(a netip.AddrPort) error {
 	ix := 0
 	if !addr.IsUnspecified() {
 		var ok bool
+		// A loopback address no device holds binds with no device, as
+		// a wildcard does but for loopback peers only: the kernel's
+		// rdma_cm binds 127.0.0.1 (rping listens there on rxe), and
+		// libfabric's verbs provider, which binds "localhost" first
+		// when given no address, then takes the devices' own
+		// addresses only for an ID with no device (vrb_fill_addr); an
+		// ID attached to a device would advertise 127.0.0.1 to its
+		// peers. Resolving from it picks the device as
+		// cma_resolve_loopback does.
 		if ag, ix, ok = id.c.agentFor(addr); !ok && addr.IsLoopback() && !id.c.onLoopbackNet() {
-			ag, ix, ok = id.c.loopbackAgent()
+			ok = len(id.c.agents) > 0
 		}
 		if !ok {
 			return fmt.Errorf("rdmacm: bind to %v: %w", addr, ErrNoDevice)
@@ -259,8 +268,8 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 	return nil
 }
 
-// loopbackAgent is the device an ID bound or resolved to a loopback
-// address uses, as the kernel's cma_bind_loopback picks it: the first
+// loopbackAgent is the device an ID resolved to a loopback address
+// uses, as the kernel's cma_bind_loopback picks it: the first
 // device, GID index 0 (CM.mu held). ok false when the CM has no device.
 func (c *CM) loopbackAgent() (*agent, int, bool) {
 	if len(c.agents) == 0 {

@@ -12,8 +12,8 @@ import (
 
 // TestBindLoopbackAndWildcard binds IDs as the kernel's rdma_cm lets a
 // program on a RoCE device: to the wildcard addresses of both families,
-// and to loopback addresses no device holds, which attach the ID to the
-// first device (cma_bind_loopback); resolving a loopback or wildcard
+// and to loopback addresses no device holds, which bind with no device
+// (libfabric's verbs provider relies on it); resolving a loopback or wildcard
 // destination resolves to that device's own GID, the source the loopback
 // address (cma_resolve_loopback).
 func TestBindLoopbackAndWildcard(t *testing.T) {
