@@ -5,12 +5,21 @@ package netns
 // unmodified, through `sroce run` on two sroce daemons in two namespaces
 // over AF_XDP, and on one daemon (loopback).
 //
-// Both need FI_UNIVERSE_SIZE: ofi_rxm (the RDM endpoint over verbs MSG
-// endpoints) sizes its completion queue for as many peers as the universe
-// has, (128 sends + 128 or 4096 receives) x 1024 by default, which is more
-// than the 32767 CQEs rdma_rxe (RXE_MAX_LOG_CQE 15) and sroce offer, and
-// ibv_create_cq refuses it there as here. A universe of 16 processes
-// asks for 4096.
+// Both run with two libfabric settings, for ofi_rxm (the RDM endpoint
+// over verbs MSG endpoints), as they would on rdma_rxe:
+//   - FI_UNIVERSE_SIZE=16: ofi_rxm sizes its completion queue for as many
+//     peers as the universe has, 128 sends and 128 receives (4096 shared)
+//     per peer, 1024 peers by default: more than the 32767 CQEs rdma_rxe
+//     (RXE_MAX_LOG_CQE 15) and sroce offer, and ibv_create_cq refuses it
+//     there as here. Sixteen peers ask for 6144 with a shared queue.
+//   - FI_OFI_RXM_USE_SRX=1: libfabric 1.17's rxm_close_conn closes a
+//     connection's MSG endpoint before it drains the completion queue, and
+//     a receive completed meanwhile reposts its buffer on the closed
+//     endpoint (fixed upstream in "prov/rxm: fix the msg_ep use-after-free
+//     at connection teardown"): fi_pingpong's server crashed that way at
+//     exit in about one run of eight, after its last transfer. With a
+//     shared receive context the buffers belong to it, which outlives the
+//     connections.
 
 import (
 	"context"
@@ -26,7 +35,7 @@ import (
 )
 
 // ofiEnv is the environment of the libfabric programs (see above).
-var ofiEnv = []string{"FI_UNIVERSE_SIZE=16"}
+var ofiEnv = []string{"FI_UNIVERSE_SIZE=16", "FI_OFI_RXM_USE_SRX=1"}
 
 // needOFI skips when Debian's libfabric tools are missing.
 func needOFI(t *testing.T) {
@@ -228,7 +237,7 @@ exec nsenter --net=%[2]s %[3]s run --socket %[4]s -- /bin/sh -c "$*"
 		defer cancel()
 		args := []string{"--allow-run-as-root", "-np", "2",
 			"--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "verbs;ofi_rxm",
-			"--mca", "btl", "self,vader", "--mca", "oob_tcp_if_include", subnet, "-x", "FI_UNIVERSE_SIZE"}
+			"--mca", "btl", "self,vader", "--mca", "oob_tcp_if_include", subnet, "-x", "FI_UNIVERSE_SIZE", "-x", "FI_OFI_RXM_USE_SRX"}
 		if across {
 			args = append(args, "--hostfile", hosts, "--mca", "plm_rsh_agent", agent)
 		} else {
