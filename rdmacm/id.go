@@ -166,8 +166,9 @@ func (id *ID) wrong(call string) error {
 }
 
 // BindAddr binds the ID to a local address and port (rdma_bind_addr). An
-// unspecified address (0.0.0.0, ::) binds no device: a listener then
-// hears every device; port 0 takes a free port.
+// unspecified address (0.0.0.0, ::), or a loopback one no device holds,
+// binds no device: a listener then hears every device; port 0 takes a
+// free port.
 func (id *ID) BindAddr(a netip.AddrPort) error {
 	c := id.c
 	c.mu.Lock()
@@ -187,16 +188,14 @@ func (id *ID) bindLocked(a netip.AddrPort) error {
 	ix := 0
 	if !addr.IsUnspecified() {
 		var ok bool
-		// A loopback address no device holds binds with no device, as
-		// a wildcard does but for loopback peers only: the kernel's
-		// rdma_cm binds 127.0.0.1 (rping listens there on rxe), and
-		// libfabric's verbs provider, which binds "localhost" first
-		// when given no address, then takes the devices' own
-		// addresses only for an ID with no device (vrb_fill_addr); an
-		// ID attached to a device would advertise 127.0.0.1 to its
-		// peers. Resolving from it picks the device as
+		// A loopback address no device holds binds as a wildcard
+		// (anyAddr), with no device. libfabric's verbs provider, which
+		// binds "localhost" first when given no address, relies on it:
+		// it takes the devices' own addresses only for an ID without
+		// a device (vrb_fill_addr); with one it advertised 127.0.0.1
+		// to its peers. Resolving from such an ID picks the device as
 		// cma_resolve_loopback does.
-		if ag, ix, ok = id.c.agentFor(addr); !ok && addr.IsLoopback() && !id.c.onLoopbackNet() {
+		if ag, ix, ok = id.c.agentFor(addr); !ok && id.c.anyAddr(addr) {
 			ok = len(id.c.agents) > 0
 		}
 		if !ok {
@@ -244,7 +243,7 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 	fixed := id.agent
 	agents := c.agents
 	sgid := id.sgidIx
-	if _, _, local := c.agentFor(daddr); !local && (daddr.IsLoopback() && !c.onLoopbackNet() || daddr.IsUnspecified()) {
+	if _, _, local := c.agentFor(daddr); !local && c.anyAddr(daddr) {
 		// As the kernel's cma_resolve_loopback: a loopback or wildcard
 		// destination is the ID's own device (the first one when the ID
 		// has none), its source the loopback address of the family.
@@ -383,7 +382,7 @@ func (id *ID) resolve(fixed *agent, sgid int, agents []*agent, daddr netip.Addr,
 	}
 	id.agent, id.sgidIx, id.ah = ag, int(attr.SGIDIndex), attr
 	sg, _ := ag.dev.QueryGID(id.sgidIx)
-	if id.bound == nil || id.src.Addr().IsUnspecified() {
+	if id.bound == nil || c.anyAddr(id.src.Addr()) {
 		port := uint16(0)
 		if id.bound != nil {
 			port = id.bound.port

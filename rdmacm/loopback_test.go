@@ -49,3 +49,28 @@ func TestBindLoopbackAndWildcard(t *testing.T) {
 		must(t, id.Destroy())
 	}
 }
+
+// TestLoopbackListenerHearsAll listens on 127.0.0.1, which binds as a
+// wildcard (the kernel's cma_any_addr): the ID has no device, and a peer
+// on another host connecting to the device's own address reaches it, as
+// a client of `rping -s -a 127.0.0.1` on rdma_rxe does.
+func TestLoopbackListenerHearsAll(t *testing.T) {
+	p := newPair(t, memlink.Impairments{}, rdmacm.Config{})
+	l, err := p.b.cm.CreateID(p.b.ch, cm.PortSpaceTCP, nil)
+	must(t, err)
+	must(t, l.BindAddr(netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), 6100)))
+	if l.Device() != nil {
+		t.Fatalf("an ID bound to 127.0.0.1 has the device %v, want none", l.Device().Name())
+	}
+	must(t, l.Listen(4))
+	dial(t, p.a, netip.AddrPortFrom(p.b.addr, 6100), true, &rdmacm.ConnParam{RetryCount: 7, RNRRetryCount: 7})
+	ev := expect(t, p.b.ch, rdmacm.EventConnectRequest)
+	if ev.ListenID != l {
+		t.Fatalf("CONNECT_REQUEST for listener %p, want %p", ev.ListenID, l)
+	}
+	if got := ev.ID.LocalAddr().Addr(); got != p.b.addr {
+		t.Fatalf("the passive ID's source is %v, want the device's %v", got, p.b.addr)
+	}
+	must(t, ev.ID.Reject(nil))
+	expect(t, p.a.ch, rdmacm.EventRejected)
+}
