@@ -242,9 +242,18 @@ func (c *CM) onLoopbackNet() bool {
 // bind reserves (ps, port, addr) for id; port 0 takes an ephemeral port
 // (CM.mu held).
 func (c *CM) bind(id *ID, addr netip.Addr, port uint16) (uint16, error) {
+	// The wildcards a bind conflicts with: the unspecified addresses, and
+	// the usual loopback ones where they bind as wildcards too.
+	wild := []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()}
+	if !c.onLoopbackNet() {
+		wild = append(wild, netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback())
+	}
 	free := func(p uint16) bool {
-		for _, k := range []portKey{{id.ps, p, addr}, {id.ps, p, netip.IPv4Unspecified()}, {id.ps, p, netip.IPv6Unspecified()}} {
-			if c.ports[k] != nil {
+		if c.ports[portKey{id.ps, p, addr}] != nil {
+			return false
+		}
+		for _, w := range wild {
+			if c.ports[portKey{id.ps, p, w}] != nil {
 				return false
 			}
 		}

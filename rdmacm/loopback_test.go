@@ -1,6 +1,7 @@
 package rdmacm_test
 
 import (
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -73,4 +74,25 @@ func TestLoopbackListenerHearsAll(t *testing.T) {
 	}
 	must(t, ev.ID.Reject(nil))
 	expect(t, p.a.ch, rdmacm.EventRejected)
+}
+
+// TestLoopbackBindConflicts checks that a port bound on 127.0.0.1 is taken
+// for every address, and that 127.0.0.1 cannot take a port bound on the
+// device's address, as binds to a wildcard.
+func TestLoopbackBindConflicts(t *testing.T) {
+	p := newPair(t, memlink.Impairments{}, rdmacm.Config{})
+	h := p.a
+	lo := netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	for _, tc := range []struct{ first, second netip.Addr }{{lo, h.addr}, {h.addr, lo}} {
+		a, err := h.cm.CreateID(h.ch, cm.PortSpaceTCP, nil)
+		must(t, err)
+		must(t, a.BindAddr(netip.AddrPortFrom(tc.first, 6200)))
+		b, err := h.cm.CreateID(h.ch, cm.PortSpaceTCP, nil)
+		must(t, err)
+		if err := b.BindAddr(netip.AddrPortFrom(tc.second, 6200)); !errors.Is(err, rdmacm.ErrAddrInUse) {
+			t.Errorf("bind to %v:6200 with %v:6200 bound: %v, want %v", tc.second, tc.first, err, rdmacm.ErrAddrInUse)
+		}
+		must(t, a.Destroy())
+		must(t, b.Destroy())
+	}
 }
