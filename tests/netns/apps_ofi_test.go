@@ -3,7 +3,8 @@ package netns
 // libfabric 1.17's verbs provider (Debian's libfabric-bin: fi_info and
 // fi_pingpong) and Open MPI 4.1 over it (`--mca pml cm --mca mtl ofi`),
 // unmodified, through `sroce run` on two sroce daemons in two namespaces
-// over AF_XDP, and on one daemon (loopback).
+// over AF_XDP, on one daemon (loopback), and fi_pingpong against rdma_rxe
+// in a guest.
 //
 // Both run with two libfabric settings, for ofi_rxm (the RDM endpoint
 // over verbs MSG endpoints), as they would on rdma_rxe:
@@ -32,6 +33,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sroce/sroce/internal/rxeguest"
+	"github.com/sroce/sroce/interop"
 )
 
 // ofiEnv is the environment of the libfabric programs (see above).
@@ -290,6 +294,128 @@ exec nsenter --net=%[2]s %[3]s run --socket %[4]s -- /bin/sh -c "$*"
 			if run.across && r.received < 512 {
 				t.Errorf("daemon B received %d packets during the allreduce, want at least 512", r.received)
 			}
+		})
+	}
+}
+
+// TestOFIPingpongShimRxe runs fi_pingpong -p verbs over MSG and RDM between
+// sroce (through `sroce run` on a daemon) and rdma_rxe in a guest, each
+// side once the server, and on rxe alone (server and client in the guest)
+// for rxe's figures beside sroce's one-daemon run of TestOFIPingpong.
+func TestOFIPingpongShimRxe(t *testing.T) {
+	needOFI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rig := newShimRxeRig(ctx, t)
+	if res, err := rig.RunPeer(ctx, "command -v fi_pingpong"); err != nil || res.ExitCode != 0 {
+		t.Skipf("skipping: the guest has no fi_pingpong (an image from before libfabric-bin joined its packages): %v", err)
+	}
+	// Twenty transfers a size: rxe in an emulated guest moves 1 MiB
+	// messages at a few MB/s.
+	const iters = 20
+	guest, shim := rig.PeerAddr().String(), interop.ShimAddr.Addr().String()
+	env := strings.Join(ofiEnv, " ")
+	guestRun := func(port int, args string) string {
+		return fmt.Sprintf("%s fi_pingpong -p verbs %s -I %d -c -B %d > /tmp/fi-srv-%d.out 2>&1; rc=$?; cat /tmp/fi-srv-%d.out; exit $rc",
+			env, args, iters, port, port, port)
+	}
+	guestListening := func(port int, done func() bool) error {
+		return waitFor(ctx, fmt.Sprintf("fi_pingpong in the guest to listen on TCP port %d", port), func() (bool, error) {
+			res, err := rig.RunPeer(ctx, fmt.Sprintf("ss -Hltn 'sport = :%d'", port))
+			return strings.TrimSpace(string(res.Stdout)) != "" || done(), err
+		})
+	}
+	shimCmd := func(args ...string) *exec.Cmd {
+		cmd, err := rig.ShimCommand(ctx, "fi_pingpong", args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cmd.Env == nil {
+			cmd.Env = os.Environ()
+		}
+		cmd.Env = append(cmd.Env, ofiEnv...)
+		return cmd
+	}
+	fromResult := func(res rxeguest.Result, err error) toolOutcome {
+		o := toolOutcome{Exit: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr)}
+		if err != nil {
+			o.Exit = -1
+			o.Stderr += err.Error()
+		}
+		return o
+	}
+	// peerRun runs a client in the guest, for at most 2 minutes.
+	peerRun := func(script string) toolOutcome {
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer rcancel()
+		return fromResult(rig.RunPeer(rctx, script))
+	}
+	port := 19240
+	for _, ep := range []string{"msg", "rdm"} {
+		epArgs := "-e " + ep
+		port++
+		p := port
+		t.Run(ep+" rxe-server", func(t *testing.T) {
+			srv, err := rig.StartPeer(ctx, guestRun(p, epArgs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := guestListening(p, func() bool { done, _ := srv.Exited(ctx); return done }); err != nil {
+				t.Fatal(err)
+			}
+			c := startTool(t, shimCmd("-e", ep, "-I", strconv.Itoa(iters), "-c", "-P", strconv.Itoa(p), guest), (*exec.Cmd).Start)
+			wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
+			cli := c.wait(wctx)
+			so := fromResult(srv.Wait(wctx))
+			wcancel()
+			if !so.OK() || !cli.OK() {
+				t.Fatalf("fi_pingpong -e %s, rxe's server and sroce's client (within 2 min):\nserver %v\nclient %v", ep, so, cli)
+			}
+			checkFiTable(t, "rxe's server", so, iters)
+			rows := checkFiTable(t, "sroce's client", cli, iters)
+			t.Logf("fi_pingpong -e %s, sroce client to rxe server: 64 B %s us/xfer, 4k %s us/xfer, 1m %s MB/s", ep, rows["64"][1], rows["4k"][1], rows["1m"][0])
+		})
+		port++
+		p2 := port
+		t.Run(ep+" sroce-server", func(t *testing.T) {
+			s := startTool(t, shimCmd("-e", ep, "-I", strconv.Itoa(iters), "-c", "-B", strconv.Itoa(p2)), (*exec.Cmd).Start)
+			if err := waitFor(ctx, fmt.Sprintf("sroce's fi_pingpong to listen on TCP port %d", p2), func() (bool, error) {
+				out, err := rig.ShimHost.NS.Command(ctx, "ss", "-Hltn", fmt.Sprintf("sport = :%d", p2)).Output()
+				return strings.TrimSpace(string(out)) != "" || s.exited(), err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			cli := peerRun(fmt.Sprintf("%s fi_pingpong -p verbs -e %s -I %d -c -P %d %s", env, ep, iters, p2, shim))
+			wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+			so := s.wait(wctx)
+			wcancel()
+			if !so.OK() || !cli.OK() {
+				t.Fatalf("fi_pingpong -e %s, sroce's server and rxe's client:\nserver %v\nclient %v", ep, so, cli)
+			}
+			checkFiTable(t, "sroce's server", so, iters)
+			rows := checkFiTable(t, "rxe's client", cli, iters)
+			t.Logf("fi_pingpong -e %s, rxe client to sroce server: 64 B %s us/xfer, 4k %s us/xfer, 1m %s MB/s", ep, rows["64"][1], rows["4k"][1], rows["1m"][0])
+		})
+		port++
+		p3 := port
+		t.Run(ep+" rxe alone", func(t *testing.T) {
+			srv, err := rig.StartPeer(ctx, guestRun(p3, epArgs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := guestListening(p3, func() bool { done, _ := srv.Exited(ctx); return done }); err != nil {
+				t.Fatal(err)
+			}
+			cli := peerRun(fmt.Sprintf("%s fi_pingpong -p verbs -e %s -I %d -c -P %d %s", env, ep, iters, p3, guest))
+			wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
+			so := fromResult(srv.Wait(wctx))
+			wcancel()
+			if !so.OK() || !cli.OK() {
+				t.Fatalf("fi_pingpong -e %s on rxe alone:\nserver %v\nclient %v", ep, so, cli)
+			}
+			checkFiTable(t, "rxe's server", so, iters)
+			rows := checkFiTable(t, "rxe's client", cli, iters)
+			t.Logf("fi_pingpong -e %s, rxe alone (one guest): 64 B %s us/xfer, 4k %s us/xfer, 1m %s MB/s", ep, rows["64"][1], rows["4k"][1], rows["1m"][0])
 		})
 	}
 }
