@@ -145,6 +145,19 @@ func checkFiTable(t *testing.T, side string, o toolOutcome, iters int) map[strin
 	return rows
 }
 
+// checkFiRun checks both sides of a fi_pingpong run, their exit statuses
+// and tables, and logs the client's figures; what names the run.
+func checkFiRun(t *testing.T, what, srvName, cliName string, srv, cli toolOutcome, iters int) {
+	t.Helper()
+	if !srv.OK() || !cli.OK() {
+		t.Fatalf("fi_pingpong %s:\nserver %v\nclient %v", what, srv, cli)
+	}
+	checkFiTable(t, srvName, srv, iters)
+	rows := checkFiTable(t, cliName, cli, iters)
+	t.Logf("fi_pingpong %s, %d transfers a size: 64 B %s us/xfer, 4k %s us/xfer, 1m %s MB/s",
+		what, iters, rows["64"][1], rows["4k"][1], rows["1m"][0])
+}
+
 // TestOFIPingpong runs fi_pingpong -p verbs over the MSG endpoint and
 // over ofi_rxm's RDM endpoint with data checks (-c), between two daemons
 // and with server and client on one daemon. fi_pingpong's server passes no
@@ -178,14 +191,8 @@ func TestOFIPingpong(t *testing.T) {
 				wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 				srv := s.wait(wctx)
 				wcancel()
-				took := time.Since(start)
-				if !srv.OK() || !cli.OK() {
-					t.Fatalf("fi_pingpong -e %s (within 2 min, the server 30 s after the client):\nserver %v\nclient %v", ep, srv, cli)
-				}
-				checkFiTable(t, "server", srv, iters)
-				rows := checkFiTable(t, "client", cli, iters)
-				t.Logf("fi_pingpong -e %s, %s, %d iterations per size, %v: 64 B %s us/xfer, 4k %s us/xfer, 1m %s MB/s",
-					ep, run.name, iters, took.Round(time.Millisecond), rows["64"][1], rows["4k"][1], rows["1m"][0])
+				checkFiRun(t, fmt.Sprintf("-e %s, %s, in %v (bounds: 2 min, the server 30 s after the client)", ep, run.name,
+					time.Since(start).Round(time.Millisecond)), "server", "client", srv, cli, iters)
 			})
 		}
 	}
@@ -319,11 +326,22 @@ func TestOFIPingpongShimRxe(t *testing.T) {
 		return fmt.Sprintf("%s fi_pingpong -p verbs %s -I %d -c -B %d > /tmp/fi-srv-%d.out 2>&1; rc=$?; cat /tmp/fi-srv-%d.out; exit $rc",
 			env, args, iters, port, port, port)
 	}
-	guestListening := func(port int, done func() bool) error {
-		return waitFor(ctx, fmt.Sprintf("fi_pingpong in the guest to listen on TCP port %d", port), func() (bool, error) {
+	// guestServer starts fi_pingpong's server in the guest and waits until
+	// it listens.
+	guestServer := func(t *testing.T, port int, ep string) interop.PeerProc {
+		t.Helper()
+		srv, err := rig.StartPeer(ctx, guestRun(port, "-e "+ep))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := waitFor(ctx, fmt.Sprintf("fi_pingpong in the guest to listen on TCP port %d", port), func() (bool, error) {
 			res, err := rig.RunPeer(ctx, fmt.Sprintf("ss -Hltn 'sport = :%d'", port))
-			return strings.TrimSpace(string(res.Stdout)) != "" || done(), err
-		})
+			done, _ := srv.Exited(ctx)
+			return strings.TrimSpace(string(res.Stdout)) != "" || done, err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return srv
 	}
 	shimCmd := func(args ...string) *exec.Cmd {
 		cmd, err := rig.ShimCommand(ctx, "fi_pingpong", args...)
@@ -352,28 +370,16 @@ func TestOFIPingpongShimRxe(t *testing.T) {
 	}
 	port := 19240
 	for _, ep := range []string{"msg", "rdm"} {
-		epArgs := "-e " + ep
 		port++
 		p := port
 		t.Run(ep+" rxe-server", func(t *testing.T) {
-			srv, err := rig.StartPeer(ctx, guestRun(p, epArgs))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := guestListening(p, func() bool { done, _ := srv.Exited(ctx); return done }); err != nil {
-				t.Fatal(err)
-			}
+			srv := guestServer(t, p, ep)
 			c := startTool(t, shimCmd("-e", ep, "-I", strconv.Itoa(iters), "-c", "-P", strconv.Itoa(p), guest), (*exec.Cmd).Start)
 			wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
 			cli := c.wait(wctx)
 			so := fromResult(srv.Wait(wctx))
 			wcancel()
-			if !so.OK() || !cli.OK() {
-				t.Fatalf("fi_pingpong -e %s, rxe's server and sroce's client (within 2 min):\nserver %v\nclient %v", ep, so, cli)
-			}
-			checkFiTable(t, "rxe's server", so, iters)
-			rows := checkFiTable(t, "sroce's client", cli, iters)
-			t.Logf("fi_pingpong -e %s, sroce client to rxe server: 64 B %s us/xfer, 4k %s us/xfer, 1m %s MB/s", ep, rows["64"][1], rows["4k"][1], rows["1m"][0])
+			checkFiRun(t, "-e "+ep+", sroce's client to rxe's server (bound: 2 min)", "rxe's server", "sroce's client", so, cli, iters)
 		})
 		port++
 		p2 := port
@@ -389,33 +395,17 @@ func TestOFIPingpongShimRxe(t *testing.T) {
 			wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 			so := s.wait(wctx)
 			wcancel()
-			if !so.OK() || !cli.OK() {
-				t.Fatalf("fi_pingpong -e %s, sroce's server and rxe's client:\nserver %v\nclient %v", ep, so, cli)
-			}
-			checkFiTable(t, "sroce's server", so, iters)
-			rows := checkFiTable(t, "rxe's client", cli, iters)
-			t.Logf("fi_pingpong -e %s, rxe client to sroce server: 64 B %s us/xfer, 4k %s us/xfer, 1m %s MB/s", ep, rows["64"][1], rows["4k"][1], rows["1m"][0])
+			checkFiRun(t, "-e "+ep+", rxe's client to sroce's server (bounds: 2 min, the server 30 s after the client)", "sroce's server", "rxe's client", so, cli, iters)
 		})
 		port++
 		p3 := port
 		t.Run(ep+" rxe alone", func(t *testing.T) {
-			srv, err := rig.StartPeer(ctx, guestRun(p3, epArgs))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := guestListening(p3, func() bool { done, _ := srv.Exited(ctx); return done }); err != nil {
-				t.Fatal(err)
-			}
+			srv := guestServer(t, p3, ep)
 			cli := peerRun(fmt.Sprintf("%s fi_pingpong -p verbs -e %s -I %d -c -P %d %s", env, ep, iters, p3, guest))
 			wctx, wcancel := context.WithTimeout(ctx, 2*time.Minute)
 			so := fromResult(srv.Wait(wctx))
 			wcancel()
-			if !so.OK() || !cli.OK() {
-				t.Fatalf("fi_pingpong -e %s on rxe alone:\nserver %v\nclient %v", ep, so, cli)
-			}
-			checkFiTable(t, "rxe's server", so, iters)
-			rows := checkFiTable(t, "rxe's client", cli, iters)
-			t.Logf("fi_pingpong -e %s, rxe alone (one guest): 64 B %s us/xfer, 4k %s us/xfer, 1m %s MB/s", ep, rows["64"][1], rows["4k"][1], rows["1m"][0])
+			checkFiRun(t, "-e "+ep+", rxe alone in one guest (bound: 2 min)", "rxe's server", "rxe's client", so, cli, iters)
 		})
 	}
 }
