@@ -208,6 +208,17 @@ func (c *CM) agentFor(addr netip.Addr) (*agent, int, bool) {
 	return nil, 0, false
 }
 
+// anyAddr reports whether addr binds as a wildcard, as the kernel's
+// cma_any_addr has it: the unspecified addresses, and loopback addresses
+// unless a device of the CM holds one (onLoopbackNet). An ID bound there
+// has no device, and a listener there hears every device and every
+// destination: on rdma_rxe, `rping -s -a 127.0.0.1` listens on rxe0 as
+// a wildcard listener does and accepts a client from another host
+// (CM.mu held).
+func (c *CM) anyAddr(addr netip.Addr) bool {
+	return addr.IsUnspecified() || addr.IsLoopback() && !c.onLoopbackNet()
+}
+
 // onLoopbackNet reports whether a device of the CM has a loopback address
 // among its GIDs (a UDP link on lo, as sroce's own tests run two hosts on
 // 127.x addresses): loopback addresses are then other hosts' on that
@@ -231,13 +242,22 @@ func (c *CM) onLoopbackNet() bool {
 // bind reserves (ps, port, addr) for id; port 0 takes an ephemeral port
 // (CM.mu held).
 func (c *CM) bind(id *ID, addr netip.Addr, port uint16) (uint16, error) {
+	// The wildcards a bind conflicts with: the unspecified addresses, and
+	// the usual loopback ones where they bind as wildcards too.
+	wild := []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()}
+	if !c.onLoopbackNet() {
+		wild = append(wild, netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback())
+	}
 	free := func(p uint16) bool {
-		for _, k := range []portKey{{id.ps, p, addr}, {id.ps, p, netip.IPv4Unspecified()}, {id.ps, p, netip.IPv6Unspecified()}} {
-			if c.ports[k] != nil {
+		if c.ports[portKey{id.ps, p, addr}] != nil {
+			return false
+		}
+		for _, w := range wild {
+			if c.ports[portKey{id.ps, p, w}] != nil {
 				return false
 			}
 		}
-		if addr.IsUnspecified() {
+		if c.anyAddr(addr) {
 			for k := range c.ports {
 				if k.ps == id.ps && k.port == p {
 					return false

@@ -127,7 +127,7 @@ func (c *CM) onRequest(a *agent, e cm.Event, svc uint64, pd []byte) {
 	var l *ID
 	for _, x := range c.listen[svc] {
 		la := x.src.Addr()
-		if la.IsUnspecified() || la == hdr.Dst.Unmap() {
+		if c.anyAddr(la) && x.agent == nil || la == hdr.Dst.Unmap() {
 			if x.agent == nil || x.agent == a {
 				l = x
 				break

@@ -166,8 +166,9 @@ func (id *ID) wrong(call string) error {
 }
 
 // BindAddr binds the ID to a local address and port (rdma_bind_addr). An
-// unspecified address (0.0.0.0, ::) binds no device: a listener then
-// hears every device; port 0 takes a free port.
+// unspecified address (0.0.0.0, ::), or a loopback one no device holds,
+// binds no device: a listener then hears every device; port 0 takes a
+// free port.
 func (id *ID) BindAddr(a netip.AddrPort) error {
 	c := id.c
 	c.mu.Lock()
@@ -187,8 +188,15 @@ func (id *ID) bindLocked(a netip.AddrPort) error {
 	ix := 0
 	if !addr.IsUnspecified() {
 		var ok bool
-		if ag, ix, ok = id.c.agentFor(addr); !ok && addr.IsLoopback() && !id.c.onLoopbackNet() {
-			ag, ix, ok = id.c.loopbackAgent()
+		// A loopback address no device holds binds as a wildcard
+		// (anyAddr), with no device. libfabric's verbs provider, which
+		// binds "localhost" first when given no address, relies on it:
+		// it takes the devices' own addresses only for an ID without
+		// a device (vrb_fill_addr); with one it advertised 127.0.0.1
+		// to its peers. Resolving from such an ID picks the device as
+		// cma_resolve_loopback does.
+		if ag, ix, ok = id.c.agentFor(addr); !ok && id.c.anyAddr(addr) {
+			ok = len(id.c.agents) > 0
 		}
 		if !ok {
 			return fmt.Errorf("rdmacm: bind to %v: %w", addr, ErrNoDevice)
@@ -235,7 +243,7 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 	fixed := id.agent
 	agents := c.agents
 	sgid := id.sgidIx
-	if _, _, local := c.agentFor(daddr); !local && (daddr.IsLoopback() && !c.onLoopbackNet() || daddr.IsUnspecified()) {
+	if _, _, local := c.agentFor(daddr); !local && c.anyAddr(daddr) {
 		// As the kernel's cma_resolve_loopback: a loopback or wildcard
 		// destination is the ID's own device (the first one when the ID
 		// has none), its source the loopback address of the family.
@@ -259,8 +267,8 @@ func (id *ID) ResolveAddr(src, dst netip.AddrPort, timeout time.Duration) error 
 	return nil
 }
 
-// loopbackAgent is the device an ID bound or resolved to a loopback
-// address uses, as the kernel's cma_bind_loopback picks it: the first
+// loopbackAgent is the device an ID resolved to a loopback address
+// uses, as the kernel's cma_bind_loopback picks it: the first
 // device, GID index 0 (CM.mu held). ok false when the CM has no device.
 func (c *CM) loopbackAgent() (*agent, int, bool) {
 	if len(c.agents) == 0 {
@@ -374,7 +382,7 @@ func (id *ID) resolve(fixed *agent, sgid int, agents []*agent, daddr netip.Addr,
 	}
 	id.agent, id.sgidIx, id.ah = ag, int(attr.SGIDIndex), attr
 	sg, _ := ag.dev.QueryGID(id.sgidIx)
-	if id.bound == nil || id.src.Addr().IsUnspecified() {
+	if id.bound == nil || c.anyAddr(id.src.Addr()) {
 		port := uint16(0)
 		if id.bound != nil {
 			port = id.bound.port

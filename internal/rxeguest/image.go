@@ -32,12 +32,12 @@ const (
 var packages = []string{
 	"linux-image-amd64", "rdma-core", "ibverbs-utils", "ibverbs-providers",
 	"perftest", "rdmacm-utils", "iproute2", "udev", "kmod", "procps",
-	"iputils-ping", "gcc", "libc6-dev", "libibverbs-dev", "fio",
+	"iputils-ping", "gcc", "libc6-dev", "libibverbs-dev", "fio", "libfabric-bin",
 }
 
 // Files copied into the guest root.
 //
-//go:embed guest/init.sh guest/agent.sh guest/sroce-imm.c guest/linger.c guest/sroce-mw.c
+//go:embed guest/init.sh guest/agent.sh guest/sroce-imm.c guest/linger.c guest/sroce-mw.c guest/hosts
 var guestFiles embed.FS
 
 // guestInstall maps embedded files to their place in the guest.
@@ -50,6 +50,7 @@ var guestInstall = []struct {
 	{"guest/sroce-imm.c", "usr/local/src/sroce-imm.c", 0o644},
 	{"guest/linger.c", "usr/local/src/sroce-linger.c", 0o644},
 	{"guest/sroce-mw.c", "usr/local/src/sroce-mw.c", 0o644},
+	{"guest/hosts", "etc/hosts", 0o644},
 }
 
 // Tools in the guest that the image provides beyond the Debian packages.

@@ -106,6 +106,48 @@ static int gai_fail(int rc)
 	return -1;
 }
 
+/* rdma_getaddrinfo without a node or service: the result is the hints'
+ * flags, family, QP type and port space with copies of their addresses, as
+ * librdmacm answers (libfabric's verbs provider asks this way with only a
+ * destination or source address in its hints). */
+static int addrinfo_from_hints(const struct rdma_addrinfo *hints, struct rdma_addrinfo **res)
+{
+	struct rdma_addrinfo *r;
+
+	if (hints->ai_dst_len > sizeof(struct sockaddr_storage) ||
+	    hints->ai_src_len > sizeof(struct sockaddr_storage)) {
+		errno = EINVAL;
+		return -1;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		errno = ENOMEM;
+		return -1;
+	}
+	r->ai_flags = hints->ai_flags;
+	r->ai_family = hints->ai_family;
+	r->ai_qp_type = hints->ai_qp_type;
+	r->ai_port_space = hints->ai_port_space;
+	if (hints->ai_dst_addr && hints->ai_dst_len) {
+		r->ai_dst_addr = copy_addr(hints->ai_dst_addr, hints->ai_dst_len);
+		r->ai_dst_len = hints->ai_dst_len;
+		if (!r->ai_dst_addr)
+			goto nomem;
+	}
+	if (hints->ai_src_addr && hints->ai_src_len) {
+		r->ai_src_addr = copy_addr(hints->ai_src_addr, hints->ai_src_len);
+		r->ai_src_len = hints->ai_src_len;
+		if (!r->ai_src_addr)
+			goto nomem;
+	}
+	*res = r;
+	return 0;
+nomem:
+	rdma_freeaddrinfo(r);
+	errno = ENOMEM;
+	return -1;
+}
+
 EXPORT int rdma_getaddrinfo(const char *node, const char *service,
 			    const struct rdma_addrinfo *hints, struct rdma_addrinfo **res)
 {
@@ -114,10 +156,12 @@ EXPORT int rdma_getaddrinfo(const char *node, const char *service,
 	int passive = hints && (hints->ai_flags & RAI_PASSIVE);
 	int rc;
 
-	if (!res || (!node && !service)) {
+	if (!res || (!node && !service && !hints)) {
 		errno = EINVAL;
 		return -1;
 	}
+	if (!node && !service)
+		return addrinfo_from_hints(hints, res);
 	ai_hints.ai_flags = AI_ADDRCONFIG;
 	if (passive)
 		ai_hints.ai_flags |= AI_PASSIVE;

@@ -127,14 +127,33 @@ static void id_put(struct sroce_cm_id *s)
 	pthread_mutex_unlock(&ids_lock);
 }
 
-static struct sroce_cm_id *id_get(uint32_t handle)
+/* Finds the ID of handle and counts an event on it, both under the
+ * table's lock: rdma_destroy_id unlinks the ID first and then waits until its
+ * events are acked, so an event being made for it (in another thread)
+ * keeps it alive until the program acks that event, as librdmacm's
+ * reported/completed counts do. id_event_done drops the count. */
+static struct sroce_cm_id *id_get_event(uint32_t handle)
 {
 	struct sroce_cm_id *s;
 	pthread_mutex_lock(&ids_lock);
 	for (s = ids[handle % ID_BUCKETS]; s && s->handle != handle; s = s->next)
 		;
+	if (s) {
+		pthread_mutex_lock(&s->lock);
+		s->events++;
+		pthread_mutex_unlock(&s->lock);
+	}
 	pthread_mutex_unlock(&ids_lock);
 	return s;
+}
+
+static void id_event_done(struct sroce_cm_id *s)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->events)
+		s->events--;
+	pthread_cond_broadcast(&s->acked);
+	pthread_mutex_unlock(&s->lock);
 }
 
 static void id_del(struct sroce_cm_id *s)
@@ -626,10 +645,10 @@ static int process_event(const struct sroce_ctl_cm_event *in, struct sroce_cm_ev
 {
 	struct sroce_cm_event *e;
 	struct sroce_cm_id *s, *listen = NULL;
-	int ret;
+	int ret = 0;
 
 	if (in->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-		listen = id_get(in->listen_id);
+		listen = id_get_event(in->listen_id);
 		if (!listen) {
 			/* The listener is gone: refuse the request. */
 			struct sroce_ctl_cm_conn rej = {.id = in->info.handle};
@@ -640,19 +659,24 @@ static int process_event(const struct sroce_ctl_cm_event *in, struct sroce_cm_ev
 		}
 		s = new_id(listen->id.channel, listen->id.context, listen->id.ps, listen->id.qp_type,
 			   in->info.handle);
-		if (!s)
+		if (!s) {
+			id_event_done(listen);
 			return ENOMEM;
+		}
+		s->events = 1; /* this event's, before any thread can find it */
 		id_put(s);
 	} else {
-		s = id_get(in->info.handle);
+		s = id_get_event(in->info.handle);
 		if (!s)
 			return EAGAIN; /* an event of an ID destroyed meanwhile */
 	}
 	apply_info(s, &in->info);
 
 	e = calloc(1, sizeof(*e));
-	if (!e)
-		return ENOMEM;
+	if (!e) {
+		ret = ENOMEM;
+		goto drop;
+	}
 	e->ev.id = &s->id;
 	e->ev.listen_id = listen ? &listen->id : NULL;
 	e->ev.event = (enum rdma_cm_event_type)in->event;
@@ -684,15 +708,13 @@ static int process_event(const struct sroce_ctl_cm_event *in, struct sroce_cm_ev
 		s->initiator_depth = in->conn.responder_resources;
 		if (listen->sync) {
 			ret = move_to_own_channel(s);
-			if (ret) {
-				free(e);
-				return ret;
-			}
+			if (ret)
+				goto drop;
 		}
 		if (listen->qp_init) {
 			if (create_qp_for(s, listen->id.pd, listen->qp_init)) {
-				free(e);
-				return errno;
+				ret = errno;
+				goto drop;
 			}
 		}
 		break;
@@ -715,8 +737,8 @@ static int process_event(const struct sroce_ctl_cm_event *in, struct sroce_cm_ev
 	case RDMA_CM_EVENT_MULTICAST_JOIN:
 	case RDMA_CM_EVENT_MULTICAST_ERROR:
 		if (process_mcast(s, in->mcast_uid, &e->ev)) {
-			free(e);
-			return EAGAIN; /* a join left meanwhile */
+			ret = EAGAIN; /* a join left meanwhile */
+			goto drop;
 		}
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
@@ -729,11 +751,16 @@ static int process_event(const struct sroce_ctl_cm_event *in, struct sroce_cm_ev
 	default:
 		break;
 	}
-	pthread_mutex_lock(&s->lock);
-	s->events++;
-	pthread_mutex_unlock(&s->lock);
-	*out = e;
+	if (listen)
+		id_event_done(listen);
+	*out = e; /* the ID's count stays until the program acks the event */
 	return 0;
+drop:
+	free(e);
+	id_event_done(s);
+	if (listen)
+		id_event_done(listen);
+	return ret;
 }
 
 static int get_event(struct rdma_event_channel *channel, struct rdma_cm_event **event,
@@ -773,11 +800,7 @@ EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 	if (!event)
 		return fail(EINVAL);
 	s = to_sid(event->id);
-	pthread_mutex_lock(&s->lock);
-	if (s->events)
-		s->events--;
-	pthread_cond_broadcast(&s->acked);
-	pthread_mutex_unlock(&s->lock);
+	id_event_done(s);
 	free(event);
 	return 0;
 }
