@@ -51,7 +51,7 @@ func needOFI(t *testing.T) {
 	}
 }
 
-// needMPI skips when Open MPI or its compiler wrapper is missing.
+// needOFIMPI skips when libfabric, Open MPI, its compiler wrapper or nsenter is missing.
 func needOFIMPI(t *testing.T) {
 	t.Helper()
 	needOFI(t)
