@@ -74,7 +74,9 @@ func TestPerftestShimRxeLinkLocal(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			res, err := rig.RunPeer(ctx, c.prog+" "+strings.Join(args, " ")+" "+shim)
+			cctx, ccancel := context.WithTimeout(ctx, 2*time.Minute)
+			res, err := rig.RunPeer(cctx, c.prog+" "+strings.Join(args, " ")+" "+shim)
+			ccancel()
 			cli := toolOutcome{Exit: res.ExitCode, Stdout: string(res.Stdout), Stderr: string(res.Stderr)}
 			if err != nil {
 				cli.Exit = -1
