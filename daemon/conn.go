@@ -611,9 +611,12 @@ func (c *conn) queryDevice() ([]byte, []int, error) {
 		VendorID: 0xffffff, MaxQP: uint32(a.MaxQP), MaxQPWR: uint32(a.MaxQPWR),
 		// rxe's: BAD_PKEY_CNTR, CHANGE_PHY_PORT, AUTO_PATH_MIG, UD_AV_PORT_ENFORCE,
 		// PORT_ACTIVE_EVENT, SYS_IMAGE_GUID, RC_RNR_NAK_GEN, SRQ_RESIZE,
-		// MEM_WINDOW, MEM_MGT_EXTENSIONS, MEM_WINDOW_TYPE_2B (as ibv_devinfo -v shows it), and
-		// XRC, which rxe lacks.
-		DeviceCapFlags: 1<<1 | 1<<5 | 1<<6 | 1<<9 | 1<<10 | 1<<11 | 1<<12 | 1<<13 | 1<<17 | 1<<20 | 1<<21 | 1<<24,
+		// MEM_WINDOW, MEM_MGT_EXTENSIONS, MEM_WINDOW_TYPE_2B (as ibv_devinfo -v shows it).
+		// Not XRC (1<<20), although the XRC verbs work: libfabric's verbs
+		// provider takes the bit as a promise of XRC connections over RDMA
+		// CM, which sroce's CM does not make, and Open MPI over it then
+		// waits for them for ever.
+		DeviceCapFlags: 1<<1 | 1<<5 | 1<<6 | 1<<9 | 1<<10 | 1<<11 | 1<<12 | 1<<13 | 1<<17 | 1<<21 | 1<<24,
 		MaxSGE:         uint32(a.MaxSGE), MaxSGERd: uint32(a.MaxSGE), MaxCQ: uint32(a.MaxCQ), MaxCQE: uint32(a.MaxCQE),
 		MaxMR: uint32(a.MaxMR), MaxPD: uint32(a.MaxPD), MaxQPRdAtom: uint32(a.MaxQPRdAtom),
 		MaxResRdAtom: uint32(a.MaxQPRdAtom) * uint32(a.MaxQP), MaxQPInitRdAtom: uint32(a.MaxQPInitRdAtom),

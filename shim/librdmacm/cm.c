@@ -663,7 +663,9 @@ static int process_event(const struct sroce_ctl_cm_event *in, struct sroce_cm_ev
 			id_event_done(listen);
 			return ENOMEM;
 		}
-		s->events = 1; /* this event's, before any thread can find it */
+		/* A connection request counts on its listener until acked, as
+		 * librdmacm counts it (the new ID has no event of its own: a
+		 * program may reject and destroy it before it acks the event). */
 		id_put(s);
 	} else {
 		s = id_get_event(in->info.handle);
@@ -751,15 +753,11 @@ static int process_event(const struct sroce_ctl_cm_event *in, struct sroce_cm_ev
 	default:
 		break;
 	}
-	if (listen)
-		id_event_done(listen);
-	*out = e; /* the ID's count stays until the program acks the event */
+	*out = e; /* the ID's (the listener's) count stays until the program acks the event */
 	return 0;
 drop:
 	free(e);
-	id_event_done(s);
-	if (listen)
-		id_event_done(listen);
+	id_event_done(listen ? listen : s);
 	return ret;
 }
 
@@ -799,7 +797,8 @@ EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 	struct sroce_cm_id *s;
 	if (!event)
 		return fail(EINVAL);
-	s = to_sid(event->id);
+	/* A connection request's event counts on its listener (process_event). */
+	s = to_sid(event->event == RDMA_CM_EVENT_CONNECT_REQUEST && event->listen_id ? event->listen_id : event->id);
 	id_event_done(s);
 	free(event);
 	return 0;

@@ -248,7 +248,7 @@ exec nsenter --net=%[2]s %[3]s run --socket %[4]s -- /bin/sh -c "$*"
 		defer cancel()
 		args := []string{"--allow-run-as-root", "-np", "2",
 			"--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "verbs;ofi_rxm",
-			"--mca", "btl", "self,vader", "--mca", "oob_tcp_if_include", subnet, "-x", "FI_UNIVERSE_SIZE", "-x", "FI_OFI_RXM_USE_SRX"}
+			"--mca", "btl", "self,vader", "--mca", "osc", "^ucx", "--mca", "oob_tcp_if_include", subnet, "-x", "FI_UNIVERSE_SIZE", "-x", "FI_OFI_RXM_USE_SRX"}
 		if across {
 			args = append(args, "--hostfile", hosts, "--mca", "plm_rsh_agent", agent)
 		} else {

@@ -17,10 +17,9 @@ import (
 	"github.com/sroce/sroce/interop"
 )
 
-func TestPerftestShimRxeLinkLocal(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	rig := newShimRxeRig(ctx, t)
+// perftestLinkLocal runs the cases on rig (TestCMToolsShimRxe's, whose
+// guest it shares).
+func perftestLinkLocal(t *testing.T, ctx context.Context, rig *interop.Rig) {
 	guest, shim := rig.PeerAddr().String(), interop.ShimAddr.Addr().String()
 	port := 18630
 	for _, c := range []realTool{
@@ -59,7 +58,9 @@ func TestPerftestShimRxeLinkLocal(t *testing.T) {
 			checkIPv6GIDs(t, s.Stdout+so)
 		})
 		t.Run(c.prog+"/shim-server", func(t *testing.T) {
-			cmd, err := rig.ShimCommand(ctx, c.prog, args...)
+			// stdbuf: the banner as it is printed, not when the output
+			// is flushed at exit.
+			cmd, err := rig.ShimCommand(ctx, "stdbuf", append([]string{"-oL", c.prog}, args...)...)
 			if err != nil {
 				t.Fatal(err)
 			}

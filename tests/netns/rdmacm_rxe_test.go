@@ -46,6 +46,8 @@ func TestCMToolsShimRxe(t *testing.T) {
 			t.Logf("the guest after the runs:\n%s", rig.GuestState(context.Background()))
 		}
 	})
+	// Real perftest over the link-local IPv6 GIDs (-x 0), with no CM.
+	t.Run("perftest-x0", func(t *testing.T) { perftestLinkLocal(t, ctx, rig) })
 	// Last, rping again with 2% of the guest's RoCEv2 frames dropped each
 	// way: the CM's resends and the RC retransmissions carry it through.
 	type run struct {
