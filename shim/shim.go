@@ -33,6 +33,7 @@ import (
 
 //go:embed libibverbs/*.c libibverbs/*.h libibverbs/libibverbs.map
 //go:embed librdmacm/*.c librdmacm/*.h librdmacm/librdmacm.map
+//go:embed preload/*.c
 var sources embed.FS
 
 // LibName is the file name (and soname) of the verbs library Compile
@@ -42,6 +43,11 @@ const LibName = "libibverbs.so.1"
 // CMLibName is the file name (and soname) of the connection manager's
 // library Compile produces beside LibName.
 const CMLibName = "librdmacm.so.1"
+
+// PreloadName is the library "sroce run" preloads beside LibName: it
+// answers opens of the few sysfs files of a sroce device that programs read
+// besides verbs (shim/preload/sysfs.c says which).
+const PreloadName = "libsroce_preload.so"
 
 // library is one shared object of the build: its sources are the C files
 // of its directory in the embedded tree and the shared ones it names.
@@ -61,6 +67,7 @@ var libraries = []library{
 		flags: []string{"-Wl,--version-script=librdmacm.map", "-Wl,-soname," + CMLibName,
 			`-DSROCE_LIB_NAME="librdmacm"`},
 		libs: []string{"-L.", "-l:" + LibName}},
+	{name: PreloadName, dir: "preload", flags: []string{"-Wl,-soname," + PreloadName}},
 }
 
 // BuildTimeout bounds one run of the C compiler.
@@ -239,7 +246,7 @@ func LibIn(ctx context.Context, cache string) (string, error) {
 		return "", err
 	}
 	final := filepath.Join(cache, "libibverbs-"+key)
-	if _, err := os.Stat(filepath.Join(final, CMLibName)); err == nil {
+	if _, err := os.Stat(filepath.Join(final, libraries[len(libraries)-1].name)); err == nil {
 		return final, nil
 	}
 	if err := os.MkdirAll(cache, 0o755); err != nil {

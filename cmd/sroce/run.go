@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -27,6 +28,11 @@ libraries are compiled from the sources inside sroce with the system C
 compiler on first use and cached (/var/cache/sroce as root, else
 $XDG_CACHE_HOME/sroce or ~/.cache/sroce); the system libraries are never
 touched.
+
+Programs that read a device's GID types from sysfs rather than through
+verbs (UCX does) find what a kernel RoCE v2 device shows there:
+libsroce_preload.so, preloaded, answers for a sroce device's
+gid_attrs/types and gid_attrs/ndevs files and passes every other open on.
 
 --socket names the daemon's socket (it sets SROCE_SOCKET for the program);
 by default the library looks where the daemon listens by default. The
@@ -80,23 +86,29 @@ func runRun(e *env, args []string) int {
 	return runChild(e, path, prog, environ)
 }
 
-// runEnv returns environ with lib first on LD_LIBRARY_PATH and SROCE_SOCKET
-// set to socket when it is not empty.
+// runEnv returns environ with lib first on LD_LIBRARY_PATH, lib's
+// shim.PreloadName first in LD_PRELOAD, and SROCE_SOCKET set to socket when
+// it is not empty.
 func runEnv(environ []string, lib, socket string) []string {
 	var out []string
 	ldPath := lib
+	preload := filepath.Join(lib, shim.PreloadName)
 	for _, kv := range environ {
 		switch {
 		case strings.HasPrefix(kv, "LD_LIBRARY_PATH="):
 			if old := strings.TrimPrefix(kv, "LD_LIBRARY_PATH="); old != "" {
 				ldPath = lib + ":" + old
 			}
+		case strings.HasPrefix(kv, "LD_PRELOAD="):
+			if old := strings.TrimPrefix(kv, "LD_PRELOAD="); old != "" {
+				preload += ":" + old
+			}
 		case socket != "" && strings.HasPrefix(kv, "SROCE_SOCKET="):
 		default:
 			out = append(out, kv)
 		}
 	}
-	out = append(out, "LD_LIBRARY_PATH="+ldPath)
+	out = append(out, "LD_LIBRARY_PATH="+ldPath, "LD_PRELOAD="+preload)
 	if socket != "" {
 		out = append(out, "SROCE_SOCKET="+socket)
 	}
