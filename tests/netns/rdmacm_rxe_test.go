@@ -9,7 +9,6 @@ package netns
 // verified with -v; ucmatose's sends on each connection).
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -282,19 +281,7 @@ type interopResult struct {
 
 // runShim runs prog through the rig's daemon and returns its output.
 func runShim(ctx context.Context, rig *interop.Rig, prog string, args ...string) (string, string, error) {
-	rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-	cmd, err := rig.ShimCommand(rctx, prog, args...)
-	if err != nil {
-		return "", "", err
-	}
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err = cmd.Run()
-	if rctx.Err() != nil {
-		err = fmt.Errorf("%s did not finish within 90 s", prog)
-	}
-	return o.String(), e.String(), err
+	return runShimEnv(ctx, rig, nil, prog, args...)
 }
 
 // pingsChecked checks that both rpings printed every verified ping.
