@@ -213,82 +213,77 @@ func isZero(fl *Flag) bool {
 	return false
 }
 
-// String declares a string flag.
-func (f *FlagSet) String(name, value, usage string) *string {
-	p := new(string)
-	f.StringVar(p, name, value, usage)
+// declare sets *p to value and declares the flag v, which stores in p.
+func declare[T any](f *FlagSet, p *T, value T, v Value, name, usage string) *T {
+	*p = value
+	f.Var(v, name, usage)
 	return p
 }
 
+// String declares a string flag.
+func (f *FlagSet) String(name string, value string, usage string) *string {
+	p := new(string)
+	return declare(f, p, value, (*stringValue)(p), name, usage)
+}
+
 // StringVar declares a string flag stored in p.
-func (f *FlagSet) StringVar(p *string, name, value, usage string) {
-	*p = value
-	f.Var((*stringValue)(p), name, usage)
+func (f *FlagSet) StringVar(p *string, name string, value string, usage string) {
+	declare(f, p, value, (*stringValue)(p), name, usage)
 }
 
 // Int declares an int flag (decimal, or 0x hex, 0o octal, 0b binary).
 func (f *FlagSet) Int(name string, value int, usage string) *int {
 	p := new(int)
-	f.IntVar(p, name, value, usage)
-	return p
+	return declare(f, p, value, (*intValue)(p), name, usage)
 }
 
-// IntVar declares an int flag stored in p.
+// IntVar declares an int flag (decimal, or 0x hex, 0o octal, 0b binary) stored in p.
 func (f *FlagSet) IntVar(p *int, name string, value int, usage string) {
-	*p = value
-	f.Var((*intValue)(p), name, usage)
+	declare(f, p, value, (*intValue)(p), name, usage)
 }
 
 // Uint64 declares a uint64 flag.
 func (f *FlagSet) Uint64(name string, value uint64, usage string) *uint64 {
 	p := new(uint64)
-	f.Uint64Var(p, name, value, usage)
-	return p
+	return declare(f, p, value, (*uint64Value)(p), name, usage)
 }
 
 // Uint64Var declares a uint64 flag stored in p.
 func (f *FlagSet) Uint64Var(p *uint64, name string, value uint64, usage string) {
-	*p = value
-	f.Var((*uint64Value)(p), name, usage)
+	declare(f, p, value, (*uint64Value)(p), name, usage)
 }
 
 // Bool declares a switch.
 func (f *FlagSet) Bool(name string, value bool, usage string) *bool {
 	p := new(bool)
-	f.BoolVar(p, name, value, usage)
-	return p
+	return declare(f, p, value, (*boolFlag)(p), name, usage)
 }
 
 // BoolVar declares a switch stored in p.
 func (f *FlagSet) BoolVar(p *bool, name string, value bool, usage string) {
-	*p = value
-	f.Var((*boolFlag)(p), name, usage)
+	declare(f, p, value, (*boolFlag)(p), name, usage)
 }
 
 // Duration declares a duration flag ("500ms", "2s", "1m30s").
 func (f *FlagSet) Duration(name string, value time.Duration, usage string) *time.Duration {
 	p := new(time.Duration)
-	f.DurationVar(p, name, value, usage)
-	return p
+	return declare(f, p, value, (*durationValue)(p), name, usage)
 }
 
-// DurationVar declares a duration flag stored in p.
+// DurationVar declares a duration flag ("500ms", "2s", "1m30s") stored in p.
 func (f *FlagSet) DurationVar(p *time.Duration, name string, value time.Duration, usage string) {
-	*p = value
-	f.Var((*durationValue)(p), name, usage)
+	declare(f, p, value, (*durationValue)(p), name, usage)
 }
 
 // Float64 declares a float64 flag.
 func (f *FlagSet) Float64(name string, value float64, usage string) *float64 {
 	p := new(float64)
-	f.Float64Var(p, name, value, usage)
-	return p
+	return declare(f, p, value, (*float64Value)(p), name, usage)
 }
 
 // Float64Var declares a float64 flag stored in p.
 func (f *FlagSet) Float64Var(p *float64, name string, value float64, usage string) {
-	*p = value
-	f.Var((*float64Value)(p), name, usage)
+	declare(f, p, value, (*float64Value)(p), name, usage)
 }
 
 type stringValue string

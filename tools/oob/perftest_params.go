@@ -202,8 +202,8 @@ type Params struct {
 	// banner.
 	NoRelaxedOrdering bool
 
-	// Help and Version report -h and -V: the caller prints usage or
-	// "Version: 6.06" and exits successfully.
+	// Help and Version report -h and -V: the caller prints the usage or
+	// the version and exits successfully.
 	Help, Version bool
 
 	// Unsupported lists the options given that perftest knows but sroce
