@@ -140,3 +140,27 @@ flags:
 		t.Errorf("Fail: %d %q", code, b.String())
 	}
 }
+
+// TestDeclarationClash checks that a flag declared twice, or a short
+// form or alias given twice, is refused when the command is built.
+func TestDeclarationClash(t *testing.T) {
+	for name, declare := range map[string]func(f *FlagSet){
+		"name twice":        func(f *FlagSet) { f.Bool("json", false, "") },
+		"letter of a Short": func(f *FlagSet) { f.Bool("d", false, "") },
+		"Short twice":       func(f *FlagSet) { f.Short('n', "json") },
+		"Short -h":          func(f *FlagSet) { f.Short('h', "json") },
+		"alias as a name":   func(f *FlagSet) { f.String("ib-dev", "", "") },
+		"alias twice":       func(f *FlagSet) { f.Alias("ib-dev", "iters") },
+		"help":              func(f *FlagSet) { f.Bool("help", false, "") },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: declared without a panic", name)
+				}
+			}()
+			f, _, _, _, _, _ := testSet()
+			declare(f)
+		}()
+	}
+}

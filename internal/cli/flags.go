@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -69,7 +70,8 @@ func (f *FlagSet) Lookup(name string) *Flag {
 // Var declares a flag with the given Value; its current String is the
 // default.
 func (f *FlagSet) Var(v Value, name, usage string) {
-	if name == "" || f.Lookup(name) != nil || name == "help" || name == "version" || name == "h" {
+	if name == "" || f.Lookup(name) != nil || name == "help" || name == "version" || name == "h" ||
+		len(name) == 1 && f.byShort(name[0]) != nil || f.byAlias(name) != nil {
 		panic("cli: bad or repeated flag name " + strconv.Quote(name))
 	}
 	fl := &Flag{Name: name, Usage: usage, Value: v, DefValue: v.String()}
@@ -94,7 +96,7 @@ func (f *FlagSet) Short(letter byte, name string) {
 // (the usage does not list it).
 func (f *FlagSet) Alias(alias, name string) {
 	fl := f.Lookup(name)
-	if fl == nil || len(alias) < 2 || f.Lookup(alias) != nil {
+	if fl == nil || len(alias) < 2 || f.Lookup(alias) != nil || f.byAlias(alias) != nil {
 		panic(fmt.Sprintf("cli: cannot make %q an alias of %q", alias, name))
 	}
 	fl.aliases = append(fl.aliases, alias)
@@ -106,6 +108,17 @@ func (f *FlagSet) IsSet(name string) bool {
 	return fl != nil && fl.set
 }
 
+// byAlias returns the flag with the long alias name, or nil.
+func (f *FlagSet) byAlias(name string) *Flag {
+	for _, fl := range f.flags {
+		if slices.Contains(fl.aliases, name) {
+			return fl
+		}
+	}
+	return nil
+}
+
+// byShort returns the flag with the short form -c, or nil.
 func (f *FlagSet) byShort(c byte) *Flag {
 	for _, fl := range f.flags {
 		if fl.Short == c {
