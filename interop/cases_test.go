@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sroce/sroce/tools/oob"
 )
 
 // Outputs as the tools print them (perftest 4.5's tables, rdma-core's
@@ -90,6 +92,47 @@ func TestTables(t *testing.T) {
 	for _, c := range LossyCases {
 		if strings.Contains(c.Args, "UD") || strings.Contains(c.Args, "UC") || strings.HasPrefix(c.Cmd, "ud") {
 			t.Errorf("LossyCases holds an unreliable pair: %+v", c)
+		}
+	}
+}
+
+// TestCasesParse parses every pair's sroce command line, as the rig runs
+// it (the tool, -d and the arguments; a client adds the server), with the
+// tools' own parser: every argument list perftest and rdma-core take is
+// one sroce takes.
+func TestCasesParse(t *testing.T) {
+	for _, c := range slices.Concat(Cases, LossyCases) {
+		for _, server := range []string{"", "10.0.0.1"} {
+			args := append([]string{"-d", "veth0"}, strings.Fields(c.Args)...)
+			if server != "" {
+				args = append(args, server)
+			}
+			var dev, name string
+			var err error
+			switch c.Cmd {
+			case "rc-pingpong", "ud-pingpong":
+				var p oob.PingpongParams
+				p, err = oob.ParsePingpong(c.Cmd == "ud-pingpong", args)
+				dev, name = p.IBDev, p.ServerName
+				if err == nil && len(p.Unsupported) > 0 {
+					t.Errorf("%s %q: sroce does not implement %v", c.Cmd, args, p.Unsupported)
+				}
+			default:
+				i := slices.IndexFunc(oob.Tests, func(tt oob.Test) bool { return tt.String() == c.Cmd })
+				if i < 0 {
+					t.Errorf("%s: no such perftest tool", c.Cmd)
+					continue
+				}
+				var p oob.Params
+				p, err = oob.ParsePerftest(oob.Tests[i], args)
+				dev, name = p.IBDev, p.ServerName
+				if err == nil {
+					err = p.CheckSupported()
+				}
+			}
+			if err != nil || dev != "veth0" || name != server {
+				t.Errorf("%s %q: %v, device %q, server %q", c.Cmd, args, err, dev, name)
+			}
 		}
 	}
 }

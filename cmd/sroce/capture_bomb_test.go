@@ -125,7 +125,7 @@ func TestDissectGzipBombs(t *testing.T) {
 
 	t.Run("pcap record of 1 GiB", func(t *testing.T) {
 		code, out, errOut := dissectBounded(t, bomb(t, pcapHeader(0xffffffff, gib), 1024, nil), limit)
-		if code != exitUsage || out != "0 packets: 0 RoCEv2, 0 skipped (not RoCEv2), 0 malformed, 0 ICRC failures\n" ||
+		if code != exitProblem || out != "0 packets: 0 RoCEv2, 0 skipped (not RoCEv2), 0 malformed, 0 ICRC failures\n" ||
 			errOut != "sroce dissect: standard input: the capture is damaged or cut short in packet 1: the record claims 1073741824 captured bytes, more than any capture holds (262144)\n" {
 			t.Errorf("exit %d, stdout %q, stderr %q", code, out, errOut)
 		}
@@ -139,7 +139,7 @@ func TestDissectGzipBombs(t *testing.T) {
 		head = binary.LittleEndian.AppendUint32(head, gib)
 		head = binary.LittleEndian.AppendUint32(head, gib)
 		code, _, errOut := dissectBounded(t, bomb(t, head, 1024, nil), limit)
-		if code != exitUsage || !strings.Contains(errOut, "in packet 1: the packet block claims 1073741824 captured bytes, more than any capture holds (262144)") {
+		if code != exitProblem || !strings.Contains(errOut, "in packet 1: the packet block claims 1073741824 captured bytes, more than any capture holds (262144)") {
 			t.Errorf("exit %d, stderr %q", code, errOut)
 		}
 	})
@@ -159,7 +159,7 @@ func TestDissectGzipBombs(t *testing.T) {
 
 	t.Run("zeros", func(t *testing.T) {
 		code, _, errOut := dissectBounded(t, bomb(t, nil, 1024, nil), limit)
-		if code != exitUsage || !strings.Contains(errOut, "is not a pcap or pcapng capture (it starts with 00 00 00 00)") {
+		if code != exitProblem || !strings.Contains(errOut, "is not a pcap or pcapng capture (it starts with 00 00 00 00)") {
 			t.Errorf("exit %d, stderr %q", code, errOut)
 		}
 	})

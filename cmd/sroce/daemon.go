@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/daemon"
+	"github.com/sroce/sroce/internal/buildinfo"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/roce/netif"
 	"github.com/sroce/sroce/roce/tracesock"
@@ -86,19 +87,21 @@ func runDaemon(e *env, args []string) int {
 	defUser := daemon.DefaultUser(defTotal)
 	f := newFlags(e, "daemon", "sroce daemon -d IF [-d IF ...] [--link auto|xdp|udp] [--socket PATH] [--metrics ADDR]", daemonAbout)
 	var ifs repeated
-	f.Var(&ifs, "d", "network `interface` to serve, or IF@ADDR to bind the UDP link to ADDR (repeatable)")
-	link := f.String("link", "auto", "link of the devices: `auto`, xdp or udp")
+	f.Var(&ifs, "device", "network interface `IF` to serve, or IF@ADDR to bind the UDP link to ADDR (repeatable)")
+	f.Short('d', "device")
+	link := f.String("link", "auto", "`MODE` of the devices' link: auto, xdp or udp")
 	socket := f.String("socket", "", "unix socket to listen on (default: SROCE_SOCKET, or the place for this user)")
-	metrics := f.String("metrics", "", "serve Prometheus metrics on this `address` (host:port)")
+	metrics := f.String("metrics", "", "serve Prometheus metrics on `ADDR` (host:port)")
 	metricsClients := f.Bool("metrics-clients", false, "label the metrics of clients with their uid and program name (comm), one series per uid, program and device")
-	engine := f.String("engine", "", "engine mode: auto, sleep, spin, adaptive or inline (default: SROCE_ENGINE, else auto)")
+	engine := f.String("engine", "", "engine `MODE`: auto, sleep, spin, adaptive or inline (default: SROCE_ENGINE, else auto)")
 	queues := f.Int("queues", 0, "receive queues of each interface the devices use, one engine each (default: SROCE_QUEUES, else the queue count capped by the CPUs)")
-	logFormat := f.String("log-format", "text", "log format: `text` or json")
-	verbose := f.Bool("v", false, "log every client request that fails")
+	logFormat := f.String("log-format", "text", "log `FORMAT`: text or json")
+	verbose := f.Bool("verbose", false, "log every client request that fails")
+	f.Short('v', "verbose")
 	spin := f.Duration("spin", 0, "how long a client's bridge keeps polling its rings after the last work before it sleeps (default 50µs with four CPUs or more, else none; 0: the default; negative: never spin)")
 	maxQPs := f.Int("max-qps", daemon.DefaultLimits.QPs, "QPs one client may hold")
 	maxMRs := f.Int("max-mrs", daemon.DefaultLimits.MRs, "MRs and MWs one client may hold")
-	maxReg := f.Uint64("max-reg", daemon.DefaultLimits.RegBytes, "bytes one client may register")
+	maxReg := f.Uint64("max-reg", daemon.DefaultLimits.RegBytes, "`BYTES` one client may register")
 	var limUser, limTotal budgetFlag
 	f.Var(&limUser, "limit-user", "what the clients of one uid may hold together, with --limit-total's `keys`; a key left out is a quarter of the total's (here: "+defUser.String()+")")
 	f.Var(&limTotal, "limit-total", "what all clients may hold together, as `KEY=N[,KEY=N...]` with keys conns, fds, maps, qps, mrs (counts), "+
@@ -122,29 +125,43 @@ func runDaemon(e *env, args []string) int {
 		v    int
 	}{{"max-qps", *maxQPs}, {"max-mrs", *maxMRs}} {
 		if l.v <= 0 {
-			return f.usageError(fmt.Sprintf("--%s %d: want a positive number", l.name, l.v))
+			return f.usageError(badValue("--"+l.name, l.v, "want a positive number"))
 		}
 	}
 	if *maxReg == 0 {
-		return f.usageError("--max-reg 0: want a positive number")
+		return f.usageError(badValue("--max-reg", 0, "want a positive number"))
 	}
-	mode, err := iface.ParseMode(*link)
-	if err != nil {
-		return f.usageError(err.Error())
+	mode, msg := parseLinkMode("--link", *link)
+	if msg != "" {
+		return f.usageError(msg)
 	}
-	if *engine != "" {
-		os.Setenv(device.EnvEngine, *engine)
-	}
-	em, err := device.Engine()
-	if err != nil {
-		return f.usageError(err.Error())
+	em, msg := parseEngine(*engine)
+	if msg != "" {
+		return f.usageError(msg)
 	}
 	if *queues < 0 {
-		return f.usageError(fmt.Sprintf("--queues %d: want a positive number", *queues))
+		return f.usageError(badValue("--queues", *queues, "want a positive number"))
 	}
+	var err error
 	if *queues == 0 {
 		if *queues, err = device.Queues(); err != nil {
 			return f.usageError(err.Error())
+		}
+	}
+	var specs []device.Spec
+	for _, arg := range ifs {
+		spec, err := device.ParseSpec(arg)
+		if err != nil || spec.Ifname == "" {
+			return f.usageError(badValue("--device", arg, "want an interface name, or IF@ADDR for the UDP link's address"))
+		}
+		if slices.ContainsFunc(specs, func(s device.Spec) bool { return s.Ifname == spec.Ifname }) {
+			return f.usageError(badValue("--device", arg, "interface "+spec.Ifname+" is given twice"))
+		}
+		specs = append(specs, spec)
+	}
+	if *metrics != "" {
+		if msg := checkListenAddr("--metrics", *metrics); msg != "" {
+			return f.usageError(msg)
 		}
 	}
 	level := slog.LevelInfo
@@ -158,9 +175,11 @@ func runDaemon(e *env, args []string) int {
 	case "json":
 		h = slog.NewJSONHandler(e.Stderr, &slog.HandlerOptions{Level: level})
 	default:
-		return f.usageError(fmt.Sprintf("--log-format %q: want text or json", *logFormat))
+		return f.usageError(badValue("--log-format", *logFormat, "want text or json"))
 	}
 	log := slog.New(h)
+	bi := buildinfo.Get()
+	log.Info("starting", "version", bi.Version, "revision", bi.ShortRevision(), "go", bi.GoVersion)
 	if raiseErr != nil {
 		log.Warn("the descriptor limit stays as it was; the descriptor budget follows it", "err", raiseErr)
 	}
@@ -182,11 +201,7 @@ func runDaemon(e *env, args []string) int {
 	// opts are each interface's options, to open it again when it comes
 	// back after being deleted.
 	opts := map[string]iface.Options{}
-	for _, arg := range ifs {
-		spec, err := device.ParseSpec(arg)
-		if err != nil || spec.Ifname == "" {
-			return f.usageError(fmt.Sprintf("-d %q: want an interface name, or IF@ADDR for the UDP link's address", arg))
-		}
+	for _, spec := range specs {
 		// A down interface is served with its port DOWN, as an rxe
 		// device on a down netdev is.
 		opts[spec.Ifname] = iface.Options{Mode: mode, Engine: em, Addr: spec.Addr, Queues: *queues, AllowDown: true}
@@ -203,7 +218,7 @@ func runDaemon(e *env, args []string) int {
 		User:   limUser.b, Total: limTotal.b, DevNodeDir: daemon.DevNodeDir})
 	if err != nil {
 		fmt.Fprintf(e.Stderr, "sroce daemon: %v\n", err)
-		return exitUsage
+		return exitProblem
 	}
 	bs := srv.Budgets()
 	log.Info("budgets", "user", bs.User.String(), "total", bs.Total.String())

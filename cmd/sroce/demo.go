@@ -18,7 +18,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -100,14 +99,15 @@ type demoConfig struct {
 // runDemo implements "sroce demo".
 func runDemo(e *env, args []string) int {
 	f := newFlags(e, "demo", "sroce demo [--mode auto|xdp|udp] [--size N] [--iters N] [--netem OPTIONS] [-v]", demoAbout)
-	mode := f.String("mode", "auto", "link: `auto`, xdp (AF_XDP, root) or udp")
-	size := f.Int("size", 65536, "message size in `bytes`")
+	mode := f.String("mode", "auto", "link (`MODE`): auto, xdp (AF_XDP, root) or udp")
+	size := f.Int("size", 65536, "message size in `BYTES`")
 	iters := f.Int("iters", 10, "repetitions of each operation")
 	burst := f.Int("burst", 256, "RDMA WRITEs in the timed burst")
 	mtu := f.Int("mtu", 1500, "MTU of the veth pair (path MTU = MTU-80 rounded down, 1500 gives 1024)")
 	netem := f.String("netem", "", "impair the veth with netem `OPTIONS`, e.g. \"loss 2%\" (root)")
 	timeout := f.Duration("timeout", 10*time.Second, "give up on an operation after this long")
-	verbose := f.Bool("v", false, "print every packet sent, as sroce dissect does")
+	verbose := f.Bool("verbose", false, "print every packet sent, as sroce dissect does")
+	f.Short('v', "verbose")
 	explain := f.Bool("explain", false, "follow every operation with its ladder, explained")
 	loss := f.Float64("loss", 0, "make both engines drop `PCT` percent of the frames they send")
 	seed := f.Uint64("seed", 1, "seed of --loss's choice of frames")
@@ -121,18 +121,16 @@ func runDemo(e *env, args []string) int {
 	cfg := demoConfig{size: *size, iters: *iters, burst: *burst, mtu: *mtu, verbose: *verbose, timeout: *timeout,
 		explain: *explain, loss: *loss, seed: *seed}
 	if cfg.explain {
-		set := map[string]bool{}
-		f.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-		if !set["size"] {
+		if !f.IsSet("size") {
 			cfg.size = explainSize
 		}
-		if !set["iters"] {
+		if !f.IsSet("iters") {
 			cfg.iters = 1
 		}
 	}
-	m, err := iface.ParseMode(*mode)
-	if err != nil {
-		return f.usageError(err.Error())
+	m, msg := parseLinkMode("--mode", *mode)
+	if msg != "" {
+		return f.usageError(msg)
 	}
 	cfg.mode = m
 	switch {

@@ -113,7 +113,7 @@ func TestDevinfoStatFlags(t *testing.T) {
 		}
 	}
 	code, _, errOut := runSroce(t, nil, "stat", "--for", "-1s")
-	if code != exitUsage || !strings.Contains(errOut, "--for must not be negative") {
+	if code != exitUsage || !strings.Contains(errOut, `invalid value "-1s" for --for: must not be negative`) {
 		t.Errorf("stat --for -1s: exit %d, %q", code, errOut)
 	}
 }

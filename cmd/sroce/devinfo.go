@@ -50,11 +50,14 @@ max_qp_wr, ...).`
 func runDevinfo(e *env, args []string) int {
 	f := newFlags(e, "devinfo", "sroce devinfo [-d IF] [-l] [-v] [--socket PATH] [--mode auto|xdp|udp]", devinfoAbout)
 	var dev string
-	f.StringVar(&dev, "d", "", "network `interface` (default: the one of the default route)")
-	f.StringVar(&dev, "ib-dev", "", "same as -d")
-	list := f.Bool("l", false, "list the interfaces a device can be opened on")
-	verbose := f.Bool("v", false, "also print the device limits")
-	mode := f.String("mode", "auto", "link to open: `auto`, xdp or udp")
+	f.StringVar(&dev, "device", "", "network interface `IF` (default: the one of the default route)")
+	f.Short('d', "device")
+	f.Alias("ib-dev", "device")
+	list := f.Bool("list", false, "list the interfaces a device can be opened on")
+	f.Short('l', "list")
+	verbose := f.Bool("verbose", false, "also print the device limits")
+	f.Short('v', "verbose")
+	mode := f.String("mode", "auto", "link to open (`MODE`): auto, xdp or udp")
 	socket := f.String("socket", "", "the daemon's socket (default: SROCE_SOCKET, or the place for this user)")
 	pos, status, ok := f.parse(args)
 	if !ok {
@@ -63,10 +66,11 @@ func runDevinfo(e *env, args []string) int {
 	if len(pos) != 0 {
 		return f.usageError("devinfo takes no arguments")
 	}
-	m, err := iface.ParseMode(*mode)
-	if err != nil {
-		return f.usageError(err.Error())
+	m, msg := parseLinkMode("--mode", *mode)
+	if msg != "" {
+		return f.usageError(msg)
 	}
+	var err error
 	if *list {
 		if err := listInterfaces(e.Stdout); err != nil {
 			fmt.Fprintf(e.Stderr, "sroce devinfo: %v\n", err)

@@ -41,10 +41,11 @@ by Wireshark's field names (infiniband.bth.psn, infiniband.reth.va, ...) so
 that it can be compared with tshark's output; the summary goes to standard
 error.
 
-Exit status: 0 when every RoCEv2 packet decoded and its ICRC verified, 1 when
-an ICRC was wrong or a RoCEv2 packet was malformed, 2 when the input could
-not be read (no such file, not a capture, a damaged file, a record longer
-than 262144 bytes). The capture is read as a stream, so memory stays small
+Exit status: 0 when every RoCEv2 packet decoded and its ICRC verified; 1
+when an ICRC was wrong or a RoCEv2 packet was malformed, or when the input
+could not be read (no such file, not a capture, a damaged file, a record
+longer than 262144 bytes), with a sentence saying which; 2 for a bad
+command line. The capture is read as a stream, so memory stays small
 whatever its size or compression ratio.`
 
 // openCapture opens the capture file path ("-": standard input) for the
@@ -79,7 +80,7 @@ func runDissect(e *env, args []string) int {
 	}
 	fr, name, closeIn, ok := openCapture(e, "dissect", pos[0])
 	if !ok {
-		return exitUsage
+		return exitProblem
 	}
 	defer closeIn()
 
@@ -115,7 +116,7 @@ func runDissect(e *env, args []string) int {
 	case readErr != nil:
 		fmt.Fprintf(e.Stderr, "sroce dissect: %s: the capture is damaged or cut short in packet %d: %s\n",
 			name, readErr.Packet, errText(readErr.Err))
-		return exitUsage
+		return exitProblem
 	case !d.Tally.OK():
 		return exitProblem
 	}

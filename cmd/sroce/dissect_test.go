@@ -179,8 +179,8 @@ func TestDissectUnreadable(t *testing.T) {
 				path = capturetest.WriteFile(t, "in", c.data)
 			}
 			code, out, errOut := runSroce(t, nil, "dissect", path)
-			if code != exitUsage {
-				t.Errorf("exit status %d, want %d", code, exitUsage)
+			if code != exitProblem {
+				t.Errorf("exit status %d, want %d", code, exitProblem)
 			}
 			if out != "" {
 				t.Errorf("stdout %q", out)
@@ -193,13 +193,13 @@ func TestDissectUnreadable(t *testing.T) {
 	}
 
 	// A capture cut inside a record: what was read is printed and summed up,
-	// then the damage is reported and the status is 2.
+	// then the damage is reported and the status is 1.
 	for name, b := range map[string][]byte{"pcap": pcap, "pcapng": ng} {
 		t.Run("cut "+name, func(t *testing.T) {
 			path := capturetest.WriteFile(t, "cut", b[:len(b)-30])
 			code, out, errOut := runSroce(t, nil, "dissect", path)
-			if code != exitUsage {
-				t.Errorf("exit status %d, want %d", code, exitUsage)
+			if code != exitProblem {
+				t.Errorf("exit status %d, want %d", code, exitProblem)
 			}
 			if !strings.HasSuffix(out, "2 packets: 2 RoCEv2, 0 skipped (not RoCEv2), 0 malformed, 0 ICRC failures\n") {
 				t.Errorf("stdout %q", out)

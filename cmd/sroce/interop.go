@@ -22,7 +22,6 @@ import (
 
 	"github.com/sroce/sroce/internal/rxeguest"
 	"github.com/sroce/sroce/interop"
-	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/tools/device"
 )
 
@@ -75,15 +74,15 @@ const interopTimeoutDefault = time.Hour
 
 // runInterop implements "sroce interop".
 func runInterop(e *env, args []string) int {
-	f := newFlags(e, "interop", "sroce interop [--loss PCT] [--only LIST] [--all] [--shim] [--keep DIR] [--engine MODE] [--peer KIND] [--timeout D]", interopAbout)
+	f := newFlags(e, "interop", "sroce interop [--loss PCT] [--only LIST] [--all] [--shim] [--keep DIR] [--engine MODE] [--peer KIND] [--timeout DURATION]", interopAbout)
 	loss := f.Float64("loss", 0, "the peer drops `PCT` percent of the RoCEv2 frames each way")
 	only := f.String("only", "", "run only the pairs of `LIST` (names or sroce commands, comma-separated)")
 	all := f.Bool("all", false, "run every pair of the interop test suite")
 	keep := f.String("keep", "", "keep the captures and ladders of failed runs in `DIR`")
-	engine := f.String("engine", "", "run sroce's tools with engine `MODE` (auto, inline, sleep, spin, adaptive)")
-	timeout := f.Duration("timeout", interopTimeoutDefault, "give up after `D` in all")
+	engine := f.String("engine", "", "run sroce's tools with engine `MODE`: auto, inline, sleep, spin or adaptive")
+	timeout := f.Duration("timeout", interopTimeoutDefault, "give up after `DURATION` in all")
 	shim := f.Bool("shim", false, "also run each real tool on sroce's side, through sroce run and a sroce daemon")
-	peerKind := f.String("peer", interop.PeerAuto, "the rdma_rxe peer: `KIND` auto, host (this kernel's rdma_rxe) or guest")
+	peerKind := f.String("peer", interop.PeerAuto, "the rdma_rxe peer (`KIND`): auto, host (this kernel's rdma_rxe) or guest")
 	pos, status, ok := f.parse(args)
 	if !ok {
 		return status
@@ -92,19 +91,19 @@ func runInterop(e *env, args []string) int {
 		return f.usageError("expected no arguments")
 	}
 	if *loss < 0 || *loss > 100 || *loss != *loss {
-		return f.usageError(fmt.Sprintf("--loss %v is not a percentage between 0 and 100", *loss))
+		return f.usageError(badValue("--loss", *loss, "not a percentage between 0 and 100"))
 	}
 	if *timeout <= 0 {
-		return f.usageError("--timeout must be positive")
+		return f.usageError(badValue("--timeout", *timeout, "must be positive"))
 	}
 	switch *peerKind {
 	case interop.PeerAuto, interop.PeerHost, interop.PeerGuest:
 	default:
-		return f.usageError(fmt.Sprintf("--peer %q is none of auto, host and guest", *peerKind))
+		return f.usageError(badValue("--peer", *peerKind, "want auto, host or guest"))
 	}
 	if *engine != "" {
-		if _, err := roce.ParseEngineMode(*engine); err != nil {
-			return f.usageError(fmt.Sprintf("--engine: %v", err))
+		if _, msg := parseEngine(*engine); msg != "" {
+			return f.usageError(msg)
 		}
 	}
 	cases := interop.Matrix

@@ -17,15 +17,15 @@ func TestInteropUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--bogus"}, "flag provided but not defined"},
-		{[]string{"--loss", "150"}, "--loss 150 is not a percentage"},
-		{[]string{"--loss", "-1"}, "--loss -1 is not a percentage"},
+		{[]string{"--bogus"}, "unknown flag --bogus"},
+		{[]string{"--loss", "150"}, `invalid value "150" for --loss: not a percentage`},
+		{[]string{"--loss", "-1"}, `invalid value "-1" for --loss: not a percentage`},
 		{[]string{"--only", "write-bw,nosuch"}, "no pair or command named nosuch among the pairs rc-pingpong,"},
 		{[]string{"--loss", "2", "--only", "ud-pingpong"}, "no pair or command named ud-pingpong"},
-		{[]string{"--engine", "warp"}, "--engine:"},
-		{[]string{"--timeout", "0s"}, "--timeout must be positive"},
+		{[]string{"--engine", "warp"}, `invalid value "warp" for --engine`},
+		{[]string{"--timeout", "0s"}, `invalid value "0s" for --timeout: must be positive`},
 		{[]string{"extra"}, "expected no arguments"},
-		{[]string{"--peer", "moon"}, `--peer "moon" is none of auto, host and guest`},
+		{[]string{"--peer", "moon"}, `invalid value "moon" for --peer: want auto, host or guest`},
 	} {
 		code, out, errOut := runSroce(t, nil, append([]string{"interop"}, tc.args...)...)
 		if code != exitUsage || out != "" || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "usage: sroce interop") {

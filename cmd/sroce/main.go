@@ -3,33 +3,55 @@
 //
 //	sroce <command> [flags] [arguments]
 //
-// Run "sroce" or "sroce -h" for the list of commands and "sroce help
-// <command>" (or "sroce <command> -h") for the flags of one.
+// Run "sroce help" for the list of commands and "sroce help <command>" (or
+// "sroce <command> --help") for the flags of one; "sroce version" (or
+// --version after any command) prints the version.
+//
+// Every command parses its command line the same way, GNU style as
+// perftest's tools do (package internal/cli): short flags with one dash
+// ("-d eth0", "-deth0", switches bundled as "-lv"), long ones with two
+// ("--device eth0", "--device=eth0", or an unambiguous prefix such as
+// "--dev"), flags and arguments in any order, "--" ends the flags. A bad
+// flag or value is named as it was typed, with the usage, on standard
+// error; help goes to standard output. docs/cli.md says more.
 //
 // Adding a command takes one file and one line: the file defines a function
 // with the signature of command.run, and the line adds the command to the
 // commands table below.
 //
-// Exit status, for every command: 0 when all went well, 1 when the command
-// ran but found a problem (a bad ICRC, a failed transfer), 2 for a usage
-// error or input that cannot be read at all.
+// Exit status, the same for every command:
+//
+//	0    all went well
+//	1    the command ran and failed or found a problem: a file that cannot
+//	     be read or is damaged, a device or daemon that cannot be
+//	     reached, a failed transfer, bad packets in a capture
+//	2    bad command line: unknown flag, bad value, missing or extra
+//	     arguments, a bad SROCE_* variable; nothing was done, the usage
+//	     is on standard error
+//	126  sroce run: the program was found but could not be started
+//	127  sroce run: the program was not found
+//	128+N  ended by signal N (sroce run passes on its program's; sroce
+//	     demo's cleanup after SIGINT gives 130)
+//
+// "sroce run" otherwise exits with its program's status.
 package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"runtime/pprof"
 	"strings"
+
+	"github.com/sroce/sroce/internal/cli"
 )
 
-// Exit statuses shared by all commands.
+// Exit statuses shared by all commands (the table above).
 const (
-	exitOK      = 0 // everything went well
-	exitProblem = 1 // the command ran and found a problem
-	exitUsage   = 2 // bad command line or unreadable input
+	exitOK      = cli.ExitOK      // everything went well
+	exitProblem = cli.ExitProblem // the command ran and failed or found a problem
+	exitUsage   = cli.ExitUsage   // bad command line: nothing was done
 )
 
 // env is what a command may touch of the outside world. Commands write to
@@ -74,6 +96,7 @@ var commands = []command{
 	{"devinfo", "describe the sroce device on a network interface, like ibv_devinfo", runDevinfo},
 	{"stat", "counters of a sroce device on a network interface", runStat},
 	{"trace", "attach to a running sroce device: its engine events and packets, live", runTrace},
+	{"version", "print the version of sroce", runVersion},
 }
 
 // main runs the command line and exits with its status.
@@ -116,14 +139,17 @@ func startProfile(path string) (func(), error) {
 // command and returns the exit status. It is main without os.Exit, for tests.
 func run(args []string, e *env) int {
 	if len(args) == 0 {
-		usage(e.Stdout)
-		return exitOK
+		fmt.Fprintf(e.Stderr, "sroce: no command given\n\n")
+		usage(e.Stderr)
+		return exitUsage
 	}
 	name := args[0]
 	switch name {
-	case "-h", "-help", "--help":
+	case "-h", "--help":
 		usage(e.Stdout)
 		return exitOK
+	case "--version":
+		return cli.Version(e.Stdout)
 	case "help":
 		return runHelp(e, args[1:])
 	}
@@ -167,7 +193,26 @@ func runHelp(e *env, args []string) int {
 		usage(e.Stderr)
 		return exitUsage
 	}
-	return c.run(e, []string{"-h"})
+	return c.run(e, []string{"--help"})
+}
+
+const versionAbout = `
+Version prints one line: the module version of sroce (v1.2.3, or (devel)
+for a build from a work tree), the VCS revision it was built from (with
++dirty when the tree had changes), the commit time and the Go toolchain.
+Every command prints the same line with --version.`
+
+// runVersion implements "sroce version".
+func runVersion(e *env, args []string) int {
+	f := newFlags(e, "version", "sroce version", versionAbout)
+	pos, status, ok := f.parse(args)
+	if !ok {
+		return status
+	}
+	if len(pos) != 0 {
+		return f.usageError("version takes no arguments")
+	}
+	return cli.Version(e.Stdout)
 }
 
 // usage writes the program's usage text, listing the commands, to w.
@@ -182,93 +227,64 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(&b, "  %-*s  %s\n", width, c.name, c.summary)
 	}
-	b.WriteString("\nRun \"sroce help <command>\" for the flags of a command.\n")
+	b.WriteString("\nRun \"sroce help <command>\" for the flags of a command, \"sroce --version\" for the version.\n")
 	b.WriteString("SROCE_CPUPROFILE=FILE makes any command write a CPU profile (go tool pprof) to FILE.\n")
 	io.WriteString(w, b.String())
 }
 
 // cmdFlags is the flag set of one command together with its usage text.
+// Flags are declared with the methods of cli.FlagSet: String, Int, Bool,
+// Uint64, Duration, Float64, Var and their ...Var forms, with the long
+// name (or one letter for a short-only flag); Short gives a flag its
+// one-letter form and Alias a second long name.
 type cmdFlags struct {
-	*flag.FlagSet
-	e        *env
-	synopsis string // e.g. "sroce dissect [--json] FILE"
-	about    string // a paragraph or two on what the command does
+	*cli.FlagSet
+	e     *env
+	usage cli.Usage
 }
 
-// newFlags returns an empty flag set for a command. Flags are then added with
-// the usual flag.FlagSet methods, and parse reads the command line.
+// newFlags returns an empty flag set for the command name. synopsis is
+// the usage line ("sroce dissect [--json] FILE"), about a paragraph or
+// more on what the command does.
 func newFlags(e *env, name, synopsis, about string) *cmdFlags {
-	fs := flag.NewFlagSet("sroce "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // parse reports errors and usage itself, to the right stream
-	fs.Usage = func() {}
-	return &cmdFlags{FlagSet: fs, e: e, synopsis: synopsis, about: about}
+	return &cmdFlags{FlagSet: cli.NewFlagSet(), e: e,
+		usage: cli.Usage{Name: "sroce " + name, Synopsis: synopsis, About: about}}
 }
+
+// Name returns the command as typed: "sroce dissect".
+func (f *cmdFlags) Name() string { return f.usage.Name }
 
 // printUsage writes the command's usage to w: the synopsis, the description
 // when long is true, and the flags.
 func (f *cmdFlags) printUsage(w io.Writer, long bool) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "usage: %s\n", f.synopsis)
-	if long {
-		fmt.Fprintf(&b, "\n%s\n", strings.TrimSpace(f.about))
-	}
-	first := true
-	f.VisitAll(func(fl *flag.Flag) {
-		if first {
-			b.WriteString("\nflags:\n")
-			first = false
-		}
-		arg, text := flag.UnquoteUsage(fl)
-		name := "--" + fl.Name
-		if arg != "" {
-			name += " " + arg
-		}
-		fmt.Fprintf(&b, "  %-14s %s", name, text)
-		if arg != "" && fl.DefValue != "" {
-			fmt.Fprintf(&b, " (default %s)", fl.DefValue)
-		}
-		b.WriteByte('\n')
-	})
-	if !long {
-		fmt.Fprintf(&b, "\nRun \"sroce help %s\" for details.\n", strings.TrimPrefix(f.Name(), "sroce "))
-	}
-	io.WriteString(w, b.String())
+	f.usage.Flags = f.Help()
+	f.usage.Write(w, long)
 }
 
-// parse parses args and returns the positional arguments. Flags may come
-// before or after positional arguments ("sroce dissect FILE --json"); a lone
-// "-" is a positional argument and "--" ends the flags. With -h it prints the
-// usage on stdout and returns status exitOK; on a bad flag it prints the
-// error and the usage on stderr and returns exitUsage. ok is false in both
-// cases: the caller returns status without running.
+// parse parses args and returns the positional arguments, GNU style (see
+// package cli): flags may come before or after positional arguments
+// ("sroce dissect FILE --json"), a lone "-" is a positional argument and
+// "--" ends the flags. With -h or --help it prints the usage on stdout and
+// with --version the version, and returns status exitOK; on a bad flag or
+// value it prints the error and the usage on stderr and returns exitUsage.
+// ok is false in these cases: the caller returns status without running.
 func (f *cmdFlags) parse(args []string) (pos []string, status int, ok bool) {
-	for {
-		err := f.Parse(args)
-		if errors.Is(err, flag.ErrHelp) {
-			f.printUsage(f.e.Stdout, true)
-			return nil, exitOK, false
-		}
-		if err != nil {
-			fmt.Fprintf(f.e.Stderr, "%s: %v\n\n", f.Name(), err)
-			f.printUsage(f.e.Stderr, false)
-			return nil, exitUsage, false
-		}
-		rest := f.Args()
-		if len(rest) == 0 {
-			return pos, exitOK, true
-		}
-		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
-			return append(pos, rest...), exitOK, true
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
+	pos, err := f.Parse(args)
+	switch {
+	case errors.Is(err, cli.ErrHelp):
+		f.printUsage(f.e.Stdout, true)
+		return nil, exitOK, false
+	case errors.Is(err, cli.ErrVersion):
+		return nil, cli.Version(f.e.Stdout), false
+	case err != nil:
+		return nil, f.usageError(err.Error()), false
 	}
+	return pos, exitOK, true
 }
 
-// usageError reports a wrong number or kind of arguments: msg, then the
-// command's usage, on stderr. It returns exitUsage.
+// usageError reports a bad command line: msg, then the command's usage,
+// on stderr. It returns exitUsage.
 func (f *cmdFlags) usageError(msg string) int {
-	fmt.Fprintf(f.e.Stderr, "%s: %s\n\n", f.Name(), msg)
-	f.printUsage(f.e.Stderr, false)
-	return exitUsage
+	f.usage.Flags = f.Help()
+	return f.usage.Fail(f.e.Stderr, msg)
 }

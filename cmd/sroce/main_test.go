@@ -18,7 +18,7 @@ func runSroce(t *testing.T, stdin []byte, args ...string) (code int, stdout, std
 // TestUsage checks the top-level command line: usage on request (stdout,
 // status 0) and on error (stderr, status 2).
 func TestUsage(t *testing.T) {
-	for _, args := range [][]string{nil, {"-h"}, {"--help"}, {"help"}} {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}} {
 		code, out, errOut := runSroce(t, nil, args...)
 		if code != exitOK || errOut != "" || !strings.Contains(out, "usage: sroce <command>") {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
@@ -29,7 +29,7 @@ func TestUsage(t *testing.T) {
 			}
 		}
 	}
-	for _, args := range [][]string{{"bogus"}, {"--verbose"}, {"help", "bogus"}, {"help", "dissect", "x"}} {
+	for _, args := range [][]string{nil, {"bogus"}, {"--verbose"}, {"help", "bogus"}, {"help", "dissect", "x"}} {
 		code, out, errOut := runSroce(t, nil, args...)
 		if code != exitUsage || out != "" || !strings.Contains(errOut, "usage: sroce <command>") {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
@@ -71,8 +71,9 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"f"}, false, []string{"f"}},
 		{[]string{"--json", "f"}, true, []string{"f"}},
 		{[]string{"f", "--json"}, true, []string{"f"}},
-		{[]string{"-json", "-"}, true, []string{"-"}},
-		{[]string{"-", "-json"}, true, []string{"-"}},
+		{[]string{"-j", "-"}, true, []string{"-"}},
+		{[]string{"-", "--js"}, true, []string{"-"}},
+		{[]string{"-jv", "f"}, true, []string{"f"}},
 		{[]string{"a", "--", "--json", "b"}, false, []string{"a", "--json", "b"}},
 		{[]string{"--json=false", "a", "b"}, false, []string{"a", "b"}},
 	}
@@ -80,6 +81,8 @@ func TestParseFlags(t *testing.T) {
 		e := &env{Stdout: &strings.Builder{}, Stderr: &strings.Builder{}}
 		f := newFlags(e, "x", "sroce x", "")
 		j := f.Bool("json", false, "")
+		f.Short('j', "json")
+		f.Bool("v", false, "")
 		pos, _, ok := f.parse(c.args)
 		if !ok || *j != c.json || strings.Join(pos, "|") != strings.Join(c.pos, "|") {
 			t.Errorf("%q: ok %v, json %v, positional %q; want json %v, %q", c.args, ok, *j, pos, c.json, c.pos)

@@ -82,10 +82,10 @@ func TestPingpongCommandLine(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"rc-pingpong", "-x"}, "invalid option"},
-		{[]string{"rc-pingpong", "-m", "1000"}, "MTU 1000"},
+		{[]string{"rc-pingpong", "-x"}, "unknown flag -x"},
+		{[]string{"rc-pingpong", "-m", "1000"}, "-m 1000: the MTU is not 256"},
 		{[]string{"rc-pingpong", "a", "b"}, "more than one server name"},
-		{[]string{"ud-pingpong", "-m", "1024"}, "invalid option"},
+		{[]string{"ud-pingpong", "-m", "1024"}, "unknown flag -m"},
 		{[]string{"rc-pingpong", "-o"}, "option -o is not supported by sroce"},
 		{[]string{"rc-pingpong", "-r", "1"}, "receive depth"},
 		{[]string{"rc-pingpong", "-i", "2"}, "one port"},

@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -46,16 +45,22 @@ func runRun(e *env, args []string) int {
 	socket := f.String("socket", "", "the daemon's unix socket (sets SROCE_SOCKET)")
 	printLib := f.Bool("print-lib", false, "print the directory of the built libibverbs and librdmacm and exit")
 	// Flags stop at the program: everything after it is the program's.
-	if err := f.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			f.printUsage(e.Stdout, true)
-			return exitOK
-		}
-		fmt.Fprintf(e.Stderr, "sroce run: %v\n\n", err)
-		f.printUsage(e.Stderr, false)
-		return exitUsage
+	f.StopAtOperand = true
+	prog, status, ok := f.parse(args)
+	if !ok {
+		return status
 	}
-	prog := f.Args()
+	if len(prog) == 0 && !*printLib {
+		return f.usageError("give the program to run")
+	}
+	var path string
+	if len(prog) > 0 {
+		var err error
+		if path, err = exec.LookPath(prog[0]); err != nil {
+			fmt.Fprintf(e.Stderr, "sroce run: %v\n", err)
+			return 127
+		}
+	}
 
 	lib, err := shim.Lib(context.Background())
 	if err != nil {
@@ -65,14 +70,6 @@ func runRun(e *env, args []string) int {
 	if *printLib {
 		fmt.Fprintln(e.Stdout, lib)
 		return exitOK
-	}
-	if len(prog) == 0 {
-		return f.usageError("give the program to run")
-	}
-	path, err := exec.LookPath(prog[0])
-	if err != nil {
-		fmt.Fprintf(e.Stderr, "sroce run: %v\n", err)
-		return 127
 	}
 	environ := runEnv(os.Environ(), lib, *socket)
 

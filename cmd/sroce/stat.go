@@ -53,9 +53,10 @@ counters that are zero.`
 func runStat(e *env, args []string) int {
 	f := newFlags(e, "stat", "sroce stat [-d IF] [--socket PATH] [--mode auto|xdp|udp] [--for DURATION] [--json] [--nonzero]", statAbout)
 	var dev string
-	f.StringVar(&dev, "d", "", "network `interface` (default: the one of the default route)")
-	f.StringVar(&dev, "ib-dev", "", "same as -d")
-	mode := f.String("mode", "auto", "link to open: `auto`, xdp or udp")
+	f.StringVar(&dev, "device", "", "network interface `IF` (default: the one of the default route)")
+	f.Short('d', "device")
+	f.Alias("ib-dev", "device")
+	mode := f.String("mode", "auto", "link to open (`MODE`): auto, xdp or udp")
 	listen := f.Duration("for", 0, "keep the device open this long, counting what arrives")
 	asJSON := f.Bool("json", false, "print one JSON object")
 	nonzero := f.Bool("nonzero", false, "print only counters that are not zero")
@@ -67,13 +68,14 @@ func runStat(e *env, args []string) int {
 	if len(pos) != 0 {
 		return f.usageError("stat takes no arguments")
 	}
-	m, err := iface.ParseMode(*mode)
-	if err != nil {
-		return f.usageError(err.Error())
+	m, msg := parseLinkMode("--mode", *mode)
+	if msg != "" {
+		return f.usageError(msg)
 	}
 	if *listen < 0 {
-		return f.usageError("--for must not be negative")
+		return f.usageError(badValue("--for", *listen, "must not be negative"))
 	}
+	var err error
 	if dev == "" {
 		if dev, err = device.DefaultRouteInterface(); err != nil {
 			fmt.Fprintf(e.Stderr, "sroce stat: %v\n", err)

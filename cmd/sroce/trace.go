@@ -56,10 +56,11 @@ read, 2 for a bad command line.`
 // runTrace implements "sroce trace".
 func runTrace(e *env, args []string) int {
 	f := newFlags(e, "trace", "sroce trace [-d DEVICE] [--json] [--pcapng FILE] [--for DURATION]", traceAbout)
-	dev := f.String("d", "", "the `device` to trace (see above)")
+	dev := f.String("device", "", "the `DEVICE` to trace (see above)")
+	f.Short('d', "device")
 	asJSON := f.Bool("json", false, "print one JSON object per event")
 	pcapng := f.String("pcapng", "", "also write the packets, with the analysis as comments, to pcapng `FILE`")
-	dur := f.Duration("for", 0, "stop after this long (0: until the device goes away or Ctrl-C)")
+	dur := f.Duration("for", 0, "stop after this long (default: until the device goes away or Ctrl-C)")
 	pos, status, ok := f.parse(args)
 	if !ok {
 		return status
@@ -68,7 +69,7 @@ func runTrace(e *env, args []string) int {
 		return f.usageError("trace takes no arguments")
 	}
 	if *dur < 0 {
-		return f.usageError("--for must not be negative")
+		return f.usageError(badValue("--for", *dur, "must not be negative"))
 	}
 	cands, err := tracesock.List()
 	if err != nil {

@@ -257,6 +257,3 @@ func LatSamples(units string, samples []float64) string {
 	}
 	return b.String()
 }
-
-// VersionLine is what -V prints.
-func VersionLine() string { return "Version: " + PerftestVersion + "\n" }

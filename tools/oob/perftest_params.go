@@ -11,11 +11,13 @@ package oob
 import (
 	"errors"
 	"fmt"
-	"github.com/sroce/sroce/verbs"
 	"math"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/sroce/sroce/internal/cli"
+	"github.com/sroce/sroce/verbs"
 )
 
 // Defaults of perftest 4.5 (perftest_parameters.h).
@@ -200,8 +202,8 @@ type Params struct {
 	// banner.
 	NoRelaxedOrdering bool
 
-	// Help and Version report -h and -V: the caller prints usage or
-	// "Version: 6.06" and exits successfully.
+	// Help and Version report -h and -V: the caller prints the usage or
+	// the version and exits successfully.
 	Help, Version bool
 
 	// Unsupported lists the options given that perftest knows but sroce
@@ -214,6 +216,26 @@ type Params struct {
 	// parsing (e.g. "Post List requested - CQ moderation will be the size
 	// of the post list").
 	Notes []string
+}
+
+// option is one line of a tool's option table, as getopt_long's struct
+// option has it.
+type option struct {
+	short byte   // 0 if long only
+	long  string // "" if short only
+	arg   bool   // takes an argument
+}
+
+// specs turns an option table into the parser's.
+func specs(opts []option) []cli.Spec {
+	s := make([]cli.Spec, len(opts))
+	for i, o := range opts {
+		s[i] = cli.Spec{Short: o.short, Long: o.long, Arg: cli.NoArg}
+		if o.arg {
+			s[i].Arg = cli.NeedArg
+		}
+	}
+	return s
 }
 
 // perftestOptions are all the options of perftest 4.5's parser as Debian
@@ -249,8 +271,8 @@ var perftestOptions = []option{
 	{0, "tclass", true}, {0, "wait_destroy", true}, {0, "flows", true}, {0, "flows_burst", true},
 	{0, "reply_every", true}, {0, "perform_warm_up", false}, {0, "vlan_en", false},
 	{0, "vlan_pcp", true}, {0, "recv_post_list", true}, {0, "disable_pcie_relaxed", false},
-	// sroce's own.
-	{0, "queues", true},
+	// sroce's own: the name every sroce command gives -d, and --queues.
+	{0, "device", true}, {0, "queues", true},
 	// perftest has two "source_ip"s: -j/--source_ip (raw Ethernet) is
 	// listed first in its table, so getopt_long always resolves
 	// "--source_ip" to -j; the second one can never be reached.
@@ -319,12 +341,14 @@ func DefaultParams(test Test) Params {
 // message; a caller prints it and the usage text and exits non-zero.
 func ParsePerftest(test Test, args []string) (Params, error) {
 	p := DefaultParams(test)
-	operands, err := getoptLong(args, perftestOptions, func(o option, val string) (bool, error) {
-		err := p.apply(o, val)
-		return p.Help || p.Version, err
+	operands, err := cli.Getopt(args, specs(perftestOptions), false, func(o cli.Opt) (bool, error) {
+		if err := p.apply(o); err != nil {
+			return false, flagErr(o, err)
+		}
+		return p.Help || p.Version, nil
 	})
 	if err != nil || p.Help || p.Version {
-		return p, err
+		return p, asUsageErr(err)
 	}
 	switch len(operands) {
 	case 0:
@@ -414,13 +438,33 @@ func checkRange(val, name string, lo, hi int64) (int64, error) {
 	return v, nil
 }
 
+// flagErr puts the option as given before the message of err, an
+// option's value that perftest refuses: "-n 2: Iteration num should be
+// between 5 and 100000000".
+func flagErr(o cli.Opt, err error) error {
+	given := o.Flag
+	if o.HasValue {
+		given += " " + o.Value
+	}
+	return usageErr("%s: %s", given, strings.TrimSpace(err.Error()))
+}
+
+// asUsageErr turns the parser's *cli.Error into a *UsageError.
+func asUsageErr(err error) error {
+	var ce *cli.Error
+	if errors.As(err, &ce) {
+		return &UsageError{Msg: ce.Msg}
+	}
+	return err
+}
+
 // apply records one option.
-func (p *Params) apply(o option, val string) error {
-	name := o.long
+func (p *Params) apply(o cli.Opt) error {
+	name, val := o.Long, o.Value
 	if unsupportedOptions[name] {
 		spelled := "--" + name
-		if o.short != 0 {
-			spelled = "-" + string(o.short)
+		if o.Short != 0 {
+			spelled = "-" + string(o.Short)
 		}
 		p.Unsupported = append(p.Unsupported, spelled)
 		return nil
@@ -436,7 +480,7 @@ func (p *Params) apply(o option, val string) error {
 			}
 			p.Port = int(v)
 		}
-	case "ib-dev":
+	case "ib-dev", "device":
 		p.IBDev = val
 	case "ib-port":
 		if v, err = checkInt(val, "IB Port"); err == nil {

@@ -2,6 +2,7 @@ package oob
 
 import (
 	"errors"
+	"github.com/sroce/sroce/internal/cli"
 	"github.com/sroce/sroce/verbs"
 	"strings"
 	"testing"
@@ -116,9 +117,6 @@ func TestParsePerftest(t *testing.T) {
 	if p, err := ParsePerftest(WriteBW, []string{"--he"}); err != nil || !p.Help {
 		t.Errorf("--he: %v", err)
 	}
-	if VersionLine() != "Version: 6.06\n" {
-		t.Error(VersionLine())
-	}
 	// Options perftest knows but sroce does not implement.
 	p, err = ParsePerftest(SendBW, []string{"-g", "--odp", "-O", "--rate_limit=5", "-c", "XRC"})
 	if err != nil || strings.Join(p.Unsupported, " ") != "-g --odp -O --rate_limit -c XRC" {
@@ -178,12 +176,14 @@ func TestParsePerftestErrors(t *testing.T) {
 		{WriteBW, []string{"--use-srq"}, "Using SRQ only avavilible in SEND tests."},
 		{WriteBW, []string{"-R", "-c", "UC"}, "UC is not supported in librdmacm"},
 		{WriteBW, []string{"a", "b"}, "Invalid Command line. Please check command rerun"},
-		{WriteBW, []string{"-Y"}, "option requires an argument -- 'Y'"},
-		{WriteBW, []string{"-7"}, "invalid option -- '7'"},
-		{WriteBW, []string{"--bogus"}, "unrecognized option '--bogus'"},
-		{WriteBW, []string{"--re"}, "option '--re' is ambiguous"},
-		{WriteBW, []string{"--all=3"}, "option '--all' doesn't allow an argument"},
-		{WriteBW, []string{"--size"}, "option '--size' requires an argument"},
+		{WriteBW, []string{"-Y"}, "flag -Y needs a value"},
+		{WriteBW, []string{"-7"}, "unknown flag -7"},
+		{WriteBW, []string{"--bogus"}, "unknown flag --bogus"},
+		{WriteBW, []string{"--re"}, "flag --re is ambiguous: --report-cycles, --report-histogrm,"},
+		{WriteBW, []string{"--all=3"}, "flag --all takes no value"},
+		{WriteBW, []string{"--size"}, "flag --size needs a value"},
+		{WriteBW, []string{"--iter", "2"}, "--iter 2: Iteration num should be between 5 and 100000000"},
+		{WriteBW, []string{"-n2"}, "-n 2: Iteration num should be between 5 and 100000000"},
 	} {
 		_, err := ParsePerftest(c.test, c.args)
 		var ue *UsageError
@@ -209,20 +209,37 @@ func TestCStrtol(t *testing.T) {
 	}
 }
 
+// flagsText lays out a flags section as the usage prints it.
+func flagsText(hs []cli.Help) string {
+	var b strings.Builder
+	cli.WriteFlags(&b, hs)
+	return b.String()
+}
+
 func TestUsageTexts(t *testing.T) {
 	for _, test := range Tests {
-		u := PerftestUsage(test, "sroce "+test.String())
-		if !strings.Contains(u, test.ToolName()) || !strings.Contains(u, "--gid-index") || !strings.HasSuffix(u, "\n") {
+		u := flagsText(PerftestFlags(test))
+		if !strings.Contains(u, "  -x, --gid-index INDEX ") || !strings.Contains(u, "  -d, --device IF ") || !strings.HasSuffix(u, "\n") {
 			t.Errorf("%s usage:\n%s", test, u)
 		}
 		if strings.Contains(u, "--atomic_type") != (test.Verb() == VerbAtomic) {
 			t.Errorf("%s usage and -A:\n%s", test, u)
 		}
+		// Every flag listed is one the parser takes.
+		for _, h := range PerftestFlags(test) {
+			args := []string{"--" + h.Long}
+			if h.Arg != "" {
+				args = append(args, "1")
+			}
+			if _, err := ParsePerftest(test, args); err != nil && strings.Contains(err.Error(), "unknown flag") {
+				t.Errorf("%s lists %q, which the parser does not know: %v", test, args, err)
+			}
+		}
 	}
-	if u := PingpongUsage(true, "sroce ud-pingpong"); !strings.Contains(u, "default 1024") || strings.Contains(u, "--mtu") {
+	if u := flagsText(PingpongFlags(true)); !strings.Contains(u, "default 1024") || strings.Contains(u, "--mtu") {
 		t.Errorf("ud usage:\n%s", u)
 	}
-	if u := PingpongUsage(false, "sroce rc-pingpong"); !strings.Contains(u, "default 4096") || !strings.Contains(u, "--mtu") {
+	if u := flagsText(PingpongFlags(false)); !strings.Contains(u, "default 4096") || !strings.Contains(u, "--mtu") {
 		t.Errorf("rc usage:\n%s", u)
 	}
 }

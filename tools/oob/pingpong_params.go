@@ -1,6 +1,11 @@
 package oob
 
-import "github.com/sroce/sroce/verbs"
+import (
+	"errors"
+
+	"github.com/sroce/sroce/internal/cli"
+	"github.com/sroce/sroce/verbs"
+)
 
 // Command lines of ibv_rc_pingpong and ibv_ud_pingpong (rdma-core 44.0).
 // Their parsing is lenient, like the tools': numbers go through strtoul or
@@ -24,6 +29,9 @@ type PingpongParams struct {
 	// Queues is sroce's --queues: the receive queues (engines) the
 	// device uses; 0 means SROCE_QUEUES, else the default.
 	Queues int
+	// Help and Version report -h/--help and --version: the caller prints
+	// the usage or the version and exits successfully.
+	Help, Version bool
 	// Unsupported lists options sroce does not implement (on-demand
 	// paging, device memory, completion timestamps, the new post-send API).
 	Unsupported []string
@@ -36,7 +44,8 @@ var rcPingpongOptions = []option{
 	{'e', "events", false}, {'g', "gid-idx", true}, {'o', "odp", false}, {'O', "iodp", false},
 	{'P', "prefetch", false}, {'t', "ts", false}, {'c', "chk", false}, {'j', "dm", false},
 	{'N', "new_send", false},
-	{0, "queues", true}, // sroce's own
+	{0, "device", true}, {0, "queues", true}, // sroce's own
+	{'h', "help", false}, {0, "version", false},
 }
 
 // udPingpongOptions are ibv_ud_pingpong's options.
@@ -44,7 +53,8 @@ var udPingpongOptions = []option{
 	{'p', "port", true}, {'d', "ib-dev", true}, {'i', "ib-port", true}, {'s', "size", true},
 	{'r', "rx-depth", true}, {'n', "iters", true}, {'l', "sl", true}, {'e', "events", false},
 	{'g', "gid-idx", true}, {'c', "chk", false},
-	{0, "queues", true}, // sroce's own
+	{0, "device", true}, {0, "queues", true}, // sroce's own
+	{'h', "help", false}, {0, "version", false},
 }
 
 // ParsePingpong parses the arguments of ibv_rc_pingpong (ud false) or
@@ -66,12 +76,25 @@ func ParsePingpong(ud bool, args []string) (PingpongParams, error) {
 		v, _ := cStrtol(s)
 		return int(int32(v))
 	}
-	operands, err := getoptLong(args, opts, func(o option, val string) (bool, error) {
-		switch o.short {
+	operands, err := cli.Getopt(args, specs(opts), false, func(o cli.Opt) (bool, error) {
+		switch o.Long {
+		case "help":
+			p.Help = true
+			return true, nil
+		case "version":
+			p.Version = true
+			return true, nil
+		}
+		val := o.Value
+		short := o.Short
+		if o.Long == "device" {
+			short = 'd'
+		}
+		switch short {
 		case 'p':
 			v := strtoul(val)
 			if v > 65535 {
-				return false, usageErr("port %s is above 65535", val)
+				return false, flagErr(o, errors.New("the port is above 65535"))
 			}
 			p.Port = int(v)
 		case 'd':
@@ -79,14 +102,14 @@ func ParsePingpong(ud bool, args []string) (PingpongParams, error) {
 		case 'i':
 			p.IBPort = strtol(val)
 			if p.IBPort < 1 {
-				return false, usageErr("IB port %s is below 1", val)
+				return false, flagErr(o, errors.New("the port is below 1"))
 			}
 		case 's':
 			p.Size = uint32(strtoul(val))
 		case 'm':
 			m := strtol(val)
 			if _, ok := verbs.MTUFromBytes(m); !ok {
-				return false, usageErr("MTU %s is not 256, 512, 1024, 2048 or 4096", val)
+				return false, flagErr(o, errors.New("the MTU is not 256, 512, 1024, 2048 or 4096"))
 			}
 			p.MTU = m
 		case 'r':
@@ -101,19 +124,19 @@ func ParsePingpong(ud bool, args []string) (PingpongParams, error) {
 			p.GIDIndex = strtol(val)
 		case 'c':
 			p.Check = true
-		case 0: // --queues, the only long-only option
+		case 0: // --queues, the long-only option left (--device is -d)
 			v, rest := cStrtol(val)
 			if rest != "" || v < 1 || v > 1<<16 {
-				return false, usageErr("--queues %s is not a positive number", val)
+				return false, flagErr(o, errors.New("not a positive number"))
 			}
 			p.Queues = int(v)
 		default:
-			p.Unsupported = append(p.Unsupported, "-"+string(o.short))
+			p.Unsupported = append(p.Unsupported, "-"+string(o.Short))
 		}
 		return false, nil
 	})
-	if err != nil {
-		return p, err
+	if err != nil || p.Help || p.Version {
+		return p, asUsageErr(err)
 	}
 	switch len(operands) {
 	case 0:

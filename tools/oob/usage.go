@@ -2,132 +2,139 @@ package oob
 
 import (
 	"fmt"
-	"strings"
+
+	"github.com/sroce/sroce/internal/cli"
 )
 
-// PerftestUsage returns sroce's usage text for test, invoked as prog: the
-// options of the perftest tool that sroce implements, with their defaults.
-func PerftestUsage(test Test, prog string) string {
-	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+// flagList builds a flags section line by line.
+type flagList []cli.Help
+
+// add appends the flag -short/--long taking a value named arg ("" for a
+// switch).
+func (l *flagList) add(short byte, long, arg, format string, args ...any) {
+	*l = append(*l, cli.Help{Short: short, Long: long, Arg: arg, Text: fmt.Sprintf(format, args...)})
+}
+
+// deviceText and queuesText are the lines of sroce's own -d and --queues.
+const (
+	deviceText = "network interface to use, or IF@ADDR to bind the UDP link to ADDR (--ib-dev is the same)"
+	queuesText = "receive queues of the interface the device uses, one engine each (default: SROCE_QUEUES, else the queue count capped by the CPUs)"
+)
+
+// PerftestFlags returns the flags section of test's usage: the options
+// of the perftest tool that sroce implements, with their defaults.
+func PerftestFlags(test Test) []cli.Help {
+	var l flagList
 	verb := test.Verb()
-	w("Usage:\n  %s [options]          run as server and wait for a client\n", prog)
-	w("  %s [options] <host>   run as client of the server at <host>\n\n", prog)
-	w("Options (as in perftest's %s):\n", test.ToolName())
 	if verb != VerbAtomic {
-		w("  -a, --all                 run every size from 2 to 2^23 bytes\n")
+		l.add('a', "all", "", "run every size from 2 to 2^23 bytes")
 	} else {
-		w("  -A, --atomic_type=<type>  CMP_AND_SWAP or FETCH_AND_ADD (default FETCH_AND_ADD)\n")
+		l.add('A', "atomic_type", "TYPE", "CMP_AND_SWAP or FETCH_AND_ADD (default FETCH_AND_ADD)")
 	}
 	if test.IsBW() {
-		w("  -b, --bidirectional       measure both directions at once\n")
+		l.add('b', "bidirectional", "", "measure both directions at once")
 	}
 	switch verb {
 	case VerbSend:
-		w("  -c, --connection=<type>   RC, UC or UD (default RC)\n")
+		l.add('c', "connection", "TYPE", "RC, UC or UD (default RC)")
 	case VerbWrite:
-		w("  -c, --connection=<type>   RC or UC (default RC)\n")
+		l.add('c', "connection", "TYPE", "RC or UC (default RC)")
 	default:
-		w("  -c, --connection=<type>   RC (default RC)\n")
+		l.add('c', "connection", "TYPE", "RC (default RC)")
 	}
 	if !test.IsBW() {
-		w("  -C, --report-cycles       report in clock ticks instead of microseconds\n")
+		l.add('C', "report-cycles", "", "report in clock ticks instead of microseconds")
 	}
-	w("  -d, --ib-dev=<if>         network interface to use\n")
-	w("  -D, --duration=<sec>      run for <sec> seconds instead of a number of iterations\n")
+	l.add('d', "device", "IF", deviceText)
+	l.add('D', "duration", "SEC", "run for SEC seconds instead of a number of iterations")
 	if verb != VerbWrite {
-		w("  -e, --events              sleep on completion events instead of polling\n")
+		l.add('e', "events", "", "sleep on completion events instead of polling")
 	}
-	w("  -f, --margin=<sec>        leave out <sec> at both ends of a -D run (default duration/4)\n")
-	w("  -F, --CPU-freq            accepted for compatibility\n")
-	w("  -h, --help                show this text\n")
+	l.add('f', "margin", "SEC", "leave out SEC at both ends of a -D run (default duration/4)")
+	l.add('F', "CPU-freq", "", "accepted for compatibility")
 	if !test.IsBW() {
-		w("  -H, --report-histogrm     print every sample\n")
+		l.add('H', "report-histogrm", "", "print every sample")
 	}
-	w("  -i, --ib-port=<port>      port of the device (default %d)\n", DefIBPort)
+	l.add('i', "ib-port", "PORT", "port of the device (default %d)", DefIBPort)
 	if verb != VerbRead && verb != VerbAtomic {
-		w("  -I, --inline_size=<size>  largest message sent inline\n")
+		l.add('I', "inline_size", "SIZE", "largest message sent inline")
 	}
 	if test.IsBW() {
-		w("  -l, --post_list=<n>       post <n> work requests at a time\n")
+		l.add('l', "post_list", "N", "post N work requests at a time")
 	}
-	w("  -m, --mtu=<mtu>           path MTU: 256, 512, 1024, 2048 or 4096 (default: the port's)\n")
+	l.add('m', "mtu", "MTU", "path MTU: 256, 512, 1024, 2048 or 4096 (default: the port's)")
 	iters := DefIters
 	if test == WriteBW {
 		iters = DefItersWriteBW
 	}
-	w("  -n, --iters=<n>           iterations, at least %d (default %d)\n", minIter, iters)
+	l.add('n', "iters", "N", "iterations, at least %d (default %d)", minIter, iters)
 	if test.IsBW() {
-		w("  -N, --noPeak              do not compute the peak bandwidth\n")
+		l.add('N', "noPeak", "", "do not compute the peak bandwidth")
 	}
 	if verb == VerbRead || verb == VerbAtomic {
-		w("  -o, --outs=<n>            outstanding reads/atomics (default: the device maximum)\n")
+		l.add('o', "outs", "N", "outstanding reads/atomics (default: the device maximum)")
 	}
-	w("  -p, --port=<port>         TCP port of the exchange (default %d)\n", DefPort)
+	l.add('p', "port", "PORT", "TCP port of the exchange (default %d)", DefPort)
 	if test.IsBW() {
-		w("  -q, --qp=<n>              number of QPs (default %d)\n", DefNumQPs)
-		w("  -Q, --cq-mod=<n>          one completion every <n> work requests (default %d)\n", DefCQMod)
+		l.add('q', "qp", "N", "number of QPs (default %d)", DefNumQPs)
+		l.add('Q', "cq-mod", "N", "one completion every N work requests (default %d)", DefCQMod)
 	}
 	if verb == VerbSend {
-		w("  -r, --rx-depth=<n>        receive queue depth (default %d)\n", DefRxDepthSend)
+		l.add('r', "rx-depth", "N", "receive queue depth (default %d)", DefRxDepthSend)
 	}
-	w("  -R, --rdma_cm             connect the QPs and run the exchange with RDMA CM (RC)\n")
-	w("  -z, --comm_rdma_cm        run the exchange over RDMA CM instead of TCP\n")
+	l.add('R', "rdma_cm", "", "connect the QPs and run the exchange with RDMA CM (RC)")
 	if verb != VerbAtomic {
 		size := DefSizeBW
 		if !test.IsBW() {
 			size = DefSizeLat
 		}
-		w("  -s, --size=<size>         message size, K and M suffixes allowed (default %d)\n", size)
+		l.add('s', "size", "SIZE", "message size, K and M suffixes allowed (default %d)", size)
 	}
-	w("  -S, --sl=<sl>             service level (default %d)\n", DefSL)
+	l.add('S', "sl", "SL", "service level (default %d)", DefSL)
 	if test.IsBW() {
-		w("  -t, --tx-depth=<n>        send queue depth (default %d)\n", DefTxDepthBW)
+		l.add('t', "tx-depth", "N", "send queue depth (default %d)", DefTxDepthBW)
 	}
-	w("  -u, --qp-timeout=<t>      QP timeout, 4.096us * 2^t (default %d)\n", DefQPTimeout)
+	l.add('u', "qp-timeout", "T", "QP timeout, 4.096us * 2^T (default %d)", DefQPTimeout)
 	if !test.IsBW() {
-		w("  -U, --report-unsorted     print every sample in measurement order\n")
+		l.add('U', "report-unsorted", "", "print every sample in measurement order")
 	}
-	w("  -V, --version             print the perftest version this tool matches\n")
-	w("  -x, --gid-index=<index>   GID index (default: one chosen like perftest does)\n")
-	w("      --ipv6                prefer an IPv6 GID\n")
-	w("      --output=<what>       print only bandwidth, message_rate or latency\n")
+	l.add('x', "gid-index", "INDEX", "GID index (default: one chosen like perftest does)")
+	l.add('z', "comm_rdma_cm", "", "run the exchange over RDMA CM instead of TCP")
+	l.add(0, "ipv6", "", "prefer an IPv6 GID")
+	l.add(0, "output", "WHAT", "print only bandwidth, message_rate or latency")
 	if test.IsBW() {
-		w("      --report_gbits        report Gb/s instead of MB/s\n")
-		w("      --report-both         with -b, report each direction separately\n")
-		w("      --reversed            the server sends to the client\n")
+		l.add(0, "report_gbits", "", "report Gb/s instead of MB/s")
+		l.add(0, "report-both", "", "with -b, report each direction separately")
+		l.add(0, "reversed", "", "the server sends to the client")
 	}
-	w("      --tclass=<tc>         traffic class of the GRH\n")
-	w("      --queues=<n>          receive queues of the interface the device uses, one engine each\n")
-	w("                            (default: SROCE_QUEUES, else the queue count capped by the CPUs)\n")
-	return b.String()
+	l.add(0, "tclass", "TC", "traffic class of the GRH")
+	l.add(0, "queues", "N", queuesText)
+	l = append(l, cli.HelpFlag)
+	l.add('V', "version", "", "print the version of sroce and exit")
+	return l
 }
 
-// PingpongUsage returns sroce's usage text for the RC or UD pingpong tool.
-func PingpongUsage(ud bool, prog string) string {
-	var b strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	tool, size := "ibv_rc_pingpong", RCPingpongSize
+// PingpongFlags returns the flags section of the RC or UD pingpong tool's
+// usage.
+func PingpongFlags(ud bool) []cli.Help {
+	var l flagList
+	size := RCPingpongSize
 	if ud {
-		tool, size = "ibv_ud_pingpong", UDPingpongSize
+		size = UDPingpongSize
 	}
-	w("Usage:\n  %s [options]          run as server and wait for a client\n", prog)
-	w("  %s [options] <host>   run as client of the server at <host>\n\n", prog)
-	w("Options (as in rdma-core's %s):\n", tool)
-	w("  -p, --port=<port>         TCP port of the exchange (default %d)\n", PingpongPort)
-	w("  -d, --ib-dev=<if>         network interface to use\n")
-	w("  -i, --ib-port=<port>      port of the device (default %d)\n", PingpongIBPort)
-	w("  -s, --size=<size>         message size (default %d)\n", size)
+	l.add('p', "port", "PORT", "TCP port of the exchange (default %d)", PingpongPort)
+	l.add('d', "device", "IF", deviceText)
+	l.add('i', "ib-port", "PORT", "port of the device (default %d)", PingpongIBPort)
+	l.add('s', "size", "SIZE", "message size (default %d)", size)
 	if !ud {
-		w("  -m, --mtu=<mtu>           path MTU (default %d)\n", RCPingpongMTU)
+		l.add('m', "mtu", "MTU", "path MTU (default %d)", RCPingpongMTU)
 	}
-	w("  -r, --rx-depth=<n>        receives posted at a time (default %d)\n", PingpongRxDepth)
-	w("  -n, --iters=<n>           number of exchanges (default %d)\n", PingpongIters)
-	w("  -l, --sl=<sl>             service level (default %d)\n", PingpongSL)
-	w("  -e, --events              sleep on completion events instead of polling\n")
-	w("  -g, --gid-idx=<index>     local GID index (needed on RoCE)\n")
-	w("  -c, --chk                 check the received data\n")
-	w("      --queues=<n>          receive queues of the interface the device uses, one engine each\n")
-	w("                            (default: SROCE_QUEUES, else the queue count capped by the CPUs)\n")
-	return b.String()
+	l.add('r', "rx-depth", "N", "receives posted at a time (default %d)", PingpongRxDepth)
+	l.add('n', "iters", "N", "number of exchanges (default %d)", PingpongIters)
+	l.add('l', "sl", "SL", "service level (default %d)", PingpongSL)
+	l.add('e', "events", "", "sleep on completion events instead of polling")
+	l.add('g', "gid-idx", "INDEX", "local GID index (needed on RoCE)")
+	l.add('c', "chk", "", "check the received data")
+	l.add(0, "queues", "N", queuesText)
+	return append(l, cli.HelpFlag, cli.VersionFlag)
 }

@@ -23,13 +23,15 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+
+	"github.com/sroce/sroce/internal/cli"
 )
 
-// Exit statuses of a run, as the sroce command uses them.
+// Exit statuses of a run: those of every sroce command.
 const (
-	exitOK      = 0 // everything went well
-	exitProblem = 1 // the run failed or was interrupted
-	exitUsage   = 2 // bad command line
+	exitOK      = cli.ExitOK      // everything went well
+	exitProblem = cli.ExitProblem // the run failed or was interrupted
+	exitUsage   = cli.ExitUsage   // bad command line
 )
 
 // env is where a run prints.

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/internal/cli"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
 	"github.com/sroce/sroce/rdma"
@@ -41,8 +42,9 @@ import (
 
 // perftestAbout is the description "sroce <tool> -h" prints before the
 // options.
-const perftestAbout = `usage: %[1]s [options]          run as server and wait for a client
-       %[1]s [options] <host>   run as client of the server at <host>
+const perftestAbout = `
+Run without HOST, %[1]s waits for a client; with the server's HOST, it
+connects to it.
 
 %[1]s is perftest's %[2]s (version 4.5, as Debian bookworm ships it) on a
 sroce device: the same options, defaults, output and TCP exchange (port
@@ -70,14 +72,14 @@ SROCE_ACCEPT_TIMEOUT (default 10m) is how long a server waits for a client.
 SIGINT and SIGTERM end a run with what it was waiting for.
 
 Exit status: 0 on success, 1 when the run failed or was interrupted, 2 for a
-bad command line.
+bad command line (or an option sroce does not implement). -V and --version
+print sroce's version; the exchange says it is perftest %[3]s.`
 
-`
-
-// perftestUsage returns the help text of test's subcommand.
-func perftestUsage(test oob.Test) string {
+// perftestUsage returns the usage of test's subcommand.
+func perftestUsage(test oob.Test) *cli.Usage {
 	prog := "sroce " + test.String()
-	return fmt.Sprintf(perftestAbout, prog, test.ToolName()) + optionsText(oob.PerftestUsage(test, prog))
+	return &cli.Usage{Name: prog, Synopsis: prog + " [flags] [HOST]",
+		About: fmt.Sprintf(perftestAbout, prog, test.ToolName(), oob.PerftestVersion), Flags: oob.PerftestFlags(test)}
 }
 
 // perftestHook, when set (by tests), sees every run when it ends.
@@ -124,31 +126,19 @@ type perftest struct {
 func Run(ctx context.Context, test oob.Test, args []string, stdout, stderr io.Writer) int {
 	e := &env{Stdout: stdout, Stderr: stderr}
 	cmd := test.String()
-	if isHelp(args) {
-		io.WriteString(e.Stdout, perftestUsage(test))
-		return exitOK
-	}
+	u := perftestUsage(test)
 	p, err := oob.ParsePerftest(test, args)
-	if err != nil {
-		var ue *oob.UsageError
-		msg := err.Error()
-		if errors.As(err, &ue) {
-			msg = strings.TrimSpace(ue.Msg)
-		}
-		fmt.Fprintf(e.Stderr, "sroce %s: %s\n\n%s", cmd, msg, perftestUsage(test))
-		return exitUsage
-	}
-	if p.Help {
-		io.WriteString(e.Stdout, perftestUsage(test))
+	switch {
+	case err != nil:
+		return u.Fail(e.Stderr, strings.TrimSpace(err.Error()))
+	case p.Help:
+		u.Write(e.Stdout, true)
 		return exitOK
-	}
-	if p.Version {
-		io.WriteString(e.Stdout, oob.VersionLine())
-		return exitOK
+	case p.Version:
+		return cli.Version(e.Stdout)
 	}
 	if err := perftestSupported(p); err != nil {
-		fmt.Fprintf(e.Stderr, "sroce %s: %v\n", cmd, err)
-		return exitUsage
+		return u.Fail(e.Stderr, err.Error())
 	}
 	t, err := newToolRun(ctx, e, cmd)
 	if err != nil {

@@ -6,6 +6,7 @@ package perftest
 // and the data checks of both sides looked at through perftestHook.
 
 import (
+	"github.com/sroce/sroce/internal/buildinfo"
 	"regexp"
 	"strings"
 	"sync"
@@ -293,16 +294,18 @@ func TestPerftestCommandLine(t *testing.T) {
 		if code != exitOK || errOut != "" || !strings.HasPrefix(out, "usage: sroce "+cmd) || !strings.Contains(out, test.ToolName()) {
 			t.Errorf("%s -h: exit %d, stdout %q, stderr %q", cmd, code, out, errOut)
 		}
-		code, out, _ = runSroce(t, nil, cmd, "--version")
-		if code != exitOK || out != "Version: 6.06\n" {
-			t.Errorf("%s --version: exit %d, %q", cmd, code, out)
+		for _, v := range []string{"--version", "-V"} {
+			code, out, _ = runSroce(t, nil, cmd, v)
+			if code != exitOK || out != buildinfo.Get().String()+"\n" {
+				t.Errorf("%s %s: exit %d, %q", cmd, v, code, out)
+			}
 		}
 	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"write-bw", "--bogus"}, "unrecognized option"},
+		{[]string{"write-bw", "--bogus"}, "unknown flag --bogus"},
 		{[]string{"write-bw", "-n", "2"}, "Iteration num should be between 5 and 100000000"},
 		{[]string{"write-bw", "-e"}, "Events feature not available on WRITE verb"},
 		{[]string{"read-bw", "-c", "UD"}, "UD connection only possible in SEND verb"},

@@ -16,10 +16,10 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/internal/cli"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/rdma"
 	"github.com/sroce/sroce/roce"
@@ -29,9 +29,7 @@ import (
 
 // pingpongAbout is the description "sroce rc-pingpong -h" and "sroce
 // ud-pingpong -h" print before the options.
-const pingpongAbout = `usage: %[1]s [options]          run as server and wait for a client
-       %[1]s [options] <host>   run as client of the server at <host>
-
+const pingpongAbout = `
 %[1]s is rdma-core's %[2]s on a sroce device: the same options,
 defaults, output and TCP exchange (port 18515), so that either side can be
 the real tool. Run it without a host to wait for a client, with the server's
@@ -75,24 +73,12 @@ func pingpongNames(ud bool) (cmd, tool string) {
 	return "rc-pingpong", "ibv_rc_pingpong"
 }
 
-// pingpongUsage returns the help text of a pingpong command.
-func pingpongUsage(ud bool) string {
+// pingpongUsage returns the usage of a pingpong command.
+func pingpongUsage(ud bool) *cli.Usage {
 	cmd, tool := pingpongNames(ud)
-	return fmt.Sprintf(pingpongAbout, "sroce "+cmd, tool) + optionsText(oob.PingpongUsage(ud, "sroce "+cmd))
-}
-
-// optionsText drops the synopsis paragraph of an oob usage text, keeping
-// the list of options.
-func optionsText(usage string) string {
-	if _, rest, ok := strings.Cut(usage, "\n\n"); ok {
-		return rest
-	}
-	return usage
-}
-
-// isHelp reports whether the command line asks for help only.
-func isHelp(args []string) bool {
-	return len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help")
+	prog := "sroce " + cmd
+	return &cli.Usage{Name: prog, Synopsis: prog + " [flags] [HOST]",
+		About: fmt.Sprintf(pingpongAbout, prog, tool), Flags: oob.PingpongFlags(ud)}
 }
 
 // pingpong is one run of a pingpong tool.
@@ -127,11 +113,17 @@ type pingpong struct {
 func Pingpong(ctx context.Context, ud bool, args []string, stdout, stderr io.Writer) int {
 	e := &env{Stdout: stdout, Stderr: stderr}
 	cmd, _ := pingpongNames(ud)
-	if isHelp(args) {
-		io.WriteString(e.Stdout, pingpongUsage(ud))
-		return exitOK
-	}
+	u := pingpongUsage(ud)
 	p, err := oob.ParsePingpong(ud, args)
+	switch {
+	case err != nil:
+		return u.Fail(e.Stderr, err.Error())
+	case p.Help:
+		u.Write(e.Stdout, true)
+		return exitOK
+	case p.Version:
+		return cli.Version(e.Stdout)
+	}
 	if err == nil && len(p.Unsupported) > 0 {
 		err = fmt.Errorf("option %s is not supported by sroce", p.Unsupported[0])
 	}
@@ -142,8 +134,7 @@ func Pingpong(ctx context.Context, ud bool, args []string, stdout, stderr io.Wri
 		err = fmt.Errorf("the receive depth (-r) must be at least 2, not %d", p.RxDepth)
 	}
 	if err != nil {
-		fmt.Fprintf(e.Stderr, "sroce %s: %s\n\n%s", cmd, err, pingpongUsage(ud))
-		return exitUsage
+		return u.Fail(e.Stderr, err.Error())
 	}
 	t, err := newToolRun(ctx, e, cmd)
 	if err != nil {

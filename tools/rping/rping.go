@@ -1,7 +1,8 @@
 // Package rping is rdma-core's rping on a sroce device: an RDMA CM
 // connection, then a ping-pong of RDMA READs and WRITEs over buffers each
-// side advertises, with rping's flags, protocol, output and exit status,
-// so that either side may be the real tool.
+// side advertises, with rping's flags, protocol and output, so that either
+// side may be the real tool; its exit status is that of every sroce
+// command (0, 1 for a failed run, 2 for a bad command line).
 //
 // The protocol, per ping: the client fills its start buffer with
 // "rdma-ping-N: " and a rotating run of the letters A..z, and SENDs its
@@ -32,6 +33,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/cm"
+	"github.com/sroce/sroce/internal/cli"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/rdmacm"
 	"github.com/sroce/sroce/roce"
@@ -53,9 +55,10 @@ const (
 	// event the protocol expects (SROCE_STALL_TIMEOUT overrides it). A
 	// server waits for its client SROCE_ACCEPT_TIMEOUT (10 minutes).
 	StepTimeout = 60 * time.Second
-	// exitFail is the exit status of rping's -1 (what exit(-1) gives).
-	exitFail   = 255
-	exitEINVAL = 22
+	// Exit statuses: those of every sroce command.
+	exitOK    = cli.ExitOK
+	exitFail  = cli.ExitProblem // the run failed (rping's exit(-1))
+	exitUsage = cli.ExitUsage   // bad command line
 )
 
 // options are rping's command line.
@@ -74,23 +77,54 @@ type options struct {
 	selfQP     bool
 }
 
-// Usage prints rping's usage text, as rping does for a bad command line.
-func Usage(w io.Writer) {
-	fmt.Fprintf(w, "rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port]\n")
-	fmt.Fprintf(w, "rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]\n")
-	fmt.Fprintf(w, "\t-c\t\tclient side\n")
-	fmt.Fprintf(w, "\t-I\t\tSource address to bind to for client.\n")
-	fmt.Fprintf(w, "\t-s\t\tserver side.  To bind to any address with IPv6 use -a ::0\n")
-	fmt.Fprintf(w, "\t-v\t\tdisplay ping data to stdout\n")
-	fmt.Fprintf(w, "\t-V\t\tvalidate ping data\n")
-	fmt.Fprintf(w, "\t-d\t\tdebug printfs\n")
-	fmt.Fprintf(w, "\t-S size \tping data size\n")
-	fmt.Fprintf(w, "\t-C count\tping count times\n")
-	fmt.Fprintf(w, "\t-a addr\t\taddress\n")
-	fmt.Fprintf(w, "\t-p port\t\tport\n")
-	fmt.Fprintf(w, "\t-P\t\tpersistent server mode allowing multiple connections\n")
-	fmt.Fprintf(w, "\t-q\t\tuse self-created, self-modified QP\n")
+// optionTable is rping's getopt string "a:I:Pp:C:S:t:scvVdq", each
+// letter with a long name of sroce's, and -h/--help and --version.
+var optionTable = []struct {
+	spec cli.Spec
+	arg  string // the value's name in the usage, "" for a switch
+	text string
+}{
+	{cli.Spec{Short: 's', Long: "server"}, "", "server side; to bind to any address with IPv6 use -a ::0"},
+	{cli.Spec{Short: 'c', Long: "client"}, "", "client side"},
+	{cli.Spec{Short: 'a', Long: "addr", Arg: cli.NeedArg}, "ADDR", "address: the server's (a client's -a is needed), or the one a server binds"},
+	{cli.Spec{Short: 'I', Long: "source", Arg: cli.NeedArg}, "ADDR", "source address a client binds to"},
+	{cli.Spec{Short: 'p', Long: "port", Arg: cli.NeedArg}, "PORT", fmt.Sprintf("port (default %d)", DefaultPort)},
+	{cli.Spec{Short: 'S', Long: "size", Arg: cli.NeedArg}, "SIZE", fmt.Sprintf("ping data size, %d to %d (default %d)", MinSize, BufSize-1, DefaultSize)},
+	{cli.Spec{Short: 'C', Long: "count", Arg: cli.NeedArg}, "COUNT", "ping count times (default: until stopped)"},
+	{cli.Spec{Short: 'v', Long: "verbose"}, "", "display ping data to stdout"},
+	{cli.Spec{Short: 'V', Long: "validate"}, "", "validate ping data"},
+	{cli.Spec{Short: 'd', Long: "debug"}, "", "debug printfs"},
+	{cli.Spec{Short: 'P', Long: "persistent"}, "", "persistent server mode allowing multiple connections"},
+	{cli.Spec{Short: 'q', Long: "self-qp"}, "", "use self-created, self-modified QP"},
+	{cli.Spec{Short: 't', Long: "tos", Arg: cli.NeedArg}, "TOS", "type of service (not supported by sroce)"},
+	{cli.Spec{Short: 'h', Long: "help"}, "", cli.HelpFlag.Text},
+	{cli.Spec{Long: "version"}, "", cli.VersionFlag.Text},
 }
+
+// about is the description of "sroce rping --help".
+const about = `
+rdma-core's rping on a sroce device: an RDMA CM connection, then a
+ping-pong of RDMA READs and WRITEs, with rping's flags, protocol and
+output, so that either side may be the real rping. The device is the one
+on the interface holding the address the side binds (-a on the server, -I
+on the client) or, on a client without -I, the interface of the route to
+the server. SROCE_LINK and SROCE_ENGINE pick the link and engine as for
+the other tools.
+
+Exit status: 0 when the pings went well, 1 when the run failed, 2 for a
+bad command line.`
+
+// usage is rping's usage text.
+func usage() *cli.Usage {
+	u := &cli.Usage{Name: "sroce rping", Synopsis: "sroce rping -s|-c [-a ADDR] [flags]", About: about}
+	for _, o := range optionTable {
+		u.Flags = append(u.Flags, cli.Help{Short: o.spec.Short, Long: o.spec.Long, Arg: o.arg, Text: o.text})
+	}
+	return u
+}
+
+// Usage prints the usage text, with the description, to w.
+func Usage(w io.Writer) { usage().Write(w, true) }
 
 // atoi is C's atoi: leading digits, 0 when there are none.
 func atoi(s string) int {
@@ -125,99 +159,99 @@ func lookup(ctx context.Context, s string) (netip.Addr, error) {
 	return addrs[0].Unmap(), nil
 }
 
-// parse reads rping's getopt string "a:I:Pp:C:S:t:scvVdq".
-func parse(ctx context.Context, args []string, stdout, stderr io.Writer) (*options, int) {
+// errHelp and errVersion are what parse returns for -h and --version.
+var (
+	errHelp    = errors.New("help")
+	errVersion = errors.New("version")
+)
+
+// parse reads rping's command line (optionTable); a bad one is a
+// *cli.Error naming the flag.
+func parse(ctx context.Context, args []string) (*options, error) {
 	o := &options{server: -1, port: DefaultPort, size: DefaultSize, addr: netip.IPv4Unspecified()}
-	withArg := "aIpCSt"
-	bad := func() (*options, int) {
-		Usage(stdout)
-		return nil, exitEINVAL
+	specs := make([]cli.Spec, len(optionTable))
+	for i := range optionTable {
+		specs[i] = optionTable[i].spec
 	}
-	ret := 0
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			break
-		}
-		if len(a) < 2 || a[0] != '-' {
-			continue // getopt leaves operands; rping ignores them
-		}
-		for j := 1; j < len(a); j++ {
-			c := a[j]
-			val := ""
-			if strings.IndexByte(withArg, c) >= 0 {
-				val = a[j+1:]
-				if val == "" {
-					if i+1 >= len(args) {
-						return bad()
-					}
-					i++
-					val = args[i]
-				}
-				j = len(a)
+	operands, err := cli.Getopt(args, specs, false, func(f cli.Opt) (bool, error) {
+		bad := func(why string) error { return cli.Errorf("invalid value %q for %s: %s", f.Value, f.Flag, why) }
+		val := f.Value
+		switch f.Short {
+		case 'a', 'I':
+			addr, err := lookup(ctx, val)
+			if err != nil {
+				return false, bad(err.Error())
 			}
-			switch c {
-			case 'a', 'I':
-				addr, err := lookup(ctx, val)
-				if err != nil {
-					fmt.Fprintln(stdout, err)
-					ret = 254
-					continue
-				}
-				if c == 'a' {
-					o.addr, o.addrGiven = addr, true
-				} else {
-					o.src = addr
-				}
-			case 'P':
-				o.persistent = true
-			case 'p':
-				o.port = uint16(atoi(val))
-			case 's':
-				o.server = 1
-			case 'c':
-				o.server = 0
-			case 'S':
-				o.size = atoi(val)
-				if o.size < MinSize || o.size > BufSize-1 {
-					fmt.Fprintf(stderr, "Invalid size %d (valid range is %d to %d)\n", o.size, MinSize, BufSize)
-					ret = exitEINVAL
-				}
-			case 'C':
-				o.count = atoi(val)
-				if o.count < 0 {
-					fmt.Fprintf(stderr, "Invalid count %d\n", o.count)
-					ret = exitEINVAL
-				}
-			case 'v':
-				o.verbose = true
-			case 'V':
-				o.validate = true
-			case 'd':
-				o.debug = true
-			case 'q':
-				o.selfQP = true
-			default:
-				return bad()
+			if f.Short == 'a' {
+				o.addr, o.addrGiven = addr, true
+			} else {
+				o.src = addr
 			}
+		case 'P':
+			o.persistent = true
+		case 'p':
+			n, err := strconv.ParseUint(strings.TrimSpace(val), 10, 16)
+			if err != nil {
+				return false, bad("not a port number")
+			}
+			o.port = uint16(n)
+		case 's':
+			o.server = 1
+		case 'c':
+			o.server = 0
+		case 'S':
+			o.size = atoi(val)
+			if o.size < MinSize || o.size > BufSize-1 {
+				return false, bad(fmt.Sprintf("invalid size %d (valid range is %d to %d)", o.size, MinSize, BufSize-1))
+			}
+		case 'C':
+			o.count = atoi(val)
+			if o.count < 0 {
+				return false, bad(fmt.Sprintf("invalid count %d", o.count))
+			}
+		case 'v':
+			o.verbose = true
+		case 'V':
+			o.validate = true
+		case 'd':
+			o.debug = true
+		case 'q':
+			o.selfQP = true
+		case 't':
+			return false, cli.Errorf("%s (type of service) is not supported by sroce", f.Flag)
+		case 'h':
+			return true, errHelp
+		default:
+			return true, errVersion
 		}
+		return false, nil
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case len(operands) > 0:
+		return nil, cli.Errorf("rping takes no arguments, not %q", operands)
+	case o.server == -1:
+		return nil, cli.Errorf("give -s (server) or -c (client)")
 	}
-	if ret != 0 {
-		return nil, ret
-	}
-	if o.server == -1 {
-		return bad()
-	}
-	return o, 0
+	return o, nil
 }
 
 // Main runs rping with args (without the program name) and returns its
-// exit status: 0, 255 for a failed run (rping's -1), 22 (EINVAL) for a
-// bad command line.
+// exit status: 0, 1 for a failed run (where rping exits -1), 2 for a bad
+// command line (where rping exits with EINVAL), with the error and the
+// usage on stderr. -h/--help prints the usage and --version sroce's
+// version on stdout.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	o, code := parse(ctx, args, stdout, stderr)
-	if o == nil {
-		return code
+	o, err := parse(ctx, args)
+	switch {
+	case errors.Is(err, errHelp):
+		Usage(stdout)
+		return exitOK
+	case errors.Is(err, errVersion):
+		return cli.Version(stdout)
+	case err != nil:
+		return usage().Fail(stderr, err.Error())
 	}
 	r := &runner{o: o, out: stdout, errw: stderr}
 	if err := r.run(ctx); err != nil {
@@ -226,7 +260,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitFail
 	}
-	return 0
+	return exitOK
 }
 
 // errReported is a failure whose message rping has printed already.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sroce/sroce/internal/buildinfo"
 	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/internal/testpair"
 )
@@ -108,7 +109,7 @@ func TestRpingPair(t *testing.T) {
 }
 
 // TestRpingNoServer: a client whose server does not listen is REJECTED
-// (reason 8) and exits 255, as rping's CM thread exit(-1)s.
+// (reason 8) and exits 1, where rping's CM thread exit(-1)s.
 func TestRpingNoServer(t *testing.T) {
 	needUDPLink(t)
 	// A listener-less device at the server address: a server on another
@@ -116,8 +117,8 @@ func TestRpingNoServer(t *testing.T) {
 	sout, serr, sdone := runRping([]string{"-s", "-a", serverAddr.String(), "-p", "7175"})
 	time.Sleep(300 * time.Millisecond)
 	cout, cerr, cdone := runRping([]string{"-c", "-a", serverAddr.String(), "-I", clientAddr.String(), "-p", "7176", "-C", "1"})
-	if code := wait(t, cdone, "client", cout, cerr); code != 255 {
-		t.Fatalf("client exit %d, want 255\n%s%s", code, cout, cerr)
+	if code := wait(t, cdone, "client", cout, cerr); code != exitFail {
+		t.Fatalf("client exit %d, want %d\n%s%s", code, exitFail, cout, cerr)
 	}
 	if !strings.Contains(cerr.String(), "cma event RDMA_CM_EVENT_REJECTED, error 8") {
 		t.Fatalf("client stderr %q", cerr)
@@ -132,18 +133,40 @@ func TestRpingNoServer(t *testing.T) {
 	}
 }
 
-// TestRpingUsage: bad command lines get rping's usage and EINVAL.
+// TestRpingUsage: a bad command line is named on stderr with the usage,
+// status 2; -h and --version answer on stdout.
 func TestRpingUsage(t *testing.T) {
-	for _, args := range [][]string{{"-x"}, {}, {"-c", "-S", "10"}, {"-s", "-C", "-1"}, {"-c", "-p"}} {
-		out, errw, done := runRping(args)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-x"}, "unknown flag -x"},
+		{[]string{"--bogus"}, "unknown flag --bogus"},
+		{nil, "give -s (server) or -c (client)"},
+		{[]string{"-c", "-S", "10"}, `invalid value "10" for -S: invalid size 10 (valid range is 26 to 65535)`},
+		{[]string{"-s", "--count", "-1"}, `invalid value "-1" for --count: invalid count -1`},
+		{[]string{"-c", "-p"}, "flag -p needs a value"},
+		{[]string{"-c", "-p", "70000"}, `invalid value "70000" for -p: not a port number`},
+		{[]string{"-s", "-t", "4"}, "-t (type of service) is not supported by sroce"},
+		{[]string{"-s", "extra"}, `rping takes no arguments, not ["extra"]`},
+	} {
+		out, errw, done := runRping(c.args)
 		code := wait(t, done, "rping", out, errw)
-		if code != 22 {
-			t.Errorf("%q: exit %d, want 22 (EINVAL)", args, code)
+		if code != exitUsage || out.String() != "" || !strings.HasPrefix(errw.String(), "sroce rping: "+c.want+"\n") ||
+			!strings.Contains(errw.String(), "usage: sroce rping -s|-c") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, code, out, errw, c.want)
 		}
-		text := out.String() + errw.String()
-		if !strings.Contains(text, "rping -c [-vVd]") && !strings.Contains(text, "Invalid") {
-			t.Errorf("%q printed %q", args, text)
+	}
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"-s", "--help"}} {
+		out, errw, done := runRping(args)
+		if code := wait(t, done, "rping", out, errw); code != exitOK || errw.String() != "" ||
+			!strings.Contains(out.String(), "\nflags:\n  -s, --server ") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errw)
 		}
+	}
+	out, errw, done := runRping([]string{"--version"})
+	if code := wait(t, done, "rping", out, errw); code != exitOK || out.String() != buildinfo.Get().String()+"\n" {
+		t.Errorf("--version: exit %d, stdout %q", code, out)
 	}
 }
 
