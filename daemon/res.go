@@ -1,0 +1,241 @@
+package daemon
+
+// QUERY_RES: the daemon's objects by kind and owner, for "sroce resource"
+// (what "rdma resource show" gives for a kernel device). Any connection
+// may ask, before or after OPEN, about every context: who holds what is
+// visible to every local user, as the kernel's rdma tool shows it, but
+// keys and addresses only to their owner's uid, root and the daemon's own
+// uid. A reply is one page, as large as fits in a datagram; the cursor
+// (context number, handle) walks the rest.
+
+import (
+	"encoding/json"
+	"os"
+	"slices"
+	"sort"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sroce/sroce/cm"
+	"github.com/sroce/sroce/daemon/ctl"
+	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/verbs"
+)
+
+// resObject is one object of a listing, with its place in the order.
+type resObject struct {
+	handle uint32
+	v      any
+}
+
+// resPageRoom is the room for the objects of a page: a datagram less the
+// header and the page's own fields.
+const resPageRoom = ctl.MaxMsg - ctl.HdrSize - 128
+
+// queryRes answers QUERY_RES of connection asker (which is not listed).
+func (s *Server) queryRes(asker *conn, b []byte) ([]byte, []int, error) {
+	in, err := body[ctl.ResQuery](b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if in.Kind < ctl.ResKindClients || in.Kind > ctl.ResKindCMID {
+		return nil, nil, unix.EINVAL
+	}
+	viewer := asker.uid
+	privileged := viewer == 0 || viewer == uint32(os.Geteuid())
+	s.mu.Lock()
+	cs := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		if c.id >= in.AfterCtx && c != asker {
+			cs = append(cs, c)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(cs, func(a, b *conn) int {
+		switch {
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	})
+	page := ctl.ResPage{Items: []ctl.RawJSON{}}
+	room := resPageRoom
+	devs := s.devices()
+	for _, c := range cs {
+		objs := c.resObjects(in.Kind, privileged || viewer == c.uid, devs)
+		for _, o := range objs {
+			if c.id == in.AfterCtx && o.handle <= in.AfterHandle {
+				continue
+			}
+			enc, err := json.Marshal(o.v)
+			if err != nil {
+				return nil, nil, unix.EOVERFLOW
+			}
+			if len(enc)+1 > room {
+				page.More = true
+				return marshalPage(&page)
+			}
+			room -= len(enc) + 1
+			page.Items = append(page.Items, enc)
+			page.NextCtx, page.NextHandle = c.id, o.handle
+		}
+	}
+	return marshalPage(&page)
+}
+
+func marshalPage(p *ctl.ResPage) ([]byte, []int, error) {
+	b, err := json.Marshal(p)
+	if err != nil || len(b) > ctl.MaxMsg-ctl.HdrSize {
+		return nil, nil, unix.EOVERFLOW
+	}
+	return b, nil, nil
+}
+
+// resObjects lists the connection's objects of kind, by handle; full
+// says the viewer may see keys and addresses. The tables are read under
+// c.mu; the engine's and the CM's state (which take their own locks) is
+// read after, as queryQP does.
+func (c *conn) resObjects(kind ctl.ResKind, full bool, devs []*served) []resObject {
+	var late []func() resObject // run after c.mu is released
+	c.mu.Lock()
+	own := ctl.ResOwner{Ctx: c.id, PID: c.pid, UID: c.uid, Comm: c.comm}
+	if c.dev != nil {
+		own.Dev = c.dev.name
+	}
+	var out []resObject
+	switch kind {
+	case ctl.ResKindClients:
+		out = append(out, resObject{0, ctl.ResClient{ResOwner: own, PDs: len(c.pds), MRs: len(c.mrs), MWs: len(c.mws),
+			CQs: len(c.cqs), QPs: len(c.qps), SRQs: len(c.srqs), AHs: len(c.ahs), CMIDs: len(c.cm.ids), RegBytes: c.regBytes}})
+	case ctl.ResKindPD:
+		users := map[uint32]int{}
+		pdOf := map[*roce.PD]uint32{}
+		for h, pd := range c.pds {
+			pdOf[pd] = h
+		}
+		for _, o := range c.qps {
+			users[o.pd]++
+		}
+		for _, o := range c.srqs {
+			users[o.pd]++
+		}
+		for _, o := range c.ahs {
+			users[o.pd]++
+		}
+		for _, o := range c.mrs {
+			if h, ok := pdOf[o.mr.PD()]; ok {
+				users[h]++
+			}
+		}
+		for h := range c.pds {
+			out = append(out, resObject{h, ctl.ResPD{ResOwner: own, PDN: h, Users: users[h]}})
+		}
+	case ctl.ResKindMR:
+		pdOf := map[*roce.PD]uint32{}
+		for h, pd := range c.pds {
+			pdOf[pd] = h
+		}
+		for h, o := range c.mrs {
+			r := ctl.ResMR{ResOwner: own, MRN: h, PDN: pdOf[o.mr.PD()], Length: uint64(o.mr.Len()), Access: mr.Access(o.access).String()}
+			if full {
+				lk, rk, iova := o.mr.LKey(), o.mr.RKey(), o.mr.Addr()
+				r.LKey, r.RKey, r.IOVA = &lk, &rk, &iova
+			}
+			out = append(out, resObject{h, r})
+		}
+	case ctl.ResKindCQ:
+		users := map[uint32]int{}
+		for _, o := range c.qps {
+			users[o.cqs[0]]++
+			if o.cqs[1] != o.cqs[0] {
+				users[o.cqs[1]]++
+			}
+		}
+		for h, o := range c.cqs {
+			r, cq := ctl.ResCQ{ResOwner: own, CQN: h, Users: users[h], Channel: o.ch != 0}, o.cq
+			late = append(late, func() resObject {
+				if cq != nil {
+					r.CQE = cq.Cqe()
+				}
+				return resObject{h, r}
+			})
+		}
+	case ctl.ResKindQP:
+		for h, o := range c.qps {
+			r := ctl.ResQP{ResOwner: own, Port: 1, LQPN: uint32(o.qp.QPN()), Type: o.typ.String(),
+				PDN: o.pd, SendCQN: o.cqs[0], RecvCQN: o.cqs[1], SRQN: o.srq, Handle: h}
+			q := o.qp
+			late = append(late, func() resObject {
+				a, _ := q.Query()
+				r.RQPN, r.State, r.SQPSN, r.RQPSN = uint32(a.DestQPN), a.State.String(), uint32(a.SQPSN), uint32(a.RQPSN)
+				r.PathMTU = pathMTU(a.PathMTU)
+				return resObject{h, r}
+			})
+		}
+	case ctl.ResKindSRQ:
+		users := map[uint32]int{}
+		for _, o := range c.qps {
+			if o.srq != 0 {
+				users[o.srq]++
+			}
+		}
+		for h, o := range c.srqs {
+			r := ctl.ResSRQ{ResOwner: own, SRQN: h, Type: "BASIC", MaxSGE: o.maxSGE, PDN: o.pd, Users: users[h]}
+			if o.xrcd != 0 {
+				r.Type = "XRC"
+			}
+			srq := o.srq
+			late = append(late, func() resObject {
+				r.MaxWR, r.Limit, _ = srq.Query()
+				return resObject{h, r}
+			})
+		}
+	case ctl.ResKindCMID:
+		for h, o := range c.cm.ids {
+			r, id := ctl.ResCMID{ResOwner: own, ID: h}, o.id
+			late = append(late, func() resObject {
+				r.LQPN, r.State, r.PS = uint32(id.QPNum()), id.State(), id.PortSpace().String()
+				switch id.PortSpace() {
+				case cm.PortSpaceTCP:
+					r.QPType = verbs.QPTypeRC.String()
+				case cm.PortSpaceUDP:
+					r.QPType = verbs.QPTypeUD.String()
+				}
+				// An ID is on the device its address resolved to, which
+				// may not be the one its context opened.
+				if dev := id.Device(); dev != nil {
+					r.Port = 1
+					for _, sd := range devs {
+						if sd.dev.Device() == dev {
+							r.ResOwner.Dev = sd.name
+						}
+					}
+				}
+				if a := id.LocalAddr(); a.IsValid() {
+					r.SrcAddr = a.String()
+				}
+				if a := id.PeerAddr(); a.IsValid() {
+					r.DstAddr = a.String()
+				}
+				return resObject{h, r}
+			})
+		}
+	}
+	c.mu.Unlock()
+	for _, f := range late {
+		out = append(out, f())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].handle < out[j].handle })
+	return out
+}
+
+// pathMTU is an MTU enum's bytes, 0 when unset.
+func pathMTU(m verbs.MTU) int {
+	if m == 0 {
+		return 0
+	}
+	return m.Bytes()
+}
