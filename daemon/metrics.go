@@ -262,6 +262,9 @@ func (c *collector) collectClients(gauge gaugeFunc, devs []*served) {
 
 // linkHelps says what the links' counters count (Port.LinkStats' names).
 var linkHelps = map[string]string{
+	// Both links.
+	"rx_bytes": "Bytes received: frames on AF_XDP, UDP payloads (BTH to ICRC) on the UDP link.",
+	"tx_bytes": "Bytes sent: frames on AF_XDP, UDP payloads (BTH to ICRC) on the UDP link.",
 	// The UDP link.
 	"rx_packets":         "Datagrams the UDP link received and handed to the engine.",
 	"tx_packets":         "Datagrams the UDP link sent.",
@@ -271,9 +274,7 @@ var linkHelps = map[string]string{
 	"rx_icrc_mismatch":   "IPv4 datagrams whose ICRC no IP Identification explains (the engine then drops them under icrc_error).",
 	// AF_XDP: the kernel's XDP_STATISTICS and the socket's own.
 	"rx_frames":        "Frames the AF_XDP sockets handed to the engine.",
-	"rx_bytes":         "Bytes the AF_XDP sockets received.",
 	"tx_frames":        "Frames the AF_XDP sockets queued on their transmit rings.",
-	"tx_bytes":         "Bytes the AF_XDP sockets sent.",
 	"tx_completed":     "Transmit chunks back from the completion rings.",
 	"rx_dropped":       "Frames the kernel dropped (too large for a UMEM chunk, or no fill buffer).",
 	"rx_ring_full":     "Frames the kernel dropped because the receive ring was full.",

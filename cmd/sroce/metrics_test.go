@@ -409,6 +409,8 @@ func TestMetricsScrape(t *testing.T) {
 	sent0, _ := value(t, fams, "sroce_sent_pkts_total", port)
 	rcvd0, _ := value(t, fams, "sroce_rcvd_pkts_total", port)
 	tx0, _ := value(t, fams, "sroce_link_tx_packets_total", port)
+	txBytes0, _ := value(t, fams, "sroce_link_tx_bytes_total", port)
+	rxBytes0, _ := value(t, fams, "sroce_link_rx_bytes_total", port)
 
 	// A pingpong pair through the daemon: both ends on its device.
 	gid := d.gidIndex(t)
@@ -455,6 +457,13 @@ func TestMetricsScrape(t *testing.T) {
 	if sent1-sent0 < 2*iters || rcvd1-rcvd0 < 2*iters || tx1-tx0 < 2*iters {
 		t.Errorf("after %d round trips: sent_pkts +%v, rcvd_pkts +%v, link tx_packets +%v; want each at least %d",
 			iters, sent1-sent0, rcvd1-rcvd0, tx1-tx0, 2*iters)
+	}
+	// 4 KiB each way per round trip, and the headers.
+	txBytes1, _ := value(t, fams, "sroce_link_tx_bytes_total", port)
+	rxBytes1, _ := value(t, fams, "sroce_link_rx_bytes_total", port)
+	if txBytes1-txBytes0 < 2*iters*4096 || rxBytes1-rxBytes0 < 2*iters*4096 {
+		t.Errorf("after %d round trips of 4096 bytes: link tx_bytes +%v, rx_bytes +%v; want each at least %d",
+			iters, txBytes1-txBytes0, rxBytes1-rxBytes0, 2*iters*4096)
 	}
 	if v, _ := value(t, fams, "sroce_rdma_sends_total", port); v < 2*iters {
 		t.Errorf("sroce_rdma_sends_total = %v, want at least %d", v, 2*iters)
