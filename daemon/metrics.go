@@ -82,7 +82,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			in = i
 			mode = in.LinkMode()
 		}
-		gauge("sroce_port_info", "The port's interface, link layer and link (xdp-zerocopy, xdp-copy or udp), always 1.",
+		gauge("sroce_port_info", "The port's interface, link layer and link (XDP (zero-copy), XDP (copy) or UDP), always 1.",
 			1, []string{"device", "port", "interface", "link_layer", "link"}, dev, portLabel, d.Ifname(), "Ethernet", mode)
 		gauge("sroce_port_mtu_bytes", "The MTU of the port's interface.", float64(d.MTU()), devPort, dev, portLabel)
 		gauge("sroce_port_active_mtu_bytes", "The port's active path MTU (the largest RoCE payload), as rxe derives it from the interface MTU.",

@@ -44,10 +44,16 @@ closed) and the client stays connected. The totals follow the host
 (vm.max_map_count, RLIMIT_NOFILE, MemTotal); one uid may take a quarter.
 
 --metrics ADDR serves Prometheus metrics at http://ADDR/metrics: every
-device's counters (those "sroce stat" names) and, per device, its clients
-and their QPs, MRs and registered bytes in total. Who the clients are is
-the operator's to ask: --metrics-clients adds the same per uid and
-program name (comm), never pids. A client asks QUERY_STATS ("sroce stat")
+device's counters (those "sroce stat" names, as sroce_NAME_total), its
+link's (sroce_link_NAME_total), port state, MTU and speed, the RDMA CM's,
+the budgets, build information, the process's and the Go runtime's and,
+per device, its clients and their QPs, MRs and registered bytes in
+total. Who the clients are is the operator's to ask: --metrics-clients
+adds the same per uid and program name (comm), never pids. The same
+address answers /healthz (200 while the process serves) and /readyz (200
+when every device given is up and the socket listens, else 503 and why);
+it listens before the devices open. docs/metrics.md lists the metrics.
+"sroce resource" lists the objects the clients hold. A client asks QUERY_STATS ("sroce stat")
 about the device it opened only. Logs are structured (--log-format text or
 json) on standard error. SIGINT or SIGTERM stops the daemon: clients are
 disconnected and everything freed.
