@@ -118,28 +118,7 @@ func gatherText(t *testing.T, reg *prometheus.Registry) string {
 // backslash, a newline, a byte that is not UTF-8) and the exposition
 // still parses.
 func TestMetricsPrivacy(t *testing.T) {
-	port, err := iface.Open(context.Background(), "lo", iface.Options{Mode: iface.ModeUDP, Addr: netip.MustParseAddr("127.0.0.83")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { port.Close() })
-	srv, err := daemon.New([]daemon.Device{port}, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	socket := filepath.Join(t.TempDir(), "sroce.sock")
-	ln, err := daemon.Listen(socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		srv.Close()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	socket, srv := startInProcess(t, "127.0.0.83")
 	// The daemon reads the client's name from /proc/PID/comm when it
 	// connects: give this process an awkward one for the while.
 	orig, err := os.ReadFile("/proc/self/comm")
@@ -205,6 +184,35 @@ func TestMetricsPrivacy(t *testing.T) {
 			}
 		}
 	}
+}
+
+// startInProcess starts a daemon in this process serving lo over the UDP
+// link at addr, and returns its socket.
+func startInProcess(t *testing.T, addr string) (string, *daemon.Server) {
+	t.Helper()
+	port, err := iface.Open(context.Background(), "lo", iface.Options{Mode: iface.ModeUDP, Addr: netip.MustParseAddr(addr)})
+	if err != nil {
+		t.Fatalf("opening a device on lo at %s: %v", addr, err)
+	}
+	t.Cleanup(func() { port.Close() })
+	srv, err := daemon.New([]daemon.Device{port}, daemon.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(t.TempDir(), "sroce.sock")
+	ln, err := daemon.Listen(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return socket, srv
 }
 
 // liveDaemon is a sroce daemon process serving lo over the UDP link,
@@ -468,8 +476,18 @@ func TestMetricsScrape(t *testing.T) {
 	if v, _ := value(t, fams, "sroce_rdma_sends_total", port); v < 2*iters {
 		t.Errorf("sroce_rdma_sends_total = %v, want at least %d", v, 2*iters)
 	}
-	if v, ok := value(t, fams, "sroce_clients", map[string]string{"device": "sroce_lo"}); !ok || v != 0 {
-		t.Errorf("sroce_clients after the programs ended = %v (%v), want 0", v, ok)
+	// The programs ended; the daemon frees their contexts as it sees
+	// their connections close.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		v, ok := value(t, d.scrape(t), "sroce_clients", map[string]string{"device": "sroce_lo"})
+		if ok && v == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("sroce_clients 5 s after the programs ended = %v (%v), want 0", v, ok)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 
 	if code, body := d.get(t, "/healthz"); code != http.StatusOK {
