@@ -23,10 +23,13 @@ import (
 	"github.com/sroce/sroce/verbs"
 )
 
-// resObject is one object of a listing, with its place in the order.
+// resObject is one object of a listing, with its place in the order:
+// its value v, or fill, which reads the engine's or the CM's state for it
+// (after c.mu is released) when it is listed.
 type resObject struct {
 	handle uint32
 	v      any
+	fill   func() any
 }
 
 // resPageRoom is the room for the objects of a page: a datagram less the
@@ -70,7 +73,11 @@ func (s *Server) queryRes(asker *conn, b []byte) ([]byte, []int, error) {
 			if c.id == in.AfterCtx && o.handle <= in.AfterHandle {
 				continue
 			}
-			enc, err := json.Marshal(o.v)
+			v := o.v
+			if o.fill != nil {
+				v = o.fill()
+			}
+			enc, err := json.Marshal(v)
 			if err != nil {
 				return nil, nil, unix.EOVERFLOW
 			}
@@ -97,9 +104,8 @@ func marshalPage(p *ctl.ResPage) ([]byte, []int, error) {
 // resObjects lists the connection's objects of kind, by handle; full
 // says the viewer may see keys and addresses. The tables are read under
 // c.mu; the engine's and the CM's state (which take their own locks) is
-// read after, as queryQP does.
+// read after, as queryQP does, and only for the objects a page lists.
 func (c *conn) resObjects(kind ctl.ResKind, full bool, devs []*served) []resObject {
-	var late []func() resObject // run after c.mu is released
 	c.mu.Lock()
 	own := ctl.ResOwner{Ctx: c.id, PID: c.pid, UID: c.uid, Comm: c.comm}
 	if c.dev != nil {
@@ -108,7 +114,7 @@ func (c *conn) resObjects(kind ctl.ResKind, full bool, devs []*served) []resObje
 	var out []resObject
 	switch kind {
 	case ctl.ResKindClients:
-		out = append(out, resObject{0, ctl.ResClient{ResOwner: own, PDs: len(c.pds), MRs: len(c.mrs), MWs: len(c.mws),
+		out = append(out, resObject{v: ctl.ResClient{ResOwner: own, PDs: len(c.pds), MRs: len(c.mrs), MWs: len(c.mws),
 			CQs: len(c.cqs), QPs: len(c.qps), SRQs: len(c.srqs), AHs: len(c.ahs), CMIDs: len(c.cm.ids), RegBytes: c.regBytes}})
 	case ctl.ResKindPD:
 		users := map[uint32]int{}
@@ -131,7 +137,7 @@ func (c *conn) resObjects(kind ctl.ResKind, full bool, devs []*served) []resObje
 			}
 		}
 		for h := range c.pds {
-			out = append(out, resObject{h, ctl.ResPD{ResOwner: own, PDN: h, Users: users[h]}})
+			out = append(out, resObject{handle: h, v: ctl.ResPD{ResOwner: own, PDN: h, Users: users[h]}})
 		}
 	case ctl.ResKindMR:
 		pdOf := map[*roce.PD]uint32{}
@@ -144,7 +150,7 @@ func (c *conn) resObjects(kind ctl.ResKind, full bool, devs []*served) []resObje
 				lk, rk, iova := o.mr.LKey(), o.mr.RKey(), o.mr.Addr()
 				r.LKey, r.RKey, r.IOVA = &lk, &rk, &iova
 			}
-			out = append(out, resObject{h, r})
+			out = append(out, resObject{handle: h, v: r})
 		}
 	case ctl.ResKindCQ:
 		users := map[uint32]int{}
@@ -156,24 +162,24 @@ func (c *conn) resObjects(kind ctl.ResKind, full bool, devs []*served) []resObje
 		}
 		for h, o := range c.cqs {
 			r, cq := ctl.ResCQ{ResOwner: own, CQN: h, Users: users[h], Channel: o.ch != 0}, o.cq
-			late = append(late, func() resObject {
+			out = append(out, resObject{handle: h, fill: func() any {
 				if cq != nil {
 					r.CQE = cq.Cqe()
 				}
-				return resObject{h, r}
-			})
+				return r
+			}})
 		}
 	case ctl.ResKindQP:
 		for h, o := range c.qps {
 			r := ctl.ResQP{ResOwner: own, Port: 1, LQPN: uint32(o.qp.QPN()), Type: o.typ.String(),
 				PDN: o.pd, SendCQN: o.cqs[0], RecvCQN: o.cqs[1], SRQN: o.srq, Handle: h}
 			q := o.qp
-			late = append(late, func() resObject {
+			out = append(out, resObject{handle: h, fill: func() any {
 				a, _ := q.Query()
 				r.RQPN, r.State, r.SQPSN, r.RQPSN = uint32(a.DestQPN), a.State.String(), uint32(a.SQPSN), uint32(a.RQPSN)
 				r.PathMTU = pathMTU(a.PathMTU)
-				return resObject{h, r}
-			})
+				return r
+			}})
 		}
 	case ctl.ResKindSRQ:
 		users := map[uint32]int{}
@@ -188,15 +194,15 @@ func (c *conn) resObjects(kind ctl.ResKind, full bool, devs []*served) []resObje
 				r.Type = "XRC"
 			}
 			srq := o.srq
-			late = append(late, func() resObject {
+			out = append(out, resObject{handle: h, fill: func() any {
 				r.MaxWR, r.Limit, _ = srq.Query()
-				return resObject{h, r}
-			})
+				return r
+			}})
 		}
 	case ctl.ResKindCMID:
 		for h, o := range c.cm.ids {
 			r, id := ctl.ResCMID{ResOwner: own, ID: h}, o.id
-			late = append(late, func() resObject {
+			out = append(out, resObject{handle: h, fill: func() any {
 				r.LQPN, r.State, r.PS = uint32(id.QPNum()), id.State(), id.PortSpace().String()
 				switch id.PortSpace() {
 				case cm.PortSpaceTCP:
@@ -220,14 +226,11 @@ func (c *conn) resObjects(kind ctl.ResKind, full bool, devs []*served) []resObje
 				if a := id.PeerAddr(); a.IsValid() {
 					r.DstAddr = a.String()
 				}
-				return resObject{h, r}
-			})
+				return r
+			}})
 		}
 	}
 	c.mu.Unlock()
-	for _, f := range late {
-		out = append(out, f())
-	}
 	sort.Slice(out, func(i, j int) bool { return out[i].handle < out[j].handle })
 	return out
 }

@@ -303,3 +303,69 @@ func TestResourcePages(t *testing.T) {
 		t.Errorf("sroce resource without a daemon: exit %d, %q", code, stderr)
 	}
 }
+
+// TestResourceCMAndSRQ lists the CM ID of an rping server listening and
+// the SRQ of an ibv_srq_pingpong server waiting, both through the daemon.
+func TestResourceCMAndSRQ(t *testing.T) {
+	needPrograms(t, "ibv_srq_pingpong", "rping", "ibv_devinfo", "ss")
+	d := startLiveDaemon(t, "127.0.0.88", "127.0.0.1:19206")
+	gid := d.gidIndex(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	startServer := func(port int, prog string, args ...string) {
+		cmd := d.command(ctx, prog, args...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		waitListen(t, port, cmd, &out)
+	}
+	startServer(19207, "ibv_srq_pingpong", "-d", "sroce_lo", "-g", gid, "-p", "19207", "-q", "4", "-r", "64")
+	srqs := resourceJSON[ctl.ResSRQ](t, d, false, "srq")
+	if len(srqs) != 1 || srqs[0].Type != "BASIC" || srqs[0].Users != 4 || srqs[0].MaxWR < 64 || srqs[0].Comm != "ibv_srq_pingpon" {
+		t.Errorf("the SRQ of ibv_srq_pingpong -q 4 -r 64: %+v, want one BASIC SRQ of at least 64 WRs used by 4 QPs", srqs)
+	}
+	qps := resourceJSON[ctl.ResQP](t, d, false, "qp")
+	withSRQ := 0
+	for _, q := range qps {
+		if len(srqs) == 1 && q.SRQN == srqs[0].SRQN && q.Ctx == srqs[0].Ctx {
+			withSRQ++
+		}
+	}
+	if withSRQ != 4 {
+		t.Errorf("%d QPs name the SRQ, want 4: %+v", withSRQ, qps)
+	}
+
+	// rping's server listens on its CM ID, bound to the daemon's address;
+	// the TCP port is not rping's (RDMA CM ports are their own), so wait
+	// for the listing.
+	cmd := d.command(ctx, "rping", "-s", "-a", d.addr, "-p", "19208")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	want := d.addr + ":19208"
+	var ids []ctl.ResCMID
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ids = resourceJSON[ctl.ResCMID](t, d, false, "cm_id")
+		if len(ids) == 1 && ids[0].State == "LISTEN" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no listening CM ID of rping within 30 s: %+v\n%s", ids, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	id := ids[0]
+	if id.PS != "TCP" || id.QPType != "RC" || id.SrcAddr != want || id.Comm != "rping" || id.Dev != "sroce_lo" || id.Port != 1 {
+		t.Errorf("rping's listening CM ID: %+v, want TCP, RC, source %s, on sroce_lo/1", id, want)
+	}
+	text, err := exec.CommandContext(ctx, d.bin, "resource", "cm_id", "--socket", d.socket).CombinedOutput()
+	if err != nil || !regexp.MustCompile(`(?m)^link sroce_lo/1 cm-idn \d+ lqpn 0 qp-type RC state LISTEN ps TCP src-addr `+regexp.QuoteMeta(want)+` dst-addr - ctxn \d+ pid \d+ comm rping uid 0$`).Match(text) {
+		t.Errorf("sroce resource cm_id: %v\n%s", err, text)
+	}
+}

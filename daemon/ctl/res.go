@@ -107,8 +107,8 @@ type ResMR struct {
 	IOVA   *uint64 `json:"iova,omitempty"`
 }
 
-// ResCQ is a completion queue: its size (cqe), the QPs and SRQs that use
-// it (users), and whether it reports to a completion channel.
+// ResCQ is a completion queue: its size (cqe), the QPs that use it
+// (users), and whether it reports to a completion channel.
 type ResCQ struct {
 	ResOwner
 	CQN     uint32 `json:"cqn"`
