@@ -5,14 +5,18 @@ package daemon
 // may ask, before or after OPEN, about every context: who holds what is
 // visible to every local user, as the kernel's rdma tool shows it, but
 // keys and addresses only to their owner's uid, root and the daemon's own
-// uid. A reply is one page, as large as fits in a datagram; the cursor
-// (context number, handle) walks the rest.
+// uid; a viewer in a PID namespace of its own sees only the processes of
+// that namespace, as the kernel scopes its resource dumps. A reply is one
+// page, as large as fits in a datagram; the cursor (context number,
+// handle) walks the rest.
 
 import (
 	"encoding/json"
 	"os"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -47,6 +51,11 @@ func (s *Server) queryRes(asker *conn, b []byte) ([]byte, []int, error) {
 	}
 	viewer := asker.uid
 	privileged := viewer == 0 || viewer == uint32(os.Geteuid())
+	// A viewer in a PID namespace of its own (a container) sees, as with
+	// the kernel's rdma tool, only the objects of processes in its
+	// namespace, under the pids it knows them by.
+	viewerNS := pidNS(asker.pid)
+	scoped := viewerNS != 0 && viewerNS != pidNS(int32(os.Getpid()))
 	s.mu.Lock()
 	cs := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
@@ -68,7 +77,16 @@ func (s *Server) queryRes(asker *conn, b []byte) ([]byte, []int, error) {
 	room := resPageRoom
 	devs := s.devices()
 	for _, c := range cs {
-		objs := c.resObjects(in.Kind, privileged || viewer == c.uid, devs)
+		pid := c.pid
+		if scoped {
+			if pidNS(c.pid) != viewerNS {
+				continue
+			}
+			if pid = innerPID(c.pid); pid == 0 {
+				continue
+			}
+		}
+		objs := c.resObjects(in.Kind, privileged || viewer == c.uid, pid, devs)
 		for _, o := range objs {
 			if c.id == in.AfterCtx && o.handle <= in.AfterHandle {
 				continue
@@ -105,9 +123,10 @@ func marshalPage(p *ctl.ResPage) ([]byte, []int, error) {
 // says the viewer may see keys and addresses. The tables are read under
 // c.mu; the engine's and the CM's state (which take their own locks) is
 // read after, as queryQP does, and only for the objects a page lists.
-func (c *conn) resObjects(kind ctl.ResKind, full bool, devs []*served) []resObject {
+// pid is the owner's pid as the viewer knows it.
+func (c *conn) resObjects(kind ctl.ResKind, full bool, pid int32, devs []*served) []resObject {
 	c.mu.Lock()
-	own := ctl.ResOwner{Ctx: c.id, PID: c.pid, UID: c.uid, Comm: c.comm}
+	own := ctl.ResOwner{Ctx: c.id, PID: pid, UID: c.uid, Comm: c.comm}
 	if c.dev != nil {
 		own.Dev = c.dev.name
 	}
@@ -241,4 +260,37 @@ func pathMTU(m verbs.MTU) int {
 		return 0
 	}
 	return m.Bytes()
+}
+
+// pidNS returns the inode of process pid's PID namespace, 0 when it
+// cannot be read (the process is gone).
+func pidNS(pid int32) uint64 {
+	var st unix.Stat_t
+	if unix.Stat("/proc/"+strconv.Itoa(int(pid))+"/ns/pid", &st) != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+// innerPID returns process pid's number in its own (innermost) PID
+// namespace: the last of /proc/PID/status's NSpid; 0 when unknown.
+func innerPID(pid int32) int32 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			fs := strings.Fields(f)
+			if len(fs) == 0 {
+				return 0
+			}
+			n, err := strconv.ParseInt(fs[len(fs)-1], 10, 32)
+			if err != nil {
+				return 0
+			}
+			return int32(n)
+		}
+	}
+	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -367,5 +368,54 @@ func TestResourceCMAndSRQ(t *testing.T) {
 	text, err := exec.CommandContext(ctx, d.bin, "resource", "cm_id", "--socket", d.socket).CombinedOutput()
 	if err != nil || !regexp.MustCompile(`(?m)^link sroce_lo/1 cm-idn \d+ lqpn 0 qp-type RC state LISTEN ps TCP src-addr `+regexp.QuoteMeta(want)+` dst-addr - ctxn \d+ pid \d+ comm rping uid 0$`).Match(text) {
 		t.Errorf("sroce resource cm_id: %v\n%s", err, text)
+	}
+}
+
+// TestResourcePIDNamespace runs "sroce resource qp" in a PID namespace of
+// its own, with an ibv_rc_pingpong server in it and one outside: it lists
+// only the server of its namespace, under the pid the namespace knows.
+func TestResourcePIDNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: needs root (unshare --pid)")
+	}
+	needPrograms(t, "ibv_rc_pingpong", "ibv_devinfo", "ss", "unshare", "stdbuf")
+	d := startLiveDaemon(t, "127.0.0.89", "127.0.0.1:19209")
+	gid := d.gidIndex(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	outside := d.command(ctx, "ibv_rc_pingpong", "-d", "sroce_lo", "-g", gid, "-p", "19211")
+	var outsideOut bytes.Buffer
+	outside.Stdout, outside.Stderr = &outsideOut, &outsideOut
+	if err := outside.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { outside.Process.Kill(); outside.Wait() })
+	waitListen(t, 19211, outside, &outsideOut)
+	libOut, err := exec.CommandContext(ctx, d.bin, "run", "--print-lib").Output()
+	if err != nil {
+		t.Fatalf("sroce run --print-lib: %v", err)
+	}
+	script := `LD_LIBRARY_PATH="$1" SROCE_SOCKET="$2" ibv_rc_pingpong -d sroce_lo -g "$3" -p 19212 >/dev/null 2>&1 &
+echo "pid $!"
+i=0
+while ! ss -Hltn 'sport = :19212' | grep -q . && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+"$4" resource qp --json --socket "$2"
+kill $!`
+	out, err := exec.CommandContext(ctx, "unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", script, "sh",
+		strings.TrimSpace(string(libOut)), d.socket, gid, d.bin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("in a PID namespace: %v\n%s", err, out)
+	}
+	first, rest, _ := strings.Cut(string(out), "\n")
+	var inner int32
+	if _, err := fmt.Sscanf(first, "pid %d", &inner); err != nil {
+		t.Fatalf("no pid line: %q", out)
+	}
+	var qps []ctl.ResQP
+	if err := json.Unmarshal([]byte(rest), &qps); err != nil {
+		t.Fatalf("sroce resource qp --json in the namespace: %v\n%s", err, out)
+	}
+	if len(qps) != 1 || qps[0].PID != inner || qps[0].Comm != "ibv_rc_pingpong" {
+		t.Errorf("in a PID namespace: %+v, want only the QP of its own server, pid %d", qps, inner)
 	}
 }
