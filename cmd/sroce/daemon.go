@@ -53,9 +53,9 @@ adds the same per uid and program name (comm), never pids. The same
 address answers /healthz (200 while the process serves) and /readyz (200
 when every device given is up and the socket listens, else 503 and why);
 it listens before the devices open. docs/metrics.md lists the metrics.
-"sroce resource" lists the objects the clients hold. A client asks QUERY_STATS ("sroce stat")
-about the device it opened only. Logs are structured (--log-format text or
-json) on standard error. SIGINT or SIGTERM stops the daemon: clients are
+"sroce resource" lists the objects the clients hold. A client asks
+QUERY_STATS ("sroce stat") about the device it opened only. Logs are
+structured (--log-format text or json) on standard error. SIGINT or SIGTERM stops the daemon: clients are
 disconnected and everything freed.
 
 Nothing else stops it. An interface that goes down or loses its carrier

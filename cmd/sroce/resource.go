@@ -38,7 +38,9 @@ ctxn numbers a context in the daemon; pdn, mrn, cqn and srqn are the
 context's own handles of its objects (a QP's pdn, send-cqn, recv-cqn and
 srqn name them). Every local user may list every object, as with the
 kernel's tool, but the keys and the address of an MR (lkey, rkey, iova)
-only its owner's uid, root and the daemon's uid see; others see "-".
+only its owner's uid, root and the daemon's uid see; others see "-". A
+viewer in a PID namespace of its own (a container) sees only the
+processes of its namespace, under the pids it knows them by.
 
 --json prints a JSON array: one object per line of the text, with the
 same names (dev, ctxn, pid, uid, comm, lqpn, sq_psn, ...); keys a viewer
@@ -49,7 +51,7 @@ SROCE_SOCKET, or the daemon's usual place.`
 func runResource(e *env, args []string) int {
 	f := newFlags(e, "resource", "sroce resource [clients|pd|mr|cq|qp|srq|cm_id] [--json] [--socket PATH]", resourceAbout)
 	asJSON := f.Bool("json", false, "print a JSON array")
-	socket := f.String("socket", "", "the daemon's socket (default: SROCE_SOCKET, or the place for this user)")
+	socket := f.String("socket", "", "the daemon's unix socket `PATH` (default: SROCE_SOCKET, or the place for this user)")
 	pos, status, ok := f.parse(args)
 	if !ok {
 		return status
