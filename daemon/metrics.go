@@ -7,7 +7,6 @@ package daemon
 // families.
 
 import (
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sroce/sroce/roce/netif"
 	"github.com/sroce/sroce/verbs"
 )
 
@@ -88,7 +88,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge("sroce_port_active_mtu_bytes", "The port's active path MTU (the largest RoCE payload), as rxe derives it from the interface MTU.",
 			float64(d.ActiveMTU().Bytes()), devPort, dev, portLabel)
 		if bps, ok := linkSpeed(d.Ifname()); ok {
-			gauge("sroce_port_speed_bytes_per_second", "The speed of the port's interface as its driver reports it (absent when it reports none).",
+			gauge("sroce_port_speed_bytes_per_second", "The speed of the port's interface as its driver reports it through ethtool (absent when it reports none).",
 				bps, devPort, dev, portLabel)
 		}
 		rd := d.Device()
@@ -313,20 +313,9 @@ func metricName(s string) string {
 	}, s)
 }
 
-// linkSpeed reads the interface's speed (Mbit/s in sysfs) in bytes per
-// second; a virtual interface that reports none (-1, or an error) gives
-// false.
+// linkSpeed returns the interface's speed in bytes per second, false
+// when its driver reports none.
 func linkSpeed(ifname string) (float64, bool) {
-	if strings.ContainsAny(ifname, "/") || ifname == "" || ifname == "." || ifname == ".." {
-		return 0, false
-	}
-	b, err := os.ReadFile("/sys/class/net/" + ifname + "/speed")
-	if err != nil {
-		return 0, false
-	}
-	mbit, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil || mbit <= 0 {
-		return 0, false
-	}
-	return float64(mbit) * 1e6 / 8, true
+	mbit, ok := netif.Speed(ifname)
+	return float64(mbit) * 1e6 / 8, ok
 }

@@ -146,6 +146,10 @@ func TestMetricsPortStateXDP(t *testing.T) {
 		t.Errorf("no sroce_port_info for %s", ifname)
 	}
 	downed := v("sroce_link_downed_total", "device", dev, "port", "1")
+	// veth reports 10 Gbit/s (ethtool), read in the daemon's namespace.
+	if got := v("sroce_port_speed_bytes_per_second", "device", dev, "port", "1"); got != 10000*1e6/8 {
+		t.Errorf("sroce_port_speed_bytes_per_second of a veth = %v, want %v", got, 10000*1e6/8)
+	}
 
 	if err := pair.A.SetLinkUp(ifname, false); err != nil {
 		t.Fatal(err)
