@@ -247,10 +247,12 @@ func TestResourcePages(t *testing.T) {
 			}
 		}
 	}
+	start := time.Now()
 	items, err := client.Resources(socket, ctl.ResKindMR)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("%d MRs listed in %v", len(items), time.Since(start))
 	if len(items) != contexts*perContext {
 		t.Fatalf("%d MRs listed, want %d", len(items), contexts*perContext)
 	}
