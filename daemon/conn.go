@@ -445,6 +445,8 @@ func (c *conn) handle(h ctl.Hdr, b []byte, fds []int) ([]byte, []int, error) {
 			return nil, nil, unix.EINVAL
 		}
 		return c.s.stats(c.dev, ctl.Name(in.Name[:]))
+	case ctl.OpQueryRes:
+		return c.s.queryRes(c, b)
 	}
 	if h.Op.IsCM() {
 		return c.handleCM(h, b)

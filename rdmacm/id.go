@@ -147,6 +147,14 @@ func locked[T any](id *ID, get func() T) T {
 // QP returns the ID's QP, nil when it has none.
 func (id *ID) QP() *roce.QP { return locked(id, func() *roce.QP { return id.qp }) }
 
+// State returns the ID's state, named as librdmacm's and the kernel's
+// rdma_cm name theirs ("ADDR_BOUND", "LISTEN", "ESTABLISHED", ...).
+func (id *ID) State() string { return locked(id, func() string { return id.state.String() }) }
+
+// QPNum returns the QP the ID names in its connection: its own, or the
+// one the application gave to Connect or Accept; 0 before either.
+func (id *ID) QPNum() bth.QPN { return locked(id, func() bth.QPN { return id.qpNum }) }
+
 // LocalAddr returns the ID's source address and port (rdma_get_local_addr).
 func (id *ID) LocalAddr() netip.AddrPort { return locked(id, func() netip.AddrPort { return id.src }) }
 

@@ -142,3 +142,55 @@ func (c *Counters) Map() map[string]uint64 {
 	}
 	return m
 }
+
+// counterHelp says in a sentence what each counter counts, for the help
+// text of metrics and tools.
+var counterHelp = [NumCounters]string{
+	CntSentPkts:            "Packets the device handed to its link.",
+	CntRcvdPkts:            "Packets accepted for a QP.",
+	CntDuplicateRequest:    "Requests the responder had already taken (a PSN seen before).",
+	CntOutOfSeqRequest:     "Requests the responder saw after a PSN gap (a sequence NAK is sent once).",
+	CntRcvdSeqErr:          "PSN sequence error NAKs the requester received.",
+	CntRcvdRNRErr:          "RNR NAKs the requester received.",
+	CntSendRNRErr:          "RNR NAKs the responder sent.",
+	CntRetryExceededErr:    "Work requests failed because retry_cnt was exhausted.",
+	CntRetryRNRExceededErr: "Work requests failed because rnr_retry was exhausted.",
+	CntCompleterRetryErr:   "Times the requester went back to retransmit.",
+	CntSendErr:             "Frames the link refused.",
+	CntLinkDowned:          "Times the port went from ACTIVE to DOWN, or its link failed.",
+	CntRDMASends:           "SEND messages received and completed.",
+	CntRDMARecvs:           "Receive completions.",
+	CntAckDeferred:         "ACKs merged into a later one.",
+	CntICRCError:           "Frames dropped for a bad invariant CRC.",
+	CntICRCUnchecked:       "Frames accepted whose ICRC the link could not check.",
+	CntMalformed:           "Frames the parser rejected.",
+	CntNotRoCE:             "Frames ignored because they are not RoCEv2.",
+	CntBadDGID:             "Packets dropped because their destination IP is not in the GID table.",
+	CntUnknownQPN:          "Packets dropped because no QP has their destination QPN.",
+	CntBadPKey:             "Packets dropped because their P_Key does not match.",
+	CntBadQKey:             "UD packets dropped because their Q_Key does not match.",
+	CntBadAddr:             "RC and UC packets dropped because their IP addresses differ from the QP's path.",
+	CntWrongType:           "Packets dropped because their opcode is of another transport service.",
+	CntWrongState:          "Packets dropped because the QP's state does not take them.",
+	CntBadResponse:         "Unexpected ACKs, NAKs or responses dropped.",
+	CntRespQueueFull:       "Responder output dropped because its queue was full.",
+	CntRecvDropped:         "UC and UD messages dropped (no receive posted, too long, bad key).",
+	CntNAKSent:             "NAKs sent, RNR NAKs not included.",
+	CntRetransmitPkts:      "Request packets sent again.",
+	CntTimeouts:            "Retransmit timer expiries with work outstanding.",
+	CntCQOverflow:          "Completions lost to a full CQ.",
+	CntTxNoBuf:             "Times a transmit batch was full and a QP was deferred.",
+	CntRdAtomicExceeded:    "READ and atomic requests beyond the responder's resources (NAKed).",
+	CntDupNoResource:       "Duplicate READ and atomic requests matching no responder resource, dropped.",
+	CntCwndReductions:      "Times the congestion window was reduced after a loss.",
+	CntCwndLimited:         "Times the requester waited for its congestion window to open.",
+	CntDupReadRequest:      "READ requests asked again because their responses were lost.",
+}
+
+// Help returns a sentence saying what the counter counts.
+func (c Counter) Help() string {
+	if c >= 0 && c < NumCounters {
+		return counterHelp[c]
+	}
+	return ""
+}

@@ -8,12 +8,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,12 +45,18 @@ closed) and the client stays connected. The totals follow the host
 (vm.max_map_count, RLIMIT_NOFILE, MemTotal); one uid may take a quarter.
 
 --metrics ADDR serves Prometheus metrics at http://ADDR/metrics: every
-device's counters (those "sroce stat" names) and, per device, its clients
-and their QPs, MRs and registered bytes in total. Who the clients are is
-the operator's to ask: --metrics-clients adds the same per uid and
-program name (comm), never pids. A client asks QUERY_STATS ("sroce stat")
-about the device it opened only. Logs are structured (--log-format text or
-json) on standard error. SIGINT or SIGTERM stops the daemon: clients are
+device's counters (those "sroce stat" names, as sroce_NAME_total), its
+link's (sroce_link_NAME_total), port state, MTU and speed, the RDMA CM's,
+the budgets, build information, the process's and the Go runtime's and,
+per device, its clients and their QPs, MRs and registered bytes in
+total. Who the clients are is the operator's to ask: --metrics-clients
+adds the same per uid and program name (comm), never pids. The same
+address answers /healthz (200 while the process serves) and /readyz (200
+when every device given is up and the socket listens, else 503 and why);
+it listens before the devices open. docs/metrics.md lists the metrics.
+"sroce resource" lists the objects the clients hold. A client asks
+QUERY_STATS ("sroce stat") about the device it opened only. Logs are
+structured (--log-format text or json) on standard error. SIGINT or SIGTERM stops the daemon: clients are
 disconnected and everything freed.
 
 Nothing else stops it. An interface that goes down or loses its carrier
@@ -183,6 +186,16 @@ func runDaemon(e *env, args []string) int {
 	if raiseErr != nil {
 		log.Warn("the descriptor limit stays as it was; the descriptor budget follows it", "err", raiseErr)
 	}
+	// The metrics endpoint listens before the devices open: a bad
+	// address fails at once, and /readyz tells when they are up.
+	var obs *observer
+	if *metrics != "" {
+		if obs, err = listenMetrics(*metrics, log); err != nil {
+			fmt.Fprintf(e.Stderr, "sroce daemon: %v\n", err)
+			return exitProblem
+		}
+		defer obs.close()
+	}
 
 	var devs []daemon.Device
 	// ports are the devices served now, by the wait loop below; the
@@ -201,10 +214,12 @@ func runDaemon(e *env, args []string) int {
 	// opts are each interface's options, to open it again when it comes
 	// back after being deleted.
 	opts := map[string]iface.Options{}
+	var want []string // the interfaces given, for /readyz
 	for _, spec := range specs {
 		// A down interface is served with its port DOWN, as an rxe
 		// device on a down netdev is.
 		opts[spec.Ifname] = iface.Options{Mode: mode, Engine: em, Addr: spec.Addr, Queues: *queues, AllowDown: true}
+		want = append(want, spec.Ifname)
 		p, err := openServed(log, spec.Ifname, opts[spec.Ifname])
 		if err != nil {
 			fmt.Fprintf(e.Stderr, "sroce daemon: %s: %v\n", spec.Ifname, err)
@@ -235,32 +250,22 @@ func runDaemon(e *env, args []string) int {
 	defer os.Remove(path)
 	log.Info("listening", "socket", path)
 
-	if *metrics != "" {
-		mln, err := net.Listen("tcp", *metrics)
-		if err != nil {
-			fmt.Fprintf(e.Stderr, "sroce daemon: --metrics: %v\n", err)
-			srv.Close()
-			return exitProblem
-		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-			portsMu.Lock()
-			ps := slices.Clone(ports)
-			portsMu.Unlock()
-			writeMetrics(w, srv, ps, *metricsClients)
-		})
-		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go hs.Serve(mln)
-		defer hs.Close()
-		log.Info("metrics", "url", "http://"+mln.Addr().String()+"/metrics")
-	}
+	obs.attach(srv, *metricsClients, want, func() []*iface.Port {
+		portsMu.Lock()
+		defer portsMu.Unlock()
+		return slices.Clone(ports)
+	}, path)
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() {
+		obs.setListening(true)
+		err := srv.Serve(ln)
+		obs.setListening(false)
+		served <- err
+	}()
 	done := make(chan struct{})
 	defer close(done)
 	// A port is lost when its interface is deleted or its link fails (a
@@ -402,138 +407,6 @@ func awaitInterface(done <-chan struct{}, name string, pause time.Duration) erro
 	}
 }
 
-// writeMetrics writes the Prometheus text exposition of the daemon's
-// devices and clients: per device, its clients and what they hold in
-// total; with perClient, also per uid, program name and device (never
-// pids: who runs what is the operator's to ask for).
-func writeMetrics(w interface{ Write([]byte) (int, error) }, srv *daemon.Server, ports []*iface.Port, perClient bool) {
-	var b strings.Builder
-	seen := map[string]bool{}
-	var devices []string
-	for _, p := range ports {
-		dev := p.Device().Name()
-		devices = append(devices, "sroce_"+p.Ifname())
-		stats := append(p.Counters(), p.LinkStats()...)
-		for _, c := range srv.CMStats("sroce_" + p.Ifname()) {
-			stats = append(stats, iface.Stat{Name: c.Name, Value: c.Value})
-		}
-		for _, st := range stats {
-			name := "sroce_" + metricName(st.Name)
-			if !seen[name] {
-				typ := "counter"
-				if st.Name == "cm_half_open" || st.Name == "cm_conns" {
-					typ = "gauge"
-				}
-				fmt.Fprintf(&b, "# TYPE %s %s\n", name, typ)
-				seen[name] = true
-			}
-			fmt.Fprintf(&b, "%s{device=%q} %d\n", name, dev, st.Value)
-		}
-	}
-	writeBudgets(&b, srv.Budgets())
-	writeClientMetrics(&b, srv.Clients(), devices, perClient)
-	w.Write([]byte(b.String()))
-}
-
-// clientTotals is what a group of clients holds.
-type clientTotals struct {
-	clients, qps, mrs int
-	bytes             uint64
-}
-
-// clientKey groups clients: by device, and with perClient also by uid and
-// program name.
-type clientKey struct {
-	device, comm string
-	uid          uint32
-}
-
-// writeClientMetrics writes the clients' gauges: sroce_clients and
-// sroce_device_{qps,mrs,registered_bytes} per device (each of devices,
-// also at 0; connections that opened none are not counted), and with
-// perClient sroce_client_{contexts,qps,mrs,registered_bytes} per uid,
-// comm and device (connections that opened none under device "").
-func writeClientMetrics(b *strings.Builder, clients []daemon.ClientStat, devices []string, perClient bool) {
-	perDev := map[string]*clientTotals{}
-	for _, d := range devices {
-		perDev[d] = &clientTotals{}
-	}
-	perUser := map[clientKey]*clientTotals{}
-	for _, c := range clients {
-		var ts []*clientTotals
-		if c.Device != "" {
-			if perDev[c.Device] == nil {
-				perDev[c.Device] = &clientTotals{}
-			}
-			ts = append(ts, perDev[c.Device])
-		}
-		if perClient {
-			k := clientKey{device: c.Device, comm: c.Comm, uid: c.UID}
-			if perUser[k] == nil {
-				perUser[k] = &clientTotals{}
-			}
-			ts = append(ts, perUser[k])
-		}
-		for _, t := range ts {
-			t.clients++
-			t.qps += c.QPs
-			t.mrs += c.MRs
-			t.bytes += c.Bytes
-		}
-	}
-	devs := make([]string, 0, len(perDev))
-	for d := range perDev {
-		devs = append(devs, d)
-	}
-	sort.Strings(devs)
-	keys := make([]clientKey, 0, len(perUser))
-	for k := range perUser {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := keys[i], keys[j]
-		if a.device != b.device {
-			return a.device < b.device
-		}
-		if a.uid != b.uid {
-			return a.uid < b.uid
-		}
-		return a.comm < b.comm
-	})
-	gauges := []struct {
-		dev, user string
-		val       func(*clientTotals) uint64
-	}{
-		{"sroce_clients", "sroce_client_contexts", func(t *clientTotals) uint64 { return uint64(t.clients) }},
-		{"sroce_device_qps", "sroce_client_qps", func(t *clientTotals) uint64 { return uint64(t.qps) }},
-		{"sroce_device_mrs", "sroce_client_mrs", func(t *clientTotals) uint64 { return uint64(t.mrs) }},
-		{"sroce_device_registered_bytes", "sroce_client_registered_bytes", func(t *clientTotals) uint64 { return t.bytes }},
-	}
-	for _, g := range gauges {
-		fmt.Fprintf(b, "# TYPE %s gauge\n", g.dev)
-		for _, d := range devs {
-			fmt.Fprintf(b, "%s{device=\"%s\"} %d\n", g.dev, labelValue(d), g.val(perDev[d]))
-		}
-	}
-	if !perClient {
-		return
-	}
-	for _, g := range gauges {
-		fmt.Fprintf(b, "# TYPE %s gauge\n", g.user)
-		for _, k := range keys {
-			fmt.Fprintf(b, "%s{device=\"%s\",uid=\"%d\",comm=\"%s\"} %d\n", g.user, labelValue(k.device), k.uid, labelValue(k.comm), g.val(perUser[k]))
-		}
-	}
-}
-
-// labelValue escapes s for a label value of the text exposition: a
-// backslash, a double quote and a newline are escaped, bytes that are not
-// UTF-8 replaced (a program name is any bytes).
-func labelValue(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
-}
-
 // budgetFlag is --limit-user or --limit-total: a daemon.Budget.
 type budgetFlag struct{ b daemon.Budget }
 
@@ -556,41 +429,4 @@ func (f *budgetFlag) Set(s string) error {
 		}
 	}
 	return nil
-}
-
-// writeBudgets writes the budgets' counters and usage.
-func writeBudgets(b *strings.Builder, st daemon.BudgetStats) {
-	keys := daemon.ResourceKeys()
-	b.WriteString("# HELP sroce_accept_retries_total Accepts that failed (EMFILE, ENFILE, ENOMEM, ENOBUFS, ...) and were retried after a backoff.\n")
-	b.WriteString("# TYPE sroce_accept_retries_total counter\n")
-	fmt.Fprintf(b, "sroce_accept_retries_total %d\n", st.AcceptRetries)
-	b.WriteString("# HELP sroce_connections_refused_total Connections closed right after accept: their uid, or the daemon, was at its connection or descriptor budget.\n")
-	b.WriteString("# TYPE sroce_connections_refused_total counter\n")
-	fmt.Fprintf(b, "sroce_connections_refused_total %d\n", st.ConnsRefused)
-	b.WriteString("# HELP sroce_budget_refused_total Requests and connections refused because a budget (one uid's or the daemon's) was reached, by resource.\n")
-	b.WriteString("# TYPE sroce_budget_refused_total counter\n")
-	for i, k := range keys {
-		fmt.Fprintf(b, "sroce_budget_refused_total{resource=%q} %d\n", k, st.Refused[i])
-	}
-	b.WriteString("# HELP sroce_budget_used What all clients hold now, by resource (bytes for reg and queue).\n")
-	b.WriteString("# TYPE sroce_budget_used gauge\n")
-	for i, k := range keys {
-		fmt.Fprintf(b, "sroce_budget_used{resource=%q} %d\n", k, st.Used[i])
-	}
-	b.WriteString("# HELP sroce_budget_limit The budgets: of one uid (scope user) and of the daemon (scope total), by resource.\n")
-	b.WriteString("# TYPE sroce_budget_limit gauge\n")
-	for i, k := range keys {
-		fmt.Fprintf(b, "sroce_budget_limit{scope=\"user\",resource=%q} %d\n", k, st.User[i])
-		fmt.Fprintf(b, "sroce_budget_limit{scope=\"total\",resource=%q} %d\n", k, st.Total[i])
-	}
-}
-
-// metricName makes a counter name a valid Prometheus metric name.
-func metricName(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
-			return r
-		}
-		return '_'
-	}, s)
 }

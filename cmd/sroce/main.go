@@ -95,6 +95,7 @@ var commands = []command{
 	{"daemon", "serve sroce devices to other processes (the drop-in libibverbs, Go clients)", runDaemon},
 	{"devinfo", "describe the sroce device on a network interface, like ibv_devinfo", runDevinfo},
 	{"stat", "counters of a sroce device on a network interface", runStat},
+	{"resource", "the QPs, CQs, MRs, PDs, SRQs and CM IDs a running daemon holds, by owner", runResource},
 	{"trace", "attach to a running sroce device: its engine events and packets, live", runTrace},
 	{"version", "print the version of sroce", runVersion},
 }

@@ -37,6 +37,7 @@ const (
 	OpQueryGID    Op = 6
 	OpQueryPKey   Op = 7
 	OpQueryStats  Op = 8 // request: Open (the context's device, or empty); after OPEN only (EINVAL before); reply: a Stats as JSON
+	OpQueryRes    Op = 9 // request: ResQuery; before or after OPEN; reply: a ResPage as JSON
 
 	OpAllocPD   Op = 10
 	OpDeallocPD Op = 11
@@ -93,7 +94,7 @@ const (
 
 var opNames = map[Op]string{
 	OpHello: "HELLO", OpListDevices: "LIST_DEVICES", OpOpen: "OPEN", OpQueryDevice: "QUERY_DEVICE",
-	OpQueryPort: "QUERY_PORT", OpQueryGID: "QUERY_GID", OpQueryPKey: "QUERY_PKEY", OpQueryStats: "QUERY_STATS",
+	OpQueryPort: "QUERY_PORT", OpQueryGID: "QUERY_GID", OpQueryPKey: "QUERY_PKEY", OpQueryStats: "QUERY_STATS", OpQueryRes: "QUERY_RESOURCES",
 	OpAllocPD: "ALLOC_PD", OpDeallocPD: "DEALLOC_PD", OpRegMR: "REG_MR", OpDeregMR: "DEREG_MR",
 	OpAllocMW: "ALLOC_MW", OpDeallocMW: "DEALLOC_MW", OpReregMR: "REREG_MR",
 	OpCreateCompChannel: "CREATE_COMP_CHANNEL", OpDestroyCompChannel: "DESTROY_COMP_CHANNEL",

@@ -15,7 +15,7 @@ import (
 // goStructs names the Go struct of every struct of sroce_ctl.h.
 var goStructs = map[string]any{
 	"sroce_ctl_hdr": Hdr{}, "sroce_ctl_hello": Hello{}, "sroce_ctl_devices": Devices{},
-	"sroce_ctl_device": Device{}, "sroce_ctl_open": Open{}, "sroce_ctx_page": CtxPage{},
+	"sroce_ctl_device": Device{}, "sroce_ctl_open": Open{}, "sroce_ctl_res_query": ResQuery{}, "sroce_ctx_page": CtxPage{},
 	"sroce_ctl_device_attr": DeviceAttr{}, "sroce_ctl_port": Port{}, "sroce_ctl_port_attr": PortAttr{},
 	"sroce_ctl_gid": GID{}, "sroce_ctl_pkey": PKey{}, "sroce_ctl_handle": Handle{},
 	"sroce_ctl_reg_mr": RegMR{}, "sroce_ctl_mcast": Mcast{}, "sroce_ctl_mr": MR{}, "sroce_ctl_mw": MW{}, "sroce_ctl_rereg_mr": ReregMR{},
@@ -96,7 +96,7 @@ func TestHeaderLayout(t *testing.T) {
 	}{{"SROCE_CTL_MAGIC", Magic}, {"SROCE_CTL_VERSION", Version}, {"SROCE_CTL_MAX_MSG", MaxMsg},
 		{"SROCE_CTL_MAX_FDS", MaxFDs}, {"SROCE_CTL_NAME", NameLen}, {"SROCE_OP_CREATE_QP", uintptr(OpCreateQP)},
 		{"SROCE_OP_DESTROY_AH", uintptr(OpDestroyAH)}, {"SROCE_OP_QUERY_SRQ", uintptr(OpQuerySRQ)},
-		{"SROCE_OP_REREG_MR", uintptr(OpReregMR)}, {"SROCE_OP_RESIZE_CQ", uintptr(OpResizeCQ)},
+		{"SROCE_OP_REREG_MR", uintptr(OpReregMR)}, {"SROCE_OP_QUERY_RES", uintptr(OpQueryRes)}, {"SROCE_RES_CM_ID", uintptr(ResKindCMID)}, {"SROCE_OP_RESIZE_CQ", uintptr(OpResizeCQ)},
 		{"SROCE_OP_CM_CREATE_CHANNEL", uintptr(OpCMCreateChannel)}, {"SROCE_OP_CM_MIGRATE_ID", uintptr(OpCMMigrateID)},
 		{"SROCE_OP_CM_ACCEPT", uintptr(OpCMAccept)}, {"SROCE_OP_CM_LEAVE_MCAST", uintptr(OpCMLeaveMcast)}, {"SROCE_CTL_CM_PRIVATE", CMPrivate}} {
 		checks = append(checks, check{k.c, k.v})

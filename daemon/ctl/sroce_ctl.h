@@ -67,6 +67,7 @@ enum sroce_ctl_op {
 	SROCE_OP_QUERY_GID    = 6,
 	SROCE_OP_QUERY_PKEY   = 7,
 	SROCE_OP_QUERY_STATS  = 8,  /* request {name}: the context's device or empty; EINVAL before OPEN; reply: JSON text */
+	SROCE_OP_QUERY_RES    = 9,  /* request struct sroce_ctl_res_query, before or after OPEN; reply: JSON text (sroce resource) */
 
 	SROCE_OP_ALLOC_PD     = 10,
 	SROCE_OP_DEALLOC_PD   = 11,
@@ -160,6 +161,25 @@ struct sroce_ctl_device {
  * sroce_ctx_page, 4096 bytes). */
 struct sroce_ctl_open {
 	char name[SROCE_CTL_NAME];
+};
+
+/* QUERY_RES: one page of the daemon's objects of one kind (enum
+ * sroce_ctl_res_kind), those after the cursor {after_ctx, after_handle}
+ * (zero: from the first); the reply's JSON gives the next cursor. */
+enum sroce_ctl_res_kind {
+	SROCE_RES_CLIENTS = 1,
+	SROCE_RES_PD      = 2,
+	SROCE_RES_MR      = 3,
+	SROCE_RES_CQ      = 4,
+	SROCE_RES_QP      = 5,
+	SROCE_RES_SRQ     = 6,
+	SROCE_RES_CM_ID   = 7,
+};
+
+struct sroce_ctl_res_query {
+	uint32_t kind;
+	uint32_t after_handle;
+	uint64_t after_ctx;
 };
 
 struct sroce_ctx_page {

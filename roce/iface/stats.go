@@ -52,6 +52,7 @@ func (p *Port) LinkStats() []Stat {
 		s := p.udp.Stats()
 		return []Stat{
 			{"rx_packets", s.RxPackets}, {"tx_packets", s.TxPackets},
+			{"rx_bytes", s.RxBytes}, {"tx_bytes", s.TxBytes},
 			{"rx_truncated", s.RxTruncated}, {"tx_malformed", s.TxMalformed},
 			{"rx_ip_id_recovered", s.RxIPIDRecovered}, {"rx_icrc_mismatch", s.RxICRCMismatch},
 		}

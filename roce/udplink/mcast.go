@@ -190,7 +190,7 @@ func (l *Link) takeGroupFrames(bufs [][]byte, sizes []int, n int) int {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out, k := 0, 0
+	out, k, bytes := 0, 0, 0
 	for ; k < len(m.queue) && out < n; k++ {
 		f := m.queue[k]
 		if len(f) > len(bufs[out]) {
@@ -198,6 +198,7 @@ func (l *Link) takeGroupFrames(bufs [][]byte, sizes []int, n int) int {
 			continue
 		}
 		sizes[out] = copy(bufs[out], f)
+		bytes += len(f) - l.hdrLen
 		out++
 	}
 	rest := copy(m.queue, m.queue[k:])
@@ -205,6 +206,7 @@ func (l *Link) takeGroupFrames(bufs [][]byte, sizes []int, n int) int {
 	m.queue = m.queue[:rest]
 	m.queued.Store(int32(rest))
 	atomic.AddUint64(&l.stats.RxPackets, uint64(out))
+	atomic.AddUint64(&l.stats.RxBytes, uint64(bytes))
 	return out
 }
 

@@ -56,6 +56,8 @@ import (
 type Stats struct {
 	RxPackets   uint64 // datagrams received and handed to the engine
 	TxPackets   uint64 // datagrams sent
+	RxBytes     uint64 // UDP payload bytes (BTH to ICRC) of RxPackets
+	TxBytes     uint64 // UDP payload bytes of TxPackets
 	RxTruncated uint64 // datagrams larger than the caller's buffer
 	TxMalformed uint64 // frames the link could not parse and did not send
 	// RxIPIDRecovered counts IPv4 datagrams whose ICRC matched only with a
@@ -260,6 +262,8 @@ func (l *Link) Stats() Stats {
 	return Stats{
 		RxPackets:   atomic.LoadUint64(&l.stats.RxPackets),
 		TxPackets:   atomic.LoadUint64(&l.stats.TxPackets),
+		RxBytes:     atomic.LoadUint64(&l.stats.RxBytes),
+		TxBytes:     atomic.LoadUint64(&l.stats.TxBytes),
 		RxTruncated: atomic.LoadUint64(&l.stats.RxTruncated),
 		TxMalformed: atomic.LoadUint64(&l.stats.TxMalformed),
 
@@ -322,7 +326,7 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int
 	if err != nil || got == 0 {
 		return 0, err
 	}
-	out, recovered, mismatched := 0, 0, 0
+	out, recovered, mismatched, bytes := 0, 0, 0, 0
 	for i := 0; i < got; i++ {
 		m := &ms[i]
 		if m.Flags&unix.MSG_TRUNC != 0 || m.N >= len(bufs[i])-l.hdrLen {
@@ -339,6 +343,7 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int
 		}
 		l.synthesize(bufs[out], src, m.N)
 		sizes[out] = l.hdrLen + m.N
+		bytes += m.N
 		if !l.v6 {
 			switch ok, rec := checkIPv4(bufs[out][:sizes[out]]); {
 			case !ok:
@@ -350,6 +355,7 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int
 		out++
 	}
 	atomic.AddUint64(&l.stats.RxPackets, uint64(out))
+	atomic.AddUint64(&l.stats.RxBytes, uint64(bytes))
 	if recovered > 0 {
 		atomic.AddUint64(&l.stats.RxIPIDRecovered, uint64(recovered))
 	}
@@ -537,6 +543,11 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 				return done, err
 			}
 			atomic.AddUint64(&l.stats.TxPackets, uint64(w))
+			sent := 0
+			for i := range ms[:w] {
+				sent += len(ms[i].Buffers[0])
+			}
+			atomic.AddUint64(&l.stats.TxBytes, uint64(sent))
 			ms = ms[w:]
 		}
 		done += n
