@@ -1,0 +1,142 @@
+package netns
+
+// The Debian package as an operator installs it: built with
+// "go run ./dist/deb", installed with dpkg -i into an rxe guest (Debian
+// bookworm, no C compiler), and used: the installed daemon on eth0 (rxe
+// taken off that guest) and rdma-core's unmodified ib_write_bw through
+// "sroce run" with no flag, against the real ib_write_bw on rxe in the
+// other guest.
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sroce/sroce/internal/rxeguest"
+	"github.com/sroce/sroce/shim"
+)
+
+// buildDeb builds the package into dir and returns its path.
+func buildDeb(t testing.TB, ctx context.Context, dir string) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "go", "run", "./dist/deb", "-o", dir)
+	cmd.Dir = filepath.Join(repoRoot(t))
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("go run ./dist/deb: %v\n%s", err, stderr)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// repoRoot is the repository's top directory (tests run in tests/netns).
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(wd, "..", "..")
+}
+
+// TestDebInGuest installs the package in guest b and runs ib_write_bw
+// through the installed sroce against rxe's in guest a.
+func TestDebInGuest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the package in an rxe guest in -short mode")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the package in an rxe guest needs root (namespaces, qemu)")
+	}
+	rxeguest.Skip(t)
+	if _, err := shim.Compiler(); err != nil {
+		t.Skipf("skipping: building the package compiles the drop-in libraries: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	_, a, b, share := bootSroceGuests(t, ctx, "pk-deb-a", "pk-deb-b")
+	deb := buildDeb(t, ctx, share)
+	if err := os.Chmod(deb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	guestDeb := rxeguest.SharePath + "/" + filepath.Base(deb)
+
+	run := func(what, script string) string {
+		t.Helper()
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		res, err := b.Run(rctx, script)
+		if err == nil {
+			err = res.Err()
+		}
+		if err != nil {
+			t.Fatalf("%s in %s: %v\nstdout: %s", what, b.Name(), err, res.Stdout)
+		}
+		return string(res.Stdout)
+	}
+	// The guest has no compiler: the package must not need one.
+	if out := run("looking for a C compiler", "command -v cc gcc clang tcc || true"); strings.TrimSpace(out) != "" {
+		t.Fatalf("the guest has a C compiler (%s): the test would not show the package needs none", out)
+	}
+	run("dpkg -i", "dpkg -i "+guestDeb)
+	status := run("dpkg -s", "dpkg -s sroce && dpkg -L sroce")
+	for _, want := range []string{"Status: install ok installed", "/usr/bin/sroce",
+		"/usr/lib/x86_64-linux-gnu/sroce/libibverbs.so.1", "/usr/lib/systemd/system/sroce.service", "/usr/share/man/man1/sroce-run.1.gz",
+		"/usr/share/doc/sroce/docs/operator-guide.md"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("dpkg -s/-L sroce lacks %q:\n%s", want, status)
+		}
+	}
+	if lib := strings.TrimSpace(run("sroce run --print-lib", "PATH=/usr/bin:/bin sroce run --print-lib")); lib != "/usr/lib/x86_64-linux-gnu/sroce" {
+		t.Errorf("sroce run --print-lib in the guest: %q, want the installed /usr/lib/x86_64-linux-gnu/sroce", lib)
+	}
+
+	// rxe off b, the installed daemon on its eth0.
+	run("rdma link delete rxe0", "rdma link delete rxe0 && ! test -e /sys/class/infiniband/rxe0")
+	daemon, err := b.Start(ctx, "SROCE_STALL_TIMEOUT=60s exec sroce daemon -d eth0 --link xdp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		daemon.Kill(kctx)
+	})
+	wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
+	res, err := b.Run(wctx, "for i in $(seq 600); do test -S /run/sroce/sroce.sock && exit 0; sleep 0.1; done; exit 1")
+	wcancel()
+	if err != nil || res.ExitCode != 0 {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		d, _ := daemon.Wait(dctx)
+		cancel()
+		t.Fatalf("the installed daemon did not listen on /run/sroce/sroce.sock within 60 s (%v, exit %d)\ndaemon: %s%s",
+			err, res.ExitCode, d.Stdout, d.Stderr)
+	}
+	args := "-x 1 -s 65536 -n 200 -F"
+	srv, cli, err := runToolPair(ctx, a, b, 18515, "ib_write_bw -d rxe0 "+args, "PATH=/usr/bin:/bin sroce run -- ib_write_bw "+args)
+	if err != nil {
+		t.Fatalf("ib_write_bw through the installed sroce against rxe: %v", err)
+	}
+	for i, out := range []string{string(srv.Stdout), string(cli.Stdout)} {
+		row := bwRow.FindString(out)
+		if row == "" {
+			t.Errorf("%s printed no bandwidth row:\n%s", []string{"rxe's server", "the client on sroce"}[i], out)
+			continue
+		}
+		f := strings.Fields(row)
+		if f[0] != "65536" || f[1] != "200" {
+			t.Errorf("%s: bandwidth row %q, want 65536 bytes, 200 iterations", []string{"rxe's server", "the client on sroce"}[i], row)
+		}
+		t.Logf("%s: %s", []string{"rxe's server", "the client on sroce"}[i], row)
+	}
+	if !strings.Contains(string(cli.Stdout), "sroce_eth0") {
+		t.Errorf("the client did not run on the daemon's device sroce_eth0:\n%s", cli.Stdout)
+	}
+}
