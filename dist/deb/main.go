@@ -98,7 +98,7 @@ func build(ctx context.Context, o options) (string, error) {
 	}
 	version := o.Version
 	if version == "" {
-		version = debVersion(bi.Main.Version)
+		version = debVersion(bi)
 	}
 	date := buildDate(bi)
 
@@ -250,15 +250,42 @@ func helpText(ctx context.Context, bin string, args ...string) (string, error) {
 	return text, nil
 }
 
-// debVersion turns a Go module version into a Debian one: v1.2.3 is
-// 1.2.3; a pseudo-version v0.0.0-20261129015200-6bcf8cb01234 sorts
-// before 0.0.0 as 0.0.0~20261129015200~6bcf8cb01234 (Debian's '~'); a
-// work tree build, (devel), is 0.0.0~dev.
-func debVersion(v string) string {
-	if v == "" || v == "(devel)" {
+// debVersion turns the binary's Go module version into a Debian one:
+// v1.2.3 is 1.2.3; a pseudo-version v0.0.0-20261129015200-6bcf8cb01234
+// sorts before 0.0.0 as 0.0.0~20261129015200~6bcf8cb01234 (Debian's
+// '~'); a work tree build, (devel), is 0.0.0~git followed by the commit's
+// time and revision (and +dirty for uncommitted changes), or 0.0.0~dev
+// without them.
+func debVersion(bi *buildinfo.BuildInfo) string {
+	v := bi.Main.Version
+	if v != "" && v != "(devel)" {
+		return strings.ReplaceAll(strings.TrimPrefix(v, "v"), "-", "~")
+	}
+	var rev, when string
+	dirty := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			if t, err := time.Parse(time.RFC3339, s.Value); err == nil {
+				when = t.UTC().Format("20060102150405")
+			}
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" || when == "" {
 		return "0.0.0~dev"
 	}
-	return strings.ReplaceAll(strings.TrimPrefix(v, "v"), "-", "~")
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	v = "0.0.0~git" + when + "." + rev
+	if dirty {
+		v += "+dirty"
+	}
+	return v
 }
 
 // buildDate is the date of the pages and files: SOURCE_DATE_EPOCH, else

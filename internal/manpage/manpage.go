@@ -196,8 +196,9 @@ func Render(w io.Writer, m Meta, h Help) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, ".\\\" Generated from sroce's help text (internal/manpage); do not edit.\n")
 	fmt.Fprintf(&b, ".TH %s %s %s %s %s\n", quote(strings.ToUpper(m.Name)), m.Section, quote(m.Date), quote(m.Source), quote(m.Manual))
-	// Ragged right: lists and paths wider than a line cannot be spread.
-	b.WriteString(".ad l\n.SH NAME\n")
+	// Ragged right and no hyphenation: lists, paths and library names
+	// are wider than a line or must not be split.
+	b.WriteString(".ad l\n.nh\n.SH NAME\n")
 	fmt.Fprintf(&b, "%s \\- %s\n", escWords(m.Name), escText(m.Summary))
 	if len(h.Usage) > 0 {
 		b.WriteString(".SH SYNOPSIS\n.nf\n")
