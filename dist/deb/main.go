@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -96,6 +97,7 @@ func build(ctx context.Context, o options) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("reading the build information of %s: %w", bin, err)
 	}
+	addGitStamp(ctx, root, bi)
 	version := o.Version
 	if version == "" {
 		version = debVersion(bi)
@@ -286,6 +288,28 @@ func debVersion(bi *buildinfo.BuildInfo) string {
 		v += "+dirty"
 	}
 	return v
+}
+
+// addGitStamp adds to bi the revision, time and state of the work tree
+// from git when the build recorded none (-buildvcs=false in GOFLAGS, as
+// some machines set it), so the version and dates still say which commit
+// was packaged.
+func addGitStamp(ctx context.Context, root string, bi *buildinfo.BuildInfo) {
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" {
+			return
+		}
+	}
+	b, err := exec.CommandContext(ctx, "git", "-C", root, "log", "-1", "--format=%H %cI").Output()
+	f := strings.Fields(string(b))
+	if err != nil || len(f) != 2 {
+		return
+	}
+	bi.Settings = append(bi.Settings, debug.BuildSetting{Key: "vcs.revision", Value: f[0]},
+		debug.BuildSetting{Key: "vcs.time", Value: f[1]})
+	if st, err := exec.CommandContext(ctx, "git", "-C", root, "status", "--porcelain").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		bi.Settings = append(bi.Settings, debug.BuildSetting{Key: "vcs.modified", Value: "true"})
+	}
 }
 
 // buildDate is the date of the pages and files: SOURCE_DATE_EPOCH, else

@@ -9,6 +9,7 @@ package netns
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,29 +22,20 @@ import (
 )
 
 // buildDeb builds the package into dir and returns its path.
-func buildDeb(t testing.TB, ctx context.Context, dir string) string {
-	t.Helper()
+func buildDeb(ctx context.Context, dir string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", "run", "./dist/deb", "-o", dir)
-	cmd.Dir = filepath.Join(repoRoot(t))
-	out, err := cmd.Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		t.Fatalf("go run ./dist/deb: %v\n%s", err, stderr)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// repoRoot is the repository's top directory (tests run in tests/netns).
-func repoRoot(t testing.TB) string {
-	t.Helper()
 	wd, err := os.Getwd()
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
-	return filepath.Join(wd, "..", "..")
+	cmd.Dir = filepath.Join(wd, "..", "..")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go run ./dist/deb: %v\n%s", err, stderr.String())
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // TestDebInGuest installs the package in guest b and runs ib_write_bw
@@ -61,12 +53,36 @@ func TestDebInGuest(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
+	// The package builds while the guests boot.
+	type built struct {
+		path string
+		err  error
+	}
+	debc := make(chan built, 1)
+	go func() {
+		path, err := buildDeb(ctx, t.TempDir())
+		debc <- built{path, err}
+	}()
 	_, a, b, share := bootSroceGuests(t, ctx, "pk-deb-a", "pk-deb-b")
-	deb := buildDeb(t, ctx, share)
-	if err := os.Chmod(deb, 0o644); err != nil {
+	var deb built
+	select {
+	case deb = <-debc:
+	case <-ctx.Done():
+		t.Fatal("waiting for the package to build: ", ctx.Err())
+	}
+	if deb.err != nil {
+		t.Fatal(deb.err)
+	}
+	data, err := os.ReadFile(deb.path)
+	if err != nil {
 		t.Fatal(err)
 	}
-	guestDeb := rxeguest.SharePath + "/" + filepath.Base(deb)
+	if err := os.WriteFile(filepath.Join(share, filepath.Base(deb.path)), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	guestDeb := rxeguest.SharePath + "/" + filepath.Base(deb.path)
+	start := time.Now()
+	defer func() { t.Logf("in the guests after boot: %v", time.Since(start).Round(time.Second)) }()
 
 	run := func(what, script string) string {
 		t.Helper()
