@@ -38,6 +38,21 @@ func buildDeb(ctx context.Context, dir string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+// unitStart runs the daemon in the guest as sroce@eth0.service would.
+const unitStart = `set -e
+unit=/usr/lib/systemd/system/sroce@.service
+sed -i 's/^SROCE_DAEMON_FLAGS=.*/SROCE_DAEMON_FLAGS="--link xdp"/' /etc/default/sroce
+. /etc/default/sroce
+caps=$(sed -n 's/^AmbientCapabilities=//p' $unit | tr A-Z a-z | sed 's/cap_/+/g; s/ /,/g')
+start=$(sed -n 's/^ExecStart=//p' $unit | sed 's/%I/eth0/g')
+test -n "$caps" && test -n "$start"
+install -d -o nobody -g nogroup -m 0755 /run/sroce
+mkdir -p /dev/infiniband
+echo "starting as nobody with $caps: $start" >&2
+eval "exec prlimit --memlock=unlimited:unlimited -- setpriv --reuid=nobody --regid=nogroup --clear-groups \
+	--inh-caps=-all,$caps --ambient-caps=-all,$caps --bounding-set=-all,$caps --no-new-privs -- $start"
+`
+
 // TestDebInGuest installs the package in guest b and runs ib_write_bw
 // through the installed sroce against rxe's in guest a.
 func TestDebInGuest(t *testing.T) {
@@ -119,7 +134,14 @@ func TestDebInGuest(t *testing.T) {
 
 	// rxe off b, the installed daemon on its eth0.
 	run("rdma link delete rxe0", "rdma link delete rxe0 && ! test -e /sys/class/infiniband/rxe0")
-	daemon, err := b.Start(ctx, "SROCE_STALL_TIMEOUT=60s exec sroce daemon -d eth0 --link xdp")
+	// The guest does not boot systemd: the daemon starts as the installed
+	// sroce@eth0.service would start it, read from the unit: its ExecStart
+	// line with the settings of /etc/default/sroce (edited as an operator
+	// would: AF_XDP only, so a missing capability fails instead of falling
+	// back to the UDP link), as an unprivileged user holding only the
+	// unit's AmbientCapabilities, with its memory lock limit, runtime
+	// directory and /dev/infiniband.
+	daemon, err := b.Start(ctx, unitStart)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +176,12 @@ func TestDebInGuest(t *testing.T) {
 			t.Errorf("%s: bandwidth row %q, want 65536 bytes, 200 iterations", []string{"rxe's server", "the client on sroce"}[i], row)
 		}
 		t.Logf("%s: %s", []string{"rxe's server", "the client on sroce"}[i], row)
+	}
+	if out := run("the daemon's user", fmt.Sprintf("ps -o user=,comm= -p %d", daemon.Pid)); strings.Join(strings.Fields(out), " ") != "nobody sroce" {
+		t.Errorf("the daemon runs as %q, want nobody sroce", out)
+	}
+	if out := run("the device's entry", "ls /dev/infiniband/"); !strings.Contains(out, "sroce_eth0.") {
+		t.Errorf("the daemon made no entry for sroce_eth0 in /dev/infiniband: %q", out)
 	}
 	if !strings.Contains(string(cli.Stdout), "sroce_eth0") {
 		t.Errorf("the client did not run on the daemon's device sroce_eth0:\n%s", cli.Stdout)
