@@ -151,13 +151,13 @@ func TestDebInGuest(t *testing.T) {
 		daemon.Kill(kctx)
 	})
 	wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
-	res, err := b.Run(wctx, "for i in $(seq 600); do test -S /run/sroce/sroce.sock && exit 0; sleep 0.1; done; exit 1")
+	res, err := b.Run(wctx, fmt.Sprintf("for i in $(seq 600); do test -S /run/sroce/sroce.sock && exit 0; kill -0 %d || exit 2; sleep 0.1; done; exit 1", daemon.Pid))
 	wcancel()
 	if err != nil || res.ExitCode != 0 {
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		d, _ := daemon.Wait(dctx)
 		cancel()
-		t.Fatalf("the installed daemon did not listen on /run/sroce/sroce.sock within 60 s (%v, exit %d)\ndaemon: %s%s",
+		t.Fatalf("the installed daemon did not listen on /run/sroce/sroce.sock within 60 s (%v, exit %d; 2: the daemon exited)\ndaemon: %s%s",
 			err, res.ExitCode, d.Stdout, d.Stderr)
 	}
 	args := "-x 1 -s 65536 -n 200 -F"
