@@ -126,7 +126,13 @@ func build(ctx context.Context, o options) (string, error) {
 	pages, err := manpage.Pages("sroce", func(args ...string) (string, error) {
 		return helpText(ctx, bin, args...)
 	}, manpage.Meta{Section: "1", Date: date.Format("2006-01-02"), Source: "sroce " + version, Manual: "sroce manual",
-		SeeAlso: []string{"ibv_devinfo(1)", "ib_write_bw(1)", "systemctl(1)"}})
+		SeeAlso: []string{"ibv_devinfo(1)", "ib_write_bw(1)", "systemctl(1)"},
+		Files: []manpage.Entry{
+			{Term: "/run/sroce/sroce.sock", Desc: "the system daemon's socket, where programs look when neither SROCE_SOCKET nor a user's own daemon says otherwise"},
+			{Term: confPath, Desc: "the settings of sroce.service and sroce@IFACE.service: the interfaces and the daemon's flags"},
+			{Term: shim.InstalledDir(binPath), Desc: "the drop-in libibverbs.so.1 and librdmacm.so.1 that sroce run uses (SROCE_LIBDIR overrides)"},
+			{Term: docDir + "/docs/operator-guide.md", Desc: "installing, upgrading, the units, containers, logs, troubleshooting"},
+		}})
 	if err != nil {
 		return "", fmt.Errorf("making the man pages: %w", err)
 	}
