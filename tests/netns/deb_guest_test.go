@@ -44,7 +44,7 @@ unit=/usr/lib/systemd/system/sroce@.service
 sed -i 's/^SROCE_DAEMON_FLAGS=.*/SROCE_DAEMON_FLAGS="--link xdp"/' /etc/default/sroce
 . /etc/default/sroce
 caps=$(sed -n 's/^AmbientCapabilities=//p' $unit | tr A-Z a-z | sed 's/cap_/+/g; s/ /,/g')
-start=$(sed -n 's/^ExecStart=//p' $unit | sed 's/%I/eth0/g')
+start=$(sed -n 's/^ExecStart=//p' $unit | sed 's/%[iI]/eth0/g')
 test -n "$caps" && test -n "$start"
 install -d -o nobody -g nogroup -m 0755 /run/sroce
 mkdir -p /dev/infiniband
