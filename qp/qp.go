@@ -26,7 +26,7 @@ const (
 	// that, because what bounds a requester's speed on a path with a long
 	// round trip is what it keeps in flight, and its congestion window
 	// (cwnd.go) halves what it keeps in flight when the path loses
-	// packets. Between two one-vCPU guests (README, Performance) 512
+	// packets. Between two one-vCPU guests (docs/performance.md) 512
 	// moved 64 KiB WRITEs from 1.31 to 1.65 times rdma_rxe's bandwidth
 	// and 64 KiB READs from 0.89 to 1.05 (medians of five alternating
 	// rounds, the two builds side by side).

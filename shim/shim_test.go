@@ -318,3 +318,33 @@ func TestMemoryRemapping(t *testing.T) {
 		t.Fatalf("%d checks passed, want 10", n)
 	}
 }
+
+// TestInstalledMatchesOnlyItsSources checks the installed libraries'
+// key: the same sources match, other sources are refused with a sentence
+// naming the directory, and no key means no installed libraries.
+func TestInstalledMatchesOnlyItsSources(t *testing.T) {
+	dir := t.TempDir()
+	if ok, err := installedMatches(dir); ok || err != nil {
+		t.Fatalf("empty directory: %v, %v; want false, nil", ok, err)
+	}
+	key, err := Hash()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{LibName, CMLibName} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, KeyFile), []byte(key+"\n"), 0o644)
+	if ok, err := installedMatches(dir); !ok || err != nil {
+		t.Fatalf("matching key: %v, %v; want true", ok, err)
+	}
+	os.WriteFile(filepath.Join(dir, KeyFile), []byte("0123456789abcdef\n"), 0o644)
+	if ok, err := installedMatches(dir); ok || err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "other sources") {
+		t.Fatalf("other key: %v, %v; want false and a sentence naming %s", ok, err, dir)
+	}
+	if got := InstalledDir("/usr/bin/sroce"); got != "/usr/lib/"+Multiarch()+"/sroce" {
+		t.Errorf("InstalledDir(/usr/bin/sroce) = %s", got)
+	}
+}

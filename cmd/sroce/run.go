@@ -23,10 +23,12 @@ in front of the system's (LD_LIBRARY_PATH), so an unmodified, dynamically
 linked verbs or RDMA CM program (ibv_devinfo, ibv_rc_pingpong, perftest's
 ib_* tools, rping, ucmatose, pyverbs, ...) does RDMA on the devices of a
 running "sroce daemon", which also runs the connection manager. The
-libraries are compiled from the sources inside sroce with the system C
-compiler on first use and cached (/var/cache/sroce as root, else
-$XDG_CACHE_HOME/sroce or ~/.cache/sroce); the system libraries are never
-touched.
+system libraries are never touched. The libraries used are, first match
+wins: those in $SROCE_LIBDIR when it is set; those a package installed
+beside this binary (/usr/bin/sroce: /usr/lib/<multiarch>/sroce), when
+built from the same sources; else they are compiled from the sources
+inside sroce with the system C compiler on first use and cached
+(/var/cache/sroce as root, else $XDG_CACHE_HOME/sroce or ~/.cache/sroce).
 
 Programs that read a device's GID types from sysfs rather than through
 verbs (UCX does) find what a kernel RoCE v2 device shows there:
@@ -36,14 +38,14 @@ gid_attrs/types and gid_attrs/ndevs files and passes every other open on.
 --socket names the daemon's socket (it sets SROCE_SOCKET for the program);
 by default the library looks where the daemon listens by default. The
 program gets sroce's standard input, output, error and signals, and sroce
-exits with its status. --print-lib prints the directory of the built
+exits with its status. --print-lib prints the directory of the
 libraries and exits.`
 
 // runRun implements "sroce run".
 func runRun(e *env, args []string) int {
 	f := newFlags(e, "run", "sroce run [--socket PATH] [--] PROGRAM [ARGS...]", runAbout)
 	socket := f.String("socket", "", "the daemon's unix socket (sets SROCE_SOCKET)")
-	printLib := f.Bool("print-lib", false, "print the directory of the built libibverbs and librdmacm and exit")
+	printLib := f.Bool("print-lib", false, "print the directory of the libibverbs and librdmacm used and exit")
 	// Flags stop at the program: everything after it is the program's.
 	f.StopAtOperand = true
 	prog, status, ok := f.parse(args)
@@ -62,7 +64,8 @@ func runRun(e *env, args []string) int {
 		}
 	}
 
-	lib, err := shim.Lib(context.Background())
+	found, err := shim.Find(context.Background())
+	lib := found.Dir
 	if err != nil {
 		fmt.Fprintf(e.Stderr, "sroce run: %v\n", err)
 		return exitProblem

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,5 +96,53 @@ func TestRunWithoutDaemon(t *testing.T) {
 	}
 	if lines := strings.Split(strings.TrimSpace(errOut), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "no sroce daemon at "+sock) {
 		t.Errorf("stderr %q, want one line naming %s", errOut, sock)
+	}
+}
+
+// TestRunUsesInstalledLibraries lays out a package's files (bin/sroce and
+// lib/<multiarch>/sroce with the libraries and their key) and runs the
+// installed sroce with no C compiler on PATH: it uses the installed
+// libraries, and a real program loads them (the library's own message
+// about the missing daemon shows it did).
+func TestRunUsesInstalledLibraries(t *testing.T) {
+	needCompiler(t)
+	ibvDevices, err := exec.LookPath("ibv_devices")
+	if err != nil {
+		t.Skip("skipping: ibv_devices is not installed (apt-get install ibverbs-utils)")
+	}
+	root := t.TempDir()
+	libDir := shim.InstalledDir(filepath.Join(root, "usr", "bin", "sroce"))
+	if err := os.MkdirAll(libDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := shim.Install(context.Background(), libDir); err != nil {
+		t.Fatal(err)
+	}
+	sroce := filepath.Join(root, "usr", "bin", "sroce")
+	if out, err := exec.Command("go", "build", "-o", sroce, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building sroce: %v\n%s", err, out)
+	}
+	// PATH holds ibv_devices and nothing else: no cc, no gcc.
+	path := t.TempDir()
+	if err := os.Symlink(ibvDevices, filepath.Join(path, "ibv_devices")); err != nil {
+		t.Fatal(err)
+	}
+	runInstalled := func(args ...string) (string, string, error) {
+		cmd := exec.Command(sroce, args...)
+		cmd.Env = append(os.Environ(), "PATH="+path, "CC=", "SROCE_LIBDIR=",
+			"XDG_CACHE_HOME="+t.TempDir(), "HOME="+t.TempDir())
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		return o.String(), e.String(), err
+	}
+	out, errOut, err := runInstalled("run", "--print-lib")
+	if err != nil || strings.TrimSpace(out) != libDir {
+		t.Fatalf("run --print-lib without a compiler: %v, printed %q, stderr %q; want %s", err, out, errOut, libDir)
+	}
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	out, errOut, err = runInstalled("run", "--socket", sock, "--", "ibv_devices")
+	if err != nil || !strings.Contains(out, "node GUID") || !strings.Contains(errOut, "no sroce daemon at "+sock) {
+		t.Errorf("ibv_devices through the installed sroce: %v\nstdout: %s\nstderr: %s", err, out, errOut)
 	}
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/sroce/sroce/interop"
 )
 
-// rxePings is the number of pings of each rping run (the README's
+// rxePings is the number of pings of each rping run (docs/programs.md's
 // `rping -C 100`); the guest is emulated (TCG), so the other programs run
 // short.
 const rxePings = 100
