@@ -73,7 +73,7 @@ func Install(ctx context.Context, dir string) error {
 	if _, err := Compile(ctx, tmp); err != nil {
 		return err
 	}
-	for _, name := range []string{LibName, CMLibName} {
+	for _, name := range Libraries() {
 		b, err := os.ReadFile(filepath.Join(tmp, name))
 		if err != nil {
 			return err
@@ -91,7 +91,7 @@ func Install(ctx context.Context, dir string) error {
 
 // Found is where Find found the libraries.
 type Found struct {
-	Dir string // the directory holding LibName and CMLibName
+	Dir string // the directory holding the Libraries
 	How string // "SROCE_LIBDIR", "installed" or "cache"
 }
 
@@ -100,7 +100,7 @@ type Found struct {
 // SROCE_LIBDIR nor a matching installed copy exists.
 func Find(ctx context.Context) (Found, error) {
 	if d := os.Getenv(LibDirEnv); d != "" {
-		for _, name := range []string{LibName, CMLibName} {
+		for _, name := range Libraries() {
 			if _, err := os.Stat(filepath.Join(d, name)); err != nil {
 				return Found{}, fmt.Errorf("%s=%s has no %s: %w", LibDirEnv, d, name, err)
 			}
@@ -131,7 +131,7 @@ func Find(ctx context.Context) (Found, error) {
 	return Found{Dir: lib, How: "cache"}, nil
 }
 
-// installedMatches reports whether dir holds both libraries built from
+// installedMatches reports whether dir holds every library built from
 // this binary's sources. It returns an error saying why not when dir has
 // libraries that do not match (so a compiler-less host is told), and
 // false, nil when there are none.
@@ -151,7 +151,7 @@ func installedMatches(dir string) (bool, error) {
 		return false, fmt.Errorf("the libraries installed in %s were built from other sources (key %s, this sroce's is %s): install the package that matches this binary",
 			dir, got, key)
 	}
-	for _, name := range []string{LibName, CMLibName} {
+	for _, name := range Libraries() {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			return false, fmt.Errorf("the libraries installed in %s are incomplete: %w", dir, err)
 		}

@@ -59,6 +59,16 @@ type library struct {
 	libs   []string // what it links against, after its sources
 }
 
+// Libraries returns the file names of every library Compile builds (and
+// a package installs), in build order.
+func Libraries() []string {
+	names := make([]string, len(libraries))
+	for i, l := range libraries {
+		names[i] = l.name
+	}
+	return names
+}
+
 // libraries are built in this order (librdmacm links the libibverbs before it).
 var libraries = []library{
 	{name: LibName, dir: "libibverbs",

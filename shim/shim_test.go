@@ -331,7 +331,7 @@ func TestInstalledMatchesOnlyItsSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{LibName, CMLibName} {
+	for _, name := range Libraries() {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -27,27 +27,32 @@ func needCompiler(t *testing.T) {
 }
 
 // TestRunSetsTheEnvironment checks what the program gets: the library's
-// directory first on LD_LIBRARY_PATH, what was there after it, and
+// directory first on LD_LIBRARY_PATH, what was there after it, the
+// preloaded library first in LD_PRELOAD before what was there, and
 // SROCE_SOCKET from --socket.
 func TestRunSetsTheEnvironment(t *testing.T) {
 	needCompiler(t)
 	t.Setenv("LD_LIBRARY_PATH", "/opt/other")
-	out, errOut, code := runCmd(t, "--socket", "/tmp/x.sock", "--", "sh", "-c", `echo "$LD_LIBRARY_PATH|$SROCE_SOCKET"`)
+	t.Setenv("LD_PRELOAD", "/opt/other.so") // ld.so warns that it is missing, and goes on
+	out, errOut, code := runCmd(t, "--socket", "/tmp/x.sock", "--", "sh", "-c", `echo "$LD_LIBRARY_PATH|$SROCE_SOCKET|$LD_PRELOAD"`)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	parts := strings.Split(strings.TrimSpace(out), "|")
-	if len(parts) != 2 {
+	if len(parts) != 3 {
 		t.Fatalf("output %q", out)
 	}
 	dirs := strings.Split(parts[0], ":")
 	if len(dirs) != 2 || dirs[1] != "/opt/other" {
 		t.Errorf("LD_LIBRARY_PATH = %q, want the library's directory then /opt/other", parts[0])
 	}
-	for _, lib := range []string{shim.LibName, shim.CMLibName} {
+	for _, lib := range shim.Libraries() {
 		if _, err := os.Stat(filepath.Join(dirs[0], lib)); err != nil {
 			t.Errorf("no %s in %s: %v", lib, dirs[0], err)
 		}
+	}
+	if want := filepath.Join(dirs[0], shim.PreloadName) + ":/opt/other.so"; parts[2] != want {
+		t.Errorf("LD_PRELOAD = %q, want %q", parts[2], want)
 	}
 	if parts[1] != "/tmp/x.sock" {
 		t.Errorf("SROCE_SOCKET = %q", parts[1])

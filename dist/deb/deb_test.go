@@ -71,7 +71,7 @@ func TestPackage(t *testing.T) {
 	root := t.TempDir()
 	dpkgDeb("-x", deb, root)
 	libDir := shim.InstalledDir("/usr/bin/sroce")
-	for _, p := range []string{"/usr/bin/sroce", libDir + "/libibverbs.so.1", libDir + "/librdmacm.so.1", libDir + "/" + shim.KeyFile,
+	for _, p := range []string{"/usr/bin/sroce", libDir + "/libibverbs.so.1", libDir + "/librdmacm.so.1", libDir + "/libsroce_preload.so", libDir + "/" + shim.KeyFile,
 		"/usr/lib/systemd/system/sroce.service", "/usr/lib/systemd/system/sroce@.service", "/etc/default/sroce",
 		"/usr/share/doc/sroce/copyright", "/usr/share/doc/sroce/README.md", "/usr/share/doc/sroce/docs/operator-guide.md",
 		"/usr/share/doc/sroce/docs/limits.md", "/usr/share/man/man1/sroce.1.gz"} {

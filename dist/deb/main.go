@@ -130,7 +130,7 @@ func build(ctx context.Context, o options) (string, error) {
 		Files: []manpage.Entry{
 			{Term: "/run/sroce/sroce.sock", Desc: "the system daemon's socket, where programs look when neither SROCE_SOCKET nor a user's own daemon says otherwise"},
 			{Term: confPath, Desc: "the settings of sroce.service and sroce@IFACE.service: the interfaces and the daemon's flags"},
-			{Term: shim.InstalledDir(binPath), Desc: "the drop-in libibverbs.so.1 and librdmacm.so.1 that sroce run uses (SROCE_LIBDIR overrides)"},
+			{Term: shim.InstalledDir(binPath), Desc: "the drop-in libibverbs.so.1 and librdmacm.so.1, and libsroce_preload.so, that sroce run uses (SROCE_LIBDIR overrides)"},
 			{Term: docDir + "/docs/operator-guide.md", Desc: "installing, upgrading, the units, containers, logs, troubleshooting"},
 		}})
 	if err != nil {
@@ -144,7 +144,7 @@ func build(ctx context.Context, o options) (string, error) {
 	}
 	add(bin, binPath, "", 0o755)
 	libDir := shim.InstalledDir(binPath)
-	for _, name := range []string{shim.LibName, shim.CMLibName, shim.KeyFile} {
+	for _, name := range append(shim.Libraries(), shim.KeyFile) {
 		add(filepath.Join(libStage, name), filepath.Join(libDir, name), "", 0o644)
 	}
 	var names []string
