@@ -32,7 +32,7 @@ const (
 var packages = []string{
 	"linux-image-amd64", "rdma-core", "ibverbs-utils", "ibverbs-providers",
 	"perftest", "rdmacm-utils", "iproute2", "udev", "kmod", "procps",
-	"iputils-ping", "gcc", "libc6-dev", "libibverbs-dev", "fio", "libfabric-bin", "ucx-utils",
+	"iputils-ping", "gcc", "libc6-dev", "libibverbs-dev", "fio", "libfabric-bin", "ucx-utils", "openmpi-bin",
 }
 
 // Files copied into the guest root.
