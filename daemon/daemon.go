@@ -35,17 +35,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sroce/sroce/daemon/ctl"
-	"github.com/sroce/sroce/internal/sockfile"
-	"github.com/sroce/sroce/roce/iface"
-	"golang.org/x/sys/unix"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sroce/sroce/daemon/ctl"
+	"github.com/sroce/sroce/internal/sockfile"
+	"github.com/sroce/sroce/internal/sockpath"
+	"github.com/sroce/sroce/roce/iface"
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/rdmacm"
@@ -246,49 +251,85 @@ func (s *Server) startCM() {
 	s.cm = c
 }
 
-// DefaultSocket is where the daemon listens when neither --socket nor
-// SROCE_SOCKET says otherwise: /run/sroce/sroce.sock as root,
-// $XDG_RUNTIME_DIR/sroce.sock otherwise.
-func DefaultSocket() string {
-	if p := os.Getenv("SROCE_SOCKET"); p != "" {
-		return p
-	}
-	if os.Geteuid() == 0 {
-		return "/run/sroce/sroce.sock"
-	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "sroce.sock")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("sroce-%d.sock", os.Getuid()))
-}
-
-// SocketMode is the mode of the daemon's socket: every local user may
-// connect, as every user may open /dev/infiniband/uverbs* on a stock
-// rdma-core host; what a client may do is bounded by its own connection's
-// objects and limits. SocketDirMode is the mode of the socket's directory
-// when Listen creates it.
+// SocketMode is the default mode of the daemon's socket: every local user
+// may connect, as every user may open /dev/infiniband/uverbs* on a stock
+// rdma-core host (its udev rules give them 0666); what a client may do is
+// bounded by its own connection's objects and limits. SocketDirMode is
+// the mode of the socket's directory when Listen creates it.
 const (
 	SocketMode    = 0o666
 	SocketDirMode = 0o755
 )
 
-// Listen creates the socket at path (replacing a stale one that nobody
-// listens on) and returns its listener. The socket's file has SocketMode
-// from the moment it appears at path, and the directories Listen creates
-// have SocketDirMode, whatever the umask (directories that exist keep
-// their mode). Closing the listener leaves the file: the caller removes
-// path.
+// SocketOptions are the owner group and mode of the daemon's socket.
+type SocketOptions struct {
+	Mode     fs.FileMode // 0: SocketMode
+	GID      int         // the socket's group, with SetGroup
+	SetGroup bool        // without: the daemon's group
+}
+
+// Listen creates the socket at path and returns its listener. A socket
+// file nobody listens on (a daemon that was killed) is replaced; one a
+// daemon listens on is refused, naming it. The socket's file has its mode
+// (and group) from the moment it appears at path, and the directories
+// Listen creates have SocketDirMode, whatever the umask (directories that
+// exist keep their mode). A user's socket in the temporary directory
+// (sockpath.TempDir) gets a directory of its own, mode 0700. Closing the
+// listener leaves the file: the caller removes path.
 func Listen(path string) (*net.UnixListener, error) {
-	if err := sockfile.MkdirAll(filepath.Dir(path), SocketDirMode); err != nil {
+	return ListenWith(path, SocketOptions{})
+}
+
+// ListenWith is Listen with the socket's mode and group.
+func ListenWith(path string, o SocketOptions) (*net.UnixListener, error) {
+	gid := -1
+	if o.SetGroup {
+		gid = o.GID
+	}
+	if o.Mode == 0 {
+		o.Mode = SocketMode
+	}
+	if filepath.Dir(path) == sockpath.TempDir() {
+		if err := sockpath.PrepareTempDir(); err != nil {
+			return nil, fmt.Errorf("the socket's directory: %w", err)
+		}
+	} else if err := sockfile.MkdirAll(filepath.Dir(path), SocketDirMode); err != nil {
 		return nil, fmt.Errorf("creating the socket's directory: %w", err)
 	}
-	if _, err := os.Stat(path); err == nil {
-		if c, err := net.DialTimeout("unixpacket", path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("a daemon is already listening on %s", path)
+	if _, err := os.Lstat(path); err == nil {
+		if sockpath.Listening(path) {
+			return nil, fmt.Errorf("a daemon already listens on %s%s; stop it first, or give this one another socket (--socket)", path, holderOf(path))
 		}
 	}
-	return sockfile.Listen("unixpacket", path, SocketMode, true)
+	return sockfile.ListenOwned("unixpacket", path, o.Mode, gid, true)
+}
+
+// holderOf names the process listening at path (", pid N (comm)"), or "".
+func holderOf(path string) string {
+	c, err := net.DialTimeout("unixpacket", path, time.Second)
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	return peerName(c.(*net.UnixConn))
+}
+
+// peerName is ", pid N (comm)" of the process at the other end of uc, or "".
+func peerName(uc *net.UnixConn) string {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return ""
+	}
+	var cred *unix.Ucred
+	raw.Control(func(fd uintptr) { cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	if err != nil || cred.Pid == 0 {
+		return ""
+	}
+	comm := ""
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cred.Pid)); err == nil {
+		comm = " (" + strings.TrimSpace(string(b)) + ")"
+	}
+	return fmt.Sprintf(", pid %d%s", cred.Pid, comm)
 }
 
 // Serve accepts clients on ln until Close. It returns nil after Close,

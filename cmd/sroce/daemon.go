@@ -18,6 +18,7 @@ import (
 
 	"github.com/sroce/sroce/daemon"
 	"github.com/sroce/sroce/internal/buildinfo"
+	"github.com/sroce/sroce/internal/sockpath"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/roce/netif"
 	"github.com/sroce/sroce/roce/tracesock"
@@ -239,7 +240,7 @@ func runDaemon(e *env, args []string) int {
 	log.Info("budgets", "user", bs.User.String(), "total", bs.Total.String())
 	path := *socket
 	if path == "" {
-		path = daemon.DefaultSocket()
+		path = sockpath.Listen()
 	}
 	ln, err := daemon.Listen(path)
 	if err != nil {

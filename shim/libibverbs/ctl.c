@@ -7,11 +7,13 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -25,21 +27,118 @@
 
 static char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 
-/* The daemon's socket: SROCE_SOCKET, else the default for this user. */
-const char *sroce_socket_path(void)
+#define SROCE_SYSTEM_SOCKET "/run/sroce/sroce.sock"
+
+/* Whether dir is a directory (not a link) of this user that no one else may write to. */
+static int own_dir(const char *dir)
 {
+	struct stat st;
+	return lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+	       !(st.st_mode & (S_IWGRP | S_IWOTH));
+}
+
+/*
+ * The place of this user's own daemon (as internal/sockpath.User): the
+ * system daemon's for root; else $XDG_RUNTIME_DIR/sroce.sock; else
+ * /run/user/UID/sroce.sock when that directory is the user's; else
+ * $TMPDIR/sroce-UID/sroce.sock. 0, or -1 when the place is not to be
+ * trusted (a temporary directory that is not the user's own).
+ */
+static int user_socket(char *buf, size_t n)
+{
+	unsigned uid = (unsigned)geteuid();
+	const char *rt = getenv("XDG_RUNTIME_DIR");
+	char dir[sizeof(socket_path)];
+	if (uid == 0) {
+		snprintf(buf, n, "%s", SROCE_SYSTEM_SOCKET);
+		return 0;
+	}
+	if (rt && *rt) {
+		snprintf(buf, n, "%s/sroce.sock", rt);
+		return 0;
+	}
+	snprintf(dir, sizeof(dir), "/run/user/%u", uid);
+	if (own_dir(dir)) {
+		snprintf(buf, n, "%s/sroce.sock", dir);
+		return 0;
+	}
+	const char *tmp = getenv("TMPDIR");
+	if (!tmp || !*tmp)
+		tmp = "/tmp";
+	size_t l = strlen(tmp);
+	while (l > 1 && tmp[l - 1] == '/')
+		l--;
+	snprintf(dir, sizeof(dir), "%.*s/sroce-%u", (int)l, tmp, uid);
+	snprintf(buf, n, "%s/sroce.sock", dir);
+	return own_dir(dir) ? 0 : -1;
+}
+
+/* A connected SOCK_SEQPACKET socket to path, or -1 with errno set. */
+static int dial(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct timeval tv = {.tv_sec = SROCE_CTL_TIMEOUT_SEC};
+	int fd, err;
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		err = errno;
+		close(fd);
+		errno = err;
+		return -1;
+	}
+	return fd;
+}
+
+/*
+ * The one rule that finds the daemon (internal/sockpath in Go, and
+ * docs/operating.md): SROCE_SOCKET when set; else the user's own daemon
+ * when one listens (a connect succeeds); else the system daemon at
+ * /run/sroce/sroce.sock. Returns a connected socket or -1 with errno set;
+ * socket_path names the socket used (or, on failure, the last tried).
+ */
+static pthread_mutex_t path_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int find_daemon(void)
+{
+	char user[sizeof(socket_path)];
 	const char *env = getenv("SROCE_SOCKET");
+	int fd = -1, err;
+	pthread_mutex_lock(&path_lock);
 	if (env && *env) {
 		snprintf(socket_path, sizeof(socket_path), "%s", env);
-	} else if (geteuid() == 0) {
-		snprintf(socket_path, sizeof(socket_path), "/run/sroce/sroce.sock");
 	} else {
-		const char *rt = getenv("XDG_RUNTIME_DIR");
-		if (rt && *rt)
-			snprintf(socket_path, sizeof(socket_path), "%s/sroce.sock", rt);
-		else
-			snprintf(socket_path, sizeof(socket_path), "/run/user/%u/sroce.sock",
-				 (unsigned)geteuid());
+		if (user_socket(user, sizeof(user)) == 0 && strcmp(user, SROCE_SYSTEM_SOCKET)) {
+			fd = dial(user);
+			if (fd >= 0)
+				snprintf(socket_path, sizeof(socket_path), "%s", user);
+		}
+		if (fd < 0)
+			snprintf(socket_path, sizeof(socket_path), "%s", SROCE_SYSTEM_SOCKET);
+	}
+	if (fd < 0)
+		fd = dial(socket_path);
+	err = errno;
+	pthread_mutex_unlock(&path_lock);
+	errno = err;
+	return fd;
+}
+
+/* The daemon's socket: the one the last connection used (or tried last), else the rule's. */
+const char *sroce_socket_path(void)
+{
+	if (!socket_path[0]) {
+		int fd = find_daemon();
+		if (fd >= 0)
+			close(fd);
 	}
 	return socket_path;
 }
@@ -58,26 +157,13 @@ void sroce_warn(const char *fmt, ...)
 /* Opens a connection to the daemon and says hello; 0 or an errno value. */
 int sroce_connect(int *fd_out)
 {
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	const char *path = sroce_socket_path();
-	struct timeval tv = {.tv_sec = SROCE_CTL_TIMEOUT_SEC};
 	struct sroce_ctl_hello hello = {.abi = SROCE_CTL_VERSION}, reply;
 	uint32_t seq = 0;
 	int fd, err;
 
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return ENAMETOOLONG;
-	strcpy(sa.sun_path, path);
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	fd = find_daemon();
 	if (fd < 0)
 		return errno;
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		err = errno;
-		close(fd);
-		return err;
-	}
 	err = sroce_call_fd(fd, &seq, SROCE_OP_HELLO, &hello, sizeof(hello), NULL, 0,
 			    &reply, sizeof(reply), NULL, NULL, NULL);
 	if (err) {

@@ -1,0 +1,306 @@
+package shim_test
+
+// The daemon as an operator runs it: a real "sroce daemon" process, found
+// by programs through the one rule (internal/sockpath, sroce_socket_path
+// in ctl.c) as root and as an unprivileged user, and its going seen by
+// the programs that use it.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sroce/sroce/shim"
+)
+
+// Loopback addresses of the daemons of these tests (UDP link on lo).
+const (
+	lfSysAddr  = "127.0.191.1"
+	lfUserAddr = "127.0.191.2"
+)
+
+// lfRig is a built sroce and library in a directory every user may read,
+// and a mount namespace whose /run is a fresh tmpfs: a root daemon in it
+// listens at /run/sroce/sroce.sock without touching the host's.
+type lfRig struct {
+	dir, sroce, lib string
+	nsPid           int
+}
+
+func newRig(t *testing.T) *lfRig {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: needs root (a mount namespace, and programs run as another user)")
+	}
+	for _, p := range []string{"setpriv", "unshare", "nsenter", "ibv_devinfo", "ibv_rc_pingpong", "ib_write_bw"} {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("skipping: %s is not installed (util-linux, ibverbs-utils, perftest)", p)
+		}
+	}
+	if _, err := shim.Compiler(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "sroce-lf-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	r := &lfRig{dir: dir, sroce: filepath.Join(dir, "sroce")}
+	if out, err := exec.Command("go", "build", "-o", r.sroce, "../cmd/sroce").CombinedOutput(); err != nil {
+		t.Fatalf("building sroce: %v\n%s", err, out)
+	}
+	// "sroce run" as any user finds the library in XDG_CACHE_HOME/sroce.
+	if r.lib, err = shim.LibIn(context.Background(), filepath.Join(dir, "cache", "sroce")); err != nil {
+		t.Fatal(err)
+	}
+	filepath.WalkDir(dir, func(p string, _ os.DirEntry, _ error) error { return os.Chmod(p, 0o755) })
+
+	ns := exec.Command("unshare", "--mount", "--propagation", "private", "--",
+		"sh", "-c", "mount -t tmpfs -o mode=0755 lf-run /run && echo ready && exec sleep 3600")
+	out, _ := ns.StdoutPipe()
+	ns.Stderr = os.Stderr
+	if err := ns.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Process.Kill(); ns.Wait() })
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(out).ReadString('\n')
+		line <- l
+	}()
+	select {
+	case l := <-line:
+		if strings.TrimSpace(l) != "ready" {
+			t.Fatalf("the mount namespace did not start: %q", l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the mount namespace was not ready within 10 s")
+	}
+	r.nsPid = ns.Process.Pid
+	return r
+}
+
+// lfUser is who runs a command: root, or uid and gid 65534.
+type lfUser bool
+
+const (
+	asRoot   lfUser = false
+	asNobody lfUser = true
+)
+
+// cmd returns a command run in the rig's mount namespace as who, with a
+// clean environment plus env.
+func (r *lfRig) cmd(ctx context.Context, who lfUser, env []string, args ...string) *exec.Cmd {
+	argv := []string{"-t", strconv.Itoa(r.nsPid), "-m", "--"}
+	if who == asNobody {
+		argv = append(argv, "setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--")
+	}
+	argv = append(argv, args...)
+	c := exec.CommandContext(ctx, "nsenter", argv...)
+	c.Env = append([]string{"PATH=" + os.Getenv("PATH"), "XDG_CACHE_HOME=" + filepath.Join(r.dir, "cache"),
+		"HOME=/nonexistent", "TMPDIR=" + filepath.Join(r.dir, "tmp")}, env...)
+	c.Dir = "/"
+	return c
+}
+
+// run runs a command as cmd makes it, bounded by 60 s.
+func (r *lfRig) run(t *testing.T, who lfUser, env []string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := r.cmd(ctx, who, env, args...)
+	var o, e bytes.Buffer
+	c.Stdout, c.Stderr = &o, &e
+	err = c.Run()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%v did not finish within 60 s", args)
+	}
+	return o.String(), e.String(), err
+}
+
+// lfBuf is a goroutine-safe buffer.
+type lfBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lfBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lfBuf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// waitFor waits up to d for the buffer to match re.
+func (b *lfBuf) waitFor(t *testing.T, re string, d time.Duration, what string) []string {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		if m := rx.FindStringSubmatch(b.String()); m != nil {
+			return m
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v (wanted %q); output:\n%s", what, d, re, b.String())
+		}
+	}
+}
+
+// lfDaemon is a running "sroce daemon" process.
+type lfDaemon struct {
+	cmd  *exec.Cmd
+	log  *lfBuf
+	done chan error
+}
+
+// daemon starts "sroce daemon -d lo@addr --link udp" plus args as who,
+// and waits until it listens.
+func (r *lfRig) daemon(t *testing.T, who lfUser, env []string, addr string, args ...string) *lfDaemon {
+	t.Helper()
+	d := &lfDaemon{log: &lfBuf{}, done: make(chan error, 1)}
+	d.cmd = r.cmd(context.Background(), who, env, append([]string{r.sroce, "daemon", "-d", "lo@" + addr, "--link", "udp"}, args...)...)
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.done <- d.cmd.Wait() }()
+	t.Cleanup(func() {
+		d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.done:
+		case <-time.After(10 * time.Second):
+			d.cmd.Process.Kill()
+			<-d.done
+		}
+		if t.Failed() {
+			t.Logf("daemon on %s:\n%s", addr, d.log)
+		}
+	})
+	d.log.waitFor(t, `msg=listening`, 20*time.Second, "the daemon on "+addr+" listening")
+	return d
+}
+
+// stop signals the daemon and waits up to 10 s for it to exit.
+func (d *lfDaemon) stop(t *testing.T, sig syscall.Signal) error {
+	t.Helper()
+	d.cmd.Process.Signal(sig)
+	select {
+	case err := <-d.done:
+		d.done <- err
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the daemon did not exit within 10 s of %v; log:\n%s", sig, d.log)
+		return nil
+	}
+}
+
+// servedAddr runs "sroce run -- ibv_devinfo -v" and "sroce stat -d lo"
+// as who and returns the address of the RoCE v2 GID the C library's
+// device has, and the socket the Go client says it used.
+func (r *lfRig) servedAddr(t *testing.T, who lfUser, env []string) (addr, goSocket string) {
+	t.Helper()
+	o, e, err := r.run(t, who, env, r.sroce, "run", "--", "ibv_devinfo", "-v", "-d", "sroce_lo")
+	if err != nil {
+		t.Fatalf("sroce run -- ibv_devinfo as %v: %v\n%s%s", who, err, o, e)
+	}
+	m := regexp.MustCompile(`GID\[\s*\d+\]:\s+::ffff:(127\.0\.191\.[0-9]+), RoCE v2`).FindStringSubmatch(o)
+	if m == nil {
+		t.Fatalf("ibv_devinfo -v lists no RoCE v2 GID of the test's addresses:\n%s%s", o, e)
+	}
+	o, e, err = r.run(t, who, env, r.sroce, "stat", "-d", "lo")
+	if err != nil {
+		t.Fatalf("sroce stat -d lo as %v: %v\n%s%s", who, err, o, e)
+	}
+	s := regexp.MustCompile(`the device of the sroce daemon at (\S+),`).FindStringSubmatch(o)
+	if s == nil {
+		t.Fatalf("sroce stat found no daemon:\n%s%s", o, e)
+	}
+	return m[1], s[1]
+}
+
+func (w lfUser) String() string {
+	if w == asNobody {
+		return "uid 65534"
+	}
+	return "root"
+}
+
+// TestFindDaemon checks the one rule from C (the drop-in library, through
+// "sroce run") and Go ("sroce stat"), as root and as an unprivileged
+// user: a root daemon started with no --socket listens at
+// /run/sroce/sroce.sock and every user finds it with no flag; a user's own
+// daemon (no --socket either) is preferred by that user; a stale socket
+// left at the user's place is skipped; SROCE_SOCKET overrides all.
+func TestFindDaemon(t *testing.T) {
+	r := newRig(t)
+	sys := r.daemon(t, asRoot, nil, lfSysAddr)
+	sys.log.waitFor(t, `msg=listening socket=/run/sroce/sroce.sock`, time.Second, "root daemon's socket")
+
+	for _, who := range []lfUser{asRoot, asNobody} {
+		if a, s := r.servedAddr(t, who, nil); a != lfSysAddr || s != "/run/sroce/sroce.sock" {
+			t.Errorf("%v with no daemon of its own: device at %s through %s, want the system daemon's (%s, /run/sroce/sroce.sock)", who, a, s, lfSysAddr)
+		}
+	}
+
+	// The user's own daemon, in XDG_RUNTIME_DIR.
+	xdg := filepath.Join(r.dir, "xdg")
+	os.Mkdir(xdg, 0o700)
+	os.Chown(xdg, 65534, 65534)
+	env := []string{"XDG_RUNTIME_DIR=" + xdg}
+	user := r.daemon(t, asNobody, env, lfUserAddr)
+	userSock := filepath.Join(xdg, "sroce.sock")
+	user.log.waitFor(t, `msg=listening socket=`+regexp.QuoteMeta(userSock), time.Second, "user daemon's socket")
+	if a, s := r.servedAddr(t, asNobody, env); a != lfUserAddr || s != userSock {
+		t.Errorf("uid 65534 with its own daemon: device at %s through %s, want %s through %s", a, s, lfUserAddr, userSock)
+	}
+	// SROCE_SOCKET wins.
+	if a, _ := r.servedAddr(t, asNobody, append(env, "SROCE_SOCKET=/run/sroce/sroce.sock")); a != lfSysAddr {
+		t.Errorf("SROCE_SOCKET=/run/sroce/sroce.sock: device at %s, want %s", a, lfSysAddr)
+	}
+	// Killed, the user's daemon leaves its socket: it is skipped.
+	user.stop(t, syscall.SIGKILL)
+	if _, err := os.Stat(userSock); err != nil {
+		t.Fatalf("a killed daemon's socket should stay behind for this test: %v", err)
+	}
+	if a, s := r.servedAddr(t, asNobody, env); a != lfSysAddr || s != "/run/sroce/sroce.sock" {
+		t.Errorf("uid 65534 with a stale socket of its own: device at %s through %s, want the system daemon's", a, s)
+	}
+	// A new daemon of the user's replaces the stale socket and is found.
+	r.daemon(t, asNobody, env, lfUserAddr)
+	if a, _ := r.servedAddr(t, asNobody, env); a != lfUserAddr {
+		t.Errorf("uid 65534 after its daemon restarted over a stale socket: device at %s, want %s", a, lfUserAddr)
+	}
+
+	// No runtime directory: the user's daemon listens in TMPDIR/sroce-UID.
+	tmp := filepath.Join(r.dir, "tmp")
+	os.Mkdir(tmp, 0o1777)
+	os.Chmod(tmp, 0o1777)
+	r.daemon(t, asNobody, nil, "127.0.191.3")
+	tmpSock := filepath.Join(tmp, "sroce-65534", "sroce.sock")
+	if a, s := r.servedAddr(t, asNobody, nil); a != "127.0.191.3" || s != tmpSock {
+		t.Errorf("uid 65534 without a runtime directory: device at %s through %s, want 127.0.191.3 through %s", a, s, tmpSock)
+	}
+	if fi, err := os.Stat(filepath.Dir(tmpSock)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the user's socket directory: %v, %v; want mode 0700", fi.Mode(), err)
+	}
+	// Root does not take a user's daemon.
+	if a, _ := r.servedAddr(t, asRoot, nil); a != lfSysAddr {
+		t.Errorf("root: device at %s, want the system daemon's %s", a, lfSysAddr)
+	}
+}
+
