@@ -43,6 +43,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -131,7 +132,7 @@ func defaultSpin() time.Duration {
 type Server struct {
 	devs   []*served
 	log    *slog.Logger
-	limits Limits
+	limits atomic.Pointer[Limits] // SetLimits changes them for new requests
 	spin   time.Duration
 	cm     *rdmacm.CM // the RDMA CM of every device that can run one; nil if none
 	budget *budgets
@@ -169,31 +170,13 @@ type owner struct {
 
 // New returns a server for devs, named sroce_<interface>.
 func New(devs []Device, opts Options) (*Server, error) {
-	s := &Server{log: opts.Logger, limits: opts.Limits, spin: opts.SpinFor, conns: make(map[*conn]struct{})}
+	s := &Server{log: opts.Logger, spin: opts.SpinFor, conns: make(map[*conn]struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.started = time.Now()
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	def := DefaultLimits
-	if s.limits.QPs <= 0 {
-		s.limits.QPs = def.QPs
-	}
-	if s.limits.CQs <= 0 {
-		s.limits.CQs = def.CQs
-	}
-	if s.limits.MRs <= 0 {
-		s.limits.MRs = def.MRs
-	}
-	if s.limits.RegBytes == 0 {
-		s.limits.RegBytes = def.RegBytes
-	}
-	if s.limits.Objects <= 0 {
-		s.limits.Objects = def.Objects
-	}
-	if s.limits.CMIDs <= 0 {
-		s.limits.CMIDs = def.CMIDs
-	}
+	s.SetLimits(opts.Limits)
 	if s.spin == 0 {
 		s.spin = defaultSpin()
 	}
@@ -229,6 +212,41 @@ func New(devs []Device, opts Options) (*Server, error) {
 	s.startCM()
 	return s, nil
 }
+
+// withDefaults returns l with its zero fields DefaultLimits'.
+func (l Limits) withDefaults() Limits {
+	def := DefaultLimits
+	if l.QPs <= 0 {
+		l.QPs = def.QPs
+	}
+	if l.CQs <= 0 {
+		l.CQs = def.CQs
+	}
+	if l.MRs <= 0 {
+		l.MRs = def.MRs
+	}
+	if l.RegBytes == 0 {
+		l.RegBytes = def.RegBytes
+	}
+	if l.Objects <= 0 {
+		l.Objects = def.Objects
+	}
+	if l.CMIDs <= 0 {
+		l.CMIDs = def.CMIDs
+	}
+	return l
+}
+
+// SetLimits sets the per-connection limits (zero fields: DefaultLimits')
+// for the requests that come from now on: what a client holds already
+// stays, even over a lower limit.
+func (s *Server) SetLimits(l Limits) {
+	l = l.withDefaults()
+	s.limits.Store(&l)
+}
+
+// Limits returns the per-connection limits in force.
+func (s *Server) Limits() Limits { return *s.limits.Load() }
 
 // startCM starts the RDMA CM on every device that can run one (an
 // rdmacm.Port: iface.Port is one). Without it the daemon serves verbs
@@ -461,10 +479,21 @@ func (s *Server) Close() error {
 	for _, ln := range s.lns {
 		ln.Close()
 	}
+	// The clients are told, as when a device goes (Remove): their
+	// contexts get DEVICE_FATAL before the connection ends, and the
+	// objects they held are freed after.
+	told := 0
 	for c := range s.conns {
+		if c.dev != nil {
+			c.asyncEvent(uint32(verbs.EventDeviceFatal), 0)
+			told++
+		}
 		c.uc.Close()
 	}
 	s.mu.Unlock()
+	if told > 0 {
+		s.log.Info("stopping: clients told (DEVICE_FATAL) and disconnected, their objects being freed", "clients", told)
+	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {

@@ -7,6 +7,9 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,7 +28,9 @@
 #define SROCE_LIB_NAME "libibverbs"
 #endif
 
-static char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+/* Room for a path; dial refuses those longer than a unix socket's. */
+#define SROCE_PATH_ROOM 512
+static char socket_path[SROCE_PATH_ROOM];
 
 #define SROCE_SYSTEM_SOCKET "/run/sroce/sroce.sock"
 
@@ -48,13 +53,13 @@ static int user_socket(char *buf, size_t n)
 {
 	unsigned uid = (unsigned)geteuid();
 	const char *rt = getenv("XDG_RUNTIME_DIR");
-	char dir[sizeof(socket_path)];
+	char dir[SROCE_PATH_ROOM - 16];
 	if (uid == 0) {
 		snprintf(buf, n, "%s", SROCE_SYSTEM_SOCKET);
 		return 0;
 	}
 	if (rt && *rt) {
-		snprintf(buf, n, "%s/sroce.sock", rt);
+		snprintf(buf, n, "%.*s/sroce.sock", (int)sizeof(dir) - 1, rt);
 		return 0;
 	}
 	snprintf(dir, sizeof(dir), "/run/user/%u", uid);
@@ -68,6 +73,8 @@ static int user_socket(char *buf, size_t n)
 	size_t l = strlen(tmp);
 	while (l > 1 && tmp[l - 1] == '/')
 		l--;
+	if (l > sizeof(dir) - 20)
+		l = sizeof(dir) - 20;
 	snprintf(dir, sizeof(dir), "%.*s/sroce-%u", (int)l, tmp, uid);
 	snprintf(buf, n, "%s/sroce.sock", dir);
 	return own_dir(dir) ? 0 : -1;
@@ -109,7 +116,7 @@ static pthread_mutex_t path_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int find_daemon(void)
 {
-	char user[sizeof(socket_path)];
+	char user[SROCE_PATH_ROOM];
 	const char *env = getenv("SROCE_SOCKET");
 	int fd = -1, err;
 	pthread_mutex_lock(&path_lock);
@@ -309,18 +316,127 @@ int sroce_call_fd(int sock, uint32_t *seq, uint16_t op, const void *req, size_t 
 	return 0;
 }
 
-/* A call on a context's connection with a fixed-size reply and nrfds descriptors. */
+/*
+ * A call on a context's connection with a fixed-size reply and nrfds
+ * descriptors. Once the daemon is gone every call fails with EIO, the
+ * kernel's errno for the calls on a device that was disassociated from
+ * its contexts.
+ */
 int sroce_call(struct sroce_context *c, uint16_t op, const void *req, size_t reqlen,
 	       const int *fds, unsigned nfds, void *reply, size_t replylen,
 	       int *rfds, unsigned nrfds)
 {
 	int err;
 	unsigned n = nrfds;
+	if (sroce_is_gone(c))
+		return SROCE_GONE_ERRNO;
 	pthread_mutex_lock(&c->ctl_lock);
 	err = sroce_call_fd(c->sock, &c->seq, op, req, reqlen, fds, nfds, reply, replylen,
 			    NULL, rfds, nrfds ? &n : NULL);
 	pthread_mutex_unlock(&c->ctl_lock);
+	if ((err == ECONNRESET || err == EPIPE || err == ENOTCONN) && sroce_check_gone(c))
+		return SROCE_GONE_ERRNO;
 	return err;
+}
+
+/*
+ * The destruction of an object: as with rdma-core over a disassociated
+ * device (where the kernel destroyed everything already and its EIO counts
+ * as done), it succeeds once the daemon is gone, which freed the object.
+ */
+int sroce_destroy_call(struct sroce_context *c, uint16_t op, const void *req, size_t reqlen)
+{
+	int err = sroce_call(c, op, req, reqlen, NULL, 0, NULL, 0, NULL, 0);
+	return err == SROCE_GONE_ERRNO && sroce_is_gone(c) ? 0 : err;
+}
+
+/* ---- the daemon's going ---- */
+
+/* Counts the lines said: contexts opened after one went get a line of their own. */
+static unsigned gone_gen;
+
+/*
+ * Marks c's daemon gone (once) and says so on standard error, once for
+ * all the contexts that were open when it went.
+ */
+void sroce_daemon_gone(struct sroce_context *c, const char *why)
+{
+	if (__atomic_exchange_n(&c->gone, 1, __ATOMIC_ACQ_REL))
+		return;
+	unsigned g = c->gen;
+	if (__atomic_compare_exchange_n(&gone_gen, &g, g + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		fprintf(stderr,
+			"sroce: the sroce daemon at %s has gone (%s); device %s is unusable: "
+			"its calls fail with EIO and its contexts got IBV_EVENT_DEVICE_FATAL\n",
+			c->sockpath, why, c->vctx.context.device ? c->vctx.context.device->name : "?");
+}
+
+/* Whether the control connection reached its end (the daemon stopped or
+ * died); marks the daemon gone if so. Costs one poll(2). */
+int sroce_check_gone(struct sroce_context *c)
+{
+	struct pollfd p = {.fd = c->sock, .events = POLLRDHUP};
+	if (sroce_is_gone(c))
+		return 1;
+	if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR))) {
+		sroce_daemon_gone(c, (p.revents & POLLERR) ? "connection reset" : "connection closed");
+		return 1;
+	}
+	return 0;
+}
+
+/* The watcher: waits for the end of the control connection, or for ibv_close_device. */
+static void *watch(void *arg)
+{
+	struct sroce_context *c = arg;
+	struct pollfd p[2] = {{.fd = c->sock, .events = POLLRDHUP}, {.fd = c->watch_pipe[0], .events = POLLIN}};
+	for (;;) {
+		int r = poll(p, 2, -1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 || p[1].revents)
+			return NULL;
+		if (p[0].revents & (POLLHUP | POLLRDHUP | POLLERR)) {
+			sroce_daemon_gone(c, (p[0].revents & POLLERR) ? "connection reset" : "connection closed");
+			return NULL;
+		}
+	}
+}
+
+/*
+ * Starts c's watcher thread, which tells the program at once when the
+ * daemon goes (a program may be waiting elsewhere, on a socket of its own,
+ * when it does). Its signals are blocked: the program's threads take them.
+ */
+int sroce_watch(struct sroce_context *c)
+{
+	sigset_t all, old;
+	int err;
+	snprintf(c->sockpath, sizeof(c->sockpath), "%s", sroce_socket_path());
+	c->gen = __atomic_load_n(&gone_gen, __ATOMIC_ACQUIRE);
+	if (pipe2(c->watch_pipe, O_CLOEXEC) < 0)
+		return errno;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	err = pthread_create(&c->watcher, NULL, watch, c);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err) {
+		close(c->watch_pipe[0]);
+		close(c->watch_pipe[1]);
+		c->watch_pipe[0] = c->watch_pipe[1] = -1;
+	}
+	return err;
+}
+
+/* Stops c's watcher (before its connection is closed). */
+void sroce_unwatch(struct sroce_context *c)
+{
+	if (c->watch_pipe[1] < 0)
+		return;
+	close(c->watch_pipe[1]);
+	pthread_join(c->watcher, NULL);
+	close(c->watch_pipe[0]);
+	c->watch_pipe[0] = c->watch_pipe[1] = -1;
 }
 
 /* Handle tables: open addressing would be faster; these are control-path only. */

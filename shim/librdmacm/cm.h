@@ -63,6 +63,7 @@ struct sroce_cm_id {
 	struct ibv_sa_path_rec path;
 	struct sroce_cm_mc *mc_list; /* joins, newest first (under lock) */
 	uint32_t events;             /* events handed out, not yet acked */
+	int removed;                 /* got DEVICE_REMOVAL: the daemon went away (under ids_lock) */
 	pthread_mutex_t lock;
 	pthread_cond_t acked;
 	struct sroce_cm_id *next;    /* the handle table's chain */
