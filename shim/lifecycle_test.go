@@ -304,3 +304,168 @@ func TestFindDaemon(t *testing.T) {
 	}
 }
 
+
+// lfProg is a program started in the background, its output collected.
+type lfProg struct {
+	name     string
+	cmd      *exec.Cmd
+	out, err *lfBuf
+	done     chan error
+	cancel   context.CancelFunc
+}
+
+// start starts a program as cmd makes it; it is killed after 3 minutes
+// at most, and at the end of the test.
+func (r *lfRig) start(t *testing.T, name string, who lfUser, env []string, args ...string) *lfProg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	p := &lfProg{name: name, out: &lfBuf{}, err: &lfBuf{}, done: make(chan error, 1), cancel: cancel}
+	p.cmd = r.cmd(ctx, who, env, args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.err
+	if err := p.cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		cancel()
+		<-p.done
+		p.done <- nil
+		if t.Failed() {
+			t.Logf("%s stdout:\n%s\nstderr:\n%s", name, p.out, p.err)
+		}
+	})
+	return p
+}
+
+// exited waits up to d for the program to exit and returns its error.
+func (p *lfProg) exited(t *testing.T, d time.Duration, after string) error {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return err
+	case <-time.After(d):
+		t.Fatalf("%s did not exit within %v of %s\nstdout:\n%s\nstderr:\n%s", p.name, d, after, p.out, p.err)
+		return nil
+	}
+}
+
+// goneLine is the line the library prints once when the daemon goes.
+var goneLine = regexp.MustCompile(`(?m)^sroce: the sroce daemon at (\S+) has gone \(([^)]*)\); device (\S+) is unusable.*$`)
+
+// saidGone checks that the program printed the line once, naming the
+// system daemon's socket and the device.
+func (p *lfProg) saidGone(t *testing.T) {
+	t.Helper()
+	m := goneLine.FindAllStringSubmatch(p.err.String(), -1)
+	if len(m) != 1 {
+		t.Errorf("%s printed %d lines saying the daemon has gone, want 1; stderr:\n%s", p.name, len(m), p.err)
+		return
+	}
+	if m[0][1] != "/run/sroce/sroce.sock" || m[0][3] != "sroce_lo" {
+		t.Errorf("%s: %q: want the socket /run/sroce/sroce.sock and the device sroce_lo", p.name, m[0][0])
+	}
+}
+
+// gidIndex returns the index of the RoCE v2 GID of addr on sroce_lo.
+func (r *lfRig) gidIndex(t *testing.T, addr string) string {
+	t.Helper()
+	o, e, err := r.run(t, asNobody, nil, r.sroce, "run", "--", "ibv_devinfo", "-v", "-d", "sroce_lo")
+	if err != nil {
+		t.Fatalf("ibv_devinfo -v: %v\n%s%s", err, o, e)
+	}
+	m := regexp.MustCompile(`GID\[\s*(\d+)\]:\s+::ffff:` + regexp.QuoteMeta(addr) + `, RoCE v2`).FindStringSubmatch(o)
+	if m == nil {
+		t.Fatalf("ibv_devinfo -v lists no RoCE v2 GID for %s:\n%s", addr, o)
+	}
+	return m[1]
+}
+
+// TestDaemonGoesUnderPrograms stops (SIGTERM) or kills (SIGKILL) the
+// system daemon under real programs run by an unprivileged user through
+// "sroce run" with no flag: ib_write_bw in the middle of its run, an
+// ibv_rc_pingpong server waiting for its peer, and gone_test (which
+// checks the errno of every kind of call, DEVICE_FATAL and the RDMA CM's
+// DEVICE_REMOVAL). Each prints one line naming the daemon and its socket
+// and ends within a bound; a restarted daemon is found by new programs,
+// and the waiting server fails (its device is gone) when its peer comes.
+func TestDaemonGoesUnderPrograms(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) { daemonGoes(t, sig) })
+	}
+}
+
+func daemonGoes(t *testing.T, sig syscall.Signal) {
+	r := newRig(t)
+	cc, _ := shim.Compiler()
+	gone := filepath.Join(r.dir, "gone_test")
+	if out, err := exec.Command(cc, "-Wall", "-o", gone, "testdata/gone_test.c",
+		filepath.Join(r.lib, shim.LibName), filepath.Join(r.lib, shim.CMLibName)).CombinedOutput(); err != nil {
+		t.Fatalf("compiling testdata/gone_test.c: %v\n%s", err, out)
+	}
+	os.Chmod(gone, 0o755)
+	d := r.daemon(t, asRoot, nil, lfSysAddr)
+	gid := r.gidIndex(t, lfSysAddr)
+	run := func(name string, args ...string) *lfProg {
+		return r.start(t, name, asNobody, nil, append([]string{r.sroce, "run", "--"}, args...)...)
+	}
+	g := run("gone_test", gone, "sroce_lo", lfSysAddr, "19110")
+	g.out.waitFor(t, `(?m)^ready$`, 20*time.Second, "gone_test holding its objects")
+	bwSrv := run("ib_write_bw server", "stdbuf", "-oL", "ib_write_bw", "-d", "sroce_lo", "-x", gid, "-p", "19111", "-D", "60")
+	time.Sleep(300 * time.Millisecond)
+	bwCli := run("ib_write_bw client", "stdbuf", "-oL", "ib_write_bw", "-d", "sroce_lo", "-x", gid, "-p", "19111", "-D", "60", "127.0.0.1")
+	bwCli.out.waitFor(t, `#bytes`, 30*time.Second, "ib_write_bw running")
+	pp := run("ibv_rc_pingpong server", "ibv_rc_pingpong", "-d", "sroce_lo", "-g", gid, "-p", "19112")
+	// The server has its QP and waits for a peer on TCP.
+	d.log.waitFor(t, `client opened device.*comm=ibv_rc_pingpong`, 20*time.Second, "ibv_rc_pingpong opening the device")
+	time.Sleep(500 * time.Millisecond) // past its QP's creation
+
+	stopped := time.Now()
+	err := d.stop(t, sig)
+	if sig == syscall.SIGTERM {
+		if err != nil {
+			t.Errorf("the daemon's exit after SIGTERM: %v, want status 0", err)
+		}
+		if _, err := os.Lstat(fmt.Sprintf("/proc/%d/root/run/sroce/sroce.sock", r.nsPid)); err == nil {
+			t.Error("the daemon left its socket after SIGTERM")
+		}
+		d.log.waitFor(t, `stopping: clients told \(DEVICE_FATAL\)`, time.Second, "the daemon telling its clients")
+	}
+	for _, p := range []*lfProg{g, bwSrv, bwCli} {
+		err := p.exited(t, 15*time.Second, sig.String())
+		t.Logf("%s exited %v after %v", p.name, err, time.Since(stopped).Round(time.Millisecond))
+		p.saidGone(t)
+		if p == g {
+			if err != nil || strings.Count(g.out.String(), "ok ") != 11 {
+				t.Errorf("gone_test: %v, want 11 checks passed:\n%s", err, g.out)
+			}
+		} else if err == nil {
+			t.Errorf("%s exited 0 after its device went away", p.name)
+		}
+	}
+	if strings.Contains(bwCli.err.String()+bwCli.out.String(), "Failed status") {
+		t.Errorf("ib_write_bw got a flushed completion instead of the device's fate:\n%s%s", bwCli.out, bwCli.err)
+	}
+	// The waiting server is told at once, while it waits.
+	pp.err.waitFor(t, goneLine.String(), 5*time.Second, "the waiting ibv_rc_pingpong server saying the daemon has gone")
+	pp.saidGone(t)
+
+	// A restarted daemon (over the socket a SIGKILL left) serves new
+	// programs; the old server fails when its peer comes.
+	r.daemon(t, asRoot, nil, lfSysAddr)
+	if a, _ := r.servedAddr(t, asNobody, nil); a != lfSysAddr {
+		t.Errorf("after the restart: device at %s, want %s", a, lfSysAddr)
+	}
+	cli := run("ibv_rc_pingpong client", "ibv_rc_pingpong", "-d", "sroce_lo", "-g", gid, "-p", "19112", "127.0.0.1")
+	if err := pp.exited(t, 20*time.Second, "its peer connecting"); err == nil {
+		t.Error("the ibv_rc_pingpong server of the old daemon exited 0")
+	}
+	if err := cli.exited(t, 20*time.Second, "its server failing"); err == nil {
+		t.Error("the ibv_rc_pingpong client exited 0 with a server whose device had gone")
+	}
+	pp.saidGone(t)
+	if n := len(goneLine.FindAllString(cli.err.String(), -1)); n != 0 {
+		t.Errorf("the new client (on the restarted daemon) said the daemon had gone")
+	}
+}

@@ -355,20 +355,58 @@ int sroce_destroy_call(struct sroce_context *c, uint16_t op, const void *req, si
 /* Counts the lines said: contexts opened after one went get a line of their own. */
 static unsigned gone_gen;
 
+/* Whether a daemon listens at path and answers a HELLO within 2 s (one
+ * that is dying may still accept). */
+static int daemon_answers(const char *path)
+{
+	struct sroce_ctl_hello hello = {.abi = SROCE_CTL_VERSION}, reply;
+	struct timeval tv = {.tv_sec = 2};
+	uint32_t seq = 0;
+	int fd = dial(path), err;
+	if (fd < 0)
+		return 0;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	err = sroce_call_fd(fd, &seq, SROCE_OP_HELLO, &hello, sizeof(hello), NULL, 0, &reply,
+			    sizeof(reply), NULL, NULL, NULL);
+	close(fd);
+	return err == 0;
+}
+
 /*
  * Marks c's daemon gone (once) and says so on standard error, once for
- * all the contexts that were open when it went.
+ * all the contexts that were open when it went. A daemon that still
+ * listens at its socket took the device away (its interface went) rather
+ * than going itself.
  */
 void sroce_daemon_gone(struct sroce_context *c, const char *why)
 {
 	if (__atomic_exchange_n(&c->gone, 1, __ATOMIC_ACQ_REL))
 		return;
 	unsigned g = c->gen;
-	if (__atomic_compare_exchange_n(&gone_gen, &g, g + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+	if (!__atomic_compare_exchange_n(&gone_gen, &g, g + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return;
+	const char *dev = c->vctx.context.device ? c->vctx.context.device->name : "?";
+	if (daemon_answers(c->sockpath)) {
 		fprintf(stderr,
-			"sroce: the sroce daemon at %s has gone (%s); device %s is unusable: "
-			"its calls fail with EIO and its contexts got IBV_EVENT_DEVICE_FATAL\n",
-			c->sockpath, why, c->vctx.context.device ? c->vctx.context.device->name : "?");
+			"sroce: the sroce daemon at %s took device %s away (its interface went away?); "
+			"it is unusable: its calls fail with EIO and its contexts got IBV_EVENT_DEVICE_FATAL\n",
+			c->sockpath, dev);
+		return;
+	}
+	fprintf(stderr,
+		"sroce: the sroce daemon at %s has gone (%s); device %s is unusable: "
+		"its calls fail with EIO and its contexts got IBV_EVENT_DEVICE_FATAL\n",
+		c->sockpath, why, dev);
+}
+
+/* After the daemon said DEVICE_FATAL: it closes the connection next;
+ * waits for that (at most a second), so that the calls that follow the
+ * event fail. */
+void sroce_await_gone(struct sroce_context *c)
+{
+	struct pollfd p = {.fd = c->sock, .events = POLLRDHUP};
+	if (!sroce_is_gone(c) && poll(&p, 1, 1000) == 1)
+		sroce_check_gone(c);
 }
 
 /* Whether the control connection reached its end (the daemon stopped or

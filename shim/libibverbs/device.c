@@ -979,6 +979,7 @@ EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_eve
 			 * interface was deleted): the end of the channel that
 			 * follows is not a second fatal error. */
 			__atomic_store_n(&c->dead, 1, __ATOMIC_SEQ_CST);
+			sroce_await_gone(c);
 			return 0;
 		default:
 			event->element.port_num = (int)ev.handle;

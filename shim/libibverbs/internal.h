@@ -185,6 +185,7 @@ int sroce_watch(struct sroce_context *c);
 void sroce_unwatch(struct sroce_context *c);
 void sroce_daemon_gone(struct sroce_context *c, const char *why);
 int sroce_check_gone(struct sroce_context *c);
+void sroce_await_gone(struct sroce_context *c);
 int sroce_destroy_call(struct sroce_context *c, uint16_t op, const void *req, size_t reqlen);
 static inline int sroce_is_gone(struct sroce_context *c)
 {
