@@ -378,25 +378,35 @@ static int daemon_answers(const char *path)
  * listens at its socket took the device away (its interface went) rather
  * than going itself.
  */
+static pthread_mutex_t gone_lock = PTHREAD_MUTEX_INITIALIZER;
+
 void sroce_daemon_gone(struct sroce_context *c, const char *why)
 {
-	if (__atomic_exchange_n(&c->gone, 1, __ATOMIC_ACQ_REL))
+	if (sroce_is_gone(c))
 		return;
-	unsigned g = c->gen;
-	if (!__atomic_compare_exchange_n(&gone_gen, &g, g + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-		return;
-	const char *dev = c->vctx.context.device ? c->vctx.context.device->name : "?";
-	if (daemon_answers(c->sockpath)) {
-		fprintf(stderr,
-			"sroce: the sroce daemon at %s took device %s away (its interface went away?); "
-			"it is unusable: its calls fail with EIO and its contexts got IBV_EVENT_DEVICE_FATAL\n",
-			c->sockpath, dev);
+	/* The line is out before any call fails: a program may exit at its
+	 * first failure. */
+	pthread_mutex_lock(&gone_lock);
+	if (c->gone) {
+		pthread_mutex_unlock(&gone_lock);
 		return;
 	}
-	fprintf(stderr,
-		"sroce: the sroce daemon at %s has gone (%s); device %s is unusable: "
-		"its calls fail with EIO and its contexts got IBV_EVENT_DEVICE_FATAL\n",
-		c->sockpath, why, dev);
+	if (c->gen == gone_gen) {
+		gone_gen++;
+		const char *dev = c->vctx.context.device ? c->vctx.context.device->name : "?";
+		if (daemon_answers(c->sockpath))
+			fprintf(stderr,
+				"sroce: the sroce daemon at %s took device %s away (its interface went away?); "
+				"it is unusable: its calls fail with EIO and its contexts got IBV_EVENT_DEVICE_FATAL\n",
+				c->sockpath, dev);
+		else
+			fprintf(stderr,
+				"sroce: the sroce daemon at %s has gone (%s); device %s is unusable: "
+				"its calls fail with EIO and its contexts got IBV_EVENT_DEVICE_FATAL\n",
+				c->sockpath, why, dev);
+	}
+	__atomic_store_n(&c->gone, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&gone_lock);
 }
 
 /* After the daemon said DEVICE_FATAL: it closes the connection next;
@@ -451,7 +461,9 @@ int sroce_watch(struct sroce_context *c)
 	sigset_t all, old;
 	int err;
 	snprintf(c->sockpath, sizeof(c->sockpath), "%s", sroce_socket_path());
-	c->gen = __atomic_load_n(&gone_gen, __ATOMIC_ACQUIRE);
+	pthread_mutex_lock(&gone_lock);
+	c->gen = gone_gen;
+	pthread_mutex_unlock(&gone_lock);
 	if (pipe2(c->watch_pipe, O_CLOEXEC) < 0)
 		return errno;
 	sigfillset(&all);
