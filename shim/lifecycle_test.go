@@ -9,7 +9,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -467,5 +469,160 @@ func daemonGoes(t *testing.T, sig syscall.Signal) {
 	pp.saidGone(t)
 	if n := len(goneLine.FindAllString(cli.err.String(), -1)); n != 0 {
 		t.Errorf("the new client (on the restarted daemon) said the daemon had gone")
+	}
+}
+
+// TestDaemonReload runs the system daemon from a configuration file under
+// a service manager's NOTIFY_SOCKET, with its log in a file and its socket
+// for one group: SIGHUP during a running ib_write_bw (an unprivileged
+// user's, through "sroce run") reopens the rotated log, applies the
+// changed keys that may change live and names those that need a restart,
+// and the program completes its run with data; the notifications come in
+// order (READY, RELOADING, READY, STOPPING); SIGTERM removes the socket.
+func TestDaemonReload(t *testing.T) {
+	r := newRig(t)
+	notify := filepath.Join(r.dir, "notify.sock")
+	nc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	msgs := make(chan string, 64)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := nc.Read(buf)
+			if err != nil {
+				close(msgs)
+				return
+			}
+			msgs <- string(buf[:n])
+		}
+	}()
+	var seen []string
+	await := func(want string) string {
+		t.Helper()
+		deadline := time.After(20 * time.Second)
+		for {
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					t.Fatalf("the notification socket closed while waiting for %s", want)
+				}
+				seen = append(seen, m)
+				if strings.Contains(m, want+"\n") {
+					return m
+				}
+			case <-deadline:
+				t.Fatalf("no %s notification within 20 s; got %q", want, seen)
+			}
+		}
+	}
+	conf := filepath.Join(r.dir, "sroce.conf")
+	write := func(s string) {
+		if err := os.WriteFile(conf, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("# the test's daemon\ninterface = lo@" + lfSysAddr + "\nlink = udp\nlog-level = info\nmax-qps = 64\nsocket-mode = 0660\n")
+	logDir := filepath.Join(r.dir, "log")
+	os.Mkdir(logDir, 0o755)
+	logFile := filepath.Join(logDir, "sroce.log")
+	d := &lfDaemon{log: &lfBuf{}, done: make(chan error, 1)}
+	d.cmd = r.cmd(context.Background(), asRoot, []string{"NOTIFY_SOCKET=" + notify},
+		r.sroce, "daemon", "--config", conf, "--log-file", logFile, "--socket-group", "nogroup")
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.done <- d.cmd.Wait() }()
+	t.Cleanup(func() {
+		d.cmd.Process.Kill()
+		<-d.done
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile)
+			t.Logf("daemon's stderr:\n%s\nits log file:\n%s", d.log, b)
+		}
+	})
+	if m := await("READY=1"); !strings.Contains(m, "STATUS=serving sroce_lo on /run/sroce/sroce.sock") {
+		t.Errorf("READY=1 came with %q, want a STATUS naming the device and the socket", m)
+	}
+	sock := fmt.Sprintf("/proc/%d/root/run/sroce/sroce.sock", r.nsPid)
+	if fi, err := os.Stat(sock); err != nil {
+		t.Fatal(err)
+	} else if st := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o660 || st.Gid != 65534 {
+		t.Errorf("the socket: mode %v group %d, want 0660 and nogroup (65534) as configured", fi.Mode().Perm(), st.Gid)
+	}
+	gid := r.gidIndex(t, lfSysAddr)
+	run := func(name string, args ...string) *lfProg {
+		return r.start(t, name, asNobody, nil, append([]string{r.sroce, "run", "--", "stdbuf", "-oL"}, args...)...)
+	}
+	srv := run("ib_write_bw server", "ib_write_bw", "-d", "sroce_lo", "-x", gid, "-p", "19120", "-D", "6")
+	time.Sleep(300 * time.Millisecond)
+	cli := run("ib_write_bw client", "ib_write_bw", "-d", "sroce_lo", "-x", gid, "-p", "19120", "-D", "6", "127.0.0.1")
+	cli.out.waitFor(t, `#bytes`, 30*time.Second, "ib_write_bw running")
+	time.Sleep(time.Second)
+
+	// Rotate the log, change the configuration, SIGHUP.
+	if err := os.Rename(logFile, logFile+".1"); err != nil {
+		t.Fatal(err)
+	}
+	write("interface = lo@" + lfSysAddr + "\nlink = udp\nlog-level = debug\nmax-qps = 8\nsocket-mode = 0660\nmetrics = 127.0.0.1:19121\n")
+	d.cmd.Process.Signal(syscall.SIGHUP)
+	if m := await("RELOADING=1"); !strings.Contains(m, "MONOTONIC_USEC=") {
+		t.Errorf("RELOADING=1 without MONOTONIC_USEC: %q", m)
+	}
+	await("READY=1")
+	for _, p := range []*lfProg{srv, cli} {
+		if err := p.exited(t, 30*time.Second, "the end of its 6 s run"); err != nil {
+			t.Errorf("%s across SIGHUP: %v", p.name, err)
+		}
+	}
+	m := regexp.MustCompile(`(?m)^\s*65536\s+\d+\s+[\d.]+\s+([\d.]+)`).FindStringSubmatch(cli.out.String())
+	if m == nil || m[1] == "0.00" {
+		t.Errorf("ib_write_bw across SIGHUP reported no bandwidth:\n%s", cli.out)
+	}
+	b, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatalf("SIGHUP did not reopen the log file: %v", err)
+	}
+	for _, want := range []string{`msg="log file reopened"`, `msg="configuration reread"`, `applied=log-level,max-qps`, `needs_restart=metrics`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the reopened log lacks %s:\n%s", want, b)
+		}
+	}
+	if old, _ := os.ReadFile(logFile + ".1"); !strings.Contains(string(old), "msg=listening") || strings.Contains(string(old), "configuration reread") {
+		t.Errorf("the rotated log should hold the start and not what came after SIGHUP:\n%s", old)
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	if m := await("STOPPING=1"); !strings.Contains(m, "STATUS=") {
+		t.Errorf("STOPPING=1 without a STATUS: %q", m)
+	}
+	select {
+	case err := <-d.done:
+		d.done <- err
+		if err != nil {
+			t.Errorf("the daemon after SIGTERM: %v, want exit 0", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the daemon did not exit within 10 s of SIGTERM")
+	}
+	if _, err := os.Lstat(sock); err == nil {
+		t.Error("the daemon left its socket after SIGTERM")
+	}
+	t.Logf("notifications: %q", seen)
+}
+
+// TestDaemonSocketFlagsChecked: a bad --socket-mode or --socket-group is
+// a bad command line (exit 2, naming the flag), found before any
+// interface is opened.
+func TestDaemonSocketFlagsChecked(t *testing.T) {
+	r := newRig(t)
+	for _, c := range []struct{ flag, val string }{{"--socket-mode", "0999"}, {"--socket-mode", "rw"}, {"--socket-group", "no-such-group-lf"}} {
+		o, e, err := r.run(t, asRoot, nil, r.sroce, "daemon", "-d", "no-such-if-lf", c.flag, c.val)
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(e, c.flag) || strings.Contains(e, "no-such-if-lf:") {
+			t.Errorf("sroce daemon %s %s: %v, want exit 2 naming %s before opening the interface\n%s%s", c.flag, c.val, err, c.flag, o, e)
+		}
 	}
 }
