@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"os/user"
@@ -285,13 +286,24 @@ func runDaemon(e *env, args []string) int {
 	// metrics handler reads them under portsMu.
 	var (
 		ports   []*iface.Port
+		claims  = map[*iface.Port]*daemon.Claim{} // each port's hold on its interface
 		portsMu sync.Mutex
 	)
+	// closePort closes a port and lets its interface go.
+	closePort := func(p *iface.Port) {
+		p.Close()
+		portsMu.Lock()
+		c := claims[p]
+		delete(claims, p)
+		portsMu.Unlock()
+		c.Release()
+	}
 	defer func() {
 		portsMu.Lock()
-		defer portsMu.Unlock()
-		for _, p := range ports {
-			p.Close()
+		ps := slices.Clone(ports)
+		portsMu.Unlock()
+		for _, p := range ps {
+			closePort(p)
 		}
 	}()
 	// opts are each interface's options, to open it again when it comes
@@ -308,7 +320,10 @@ func runDaemon(e *env, args []string) int {
 	}
 	for _, s := range specs {
 		opts[s.name] = s.opts
-		p, err := openServed(log, s.name, s.opts)
+		p, claim, err := openServed(log, s.name, s.opts)
+		if err == nil {
+			claims[p] = claim
+		}
 		if err != nil {
 			fmt.Fprintf(e.Stderr, "sroce daemon: %s: %v\n", s.name, err)
 			notify.send("STATUS=" + s.name + ": " + err.Error())
@@ -340,6 +355,11 @@ func runDaemon(e *env, args []string) int {
 	// Every way out removes the socket (a SIGKILL leaves it: the next
 	// daemon replaces it, seeing no one listens).
 	defer os.Remove(path)
+	portsMu.Lock()
+	for _, c := range claims {
+		c.SetSocket(path)
+	}
+	portsMu.Unlock()
 	log.Info("listening", "socket", path, "mode", fmt.Sprintf("%04o", sockOpts.Mode), "group", groupName(sockOpts))
 
 	obs.attach(srv, *metricsClients, wanted(), func() []*iface.Port {
@@ -408,17 +428,20 @@ func runDaemon(e *env, args []string) int {
 	}
 	// serve adds the device of interface name; drop removes it.
 	serve := func(name string) error {
-		p, err := openServed(log, name, opts[name])
+		p, claim, err := openServed(log, name, opts[name])
 		if err == nil {
 			if err = srv.Add(p); err != nil {
 				p.Close()
+				claim.Release()
 			}
 		}
 		if err != nil {
 			return err
 		}
+		claim.SetSocket(path)
 		portsMu.Lock()
 		ports = append(ports, p)
+		claims[p] = claim
 		portsMu.Unlock()
 		watchLost(p)
 		return nil
@@ -436,7 +459,7 @@ func runDaemon(e *env, args []string) int {
 		})
 		portsMu.Unlock()
 		for _, p := range gone {
-			p.Close()
+			closePort(p)
 		}
 		log.Info("interface no longer served", "interface", name, "devices_left", left)
 	}
@@ -554,7 +577,7 @@ wait:
 			}
 			name := p.Ifname()
 			left := srv.Remove(name)
-			p.Close()
+			closePort(p)
 			log.Warn("interface gone: its device is closed until the interface is back", "interface", name,
 				"err", p.Err(), "devices_left", left)
 			if left == 0 {
@@ -664,22 +687,35 @@ func groupName(o daemon.SocketOptions) string {
 	return strconv.Itoa(o.GID)
 }
 
-// openServed opens the port of a device the daemon serves, and its live
-// trace socket.
-func openServed(log *slog.Logger, name string, opts iface.Options) (*iface.Port, error) {
+// openServed claims the interface for this daemon (a second daemon on it
+// is refused, naming the holder) and opens the port of a device the
+// daemon serves, and its live trace socket.
+func openServed(log *slog.Logger, name string, opts iface.Options) (*iface.Port, *daemon.Claim, error) {
+	claim, err := daemon.ClaimInterface(name, opts.Addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.StrictAuto = true
 	p, err := iface.Open(context.Background(), name, opts)
 	if err != nil {
-		return nil, err
+		claim.Release()
+		return nil, nil, err
 	}
 	log.Info("device ready", "device", p.Device().Name(), "interface", name, "link", p.LinkMode(),
 		"reason", p.Reason(), "engine", p.Device().Engine().String(), "queues", p.Queues())
+	if (opts.Mode == iface.ModeAuto || opts.Mode == "") && p.LinkMode() == iface.LinkUDP {
+		if ifc, err := net.InterfaceByName(name); err == nil && ifc.Flags&net.FlagLoopback == 0 {
+			log.Warn("AF_XDP is not permitted here: serving over the UDP link (port 4791), which only peers with a UDP link or a kernel that delivers RoCEv2 to it; give the daemon CAP_NET_RAW, CAP_NET_ADMIN, CAP_BPF and CAP_SYS_ADMIN, or --link udp to say so",
+				"device", p.Device().Name(), "interface", name, "reason", p.Reason())
+		}
+	}
 	// "sroce trace" attaches to the device here.
 	if ts, err := tracesock.Serve(p.Device()); err != nil {
 		log.Warn("no live trace", "device", p.Device().Name(), "err", err)
 	} else {
 		log.Info("live trace", "device", p.Device().Name(), "socket", ts.Path())
 	}
-	return p, nil
+	return p, claim, nil
 }
 
 // reopenPause is how long the daemon waits after losing a port before it
