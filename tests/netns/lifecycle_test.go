@@ -6,6 +6,7 @@ package netns
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -115,4 +116,109 @@ func TestDaemonLinkAuto(t *testing.T) {
 	}
 	t.Logf("AF_XDP busy: %s", strings.TrimSpace(o.Stderr))
 	hold.cmd.Process.Kill()
+}
+
+// TestDaemonContainer runs a verbs program the way a container does: an
+// unprivileged user's process in its own user namespace (root in it),
+// mount namespace and PID namespace (pid 1 in it), which sees the host
+// daemon's socket only through a bind mount at the default place
+// (/run/sroce/sroce.sock) and the drop-in libraries through another.
+// ibv_rc_pingpong in it, through "sroce run" with no flag, exchanges
+// checked data (--chk) with ibv_rc_pingpong on a second daemon in another
+// network namespace; the daemon sees the program's host pid and uid.
+func TestDaemonContainer(t *testing.T) {
+	if _, err := exec.LookPath("ibv_rc_pingpong"); err != nil {
+		t.Skip("skipping: ibv_rc_pingpong is not installed (apt-get install ibverbs-utils)")
+	}
+	for _, p := range []string{"unshare", "setpriv"} {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("skipping: %s is not installed (util-linux)", p)
+		}
+	}
+	d := startDaemonsIn(t, "lf-ctr", "xdp", false)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// What the container is given: sroce, the libraries, the socket.
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "sroce")
+	b, err := os.ReadFile(d.bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, filepath.Dir(d.sockets[0])} {
+		for ; p != "/" && p != "."; p = filepath.Dir(p) {
+			if st, err := os.Stat(p); err == nil {
+				os.Chmod(p, st.Mode().Perm()|0o011)
+			}
+		}
+	}
+	out, err := exec.Command(bin, "run", "--print-lib").Output()
+	if err != nil {
+		t.Fatalf("sroce run --print-lib: %v", err)
+	}
+	// A copy the container's root (the host's uid 65534) may read: the
+	// host's cache is root's.
+	built := strings.TrimSpace(string(out))
+	lib := filepath.Join(dir, filepath.Base(built))
+	os.Mkdir(lib, 0o755)
+	files, err := os.ReadDir(built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if b, err := os.ReadFile(filepath.Join(built, f.Name())); err == nil {
+			os.WriteFile(filepath.Join(lib, f.Name()), b, 0o755)
+		}
+	}
+
+	const port = "19130"
+	srv := d.runIn(t, ctx, false, false, nil, "ibv_rc_pingpong", "-d", d.devs[1], "-g", d.gidIdx(t, 1), "-p", port, "-n", "500", "-s", "4096", "--chk")
+	script := `set -e
+mount -t tmpfs lf-run /run
+mkdir -p /run/sroce
+touch /run/sroce/sroce.sock
+mount --bind "$HOST_SOCKET" /run/sroce/sroce.sock
+mount -t tmpfs lf-cache /var/cache
+mkdir -p "/var/cache/sroce/$(basename "$HOST_LIB")"
+mount --bind "$HOST_LIB" "/var/cache/sroce/$(basename "$HOST_LIB")"
+echo "container: pid $$ uid $(id -u)"
+exec "$SROCE" run -- "$@"`
+	cmd := d.pair.A.Command(ctx, "setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--",
+		"unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "--mount-proc", "--",
+		"sh", "-c", script, "sh", "ibv_rc_pingpong", "-d", d.devs[0], "-g", d.gidIdx(t, 0), "-p", port,
+		"-n", "500", "-s", "4096", "--chk", d.pair.Veth.AddrB[0].Addr().String())
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOST_SOCKET=" + d.sockets[0], "HOST_LIB=" + lib, "SROCE=" + bin}
+	cmd.Env = env
+	if err := waitFor(ctx, "the server listening", func() (bool, error) {
+		o, err := d.pair.B.Exec(ctx, "ss", "-Hltn", "sport = :"+port)
+		return strings.TrimSpace(string(o)) != "", err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cli := startTool(t, cmd, d.pair.A.Start).wait(ctx)
+	so := srv.wait(ctx)
+	if cli.Exit != 0 || so.Exit != 0 {
+		t.Fatalf("ibv_rc_pingpong from the container: client exit %d, server exit %d\nclient:\n%v\nserver:\n%v", cli.Exit, so.Exit, cli, so)
+	}
+	if !strings.Contains(cli.Stdout, "container: pid 1 uid 0") {
+		t.Errorf("the program did not run as pid 1 and uid 0 of its own namespaces:\n%s", cli.Stdout)
+	}
+	for _, o := range []toolOutcome{cli, so} {
+		if !regexp.MustCompile(`4096000 bytes in [\d.]+ seconds`).MatchString(o.Stdout) || !strings.Contains(o.Stdout, "500 iters in") {
+			t.Errorf("ibv_rc_pingpong did not report its 500 checked exchanges of 4096 bytes:\n%v", o)
+		}
+	}
+	// The daemon saw the program as the host sees it: uid 65534, a pid of
+	// the host's PID namespace (not 1).
+	m := regexp.MustCompile(`msg="client opened device" client=\d+ pid=(\d+) comm=ibv_rc_pingpong`).FindStringSubmatch(d.procs[0].stderr.String())
+	if m == nil || m[1] == "1" {
+		t.Errorf("the daemon's log does not show the container's program with its host pid:\n%s", d.procs[0].stderr.String())
+	}
+	if !regexp.MustCompile(`uid=65534 comm=ibv_rc_pingpong`).MatchString(d.procs[0].stderr.String()) {
+		t.Errorf("the daemon's log does not show the container's program as uid 65534")
+	}
+	t.Logf("client:\n%s", cli.Stdout)
 }
