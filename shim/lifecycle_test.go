@@ -18,11 +18,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sroce/sroce/internal/testpair"
 	"github.com/sroce/sroce/shim"
 )
 
@@ -131,23 +131,8 @@ func (r *lfRig) run(t *testing.T, who lfUser, env []string, args ...string) (std
 	return o.String(), e.String(), err
 }
 
-// lfBuf is a goroutine-safe buffer.
-type lfBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lfBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lfBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
+// lfBuf is a buffer one goroutine writes while another reads it.
+type lfBuf struct{ testpair.Buffer }
 
 // waitFor waits up to d for the buffer to match re.
 func (b *lfBuf) waitFor(t *testing.T, re string, d time.Duration, what string) []string {
@@ -305,7 +290,6 @@ func TestFindDaemon(t *testing.T) {
 		t.Errorf("root: device at %s, want the system daemon's %s", a, lfSysAddr)
 	}
 }
-
 
 // lfProg is a program started in the background, its output collected.
 type lfProg struct {

@@ -92,7 +92,7 @@ func TestDaemonLinkAuto(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`level=WARN msg="AF_XDP is not permitted here: serving over the UDP link.*interface=` + regexp.QuoteMeta(ifname)).MatchString(p.stderr.String()) ||
+	if !regexp.MustCompile(`level=WARN msg="AF_XDP is not permitted here: serving over the UDP link.*interface=`+regexp.QuoteMeta(ifname)).MatchString(p.stderr.String()) ||
 		!strings.Contains(p.stderr.String(), "link=UDP") {
 		t.Errorf("nobody's daemon with --link auto: want the UDP link and a WARN saying why:\n%s", p.stderr.String())
 	}
