@@ -114,6 +114,9 @@ static int dial(const char *path)
  */
 static pthread_mutex_t path_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The user's place when the rule tried it and no daemon answered there ("" otherwise). */
+static char user_tried[SROCE_PATH_ROOM];
+
 static int find_daemon(void)
 {
 	char user[SROCE_PATH_ROOM];
@@ -123,10 +126,13 @@ static int find_daemon(void)
 	if (env && *env) {
 		snprintf(socket_path, sizeof(socket_path), "%s", env);
 	} else {
+		user_tried[0] = 0;
 		if (user_socket(user, sizeof(user)) == 0 && strcmp(user, SROCE_SYSTEM_SOCKET)) {
 			fd = dial(user);
 			if (fd >= 0)
 				snprintf(socket_path, sizeof(socket_path), "%s", user);
+			else
+				snprintf(user_tried, sizeof(user_tried), "%s", user);
 		}
 		if (fd < 0)
 			snprintf(socket_path, sizeof(socket_path), "%s", SROCE_SYSTEM_SOCKET);
@@ -137,6 +143,17 @@ static int find_daemon(void)
 	pthread_mutex_unlock(&path_lock);
 	errno = err;
 	return fd;
+}
+
+/* For a message saying no daemon was found: ", nor at PATH" naming the
+ * user's place when the rule tried it, else "". */
+const char *sroce_socket_also(void)
+{
+	static char buf[SROCE_PATH_ROOM + 16];
+	if (!user_tried[0])
+		return "";
+	snprintf(buf, sizeof(buf), ", nor at %.*s", SROCE_PATH_ROOM - 1, user_tried);
+	return buf;
 }
 
 /* The daemon's socket: the one the last connection used (or tried last), else the rule's. */

@@ -40,9 +40,9 @@ EXPORT struct ibv_device **ibv_get_device_list(int *num_devices)
 		pthread_mutex_lock(&devices_lock);
 		if (!warned_no_daemon) {
 			warned_no_daemon = 1;
-			sroce_warn("no sroce daemon at %s (%s): no RDMA devices; start one with "
+			sroce_warn("no sroce daemon at %s (%s)%s: no RDMA devices; start one with "
 				   "\"sroce daemon\" or point SROCE_SOCKET at its socket",
-				   sroce_socket_path(), strerror(err));
+				   sroce_socket_path(), strerror(err), sroce_socket_also());
 		}
 		pthread_mutex_unlock(&devices_lock);
 		list = calloc(1, sizeof(*list));
@@ -158,8 +158,8 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->watch_pipe[0] = c->watch_pipe[1] = -1;
 	err = sroce_connect(&c->sock);
 	if (err) {
-		sroce_warn("cannot open %s: no sroce daemon at %s (%s)", device->name,
-			   sroce_socket_path(), strerror(err));
+		sroce_warn("cannot open %s: no sroce daemon at %s (%s)%s", device->name,
+			   sroce_socket_path(), strerror(err), sroce_socket_also());
 		goto fail_free;
 	}
 	snprintf(req.name, sizeof(req.name), "%s", device->name);

@@ -170,6 +170,7 @@ struct sroce_ah {
 
 /* ctl.c */
 const char *sroce_socket_path(void);
+const char *sroce_socket_also(void);
 int sroce_connect(int *fd_out);
 int sroce_call_fd(int sock, uint32_t *seq, uint16_t op, const void *req, size_t reqlen,
 		  const int *fds, unsigned nfds, void *reply, size_t replymax,

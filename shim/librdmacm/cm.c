@@ -61,7 +61,8 @@ int sroce_cm_call(uint16_t op, const void *req, size_t reqlen, void *reply, size
 		if (err) {
 			ctl_sock = -1;
 			pthread_mutex_unlock(&ctl_lock);
-			sroce_warn("no sroce daemon at %s (%s)", sroce_socket_path(), strerror(err));
+			sroce_warn("no sroce daemon at %s (%s)%s", sroce_socket_path(), strerror(err),
+				   sroce_socket_also());
 			return err == ENOENT || err == ECONNREFUSED ? ENODEV : err;
 		}
 	}

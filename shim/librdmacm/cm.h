@@ -85,6 +85,7 @@ int sroce_call_fd(int sock, uint32_t *seq, uint16_t op, const void *req, size_t 
 		  const int *fds, unsigned nfds, void *reply, size_t replymax,
 		  size_t *replylen, int *rfds, unsigned *nrfds);
 const char *sroce_socket_path(void);
+const char *sroce_socket_also(void);
 void sroce_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* cm.c */
