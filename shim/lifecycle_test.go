@@ -610,3 +610,31 @@ func TestDaemonSocketFlagsChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonExitsLeaveNoSocket: a start that fails after the socket is
+// made (the metrics address is taken) and a stop by SIGINT remove the
+// socket; only SIGKILL leaves one (TestFindDaemon).
+func TestDaemonExitsLeaveNoSocket(t *testing.T) {
+	r := newRig(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:19140")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	sock := fmt.Sprintf("/proc/%d/root/run/sroce/sroce.sock", r.nsPid)
+	o, e, err := r.run(t, asRoot, nil, r.sroce, "daemon", "-d", "lo@"+lfSysAddr, "--link", "udp", "--metrics", "127.0.0.1:19140")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(e, "--metrics") {
+		t.Errorf("a daemon whose metrics address is taken: %v, want exit 1 naming --metrics\n%s%s", err, o, e)
+	}
+	if _, err := os.Lstat(sock); err == nil {
+		t.Error("the daemon that failed to start left its socket")
+	}
+	d := r.daemon(t, asRoot, nil, lfSysAddr)
+	if err := d.stop(t, syscall.SIGINT); err != nil {
+		t.Errorf("the daemon after SIGINT: %v, want exit 0", err)
+	}
+	if _, err := os.Lstat(sock); err == nil {
+		t.Error("the daemon left its socket after SIGINT")
+	}
+}

@@ -487,6 +487,7 @@ int sroce_watch(struct sroce_context *c)
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	err = pthread_create(&c->watcher, NULL, watch, c);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	c->watch_pid = getpid();
 	if (err) {
 		close(c->watch_pipe[0]);
 		close(c->watch_pipe[1]);
@@ -501,7 +502,9 @@ void sroce_unwatch(struct sroce_context *c)
 	if (c->watch_pipe[1] < 0)
 		return;
 	close(c->watch_pipe[1]);
-	pthread_join(c->watcher, NULL);
+	/* A forked child has no watcher of its own to join. */
+	if (c->watch_pid == getpid())
+		pthread_join(c->watcher, NULL);
 	close(c->watch_pipe[0]);
 	c->watch_pipe[0] = c->watch_pipe[1] = -1;
 }
