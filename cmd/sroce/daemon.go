@@ -124,7 +124,7 @@ func runDaemon(e *env, args []string) int {
 	f.Short('d', "device")
 	f.String("config", "", "read the configuration from `FILE` (docs/operating.md); the flags override it, SIGHUP rereads it")
 	link := f.String("link", cfg.str("link", "auto"), "`MODE` of the devices' link: auto, xdp or udp")
-	socket := f.String("socket", cfg.str("socket", ""), "unix socket to listen on (default: SROCE_SOCKET, or the place for this user)")
+	socket := f.String("socket", cfg.str("socket", ""), "unix socket `PATH` to listen on (default: SROCE_SOCKET, else /run/sroce/sroce.sock as root, else the place of this user's daemon)")
 	socketGroup := f.String("socket-group", cfg.str("socket-group", ""), "the socket's owner `GROUP` (name or number; default: the daemon's)")
 	socketMode := f.String("socket-mode", cfg.str("socket-mode", "0666"), "the socket's `MODE`, in octal (0666: every local user, as rdma-core's udev rules give uverbs devices)")
 	metrics := f.String("metrics", cfg.str("metrics", ""), "serve Prometheus metrics on `ADDR` (host:port)")
