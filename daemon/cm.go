@@ -216,7 +216,7 @@ func (c *conn) cmCreateID(b []byte) ([]byte, []int, error) {
 	if ch == nil {
 		return nil, nil, unix.EINVAL
 	}
-	h, err := c.alloc(len(c.cm.ids), c.s.limits.CMIDs, "CM IDs")
+	h, err := c.alloc(len(c.cm.ids), c.s.Limits().CMIDs, "CM IDs")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -526,7 +526,7 @@ func (c *conn) cmDeliver(e *rdmacm.Event) {
 	o := c.cm.byID[e.ID]
 	if e.Type == rdmacm.EventConnectRequest {
 		l := c.cm.byID[e.ListenID]
-		h, err := c.alloc(len(c.cm.ids), c.s.limits.CMIDs, "CM IDs")
+		h, err := c.alloc(len(c.cm.ids), c.s.Limits().CMIDs, "CM IDs")
 		if err == nil && l != nil {
 			err = c.charge(cmIDCost)
 		}

@@ -679,7 +679,7 @@ func handleReply(h uint32) ([]byte, []int, error) {
 func (c *conn) allocPD() ([]byte, []int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	h, err := c.alloc(len(c.pds), c.s.limits.Objects, "PDs")
+	h, err := c.alloc(len(c.pds), c.s.Limits().Objects, "PDs")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -727,7 +727,7 @@ func (c *conn) regMR(b []byte, fds []int) ([]byte, []int, error) {
 	if err := c.checkRegBytes(in.Length, 0); err != nil {
 		return nil, nil, err
 	}
-	h, err := c.alloc(len(c.mrs)+len(c.mws), c.s.limits.MRs, "MRs")
+	h, err := c.alloc(len(c.mrs)+len(c.mws), c.s.Limits().MRs, "MRs")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -824,8 +824,8 @@ func (c *conn) checkRegBytes(length, old uint64) error {
 	if length == 0 || length > 1<<40 {
 		return unix.EINVAL
 	}
-	if c.regBytes-old+length > c.s.limits.RegBytes {
-		c.s.budget.warn(c.uid, "client limit reached", "client", c.id, "what", "registered bytes", "limit", c.s.limits.RegBytes)
+	if c.regBytes-old+length > c.s.Limits().RegBytes {
+		c.s.budget.warn(c.uid, "client limit reached", "client", c.id, "what", "registered bytes", "limit", c.s.Limits().RegBytes)
 		return unix.ENOMEM
 	}
 	return nil
@@ -922,7 +922,7 @@ func (c *conn) allocMW(b []byte) ([]byte, []int, error) {
 	if !ok || (in.TypeOrRKey != 1 && in.TypeOrRKey != 2) {
 		return nil, nil, unix.EINVAL
 	}
-	h, err := c.alloc(len(c.mrs)+len(c.mws), c.s.limits.MRs, "MWs")
+	h, err := c.alloc(len(c.mrs)+len(c.mws), c.s.Limits().MRs, "MWs")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -967,7 +967,7 @@ func eventSocket() (w, r int, err error) {
 func (c *conn) newChannel(have int, what string, add func(h uint32, w int)) ([]byte, []int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	h, err := c.alloc(have, c.s.limits.Objects, what)
+	h, err := c.alloc(have, c.s.Limits().Objects, what)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -1017,7 +1017,7 @@ func (c *conn) createCQ(b []byte) ([]byte, []int, error) {
 	if in.Channel != 0 && c.chans[in.Channel] == nil {
 		return nil, nil, unix.EINVAL
 	}
-	h, err := c.alloc(len(c.cqs), c.s.limits.CQs, "CQs")
+	h, err := c.alloc(len(c.cqs), c.s.Limits().CQs, "CQs")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -1243,7 +1243,7 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 			return nil, nil, unix.EINVAL
 		}
 	}
-	h, err := c.alloc(len(c.qps), c.s.limits.QPs, "QPs")
+	h, err := c.alloc(len(c.qps), c.s.Limits().QPs, "QPs")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -1600,7 +1600,7 @@ func (c *conn) createSRQ(b []byte) ([]byte, []int, error) {
 			return nil, nil, unix.EINVAL
 		}
 	}
-	h, err := c.alloc(len(c.srqs), c.s.limits.Objects, "SRQs")
+	h, err := c.alloc(len(c.srqs), c.s.Limits().Objects, "SRQs")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -1869,7 +1869,7 @@ func (c *conn) createAH(b []byte) ([]byte, []int, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	h, err := c.alloc(n, c.s.limits.Objects, "AHs")
+	h, err := c.alloc(n, c.s.Limits().Objects, "AHs")
 	if err == nil {
 		err = c.charge(objectCost)
 	}

@@ -35,17 +35,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sroce/sroce/daemon/ctl"
-	"github.com/sroce/sroce/internal/sockfile"
-	"github.com/sroce/sroce/roce/iface"
-	"golang.org/x/sys/unix"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sroce/sroce/daemon/ctl"
+	"github.com/sroce/sroce/internal/sockfile"
+	"github.com/sroce/sroce/internal/sockpath"
+	"github.com/sroce/sroce/roce/iface"
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/rdmacm"
@@ -126,7 +132,7 @@ func defaultSpin() time.Duration {
 type Server struct {
 	devs   []*served
 	log    *slog.Logger
-	limits Limits
+	limits atomic.Pointer[Limits] // SetLimits changes them for new requests
 	spin   time.Duration
 	cm     *rdmacm.CM // the RDMA CM of every device that can run one; nil if none
 	budget *budgets
@@ -164,31 +170,13 @@ type owner struct {
 
 // New returns a server for devs, named sroce_<interface>.
 func New(devs []Device, opts Options) (*Server, error) {
-	s := &Server{log: opts.Logger, limits: opts.Limits, spin: opts.SpinFor, conns: make(map[*conn]struct{})}
+	s := &Server{log: opts.Logger, spin: opts.SpinFor, conns: make(map[*conn]struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.started = time.Now()
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	def := DefaultLimits
-	if s.limits.QPs <= 0 {
-		s.limits.QPs = def.QPs
-	}
-	if s.limits.CQs <= 0 {
-		s.limits.CQs = def.CQs
-	}
-	if s.limits.MRs <= 0 {
-		s.limits.MRs = def.MRs
-	}
-	if s.limits.RegBytes == 0 {
-		s.limits.RegBytes = def.RegBytes
-	}
-	if s.limits.Objects <= 0 {
-		s.limits.Objects = def.Objects
-	}
-	if s.limits.CMIDs <= 0 {
-		s.limits.CMIDs = def.CMIDs
-	}
+	s.SetLimits(opts.Limits)
 	if s.spin == 0 {
 		s.spin = defaultSpin()
 	}
@@ -225,6 +213,41 @@ func New(devs []Device, opts Options) (*Server, error) {
 	return s, nil
 }
 
+// withDefaults returns l with its zero fields DefaultLimits'.
+func (l Limits) withDefaults() Limits {
+	def := DefaultLimits
+	if l.QPs <= 0 {
+		l.QPs = def.QPs
+	}
+	if l.CQs <= 0 {
+		l.CQs = def.CQs
+	}
+	if l.MRs <= 0 {
+		l.MRs = def.MRs
+	}
+	if l.RegBytes == 0 {
+		l.RegBytes = def.RegBytes
+	}
+	if l.Objects <= 0 {
+		l.Objects = def.Objects
+	}
+	if l.CMIDs <= 0 {
+		l.CMIDs = def.CMIDs
+	}
+	return l
+}
+
+// SetLimits sets the per-connection limits (zero fields: DefaultLimits')
+// for the requests that come from now on: what a client holds already
+// stays, even over a lower limit.
+func (s *Server) SetLimits(l Limits) {
+	l = l.withDefaults()
+	s.limits.Store(&l)
+}
+
+// Limits returns the per-connection limits in force.
+func (s *Server) Limits() Limits { return *s.limits.Load() }
+
 // startCM starts the RDMA CM on every device that can run one (an
 // rdmacm.Port: iface.Port is one). Without it the daemon serves verbs
 // only, and CM requests fail with ENODEV.
@@ -246,49 +269,85 @@ func (s *Server) startCM() {
 	s.cm = c
 }
 
-// DefaultSocket is where the daemon listens when neither --socket nor
-// SROCE_SOCKET says otherwise: /run/sroce/sroce.sock as root,
-// $XDG_RUNTIME_DIR/sroce.sock otherwise.
-func DefaultSocket() string {
-	if p := os.Getenv("SROCE_SOCKET"); p != "" {
-		return p
-	}
-	if os.Geteuid() == 0 {
-		return "/run/sroce/sroce.sock"
-	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "sroce.sock")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("sroce-%d.sock", os.Getuid()))
-}
-
-// SocketMode is the mode of the daemon's socket: every local user may
-// connect, as every user may open /dev/infiniband/uverbs* on a stock
-// rdma-core host; what a client may do is bounded by its own connection's
-// objects and limits. SocketDirMode is the mode of the socket's directory
-// when Listen creates it.
+// SocketMode is the default mode of the daemon's socket: every local user
+// may connect, as every user may open /dev/infiniband/uverbs* on a stock
+// rdma-core host (its udev rules give them 0666); what a client may do is
+// bounded by its own connection's objects and limits. SocketDirMode is
+// the mode of the socket's directory when Listen creates it.
 const (
 	SocketMode    = 0o666
 	SocketDirMode = 0o755
 )
 
-// Listen creates the socket at path (replacing a stale one that nobody
-// listens on) and returns its listener. The socket's file has SocketMode
-// from the moment it appears at path, and the directories Listen creates
-// have SocketDirMode, whatever the umask (directories that exist keep
-// their mode). Closing the listener leaves the file: the caller removes
-// path.
+// SocketOptions are the owner group and mode of the daemon's socket.
+type SocketOptions struct {
+	Mode     fs.FileMode // 0: SocketMode
+	GID      int         // the socket's group, with SetGroup
+	SetGroup bool        // without: the daemon's group
+}
+
+// Listen creates the socket at path and returns its listener. A socket
+// file nobody listens on (a daemon that was killed) is replaced; one a
+// daemon listens on is refused, naming it. The socket's file has its mode
+// (and group) from the moment it appears at path, and the directories
+// Listen creates have SocketDirMode, whatever the umask (directories that
+// exist keep their mode). A user's socket in the temporary directory
+// (sockpath.TempDir) gets a directory of its own, mode 0700. Closing the
+// listener leaves the file: the caller removes path.
 func Listen(path string) (*net.UnixListener, error) {
-	if err := sockfile.MkdirAll(filepath.Dir(path), SocketDirMode); err != nil {
+	return ListenWith(path, SocketOptions{})
+}
+
+// ListenWith is Listen with the socket's mode and group.
+func ListenWith(path string, o SocketOptions) (*net.UnixListener, error) {
+	gid := -1
+	if o.SetGroup {
+		gid = o.GID
+	}
+	if o.Mode == 0 {
+		o.Mode = SocketMode
+	}
+	if filepath.Dir(path) == sockpath.TempDir() {
+		if err := sockpath.PrepareTempDir(); err != nil {
+			return nil, fmt.Errorf("the socket's directory: %w", err)
+		}
+	} else if err := sockfile.MkdirAll(filepath.Dir(path), SocketDirMode); err != nil {
 		return nil, fmt.Errorf("creating the socket's directory: %w", err)
 	}
-	if _, err := os.Stat(path); err == nil {
-		if c, err := net.DialTimeout("unixpacket", path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("a daemon is already listening on %s", path)
+	if _, err := os.Lstat(path); err == nil {
+		if sockpath.Listening(path) {
+			return nil, fmt.Errorf("a daemon already listens on %s%s; stop it first, or give this one another socket (--socket)", path, holderOf(path))
 		}
 	}
-	return sockfile.Listen("unixpacket", path, SocketMode, true)
+	return sockfile.ListenOwned("unixpacket", path, o.Mode, gid, true)
+}
+
+// holderOf names the process listening at path (", pid N (comm)"), or "".
+func holderOf(path string) string {
+	c, err := net.DialTimeout("unixpacket", path, time.Second)
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	return peerName(c.(*net.UnixConn))
+}
+
+// peerName is ", pid N (comm)" of the process at the other end of uc, or "".
+func peerName(uc *net.UnixConn) string {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return ""
+	}
+	var cred *unix.Ucred
+	raw.Control(func(fd uintptr) { cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	if err != nil || cred.Pid == 0 {
+		return ""
+	}
+	comm := ""
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cred.Pid)); err == nil {
+		comm = " (" + strings.TrimSpace(string(b)) + ")"
+	}
+	return fmt.Sprintf(", pid %d%s", cred.Pid, comm)
 }
 
 // Serve accepts clients on ln until Close. It returns nil after Close,
@@ -420,10 +479,21 @@ func (s *Server) Close() error {
 	for _, ln := range s.lns {
 		ln.Close()
 	}
+	// The clients are told, as when a device goes (Remove): their
+	// contexts get DEVICE_FATAL before the connection ends, and the
+	// objects they held are freed after.
+	told := 0
 	for c := range s.conns {
+		if c.dev != nil {
+			c.asyncEvent(uint32(verbs.EventDeviceFatal), 0)
+			told++
+		}
 		c.uc.Close()
 	}
 	s.mu.Unlock()
+	if told > 0 {
+		s.log.Info("stopping: clients told (DEVICE_FATAL) and disconnected, their objects being freed", "clients", told)
+	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {

@@ -99,7 +99,7 @@ func (c *conn) openQP(b []byte) ([]byte, []int, error) {
 	if xo == nil {
 		return nil, nil, unix.EINVAL
 	}
-	h, err := c.alloc(len(c.qps), c.s.limits.QPs, "QPs")
+	h, err := c.alloc(len(c.qps), c.s.Limits().QPs, "QPs")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -156,7 +156,7 @@ func (c *conn) openXRCD(b []byte, fds []int) ([]byte, []int, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	h, err := c.alloc(len(c.xrcds), c.s.limits.Objects, "XRCDs")
+	h, err := c.alloc(len(c.xrcds), c.s.Limits().Objects, "XRCDs")
 	if err != nil {
 		return nil, nil, err
 	}

@@ -23,7 +23,7 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/client"
-	"github.com/sroce/sroce/daemon"
+	"github.com/sroce/sroce/internal/sockpath"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/iface"
@@ -131,7 +131,7 @@ var ErrForeignCQ = errors.New("rdma: the CQ belongs to another device")
 // not open where the daemon holds the link.
 func Open(name string) (Device, error) {
 	name = "sroce_" + strings.TrimPrefix(name, "sroce_")
-	x, err := DaemonServes(daemon.DefaultSocket(), name)
+	x, err := DaemonServes(sockpath.Find(), name)
 	if err != nil {
 		return nil, err
 	}

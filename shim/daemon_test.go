@@ -354,6 +354,15 @@ func deviceFatal(t *testing.T, remove bool) {
 	if len(got) != 1 || got[0] != "event: local catastrophic error" {
 		t.Fatalf("events %q, want one DEVICE_FATAL (\"local catastrophic error\")", got)
 	}
+	// One line says what happened: the daemon took the device away (it
+	// still listens), or the daemon has gone.
+	want := "sroce: the sroce daemon at " + d.socket + " has gone"
+	if remove {
+		want = "sroce: the sroce daemon at " + d.socket + " took device sroce_lo away"
+	}
+	if n := strings.Count(errOut.String(), "sroce: the sroce daemon at "); n != 1 || !strings.Contains(errOut.String(), want) {
+		t.Errorf("stderr %q: want one line %q...", errOut.String(), want)
+	}
 }
 
 var _ io.Writer = (*liveDaemon)(nil)

@@ -6,11 +6,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"os/user"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +23,7 @@ import (
 
 	"github.com/sroce/sroce/daemon"
 	"github.com/sroce/sroce/internal/buildinfo"
+	"github.com/sroce/sroce/internal/sockpath"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/roce/netif"
 	"github.com/sroce/sroce/roce/tracesock"
@@ -30,8 +36,12 @@ sroce_<interface>, as "sroce devinfo" prints it) and serves the devices to
 local processes over a unix socket: programs run with "sroce run" (the
 drop-in libibverbs) and Go programs using package client do RDMA on them.
 
-The socket is /run/sroce/sroce.sock as root and $XDG_RUNTIME_DIR/sroce.sock
-otherwise; --socket or SROCE_SOCKET choose another. --link picks the link
+The socket is /run/sroce/sroce.sock as root; a user's own daemon listens at
+$XDG_RUNTIME_DIR/sroce.sock, else /run/user/UID/sroce.sock, else
+$TMPDIR/sroce-UID/sroce.sock (a directory of the user's, mode 0700), where
+that user's programs look first; --socket or SROCE_SOCKET choose another.
+A socket left by a daemon that was killed is replaced; one a daemon
+listens on is refused, naming it. --link picks the link
 of every device: xdp (AF_XDP, needs root), udp (a UDP socket on port 4791,
 no privileges) or auto (xdp when permitted). Each client's objects are
 freed when it exits or is killed; a client that breaks the protocol is
@@ -56,8 +66,19 @@ when every device given is up and the socket listens, else 503 and why);
 it listens before the devices open. docs/metrics.md lists the metrics.
 "sroce resource" lists the objects the clients hold. A client asks
 QUERY_STATS ("sroce stat") about the device it opened only. Logs are
-structured (--log-format text or json) on standard error. SIGINT or SIGTERM stops the daemon: clients are
-disconnected and everything freed.
+structured (--log-format text or json, --log-level) on standard error or
+in --log-file.
+
+SIGINT or SIGTERM stops the daemon: every client's contexts get
+IBV_EVENT_DEVICE_FATAL, the clients are disconnected, everything is freed,
+the sockets are removed, and the daemon exits 0. SIGHUP reopens the log
+file and rereads --config (interfaces, log level and format, the
+per-client limits apply at once, other keys at the next start, and the
+log says which), without dropping clients. --config FILE holds
+KEY = VALUE lines whose keys are the long flag names (interface for -d);
+the command line overrides it. Under systemd (NOTIFY_SOCKET) the daemon
+says READY=1 once its devices are up and its socket listens, RELOADING=1
+around SIGHUP, STOPPING=1 when it stops, and STATUS= lines.
 
 Nothing else stops it. An interface that goes down or loses its carrier
 moves its device's port to DOWN (clients get IBV_EVENT_PORT_ERR, then
@@ -69,7 +90,8 @@ when the daemon starts is served with its port DOWN. With no device left
 the daemon waits for its interfaces.
 
 The socket is mode 0666 (every local user may connect, as to
-/dev/infiniband/uverbs*) and the directories the daemon creates for it
+/dev/infiniband/uverbs*; --socket-mode and --socket-group narrow it, e.g.
+0660 and the group rdma) and the directories the daemon creates for it
 0755, whatever the umask. A device's live trace socket ("sroce trace") is
 the daemon's user's only (0600: a trace shows every user's packets). RDMA
 CM ports below 1024 need CAP_NET_BIND_SERVICE in the client, as with the
@@ -88,24 +110,55 @@ func runDaemon(e *env, args []string) int {
 	raiseErr := daemon.RaiseNoFile()
 	defTotal := daemon.DefaultTotal(daemon.ReadHost())
 	defUser := daemon.DefaultUser(defTotal)
-	f := newFlags(e, "daemon", "sroce daemon -d IF [-d IF ...] [--link auto|xdp|udp] [--socket PATH] [--metrics ADDR]", daemonAbout)
+	// The configuration file's values are the flags' defaults: the
+	// command line overrides them.
+	cfgPath := configFlag(args)
+	cfg, cfgErr := readDaemonConfig(cfgPath)
+	if cfgErr != nil {
+		cfg, _ = readDaemonConfig("")
+	}
+	var numErr error
+	f := newFlags(e, "daemon", "sroce daemon -d IF [-d IF ...] [--link auto|xdp|udp] [--socket PATH] [--config FILE] [--metrics ADDR]", daemonAbout)
 	var ifs repeated
 	f.Var(&ifs, "device", "network interface `IF` to serve, or IF@ADDR to bind the UDP link to ADDR (repeatable)")
 	f.Short('d', "device")
-	link := f.String("link", "auto", "`MODE` of the devices' link: auto, xdp or udp")
-	socket := f.String("socket", "", "unix socket to listen on (default: SROCE_SOCKET, or the place for this user)")
-	metrics := f.String("metrics", "", "serve Prometheus metrics on `ADDR` (host:port)")
-	metricsClients := f.Bool("metrics-clients", false, "label the metrics of clients with their uid and program name (comm), one series per uid, program and device")
-	engine := f.String("engine", "", "engine `MODE`: auto, sleep, spin, adaptive or inline (default: SROCE_ENGINE, else auto)")
-	queues := f.Int("queues", 0, "receive queues of each interface the devices use, one engine each (default: SROCE_QUEUES, else the queue count capped by the CPUs)")
-	logFormat := f.String("log-format", "text", "log `FORMAT`: text or json")
-	verbose := f.Bool("verbose", false, "log every client request that fails")
+	f.String("config", "", "read the configuration from `FILE` (docs/operating.md); the flags override it, SIGHUP rereads it")
+	link := f.String("link", cfg.str("link", "auto"), "`MODE` of the devices' link: auto, xdp or udp")
+	socket := f.String("socket", cfg.str("socket", ""), "unix socket `PATH` to listen on (default: SROCE_SOCKET, else /run/sroce/sroce.sock as root, else the place of this user's daemon)")
+	socketGroup := f.String("socket-group", cfg.str("socket-group", ""), "the socket's owner `GROUP` (name or number; default: the daemon's)")
+	socketMode := f.String("socket-mode", cfg.str("socket-mode", "0666"), "the socket's `MODE`, in octal (0666: every local user, as rdma-core's udev rules give uverbs devices)")
+	metrics := f.String("metrics", cfg.str("metrics", ""), "serve Prometheus metrics on `ADDR` (host:port)")
+	metricsClients := f.Bool("metrics-clients", cfg.str("metrics-clients", "false") == "true", "label the metrics of clients with their uid and program name (comm), one series per uid, program and device")
+	engine := f.String("engine", cfg.str("engine", ""), "engine `MODE`: auto, sleep, spin, adaptive or inline (default: SROCE_ENGINE, else auto)")
+	queues := f.Int("queues", cfg.num("queues", 0, &numErr), "receive queues of each interface the devices use, one engine each (default: SROCE_QUEUES, else the queue count capped by the CPUs)")
+	logFormat := f.String("log-format", cfg.str("log-format", "text"), "log `FORMAT`: text or json")
+	logFile := f.String("log-file", cfg.str("log-file", ""), "append the log to `FILE` (default: standard error); SIGHUP reopens it")
+	logLevel := f.String("log-level", cfg.str("log-level", "info"), "log `LEVEL`: debug, info, warn or error")
+	verbose := f.Bool("verbose", false, "log every client request that fails (--log-level debug)")
 	f.Short('v', "verbose")
-	spin := f.Duration("spin", 0, "how long a client's bridge keeps polling its rings after the last work before it sleeps (default 50µs with four CPUs or more, else none; 0: the default; negative: never spin)")
-	maxQPs := f.Int("max-qps", daemon.DefaultLimits.QPs, "QPs one client may hold")
-	maxMRs := f.Int("max-mrs", daemon.DefaultLimits.MRs, "MRs and MWs one client may hold")
-	maxReg := f.Uint64("max-reg", daemon.DefaultLimits.RegBytes, "`BYTES` one client may register")
+	spinDef, err := time.ParseDuration(cfg.str("spin", "0s"))
+	if err != nil && numErr == nil {
+		numErr = fmt.Errorf("%s: spin = %q: want a duration", cfgPath, cfg.str("spin", ""))
+	}
+	spin := f.Duration("spin", spinDef, "how long a client's bridge keeps polling its rings after the last work before it sleeps (default 50µs with four CPUs or more, else none; 0: the default; negative: never spin)")
+	maxQPs := f.Int("max-qps", cfg.num("max-qps", daemon.DefaultLimits.QPs, &numErr), "QPs one client may hold")
+	maxMRs := f.Int("max-mrs", cfg.num("max-mrs", daemon.DefaultLimits.MRs, &numErr), "MRs and MWs one client may hold")
+	regDef, err := strconv.ParseUint(cfg.str("max-reg", strconv.FormatUint(daemon.DefaultLimits.RegBytes, 10)), 10, 64)
+	if err != nil && numErr == nil {
+		numErr = fmt.Errorf("%s: max-reg = %q: want a number of bytes", cfgPath, cfg.str("max-reg", ""))
+	}
+	maxReg := f.Uint64("max-reg", regDef, "`BYTES` one client may register")
 	var limUser, limTotal budgetFlag
+	for _, l := range []struct {
+		key string
+		b   *budgetFlag
+	}{{"limit-user", &limUser}, {"limit-total", &limTotal}} {
+		if v, ok := cfg.vals[l.key]; ok {
+			if err := l.b.Set(v); err != nil && numErr == nil {
+				numErr = fmt.Errorf("%s: %s: %v", cfgPath, l.key, err)
+			}
+		}
+	}
 	f.Var(&limUser, "limit-user", "what the clients of one uid may hold together, with --limit-total's `keys`; a key left out is a quarter of the total's (here: "+defUser.String()+")")
 	f.Var(&limTotal, "limit-total", "what all clients may hold together, as `KEY=N[,KEY=N...]` with keys conns, fds, maps, qps, mrs (counts), "+
 		"reg and queue (bytes, with K, M or G suffixes); a key left out follows the host: "+
@@ -117,11 +170,21 @@ func runDaemon(e *env, args []string) int {
 	if !ok {
 		return status
 	}
+	if cfgErr != nil {
+		return f.usageError(cfgErr.Error())
+	}
+	if numErr != nil {
+		return f.usageError(numErr.Error())
+	}
 	if len(pos) != 0 {
 		return f.usageError("daemon takes no arguments")
 	}
+	given := givenFlags(args)
 	if len(ifs) == 0 {
-		return f.usageError("give at least one interface with -d")
+		ifs = cfg.ifs
+	}
+	if len(ifs) == 0 {
+		return f.usageError("give at least one interface with -d (or interface = IF in --config)")
 	}
 	for _, l := range []struct {
 		name string
@@ -134,6 +197,10 @@ func runDaemon(e *env, args []string) int {
 	if *maxReg == 0 {
 		return f.usageError(badValue("--max-reg", 0, "want a positive number"))
 	}
+	sockOpts, msg := parseSocketOptions(*socketGroup, *socketMode)
+	if msg != "" {
+		return f.usageError(msg)
+	}
 	mode, msg := parseLinkMode("--link", *link)
 	if msg != "" {
 		return f.usageError(msg)
@@ -145,53 +212,70 @@ func runDaemon(e *env, args []string) int {
 	if *queues < 0 {
 		return f.usageError(badValue("--queues", *queues, "want a positive number"))
 	}
-	var err error
 	if *queues == 0 {
 		if *queues, err = device.Queues(); err != nil {
 			return f.usageError(err.Error())
 		}
 	}
-	var specs []device.Spec
-	for _, arg := range ifs {
+	// specOf parses an interface given with -d or in the configuration;
+	// a down interface is served with its port DOWN, as an rxe device on
+	// a down netdev is.
+	specOf := func(arg string) (ifaceSpec, string) {
 		spec, err := device.ParseSpec(arg)
 		if err != nil || spec.Ifname == "" {
-			return f.usageError(badValue("--device", arg, "want an interface name, or IF@ADDR for the UDP link's address"))
+			return ifaceSpec{}, badValue("--device", arg, "want an interface name, or IF@ADDR for the UDP link's address")
 		}
-		if slices.ContainsFunc(specs, func(s device.Spec) bool { return s.Ifname == spec.Ifname }) {
-			return f.usageError(badValue("--device", arg, "interface "+spec.Ifname+" is given twice"))
+		return ifaceSpec{spec.Ifname, iface.Options{Mode: mode, Engine: em, Addr: spec.Addr, Queues: *queues, AllowDown: true}}, ""
+	}
+	var specs []ifaceSpec
+	for _, arg := range ifs {
+		s, msg := specOf(arg)
+		if msg != "" {
+			return f.usageError(msg)
 		}
-		specs = append(specs, spec)
+		if slices.ContainsFunc(specs, func(o ifaceSpec) bool { return o.name == s.name }) {
+			return f.usageError(badValue("--device", arg, "interface "+s.name+" is given twice"))
+		}
+		specs = append(specs, s)
 	}
 	if *metrics != "" {
 		if msg := checkListenAddr("--metrics", *metrics); msg != "" {
 			return f.usageError(msg)
 		}
 	}
-	level := slog.LevelInfo
 	if *verbose {
-		level = slog.LevelDebug
+		*logLevel = "debug"
 	}
-	var h slog.Handler
-	switch *logFormat {
-	case "text":
-		h = slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: level})
-	case "json":
-		h = slog.NewJSONHandler(e.Stderr, &slog.HandlerOptions{Level: level})
-	default:
+	level, err := parseLevel(*logLevel)
+	if err != nil {
+		return f.usageError("--log-level: " + err.Error())
+	}
+	if *logFormat != "text" && *logFormat != "json" {
 		return f.usageError(badValue("--log-format", *logFormat, "want text or json"))
 	}
-	log := slog.New(h)
+	sink, err := openLogSink(*logFile, e.Stderr)
+	if err != nil {
+		fmt.Fprintf(e.Stderr, "sroce daemon: %v\n", err)
+		return exitProblem
+	}
+	defer sink.Close()
+	var levelVar slog.LevelVar
+	levelVar.Set(level)
+	lh := newLogHandler(sink, &levelVar, *logFormat == "json")
+	log := slog.New(lh)
 	bi := buildinfo.Get()
 	log.Info("starting", "version", bi.Version, "revision", bi.ShortRevision(), "go", bi.GoVersion)
 	if raiseErr != nil {
 		log.Warn("the descriptor limit stays as it was; the descriptor budget follows it", "err", raiseErr)
 	}
+	notify := newNotifier(log)
 	// The metrics endpoint listens before the devices open: a bad
 	// address fails at once, and /readyz tells when they are up.
 	var obs *observer
 	if *metrics != "" {
 		if obs, err = listenMetrics(*metrics, log); err != nil {
 			fmt.Fprintf(e.Stderr, "sroce daemon: %v\n", err)
+			notify.send("STATUS=" + err.Error())
 			return exitProblem
 		}
 		defer obs.close()
@@ -202,27 +286,47 @@ func runDaemon(e *env, args []string) int {
 	// metrics handler reads them under portsMu.
 	var (
 		ports   []*iface.Port
+		claims  = map[*iface.Port]*daemon.Claim{} // each port's hold on its interface
 		portsMu sync.Mutex
 	)
+	// closePort closes a port and lets its interface go.
+	closePort := func(p *iface.Port) {
+		p.Close()
+		portsMu.Lock()
+		c := claims[p]
+		delete(claims, p)
+		portsMu.Unlock()
+		c.Release()
+	}
 	defer func() {
 		portsMu.Lock()
-		defer portsMu.Unlock()
-		for _, p := range ports {
-			p.Close()
+		ps := slices.Clone(ports)
+		portsMu.Unlock()
+		for _, p := range ps {
+			closePort(p)
 		}
 	}()
 	// opts are each interface's options, to open it again when it comes
-	// back after being deleted.
+	// back after being deleted; an interface that is not in it (any more)
+	// is not served.
 	opts := map[string]iface.Options{}
-	var want []string // the interfaces given, for /readyz
-	for _, spec := range specs {
-		// A down interface is served with its port DOWN, as an rxe
-		// device on a down netdev is.
-		opts[spec.Ifname] = iface.Options{Mode: mode, Engine: em, Addr: spec.Addr, Queues: *queues, AllowDown: true}
-		want = append(want, spec.Ifname)
-		p, err := openServed(log, spec.Ifname, opts[spec.Ifname])
+	wanted := func() []string { // the interfaces to serve, for /readyz
+		var w []string
+		for name := range opts {
+			w = append(w, name)
+		}
+		slices.Sort(w)
+		return w
+	}
+	for _, s := range specs {
+		opts[s.name] = s.opts
+		p, claim, err := openServed(log, s.name, s.opts)
+		if err == nil {
+			claims[p] = claim
+		}
 		if err != nil {
-			fmt.Fprintf(e.Stderr, "sroce daemon: %s: %v\n", spec.Ifname, err)
+			fmt.Fprintf(e.Stderr, "sroce daemon: %s: %v\n", s.name, err)
+			notify.send("STATUS=" + s.name + ": " + err.Error())
 			return exitProblem
 		}
 		ports = append(ports, p)
@@ -239,25 +343,33 @@ func runDaemon(e *env, args []string) int {
 	log.Info("budgets", "user", bs.User.String(), "total", bs.Total.String())
 	path := *socket
 	if path == "" {
-		path = daemon.DefaultSocket()
+		path = sockpath.Listen()
 	}
-	ln, err := daemon.Listen(path)
+	ln, err := daemon.ListenWith(path, sockOpts)
 	if err != nil {
 		fmt.Fprintf(e.Stderr, "sroce daemon: %v\n", err)
+		notify.send("STATUS=" + err.Error())
 		srv.Close()
 		return exitProblem
 	}
+	// Every way out removes the socket (a SIGKILL leaves it: the next
+	// daemon replaces it, seeing no one listens).
 	defer os.Remove(path)
-	log.Info("listening", "socket", path)
+	portsMu.Lock()
+	for _, c := range claims {
+		c.SetSocket(path)
+	}
+	portsMu.Unlock()
+	log.Info("listening", "socket", path, "mode", fmt.Sprintf("%04o", sockOpts.Mode), "group", groupName(sockOpts))
 
-	obs.attach(srv, *metricsClients, want, func() []*iface.Port {
+	obs.attach(srv, *metricsClients, wanted(), func() []*iface.Port {
 		portsMu.Lock()
 		defer portsMu.Unlock()
 		return slices.Clone(ports)
 	}, path)
 
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sig)
 	served := make(chan error, 1)
 	go func() {
@@ -268,6 +380,19 @@ func runDaemon(e *env, args []string) int {
 	}()
 	done := make(chan struct{})
 	defer close(done)
+	statusLine := func() string {
+		portsMu.Lock()
+		defer portsMu.Unlock()
+		names := make([]string, 0, len(ports))
+		for _, p := range ports {
+			names = append(names, p.Device().Name())
+		}
+		if len(names) == 0 {
+			return "STATUS=no device (waiting for the interfaces); socket " + path
+		}
+		return fmt.Sprintf("STATUS=serving %s on %s", strings.Join(names, ", "), path)
+	}
+	notify.send("READY=1", statusLine(), fmt.Sprintf("MAINPID=%d", os.Getpid()))
 	// A port is lost when its interface is deleted or its link fails (a
 	// link that goes down or loses its carrier is a port event: the
 	// device stays). Its device is removed, and opened again with the
@@ -301,73 +426,296 @@ func runDaemon(e *env, args []string) int {
 	for _, p := range ports {
 		watchLost(p)
 	}
+	// serve adds the device of interface name; drop removes it.
+	serve := func(name string) error {
+		p, claim, err := openServed(log, name, opts[name])
+		if err == nil {
+			if err = srv.Add(p); err != nil {
+				p.Close()
+				claim.Release()
+			}
+		}
+		if err != nil {
+			return err
+		}
+		claim.SetSocket(path)
+		portsMu.Lock()
+		ports = append(ports, p)
+		claims[p] = claim
+		portsMu.Unlock()
+		watchLost(p)
+		return nil
+	}
+	drop := func(name string) {
+		left := srv.Remove(name)
+		portsMu.Lock()
+		var gone []*iface.Port
+		ports = slices.DeleteFunc(ports, func(q *iface.Port) bool {
+			if q.Ifname() == name {
+				gone = append(gone, q)
+				return true
+			}
+			return false
+		})
+		portsMu.Unlock()
+		for _, p := range gone {
+			closePort(p)
+		}
+		log.Info("interface no longer served", "interface", name, "devices_left", left)
+	}
+	// reload rereads the configuration file and applies what may change
+	// while clients stay: interfaces (unless -d gave them), the log's
+	// level, format and file, the per-client limits for new requests.
+	reload := func() {
+		if err := sink.Reopen(*logFile); err != nil {
+			log.Error("reopening the log file failed; the log stays where it was", "file", *logFile, "err", err)
+		} else if *logFile != "" {
+			log.Info("log file reopened", "file", *logFile)
+		}
+		if cfgPath == "" {
+			log.Info("reloaded: no configuration file (--config) to reread")
+			return
+		}
+		nc, err := readDaemonConfig(cfgPath)
+		if err != nil {
+			log.Error("rereading the configuration failed; nothing changed", "err", err)
+			return
+		}
+		changed := changedKeys(cfg, nc)
+		var applied, restart, overridden []string
+		lim := srv.Limits()
+		for _, k := range changed {
+			if given[k] {
+				overridden = append(overridden, k)
+				continue
+			}
+			if !configKeys[k] {
+				restart = append(restart, k)
+				continue
+			}
+			v := nc.vals[k]
+			var err error
+			switch k {
+			case "interface":
+				err = reloadInterfaces(log, nc.ifs, opts, specOf, serve, drop)
+				obs.setWant(wanted())
+			case "log-level":
+				var l slog.Level
+				if l, err = parseLevel(nc.str(k, "info")); err == nil {
+					levelVar.Set(l)
+				}
+			case "log-format":
+				switch nc.str(k, "text") {
+				case "text", "json":
+					lh.useJSON.Store(nc.str(k, "text") == "json")
+				default:
+					err = fmt.Errorf("log-format %q: want text or json", v)
+				}
+			case "log-file":
+				if err = sink.Reopen(v); err == nil {
+					*logFile = v
+				}
+			case "max-qps", "max-mrs":
+				var n int
+				if n, err = strconv.Atoi(nc.str(k, "0")); err == nil && n <= 0 {
+					err = fmt.Errorf("%s = %q: want a positive number", k, v)
+				}
+				if err == nil && k == "max-qps" {
+					lim.QPs = n
+				} else if err == nil {
+					lim.MRs = n
+				}
+			case "max-reg":
+				var n uint64
+				if n, err = strconv.ParseUint(nc.str(k, "0"), 10, 64); err == nil && n == 0 {
+					err = fmt.Errorf("max-reg = %q: want a positive number", v)
+				}
+				if err == nil {
+					lim.RegBytes = n
+				}
+			}
+			if err != nil {
+				log.Error("configuration: not applied", "key", k, "value", v, "err", err)
+				continue
+			}
+			applied = append(applied, k)
+		}
+		srv.SetLimits(lim)
+		cfg = nc
+		log.Info("configuration reread", "file", cfgPath, "applied", strings.Join(applied, ","),
+			"needs_restart", strings.Join(restart, ","), "overridden_by_flags", strings.Join(overridden, ","))
+		if len(restart) > 0 {
+			log.Warn("configuration: these changes take effect when the daemon restarts", "keys", strings.Join(restart, ","))
+		}
+	}
 	code := exitOK
 wait:
 	for {
 		select {
 		case s := <-sig:
+			if s == syscall.SIGHUP {
+				notify.send("RELOADING=1", monotonicUsec())
+				log.Info("reloading", "signal", s.String())
+				reload()
+				notify.send("READY=1", statusLine())
+				continue
+			}
 			log.Info("stopping", "signal", s.String())
+			notify.send("STOPPING=1", "STATUS=stopping: telling the clients and freeing their objects")
 			break wait
 		case err := <-served:
 			log.Error("serving stopped", "err", err)
 			code = exitProblem
 			break wait
 		case p := <-lost:
-			name := p.Ifname()
-			left := srv.Remove(name)
 			portsMu.Lock()
+			ours := slices.Contains(ports, p)
 			ports = slices.DeleteFunc(ports, func(q *iface.Port) bool { return q == p })
 			portsMu.Unlock()
-			p.Close()
+			if !ours {
+				continue // closed by a reload
+			}
+			name := p.Ifname()
+			left := srv.Remove(name)
+			closePort(p)
 			log.Warn("interface gone: its device is closed until the interface is back", "interface", name,
 				"err", p.Err(), "devices_left", left)
 			if left == 0 {
 				log.Warn("no device left; waiting for the interfaces to come back")
 			}
+			notify.send(statusLine())
 			awaitBack(name)
 		case name := <-back:
-			p, err := openServed(log, name, opts[name])
-			if err == nil {
-				if err = srv.Add(p); err != nil {
-					p.Close()
-				}
+			if _, want := opts[name]; !want {
+				continue // no longer configured
 			}
-			if err != nil {
+			if err := serve(name); err != nil {
 				fails[name]++
 				log.Warn("interface back, but its device did not open; waiting for it again", "interface", name, "err", err)
 				awaitBack(name)
 				continue
 			}
 			delete(fails, name)
-			portsMu.Lock()
-			ports = append(ports, p)
-			portsMu.Unlock()
-			watchLost(p)
+			notify.send(statusLine())
 		}
 	}
 	if err := srv.Close(); err != nil {
 		log.Error("closing", "err", err)
 		code = exitProblem
 	}
+	log.Info("stopped", "socket_removed", path)
 	return code
 }
 
-// openServed opens the port of a device the daemon serves, and its live
-// trace socket.
-func openServed(log *slog.Logger, name string, opts iface.Options) (*iface.Port, error) {
+// reloadInterfaces serves the interfaces of a reread configuration: the
+// new ones are opened, those no longer listed closed (their clients told,
+// as when an interface is deleted).
+func reloadInterfaces(log *slog.Logger, ifs []string, opts map[string]iface.Options,
+	specOf func(string) (ifaceSpec, string), serve func(string) error, drop func(string)) error {
+	want := map[string]iface.Options{}
+	for _, arg := range ifs {
+		s, msg := specOf(arg)
+		if msg != "" {
+			return errors.New(msg)
+		}
+		want[s.name] = s.opts
+	}
+	var errs []error
+	for name := range opts {
+		if _, ok := want[name]; !ok {
+			delete(opts, name)
+			drop(name)
+		}
+	}
+	for name, o := range want {
+		if _, ok := opts[name]; ok {
+			continue
+		}
+		opts[name] = o
+		if err := serve(name); err != nil {
+			delete(opts, name)
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			continue
+		}
+		log.Info("interface added by the configuration", "interface", name)
+	}
+	return errors.Join(errs...)
+}
+
+// ifaceSpec is an interface to serve and the options of its device.
+type ifaceSpec struct {
+	name string
+	opts iface.Options
+}
+
+// parseSocketOptions parses --socket-group (a group name or number) and
+// --socket-mode (octal); a bad value is a usage message.
+func parseSocketOptions(group, mode string) (daemon.SocketOptions, string) {
+	var o daemon.SocketOptions
+	m, err := strconv.ParseUint(mode, 8, 32)
+	if err != nil || m > 0o777 || m == 0 {
+		return o, badValue("--socket-mode", mode, "want an octal mode such as 0666 or 0660")
+	}
+	o.Mode = fs.FileMode(m)
+	if group == "" {
+		return o, ""
+	}
+	if n, err := strconv.Atoi(group); err == nil && n >= 0 {
+		o.GID, o.SetGroup = n, true
+		return o, ""
+	}
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return o, badValue("--socket-group", group, "no such group")
+	}
+	n, err := strconv.Atoi(g.Gid)
+	if err != nil {
+		return o, badValue("--socket-group", group, "its group id is "+g.Gid)
+	}
+	o.GID, o.SetGroup = n, true
+	return o, ""
+}
+
+// groupName names the socket's group for the log.
+func groupName(o daemon.SocketOptions) string {
+	if !o.SetGroup {
+		return "the daemon's"
+	}
+	if g, err := user.LookupGroupId(strconv.Itoa(o.GID)); err == nil {
+		return g.Name
+	}
+	return strconv.Itoa(o.GID)
+}
+
+// openServed claims the interface for this daemon (a second daemon on it
+// is refused, naming the holder) and opens the port of a device the
+// daemon serves, and its live trace socket.
+func openServed(log *slog.Logger, name string, opts iface.Options) (*iface.Port, *daemon.Claim, error) {
+	claim, err := daemon.ClaimInterface(name, opts.Addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.StrictAuto = true
 	p, err := iface.Open(context.Background(), name, opts)
 	if err != nil {
-		return nil, err
+		claim.Release()
+		return nil, nil, err
 	}
 	log.Info("device ready", "device", p.Device().Name(), "interface", name, "link", p.LinkMode(),
 		"reason", p.Reason(), "engine", p.Device().Engine().String(), "queues", p.Queues())
+	if (opts.Mode == iface.ModeAuto || opts.Mode == "") && p.LinkMode() == iface.LinkUDP {
+		if ifc, err := net.InterfaceByName(name); err == nil && ifc.Flags&net.FlagLoopback == 0 {
+			log.Warn("AF_XDP is not permitted here: serving over the UDP link (port 4791), which only peers with a UDP link or a kernel that delivers RoCEv2 to it; give the daemon CAP_NET_RAW, CAP_NET_ADMIN, CAP_BPF and CAP_SYS_ADMIN, or --link udp to say so",
+				"device", p.Device().Name(), "interface", name, "reason", p.Reason())
+		}
+	}
 	// "sroce trace" attaches to the device here.
 	if ts, err := tracesock.Serve(p.Device()); err != nil {
 		log.Warn("no live trace", "device", p.Device().Name(), "err", err)
 	} else {
 		log.Info("live trace", "device", p.Device().Name(), "socket", ts.Path())
 	}
-	return p, nil
+	return p, claim, nil
 }
 
 // reopenPause is how long the daemon waits after losing a port before it

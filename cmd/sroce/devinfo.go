@@ -16,7 +16,7 @@ import (
 	"strings"
 
 	"github.com/sroce/sroce/client"
-	"github.com/sroce/sroce/daemon"
+	"github.com/sroce/sroce/internal/sockpath"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/roce/netif"
 	"github.com/sroce/sroce/tools/device"
@@ -266,7 +266,7 @@ func netInterfaces() ([]string, error) {
 // ifname, and reports whether there was one.
 func daemonDevinfo(w io.Writer, socket, ifname string, verbose bool) bool {
 	if socket == "" {
-		socket = daemon.DefaultSocket()
+		socket = sockpath.Find()
 	}
 	x, err := client.Open(socket, "sroce_"+ifname)
 	if err != nil {

@@ -103,6 +103,17 @@ func (o *observer) attach(srv *daemon.Server, perClient bool, want []string, por
 	o.mu.Unlock()
 }
 
+// setWant sets the interfaces the daemon is to serve (a reload changed
+// them).
+func (o *observer) setWant(want []string) {
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	o.want = slices.Clone(want)
+	o.mu.Unlock()
+}
+
 // setListening says whether the control socket accepts clients.
 func (o *observer) setListening(on bool) {
 	if o != nil {

@@ -13,8 +13,8 @@ import (
 	"strings"
 
 	"github.com/sroce/sroce/client"
-	"github.com/sroce/sroce/daemon"
 	"github.com/sroce/sroce/daemon/ctl"
+	"github.com/sroce/sroce/internal/sockpath"
 )
 
 const resourceAbout = `
@@ -61,7 +61,7 @@ func runResource(e *env, args []string) int {
 	}
 	path := *socket
 	if path == "" {
-		path = daemon.DefaultSocket()
+		path = sockpath.Find()
 	}
 	kind, name := ctl.ResKindClients, ""
 	if len(pos) == 1 {

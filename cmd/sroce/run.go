@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -36,7 +36,9 @@ libsroce_preload.so, preloaded, answers for a sroce device's
 gid_attrs/types and gid_attrs/ndevs files and passes every other open on.
 
 --socket names the daemon's socket (it sets SROCE_SOCKET for the program);
-by default the library looks where the daemon listens by default. The
+by default the library finds the daemon as every sroce client does:
+SROCE_SOCKET, else the user's own daemon if one listens, else the system
+daemon at /run/sroce/sroce.sock (docs/operating.md). The
 program gets sroce's standard input, output, error and signals, and sroce
 exits with its status. --print-lib prints the directory of the
 libraries and exits.`

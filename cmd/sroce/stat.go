@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/client"
-	"github.com/sroce/sroce/daemon"
+	"github.com/sroce/sroce/internal/sockpath"
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/tools/device"
 	"github.com/sroce/sroce/verbs"
@@ -139,7 +139,7 @@ type statData struct {
 // daemon serves it.
 func daemonStat(socket, ifname string) *statData {
 	if socket == "" {
-		socket = daemon.DefaultSocket()
+		socket = sockpath.Find()
 	}
 	st, err := client.Stats(socket, "sroce_"+ifname)
 	if err != nil {

@@ -4,8 +4,9 @@
  * daemon/ctl holds the same structs in Go; its tests compile this file and
  * compare every offset and size.
  *
- * Transport: a unix SOCK_SEQPACKET socket (default /run/sroce/sroce.sock as
- * root, $XDG_RUNTIME_DIR/sroce.sock otherwise, SROCE_SOCKET overrides). One
+ * Transport: a unix SOCK_SEQPACKET socket, found by the rule of
+ * internal/sockpath (SROCE_SOCKET; else the user's own daemon if one
+ * listens; else the system daemon at /run/sroce/sroce.sock). One
  * connection is one device context (struct ibv_context): everything it
  * creates belongs to it and is destroyed when it closes, as when a process
  * closes its uverbs file. A connection that has not sent SROCE_OP_OPEN may

@@ -32,6 +32,12 @@ var ErrExist = fs.ErrExist
 // when it closes (its bound name was the private one): the caller removes
 // path.
 func Listen(network, path string, mode fs.FileMode, replace bool) (*net.UnixListener, error) {
+	return ListenOwned(network, path, mode, -1, replace)
+}
+
+// ListenOwned is Listen with the socket's group set to gid (-1: the
+// process's) before it appears at path.
+func ListenOwned(network, path string, mode fs.FileMode, gid int, replace bool) (*net.UnixListener, error) {
 	private, err := os.MkdirTemp(filepath.Dir(path), ".sk")
 	if err != nil {
 		return nil, fmt.Errorf("creating a private directory beside %s: %w", path, err)
@@ -47,6 +53,11 @@ func Listen(network, path string, mode fs.FileMode, replace bool) (*net.UnixList
 		ln.Close()
 		os.Remove(tmp)
 		return nil, err
+	}
+	if gid >= 0 {
+		if err := os.Lchown(tmp, -1, gid); err != nil {
+			return fail(fmt.Errorf("setting the group of %s: %w", path, err))
+		}
 	}
 	if err := os.Chmod(tmp, mode); err != nil {
 		return fail(fmt.Errorf("setting the mode of %s: %w", path, err))

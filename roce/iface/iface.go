@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/netif"
@@ -149,6 +151,12 @@ type Options struct {
 	Name string
 	// XDP tunes the AF_XDP socket; the zero value is a good default.
 	XDP xdp.Options
+	// StrictAuto makes ModeAuto fall back to the UDP link only when
+	// AF_XDP is not permitted (no privileges, or EPERM/EACCES from the
+	// kernel); any other AF_XDP failure (the interface's queue is busy,
+	// the driver refuses, ...) fails Open with its sentence. The daemon
+	// sets it: a link it was not asked for must not hide a fault.
+	StrictAuto bool
 	// AllowDown opens the port even when the interface is down or has no
 	// carrier (port state DOWN), for inspection. By default Open refuses.
 	AllowDown bool
@@ -285,6 +293,9 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 		if xerr == nil {
 			p.reason = "root, and AF_XDP works on " + ifname
 			break
+		}
+		if opts.StrictAuto && !errors.Is(xerr, unix.EPERM) && !errors.Is(xerr, unix.EACCES) {
+			return nil, errorf(ErrXDP, xerr, "%v (with --link auto the UDP link is used only when AF_XDP is not permitted; --link udp asks for it)", xerr)
 		}
 		if err := p.openUDP(ifc, opts); err != nil {
 			return nil, fmt.Errorf("%v; and the UDP link failed too: %v", xerr, err)

@@ -56,6 +56,22 @@ static int empty_poll(struct sroce_cq *cq)
 	return ++cq->empty_polls % SROCE_EMPTY_POLLS == 0;
 }
 
+/*
+ * Whether the daemon is gone, for a poll that found e: an error completion
+ * may be one the daemon made while it was stopping (a flushed work
+ * request), after it closed the connection; the program is told the
+ * device's fate instead (ibv_poll_cq fails, as a CQ of a device that went
+ * away does; a program polling for work that never completes does not
+ * wait for ever).
+ */
+static int gone_at(struct sroce_cq *cq, const struct sroce_cqe *e)
+{
+	struct sroce_context *c = to_sctx(cq->cq.context);
+	if (sroce_is_gone(c))
+		return 1;
+	return e && e->status != IBV_WC_SUCCESS && sroce_check_gone(c);
+}
+
 int sroce_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 {
 	struct sroce_cq *cq = to_scq(ibcq);
@@ -63,6 +79,11 @@ int sroce_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 	pthread_spin_lock(&cq->lock);
 	for (i = 0; i < n; i++) {
 		struct sroce_cqe *e = sroce_ring_front(cq->ring);
+		if (gone_at(cq, e)) {
+			pthread_spin_unlock(&cq->lock);
+			errno = SROCE_GONE_ERRNO;
+			return -1;
+		}
 		if (!e)
 			break;
 		cqe_to_wc(e, &wc[i]);
@@ -83,6 +104,8 @@ int sroce_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 int sroce_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
 	struct sroce_cq *cq = to_scq(ibcq);
+	if (sroce_is_gone(to_sctx(ibcq->context)))
+		return SROCE_GONE_ERRNO;
 	/* Not the poll lock: a program may arm between ibv_start_poll and ibv_end_poll. */
 	pthread_mutex_lock(&cq->arm_lock);
 	__atomic_store_n(&cq->ctl->arm, solicited_only ? 2u : 1u, __ATOMIC_RELEASE);
@@ -96,6 +119,10 @@ int sroce_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 static int cqx_load(struct sroce_cq *cq)
 {
 	struct sroce_cqe *e = sroce_ring_front(cq->ring);
+	if (gone_at(cq, e)) {
+		cq->cur = NULL;
+		return SROCE_GONE_ERRNO;
+	}
 	if (!e) {
 		cq->cur = NULL;
 		return ENOENT;
@@ -338,7 +365,7 @@ EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 	 * out of the table (no more events handed out for it), the library
 	 * waits for the program to acknowledge those it was given.
 	 */
-	err = sroce_call(c, SROCE_OP_DESTROY_CQ, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
+	err = sroce_destroy_call(c, SROCE_OP_DESTROY_CQ, &h, sizeof(h));
 	if (err)
 		return err;
 	sroce_table_del(c, &c->cqs, ibcq->handle);

@@ -7,11 +7,16 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -23,23 +28,141 @@
 #define SROCE_LIB_NAME "libibverbs"
 #endif
 
-static char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+/* Room for a path; dial refuses those longer than a unix socket's. */
+#define SROCE_PATH_ROOM 512
+static char socket_path[SROCE_PATH_ROOM];
 
-/* The daemon's socket: SROCE_SOCKET, else the default for this user. */
-const char *sroce_socket_path(void)
+#define SROCE_SYSTEM_SOCKET "/run/sroce/sroce.sock"
+
+/* Whether dir is a directory (not a link) of this user that no one else may write to. */
+static int own_dir(const char *dir)
 {
+	struct stat st;
+	return lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+	       !(st.st_mode & (S_IWGRP | S_IWOTH));
+}
+
+/*
+ * The place of this user's own daemon (as internal/sockpath.User): the
+ * system daemon's for root; else $XDG_RUNTIME_DIR/sroce.sock; else
+ * /run/user/UID/sroce.sock when that directory is the user's; else
+ * $TMPDIR/sroce-UID/sroce.sock. 0, or -1 when the place is not to be
+ * trusted (a temporary directory that is not the user's own).
+ */
+static int user_socket(char *buf, size_t n)
+{
+	unsigned uid = (unsigned)geteuid();
+	const char *rt = getenv("XDG_RUNTIME_DIR");
+	char dir[SROCE_PATH_ROOM - 16];
+	if (uid == 0) {
+		snprintf(buf, n, "%s", SROCE_SYSTEM_SOCKET);
+		return 0;
+	}
+	if (rt && *rt) {
+		snprintf(buf, n, "%.*s/sroce.sock", (int)sizeof(dir) - 1, rt);
+		return 0;
+	}
+	snprintf(dir, sizeof(dir), "/run/user/%u", uid);
+	if (own_dir(dir)) {
+		snprintf(buf, n, "%s/sroce.sock", dir);
+		return 0;
+	}
+	const char *tmp = getenv("TMPDIR");
+	if (!tmp || !*tmp)
+		tmp = "/tmp";
+	size_t l = strlen(tmp);
+	while (l > 1 && tmp[l - 1] == '/')
+		l--;
+	if (l > sizeof(dir) - 20)
+		l = sizeof(dir) - 20;
+	snprintf(dir, sizeof(dir), "%.*s/sroce-%u", (int)l, tmp, uid);
+	snprintf(buf, n, "%s/sroce.sock", dir);
+	return own_dir(dir) ? 0 : -1;
+}
+
+/* A connected SOCK_SEQPACKET socket to path, or -1 with errno set. */
+static int dial(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct timeval tv = {.tv_sec = SROCE_CTL_TIMEOUT_SEC};
+	int fd, err;
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		err = errno;
+		close(fd);
+		errno = err;
+		return -1;
+	}
+	return fd;
+}
+
+/*
+ * The one rule that finds the daemon (internal/sockpath in Go, and
+ * docs/operating.md): SROCE_SOCKET when set; else the user's own daemon
+ * when one listens (a connect succeeds); else the system daemon at
+ * /run/sroce/sroce.sock. Returns a connected socket or -1 with errno set;
+ * socket_path names the socket used (or, on failure, the last tried).
+ */
+static pthread_mutex_t path_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The user's place when the rule tried it and no daemon answered there ("" otherwise). */
+static char user_tried[SROCE_PATH_ROOM];
+
+static int find_daemon(void)
+{
+	char user[SROCE_PATH_ROOM];
 	const char *env = getenv("SROCE_SOCKET");
+	int fd = -1, err;
+	pthread_mutex_lock(&path_lock);
 	if (env && *env) {
 		snprintf(socket_path, sizeof(socket_path), "%s", env);
-	} else if (geteuid() == 0) {
-		snprintf(socket_path, sizeof(socket_path), "/run/sroce/sroce.sock");
 	} else {
-		const char *rt = getenv("XDG_RUNTIME_DIR");
-		if (rt && *rt)
-			snprintf(socket_path, sizeof(socket_path), "%s/sroce.sock", rt);
-		else
-			snprintf(socket_path, sizeof(socket_path), "/run/user/%u/sroce.sock",
-				 (unsigned)geteuid());
+		user_tried[0] = 0;
+		if (user_socket(user, sizeof(user)) == 0 && strcmp(user, SROCE_SYSTEM_SOCKET)) {
+			fd = dial(user);
+			if (fd >= 0)
+				snprintf(socket_path, sizeof(socket_path), "%s", user);
+			else
+				snprintf(user_tried, sizeof(user_tried), "%s", user);
+		}
+		if (fd < 0)
+			snprintf(socket_path, sizeof(socket_path), "%s", SROCE_SYSTEM_SOCKET);
+	}
+	if (fd < 0)
+		fd = dial(socket_path);
+	err = errno;
+	pthread_mutex_unlock(&path_lock);
+	errno = err;
+	return fd;
+}
+
+/* For a message saying no daemon was found: ", nor at PATH" naming the
+ * user's place when the rule tried it, else "". */
+const char *sroce_socket_also(void)
+{
+	static char buf[SROCE_PATH_ROOM + 16];
+	if (!user_tried[0])
+		return "";
+	snprintf(buf, sizeof(buf), ", nor at %.*s", SROCE_PATH_ROOM - 1, user_tried);
+	return buf;
+}
+
+/* The daemon's socket: the one the last connection used (or tried last), else the rule's. */
+const char *sroce_socket_path(void)
+{
+	if (!socket_path[0]) {
+		int fd = find_daemon();
+		if (fd >= 0)
+			close(fd);
 	}
 	return socket_path;
 }
@@ -58,26 +181,13 @@ void sroce_warn(const char *fmt, ...)
 /* Opens a connection to the daemon and says hello; 0 or an errno value. */
 int sroce_connect(int *fd_out)
 {
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	const char *path = sroce_socket_path();
-	struct timeval tv = {.tv_sec = SROCE_CTL_TIMEOUT_SEC};
 	struct sroce_ctl_hello hello = {.abi = SROCE_CTL_VERSION}, reply;
 	uint32_t seq = 0;
 	int fd, err;
 
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return ENAMETOOLONG;
-	strcpy(sa.sun_path, path);
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	fd = find_daemon();
 	if (fd < 0)
 		return errno;
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		err = errno;
-		close(fd);
-		return err;
-	}
 	err = sroce_call_fd(fd, &seq, SROCE_OP_HELLO, &hello, sizeof(hello), NULL, 0,
 			    &reply, sizeof(reply), NULL, NULL, NULL);
 	if (err) {
@@ -223,18 +333,180 @@ int sroce_call_fd(int sock, uint32_t *seq, uint16_t op, const void *req, size_t 
 	return 0;
 }
 
-/* A call on a context's connection with a fixed-size reply and nrfds descriptors. */
+/*
+ * A call on a context's connection with a fixed-size reply and nrfds
+ * descriptors. Once the daemon is gone every call fails with EIO, the
+ * kernel's errno for the calls on a device that was disassociated from
+ * its contexts.
+ */
 int sroce_call(struct sroce_context *c, uint16_t op, const void *req, size_t reqlen,
 	       const int *fds, unsigned nfds, void *reply, size_t replylen,
 	       int *rfds, unsigned nrfds)
 {
 	int err;
 	unsigned n = nrfds;
+	if (sroce_is_gone(c))
+		return SROCE_GONE_ERRNO;
 	pthread_mutex_lock(&c->ctl_lock);
 	err = sroce_call_fd(c->sock, &c->seq, op, req, reqlen, fds, nfds, reply, replylen,
 			    NULL, rfds, nrfds ? &n : NULL);
 	pthread_mutex_unlock(&c->ctl_lock);
+	if ((err == ECONNRESET || err == EPIPE || err == ENOTCONN) && sroce_check_gone(c))
+		return SROCE_GONE_ERRNO;
 	return err;
+}
+
+/*
+ * The destruction of an object: as with rdma-core over a disassociated
+ * device (where the kernel destroyed everything already and its EIO counts
+ * as done), it succeeds once the daemon is gone, which freed the object.
+ */
+int sroce_destroy_call(struct sroce_context *c, uint16_t op, const void *req, size_t reqlen)
+{
+	int err = sroce_call(c, op, req, reqlen, NULL, 0, NULL, 0, NULL, 0);
+	return err == SROCE_GONE_ERRNO && sroce_is_gone(c) ? 0 : err;
+}
+
+/* ---- the daemon's going ---- */
+
+/* Counts the lines said: contexts opened after one went get a line of their own. */
+static unsigned gone_gen;
+
+/* Whether a daemon listens at path and answers a HELLO within 2 s (one
+ * that is dying may still accept). */
+static int daemon_answers(const char *path)
+{
+	struct sroce_ctl_hello hello = {.abi = SROCE_CTL_VERSION}, reply;
+	struct timeval tv = {.tv_sec = 2};
+	uint32_t seq = 0;
+	int fd = dial(path), err;
+	if (fd < 0)
+		return 0;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	err = sroce_call_fd(fd, &seq, SROCE_OP_HELLO, &hello, sizeof(hello), NULL, 0, &reply,
+			    sizeof(reply), NULL, NULL, NULL);
+	close(fd);
+	return err == 0;
+}
+
+/*
+ * Marks c's daemon gone (once) and says so on standard error, once for
+ * all the contexts that were open when it went. A daemon that still
+ * listens at its socket took the device away (its interface went) rather
+ * than going itself.
+ */
+static pthread_mutex_t gone_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void sroce_daemon_gone(struct sroce_context *c, const char *why)
+{
+	if (sroce_is_gone(c))
+		return;
+	/* The line is out before any call fails: a program may exit at its
+	 * first failure. */
+	pthread_mutex_lock(&gone_lock);
+	if (c->gone) {
+		pthread_mutex_unlock(&gone_lock);
+		return;
+	}
+	if (c->gen == gone_gen) {
+		gone_gen++;
+		const char *dev = c->vctx.context.device ? c->vctx.context.device->name : "?";
+		if (daemon_answers(c->sockpath))
+			fprintf(stderr,
+				"sroce: the sroce daemon at %s took device %s away (its interface went away?); "
+				"it is unusable: its calls fail with EIO and its contexts got IBV_EVENT_DEVICE_FATAL\n",
+				c->sockpath, dev);
+		else
+			fprintf(stderr,
+				"sroce: the sroce daemon at %s has gone (%s); device %s is unusable: "
+				"its calls fail with EIO and its contexts got IBV_EVENT_DEVICE_FATAL\n",
+				c->sockpath, why, dev);
+	}
+	__atomic_store_n(&c->gone, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&gone_lock);
+}
+
+/* After the daemon said DEVICE_FATAL: it closes the connection next;
+ * waits for that (at most a second), so that the calls that follow the
+ * event fail. */
+void sroce_await_gone(struct sroce_context *c)
+{
+	struct pollfd p = {.fd = c->sock, .events = POLLRDHUP};
+	if (!sroce_is_gone(c) && poll(&p, 1, 1000) == 1)
+		sroce_check_gone(c);
+}
+
+/* Whether the control connection reached its end (the daemon stopped or
+ * died); marks the daemon gone if so. Costs one poll(2). */
+int sroce_check_gone(struct sroce_context *c)
+{
+	struct pollfd p = {.fd = c->sock, .events = POLLRDHUP};
+	if (sroce_is_gone(c))
+		return 1;
+	if (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR))) {
+		sroce_daemon_gone(c, (p.revents & POLLERR) ? "connection reset" : "connection closed");
+		return 1;
+	}
+	return 0;
+}
+
+/* The watcher: waits for the end of the control connection, or for ibv_close_device. */
+static void *watch(void *arg)
+{
+	struct sroce_context *c = arg;
+	struct pollfd p[2] = {{.fd = c->sock, .events = POLLRDHUP}, {.fd = c->watch_pipe[0], .events = POLLIN}};
+	for (;;) {
+		int r = poll(p, 2, -1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 || p[1].revents)
+			return NULL;
+		if (p[0].revents & (POLLHUP | POLLRDHUP | POLLERR)) {
+			sroce_daemon_gone(c, (p[0].revents & POLLERR) ? "connection reset" : "connection closed");
+			return NULL;
+		}
+	}
+}
+
+/*
+ * Starts c's watcher thread, which tells the program at once when the
+ * daemon goes (a program may be waiting elsewhere, on a socket of its own,
+ * when it does). Its signals are blocked: the program's threads take them.
+ */
+int sroce_watch(struct sroce_context *c)
+{
+	sigset_t all, old;
+	int err;
+	snprintf(c->sockpath, sizeof(c->sockpath), "%s", sroce_socket_path());
+	pthread_mutex_lock(&gone_lock);
+	c->gen = gone_gen;
+	pthread_mutex_unlock(&gone_lock);
+	if (pipe2(c->watch_pipe, O_CLOEXEC) < 0)
+		return errno;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	err = pthread_create(&c->watcher, NULL, watch, c);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	c->watch_pid = getpid();
+	if (err) {
+		close(c->watch_pipe[0]);
+		close(c->watch_pipe[1]);
+		c->watch_pipe[0] = c->watch_pipe[1] = -1;
+	}
+	return err;
+}
+
+/* Stops c's watcher (before its connection is closed). */
+void sroce_unwatch(struct sroce_context *c)
+{
+	if (c->watch_pipe[1] < 0)
+		return;
+	close(c->watch_pipe[1]);
+	/* A forked child has no watcher of its own to join. */
+	if (c->watch_pid == getpid())
+		pthread_join(c->watcher, NULL);
+	close(c->watch_pipe[0]);
+	c->watch_pipe[0] = c->watch_pipe[1] = -1;
 }
 
 /* Handle tables: open addressing would be faster; these are control-path only. */

@@ -40,9 +40,9 @@ EXPORT struct ibv_device **ibv_get_device_list(int *num_devices)
 		pthread_mutex_lock(&devices_lock);
 		if (!warned_no_daemon) {
 			warned_no_daemon = 1;
-			sroce_warn("no sroce daemon at %s (%s): no RDMA devices; start one with "
+			sroce_warn("no sroce daemon at %s (%s)%s: no RDMA devices; start one with "
 				   "\"sroce daemon\" or point SROCE_SOCKET at its socket",
-				   sroce_socket_path(), strerror(err));
+				   sroce_socket_path(), strerror(err), sroce_socket_also());
 		}
 		pthread_mutex_unlock(&devices_lock);
 		list = calloc(1, sizeof(*list));
@@ -155,10 +155,11 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	pthread_mutex_init(&c->ctl_lock, NULL);
 	pthread_mutex_init(&c->table_lock, NULL);
 	c->doorbell = -1;
+	c->watch_pipe[0] = c->watch_pipe[1] = -1;
 	err = sroce_connect(&c->sock);
 	if (err) {
-		sroce_warn("cannot open %s: no sroce daemon at %s (%s)", device->name,
-			   sroce_socket_path(), strerror(err));
+		sroce_warn("cannot open %s: no sroce daemon at %s (%s)%s", device->name,
+			   sroce_socket_path(), strerror(err), sroce_socket_also());
 		goto fail_free;
 	}
 	snprintf(req.name, sizeof(req.name), "%s", device->name);
@@ -209,6 +210,9 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->vctx.get_srq_num = (void *)sroce_get_srq_num;
 	c->vctx.open_qp = (void *)sroce_open_qp;
 	c->vctx.sz = sizeof(struct verbs_context);
+	err = sroce_watch(c);
+	if (err)
+		goto fail_map;
 	return ctx;
 
 fail_map:
@@ -228,6 +232,7 @@ fail_free:
 EXPORT int ibv_close_device(struct ibv_context *context)
 {
 	struct sroce_context *c = to_sctx(context);
+	sroce_unwatch(c);
 	/* Closing the connection destroys everything the context created. */
 	close(c->sock);
 	close(context->async_fd);
@@ -625,8 +630,7 @@ EXPORT int ibv_dealloc_pd(struct ibv_pd *ibpd)
 	if (__atomic_load_n(&pd->refs, __ATOMIC_RELAXED))
 		return EBUSY;
 	struct sroce_ctl_handle h = {.handle = ibpd->handle};
-	int err = sroce_call(to_sctx(ibpd->context), SROCE_OP_DEALLOC_PD, &h, sizeof(h), NULL, 0,
-			     NULL, 0, NULL, 0);
+	int err = sroce_destroy_call(to_sctx(ibpd->context), SROCE_OP_DEALLOC_PD, &h, sizeof(h));
 	if (err)
 		return err;
 	free(pd);
@@ -709,8 +713,7 @@ EXPORT int ibv_destroy_ah(struct ibv_ah *ibah)
 {
 	struct sroce_ah *ah = container_of(ibah, struct sroce_ah, ah);
 	struct sroce_ctl_handle h = {.handle = ibah->handle};
-	int err = sroce_call(to_sctx(ibah->context), SROCE_OP_DESTROY_AH, &h, sizeof(h), NULL, 0,
-			     NULL, 0, NULL, 0);
+	int err = sroce_destroy_call(to_sctx(ibah->context), SROCE_OP_DESTROY_AH, &h, sizeof(h));
 	if (err)
 		return err;
 	free(ah);
@@ -825,8 +828,7 @@ EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 		pthread_mutex_unlock(&channel->context->mutex);
 		return EBUSY;
 	}
-	err = sroce_call(to_sctx(channel->context), SROCE_OP_DESTROY_COMP_CHANNEL, &h, sizeof(h),
-			 NULL, 0, NULL, 0, NULL, 0);
+	err = sroce_destroy_call(to_sctx(channel->context), SROCE_OP_DESTROY_COMP_CHANNEL, &h, sizeof(h));
 	pthread_mutex_unlock(&channel->context->mutex);
 	if (err)
 		return err;
@@ -848,8 +850,15 @@ EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq
 		ssize_t n = read(channel->fd, &ev, sizeof(ev));
 		if (n < 0)
 			return -1;
+		if (n == 0) {
+			/* The daemon is gone: as the kernel's read of a
+			 * disassociated device's completion channel. */
+			sroce_daemon_gone(c, "connection closed");
+			errno = SROCE_GONE_ERRNO;
+			return -1;
+		}
 		if (n != sizeof(ev)) {
-			errno = n == 0 ? ECONNRESET : EPROTO;
+			errno = EPROTO;
 			return -1;
 		}
 		struct sroce_cq *scq = sroce_table_get_counted(c, &c->cqs, ev.cq, offsetof(struct sroce_cq, comp_delivered));
@@ -917,8 +926,9 @@ EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_eve
 			return -1;
 		if (n == 0) {
 			/* The daemon is gone: the device is, once, as after a fatal error. */
+			sroce_daemon_gone(c, "connection closed");
 			if (__atomic_exchange_n(&c->dead, 1, __ATOMIC_SEQ_CST)) {
-				errno = ECONNRESET;
+				errno = SROCE_GONE_ERRNO;
 				return -1;
 			}
 			memset(event, 0, sizeof(*event));
@@ -969,6 +979,7 @@ EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_eve
 			 * interface was deleted): the end of the channel that
 			 * follows is not a second fatal error. */
 			__atomic_store_n(&c->dead, 1, __ATOMIC_SEQ_CST);
+			sroce_await_gone(c);
 			return 0;
 		default:
 			event->element.port_num = (int)ev.handle;

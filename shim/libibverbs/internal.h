@@ -68,6 +68,12 @@ struct sroce_context {
 	struct sroce_ctx_page *page;
 	struct sroce_ctl_device_attr dattr;
 	int dead; /* the async socket reached its end: DEVICE_FATAL was reported */
+	int gone; /* the daemon went away (sroce_daemon_gone): calls fail with EIO */
+	unsigned gen; /* sroce_daemon_gone's generation when the context opened */
+	char sockpath[512]; /* the daemon's socket, for the line that says it went */
+	pthread_t watcher; /* waits for the control connection's end (sroce_watch) */
+	int watch_pipe[2]; /* ibv_close_device stops the watcher through it */
+	pid_t watch_pid;   /* the process that has the watcher (not a forked child) */
 	pthread_mutex_t table_lock;
 	struct sroce_table cqs, qps, srqs, channels;
 	struct verbs_context vctx; /* last: ends with struct ibv_context */
@@ -165,6 +171,7 @@ struct sroce_ah {
 
 /* ctl.c */
 const char *sroce_socket_path(void);
+const char *sroce_socket_also(void);
 int sroce_connect(int *fd_out);
 int sroce_call_fd(int sock, uint32_t *seq, uint16_t op, const void *req, size_t reqlen,
 		  const int *fds, unsigned nfds, void *reply, size_t replymax,
@@ -173,6 +180,19 @@ int sroce_call(struct sroce_context *c, uint16_t op, const void *req, size_t req
 	       const int *fds, unsigned nfds, void *reply, size_t replylen,
 	       int *rfds, unsigned nrfds);
 void sroce_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The daemon and the device after it went away: the kernel's errno for a
+ * disassociated device. */
+#define SROCE_GONE_ERRNO EIO
+int sroce_watch(struct sroce_context *c);
+void sroce_unwatch(struct sroce_context *c);
+void sroce_daemon_gone(struct sroce_context *c, const char *why);
+int sroce_check_gone(struct sroce_context *c);
+void sroce_await_gone(struct sroce_context *c);
+int sroce_destroy_call(struct sroce_context *c, uint16_t op, const void *req, size_t reqlen);
+static inline int sroce_is_gone(struct sroce_context *c)
+{
+	return __atomic_load_n(&c->gone, __ATOMIC_ACQUIRE);
+}
 
 /* table */
 int sroce_table_put(struct sroce_context *c, struct sroce_table *t, uint32_t key, void *val);

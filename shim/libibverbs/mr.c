@@ -685,8 +685,7 @@ EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len
 EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 {
 	struct sroce_ctl_handle h = {.handle = mr->handle};
-	int err = sroce_call(to_sctx(mr->context), SROCE_OP_DEREG_MR, &h, sizeof(h), NULL, 0,
-			     NULL, 0, NULL, 0);
+	int err = sroce_destroy_call(to_sctx(mr->context), SROCE_OP_DEREG_MR, &h, sizeof(h));
 	if (err)
 		return err;
 	sroce_mem_release(mr->addr, mr->length);
@@ -792,8 +791,7 @@ struct ibv_mw *sroce_alloc_mw(struct ibv_pd *pd, int type)
 int sroce_dealloc_mw(struct ibv_mw *mw)
 {
 	struct sroce_ctl_handle h = {.handle = mw->handle};
-	int err = sroce_call(to_sctx(mw->context), SROCE_OP_DEALLOC_MW, &h, sizeof(h), NULL, 0,
-			     NULL, 0, NULL, 0);
+	int err = sroce_destroy_call(to_sctx(mw->context), SROCE_OP_DEALLOC_MW, &h, sizeof(h));
 	if (err)
 		return err;
 	free(mw);

@@ -411,7 +411,7 @@ EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 	int err;
 
 	/* Destroyed first, then its events waited for, as ibv_destroy_cq does. */
-	err = sroce_call(c, SROCE_OP_DESTROY_QP, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
+	err = sroce_destroy_call(c, SROCE_OP_DESTROY_QP, &h, sizeof(h));
 	if (err)
 		return err;
 	sroce_table_del(c, &c->qps, ibqp->handle);
@@ -544,6 +544,10 @@ int sroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send
 	int err = 0, posted = 0;
 	int state = ibqp->state;
 
+	if (sroce_is_gone(to_sctx(ibqp->context))) {
+		*bad = wr;
+		return SROCE_GONE_ERRNO;
+	}
 	if (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR) {
 		*bad = wr;
 		return EINVAL;
@@ -862,6 +866,8 @@ static int xwr_complete(struct ibv_qp_ex *x)
 	int state = qp->qp.state;
 	if (!err && n && (state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR))
 		err = EINVAL;
+	if (!err && sroce_is_gone(to_sctx(qp->qp.context)))
+		err = SROCE_GONE_ERRNO;
 	if (!err && n)
 		__atomic_store_n(&qp->sq->prod, qp->sq->prod + n, __ATOMIC_RELEASE);
 	qp->wr_pending = 0;
@@ -952,6 +958,10 @@ int sroce_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv
 {
 	struct sroce_qp *qp = container_of(ibqp, struct sroce_qp, qp);
 	int posted = 0, err;
+	if (sroce_is_gone(to_sctx(ibqp->context))) {
+		*bad = wr;
+		return SROCE_GONE_ERRNO;
+	}
 	if (!qp->rq || ibqp->state == IBV_QPS_RESET) {
 		*bad = wr;
 		return EINVAL;
@@ -1121,8 +1131,7 @@ int sroce_close_xrcd(struct ibv_xrcd *xrcd)
 {
 	struct sroce_xrcd *x = container_of(xrcd, struct sroce_xrcd, xrcd);
 	struct sroce_ctl_handle h = {.handle = x->handle};
-	int err = sroce_call(to_sctx(xrcd->context), SROCE_OP_CLOSE_XRCD, &h, sizeof(h), NULL, 0, NULL, 0,
-			     NULL, 0);
+	int err = sroce_destroy_call(to_sctx(xrcd->context), SROCE_OP_CLOSE_XRCD, &h, sizeof(h));
 	if (err)
 		return err;
 	free(x);
@@ -1178,7 +1187,7 @@ EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
 	int err;
 
 	/* Destroyed first (EBUSY while a QP uses it), then its events waited for. */
-	err = sroce_call(c, SROCE_OP_DESTROY_SRQ, &h, sizeof(h), NULL, 0, NULL, 0, NULL, 0);
+	err = sroce_destroy_call(c, SROCE_OP_DESTROY_SRQ, &h, sizeof(h));
 	if (err)
 		return err;
 	sroce_table_del(c, &c->srqs, ibsrq->handle);
@@ -1200,6 +1209,10 @@ int sroce_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ib
 {
 	struct sroce_srq *srq = container_of(ibsrq, struct sroce_srq, srq);
 	int posted = 0;
+	if (sroce_is_gone(to_sctx(ibsrq->context))) {
+		*bad = wr;
+		return SROCE_GONE_ERRNO;
+	}
 	int err = post_recv_ring(&srq->rq, &srq->lock, srq->max_sge, wr, bad, &posted);
 	if (posted)
 		sroce_ring_doorbell(to_sctx(ibsrq->context));

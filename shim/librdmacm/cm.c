@@ -61,12 +61,19 @@ int sroce_cm_call(uint16_t op, const void *req, size_t reqlen, void *reply, size
 		if (err) {
 			ctl_sock = -1;
 			pthread_mutex_unlock(&ctl_lock);
-			sroce_warn("no sroce daemon at %s (%s)", sroce_socket_path(), strerror(err));
+			sroce_warn("no sroce daemon at %s (%s)%s", sroce_socket_path(), strerror(err),
+				   sroce_socket_also());
 			return err == ENOENT || err == ECONNREFUSED ? ENODEV : err;
 		}
 	}
 	err = sroce_call_fd(ctl_sock, &ctl_seq, op, req, reqlen, NULL, 0, reply, replylen, NULL,
 			    rfds, nrfds ? &n : NULL);
+	if (err == ECONNRESET || err == EPIPE || err == ENOTCONN) {
+		/* The daemon went away, and its IDs with it. */
+		close(ctl_sock);
+		ctl_sock = -1;
+		err = ENODEV;
+	}
 	pthread_mutex_unlock(&ctl_lock);
 	return err;
 }
@@ -761,6 +768,41 @@ drop:
 	return ret;
 }
 
+/*
+ * After the daemon went away (its end of channel's socket closed): one
+ * RDMA_CM_EVENT_DEVICE_REMOVAL for each ID of channel that is on a device,
+ * as the kernel's rdma_cm gives when a device goes; ENODEV once none is
+ * left.
+ */
+static int removal_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
+{
+	struct sroce_cm_id *s = NULL, *t;
+	struct sroce_cm_event *e;
+	pthread_mutex_lock(&ids_lock);
+	for (int b = 0; b < ID_BUCKETS && !s; b++)
+		for (t = ids[b]; t && !s; t = t->next)
+			if (t->id.channel == channel && t->id.verbs && !t->removed)
+				s = t;
+	if (s) {
+		s->removed = 1;
+		pthread_mutex_lock(&s->lock);
+		s->events++;
+		pthread_mutex_unlock(&s->lock);
+	}
+	pthread_mutex_unlock(&ids_lock);
+	if (!s)
+		return ENODEV;
+	e = calloc(1, sizeof(*e));
+	if (!e) {
+		id_event_done(s);
+		return ENOMEM;
+	}
+	e->ev.id = &s->id;
+	e->ev.event = RDMA_CM_EVENT_DEVICE_REMOVAL;
+	*event = &e->ev;
+	return 0;
+}
+
 static int get_event(struct rdma_event_channel *channel, struct rdma_cm_event **event,
 		     int timeout_ms)
 {
@@ -773,6 +815,8 @@ static int get_event(struct rdma_event_channel *channel, struct rdma_cm_event **
 	for (;;) {
 		if (!pending_pop((struct sroce_cm_channel *)channel, &in)) {
 			err = read_event(channel->fd, &in, timeout_ms);
+			if (err == ENODEV)
+				return removal_event(channel, event);
 			if (err)
 				return err;
 		}

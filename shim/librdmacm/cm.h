@@ -63,6 +63,7 @@ struct sroce_cm_id {
 	struct ibv_sa_path_rec path;
 	struct sroce_cm_mc *mc_list; /* joins, newest first (under lock) */
 	uint32_t events;             /* events handed out, not yet acked */
+	int removed;                 /* got DEVICE_REMOVAL: the daemon went away (under ids_lock) */
 	pthread_mutex_t lock;
 	pthread_cond_t acked;
 	struct sroce_cm_id *next;    /* the handle table's chain */
@@ -84,6 +85,7 @@ int sroce_call_fd(int sock, uint32_t *seq, uint16_t op, const void *req, size_t 
 		  const int *fds, unsigned nfds, void *reply, size_t replymax,
 		  size_t *replylen, int *rfds, unsigned *nrfds);
 const char *sroce_socket_path(void);
+const char *sroce_socket_also(void);
 void sroce_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* cm.c */

@@ -21,8 +21,8 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/client"
-	"github.com/sroce/sroce/daemon"
 	"github.com/sroce/sroce/daemon/ctl"
+	"github.com/sroce/sroce/internal/sockpath"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/rdma"
 	"github.com/sroce/sroce/roce"
@@ -84,7 +84,7 @@ type hca interface {
 // tool (a limit, another protocol version) is the run's error: a device of
 // the tool's own could not open where the daemon holds the link.
 func openHCA(ifname string, open func() (*iface.Port, error)) (hca, error) {
-	socket := daemon.DefaultSocket()
+	socket := sockpath.Find()
 	x, err := rdma.DaemonServes(socket, "sroce_"+ifname)
 	if err != nil {
 		return nil, err
