@@ -61,6 +61,11 @@ func TestOpenMPIShimRxe(t *testing.T) {
 		base64.StdEncoding.EncodeToString([]byte(agent)), mpiRxeDir, mpiRxeDir)); err != nil || r.ExitCode != 0 {
 		t.Fatalf("writing the rsh agent in the guest: %v %s", err, r.Stderr)
 	}
+	// mpirun passes its plm_rsh_agent on to orted, which checks the
+	// path exists on its own host too (and crashes if not).
+	if err := os.WriteFile(filepath.Join(mpiRxeDir, "agent"), []byte(agent), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	// The remote shell runs orted through "sroce run": its rank does RDMA
 	// on sroce's device only, and UCX uses that device (the rank's
 	// environment is orted's: mpirun passes no UCX variable).
@@ -96,7 +101,7 @@ func TestOpenMPIShimRxe(t *testing.T) {
 	} {
 		t.Run(p.prog, func(t *testing.T) {
 			script := fmt.Sprintf("UCX_TLS=self,rc_verbs,ud_verbs:aux UCX_NET_DEVICES=rxe0:1 UCX_UD_VERBS_ETH_DGID_CHECK=n "+
-				"timeout 240 mpirun --allow-run-as-root -np 2 --host %s:1,%s:1 --mca plm_rsh_agent %s/agent "+
+				"timeout 120 mpirun --allow-run-as-root -np 2 --host %s:1,%s:1 --mca plm_rsh_agent %s/agent "+
 				"--mca pml ucx --mca btl self --mca osc ^ucx --mca oob_tcp_if_include 192.0.2.0/24 %s/%s",
 				rig.PeerAddr(), shim, mpiRxeDir, mpiRxeDir, p.prog)
 			start := time.Now()
