@@ -1,6 +1,7 @@
 package shim_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -187,19 +188,40 @@ func TestRealPerftestRDMACM(t *testing.T) {
 				out, errOut string
 				err         error
 			}
-			sc := make(chan result, 1)
-			go func() {
-				o, e, err := d.run(t, 30*time.Second, prog, args...)
-				sc <- result{o, e, err}
-			}()
+			var sc chan result
 			var c result
-			// The client is retried while the server does not listen yet.
-			for try := 0; try < 50; try++ {
-				time.Sleep(200 * time.Millisecond)
-				c.out, c.errOut, c.err = d.run(t, 30*time.Second, prog, append(args, testAddr)...)
-				if c.err == nil || !strings.Contains(c.out+c.errOut, "REJECTED") && !strings.Contains(c.out+c.errOut, "Unable to perform rdma_client") {
-					break
+			// perftest's -R server listens for its second connection only
+			// after the first one's exchange: a client quicker than that is
+			// rejected, and perftest 4.5's retry then uses the CM IDs it has
+			// just freed. The server has moved on by then, so server and
+			// client start again, a bounded number of times, each logged.
+			for attempt := 1; ; attempt++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				sc = make(chan result, 1)
+				go func() {
+					o, e, err := d.runCtx(ctx, prog, args...)
+					if ctx.Err() != nil {
+						err = fmt.Errorf("%s's server did not finish within 30 s", prog)
+					}
+					sc <- result{o, e, err}
+				}()
+				// The client is retried while the server does not listen yet.
+				for try := 0; try < 50; try++ {
+					time.Sleep(200 * time.Millisecond)
+					c.out, c.errOut, c.err = d.run(t, 30*time.Second, prog, append(args, testAddr)...)
+					if c.err == nil || !strings.Contains(c.out+c.errOut, "Unable to perform rdma_client") {
+						break
+					}
 				}
+				if c.err != nil && strings.Contains(c.out+c.errOut, "REJECTED") && attempt < 5 {
+					cancel()
+					s := <-sc
+					t.Logf("attempt %d: the client was rejected; server and client start again:\nserver:\n%s%s\nclient:\n%s%s",
+						attempt, s.out, s.errOut, c.out, c.errOut)
+					continue
+				}
+				defer cancel()
+				break
 			}
 			s := <-sc
 			t.Logf("server:\n%s%s\nclient:\n%s%s", s.out, s.errOut, c.out, c.errOut)

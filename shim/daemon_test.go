@@ -118,14 +118,20 @@ func (d *liveDaemon) run(t testing.TB, timeout time.Duration, prog string, args 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	o, e, err := d.runCtx(ctx, prog, args...)
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%s did not finish within %v", prog, timeout)
+	}
+	return o, e, err
+}
+
+// runCtx is run bounded by ctx (killed when ctx ends).
+func (d *liveDaemon) runCtx(ctx context.Context, prog string, args ...string) (string, string, error) {
 	cmd := exec.CommandContext(ctx, prog, args...)
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+d.lib, "SROCE_SOCKET="+d.socket)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
-	if ctx.Err() != nil {
-		err = fmt.Errorf("%s did not finish within %v", prog, timeout)
-	}
 	return o.String(), e.String(), err
 }
 
