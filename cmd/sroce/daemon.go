@@ -105,6 +105,16 @@ func (r *repeated) Set(s string) error { *r = append(*r, s); return nil }
 
 // runDaemon implements "sroce daemon".
 func runDaemon(e *env, args []string) int {
+	// A reader of the logs that goes away (a closed pipe) must not kill
+	// the daemon at its next log line: that would leave its socket and
+	// its clients' objects behind. Writes to it fail instead.
+	signal.Ignore(syscall.SIGPIPE)
+	// Signals are caught from the start: a SIGTERM that comes while the
+	// devices open or right after the socket appears is acted on once the
+	// daemon serves, never the default death that would leave the socket.
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sig)
 	// The descriptor budget follows RLIMIT_NOFILE: take all the service
 	// was given.
 	raiseErr := daemon.RaiseNoFile()
@@ -368,9 +378,6 @@ func runDaemon(e *env, args []string) int {
 		return slices.Clone(ports)
 	}, path)
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sig)
 	served := make(chan error, 1)
 	go func() {
 		obs.setListening(true)

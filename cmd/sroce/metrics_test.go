@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -527,5 +528,63 @@ func TestMetricsAddressChecked(t *testing.T) {
 	code, _, stderr := runSroce(t, nil, "daemon", "-d", "no-such-interface-ob", "--link", "udp", "--metrics", ln.Addr().String())
 	if code != exitProblem || !strings.Contains(stderr, "address already in use") || strings.Contains(stderr, "no-such-interface-ob") {
 		t.Errorf("--metrics on a used port: exit %d, stderr %q; want %d, address in use, before the interface", code, stderr, exitProblem)
+	}
+}
+
+// TestDaemonOutlivesItsLogReader closes the pipe the daemon logs into,
+// then stops it: SIGTERM still drains it (exit 0) and no socket is left,
+// where a daemon killed by SIGPIPE at its next log line would leave both.
+func TestDaemonOutlivesItsLogReader(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the daemon on lo with an address of its own needs root")
+	}
+	dir := t.TempDir()
+	bin := buildSroce(t, dir)
+	sock := filepath.Join(dir, "sroce.sock")
+	cmd := exec.Command(bin, "daemon", "-d", "lo@127.0.0.90", "--link", "udp", "--socket", sock)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	r, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	lines := make(chan string, 64)
+	go func() {
+		s := bufio.NewScanner(r)
+		for s.Scan() {
+			lines <- s.Text()
+			if strings.Contains(s.Text(), "msg=listening") {
+				break
+			}
+		}
+		close(lines)
+	}()
+	var seen []string
+	for l := range lines {
+		seen = append(seen, l)
+	}
+	if _, err := os.Stat(sock); err != nil {
+		cmd.Process.Kill()
+		t.Fatalf("the daemon did not listen: %v\n%s", err, strings.Join(seen, "\n"))
+	}
+	r.Close() // the log's reader goes away
+	go func() { done <- cmd.Wait() }()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("the daemon after SIGTERM with its log's reader gone: %v, want exit 0", err)
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("the daemon did not end within 10 s of SIGTERM")
+	}
+	if _, err := os.Lstat(sock); err == nil {
+		t.Error("the daemon left its socket")
 	}
 }
