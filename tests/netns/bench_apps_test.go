@@ -10,12 +10,15 @@ package netns
 //	go test -run '^$' -bench AppTable -benchtime 1x ./tests/netns/
 //
 // SROCE_BENCH_ROUNDS (default 3) is how many times each figure runs, rxe
-// and sroce alternating; the table shows the medians.
+// and sroce alternating; the table shows the medians. SROCE_BENCH_FIGURES
+// runs only the figures whose name contains it.
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -40,6 +43,9 @@ type appFigure struct {
 	port  int
 	value func(cli string) (float64, bool)
 	lower bool
+	// single says the figure is one command (client) on one guest; the
+	// server is unused.
+	single bool
 }
 
 // appCMWait is how long a client waits for a server that shows no TCP
@@ -105,14 +111,28 @@ const (
 	ucxClient = "{env} {run} ucx_perftest {ip} -p %d -t %s -s %d -n %d"
 	fiServer  = "{run} fi_pingpong -p verbs -e msg -S 64 -I 2000 -B %d"
 	fiClient  = "{run} fi_pingpong -p verbs -e msg -S 64 -I 2000 -P %d {ip}"
+	// Both ranks on one guest's device: the guests have no remote shell.
+	mpiRanks = "{mpienv} {run} timeout 100 mpirun --allow-run-as-root -np 2 --host localhost:2 --mca pml ucx --mca btl self --mca osc ^ucx " +
+		"-x UCX_TLS -x UCX_NET_DEVICES -x UCX_UD_VERBS_ETH_DGID_CHECK {share}/mpi_pingpong"
 )
 
+// mpiPing8 reads mpi_pingpong's 8-byte line (half a round trip, µs).
+func mpiPing8(out string) (float64, bool) {
+	m := regexp.MustCompile(`(?m)^pingpong 8 \d+ ([\d.]+)$`).FindStringSubmatch(out)
+	if m == nil {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	return v, err == nil
+}
+
 var appFigures = []appFigure{
-	{"fio rdma write 64 KiB iodepth 16", "MiB/s", fmt.Sprintf(fioServer, 18710), fmt.Sprintf(fioClient, 18710, "write"), 0, fioMiB, false},
-	{"fio rdma read 64 KiB iodepth 16", "MiB/s", fmt.Sprintf(fioServer, 18711), fmt.Sprintf(fioClient, 18711, "read"), 0, fioMiB, false},
-	{"ucx_perftest tag_lat 8 B rc_verbs", "us", fmt.Sprintf(ucxServer, 18712), fmt.Sprintf(ucxClient, 18712, "tag_lat", 8, 2000), 18712, ucxField(1), true},
-	{"ucx_perftest ucp_put_bw 64 KiB rc_verbs", "MB/s", fmt.Sprintf(ucxServer, 18713), fmt.Sprintf(ucxClient, 18713, "ucp_put_bw", 65536, 500), 18713, ucxField(5), false},
-	{"fi_pingpong msg 64 B", "us", fmt.Sprintf(fiServer, 18714), fmt.Sprintf(fiClient, 18714), 18714, fiUsec, true},
+	{"fio rdma write 64 KiB iodepth 16", "MiB/s", fmt.Sprintf(fioServer, 18710), fmt.Sprintf(fioClient, 18710, "write"), 0, fioMiB, false, false},
+	{"fio rdma read 64 KiB iodepth 16", "MiB/s", fmt.Sprintf(fioServer, 18711), fmt.Sprintf(fioClient, 18711, "read"), 0, fioMiB, false, false},
+	{"ucx_perftest tag_lat 8 B rc_verbs", "us", fmt.Sprintf(ucxServer, 18712), fmt.Sprintf(ucxClient, 18712, "tag_lat", 8, 2000), 18712, ucxField(1), true, false},
+	{"ucx_perftest ucp_put_bw 64 KiB rc_verbs", "MB/s", fmt.Sprintf(ucxServer, 18713), fmt.Sprintf(ucxClient, 18713, "ucp_put_bw", 65536, 500), 18713, ucxField(5), false, false},
+	{"fi_pingpong msg 64 B", "us", fmt.Sprintf(fiServer, 18714), fmt.Sprintf(fiClient, 18714), 18714, fiUsec, true, false},
+	{"Open MPI pml ucx ping-pong 8 B (two ranks, one guest)", "us", "", mpiRanks, 0, mpiPing8, true, true},
 }
 
 // appSocket is the guests' sroce daemon socket.
@@ -126,7 +146,10 @@ func BenchmarkAppTable(b *testing.B) {
 	rxeguest.Skip(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	_, a, c, _ := bootSroceGuests(b, ctx, "apps-a", "apps-b")
+	_, a, c, share := bootSroceGuests(b, ctx, "apps-a", "apps-b")
+	if out, err := exec.Command("mpicc", "-O2", "-o", filepath.Join(share, "mpi_pingpong"), filepath.Join("testdata", "mpi_pingpong.c")).CombinedOutput(); err != nil {
+		b.Fatalf("mpicc mpi_pingpong (tests/run installs libopenmpi-dev): %v\n%s", err, out)
+	}
 	rounds := 3
 	if v := os.Getenv("SROCE_BENCH_ROUNDS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -135,14 +158,20 @@ func BenchmarkAppTable(b *testing.B) {
 		}
 		rounds = n
 	}
-	rxeSide := strings.NewReplacer("{run} ", "", "{env}", "UCX_TLS=rc_verbs,ud_verbs:aux UCX_NET_DEVICES=rxe0:1 UCX_UD_VERBS_ETH_DGID_CHECK=n")
-	sroceSide := strings.NewReplacer("{run}", "SROCE_SOCKET="+appSocket+" "+rxeguest.SharePath+"/sroce run --",
-		"{env}", "UCX_TLS=rc_verbs,ud_verbs:aux UCX_NET_DEVICES=sroce_eth0:1")
+	rxeSide := strings.NewReplacer("{run} ", "", "{share}", rxeguest.SharePath,
+		"{env}", "UCX_TLS=rc_verbs,ud_verbs:aux UCX_NET_DEVICES=rxe0:1 UCX_UD_VERBS_ETH_DGID_CHECK=n",
+		"{mpienv}", "UCX_TLS=self,rc_verbs,ud_verbs:aux UCX_NET_DEVICES=rxe0:1 UCX_UD_VERBS_ETH_DGID_CHECK=n")
+	sroceSide := strings.NewReplacer("{run}", "SROCE_SOCKET="+appSocket+" "+rxeguest.SharePath+"/sroce run --", "{share}", rxeguest.SharePath,
+		"{env}", "UCX_TLS=rc_verbs,ud_verbs:aux UCX_NET_DEVICES=sroce_eth0:1",
+		"{mpienv}", "UCX_TLS=self,rc_verbs,ud_verbs:aux UCX_NET_DEVICES=sroce_eth0:1 UCX_UD_VERBS_ETH_DGID_CHECK=y")
 	for i := 0; i < b.N; i++ {
 		var out strings.Builder
 		tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "application\tunit\trxe\tsroce\tsroce/rxe\tper round")
 		for _, fig := range appFigures {
+			if only := os.Getenv("SROCE_BENCH_FIGURES"); only != "" && !strings.Contains(fig.name, only) {
+				continue
+			}
 			var rxe, ours []float64
 			for r := 0; r < rounds; r++ {
 				rxe = append(rxe, appFigureRun(b, ctx, a, c, fig, rxeSide))
@@ -173,7 +202,11 @@ func BenchmarkAppTable(b *testing.B) {
 // compiles the drop-in libraries in the guest), and returns the function
 // that stops it (SIGTERM, then waits up to 10 s for it to end).
 func startGuestDaemon(b *testing.B, ctx context.Context, g *rxeguest.Guest) (stop func()) {
-	p, err := g.Start(ctx, "exec "+rxeguest.SharePath+"/sroce daemon -d eth0 --link xdp --socket "+appSocket)
+	// The guests have 512 MiB: the default budget of registered bytes (an
+	// eighth of MemTotal for one uid) is below what two UCX ranks register
+	// (rc_verbs' receive pools, 36 MiB a chunk), where rxe, for root, has
+	// no limit. Registered bytes cost the daemon address space, not memory.
+	p, err := g.Start(ctx, "exec "+rxeguest.SharePath+"/sroce daemon -d eth0 --link xdp --limit-total reg=4G --limit-user reg=4G --socket "+appSocket)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -222,7 +255,18 @@ func appFigureRun(b *testing.B, ctx context.Context, a, c *rxeguest.Guest, fig a
 			return fmt.Errorf("waiting %v for the server: %w", appCMWait, ctx.Err())
 		}
 	}
-	_, cli, err := runGuestPair(ctx, a, c, server, client, ready)
+	var cli rxeguest.Result
+	var err error
+	if fig.single {
+		rctx, cancel := context.WithTimeout(ctx, toolPairTimeout)
+		cli, err = a.Run(rctx, client)
+		cancel()
+		if err == nil && cli.ExitCode != 0 {
+			err = fmt.Errorf("exit %d: %s%s", cli.ExitCode, cli.Stdout, cli.Stderr)
+		}
+	} else {
+		_, cli, err = runGuestPair(ctx, a, c, server, client, ready)
+	}
 	if err != nil {
 		fmt.Printf("%s: %v (after %v)\n", client, err, time.Since(start).Round(time.Millisecond))
 		return 0
