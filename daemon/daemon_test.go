@@ -467,24 +467,32 @@ func TestLoopback(t *testing.T) {
 	}
 }
 
-// TestSystemdUnit checks the unit file with systemd-analyze, with the
-// test binary standing in for /usr/local/bin/sroce.
+// TestSystemdUnit checks the unit files with systemd-analyze verify, with
+// the test binary standing in for /usr/bin/sroce (the man pages of
+// Documentation= are the package's, not installed here).
 func TestSystemdUnit(t *testing.T) {
 	sa, err := exec.LookPath("systemd-analyze")
 	if err != nil {
-		t.Skip("systemd-analyze not found: cannot check daemon/systemd/sroce.service")
-	}
-	unit, err := os.ReadFile("systemd/sroce.service")
-	if err != nil {
-		t.Fatal(err)
+		t.Skip("systemd-analyze not found: cannot check daemon/systemd/*.service")
 	}
 	self, _ := os.Executable()
 	dir := t.TempDir()
-	path := filepath.Join(dir, "sroce.service")
-	os.WriteFile(path, bytes.ReplaceAll(unit, []byte("/usr/local/bin/sroce"), []byte(self)), 0o644)
-	out, err := exec.Command(sa, "verify", path).CombinedOutput()
-	if err != nil || len(bytes.TrimSpace(out)) != 0 {
-		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	for _, name := range []string{"sroce.service", "sroce@.service"} {
+		unit, err := os.ReadFile(filepath.Join("systemd", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, name)
+		os.WriteFile(path, bytes.ReplaceAll(unit, []byte("/usr/bin/sroce"), []byte(self)), 0o644)
+		if name == "sroce@.service" {
+			// A template is verified through an instance of it.
+			path = filepath.Join(dir, "sroce@eth0.service")
+			os.WriteFile(path, bytes.ReplaceAll(unit, []byte("/usr/bin/sroce"), []byte(self)), 0o644)
+		}
+		out, err := exec.Command(sa, "verify", "--man=no", path).CombinedOutput()
+		if err != nil || len(bytes.TrimSpace(out)) != 0 {
+			t.Errorf("systemd-analyze verify %s: %v\n%s", name, err, out)
+		}
 	}
 }
 
