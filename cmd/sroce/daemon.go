@@ -132,7 +132,7 @@ func runDaemon(e *env, args []string) int {
 	var ifs repeated
 	f.Var(&ifs, "device", "network interface `IF` to serve, or IF@ADDR to bind the UDP link to ADDR (repeatable)")
 	f.Short('d', "device")
-	f.String("config", "", "read the configuration from `FILE` (docs/operating.md); the flags override it, SIGHUP rereads it")
+	configGiven := f.String("config", "", "read the configuration from `FILE` (docs/operating.md); the flags override it, SIGHUP rereads it")
 	link := f.String("link", cfg.str("link", "auto"), "`MODE` of the devices' link: auto, xdp or udp")
 	socket := f.String("socket", cfg.str("socket", ""), "unix socket `PATH` to listen on (default: SROCE_SOCKET, else /run/sroce/sroce.sock as root, else the place of this user's daemon)")
 	socketGroup := f.String("socket-group", cfg.str("socket-group", ""), "the socket's owner `GROUP` (name or number; default: the daemon's)")
@@ -189,7 +189,13 @@ func runDaemon(e *env, args []string) int {
 	if len(pos) != 0 {
 		return f.usageError("daemon takes no arguments")
 	}
-	given := givenFlags(args)
+	if *configGiven != cfgPath {
+		// The file's values became the flags' defaults before parsing,
+		// from --config as configFlag found it; an abbreviation of the
+		// flag would slip past that.
+		return f.usageError(badValue("--config", *configGiven, "give it as --config FILE or --config=FILE"))
+	}
+	given := givenKeys(f.IsSet)
 	if len(ifs) == 0 {
 		ifs = cfg.ifs
 	}

@@ -38,7 +38,7 @@ var configKeys = map[string]bool{
 
 // flagOfKey is the command-line flag of a configuration key, where its
 // name differs.
-var flagOfKey = map[string][]string{"interface": {"d", "device"}, "log-level": {"log-level", "v", "verbose"}}
+var flagOfKey = map[string][]string{"interface": {"device"}, "log-level": {"log-level", "verbose"}}
 
 // daemonConfig is a parsed configuration file: each key's value (the
 // last given wins, except "interface", which accumulates).
@@ -140,24 +140,18 @@ func configFlag(args []string) string {
 	return ""
 }
 
-// givenFlags returns the configuration keys the command line sets: those
-// stay as given when the file changes.
-func givenFlags(args []string) map[string]bool {
+// givenKeys returns the configuration keys the command line set, as the
+// parser saw them (isSet: by the flag's declared name): those stay as
+// given when the file changes.
+func givenKeys(isSet func(string) bool) map[string]bool {
 	given := map[string]bool{}
-	for _, a := range args {
-		if a == "--" {
-			break
+	for k := range configKeys {
+		flags := flagOfKey[k]
+		if flags == nil {
+			flags = []string{k}
 		}
-		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if !strings.HasPrefix(a, "-") || name == "" {
-			continue
-		}
-		for k := range configKeys {
-			flags := flagOfKey[k]
-			if flags == nil {
-				flags = []string{k}
-			}
-			if slices.Contains(flags, name) {
+		for _, name := range flags {
+			if isSet(name) {
 				given[k] = true
 			}
 		}

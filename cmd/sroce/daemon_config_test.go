@@ -53,14 +53,24 @@ func TestDaemonConfig(t *testing.T) {
 	if got := configFlag([]string{"--config", "a.conf"}); got != "a.conf" {
 		t.Errorf("configFlag: %q", got)
 	}
-	given := givenFlags(args)
+	set := map[string]bool{"device": true, "verbose": true}
+	given := givenKeys(func(name string) bool { return set[name] })
 	if !given["interface"] || !given["log-level"] || given["link"] || given["max-qps"] {
-		t.Errorf("givenFlags: %v", given)
+		t.Errorf("givenKeys: %v", given)
 	}
 
 	a := &daemonConfig{vals: map[string]string{"link": "xdp", "max-qps": "1"}, ifs: []string{"eth0"}}
 	b := &daemonConfig{vals: map[string]string{"link": "xdp", "max-qps": "2", "metrics": ":9"}, ifs: []string{"eth0", "eth1"}}
 	if got := changedKeys(a, b); !slices.Equal(got, []string{"interface", "max-qps", "metrics"}) {
 		t.Errorf("changedKeys: %v", got)
+	}
+}
+
+// TestDaemonConfigFlagInFull refuses an abbreviated --config (whose file
+// would not have become the flags' defaults) before anything opens.
+func TestDaemonConfigFlagInFull(t *testing.T) {
+	code, _, stderr := runSroce(t, nil, "daemon", "--conf", "/nonexistent/sroce.conf", "-d", "no-such-interface-cf", "--link", "udp")
+	if code != exitUsage || !strings.Contains(stderr, "--config") || strings.Contains(stderr, "no-such-interface-cf") {
+		t.Errorf("--conf FILE: exit %d, stderr %q; want %d naming --config, before the interface", code, stderr, exitUsage)
 	}
 }
