@@ -10,27 +10,6 @@ import (
 // handle travels as its attributes, a memory window bind as its numbers.
 // Explicit padding fields keep Go's layout and C's identical.
 
-// CQE is a completion queue entry (struct sroce_cqe): the fields of
-// verbs.WC, which are the fields a struct ibv_wc needs.
-type CQE struct {
-	WRID            uint64
-	Status          uint8 // verbs.WCStatus
-	Opcode          uint8 // verbs.WCOpcode
-	_               uint16
-	VendorErr       uint32
-	ByteLen         uint32
-	Imm             uint32 // immediate data as a number (imm_data before htonl)
-	InvalidatedRKey uint32
-	QPNum           uint32
-	SrcQP           uint32
-	Flags           uint32 // verbs.WCFlags
-	PKeyIndex       uint16
-	SLID            uint16
-	SL              uint8
-	DLIDPathBits    uint8
-	_               uint16
-}
-
 // SetWC stores wc in the entry.
 func (e *CQE) SetWC(wc *verbs.WC) {
 	*e = CQE{WRID: wc.WRID, Status: uint8(wc.Status), Opcode: uint8(wc.Opcode), VendorErr: wc.VendorErr,
@@ -46,22 +25,6 @@ func (e *CQE) WC(wc *verbs.WC) {
 		SL: e.SL}
 }
 
-// UDAddr is the destination of a UD send as plain values (struct
-// sroce_ud_addr): the address handle's attributes, the remote QPN and
-// Q_Key.
-type UDAddr struct {
-	DGID         [16]byte
-	FlowLabel    uint32
-	RemoteQPN    uint32
-	RemoteQKey   uint32
-	SGIDIndex    uint8
-	HopLimit     uint8
-	TrafficClass uint8
-	PortNum      uint8
-	DMAC         [6]byte
-	_            [2]byte
-}
-
 // SetAH stores the attributes of an address handle.
 func (a *UDAddr) SetAH(attr *verbs.AHAttr) {
 	a.DGID = attr.DGID
@@ -74,45 +37,6 @@ func (a *UDAddr) SetAH(attr *verbs.AHAttr) {
 func (a *UDAddr) AHAttr() verbs.AHAttr {
 	return verbs.AHAttr{DGID: a.DGID, FlowLabel: a.FlowLabel, SGIDIndex: a.SGIDIndex, HopLimit: a.HopLimit,
 		TrafficClass: a.TrafficClass, DMAC: a.DMAC, PortNum: a.PortNum}
-}
-
-// SendWQE is the fixed part of a send queue slot (struct
-// sroce_send_wqe). The slot's tail holds NumSGE SGEs (mr.SGE, struct
-// sroce_sge), or with the
-// inline flag InlineLen bytes of payload; a QP's stride leaves room for
-// its max_send_sge SGEs or its max_inline_data bytes, whichever is more.
-type SendWQE struct {
-	WRID           uint64
-	Opcode         uint8 // verbs.WROpcode
-	NumSGE         uint8
-	InlineLen      uint16
-	Flags          uint32 // verbs.SendFlags
-	Imm            uint32
-	InvalidateRKey uint32
-	RemoteAddr     uint64
-	RKey           uint32
-	Length         uint32 // payload bytes, summed at post time
-	CompareAdd     uint64
-	Swap           uint64
-	// BIND_MW: the window's binding; REG_MR: RegAccess.
-	BindAddr   uint64
-	BindLength uint64
-	BindLKey   uint32
-	BindAccess uint32
-	RegAccess  uint32
-	// AH names the address handle of a UD send on a daemon's ring
-	// (the handle the daemon gave the client); in process it is 0.
-	AH uint32
-	UD UDAddr
-}
-
-// RecvWQE is the fixed part of a receive queue slot (struct
-// sroce_recv_wqe); the slot's tail holds NumSGE SGEs (mr.SGE, struct
-// sroce_sge).
-type RecvWQE struct {
-	WRID   uint64
-	NumSGE uint32
-	Length uint32 // bytes the SGL can take, summed at post time
 }
 
 // SetWR stores everything of wr but its SGL and inline data, and the

@@ -43,44 +43,6 @@ import (
 	"github.com/sroce/sroce/mr"
 )
 
-// Magic identifies ring memory ("SRNG" little-endian).
-const Magic = 0x474e5253
-
-// Version is the layout version of the header and the entries.
-const Version = 1
-
-// HeaderSize is the size of the ring header; slot 0 starts there.
-const HeaderSize = 192
-
-// CacheLine is the alignment of the header's index lines and of ring
-// memory.
-const CacheLine = 64
-
-// Kind says which entries a ring holds.
-type Kind uint16
-
-// Ring kinds.
-const (
-	KindCQ   Kind = 1 // CQE entries, written by the device
-	KindSend Kind = 2 // SendWQE entries, written by the application
-	KindRecv Kind = 3 // RecvWQE entries, written by the application
-)
-
-// Header is the start of ring memory (struct sroce_ring_hdr).
-type Header struct {
-	Magic   uint32
-	Version uint16
-	Kind    Kind
-	Size    uint32 // slots, a power of two
-	Limit   uint32 // most slots in use at once, <= Size
-	Stride  uint32 // bytes per slot, a multiple of 16
-	_       [CacheLine - 20]byte
-	Prod    atomic.Uint32 // next slot the producer fills
-	_       [CacheLine - 4]byte
-	Cons    atomic.Uint32 // oldest slot the consumer has not released
-	_       [CacheLine - 4]byte
-}
-
 // Errors from Init and Attach.
 var (
 	ErrSize      = errors.New("ring: memory too small for the ring")

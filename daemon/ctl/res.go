@@ -5,35 +5,12 @@ package ctl
 // JSON, one page of objects of one kind after a cursor, as large as fits
 // in a datagram.
 
-// ResKind is the kind of object QUERY_RES lists (enum sroce_ctl_res_kind).
-type ResKind uint32
-
-// The kinds.
-const (
-	ResKindClients ResKind = 1
-	ResKindPD      ResKind = 2
-	ResKindMR      ResKind = 3
-	ResKindCQ      ResKind = 4
-	ResKindQP      ResKind = 5
-	ResKindSRQ     ResKind = 6
-	ResKindCMID    ResKind = 7
-)
-
 // ResKinds are the kinds by the names "sroce resource" takes, in its
 // order.
 var ResKinds = []struct {
 	Name string
 	Kind ResKind
 }{{"clients", ResKindClients}, {"pd", ResKindPD}, {"mr", ResKindMR}, {"cq", ResKindCQ}, {"qp", ResKindQP}, {"srq", ResKindSRQ}, {"cm_id", ResKindCMID}}
-
-// ResQuery is QUERY_RES' request (struct sroce_ctl_res_query): the objects
-// of Kind after the cursor {AfterCtx, AfterHandle}, in the order of their
-// context's number, then their handle; a zero cursor starts at the first.
-type ResQuery struct {
-	Kind        ResKind
-	AfterHandle uint32
-	AfterCtx    uint64
-}
 
 // ResPage is QUERY_RES' reply, as JSON: objects of the kind asked for
 // (ResClient, ResPD, ...) and, when More, the cursor to ask from next.

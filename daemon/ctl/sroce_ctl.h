@@ -1,8 +1,11 @@
 /*
  * sroce_ctl.h: the control protocol between the sroce daemon and its
- * clients (the drop-in libibverbs in shim/, and the Go client). Package
- * daemon/ctl holds the same structs in Go; its tests compile this file and
- * compare every offset and size.
+ * clients (the drop-in libibverbs in shim/, and the Go client). This file
+ * is the source: package daemon/ctl's Go mirror (header_gen.go) is
+ * generated from it by `go generate ./daemon/ctl`, and its tests fail when
+ * the mirror is stale and compare every offset and size with the C
+ * compiler's. Pad explicitly (reserved members): the generator refuses
+ * implicit padding.
  *
  * Transport: a unix SOCK_SEQPACKET socket, found by the rule of
  * internal/sockpath (SROCE_SOCKET; else the user's own daemon if one
@@ -56,7 +59,7 @@
 #define SROCE_CTL_MAGIC   0x4c435253u /* "SRCL" */
 #define SROCE_CTL_VERSION 6 /* 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST; 5: CM_JOIN_MCAST, CM_LEAVE_MCAST; 6: XRC (OPEN_XRCD, CLOSE_XRCD, OPEN_QP, CREATE_SRQ of a domain) */
 #define SROCE_CTL_MAX_MSG 8192 /* the largest datagram either way */
-#define SROCE_CTL_MAX_FDS 4
+#define SROCE_CTL_MAX_FDS 4    /* descriptors one datagram may carry */
 #define SROCE_CTL_NAME    64   /* device name buffer, NUL-terminated */
 
 enum sroce_ctl_op {
@@ -382,7 +385,7 @@ struct sroce_ctl_cq {
  * event on the channel socket (struct sroce_ctl_cq_event). overflow: set
  * by the daemon when a completion was lost. */
 struct sroce_cq_ctl {
-	uint32_t arm;
+	uint32_t arm;              /* 1: next completion, 2: next solicited; the daemon clears it */
 	uint32_t overflow;
 	uint32_t reserved[14];
 };
@@ -640,8 +643,8 @@ struct sroce_ctl_cm_option {
  * it forgets changes nothing the client sees. */
 struct sroce_ctl_cm_mcast {
 	uint32_t id;
-	uint32_t uid;
-	uint32_t join_flags;
+	uint32_t uid;              /* JOIN: the client's name for the join, echoed in its events (LEAVE: not read) */
+	uint32_t join_flags;       /* 0: full member, 1: send-only full member */
 	uint32_t reserved0;
 	struct sroce_ctl_cm_addr addr;
 };
@@ -656,7 +659,7 @@ struct sroce_ctl_cm_event {
 	uint32_t event;            /* enum rdma_cm_event_type */
 	int32_t  status;
 	uint32_t listen_id;
-	uint32_t mcast_uid;
+	uint32_t mcast_uid;        /* MULTICAST_JOIN, MULTICAST_ERROR: the join's uid */
 	struct sroce_ctl_cm_id_info info;
 	struct sroce_ctl_cm_conn conn;
 	struct sroce_ctl_ah_attr ah_attr;
