@@ -5,10 +5,11 @@ import (
 	"github.com/sroce/sroce/verbs"
 )
 
-// The entries below are the slots of the rings, field for field the
-// structs of sroce_ring.h. They hold plain values only: an address
-// handle travels as its attributes, a memory window bind as its numbers.
-// Explicit padding fields keep Go's layout and C's identical.
+// The entries (CQE, SendWQE, RecvWQE, UDAddr) are the slots of the
+// rings, generated from the structs of sroce_ring.h into header_gen.go.
+// They hold plain values only: an address handle travels as its
+// attributes, a memory window bind as its numbers. This file holds their
+// methods.
 
 // SetWC stores wc in the entry.
 func (e *CQE) SetWC(wc *verbs.WC) {

@@ -18,8 +18,10 @@
 // gives it back by storing cons+1. Each side keeps a private copy of the
 // other side's index and reloads it only when the copy says the ring is
 // full (producer) or empty (consumer), so in steady state the two cache
-// lines are not bounced on every entry. sroce_ring.h describes the same
-// layout for C; the test compiles it and compares every offset.
+// lines are not bounced on every entry. sroce_ring.h describes the
+// layout for C and is the source: Header, the entries and the constants
+// are generated from it (header_gen.go; the tests fail when it is stale
+// and compare every offset with the C compiler's).
 //
 // The other side of a ring may be another process that does not follow
 // the protocol. A side that cannot trust the other (the daemon) copies

@@ -1,8 +1,10 @@
 // Package ctl is the control protocol between the sroce daemon and its
 // clients: the messages of sroce_ctl.h (in this directory), field for field,
 // and the framing of one message as a SOCK_SEQPACKET datagram. The C
-// header is the reference for the drop-in libibverbs of shim/; the tests
-// compile it and compare every offset and size with the structs below.
+// header is the source: the drop-in libibverbs of shim/ compiles against
+// it, and the structs, constants and ops of header_gen.go are generated
+// from it (go generate; the tests fail when they are stale and compare
+// every offset and size with the C compiler's).
 //
 // Messages are fixed-layout structs in the host's (little-endian) byte
 // order, copied to and from the datagram as they lie in memory, so every
