@@ -207,6 +207,11 @@ func (g *gen) model() error {
 	for _, d := range g.h.defines {
 		g.defines[d.name] = g.name(d.name, goName(g.strip(d.name)))
 	}
+	for _, d := range g.h.defines {
+		if _, err := g.goExpr(d.expr); err != nil {
+			return fmt.Errorf("#define %s: %w (only integer constant expressions are mirrored)", d.name, err)
+		}
+	}
 	for _, e := range g.h.enums {
 		if _, ok := g.m.Enums[e.name]; !ok {
 			return fmt.Errorf("enum %s has no entry in the Enums of mirror %q (internal/cmirror/mirrors.go): give its Go type", e.name, g.m.Name)

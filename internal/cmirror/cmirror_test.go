@@ -109,6 +109,7 @@ func TestRefusals(t *testing.T) {
 		{"unknown struct", "struct t_a {\n\tstruct t_b b;\n};\n", "not a struct defined before it"},
 		{"unknown constant", "struct t_a {\n\tuint8_t a[T_N];\n};\n", "T_N is not a #define of the header"},
 		{"enum without entry", "enum t_e {\n\tT_E_A = 1,\n};\n", "no entry in the Enums"},
+		{"string define", "#define T_S \"x\"\n", "only integer constant expressions"},
 		{"stale name", "struct t_a {\n\tuint32_t a;\n};\n", "does not have"},
 	} {
 		m := Mirror{Prefixes: []string{"t_"}}

@@ -21,7 +21,7 @@ var Mirrors = map[string]Mirror{"ctl": Ctl, "ring": Ring}
 var Ctl = Mirror{
 	Name: "ctl", Dir: "daemon/ctl", Header: "sroce_ctl.h", Package: "ctl",
 	Out: "header_gen.go", TestOut: "header_gen_test.go",
-	Prefixes: []string{"sroce_ctl_", "sroce_", "SROCE_CTL_"},
+	Prefixes: []string{"sroce_ctl_", "sroce_", "SROCE_CTL_", "SROCE_"},
 	Names: map[string]string{
 		"SROCE_CTL_NAME": "NameLen",
 	},
