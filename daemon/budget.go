@@ -498,3 +498,40 @@ func add(a, b cost) cost {
 	}
 	return a
 }
+
+
+// recharge turns the charge held turns into want: it takes what want has
+// more (which may be refused: held stays) and gives back what it has
+// less. It returns the charge now held.
+func (c *conn) recharge(held, want cost) (cost, error) {
+	var more, less cost
+	for r := range held {
+		if want[r] > held[r] {
+			more[r] = want[r] - held[r]
+		} else {
+			less[r] = held[r] - want[r]
+		}
+	}
+	if err := c.charge(more); err != nil {
+		return held, err
+	}
+	c.release(less)
+	return want, nil
+}
+
+// rechargeForce is recharge for a change already made: what want has
+// more is taken whatever the budgets say.
+func (c *conn) rechargeForce(held, want cost) cost {
+	var more, less cost
+	for r := range held {
+		if want[r] > held[r] {
+			more[r] = want[r] - held[r]
+		} else {
+			less[r] = held[r] - want[r]
+		}
+	}
+	c.force(more)
+	c.release(less)
+	return want
+}
+
