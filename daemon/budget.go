@@ -499,7 +499,6 @@ func add(a, b cost) cost {
 	return a
 }
 
-
 // recharge turns the charge held turns into want: it takes what want has
 // more (which may be refused: held stays) and gives back what it has
 // less. It returns the charge now held.
@@ -534,4 +533,3 @@ func (c *conn) rechargeForce(held, want cost) cost {
 	c.release(less)
 	return want
 }
-

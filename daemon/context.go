@@ -207,4 +207,3 @@ func (c *conn) queryGID(in *ctl.Port, _ *request) ([]byte, []int, error) {
 	out := ctl.GID{GID: g, GIDType: 1, NdevIfIndex: uint32(c.dev.dev.Ifindex())}
 	return ctl.Bytes(&out), nil, nil
 }
-

@@ -222,4 +222,3 @@ func (c *conn) dropCQ(h uint32, o *cqObj) {
 	o.mem.close()
 	c.release(o.cost)
 }
-

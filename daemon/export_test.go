@@ -12,3 +12,14 @@ func SetPanicHook(f func(client uint64, where string)) {
 	h := func(c *conn, where string) { f(c.id, where) }
 	panicHook.Store(&h)
 }
+
+// SetMmapFault makes every mapping of a client's memfd (REG_MR, REREG_MR)
+// fail with err, as the daemon's mmap fails when it is out of mappings; a
+// nil err removes the fault.
+func SetMmapFault(err error) {
+	if err == nil {
+		mmapClientFault.Store(nil)
+		return
+	}
+	mmapClientFault.Store(&err)
+}

@@ -352,4 +352,3 @@ func (c *conn) dropQP(h uint32, o *qpObj) {
 	o.mem.close()
 	c.release(o.cost)
 }
-

@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"os"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -91,9 +92,17 @@ func (e *memFault) Error() string {
 
 func (e *memFault) Unwrap() error { return e.err }
 
-// mmapClient maps a client's memfd for mapClientMem; a test replaces it to
-// make the daemon short of mappings.
-var mmapClient = unix.Mmap
+// mmapClientFault, when a test sets it, is the error mapClientMem's mmap
+// fails with (ENOMEM: the daemon short of mappings).
+var mmapClientFault atomic.Pointer[error]
+
+// mmapClient maps a client's memfd for mapClientMem.
+func mmapClient(fd int, off int64, n int, prot, flags int) ([]byte, error) {
+	if e := mmapClientFault.Load(); e != nil {
+		return nil, *e
+	}
+	return unix.Mmap(fd, off, n, prot, flags)
+}
 
 // mapClientMem maps length bytes at offset off of the client's memfd fd.
 // The memfd must be sealed against shrinking (F_SEAL_SHRINK) and hold the

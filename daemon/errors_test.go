@@ -1,0 +1,72 @@
+package daemon_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sroce/sroce/daemon"
+	"github.com/sroce/sroce/daemon/ctl"
+	"github.com/sroce/sroce/mr"
+)
+
+// TestShortageIsNotMisbehaviour makes the daemon's mmap of a client's
+// memfd fail with ENOMEM, as at vm.max_map_count: the REG_MR gets ENOMEM,
+// the client stays connected and registers once the daemon has mappings
+// again, and the log says the daemon was short, at debug, never that the
+// client misbehaved or was disconnected.
+func TestShortageIsNotMisbehaviour(t *testing.T) {
+	r := newRig(t, daemon.Options{})
+	c := dialOpen(t, r)
+	pd := handleOf(c, ctl.OpAllocPD, nil)
+	mfd, err := unix.MemfdCreate("t", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(mfd)
+	if err := unix.Ftruncate(mfd, 8192); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.FcntlInt(uintptr(mfd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
+		t.Fatal(err)
+	}
+	reg := ctl.RegMR{PD: pd, Length: 8192, Access: uint32(mr.AccessLocalWrite)}
+
+	t.Cleanup(func() { daemon.SetMmapFault(nil) })
+	daemon.SetMmapFault(unix.ENOMEM)
+	_, _, err = c.callFDs(ctl.OpRegMR, ctl.Bytes(&reg), []int{mfd})
+	daemon.SetMmapFault(nil)
+	if !errors.Is(err, unix.ENOMEM) {
+		t.Fatalf("REG_MR with the daemon out of mappings: %v, want ENOMEM with the connection kept", err)
+	}
+	b, _, err := c.callFDs(ctl.OpRegMR, ctl.Bytes(&reg), []int{mfd})
+	if err != nil {
+		t.Fatalf("REG_MR on the same connection once the daemon has mappings: %v", err)
+	}
+	if m, _ := ctl.Get[ctl.MR](b); m.LKey == 0 {
+		t.Errorf("REG_MR afterwards gave no key: %+v", m)
+	}
+	if n := len(r.srv.Clients()); n != 1 {
+		t.Errorf("%d clients after the shortage, want the 1 still connected", n)
+	}
+
+	log := r.logText()
+	for _, bad := range []string{"client disconnected", "misbehav", "level=WARN", "level=ERROR"} {
+		if strings.Contains(log, bad) {
+			t.Errorf("the daemon's shortage is logged with %q:\n%s", bad, log)
+		}
+	}
+	var short string
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, "REG_MR") && strings.Contains(line, "short") {
+			short = line
+		}
+	}
+	if !strings.Contains(short, "level=DEBUG") || !strings.Contains(short, "cannot allocate memory") {
+		t.Errorf("no debug line saying the daemon was short (with mmap's errno):\n%s", log)
+	}
+	c.uc.Close()
+	zeroAfter(t, r)
+}
