@@ -70,3 +70,23 @@ func TestShortageIsNotMisbehaviour(t *testing.T) {
 	c.uc.Close()
 	zeroAfter(t, r)
 }
+
+// TestRegistrationDoesNotStallSends holds every client's MR lock, as a
+// registration mapping a large range holds it: the QPs' sends and
+// receives still move both ways, since the data path takes only the
+// locks of the tables it reads (QPs, SRQs, CQs, AHs).
+func TestRegistrationDoesNotStallSends(t *testing.T) {
+	r := newRig(t, daemon.Options{})
+	a, b := pair(t, r, false)
+	sendRecv(t, a, b, "before")
+	var release []func()
+	for _, c := range r.srv.Clients() {
+		release = append(release, daemon.HoldMRLock(r.srv, c.ID))
+	}
+	sendRecv(t, a, b, "during a registration")
+	sendRecv(t, b, a, "back during a registration")
+	for _, f := range release {
+		f()
+	}
+	sendRecv(t, a, b, "after")
+}

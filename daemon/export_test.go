@@ -23,3 +23,22 @@ func SetMmapFault(err error) {
 	}
 	mmapClientFault.Store(&err)
 }
+
+// HoldMRLock takes the MR lock of client id's connection, as a
+// registration holds it while it maps the client's memory, until release
+// is called.
+func HoldMRLock(s *Server, id uint64) (release func()) {
+	s.mu.Lock()
+	var c *conn
+	for k := range s.conns {
+		if k.id == id {
+			c = k
+		}
+	}
+	s.mu.Unlock()
+	if c == nil {
+		return func() {}
+	}
+	c.mrMu.Lock()
+	return c.mrMu.Unlock
+}
