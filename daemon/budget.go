@@ -503,14 +503,7 @@ func add(a, b cost) cost {
 // more (which may be refused: held stays) and gives back what it has
 // less. It returns the charge now held.
 func (c *conn) recharge(held, want cost) (cost, error) {
-	var more, less cost
-	for r := range held {
-		if want[r] > held[r] {
-			more[r] = want[r] - held[r]
-		} else {
-			less[r] = held[r] - want[r]
-		}
-	}
+	more, less := difference(held, want)
 	if err := c.charge(more); err != nil {
 		return held, err
 	}
@@ -521,7 +514,14 @@ func (c *conn) recharge(held, want cost) (cost, error) {
 // rechargeForce is recharge for a change already made: what want has
 // more is taken whatever the budgets say.
 func (c *conn) rechargeForce(held, want cost) cost {
-	var more, less cost
+	more, less := difference(held, want)
+	c.force(more)
+	c.release(less)
+	return want
+}
+
+// difference returns what want has more than held, and less.
+func difference(held, want cost) (more, less cost) {
 	for r := range held {
 		if want[r] > held[r] {
 			more[r] = want[r] - held[r]
@@ -529,7 +529,5 @@ func (c *conn) rechargeForce(held, want cost) cost {
 			less[r] = held[r] - want[r]
 		}
 	}
-	c.force(more)
-	c.release(less)
-	return want
+	return more, less
 }

@@ -12,6 +12,24 @@ import (
 	"github.com/sroce/sroce/mr"
 )
 
+// sealedMemfd returns a memfd of size bytes sealed against shrinking, as
+// a client registers one; it is closed when the test ends.
+func sealedMemfd(t *testing.T, size int64) int {
+	t.Helper()
+	mfd, err := unix.MemfdCreate("t", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(mfd) })
+	if err := unix.Ftruncate(mfd, size); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.FcntlInt(uintptr(mfd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
+		t.Fatal(err)
+	}
+	return mfd
+}
+
 // TestShortageIsNotMisbehaviour makes the daemon's mmap of a client's
 // memfd fail with ENOMEM, as at vm.max_map_count: the REG_MR gets ENOMEM,
 // the client stays connected and registers once the daemon has mappings
@@ -21,22 +39,12 @@ func TestShortageIsNotMisbehaviour(t *testing.T) {
 	r := newRig(t, daemon.Options{})
 	c := dialOpen(t, r)
 	pd := handleOf(c, ctl.OpAllocPD, nil)
-	mfd, err := unix.MemfdCreate("t", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(mfd)
-	if err := unix.Ftruncate(mfd, 8192); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := unix.FcntlInt(uintptr(mfd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK); err != nil {
-		t.Fatal(err)
-	}
+	mfd := sealedMemfd(t, 8192)
 	reg := ctl.RegMR{PD: pd, Length: 8192, Access: uint32(mr.AccessLocalWrite)}
 
 	t.Cleanup(func() { daemon.SetMmapFault(nil) })
 	daemon.SetMmapFault(unix.ENOMEM)
-	_, _, err = c.callFDs(ctl.OpRegMR, ctl.Bytes(&reg), []int{mfd})
+	_, _, err := c.callFDs(ctl.OpRegMR, ctl.Bytes(&reg), []int{mfd})
 	daemon.SetMmapFault(nil)
 	if !errors.Is(err, unix.ENOMEM) {
 		t.Fatalf("REG_MR with the daemon out of mappings: %v, want ENOMEM with the connection kept", err)

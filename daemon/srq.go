@@ -90,13 +90,8 @@ func (c *conn) createSRQ(in *ctl.SRQ, _ *request) ([]byte, []int, error) {
 	if k, err = c.recharge(k, real); err != nil {
 		return fail(err)
 	}
-	mem, r, err := newSRQShm(maxWR, stride)
+	mem, r, fd, err := newSRQShm(maxWR, stride)
 	if err != nil {
-		return fail(err)
-	}
-	fd, err := dupFD(mem.fd)
-	if err != nil {
-		mem.close()
 		return fail(err)
 	}
 	so := &srqObj{srq: s, mem: mem, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rqQ: recvQ{r: r, maxSGE: in.MaxSGE}, cost: k,
@@ -119,18 +114,23 @@ func srqSize(maxWR, stride uint32) int { return srqRingOffset + ring.Bytes(maxWR
 var srqRingOffset = cacheLine(int(unsafe.Sizeof(ctl.SRQCtl{})))
 
 // newSRQShm creates the memory of an SRQ's ring of maxWR entries of
-// stride bytes.
-func newSRQShm(maxWR, stride uint32) (*shm, *ring.Ring[ring.RecvWQE], error) {
+// stride bytes, with a descriptor of it for the reply.
+func newSRQShm(maxWR, stride uint32) (*shm, *ring.Ring[ring.RecvWQE], int, error) {
 	mem, err := newShm("srq", srqSize(maxWR, stride))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, -1, err
 	}
 	r, err := ring.Init[ring.RecvWQE](mem.mem[srqRingOffset:], ring.KindRecv, maxWR, stride)
 	if err != nil {
 		mem.close()
-		return nil, nil, internalf("laying out an SRQ's ring: %w", err)
+		return nil, nil, -1, internalf("laying out an SRQ's ring: %w", err)
 	}
-	return mem, r, nil
+	fd, err := dupFD(mem.fd)
+	if err != nil {
+		mem.close()
+		return nil, nil, -1, err
+	}
+	return mem, r, fd, nil
 }
 
 // srqReply is the reply of CREATE_SRQ and of MODIFY_SRQ with max_wr: the
@@ -209,13 +209,8 @@ func (c *conn) resizeSRQ(in *ctl.SRQ) ([]byte, []int, error) {
 		c.release(k)
 		return nil, nil, err
 	}
-	mem, r, err := newSRQShm(in.MaxWR, stride)
+	mem, r, fd, err := newSRQShm(in.MaxWR, stride)
 	if err != nil {
-		return fail(err)
-	}
-	fd, err := dupFD(mem.fd)
-	if err != nil {
-		mem.close()
 		return fail(err)
 	}
 	if err := o.srq.Resize(in.MaxWR); err != nil {
