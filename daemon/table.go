@@ -24,7 +24,7 @@ import (
 )
 
 // kind is a kind of object a connection holds. Each has a lock of its
-// own in the connection (kindLocks), which guards the connection's table
+// own in the connection (kindLock), which guards the connection's table
 // of that kind and what other goroutines read of its objects; the
 // request goroutine is the only one that adds to or removes from the
 // tables (the CM's forwarder adds CM IDs, under the CM's lock), so it
@@ -222,12 +222,15 @@ func on[T, O any](t table[O], key func(*T) uint32, h func(c *conn, in *T, o O, r
 }
 
 // destroys is the request that frees one object named by a ctl.Handle
-// body: free releases it (its kind's lock held: the method must hold it)
-// and, when it succeeds, the handle is forgotten.
+// body: free releases it, its kind's lock held (taken here when the
+// method does not hold it), and, when it succeeds, the handle is
+// forgotten.
 func destroys[O any](t table[O], free func(c *conn, h uint32, o O) error) func(*conn, *request) ([]byte, []int, error) {
 	return on(t, handleOf, func(c *conn, in *ctl.Handle, o O, r *request) ([]byte, []int, error) {
 		if !r.held.has(t.kind) {
-			panic(fmt.Sprintf("daemon: %s destroys a %s without its lock", r.op, t.kind))
+			mu := c.kindLock(t.kind)
+			mu.Lock()
+			defer mu.Unlock()
 		}
 		if err := free(c, in.Handle, o); err != nil {
 			return nil, nil, err
