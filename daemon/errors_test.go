@@ -80,13 +80,34 @@ func TestShortageIsNotMisbehaviour(t *testing.T) {
 }
 
 // TestRegistrationDoesNotStallSends holds every client's MR lock, as a
-// registration mapping a large range holds it: the QPs' sends and
-// receives still move both ways, since the data path takes only the
-// locks of the tables it reads (QPs, SRQs, CQs, AHs).
+// registration mapping a large range holds it, while another local user
+// lists every QP without pause (QUERY_RES): the QPs' sends and receives
+// still move both ways, since the data path takes only the locks of the
+// tables it reads (QPs, SRQs, CQs, AHs), and a listing takes them for
+// reading only.
 func TestRegistrationDoesNotStallSends(t *testing.T) {
 	r := newRig(t, daemon.Options{})
 	a, b := pair(t, r, false)
 	sendRecv(t, a, b, "before")
+	lister := dialCM(t, r)
+	stop, listed := make(chan struct{}), make(chan int)
+	go func() {
+		n := 0
+		defer func() { listed <- n }()
+		q := ctl.ResQuery{Kind: ctl.ResKindQP}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, _, err := lister.call(ctl.OpQueryRes, ctl.Bytes(&q)); err != nil {
+				t.Errorf("QUERY_RES during the sends: %v", err)
+				return
+			}
+			n++
+		}
+	}()
 	var release []func()
 	for _, c := range r.srv.Clients() {
 		release = append(release, daemon.HoldMRLock(r.srv, c.ID))
@@ -97,4 +118,8 @@ func TestRegistrationDoesNotStallSends(t *testing.T) {
 		f()
 	}
 	sendRecv(t, a, b, "after")
+	close(stop)
+	if n := <-listed; n == 0 {
+		t.Error("no QP listing answered during the sends")
+	}
 }
