@@ -159,8 +159,19 @@ func (b *bridge) pass() (bool, error) {
 	if err := c.ringErr.Load(); err != nil {
 		return false, *err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	// One pass at a time; the tables it reads (the QPs and SRQs it
+	// walks, the AHs of UD sends, the CQs of refused requests) under
+	// their kinds' locks, for reading, in kind order.
+	c.passMu.Lock()
+	defer c.passMu.Unlock()
+	c.cqMu.RLock()
+	defer c.cqMu.RUnlock()
+	c.srqMu.RLock()
+	defer c.srqMu.RUnlock()
+	c.qpMu.RLock()
+	defer c.qpMu.RUnlock()
+	c.ahMu.RLock()
+	defer c.ahMu.RUnlock()
 	work := false
 	b.stuck.Store(false)
 	for _, o := range c.qps {

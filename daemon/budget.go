@@ -498,3 +498,36 @@ func add(a, b cost) cost {
 	}
 	return a
 }
+
+// recharge turns the charge held turns into want: it takes what want has
+// more (which may be refused: held stays) and gives back what it has
+// less. It returns the charge now held.
+func (c *conn) recharge(held, want cost) (cost, error) {
+	more, less := difference(held, want)
+	if err := c.charge(more); err != nil {
+		return held, err
+	}
+	c.release(less)
+	return want, nil
+}
+
+// rechargeForce is recharge for a change already made: what want has
+// more is taken whatever the budgets say.
+func (c *conn) rechargeForce(held, want cost) cost {
+	more, less := difference(held, want)
+	c.force(more)
+	c.release(less)
+	return want
+}
+
+// difference returns what want has more than held, and less.
+func difference(held, want cost) (more, less cost) {
+	for r := range held {
+		if want[r] > held[r] {
+			more[r] = want[r] - held[r]
+		} else {
+			less[r] = held[r] - want[r]
+		}
+	}
+	return more, less
+}

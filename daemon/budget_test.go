@@ -414,13 +414,7 @@ func TestBudgetDaemonShortage(t *testing.T) {
 	r := newRig(t, daemon.Options{})
 	c := dialOpen(t, r)
 	pd := handleOf(c, ctl.OpAllocPD, nil)
-	mfd, err := unix.MemfdCreate("t", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(mfd)
-	unix.Ftruncate(mfd, 4096)
-	unix.FcntlInt(uintptr(mfd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK)
+	mfd := sealedMemfd(t, 4096)
 	ro, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", mfd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -533,13 +527,7 @@ func TestBudgetEveryObjectReleased(t *testing.T) {
 	qp1 := handleOf(c, ctl.OpCreateQP, ctl.Bytes(&qpIn))
 	qpIn.SRQ, qpIn.Cap.MaxRecvWR, qpIn.Cap.MaxRecvSGE = 0, 64, 2
 	qp2 := handleOf(c, ctl.OpCreateQP, ctl.Bytes(&qpIn))
-	mfd, err := unix.MemfdCreate("t", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(mfd)
-	unix.Ftruncate(mfd, 1<<20)
-	unix.FcntlInt(uintptr(mfd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK)
+	mfd := sealedMemfd(t, 1<<20)
 	reg := ctl.RegMR{PD: pd, Length: 8192, Access: uint32(mr.AccessLocalWrite)}
 	b, _, err := c.callFDs(ctl.OpRegMR, ctl.Bytes(&reg), []int{mfd})
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 )
 
 // cmState is a connection's part of the CM: its channels and IDs (under
-// conn.mu).
+// conn.cmMu).
 type cmState struct {
 	ch     *rdmacm.EventChannel // every ID of the connection posts here
 	chans  map[uint32]*cmChan
@@ -83,61 +83,77 @@ func cmErrno(err error) error {
 // returns to a program joining an IPv6 group on a RoCEv2 port.
 const errENOTSUPP = unix.Errno(524)
 
-// handleCM serves one CM request.
-func (c *conn) handleCM(h ctl.Hdr, b []byte) ([]byte, []int, error) {
-	if c.s.cm == nil {
-		return nil, nil, unix.ENODEV
+// cmTable is the connection's CM IDs for the generic path: a CM request
+// names its ID first (every CM struct but CREATE_ID's starts with its
+// uint32 ID); an unknown one is ENOENT, as with ucma.
+var cmTable = table[*cmID]{kind: kindCM, m: func(c *conn) map[uint32]*cmID { return c.cm.ids }, notFound: unix.ENOENT}
+
+// cmKey is the ID a CM request names.
+func cmKey[T any](in *T) uint32 { return *(*uint32)(unsafe.Pointer(in)) }
+
+// onID is a CM request on an ID: its body decoded, its ID looked up.
+func onID[T any](h func(c *conn, in *T, o *cmID, r *request) ([]byte, []int, error)) func(*conn, *request) ([]byte, []int, error) {
+	return on(cmTable, cmKey[T], h)
+}
+
+// idOnly is a CM request whose answer is an errno only.
+func idOnly[T any](h func(c *conn, in *T, o *cmID) error) func(*conn, *request) ([]byte, []int, error) {
+	return onID(func(c *conn, in *T, o *cmID, _ *request) ([]byte, []int, error) { return nil, nil, h(c, in, o) })
+}
+
+func init() {
+	cmMethod := func(op ctl.Op, locks kinds, run func(*conn, *request) ([]byte, []int, error)) method {
+		return method{op: op, cm: true, locks: locks, run: run}
 	}
-	switch h.Op {
-	case ctl.OpCMCreateChannel:
-		return c.cmCreateChannel()
-	case ctl.OpCMDestroyChannel:
-		return c.cmDestroyChannel(b)
-	case ctl.OpCMCreateID:
-		return c.cmCreateID(b)
-	case ctl.OpCMBind, ctl.OpCMResolveAddr:
-		return c.cmAddr(h.Op, b)
-	case ctl.OpCMConnect, ctl.OpCMAccept, ctl.OpCMReject:
-		return c.cmConn(h.Op, b)
-	case ctl.OpCMSetOption:
-		return c.cmSetOption(b)
-	case ctl.OpCMJoinMcast, ctl.OpCMLeaveMcast:
-		return nil, nil, c.cmMcast(h.Op, b)
-	}
-	in, o, err := cmRequest[ctl.CMIDArg](c, b)
-	if err != nil {
-		return nil, nil, err
-	}
-	switch h.Op {
-	case ctl.OpCMDestroyID:
-		return nil, nil, c.cmDestroyID(o)
-	case ctl.OpCMResolveRoute:
-		return nil, nil, cmErrno(o.id.ResolveRoute(time.Duration(in.Arg) * time.Millisecond))
-	case ctl.OpCMQuery:
-		info := c.cmInfo(o)
-		return ctl.Bytes(&info), nil, nil
-	case ctl.OpCMListen:
-		return nil, nil, cmErrno(o.id.Listen(int(min(in.Arg, 1<<16))))
-	case ctl.OpCMDisconnect:
-		return nil, nil, cmErrno(o.id.Disconnect())
-	case ctl.OpCMInitQPAttr:
-		a, mask, err := o.id.InitQPAttr(verbs.QPState(in.Arg))
-		if err != nil {
-			return nil, nil, cmErrno(err)
-		}
-		out := ctl.ModifyQP{Handle: o.handle, AttrMask: uint32(mask), Attr: ctl.QPAttrOf(&a)}
-		return ctl.Bytes(&out), nil, nil
-	case ctl.OpCMNotify:
+	// Most hold no lock while the CM works (it may wait, and its
+	// forwarder takes c.cmMu to deliver events); they take c.cmMu where
+	// they change the tables.
+	register(
+		cmMethod(ctl.OpCMCreateChannel, locks(kindCM), plain((*conn).cmCreateChannel)),
+		cmMethod(ctl.OpCMDestroyChannel, 0, decoded((*conn).cmDestroyChannel)),
+		cmMethod(ctl.OpCMCreateID, locks(kindCM), decoded((*conn).cmCreateID)),
+		cmMethod(ctl.OpCMDestroyID, 0, idOnly(func(c *conn, _ *ctl.CMIDArg, o *cmID) error { return c.cmDestroyID(o) })),
+		cmMethod(ctl.OpCMBind, 0, onID((*conn).cmAddr)),
+		cmMethod(ctl.OpCMResolveAddr, 0, onID((*conn).cmAddr)),
+		cmMethod(ctl.OpCMResolveRoute, 0, idOnly(func(_ *conn, in *ctl.CMIDArg, o *cmID) error {
+			return cmErrno(o.id.ResolveRoute(time.Duration(in.Arg) * time.Millisecond))
+		})),
+		cmMethod(ctl.OpCMQuery, 0, onID(func(c *conn, _ *ctl.CMIDArg, o *cmID, _ *request) ([]byte, []int, error) {
+			info := c.cmInfo(o)
+			return ctl.Bytes(&info), nil, nil
+		})),
+		cmMethod(ctl.OpCMListen, 0, idOnly(func(_ *conn, in *ctl.CMIDArg, o *cmID) error {
+			return cmErrno(o.id.Listen(int(min(in.Arg, 1<<16))))
+		})),
+		cmMethod(ctl.OpCMConnect, 0, idOnly((*conn).cmConn)),
+		cmMethod(ctl.OpCMAccept, 0, idOnly((*conn).cmAccept)),
+		cmMethod(ctl.OpCMReject, 0, idOnly(func(_ *conn, in *ctl.CMConn, o *cmID) error {
+			p, err := param(in)
+			if err != nil {
+				return err
+			}
+			return cmErrno(o.id.Reject(p.PrivateData))
+		})),
+		cmMethod(ctl.OpCMDisconnect, 0, idOnly(func(_ *conn, _ *ctl.CMIDArg, o *cmID) error { return cmErrno(o.id.Disconnect()) })),
+		cmMethod(ctl.OpCMInitQPAttr, 0, onID(func(_ *conn, in *ctl.CMIDArg, o *cmID, _ *request) ([]byte, []int, error) {
+			a, mask, err := o.id.InitQPAttr(verbs.QPState(in.Arg))
+			if err != nil {
+				return nil, nil, cmErrno(err)
+			}
+			out := ctl.ModifyQP{Handle: o.handle, AttrMask: uint32(mask), Attr: ctl.QPAttrOf(&a)}
+			return ctl.Bytes(&out), nil, nil
+		})),
 		// The CM moves no QP of a client and has nothing to notify.
-		return nil, nil, unix.ENOSYS
-	case ctl.OpCMMigrateID:
-		return nil, nil, c.cmMigrate(o, in.Arg)
-	}
-	return nil, nil, misbehaved("unknown CM operation %s", h.Op)
+		cmMethod(ctl.OpCMNotify, 0, idOnly(func(*conn, *ctl.CMIDArg, *cmID) error { return unix.ENOSYS })),
+		cmMethod(ctl.OpCMSetOption, 0, onID((*conn).cmSetOption)),
+		cmMethod(ctl.OpCMMigrateID, locks(kindCM), idOnly(func(c *conn, in *ctl.CMIDArg, o *cmID) error { return c.cmMigrate(o, in.Arg) })),
+		cmMethod(ctl.OpCMJoinMcast, 0, onID((*conn).cmMcast)),
+		cmMethod(ctl.OpCMLeaveMcast, 0, onID((*conn).cmMcast)),
+	)
 }
 
 // cmStart creates the connection's event channel and its forwarder on
-// first use (c.mu held).
+// first use (c.cmMu held).
 func (c *conn) cmStart() {
 	if c.cm.ch != nil {
 		return
@@ -151,25 +167,18 @@ func (c *conn) cmStart() {
 }
 
 func (c *conn) cmCreateChannel() ([]byte, []int, error) {
-	c.mu.Lock()
 	c.cmStart()
-	n := len(c.cm.chans)
-	c.mu.Unlock()
-	return c.newChannel(n, "CM event channels", func(h uint32, w int) { c.cm.chans[h] = &cmChan{w: w} })
+	return c.newChannel(len(c.cm.chans), "CM event channels", func(h uint32, w int) { c.cm.chans[h] = &cmChan{w: w} })
 }
 
-func (c *conn) cmDestroyChannel(b []byte) ([]byte, []int, error) {
-	in, err := body[ctl.Handle](b)
-	if err != nil {
-		return nil, nil, err
-	}
+func (c *conn) cmDestroyChannel(in *ctl.Handle, _ *request) ([]byte, []int, error) {
 	// As the kernel's rdma_cm when a program closes the channel's file:
 	// the IDs still on it are destroyed (listeners stop, connections are
 	// disconnected), and the close succeeds.
-	c.mu.Lock()
+	c.cmMu.Lock()
 	ch := c.cm.chans[in.Handle]
 	if ch == nil {
-		c.mu.Unlock()
+		c.cmMu.Unlock()
 		return nil, nil, unix.EINVAL
 	}
 	var on []*cmID
@@ -178,14 +187,14 @@ func (c *conn) cmDestroyChannel(b []byte) ([]byte, []int, error) {
 			on = append(on, o)
 		}
 	}
-	c.mu.Unlock()
+	c.cmMu.Unlock()
 	for _, o := range on {
 		if err := c.cmDestroyID(o); err != nil {
 			c.s.log.Debug("an ID of a destroyed CM event channel", "client", c.id, "err", err)
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.cmMu.Lock()
+	defer c.cmMu.Unlock()
 	if c.cm.chans[in.Handle] != ch {
 		return nil, nil, unix.EINVAL
 	}
@@ -199,19 +208,13 @@ func (c *conn) cmDestroyChannel(b []byte) ([]byte, []int, error) {
 	return nil, nil, nil
 }
 
-func (c *conn) cmCreateID(b []byte) ([]byte, []int, error) {
-	in, err := body[ctl.CMCreateID](b)
-	if err != nil {
-		return nil, nil, err
-	}
+func (c *conn) cmCreateID(in *ctl.CMCreateID, _ *request) ([]byte, []int, error) {
 	ps := cm.PortSpace(in.PS)
 	switch ps {
 	case cm.PortSpaceTCP, cm.PortSpaceUDP, cm.PortSpaceIB:
 	default:
 		return nil, nil, unix.EPROTONOSUPPORT
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	ch := c.cm.chans[in.Channel]
 	if ch == nil {
 		return nil, nil, unix.EINVAL
@@ -237,7 +240,7 @@ func (c *conn) cmCreateID(b []byte) ([]byte, []int, error) {
 // the daemon, against the queue memory budget.
 var cmIDCost = one(ResQueueBytes, 2048)
 
-// cmAdd records an ID of the connection, charged (c.mu held).
+// cmAdd records an ID of the connection, charged (c.cmMu held).
 func (c *conn) cmAdd(id *rdmacm.ID, h, ch uint32) *cmID {
 	o := &cmID{id: id, handle: h, ch: ch}
 	c.cm.ids[h] = o
@@ -246,38 +249,17 @@ func (c *conn) cmAdd(id *rdmacm.ID, h, ch uint32) *cmID {
 	return o
 }
 
-// cmRequest parses a request body that names an ID first (every CM
-// struct but CREATE_ID's starts with its uint32 ID) and finds the ID.
-func cmRequest[T any](c *conn, b []byte) (T, *cmID, error) {
-	in, err := body[T](b)
-	if err != nil {
-		return in, nil, err
-	}
-	id := *(*uint32)(unsafe.Pointer(&in))
-	o, err := c.cmLookup(id)
-	return in, o, err
-}
-
-func (c *conn) cmLookup(h uint32) (*cmID, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if o := c.cm.ids[h]; o != nil {
-		return o, nil
-	}
-	return nil, unix.ENOENT
-}
-
 // cmDestroyID destroys an ID and forgets it; its queued events are dropped
 // by the forwarder, which no longer finds it.
 func (c *conn) cmDestroyID(o *cmID) error {
 	err := o.id.Destroy()
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.cmMu.Lock()
+	defer c.cmMu.Unlock()
 	c.cmForget(o)
 	return cmErrno(err)
 }
 
-// cmForget removes an ID from the tables (c.mu held).
+// cmForget removes an ID from the tables (c.cmMu held).
 func (c *conn) cmForget(o *cmID) {
 	if c.cm.ids[o.handle] != o {
 		return
@@ -290,9 +272,8 @@ func (c *conn) cmForget(o *cmID) {
 	}
 }
 
+// cmMigrate moves an ID to channel to (c.cmMu held).
 func (c *conn) cmMigrate(o *cmID, to uint32) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	nch := c.cm.chans[to]
 	if nch == nil || c.cm.ids[o.handle] != o {
 		return unix.EINVAL
@@ -337,11 +318,7 @@ func cmAddrOf(a netip.AddrPort) ctl.CMAddr {
 	return out
 }
 
-func (c *conn) cmAddr(op ctl.Op, b []byte) ([]byte, []int, error) {
-	in, o, err := cmRequest[ctl.CMAddrReq](c, b)
-	if err != nil {
-		return nil, nil, err
-	}
+func (c *conn) cmAddr(in *ctl.CMAddrReq, o *cmID, r *request) ([]byte, []int, error) {
 	src, err := addrPort(in.Src)
 	if err != nil {
 		return nil, nil, err
@@ -355,7 +332,7 @@ func (c *conn) cmAddr(op ctl.Op, b []byte) ([]byte, []int, error) {
 			return nil, nil, err
 		}
 	}
-	if op == ctl.OpCMBind {
+	if r.op == ctl.OpCMBind {
 		if !src.Addr().IsValid() {
 			return nil, nil, unix.EINVAL
 		}
@@ -388,41 +365,38 @@ func param(in *ctl.CMConn) (*rdmacm.ConnParam, error) {
 	}, nil
 }
 
-func (c *conn) cmConn(op ctl.Op, b []byte) ([]byte, []int, error) {
-	in, o, err := cmRequest[ctl.CMConn](c, b)
+func (c *conn) cmConn(in *ctl.CMConn, o *cmID) error {
+	p, err := param(in)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	p, err := param(&in)
+	return cmErrno(o.id.Connect(p))
+}
+
+func (c *conn) cmAccept(in *ctl.CMConn, o *cmID) error {
+	p, err := param(in)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	switch op {
-	case ctl.OpCMConnect:
-		err = o.id.Connect(p)
-	case ctl.OpCMAccept:
-		c.mu.Lock()
-		o.swallow = o.last == rdmacm.EventConnectResponse
-		c.mu.Unlock()
-		if err = o.id.Accept(p); err != nil {
-			c.mu.Lock()
-			o.swallow = false
-			c.mu.Unlock()
-		}
-	default:
-		err = o.id.Reject(p.PrivateData)
+	c.cmMu.Lock()
+	o.swallow = o.last == rdmacm.EventConnectResponse
+	c.cmMu.Unlock()
+	if err = o.id.Accept(p); err != nil {
+		c.cmMu.Lock()
+		o.swallow = false
+		c.cmMu.Unlock()
 	}
-	return nil, nil, cmErrno(err)
+	return cmErrno(err)
 }
 
 // cmMcast joins or leaves a multicast group. The join's event carries
 // the client's UID for it; the client attaches its QP to the group itself,
 // as librdmacm does.
-func (c *conn) cmMcast(op ctl.Op, b []byte) error {
-	in, o, err := cmRequest[ctl.CMMcast](c, b)
-	if err != nil {
-		return err
-	}
+func (c *conn) cmMcast(in *ctl.CMMcast, o *cmID, r *request) ([]byte, []int, error) {
+	return nil, nil, c.cmJoinLeave(r.op, in, o)
+}
+
+func (c *conn) cmJoinLeave(op ctl.Op, in *ctl.CMMcast, o *cmID) error {
 	g, err := addrPort(in.Addr)
 	if err != nil {
 		return err
@@ -436,11 +410,7 @@ func (c *conn) cmMcast(op ctl.Op, b []byte) error {
 	return cmErrno(o.id.JoinMulticast(g.Addr(), in.JoinFlags == ctl.JoinSendOnlyFullMember, in.UID))
 }
 
-func (c *conn) cmSetOption(b []byte) ([]byte, []int, error) {
-	in, o, err := cmRequest[ctl.CMOption](c, b)
-	if err != nil {
-		return nil, nil, err
-	}
+func (c *conn) cmSetOption(in *ctl.CMOption, o *cmID, _ *request) ([]byte, []int, error) {
 	const optionID, tos, reuseAddr, afOnly, ackTimeout = 0, 0, 1, 2, 3
 	if in.Level != optionID {
 		return nil, nil, unix.ENOSYS // RDMA_OPTION_IB_PATH: paths come from the CM
@@ -514,8 +484,8 @@ func (c *conn) cmForward(ch *rdmacm.EventChannel, done chan struct{}) {
 // (or rejected when the client is at its limit). An event the client's
 // socket has no room for is dropped and logged: the client is not reading.
 func (c *conn) cmDeliver(e *rdmacm.Event) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.cmMu.Lock()
+	defer c.cmMu.Unlock()
 	if c.gone.Load() || c.cm.ch == nil {
 		if e.Type == rdmacm.EventConnectRequest {
 			go c.contained("CM", func() { e.ID.Destroy() })
@@ -557,7 +527,7 @@ func (c *conn) cmDeliver(e *rdmacm.Event) {
 	if uid, ok := e.Mcast.Context.(uint32); ok {
 		out.McastUID = uid
 	}
-	out.Info = c.cmInfo(o) // c.mu before the CM's lock, never the other way
+	out.Info = c.cmInfo(o) // c.cmMu before the CM's lock, never the other way
 	p := &e.Param
 	n := copy(out.Conn.PrivateData[:], p.PrivateData)
 	out.Conn.ID = o.handle
@@ -583,25 +553,25 @@ func (c *conn) cmDeliver(e *rdmacm.Event) {
 }
 
 // cmCleanup destroys the connection's IDs (disconnecting, rejecting,
-// unlistening as each needs) and closes its channels. c.mu is not held:
+// unlistening as each needs) and closes its channels. c.cmMu is not held:
 // destroying an ID may wait for the CM.
 func (c *conn) cmCleanup() {
-	c.mu.Lock()
+	c.cmMu.Lock()
 	if c.cm.ch == nil {
-		c.mu.Unlock()
+		c.cmMu.Unlock()
 		return
 	}
 	ids := make([]*cmID, 0, len(c.cm.ids))
 	for _, o := range c.cm.ids {
 		ids = append(ids, o)
 	}
-	c.mu.Unlock()
+	c.cmMu.Unlock()
 	for _, o := range ids {
 		if err := o.id.Destroy(); err != nil {
 			c.s.log.Warn("destroying a departed client's CM ID failed", "client", c.id, "err", err)
 		}
 	}
-	c.mu.Lock()
+	c.cmMu.Lock()
 	ch := c.cm.ch
 	for _, o := range ids {
 		c.cmForget(o)
@@ -612,7 +582,7 @@ func (c *conn) cmCleanup() {
 		c.release(one(ResFDs, 1))
 	}
 	done := c.cm.fwDone
-	c.mu.Unlock()
+	c.cmMu.Unlock()
 	ch.Destroy()
 	<-done
 }

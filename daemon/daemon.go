@@ -141,6 +141,9 @@ type Server struct {
 	// (at most refusingMax at once; beyond, they are closed unanswered).
 	refusing chan struct{}
 
+	// resMu lets one QUERY_RES at a time walk the clients' tables.
+	resMu sync.Mutex
+
 	mu      sync.Mutex
 	conns   map[*conn]struct{}
 	closed  bool
@@ -399,7 +402,7 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 		if err := c.charge(connCost); err != nil {
 			s.budget.connsRefused.Add(1)
 			s.budget.warn(c.uid, "client connection refused", "pid", c.pid, "comm", c.comm, "err", err)
-			s.refuse(uc, errnoOf(err))
+			s.refuse(uc, int32(errnoOf(err)))
 			continue
 		}
 		s.mu.Lock()

@@ -12,3 +12,33 @@ func SetPanicHook(f func(client uint64, where string)) {
 	h := func(c *conn, where string) { f(c.id, where) }
 	panicHook.Store(&h)
 }
+
+// SetMmapFault makes every mapping of a client's memfd (REG_MR, REREG_MR)
+// fail with err, as the daemon's mmap fails when it is out of mappings; a
+// nil err removes the fault.
+func SetMmapFault(err error) {
+	if err == nil {
+		mmapClientFault.Store(nil)
+		return
+	}
+	mmapClientFault.Store(&err)
+}
+
+// HoldMRLock takes the MR lock of client id's connection, as a
+// registration holds it while it maps the client's memory, until release
+// is called.
+func HoldMRLock(s *Server, id uint64) (release func()) {
+	s.mu.Lock()
+	var c *conn
+	for k := range s.conns {
+		if k.id == id {
+			c = k
+		}
+	}
+	s.mu.Unlock()
+	if c == nil {
+		return func() {}
+	}
+	c.mrMu.Lock()
+	return c.mrMu.Unlock
+}

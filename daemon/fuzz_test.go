@@ -429,11 +429,11 @@ func FuzzRingEntries(f *testing.F) {
 			if _, err := c.br.pass(); err != nil {
 				// The daemon would disconnect the client: start again
 				// from empty rings.
-				c.mu.Lock()
+				c.qpMu.Lock()
 				for _, o := range rr.qps {
 					o.sq.Header().Prod.Store(o.sqCons)
 				}
-				c.mu.Unlock()
+				c.qpMu.Unlock()
 				for _, q := range rqs {
 					q.mu.Lock()
 					q.r.Header().Prod.Store(q.cons)

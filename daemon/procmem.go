@@ -106,7 +106,8 @@ func (c *conn) peerProc() (int, error) {
 	defer unix.Close(pidfd)
 	dir, err := unix.Open(fmt.Sprintf("/proc/%d", c.pid), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("the client process is gone (opening /proc/%d: %v): %w", c.pid, err, unix.ESRCH)
+		// ESRCH first: it is the errno the request gets.
+		return -1, fmt.Errorf("the client process is gone (%w): opening /proc/%d: %w", unix.ESRCH, c.pid, err)
 	}
 	// Alive after the open: the directory is the peer's, not a reused
 	// pid's. (EPERM, a daemon without CAP_KILL, is alive too.)

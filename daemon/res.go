@@ -23,13 +23,22 @@ import (
 	"github.com/sroce/sroce/cm"
 	"github.com/sroce/sroce/daemon/ctl"
 	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/rdmacm"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/verbs"
 )
 
+func init() {
+	register(method{op: ctl.OpQueryRes, run: decoded(queryRes)})
+}
+
+func queryRes(c *conn, in *ctl.ResQuery, _ *request) ([]byte, []int, error) {
+	return c.s.queryRes(c, in)
+}
+
 // resObject is one object of a listing, with its place in the order:
 // its value v, or fill, which reads the engine's or the CM's state for it
-// (after c.mu is released) when it is listed.
+// (after the table's lock is released) when it is listed.
 type resObject struct {
 	handle uint32
 	v      any
@@ -41,11 +50,13 @@ type resObject struct {
 const resPageRoom = ctl.MaxMsg - ctl.HdrSize - 128
 
 // queryRes answers QUERY_RES of connection asker (which is not listed).
-func (s *Server) queryRes(asker *conn, b []byte) ([]byte, []int, error) {
-	in, err := body[ctl.ResQuery](b)
-	if err != nil {
-		return nil, nil, err
-	}
+//
+// What it costs the others is bounded: it reads each listed connection's
+// tables under their kinds' locks for reading, one table at a time (a
+// bridge reads them too, and is never kept waiting by a listing), and one
+// listing at a time walks the tables (s.resMu), so that a flood of them
+// from one user takes one goroutine's time of the daemon's.
+func (s *Server) queryRes(asker *conn, in *ctl.ResQuery) ([]byte, []int, error) {
 	if in.Kind < ctl.ResKindClients || in.Kind > ctl.ResKindCMID {
 		return nil, nil, unix.EINVAL
 	}
@@ -56,6 +67,8 @@ func (s *Server) queryRes(asker *conn, b []byte) ([]byte, []int, error) {
 	// namespace, under the pids it knows them by.
 	viewerNS := pidNS(asker.pid)
 	scoped := viewerNS != 0 && viewerNS != pidNS(int32(os.Getpid()))
+	s.resMu.Lock()
+	defer s.resMu.Unlock()
 	s.mu.Lock()
 	cs := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
@@ -119,139 +132,187 @@ func marshalPage(p *ctl.ResPage) ([]byte, []int, error) {
 	return b, nil, nil
 }
 
-// resObjects lists the connection's objects of kind, by handle; full
-// says the viewer may see keys and addresses. The tables are read under
-// c.mu; the engine's and the CM's state (which take their own locks) is
-// read after, as queryQP does, and only for the objects a page lists.
-// pid is the owner's pid as the viewer knows it.
-func (c *conn) resObjects(kind ctl.ResKind, full bool, pid int32, devs []*served) []resObject {
-	c.mu.Lock()
+// resObjects lists the connection's objects of kind rk, by handle; full
+// says the viewer may see keys and addresses. Each table is read under
+// its kind's lock for reading, one at a time (a count of one table and a
+// listing of another may be a request apart); the engine's and the CM's
+// state (which take their own locks) is read after, as queryQP does, and
+// only for the objects a page lists. pid is the owner's pid as the viewer
+// knows it.
+func (c *conn) resObjects(rk ctl.ResKind, full bool, pid int32, devs []*served) []resObject {
 	own := ctl.ResOwner{Ctx: c.id, PID: pid, UID: c.uid, Comm: c.comm}
+	c.ctxMu.Lock()
 	if c.dev != nil {
 		own.Dev = c.dev.name
 	}
+	c.ctxMu.Unlock()
+	// read runs f under kind k's lock, for reading.
+	read := func(k kind, f func()) {
+		mu := c.kindLock(k)
+		mu.RLock()
+		defer mu.RUnlock()
+		f()
+	}
 	var out []resObject
-	switch kind {
+	switch rk {
 	case ctl.ResKindClients:
-		out = append(out, resObject{v: ctl.ResClient{ResOwner: own, PDs: len(c.pds), MRs: len(c.mrs), MWs: len(c.mws),
-			CQs: len(c.cqs), QPs: len(c.qps), SRQs: len(c.srqs), AHs: len(c.ahs), CMIDs: len(c.cm.ids), RegBytes: c.regBytes}})
+		r := ctl.ResClient{ResOwner: own}
+		read(kindPD, func() { r.PDs = len(c.pds) })
+		read(kindCQ, func() { r.CQs = len(c.cqs) })
+		read(kindSRQ, func() { r.SRQs = len(c.srqs) })
+		read(kindQP, func() { r.QPs = len(c.qps) })
+		read(kindAH, func() { r.AHs = len(c.ahs) })
+		read(kindMR, func() { r.MRs, r.MWs, r.RegBytes = len(c.mrs), len(c.mws), c.regBytes })
+		read(kindCM, func() { r.CMIDs = len(c.cm.ids) })
+		out = append(out, resObject{v: r})
 	case ctl.ResKindPD:
 		users := map[uint32]int{}
-		pdOf := map[*roce.PD]uint32{}
-		for h, pd := range c.pds {
-			pdOf[pd] = h
-		}
-		for _, o := range c.qps {
-			users[o.pd]++
-		}
-		for _, o := range c.srqs {
-			users[o.pd]++
-		}
-		for _, o := range c.ahs {
-			users[o.pd]++
-		}
-		for _, o := range c.mrs {
-			if h, ok := pdOf[o.mr.PD()]; ok {
-				users[h]++
+		pdOf := c.pdHandles()
+		read(kindSRQ, func() {
+			for _, o := range c.srqs {
+				users[o.pd]++
 			}
-		}
-		for h := range c.pds {
+		})
+		read(kindQP, func() {
+			for _, o := range c.qps {
+				users[o.pd]++
+			}
+		})
+		read(kindAH, func() {
+			for _, o := range c.ahs {
+				users[o.pd]++
+			}
+		})
+		read(kindMR, func() {
+			for _, o := range c.mrs {
+				if h, ok := pdOf[o.mr.PD()]; ok {
+					users[h]++
+				}
+			}
+		})
+		for _, h := range pdOf {
 			out = append(out, resObject{handle: h, v: ctl.ResPD{ResOwner: own, PDN: h, Users: users[h]}})
 		}
 	case ctl.ResKindMR:
-		pdOf := map[*roce.PD]uint32{}
-		for h, pd := range c.pds {
-			pdOf[pd] = h
-		}
-		for h, o := range c.mrs {
-			r := ctl.ResMR{ResOwner: own, MRN: h, PDN: pdOf[o.mr.PD()], Length: uint64(o.mr.Len()), Access: mr.Access(o.access).String()}
-			if full {
-				lk, rk, iova := o.mr.LKey(), o.mr.RKey(), o.mr.Addr()
-				r.LKey, r.RKey, r.IOVA = &lk, &rk, &iova
+		pdOf := c.pdHandles()
+		read(kindMR, func() {
+			for h, o := range c.mrs {
+				r := ctl.ResMR{ResOwner: own, MRN: h, PDN: pdOf[o.mr.PD()], Length: uint64(o.mr.Len()), Access: mr.Access(o.access).String()}
+				if full {
+					lk, rk, iova := o.mr.LKey(), o.mr.RKey(), o.mr.Addr()
+					r.LKey, r.RKey, r.IOVA = &lk, &rk, &iova
+				}
+				out = append(out, resObject{handle: h, v: r})
 			}
-			out = append(out, resObject{handle: h, v: r})
-		}
+		})
 	case ctl.ResKindCQ:
 		users := map[uint32]int{}
-		for _, o := range c.qps {
-			users[o.cqs[0]]++
-			if o.cqs[1] != o.cqs[0] {
-				users[o.cqs[1]]++
-			}
-		}
-		for h, o := range c.cqs {
-			r, cq := ctl.ResCQ{ResOwner: own, CQN: h, Users: users[h], Channel: o.ch != 0}, o.cq
-			out = append(out, resObject{handle: h, fill: func() any {
-				if cq != nil {
-					r.CQE = cq.Cqe()
+		read(kindQP, func() {
+			for _, o := range c.qps {
+				users[o.cqs[0]]++
+				if o.cqs[1] != o.cqs[0] {
+					users[o.cqs[1]]++
 				}
-				return r
-			}})
-		}
+			}
+		})
+		read(kindCQ, func() {
+			for h, o := range c.cqs {
+				r, cq := ctl.ResCQ{ResOwner: own, CQN: h, Users: users[h], Channel: o.ch != 0}, o.cq
+				out = append(out, resObject{handle: h, fill: func() any {
+					if cq != nil {
+						r.CQE = cq.Cqe()
+					}
+					return r
+				}})
+			}
+		})
 	case ctl.ResKindQP:
-		for h, o := range c.qps {
-			r := ctl.ResQP{ResOwner: own, Port: 1, LQPN: uint32(o.qp.QPN()), Type: o.typ.String(),
-				PDN: o.pd, SendCQN: o.cqs[0], RecvCQN: o.cqs[1], SRQN: o.srq, Handle: h}
-			q := o.qp
-			out = append(out, resObject{handle: h, fill: func() any {
-				a, _ := q.Query()
-				r.RQPN, r.State, r.SQPSN, r.RQPSN = uint32(a.DestQPN), a.State.String(), uint32(a.SQPSN), uint32(a.RQPSN)
-				r.PathMTU = pathMTU(a.PathMTU)
-				return r
-			}})
-		}
+		read(kindQP, func() {
+			for h, o := range c.qps {
+				r := ctl.ResQP{ResOwner: own, Port: 1, LQPN: uint32(o.qp.QPN()), Type: o.typ.String(),
+					PDN: o.pd, SendCQN: o.cqs[0], RecvCQN: o.cqs[1], SRQN: o.srq, Handle: h}
+				q := o.qp
+				out = append(out, resObject{handle: h, fill: func() any {
+					a, _ := q.Query()
+					r.RQPN, r.State, r.SQPSN, r.RQPSN = uint32(a.DestQPN), a.State.String(), uint32(a.SQPSN), uint32(a.RQPSN)
+					r.PathMTU = pathMTU(a.PathMTU)
+					return r
+				}})
+			}
+		})
 	case ctl.ResKindSRQ:
 		users := map[uint32]int{}
-		for _, o := range c.qps {
-			if o.srq != 0 {
-				users[o.srq]++
+		read(kindQP, func() {
+			for _, o := range c.qps {
+				if o.srq != 0 {
+					users[o.srq]++
+				}
 			}
-		}
-		for h, o := range c.srqs {
-			r := ctl.ResSRQ{ResOwner: own, SRQN: h, Type: "BASIC", MaxSGE: o.maxSGE, PDN: o.pd, Users: users[h]}
-			if o.xrcd != 0 {
-				r.Type = "XRC"
+		})
+		read(kindSRQ, func() {
+			for h, o := range c.srqs {
+				r := ctl.ResSRQ{ResOwner: own, SRQN: h, Type: "BASIC", MaxSGE: o.maxSGE, PDN: o.pd, Users: users[h]}
+				if o.xrcd != 0 {
+					r.Type = "XRC"
+				}
+				srq := o.srq
+				out = append(out, resObject{handle: h, fill: func() any {
+					r.MaxWR, r.Limit, _ = srq.Query()
+					return r
+				}})
 			}
-			srq := o.srq
-			out = append(out, resObject{handle: h, fill: func() any {
-				r.MaxWR, r.Limit, _ = srq.Query()
-				return r
-			}})
-		}
+		})
 	case ctl.ResKindCMID:
-		for h, o := range c.cm.ids {
-			r, id := ctl.ResCMID{ResOwner: own, ID: h}, o.id
-			out = append(out, resObject{handle: h, fill: func() any {
-				r.LQPN, r.State, r.PS = uint32(id.QPNum()), id.State(), id.PortSpace().String()
-				switch id.PortSpace() {
-				case cm.PortSpaceTCP:
-					r.QPType = verbs.QPTypeRC.String()
-				case cm.PortSpaceUDP:
-					r.QPType = verbs.QPTypeUD.String()
-				}
-				// An ID is on the device its address resolved to, which
-				// may not be the one its context opened.
-				if dev := id.Device(); dev != nil {
-					r.Port = 1
-					for _, sd := range devs {
-						if sd.dev.Device() == dev {
-							r.ResOwner.Dev = sd.name
-						}
-					}
-				}
-				if a := id.LocalAddr(); a.IsValid() {
-					r.SrcAddr = a.String()
-				}
-				if a := id.PeerAddr(); a.IsValid() {
-					r.DstAddr = a.String()
-				}
-				return r
-			}})
-		}
+		read(kindCM, func() {
+			for h, o := range c.cm.ids {
+				out = append(out, resObject{handle: h, fill: cmIDRes(own, h, o.id, devs)})
+			}
+		})
 	}
-	c.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].handle < out[j].handle })
 	return out
+}
+
+// pdHandles returns the handles of the connection's PDs, by PD.
+func (c *conn) pdHandles() map[*roce.PD]uint32 {
+	c.pdMu.RLock()
+	defer c.pdMu.RUnlock()
+	pdOf := make(map[*roce.PD]uint32, len(c.pds))
+	for h, pd := range c.pds {
+		pdOf[pd] = h
+	}
+	return pdOf
+}
+
+// cmIDRes returns the fill of CM ID h (id) of a listing.
+func cmIDRes(own ctl.ResOwner, h uint32, id *rdmacm.ID, devs []*served) func() any {
+	r := ctl.ResCMID{ResOwner: own, ID: h}
+	return func() any {
+		r.LQPN, r.State, r.PS = uint32(id.QPNum()), id.State(), id.PortSpace().String()
+		switch id.PortSpace() {
+		case cm.PortSpaceTCP:
+			r.QPType = verbs.QPTypeRC.String()
+		case cm.PortSpaceUDP:
+			r.QPType = verbs.QPTypeUD.String()
+		}
+		// An ID is on the device its address resolved to, which may not
+		// be the one its context opened.
+		if dev := id.Device(); dev != nil {
+			r.Port = 1
+			for _, sd := range devs {
+				if sd.dev.Device() == dev {
+					r.ResOwner.Dev = sd.name
+				}
+			}
+		}
+		if a := id.LocalAddr(); a.IsValid() {
+			r.SrcAddr = a.String()
+		}
+		if a := id.PeerAddr(); a.IsValid() {
+			r.DstAddr = a.String()
+		}
+		return r
+	}
 }
 
 // pathMTU is an MTU enum's bytes, 0 when unset.

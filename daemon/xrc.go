@@ -21,6 +21,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+var xrcdTable = table[*xrcdObj]{kind: kindXRCD, m: func(c *conn) map[uint32]*xrcdObj { return c.xrcds }, notFound: einval}
+
+func init() {
+	register(
+		method{op: ctl.OpOpenXRCD, open: true, fds: 1, locks: locks(kindXRCD), run: decoded((*conn).openXRCD)},
+		method{op: ctl.OpCloseXRCD, open: true, locks: locks(kindXRCD), run: destroys(xrcdTable, (*conn).closeXRCD)},
+		method{op: ctl.OpOpenQP, open: true, locks: locks(kindXRCD, kindQP), run: decoded((*conn).openQP)},
+	)
+}
+
 // openCost is what one open of a domain is charged.
 func openCost(keyed bool) cost {
 	if keyed {
@@ -85,16 +95,10 @@ func (c *conn) lastHandle(o *qpObj) bool {
 // openQP gives the connection a handle of an XRC_RECV QP of a domain it
 // has open (ibv_open_qp): memory of its own for the QP's state and an
 // empty send ring, as CREATE_QP's reply lays it out.
-func (c *conn) openQP(b []byte) ([]byte, []int, error) {
-	in, err := body[ctl.OpenQP](b)
-	if err != nil {
-		return nil, nil, err
-	}
+func (c *conn) openQP(in *ctl.OpenQP, _ *request) ([]byte, []int, error) {
 	if verbs.QPType(in.QPType) != verbs.QPTypeXRCRecv {
 		return nil, nil, unix.EINVAL
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	xo := c.xrcds[in.XRCD]
 	if xo == nil {
 		return nil, nil, unix.EINVAL
@@ -143,19 +147,11 @@ func (c *conn) openQP(b []byte) ([]byte, []int, error) {
 // xrcdObj is a connection's open of a domain.
 type xrcdObj struct {
 	sh   *sharedXRCD
-	uses int // the connection's XRC SRQs and XRC_RECV QPs in it, under c.mu
+	uses int // the connection's XRC SRQs and XRC_RECV QPs in it, under c.xrcdMu
 }
 
-func (c *conn) openXRCD(b []byte, fds []int) ([]byte, []int, error) {
-	in, err := body[ctl.OpenXRCD](b)
-	if err != nil {
-		return nil, nil, err
-	}
-	if len(fds) > 1 {
-		return nil, nil, misbehaved("OPEN_XRCD with %d descriptors", len(fds))
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+func (c *conn) openXRCD(in *ctl.OpenXRCD, r *request) ([]byte, []int, error) {
+	fds := r.fds
 	h, err := c.alloc(len(c.xrcds), c.s.Limits().Objects, "XRCDs")
 	if err != nil {
 		return nil, nil, err
@@ -238,16 +234,14 @@ func (sd *served) closeXRCD(sh *sharedXRCD) error {
 	return sh.x.Dealloc()
 }
 
-func (c *conn) closeXRCD(b []byte) ([]byte, []int, error) {
-	return destroy(c, b, c.xrcds, func(_ uint32, o *xrcdObj) error {
-		if o.uses > 0 {
-			return unix.EBUSY
-		}
-		err := c.dev.closeXRCD(o.sh)
-		c.release(openCost(o.sh.keyed))
-		if err != nil {
-			c.s.log.Error("freeing an XRC domain failed", "client", c.id, "err", err)
-		}
-		return nil
-	})
+func (c *conn) closeXRCD(_ uint32, o *xrcdObj) error {
+	if o.uses > 0 {
+		return unix.EBUSY
+	}
+	err := c.dev.closeXRCD(o.sh)
+	c.release(openCost(o.sh.keyed))
+	if err != nil {
+		c.s.log.Error("freeing an XRC domain failed", "client", c.id, "err", err)
+	}
+	return nil
 }
