@@ -12,6 +12,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/sroce/sroce/roce/linkcap"
 )
 
 // Link adapts a Socket to the engine's link interface: batches of frames
@@ -27,8 +29,6 @@ type Link struct {
 	lendMu sync.Mutex
 	lent   []Frame
 	nlent  int
-
-	mc groups // multicast groups joined on the interface (mcast.go)
 }
 
 // OpenLink opens a socket on queue of ifname (see Open) and wraps it.
@@ -158,6 +158,15 @@ func (l *Link) WriteBatchNow(frames [][]byte) (int, error) {
 // Wake makes a blocked ReadBatch return early (with 0, nil).
 func (l *Link) Wake() { l.s.Wake() }
 
+// Caps implements roce.Link: the link waits without reading
+// (roce.ReadyWaiter), transmits without waiting for room
+// (roce.PartialWriter), lends received frames and transmit buffers in its
+// UMEM (roce.Lender), and joins multicast groups on its interface
+// (roce.GroupJoiner).
+func (l *Link) Caps() linkcap.Caps {
+	return linkcap.WaitReady | linkcap.WriteNow | linkcap.Lend | linkcap.Groups
+}
+
 // MTU returns the largest IP packet the link carries: the interface MTU,
 // capped by the socket's MaxFrameSize less an Ethernet header and a VLAN
 // tag.
@@ -168,13 +177,12 @@ func (l *Link) HardwareAddr() net.HardwareAddr { return l.hw }
 
 // Close closes the socket (see Socket.Close).
 func (l *Link) Close() error {
-	l.mc.closeAll()
 	l.lendMu.Lock()
 	defer l.lendMu.Unlock()
 	return l.s.Close()
 }
 
-// ReadLent implements roce.FrameLender: it returns up to len(frames)
+// ReadLent implements roce.Lender: it returns up to len(frames)
 // received frames in place (in the UMEM, or in a gather buffer for a
 // frame that came in several chunks), without waiting and without a
 // copy. They are the caller's until ReleaseLent, which must come before
@@ -210,7 +218,7 @@ func (l *Link) ReadLent(frames [][]byte) (int, error) {
 	return n, nil
 }
 
-// ReleaseLent implements roce.FrameLender: the frames of the last
+// ReleaseLent implements roce.Lender: the frames of the last
 // ReadLent go back to the kernel. lendMu, held since that ReadLent, keeps
 // Close out, so the socket is open.
 func (l *Link) ReleaseLent() {
@@ -222,21 +230,21 @@ func (l *Link) ReleaseLent() {
 	l.lendMu.Unlock()
 }
 
-// TxBufSize implements roce.TxLender: a lent transmit buffer is one UMEM
+// TxBufSize implements roce.Lender: a lent transmit buffer is one UMEM
 // chunk. A transmitted frame has no headroom, so it may fill the chunk;
 // the receive headroom that makes MaxFrameSize smaller without
 // multi-buffer does not apply (NewLink caps the MTU so that no frame
 // exceeds MaxFrameSize, which SubmitLent checks as Transmit does).
 func (l *Link) TxBufSize() int { return l.s.ChunkSize() }
 
-// LendTx implements roce.TxLender: it lends up to len(bufs) free transmit
+// LendTx implements roce.Lender: it lends up to len(bufs) free transmit
 // chunks, each a whole chunk (at least TxBufSize bytes), for frames built where the kernel sends
 // them from. It reaps completions first and never waits.
 func (l *Link) LendTx(bufs [][]byte) int {
 	return l.s.lendChunks(len(bufs), func(k int, addr uint64) { bufs[k] = l.s.chunk(addr) })
 }
 
-// SubmitLent implements roce.TxLender: it queues frames, each the start
+// SubmitLent implements roce.Lender: it queues frames, each the start
 // of a chunk from LendTx, kicks the kernel, and returns how many it took
 // (a prefix) without waiting for room. A frame that is not a lent chunk
 // is a bug of the caller's and panics.
@@ -244,7 +252,7 @@ func (l *Link) SubmitLent(frames [][]byte) (int, error) {
 	return l.s.submitLent(len(frames), func(k int) []byte { return frames[k] })
 }
 
-// ReturnTx implements roce.TxLender: chunks from LendTx go back to the
+// ReturnTx implements roce.Lender: chunks from LendTx go back to the
 // free list unsent.
 func (l *Link) ReturnTx(bufs [][]byte) {
 	l.s.freeLent(len(bufs), func(k int) []byte { return bufs[k] })
