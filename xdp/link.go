@@ -11,6 +11,7 @@ package xdp
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sroce/sroce/roce/linkcap"
@@ -29,6 +30,10 @@ type Link struct {
 	lendMu sync.Mutex
 	lent   []Frame
 	nlent  int
+
+	// copiedRx and copiedTx count the frames ReadBatch, WriteBatch and
+	// WriteBatchNow copied (Copies).
+	copiedRx, copiedTx atomic.Uint64
 }
 
 // OpenLink opens a socket on queue of ifname (see Open) and wraps it.
@@ -80,14 +85,23 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int
 		return 0, err
 	}
 	if n := s.receiveCopy(bufs, sizes); n > 0 || timeout == 0 {
+		l.copiedRx.Add(uint64(n))
 		return n, nil
 	}
 	ready, err := s.wait(timeout, true)
 	if err != nil || !ready {
 		return 0, err
 	}
-	return s.receiveCopy(bufs, sizes), nil
+	n := s.receiveCopy(bufs, sizes)
+	l.copiedRx.Add(uint64(n))
+	return n, nil
 }
+
+// Copies returns how many frames ReadBatch copied out of the UMEM (rx)
+// and WriteBatch and WriteBatchNow copied into it (tx): the frames that
+// did not take the lending path (roce.Lender). An engine that lends both
+// ways copies none.
+func (l *Link) Copies() (rx, tx uint64) { return l.copiedRx.Load(), l.copiedTx.Load() }
 
 // WriteBatch transmits frames and returns how many were queued. When the
 // kernel falls behind it kicks and waits briefly for transmit chunks to
@@ -103,6 +117,7 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 	}
 	sent := 0
 	idle := 0
+	defer func() { l.copiedTx.Add(uint64(sent)) }()
 	for sent < len(frames) {
 		n, err := s.transmit(frames[sent:])
 		sent += n
@@ -152,7 +167,9 @@ func (l *Link) WriteBatchNow(frames [][]byte) (int, error) {
 	if s.closed.Load() {
 		return 0, ErrClosed
 	}
-	return s.transmit(frames)
+	n, err := s.transmit(frames)
+	l.copiedTx.Add(uint64(n))
+	return n, err
 }
 
 // Wake makes a blocked ReadBatch return early (with 0, nil).
