@@ -119,19 +119,15 @@ func ModeChoices(sep string) string {
 	return strings.Join(names, sep)
 }
 
-// ModeHelp describes each mode in one line, for help texts: "auto: ...",
-// then one line per kind.
-func ModeHelp() string {
-	var b strings.Builder
-	var order []string
+// ModeSentence describes the modes for a help text: "xdp (AF_XDP,
+// needs root), udp (a UDP socket on port 4791, no privileges) or auto
+// (the first of these that works)".
+func ModeSentence() string {
+	var parts []string
 	for _, k := range kinds {
-		order = append(order, string(k.Mode))
+		parts = append(parts, fmt.Sprintf("%s (%s)", k.Mode, k.Description))
 	}
-	fmt.Fprintf(&b, "auto: the first that works of %s", strings.Join(order, ", "))
-	for _, k := range kinds {
-		fmt.Fprintf(&b, "\n%s: %s", k.Mode, k.Description)
-	}
-	return b.String()
+	return strings.Join(parts, ", ") + " or auto (the first of these that works)"
 }
 
 // openLinks opens the links of mode (a kind, or auto) on ifc and sets
