@@ -1,13 +1,11 @@
 package iface
 
 import (
-	"context"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"unsafe"
 
-	"github.com/sroce/sroce/internal/nsutil"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/linkcap"
 )
@@ -115,36 +113,20 @@ func TestWrapperWithoutLenderRefused(t *testing.T) {
 // the taps saw the frames both ways and that the AF_XDP links copied none:
 // the engines took the lending path through the wrapper.
 func TestTapLendsOverXDP(t *testing.T) {
-	nsutil.Skip(t)
-	pair, err := nsutil.NewPair(nsutil.PairConfig{Prefix: "l26"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pair.Close()
 	var rx, tx [2]atomic.Int64
-	open := func(i int, ns *nsutil.Namespace, ifname string) *Port {
-		t.Helper()
-		var p *Port
+	a, b := openPairWith(t, "l26", func(side int) Options {
 		tap := func(d Direction, f []byte) {
 			if len(f) < 14 {
-				t.Errorf("tap %d: a %d-byte frame", i, len(f))
+				t.Errorf("tap %d: a %d-byte frame", side, len(f))
 			}
 			if d == RX {
-				rx[i].Add(1)
+				rx[side].Add(1)
 			} else {
-				tx[i].Add(1)
+				tx[side].Add(1)
 			}
 		}
-		if err := ns.Do(func() (err error) {
-			p, err = Open(context.Background(), ifname, Options{Mode: ModeXDP, Queues: 1, Tap: tap})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-		return p
-	}
-	a, b := open(0, pair.A, pair.Veth.NameA), open(1, pair.B, pair.Veth.NameB)
+		return Options{Mode: ModeXDP, Queues: 1, Tap: tap}
+	})
 	x := a.XDPLink()
 	tl, err := newTapLink(x, func(Direction, []byte) {})
 	if err != nil {
