@@ -162,7 +162,10 @@ const MaxEngines = 64
 
 // OpenLinks creates a device with one engine per link, such as one AF_XDP
 // socket per receive queue of a multi-queue interface. The links must
-// share the interface: its MTU and hardware address are link 0's. A QP
+// share the interface: its MTU, hardware address and the facts of its
+// Caps (linkcap.DeliversToSelf, linkcap.ICRCBlind) are link 0's, and the
+// device joins multicast groups through link 0. A link that claims a
+// capability without its interface is refused (OpsOf). A QP
 // belongs to the engine of its QP number modulo len(links) (a QP on a
 // shared receive queue, to the SRQ's engine); a frame that arrives on
 // another engine's link is handed to the owner. With one link it is Open.

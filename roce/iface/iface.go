@@ -585,10 +585,6 @@ func (p *Port) LocalAddr() netip.Addr { return p.local }
 // Kind returns the kind of the port's links (an entry of Kinds).
 func (p *Port) Kind() LinkKind { return *p.kind }
 
-// Links returns the device's links, by queue, as the link kind opened
-// them (under any Tap).
-func (p *Port) Links() []roce.Link { return append([]roce.Link(nil), p.links...) }
-
 // XDPLink returns the AF_XDP link (queue 0's), or nil on another link.
 func (p *Port) XDPLink() *xdp.Link {
 	if x := p.XDPLinks(); x != nil {
