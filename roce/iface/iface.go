@@ -169,7 +169,9 @@ type Options struct {
 	// the link, on the device loop goroutine (with several queues, on each
 	// queue's loop: concurrently). The frame is only valid
 	// during the call; Tap must be quick and must not call back into the
-	// device.
+	// device. The tapped link keeps every capability of the link under
+	// it, the lending path included: on AF_XDP the frames Tap sees lie in
+	// the socket's UMEM, and none is copied for it.
 	Tap func(dir Direction, frame []byte)
 	// Clock and Rand are passed to roce.Open (nil: system clock, random
 	// seed).
