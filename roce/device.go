@@ -83,8 +83,6 @@ type Device struct {
 	linkMTU int
 	portMTU verbs.MTU
 	attr    verbs.DeviceAttr
-	// caps is link 0's Caps; the engines keep their own link's.
-	caps linkcap.Caps
 	// icrcBlind is set for links that cannot show a received frame's IP
 	// header as it was on the wire (linkcap.ICRCBlind).
 	icrcBlind bool
@@ -194,10 +192,9 @@ func OpenLinks(links []Link, opts *Options) (*Device, error) {
 		ops[i] = o
 	}
 	// The facts about the interface are link 0's, as its MTU and address.
-	d.caps = ops[0].Caps
 	d.groups = ops[0].Groups
-	d.icrcBlind = d.caps&linkcap.ICRCBlind != 0
-	d.linkLoopback = d.caps&linkcap.DeliversToSelf != 0
+	d.icrcBlind = ops[0].Caps&linkcap.ICRCBlind != 0
+	d.linkLoopback = ops[0].Caps&linkcap.DeliversToSelf != 0
 	d.portMTU = verbs.PortMTU(d.linkMTU)
 	if !d.portMTU.Valid() {
 		return nil, fmt.Errorf("roce: link MTU %d is too small for RoCE", d.linkMTU)
