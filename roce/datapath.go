@@ -156,7 +156,7 @@ func (e *engine) receive(now monotime.Time, frame []byte) {
 			return
 		}
 		// The link cannot show the IP header as it was on the wire
-		// (ICRCVerifier), so a mismatch proves nothing: count and accept.
+		// (linkcap.ICRCBlind), so a mismatch proves nothing: count and accept.
 		e.cnt[verbs.CntICRCUnchecked]++
 	}
 	if dst := p.DstAddr(); !e.d.isLocal(dst) && !dst.IsMulticast() {

@@ -14,6 +14,7 @@ import (
 	"github.com/sroce/sroce/monotime"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/roce/linkcap"
 	"github.com/sroce/sroce/verbs"
 )
 
@@ -83,11 +84,14 @@ type Device struct {
 	portMTU verbs.MTU
 	attr    verbs.DeviceAttr
 	// icrcBlind is set for links that cannot show a received frame's IP
-	// header as it was on the wire (ICRCVerifier reporting false).
+	// header as it was on the wire (linkcap.ICRCBlind).
 	icrcBlind bool
 	// linkLoopback: the link delivers frames to the device's own
-	// addresses itself (SelfDelivering).
+	// addresses itself (linkcap.DeliversToSelf).
 	linkLoopback bool
+	// groups joins the multicast groups of mcast on the interface: link
+	// 0's GroupJoiner, or nil.
+	groups GroupJoiner
 
 	// eng holds the engines, one per link; a QP belongs to one of them.
 	eng []*engine
@@ -115,11 +119,11 @@ type Device struct {
 	closed   atomic.Bool // set under mu
 	// portDown: PortDown was called and PortUp not since.
 	portDown bool
-	// mcast holds the multicast groups and their QPs (mcast.go), changed
-	// under mu and mcMu, read by the engines under mcMu; mcTotal counts
-	// the attachments, under mu.
+	// mcast holds the multicast groups, their QPs and their memberships
+	// on the link (mcast.go), changed under mu and mcMu, read by the
+	// engines under mcMu; mcTotal counts the attachments, under mu.
 	mcMu    sync.RWMutex
-	mcast   map[bth.GID][]*QP
+	mcast   map[bth.GID]mcGroup
 	mcTotal int
 
 	events eventQueue
@@ -156,7 +160,10 @@ const MaxEngines = 64
 
 // OpenLinks creates a device with one engine per link, such as one AF_XDP
 // socket per receive queue of a multi-queue interface. The links must
-// share the interface: its MTU and hardware address are link 0's. A QP
+// share the interface: its MTU, hardware address and the facts of its
+// Caps (linkcap.DeliversToSelf, linkcap.ICRCBlind) are link 0's, and the
+// device joins multicast groups through link 0. A link that claims a
+// capability without its interface is refused (OpsOf). A QP
 // belongs to the engine of its QP number modulo len(links) (a QP on a
 // shared receive queue, to the SRQ's engine); a frame that arrives on
 // another engine's link is handed to the owner. With one link it is Open.
@@ -176,12 +183,18 @@ func OpenLinks(links []Link, opts *Options) (*Device, error) {
 		d.clock = SystemClock()
 	}
 	copy(d.mac[:], link.HardwareAddr())
-	if v, ok := link.(ICRCVerifier); ok {
-		d.icrcBlind = !v.VerifiesICRC()
+	ops := make([]LinkOps, len(links))
+	for i, l := range links {
+		o, err := OpsOf(l)
+		if err != nil {
+			return nil, err
+		}
+		ops[i] = o
 	}
-	if v, ok := link.(SelfDelivering); ok {
-		d.linkLoopback = v.DeliversToSelf()
-	}
+	// The facts about the interface are link 0's, as its MTU and address.
+	d.groups = ops[0].Groups
+	d.icrcBlind = ops[0].Caps&linkcap.ICRCBlind != 0
+	d.linkLoopback = ops[0].Caps&linkcap.DeliversToSelf != 0
 	d.portMTU = verbs.PortMTU(d.linkMTU)
 	if !d.portMTU.Valid() {
 		return nil, fmt.Errorf("roce: link MTU %d is too small for RoCE", d.linkMTU)
@@ -198,7 +211,7 @@ func OpenLinks(links []Link, opts *Options) (*Device, error) {
 	copy(d.gids[:], opts.GIDs)
 	d.refreshGIDs()
 	d.qps = make([]atomic.Pointer[QP], MaxQP)
-	d.mcast = make(map[bth.GID][]*QP)
+	d.mcast = make(map[bth.GID]mcGroup)
 	d.nextQPN = firstQPN
 	ipID := uint16(d.rng.Uint32())
 	d.mode = resolveEngine(opts.Engine)
@@ -206,8 +219,8 @@ func OpenLinks(links []Link, opts *Options) (*Device, error) {
 		return nil, fmt.Errorf("roce: unknown engine mode %d", opts.Engine)
 	}
 	if d.mode == EngineInline {
-		for _, l := range links {
-			if _, ok := l.(ReadyWaiter); !ok {
+		for _, o := range ops {
+			if o.Caps&linkcap.WaitReady == 0 {
 				d.mode = EngineSleep
 			}
 		}
@@ -220,7 +233,7 @@ func OpenLinks(links []Link, opts *Options) (*Device, error) {
 		if l.MTU() != d.linkMTU {
 			return nil, fmt.Errorf("roce: link %d has MTU %d, link 0 %d", i, l.MTU(), d.linkMTU)
 		}
-		d.eng = append(d.eng, newEngine(d, i, l, opts, ipID))
+		d.eng = append(d.eng, newEngine(d, i, l, ops[i], opts, ipID))
 	}
 	if len(links) > 1 {
 		for _, e := range d.eng {
@@ -400,6 +413,9 @@ func (d *Device) Close() error {
 		e.returnTx()
 		e.mu.Unlock()
 	}
+	d.mu.Lock()
+	d.leaveAllGroups()
+	d.mu.Unlock()
 	d.events.close()
 	d.closeTraces()
 	close(d.closedCh)

@@ -14,6 +14,7 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/roce/linkcap"
 	"github.com/sroce/sroce/roce/memlink"
 	"github.com/sroce/sroce/verbs"
 )
@@ -126,6 +127,8 @@ func (l *stallLink) WriteBatch(frames [][]byte) (int, error) {
 	}
 	return l.Port.WriteBatch(frames)
 }
+
+func (l *stallLink) Caps() linkcap.Caps { return l.Port.Caps() | linkcap.WriteNow }
 
 func (l *stallLink) WriteBatchNow(frames [][]byte) (int, error) {
 	if l.stalled.Load() {
@@ -332,6 +335,8 @@ const (
 	lendTxBufs = 16 // transmit buffers the link has
 	lendTxTake = 5  // frames SubmitLent takes a call
 )
+
+func (l *lendLink) Caps() linkcap.Caps { return l.Port.Caps() | linkcap.Lend }
 
 func (l *lendLink) TxBufSize() int { return 9000 }
 

@@ -8,13 +8,14 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/roce/linkcap"
 	"github.com/sroce/sroce/roce/memlink"
 	"github.com/sroce/sroce/verbs"
 )
 
 // headerLossyLink hands up frames whose IPv4 Identification was lost on the
 // way, as a UDP socket does (it cannot see the IP header), so their ICRC no
-// longer matches. blind says whether the link admits it (ICRCVerifier).
+// longer matches. blind says whether the link admits it (linkcap.ICRCBlind).
 type headerLossyLink struct {
 	*memlink.Port
 	blind bool
@@ -31,7 +32,12 @@ func (l headerLossyLink) ReadBatch(bufs [][]byte, sizes []int, timeout time.Dura
 	return n, err
 }
 
-func (l headerLossyLink) VerifiesICRC() bool { return !l.blind }
+func (l headerLossyLink) Caps() linkcap.Caps {
+	if l.blind {
+		return l.Port.Caps() | linkcap.ICRCBlind
+	}
+	return l.Port.Caps()
+}
 
 func TestICRCOnLinksThatCannotSeeTheIPHeader(t *testing.T) {
 	for _, blind := range []bool{true, false} {

@@ -1,35 +1,28 @@
 package roce
 
+// Links: how frames move. A link kind implements Link (frame batches, a
+// wake-up, the interface's MTU and address) and says in one value, Caps,
+// what more it can do. Each capability that needs methods names the one
+// interface that carries them; the device finds those interfaces once,
+// when it opens (linkOps), and never asks the link again. A wrapper (a tap,
+// a tracer) forwards the capabilities it passes on and implements their
+// interfaces itself: one that forwards Caps without the interface behind
+// a bit fails at Open, instead of silently losing a fast path.
+
 import (
+	"fmt"
+	"io"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/sroce/sroce/monotime"
+	"github.com/sroce/sroce/roce/linkcap"
 )
 
-// ICRCVerifier is implemented by links that may be unable to check the ICRC
-// of what they receive, because it covers IP header fields they do not
-// show. On a link that reports false a frame whose ICRC does not match is
-// counted under icrc_unchecked and accepted, instead of being dropped as
-// icrc_error. Links that do not implement it are assumed to verify. The UDP
-// link (package udplink) verifies: it recovers the one hidden field, the
-// IPv4 Identification, from the ICRC.
-type ICRCVerifier interface {
-	VerifiesICRC() bool
-}
-
-// SelfDelivering is implemented by links that deliver frames sent to the
-// device's own addresses back to it themselves (a UDP socket does, through
-// the kernel), and whose other addresses may belong to other devices on
-// the same interface. A device on such a link sends those frames like any
-// other; on the others (an AF_XDP socket, the in-memory link) it keeps them
-// and receives them itself, so that its QPs can talk to each other.
-type SelfDelivering interface {
-	DeliversToSelf() bool
-}
-
-// Link moves whole Ethernet frames. Implementations: an AF_XDP socket, a
-// UDP socket, and the in-memory router of package memlink.
+// Link moves whole Ethernet frames. Implementations: an AF_XDP socket
+// (package xdp), a UDP socket (package udplink), and the in-memory router
+// of package memlink.
 type Link interface {
 	// ReadBatch copies up to len(bufs) received frames into bufs and their
 	// lengths into sizes. It waits up to timeout for the first frame and
@@ -50,13 +43,15 @@ type Link interface {
 	HardwareAddr() net.HardwareAddr
 	// Close releases the link; a blocked ReadBatch returns an error.
 	Close() error
+	// Caps says what the link can do beyond these methods. It must not
+	// change while the link is open: the device reads it once, at Open.
+	Caps() linkcap.Caps
 }
 
-// ReadyWaiter is implemented by links that can wait for a frame without
-// taking it. An inline device's loop needs it: it waits while the
-// goroutines that post and poll read the link themselves, so only the one
-// holding the engine lock may take frames. A link without it runs inline
-// devices in sleep mode.
+// ReadyWaiter is the interface of links with linkcap.WaitReady. An inline
+// device's loop needs it: it waits while the goroutines that post and
+// poll read the link themselves, so only the one holding the engine lock
+// may take frames.
 type ReadyWaiter interface {
 	// WaitReady returns when a frame is ready for ReadBatch, Wake was
 	// called, or timeout (positive) has passed.
@@ -66,46 +61,101 @@ type ReadyWaiter interface {
 	Ready() bool
 }
 
-// FrameLender is implemented by links that can hand received frames to
-// the engine where they lie (an AF_XDP socket's UMEM) instead of copying
-// them into the engine's buffers. The engine handles the frames of one
-// ReadLent, copying out what it keeps, and then calls ReleaseLent before
-// it reads again.
-type FrameLender interface {
+// PartialWriter is the interface of links with linkcap.WriteNow, whose
+// WriteBatch may wait for room in the kernel. WriteBatchNow takes what
+// fits now and returns at once; the device keeps the rest and offers it
+// again after its next wait on the link, so it never waits for room while
+// it holds its lock (control calls and posting goroutines then never wait
+// behind a full transmit ring).
+type PartialWriter interface {
+	WriteBatchNow(frames [][]byte) (n int, err error)
+}
+
+// Lender is the lending fast path: the engine works on frames where the
+// link keeps them (an AF_XDP socket's UMEM) instead of copying them in and
+// out of its own buffers. linkcap.LendRx and linkcap.LendTx say which half a link
+// lends; the other half's methods are then never called. A wrapper that
+// must see every frame (a tap) implements Lender itself, looking at the
+// frames on their way, and passes the calls on.
+type Lender interface {
 	// ReadLent sets frames[i] to up to len(frames) received frames and
-	// returns how many, without waiting.
+	// returns how many, without waiting. The engine handles them,
+	// copying out what it keeps, and calls ReleaseLent before it reads
+	// again.
 	ReadLent(frames [][]byte) (int, error)
 	// ReleaseLent gives the frames of the last ReadLent back.
 	ReleaseLent()
-}
 
-// TxLender is implemented by links that let the engine build frames in
-// the link's own transmit memory (an AF_XDP socket's UMEM chunks), so that
-// a frame is written once, where the kernel sends it from, instead of
-// being built in the engine's buffer and copied by WriteBatch. The engine
-// uses it when a lent buffer holds its largest frame. SubmitLent, like
-// PartialWriter's WriteBatchNow, never waits for room.
-type TxLender interface {
-	// TxBufSize returns the size of a lent buffer.
+	// TxBufSize returns the size of a lent transmit buffer.
 	TxBufSize() int
 	// LendTx sets bufs[i] to up to len(bufs) free transmit buffers, each
-	// TxBufSize bytes, and returns how many, without waiting.
+	// TxBufSize bytes, and returns how many, without waiting. The engine
+	// builds frames in them, so that a frame is written once, where the
+	// kernel sends it from.
 	LendTx(bufs [][]byte) int
 	// SubmitLent transmits frames, each a prefix of a buffer from LendTx,
 	// and returns how many it took (a prefix): their buffers are the
-	// link's again, the others still the caller's.
+	// link's again, the others still the caller's. Like WriteBatchNow it
+	// never waits for room.
 	SubmitLent(frames [][]byte) (int, error)
 	// ReturnTx gives buffers from LendTx back unsent.
 	ReturnTx(bufs [][]byte)
 }
 
-// PartialWriter is implemented by links whose WriteBatch may wait for room
-// in the kernel. WriteBatchNow takes what fits now and returns at once; the
-// device keeps the rest and offers it again after its next wait on the
-// link, so it never waits for room while it holds its lock (control calls
-// and posting goroutines then never wait behind a full transmit ring).
-type PartialWriter interface {
-	WriteBatchNow(frames [][]byte) (n int, err error)
+// GroupJoiner is the interface of links with linkcap.Groups. The device keeps
+// the multicast groups and their QPs (mcast.go) and tells the link only
+// when to start and stop receiving a group: it joins a group once, on its
+// first link (the links of a device share the interface), when the first
+// QP attaches, and closes the membership when the last one detaches or the
+// device closes. An AF_XDP link joins the group on its interface, so that
+// the NIC takes the group's frames and the kernel answers IGMP or MLD
+// queries; the UDP link joins it on a socket of its own.
+type GroupJoiner interface {
+	// JoinGroup makes the link receive the frames to group until the
+	// returned membership is closed.
+	JoinGroup(group netip.Addr) (io.Closer, error)
+}
+
+// LinkOps is what stands behind a link's Caps: the link's interfaces for
+// the capabilities it has, nil for the others.
+type LinkOps struct {
+	Caps     linkcap.Caps
+	Waiter   ReadyWaiter   // with linkcap.WaitReady
+	WriteNow PartialWriter // with linkcap.WriteNow
+	Lender   Lender        // with linkcap.LendRx or linkcap.LendTx
+	Groups   GroupJoiner   // with linkcap.Groups
+}
+
+// OpsOf reads l's Caps and returns the interfaces its capabilities name.
+// A link that claims a capability without its interface (a wrapper that
+// forwards Caps but not the methods) is an error that names both.
+func OpsOf(l Link) (LinkOps, error) {
+	o := LinkOps{Caps: l.Caps()}
+	var ok bool
+	missing := func(c linkcap.Caps, iface string) error {
+		return fmt.Errorf("roce: link %T says %v but does not implement roce.%s", l, c, iface)
+	}
+	if o.Caps&linkcap.WaitReady != 0 {
+		if o.Waiter, ok = l.(ReadyWaiter); !ok {
+			return o, missing(linkcap.WaitReady, "ReadyWaiter")
+		}
+	}
+	if o.Caps&linkcap.WriteNow != 0 {
+		if o.WriteNow, ok = l.(PartialWriter); !ok {
+			return o, missing(linkcap.WriteNow, "PartialWriter")
+		}
+	}
+	if o.Caps&linkcap.Lend != 0 {
+		if o.Lender, ok = l.(Lender); !ok {
+			return o, missing(o.Caps&linkcap.Lend, "Lender")
+		}
+	}
+	if o.Caps&linkcap.Groups != 0 {
+		if o.Groups, ok = l.(GroupJoiner); !ok {
+			return o, missing(linkcap.Groups, "GroupJoiner")
+		}
+	}
+	return o, nil
 }
 
 // Clock tells the device the time, as an instant on a monotonic clock

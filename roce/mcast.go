@@ -1,5 +1,8 @@
 // Multicast: UD QPs attached to multicast groups (ibv_attach_mcast), as
-// rdma_rxe keeps them. The device lock serializes changes; the table is
+// rdma_rxe keeps them. The device's table is the one place the
+// memberships live: a link with linkcap.Groups is only told to join a group
+// when its first QP attaches and to leave it with the last (rxe adds the
+// group's Ethernet address to the interface's filter the same way). The device lock serializes changes; the table is
 // also under its own read-write lock (Device.mcMu), which the engines take
 // for reading only for frames to or from a group, and a group's list of
 // QPs is replaced, never changed, so that a reader may keep it. A frame to a group (destination QPN 0xFFFFFF) goes to
@@ -12,6 +15,7 @@
 package roce
 
 import (
+	"io"
 	"net/netip"
 
 	"github.com/sroce/sroce/bth"
@@ -26,16 +30,14 @@ const (
 	MaxTotalMcastQPAttach = MaxMcastGrp * MaxMcastQPAttach // 0x70000
 )
 
-// GroupListener is implemented by links that receive multicast frames
-// only for the groups they were told of: the device joins a group on each
-// such link when the first QP attaches to it, and leaves it when the last
-// one detaches (rxe adds the group's Ethernet address to the interface's
-// filter the same way). An AF_XDP link joins the group on its interface,
-// so that the NIC takes the group's frames and the kernel answers IGMP or
-// MLD queries; the UDP link joins it on a socket of its own.
-type GroupListener interface {
-	JoinGroup(group netip.Addr) error
-	LeaveGroup(group netip.Addr) error
+// mcGroup is a multicast group the device has joined: its QPs (a list
+// replaced, never changed, so that an engine may keep it) and its
+// membership on the link (nil on a link without linkcap.Groups, which receives
+// every group's frames). It is the one record of the membership: links
+// keep none.
+type mcGroup struct {
+	qps    []*QP
+	member io.Closer
 }
 
 // AttachMcast attaches the QP to the multicast group gid
@@ -60,8 +62,8 @@ func (q *QP) AttachMcast(gid bth.GID, lid uint16) error {
 	if d.closed.Load() {
 		return ErrClosed
 	}
-	members, ok := d.mcast[gid]
-	for _, m := range members {
+	g, ok := d.mcast[gid]
+	for _, m := range g.qps {
 		if m == q {
 			return nil
 		}
@@ -69,16 +71,19 @@ func (q *QP) AttachMcast(gid bth.GID, lid uint16) error {
 	switch {
 	case !ok && len(d.mcast) >= MaxMcastGrp,
 		d.mcTotal >= MaxTotalMcastQPAttach,
-		len(members) >= MaxMcastQPAttach:
+		len(g.qps) >= MaxMcastQPAttach:
 		return ErrNoResources
 	}
-	if !ok {
-		if err := d.joinLinks(gid.Addr()); err != nil {
+	if !ok && d.groups != nil {
+		m, err := d.groups.JoinGroup(gid.Addr())
+		if err != nil {
 			return err
 		}
+		g.member = m
 	}
+	g.qps = append(g.qps[:len(g.qps):len(g.qps)], q)
 	d.mcMu.Lock()
-	d.mcast[gid] = append(members[:len(members):len(members)], q)
+	d.mcast[gid] = g
 	d.mcMu.Unlock()
 	d.mcTotal++
 	q.mcGroups = append(q.mcGroups, gid)
@@ -134,9 +139,9 @@ func (d *Device) detachLocked(q *QP, gid bth.GID) bool {
 		return false
 	}
 	q.mcGroups = append(q.mcGroups[:i], q.mcGroups[i+1:]...)
-	members := d.mcast[gid]
-	kept := make([]*QP, 0, len(members))
-	for _, m := range members {
+	g := d.mcast[gid]
+	kept := make([]*QP, 0, len(g.qps))
+	for _, m := range g.qps {
 		if m != q {
 			kept = append(kept, m)
 		}
@@ -146,13 +151,28 @@ func (d *Device) detachLocked(q *QP, gid bth.GID) bool {
 	if len(kept) == 0 {
 		delete(d.mcast, gid)
 	} else {
-		d.mcast[gid] = kept
+		d.mcast[gid] = mcGroup{qps: kept, member: g.member}
 	}
 	d.mcMu.Unlock()
-	if len(kept) == 0 {
-		d.leaveLinks(gid.Addr())
+	if len(kept) == 0 && g.member != nil {
+		_ = g.member.Close()
 	}
 	return true
+}
+
+// leaveAllGroups closes the device's memberships on the link, as the
+// device closes; the groups keep their QPs. The caller holds the device
+// lock.
+func (d *Device) leaveAllGroups() {
+	d.mcMu.Lock()
+	defer d.mcMu.Unlock()
+	for gid, g := range d.mcast {
+		if g.member != nil {
+			_ = g.member.Close()
+			g.member = nil
+			d.mcast[gid] = g
+		}
+	}
 }
 
 // indexOf returns where g is in gs (each group once), searching from the
@@ -166,42 +186,13 @@ func indexOf(gs []bth.GID, g bth.GID) int {
 	return -1
 }
 
-// joinLinks joins group on every link that listens for groups; if one
-// fails, those that joined leave again.
-func (d *Device) joinLinks(group netip.Addr) error {
-	for i, e := range d.eng {
-		gl, ok := e.link.(GroupListener)
-		if !ok {
-			continue
-		}
-		if err := gl.JoinGroup(group); err != nil {
-			for _, prev := range d.eng[:i] {
-				if gl, ok := prev.link.(GroupListener); ok {
-					_ = gl.LeaveGroup(group)
-				}
-			}
-			return err
-		}
-	}
-	return nil
-}
-
-// leaveLinks leaves group on every link that listens for groups.
-func (d *Device) leaveLinks(group netip.Addr) {
-	for _, e := range d.eng {
-		if gl, ok := e.link.(GroupListener); ok {
-			_ = gl.LeaveGroup(group)
-		}
-	}
-}
-
 // mcastMembers returns the QPs attached to the group at a, an address
 // as bth.Packet.DstAddr gives it.
 func (d *Device) mcastMembers(a netip.Addr) []*QP {
 	d.mcMu.RLock()
-	m := d.mcast[bth.GIDFromAddr(a)]
+	g := d.mcast[bth.GIDFromAddr(a)]
 	d.mcMu.RUnlock()
-	return m
+	return g.qps
 }
 
 // receiveMcast gives a checked frame to a multicast group (destination

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/monotime"
+	"github.com/sroce/sroce/roce/linkcap"
 	"github.com/sroce/sroce/verbs"
 )
 
@@ -82,11 +83,11 @@ type engine struct {
 	heldSteps int  // steps in a row whose receive backlog held requests back (see pump)
 	polled    atomic.Bool
 	pw        PartialWriter // the link's non-waiting transmit, if it has one
-	lender    FrameLender   // the link's receive in place (rx then holds the lent frames)
+	lender    Lender        // the link's receive in place (rx then holds the lent frames)
 	// txl is the link's transmit in place: tx then holds its buffers,
 	// nil where the link has them, and txSpare the lent ones no frame
 	// uses yet.
-	txl        TxLender
+	txl        Lender
 	txSpare    [][]byte
 	txDry      bool          // the link lent no buffer when asked
 	txBlocked  bool          // the last flush left frames the link had no room for
@@ -114,7 +115,7 @@ type EngineStats struct {
 	QPs int
 }
 
-func newEngine(d *Device, idx int, link Link, opts *Options, ipID uint16) *engine {
+func newEngine(d *Device, idx int, link Link, ops LinkOps, opts *Options, ipID uint16) *engine {
 	e := &engine{d: d, idx: idx, link: link, ipID: ipID}
 	rxb, txb := opts.RxBatch, opts.TxBatch
 	if rxb <= 0 {
@@ -124,14 +125,13 @@ func newEngine(d *Device, idx int, link Link, opts *Options, ipID uint16) *engin
 		txb = 64
 	}
 	frame := d.frameSize()
-	w, waits := link.(ReadyWaiter)
-	if l, ok := link.(FrameLender); ok && waits {
+	if ops.Caps&linkcap.LendRx != 0 && ops.Waiter != nil {
 		// The loop waits without taking frames, and its steps receive
 		// them where the link keeps them: rx only points at them.
-		e.lender = l
+		e.lender = ops.Lender
 	}
 	if d.mode == EngineInline || e.lender != nil {
-		e.waiter = w
+		e.waiter = ops.Waiter
 	}
 	e.rx = make([][]byte, rxb)
 	if e.lender == nil {
@@ -143,15 +143,15 @@ func newEngine(d *Device, idx int, link Link, opts *Options, ipID uint16) *engin
 	e.tx = make([][]byte, txb)
 	e.txView = make([][]byte, txb)
 	e.txLen = make([]int, txb)
-	if l, ok := link.(TxLender); ok && l.TxBufSize() >= frame {
-		e.txl = l
+	if ops.Caps&linkcap.LendTx != 0 && ops.Lender.TxBufSize() >= frame {
+		e.txl = ops.Lender
 		e.txSpare = make([][]byte, 0, lendTxBatch)
 	} else {
 		for i := range e.tx {
 			e.tx[i] = make([]byte, frame)
 		}
 	}
-	e.pw, _ = link.(PartialWriter)
+	e.pw = ops.WriteNow
 	e.runq = make([]*QP, 0, 64)
 	e.polled.Store(true)
 	e.db = make([]*QP, 0, 64)

@@ -11,7 +11,10 @@ package xdp
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/sroce/sroce/roce/linkcap"
 )
 
 // Link adapts a Socket to the engine's link interface: batches of frames
@@ -28,7 +31,9 @@ type Link struct {
 	lent   []Frame
 	nlent  int
 
-	mc groups // multicast groups joined on the interface (mcast.go)
+	// copiedRx and copiedTx count the frames ReadBatch, WriteBatch and
+	// WriteBatchNow copied (Copies).
+	copiedRx, copiedTx atomic.Uint64
 }
 
 // OpenLink opens a socket on queue of ifname (see Open) and wraps it.
@@ -80,14 +85,23 @@ func (l *Link) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int
 		return 0, err
 	}
 	if n := s.receiveCopy(bufs, sizes); n > 0 || timeout == 0 {
+		l.copiedRx.Add(uint64(n))
 		return n, nil
 	}
 	ready, err := s.wait(timeout, true)
 	if err != nil || !ready {
 		return 0, err
 	}
-	return s.receiveCopy(bufs, sizes), nil
+	n := s.receiveCopy(bufs, sizes)
+	l.copiedRx.Add(uint64(n))
+	return n, nil
 }
+
+// Copies returns how many frames ReadBatch copied out of the UMEM (rx)
+// and WriteBatch and WriteBatchNow copied into it (tx): the frames that
+// did not take the lending path (roce.Lender). An engine that lends both
+// ways copies none.
+func (l *Link) Copies() (rx, tx uint64) { return l.copiedRx.Load(), l.copiedTx.Load() }
 
 // WriteBatch transmits frames and returns how many were queued. When the
 // kernel falls behind it kicks and waits briefly for transmit chunks to
@@ -103,6 +117,7 @@ func (l *Link) WriteBatch(frames [][]byte) (int, error) {
 	}
 	sent := 0
 	idle := 0
+	defer func() { l.copiedTx.Add(uint64(sent)) }()
 	for sent < len(frames) {
 		n, err := s.transmit(frames[sent:])
 		sent += n
@@ -152,11 +167,22 @@ func (l *Link) WriteBatchNow(frames [][]byte) (int, error) {
 	if s.closed.Load() {
 		return 0, ErrClosed
 	}
-	return s.transmit(frames)
+	n, err := s.transmit(frames)
+	l.copiedTx.Add(uint64(n))
+	return n, err
 }
 
 // Wake makes a blocked ReadBatch return early (with 0, nil).
 func (l *Link) Wake() { l.s.Wake() }
+
+// Caps implements roce.Link: the link waits without reading
+// (roce.ReadyWaiter), transmits without waiting for room
+// (roce.PartialWriter), lends received frames and transmit buffers in its
+// UMEM (roce.Lender), and joins multicast groups on its interface
+// (roce.GroupJoiner).
+func (l *Link) Caps() linkcap.Caps {
+	return linkcap.WaitReady | linkcap.WriteNow | linkcap.Lend | linkcap.Groups
+}
 
 // MTU returns the largest IP packet the link carries: the interface MTU,
 // capped by the socket's MaxFrameSize less an Ethernet header and a VLAN
@@ -168,13 +194,12 @@ func (l *Link) HardwareAddr() net.HardwareAddr { return l.hw }
 
 // Close closes the socket (see Socket.Close).
 func (l *Link) Close() error {
-	l.mc.closeAll()
 	l.lendMu.Lock()
 	defer l.lendMu.Unlock()
 	return l.s.Close()
 }
 
-// ReadLent implements roce.FrameLender: it returns up to len(frames)
+// ReadLent implements roce.Lender: it returns up to len(frames)
 // received frames in place (in the UMEM, or in a gather buffer for a
 // frame that came in several chunks), without waiting and without a
 // copy. They are the caller's until ReleaseLent, which must come before
@@ -210,7 +235,7 @@ func (l *Link) ReadLent(frames [][]byte) (int, error) {
 	return n, nil
 }
 
-// ReleaseLent implements roce.FrameLender: the frames of the last
+// ReleaseLent implements roce.Lender: the frames of the last
 // ReadLent go back to the kernel. lendMu, held since that ReadLent, keeps
 // Close out, so the socket is open.
 func (l *Link) ReleaseLent() {
@@ -222,21 +247,21 @@ func (l *Link) ReleaseLent() {
 	l.lendMu.Unlock()
 }
 
-// TxBufSize implements roce.TxLender: a lent transmit buffer is one UMEM
+// TxBufSize implements roce.Lender: a lent transmit buffer is one UMEM
 // chunk. A transmitted frame has no headroom, so it may fill the chunk;
 // the receive headroom that makes MaxFrameSize smaller without
 // multi-buffer does not apply (NewLink caps the MTU so that no frame
 // exceeds MaxFrameSize, which SubmitLent checks as Transmit does).
 func (l *Link) TxBufSize() int { return l.s.ChunkSize() }
 
-// LendTx implements roce.TxLender: it lends up to len(bufs) free transmit
+// LendTx implements roce.Lender: it lends up to len(bufs) free transmit
 // chunks, each a whole chunk (at least TxBufSize bytes), for frames built where the kernel sends
 // them from. It reaps completions first and never waits.
 func (l *Link) LendTx(bufs [][]byte) int {
 	return l.s.lendChunks(len(bufs), func(k int, addr uint64) { bufs[k] = l.s.chunk(addr) })
 }
 
-// SubmitLent implements roce.TxLender: it queues frames, each the start
+// SubmitLent implements roce.Lender: it queues frames, each the start
 // of a chunk from LendTx, kicks the kernel, and returns how many it took
 // (a prefix) without waiting for room. A frame that is not a lent chunk
 // is a bug of the caller's and panics.
@@ -244,7 +269,7 @@ func (l *Link) SubmitLent(frames [][]byte) (int, error) {
 	return l.s.submitLent(len(frames), func(k int) []byte { return frames[k] })
 }
 
-// ReturnTx implements roce.TxLender: chunks from LendTx go back to the
+// ReturnTx implements roce.Lender: chunks from LendTx go back to the
 // free list unsent.
 func (l *Link) ReturnTx(bufs [][]byte) {
 	l.s.freeLent(len(bufs), func(k int) []byte { return bufs[k] })

@@ -1,4 +1,4 @@
-// Multicast groups of a Link (roce.GroupListener). The steering program
+// Multicast groups of a Link (roce.GroupJoiner). The steering program
 // sends every UDP 4791 frame to the socket, multicast ones included, but a
 // NIC drops frames to Ethernet addresses it was not told of, and switches
 // that snoop IGMP or MLD forward a group only to ports that reported it.
@@ -15,65 +15,41 @@ package xdp
 
 import (
 	"fmt"
+	"io"
 	"net/netip"
 	"sync"
 
 	"golang.org/x/sys/unix"
 )
 
-// groups holds the membership sockets of a Link's groups.
-type groups struct {
-	mu  sync.Mutex
-	fds map[netip.Addr]int
-}
-
-// JoinGroup joins group on the link's interface. The kernel joins it in
-// the network namespace of the calling thread, which must be the
-// interface's.
-func (l *Link) JoinGroup(group netip.Addr) error {
+// JoinGroup joins group on the link's interface (roce.GroupJoiner) until
+// the returned membership is closed. The kernel joins it in the network
+// namespace of the calling thread, which must be the interface's. The
+// caller (the device) keeps the memberships: each call opens a socket,
+// and the kernel leaves the group when its last member closes.
+func (l *Link) JoinGroup(group netip.Addr) (io.Closer, error) {
 	group = group.Unmap()
 	if !group.IsMulticast() {
-		return fmt.Errorf("xdp: %v is not a multicast group", group)
-	}
-	g := &l.mc
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if _, ok := g.fds[group]; ok {
-		return nil
+		return nil, fmt.Errorf("xdp: %v is not a multicast group", group)
 	}
 	fd, err := joinSocket(group, l.s.ifindex)
 	if err != nil {
-		return fmt.Errorf("xdp: join %v on %s: %w", group, l.s.ifname, err)
+		return nil, fmt.Errorf("xdp: join %v on %s: %w", group, l.s.ifname, err)
 	}
-	if g.fds == nil {
-		g.fds = make(map[netip.Addr]int)
-	}
-	g.fds[group] = fd
-	return nil
+	return &membership{fd: fd}, nil
 }
 
-// LeaveGroup leaves group on the link's interface.
-func (l *Link) LeaveGroup(group netip.Addr) error {
-	group = group.Unmap()
-	g := &l.mc
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	fd, ok := g.fds[group]
-	if !ok {
-		return nil
-	}
-	delete(g.fds, group)
-	return unix.Close(fd) // the kernel leaves the group with its last member
+// membership is a socket that is a member of a group; Close leaves.
+type membership struct {
+	once sync.Once
+	fd   int
+	err  error
 }
 
-// closeAll leaves every group, as the link closes.
-func (g *groups) closeAll() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for a, fd := range g.fds {
-		unix.Close(fd)
-		delete(g.fds, a)
-	}
+// Close closes the socket, once.
+func (m *membership) Close() error {
+	m.once.Do(func() { m.err = unix.Close(m.fd) })
+	return m.err
 }
 
 // joinSocket opens a datagram socket that is a member of group on the

@@ -969,7 +969,7 @@ func TestLinkLends(t *testing.T) {
 	}
 }
 
-// TestLinkLendsTx builds frames in chunks the link lends (roce.TxLender),
+// TestLinkLendsTx builds frames in chunks the link lends (roce.Lender),
 // submits them in partial batches, gives some back unsent, and checks that
 // the peer receives exactly the submitted ones and that every chunk is
 // accounted for; a buffer the link did not lend, or one already

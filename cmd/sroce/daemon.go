@@ -30,7 +30,7 @@ import (
 	"github.com/sroce/sroce/tools/device"
 )
 
-const daemonAbout = `
+var daemonAbout = `
 Daemon opens a sroce device on each interface given with -d (named
 sroce_<interface>, as "sroce devinfo" prints it) and serves the devices to
 local processes over a unix socket: programs run with "sroce run" (the
@@ -41,11 +41,9 @@ $XDG_RUNTIME_DIR/sroce.sock, else /run/user/UID/sroce.sock, else
 $TMPDIR/sroce-UID/sroce.sock (a directory of the user's, mode 0700), where
 that user's programs look first; --socket or SROCE_SOCKET choose another.
 A socket left by a daemon that was killed is replaced; one a daemon
-listens on is refused, naming it. --link picks the link
-of every device: xdp (AF_XDP, needs root), udp (a UDP socket on port 4791,
-no privileges) or auto (xdp when permitted). Each client's objects are
-freed when it exits or is killed; a client that breaks the protocol is
-disconnected and the reason logged. --max-qps, --max-mrs and --max-reg
+listens on is refused, naming it. Each client's objects are freed when
+it exits or is killed; a client that breaks the protocol is disconnected
+and the reason logged. --max-qps, --max-mrs and --max-reg
 bound what one client (connection) may hold; --limit-user bounds what the
 clients of one uid hold together, --limit-total what all clients hold:
 connections, descriptors and mappings in the daemon, QPs, MRs, registered
@@ -53,6 +51,9 @@ bytes and queue memory. A request over a budget fails with the kernel's
 errno (ENOMEM, EMFILE; EAGAIN for a connection over the cap, which is then
 closed) and the client stays connected. The totals follow the host
 (vm.max_map_count, RLIMIT_NOFILE, MemTotal); one uid may take a quarter.
+
+--link picks the link of every device:
+` + linkKindList() + `
 
 --metrics ADDR serves Prometheus metrics at http://ADDR/metrics: every
 device's counters (those "sroce stat" names, as sroce_NAME_total), its
@@ -128,12 +129,12 @@ func runDaemon(e *env, args []string) int {
 		cfg, _ = readDaemonConfig("")
 	}
 	var numErr error
-	f := newFlags(e, "daemon", "sroce daemon -d IF [-d IF ...] [--link auto|xdp|udp] [--socket PATH] [--config FILE] [--metrics ADDR]", daemonAbout)
+	f := newFlags(e, "daemon", "sroce daemon -d IF [-d IF ...] [--link "+linkModes+"] [--socket PATH] [--config FILE] [--metrics ADDR]", daemonAbout)
 	var ifs repeated
 	f.Var(&ifs, "device", "network interface `IF` to serve, or IF@ADDR to bind the UDP link to ADDR (repeatable)")
 	f.Short('d', "device")
 	configGiven := f.String("config", "", "read the configuration from `FILE` (docs/operating.md); the flags override it, SIGHUP rereads it")
-	link := f.String("link", cfg.str("link", "auto"), "`MODE` of the devices' link: auto, xdp or udp")
+	link := f.String("link", cfg.str("link", "auto"), "`MODE` of the devices' link: "+linkModeHelp)
 	socket := f.String("socket", cfg.str("socket", ""), "unix socket `PATH` to listen on (default: SROCE_SOCKET, else /run/sroce/sroce.sock as root, else the place of this user's daemon)")
 	socketGroup := f.String("socket-group", cfg.str("socket-group", ""), "the socket's owner `GROUP` (name or number; default: the daemon's)")
 	socketMode := f.String("socket-mode", cfg.str("socket-mode", "0666"), "the socket's `MODE`, in octal (0666: every local user, as rdma-core's udev rules give uverbs devices)")

@@ -98,8 +98,8 @@ type demoConfig struct {
 
 // runDemo implements "sroce demo".
 func runDemo(e *env, args []string) int {
-	f := newFlags(e, "demo", "sroce demo [--mode auto|xdp|udp] [--size N] [--iters N] [--netem OPTIONS] [-v]", demoAbout)
-	mode := f.String("mode", "auto", "link (`MODE`): auto, xdp (AF_XDP, root) or udp")
+	f := newFlags(e, "demo", "sroce demo [--mode "+linkModes+"] [--size N] [--iters N] [--netem OPTIONS] [-v]", demoAbout)
+	mode := f.String("mode", "auto", "link (`MODE`): "+iface.ModeSentence())
 	size := f.Int("size", 65536, "message size in `BYTES`")
 	iters := f.Int("iters", 10, "repetitions of each operation")
 	burst := f.Int("burst", 256, "RDMA WRITEs in the timed burst")

@@ -48,7 +48,7 @@ max_qp_wr, ...).`
 
 // runDevinfo implements "sroce devinfo".
 func runDevinfo(e *env, args []string) int {
-	f := newFlags(e, "devinfo", "sroce devinfo [-d IF] [-l] [-v] [--socket PATH] [--mode auto|xdp|udp]", devinfoAbout)
+	f := newFlags(e, "devinfo", "sroce devinfo [-d IF] [-l] [-v] [--socket PATH] [--mode "+linkModes+"]", devinfoAbout)
 	var dev string
 	f.StringVar(&dev, "device", "", "network interface `IF` (default: the one of the default route)")
 	f.Short('d', "device")
@@ -57,7 +57,7 @@ func runDevinfo(e *env, args []string) int {
 	f.Short('l', "list")
 	verbose := f.Bool("verbose", false, "also print the device limits")
 	f.Short('v', "verbose")
-	mode := f.String("mode", "auto", "link to open (`MODE`): auto, xdp or udp")
+	mode := f.String("mode", "auto", "link to open (`MODE`): "+linkModeHelp)
 	socket := f.String("socket", "", "the daemon's socket (default: SROCE_SOCKET, or the place for this user)")
 	pos, status, ok := f.parse(args)
 	if !ok {

@@ -37,11 +37,29 @@ func parseEngine(s string) (roce.EngineMode, string) {
 	return m, ""
 }
 
+// linkModes is the usage lines' "auto|xdp|udp": the link modes of iface's
+// table of link kinds.
+var linkModes = iface.ModeChoices("|")
+
+// linkModeHelp is the link flags' help: "auto, xdp or udp".
+var linkModeHelp = iface.ModeChoices(", ")
+
+// linkKindList lists the link modes, one a line, for a command's about
+// text: auto, then each kind of iface's table with its description.
+func linkKindList() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %-6s the first of the others that works, in this order", iface.ModeAuto)
+	for _, k := range iface.Kinds() {
+		fmt.Fprintf(&b, "\n  %-6s %s", k.Mode, k.Description)
+	}
+	return b.String()
+}
+
 // parseLinkMode reads a link flag (--link, --mode).
 func parseLinkMode(flag, s string) (iface.Mode, string) {
 	m, err := iface.ParseMode(s)
 	if err != nil {
-		return m, badValue(flag, s, "want auto, xdp or udp")
+		return m, badValue(flag, s, "want "+iface.ModeChoices(", "))
 	}
 	return m, ""
 }

@@ -51,12 +51,12 @@ counters that are zero.`
 
 // runStat implements "sroce stat".
 func runStat(e *env, args []string) int {
-	f := newFlags(e, "stat", "sroce stat [-d IF] [--socket PATH] [--mode auto|xdp|udp] [--for DURATION] [--json] [--nonzero]", statAbout)
+	f := newFlags(e, "stat", "sroce stat [-d IF] [--socket PATH] [--mode "+linkModes+"] [--for DURATION] [--json] [--nonzero]", statAbout)
 	var dev string
 	f.StringVar(&dev, "device", "", "network interface `IF` (default: the one of the default route)")
 	f.Short('d', "device")
 	f.Alias("ib-dev", "device")
-	mode := f.String("mode", "auto", "link to open (`MODE`): auto, xdp or udp")
+	mode := f.String("mode", "auto", "link to open (`MODE`): "+linkModeHelp)
 	listen := f.Duration("for", 0, "keep the device open this long, counting what arrives")
 	asJSON := f.Bool("json", false, "print one JSON object")
 	nonzero := f.Bool("nonzero", false, "print only counters that are not zero")

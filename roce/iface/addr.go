@@ -65,12 +65,13 @@ func (p *Port) AHAttr(ctx context.Context, dgid bth.GID, sgidIndex int) (verbs.A
 			sgidIndex, netif.FormatGID(sgid), dst, want)
 	}
 	attr = verbs.AHAttr{DGID: dgid, SGIDIndex: uint8(sgidIndex), HopLimit: DefaultHopLimit, PortNum: 1}
-	if p.udp == nil && isLocal(p, dst) {
+	if !p.deliversToSelf() && isLocal(p, dst) {
 		// To the device itself: the engine keeps these frames.
 		copy(attr.DMAC[:], p.mac)
 		return attr, nil
 	}
-	if p.udp != nil {
+	if p.local.IsValid() {
+		// A link bound to one address (the UDP link): the kernel routes.
 		if src := sgid.Addr().Unmap(); src != p.local {
 			return verbs.AHAttr{}, errorf(ErrUnreachable, nil, "the UDP link of %s is bound to %v, so GID index %d (%v) cannot be a source; use index %d",
 				p.ifname, p.local, sgidIndex, src, p.DefaultGIDIndex())
@@ -135,7 +136,7 @@ func isLocal(p *Port, a netip.Addr) bool {
 // (preferring the kernel's preferred source for the route), as a tool would
 // pick with -g.
 func (p *Port) SourceGIDIndex(dgid bth.GID) (int, error) {
-	if p.udp != nil {
+	if p.local.IsValid() {
 		i := p.DefaultGIDIndex()
 		if g, err := p.GID(i); err != nil || g.IsIPv4() != dgid.IsIPv4() {
 			return 0, errorf(ErrUnreachable, nil, "the UDP link of %s is bound to %v, which cannot reach %v", p.ifname, p.local, dgid.Addr().Unmap())

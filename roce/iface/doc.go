@@ -21,7 +21,8 @@
 //
 // # Link modes
 //
-// Options.Mode picks how frames move:
+// Options.Mode picks how frames move, one of the kinds of the table in
+// kinds.go (Kinds), or auto:
 //
 //   - "xdp": an AF_XDP socket on queue Options.Queue with sroce's XDP
 //     steering program attached (xdp.OpenLink), which takes UDP port 4791

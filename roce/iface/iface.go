@@ -1,7 +1,7 @@
 package iface
 
 // Opening a port: look the interface up (netif), choose and open the link
-// (xdp or udplink), build the GID table, open the roce.Device on the link
+// (a kind of the table in kinds.go), build the GID table, open the roce.Device on the link
 // and start its loop and the watch on the interface. The Port owns all of
 // it; Close undoes it in reverse order.
 
@@ -17,8 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/netif"
@@ -30,9 +28,11 @@ import (
 // Mode selects the link a Port uses (Options.Mode).
 type Mode string
 
-// Link modes accepted by Open.
+// Link modes accepted by Open: ModeAuto and the Mode of each kind of the
+// table (Kinds).
 const (
-	// ModeAuto uses AF_XDP when the process has the privileges and the
+	// ModeAuto uses the first kind of link that the process may open and
+	// that opens: AF_XDP when the process has the privileges and the
 	// socket opens, the UDP link otherwise. The empty Mode means ModeAuto.
 	ModeAuto Mode = "auto"
 	// ModeXDP uses an AF_XDP socket with the steering program, or fails.
@@ -41,15 +41,17 @@ const (
 	ModeUDP Mode = "udp"
 )
 
-// ParseMode parses a command-line mode: "auto", "xdp" or "udp".
+// ParseMode parses a command-line mode: "auto" or the Mode of a kind of
+// the table (ModeChoices lists them).
 func ParseMode(s string) (Mode, error) {
-	switch m := Mode(strings.ToLower(s)); m {
-	case ModeAuto, ModeXDP, ModeUDP:
-		return m, nil
-	case "":
+	m := Mode(strings.ToLower(s))
+	if m == "" || m == ModeAuto {
 		return ModeAuto, nil
 	}
-	return "", fmt.Errorf("unknown link mode %q (want auto, xdp or udp)", s)
+	if kindOf(m) != nil {
+		return m, nil
+	}
+	return "", fmt.Errorf("unknown link mode %q (want %s)", s, ModeChoices(", "))
 }
 
 // What Port.LinkMode returns.
@@ -167,7 +169,9 @@ type Options struct {
 	// the link, on the device loop goroutine (with several queues, on each
 	// queue's loop: concurrently). The frame is only valid
 	// during the call; Tap must be quick and must not call back into the
-	// device.
+	// device. The tapped link keeps every capability of the link under
+	// it, the lending path included: on AF_XDP the frames Tap sees lie in
+	// the socket's UMEM, and none is copied for it.
 	Tap func(dir Direction, frame []byte)
 	// Clock and Rand are passed to roce.Open (nil: system clock, random
 	// seed).
@@ -183,21 +187,22 @@ type Options struct {
 // of the interface: the link, the GID table, the port state. Its methods
 // may be called from any goroutine.
 type Port struct {
-	dev      *roce.Device
-	links    []roce.Link // the links under any Tap, by queue
-	xsk      *xdp.Link   // queue 0's AF_XDP link
-	xsks     []*xdp.Link // every queue's
-	group    *xdp.Group  // the sockets and steering program of several queues
-	udp      *udplink.Link
-	h        *netif.Handle
-	ifname   string
-	ifindex  int
-	mac      net.HardwareAddr
-	mtu      int
-	linkMode string
-	reason   string
-	local    netip.Addr // the UDP link's address
-	resolveT time.Duration
+	dev   *roce.Device
+	kind  *LinkKind   // the kind of its links (the table's entry)
+	links []roce.Link // the links under any Tap, by queue
+	// closeShared releases what the links share once they are closed
+	// (Links.Close), or is nil.
+	closeShared func() error
+	attach      string // Links.Attach
+	h           *netif.Handle
+	ifname      string
+	ifindex     int
+	mac         net.HardwareAddr
+	mtu         int
+	linkMode    string
+	reason      string
+	local       netip.Addr // the UDP link's address
+	resolveT    time.Duration
 
 	cancel    context.CancelFunc
 	loopDone  chan struct{}
@@ -263,51 +268,20 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 	if err := checkQueues(ifc.Name, mode, opts); err != nil {
 		return nil, err
 	}
-	caps := xdpPrivileges()
-	switch {
-	case mode == ModeXDP:
-		if caps != nil {
-			return nil, errorf(ErrNotPermitted, caps, "AF_XDP on %s needs root (%v); the UDP link works without", ifname, caps)
-		}
-		if err := p.openXDP(opts); err != nil {
-			return nil, err
-		}
-		p.reason = "AF_XDP was asked for"
-	case mode == ModeUDP:
-		if err := p.openUDP(ifc, opts); err != nil {
-			return nil, err
-		}
-		p.reason = "the UDP link was asked for"
-	case isLoopback(ifc):
-		if err := p.openUDP(ifc, opts); err != nil {
-			return nil, err
-		}
-		p.reason = "AF_XDP is not used on a loopback interface"
-	case caps != nil:
-		if err := p.openUDP(ifc, opts); err != nil {
-			return nil, err
-		}
-		p.reason = fmt.Sprintf("not root: AF_XDP needs %v", caps)
-	default:
-		xerr := p.openXDP(opts)
-		if xerr == nil {
-			p.reason = "root, and AF_XDP works on " + ifname
-			break
-		}
-		if opts.StrictAuto && !errors.Is(xerr, unix.EPERM) && !errors.Is(xerr, unix.EACCES) {
-			return nil, errorf(ErrXDP, xerr, "%v (with --link auto the UDP link is used only when AF_XDP is not permitted; --link udp asks for it)", xerr)
-		}
-		if err := p.openUDP(ifc, opts); err != nil {
-			return nil, fmt.Errorf("%v; and the UDP link failed too: %v", xerr, err)
-		}
-		p.reason = xerr.Error()
+	if err := p.openLinks(ifc, mode, opts); err != nil {
+		return nil, err
 	}
 
 	links := make([]roce.Link, len(p.links))
 	for i, l := range p.links {
 		links[i] = l
 		if opts.Tap != nil {
-			links[i] = &tapLink{Link: l, tap: opts.Tap}
+			t, err := newTapLink(l, opts.Tap)
+			if err != nil {
+				p.closeLinks()
+				return nil, fmt.Errorf("cannot tap the %s link of %s: %w", p.linkMode, ifname, err)
+			}
+			links[i] = t
 		}
 	}
 	name := opts.Name
@@ -322,7 +296,7 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 		return nil, fmt.Errorf("cannot open the device on %s: %w", ifname, err)
 	}
 	p.dev = dev
-	if p.udp == nil {
+	if !p.deliversToSelf() {
 		// The kernel's stack never sees this device's frames: to the
 		// devices of this process on other interfaces of the namespace
 		// they go in process, as the stack would loop them.
@@ -335,8 +309,8 @@ func open(ctx context.Context, h *netif.Handle, ifname string, mode Mode, opts *
 	if err != nil {
 		cancel()
 		dev.Close()
-		if p.group != nil {
-			p.group.Close()
+		if p.closeShared != nil {
+			p.closeShared()
 		}
 		return nil, fmt.Errorf("cannot follow the link state of %s: %w", ifname, err)
 	}
@@ -356,8 +330,8 @@ func (p *Port) closeLinks() {
 	for _, l := range p.links {
 		l.Close()
 	}
-	if p.group != nil {
-		p.group.Close()
+	if p.closeShared != nil {
+		p.closeShared()
 	}
 }
 
@@ -374,8 +348,8 @@ func checkQueues(ifname string, mode Mode, opts *Options) error {
 		return errorf(ErrQueues, nil, "%d queues asked for on %s: a device takes at most %d", q, ifname, roce.MaxEngines)
 	case opts.Queue != 0:
 		return errorf(ErrQueues, nil, "%d queues and queue %d asked for on %s: a device on several queues uses queues 0 to %d", q, opts.Queue, ifname, q-1)
-	case mode == ModeUDP:
-		return errorf(ErrQueues, nil, "%d queues asked for on %s: the UDP link has one", q, ifname)
+	case mode != ModeAuto && !kindOf(mode).MultiQueue:
+		return errorf(ErrQueues, nil, "%d queues asked for on %s: %s has one", q, ifname, kindOf(mode).Title)
 	}
 	if n, err := xdp.QueueCount(ifname); err == nil && q > n {
 		return errorf(ErrQueues, nil, "%d queues asked for, and %s has %d receive queues", q, ifname, n)
@@ -397,66 +371,6 @@ func queueCount(ifname string, opts *Options) int {
 		return 1
 	}
 	return max(1, min(n, runtime.GOMAXPROCS(0), roce.MaxEngines))
-}
-
-// openXDP opens the AF_XDP link, or one per queue.
-func (p *Port) openXDP(opts *Options) error {
-	xo := opts.XDP
-	if e := opts.Engine.Resolve(); (e == roce.EngineSpin || e == roce.EngineAdaptive) && xo.BusyPoll == 0 {
-		// A polling engine drives the queue itself (see xdp.Options).
-		xo.BusyPoll = DefaultBusyPoll
-	}
-	n := queueCount(p.ifname, opts)
-	if n == 1 {
-		l, err := xdp.OpenLink(p.ifname, opts.Queue, xo)
-		if err != nil {
-			return errorf(ErrXDP, err, "AF_XDP on %s queue %d failed: %v", p.ifname, opts.Queue, err)
-		}
-		p.xsks = []*xdp.Link{l}
-	} else {
-		g, err := xdp.OpenQueues(p.ifname, n, xo)
-		if err != nil {
-			return errorf(ErrXDP, err, "AF_XDP on %s queues 0-%d failed: %v", p.ifname, n-1, err)
-		}
-		p.group = g
-		for _, s := range g.Sockets {
-			l, err := xdp.NewLink(s)
-			if err != nil {
-				p.xsks = nil
-				g.Close()
-				p.group = nil
-				return errorf(ErrXDP, err, "AF_XDP on %s: %v", p.ifname, err)
-			}
-			p.xsks = append(p.xsks, l)
-		}
-	}
-	p.xsk = p.xsks[0]
-	p.links = nil
-	for _, l := range p.xsks {
-		p.links = append(p.links, l)
-	}
-	p.linkMode = LinkXDPCopy
-	if p.xsk.Socket().Mode() == xdp.ModeZeroCopy {
-		p.linkMode = LinkXDPZeroCopy
-	}
-	return nil
-}
-
-// openUDP opens the UDP link on the chosen address and makes sure its GID
-// is in the table.
-func (p *Port) openUDP(ifc *netif.Interface, opts *Options) error {
-	a, err := udpAddr(ifc, opts.Addr)
-	if err != nil {
-		return err
-	}
-	l, err := udplink.Open(a, 0, ifc.MTU)
-	if err != nil {
-		return fmt.Errorf("cannot open the UDP link on %s (%v port 4791): %w", ifc.Name, a, err)
-	}
-	p.udp, p.links, p.local = l, []roce.Link{l}, a
-	p.linkMode = LinkUDP
-	p.gidt.Add(a)
-	return nil
 }
 
 // udpAddr picks the UDP link's address.
@@ -619,9 +533,10 @@ func (p *Port) Close() error {
 		if errors.Is(p.closeErr, roce.ErrClosed) {
 			p.closeErr = nil
 		}
-		if p.group != nil {
-			// The device closed the sockets; the steering program goes.
-			p.closeErr = errors.Join(p.closeErr, p.group.Close())
+		if p.closeShared != nil {
+			// The device closed the links; what they share (a steering
+			// program) goes.
+			p.closeErr = errors.Join(p.closeErr, p.closeShared())
 		}
 		<-p.watchDone
 		p.h.Close()
@@ -669,30 +584,41 @@ func (p *Port) Reason() string { return p.reason }
 // XDP).
 func (p *Port) LocalAddr() netip.Addr { return p.local }
 
-// XDPLink returns the AF_XDP link (queue 0's), or nil on the UDP link.
-func (p *Port) XDPLink() *xdp.Link { return p.xsk }
+// Kind returns the kind of the port's links (an entry of Kinds).
+func (p *Port) Kind() LinkKind { return *p.kind }
+
+// XDPLink returns the AF_XDP link (queue 0's), or nil on another link.
+func (p *Port) XDPLink() *xdp.Link {
+	if x := p.XDPLinks(); x != nil {
+		return x[0]
+	}
+	return nil
+}
 
 // XDPLinks returns the AF_XDP link of every queue the device uses, by
-// queue, or nil on the UDP link.
-func (p *Port) XDPLinks() []*xdp.Link { return p.xsks }
+// queue, or nil on another link.
+func (p *Port) XDPLinks() []*xdp.Link {
+	var out []*xdp.Link
+	for _, l := range p.links {
+		if x, ok := l.(*xdp.Link); ok {
+			out = append(out, x)
+		}
+	}
+	return out
+}
 
 // Queues returns the number of queues (engines) the device uses.
 func (p *Port) Queues() int { return len(p.links) }
 
-// UDPLink returns the UDP link, or nil on the XDP link.
-func (p *Port) UDPLink() *udplink.Link { return p.udp }
+// UDPLink returns the UDP link, or nil on another link.
+func (p *Port) UDPLink() *udplink.Link {
+	u, _ := p.links[0].(*udplink.Link)
+	return u
+}
 
 // XDPAttach returns how the steering program is attached ("driver" or
-// "generic"), or "" on the UDP link.
-func (p *Port) XDPAttach() string {
-	if p.xsk == nil {
-		return ""
-	}
-	if p.group != nil {
-		return p.group.AttachMode().String()
-	}
-	return p.xsk.Socket().AttachMode().String()
-}
+// "generic"), or "" on a link without one.
+func (p *Port) XDPAttach() string { return p.attach }
 
 // GIDs returns the valid entries of the device's GID table (indexes below
 // roce.GIDTableLen), in index order.
@@ -801,87 +727,4 @@ func NodeGUID(mac net.HardwareAddr) [8]byte {
 // FormatGUID writes a GUID as ibv_devinfo does: "5254:00ff:fe12:3456".
 func FormatGUID(g [8]byte) string {
 	return fmt.Sprintf("%02x%02x:%02x%02x:%02x%02x:%02x%02x", g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7])
-}
-
-// tapLink shows every frame to a tap function on its way through.
-type tapLink struct {
-	roce.Link
-	tap func(Direction, []byte)
-}
-
-// ReadBatch reads from the link and shows what it read.
-func (t *tapLink) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int, error) {
-	n, err := t.Link.ReadBatch(bufs, sizes, timeout)
-	for i := 0; i < n; i++ {
-		t.tap(RX, bufs[i][:sizes[i]])
-	}
-	return n, err
-}
-
-// WriteBatch writes to the link and shows what it took (after the link's
-// own rewriting, as the UDP link does).
-// WaitReady passes the wait on when the link under the tap has it; without
-// it, it says a frame may be ready, which makes the device look.
-func (t *tapLink) WaitReady(timeout time.Duration) error {
-	if w, ok := t.Link.(roce.ReadyWaiter); ok {
-		return w.WaitReady(timeout)
-	}
-	return nil
-}
-
-// Ready passes the question on when the link under the tap can answer it.
-func (t *tapLink) Ready() bool {
-	if w, ok := t.Link.(roce.ReadyWaiter); ok {
-		return w.Ready()
-	}
-	return true
-}
-
-// DeliversToSelf forwards roce.SelfDelivering of the wrapped link.
-func (t *tapLink) DeliversToSelf() bool {
-	v, ok := t.Link.(roce.SelfDelivering)
-	return ok && v.DeliversToSelf()
-}
-
-// JoinGroup forwards roce.GroupListener of the wrapped link.
-func (t *tapLink) JoinGroup(group netip.Addr) error {
-	if g, ok := t.Link.(roce.GroupListener); ok {
-		return g.JoinGroup(group)
-	}
-	return nil
-}
-
-// LeaveGroup forwards roce.GroupListener of the wrapped link.
-func (t *tapLink) LeaveGroup(group netip.Addr) error {
-	if g, ok := t.Link.(roce.GroupListener); ok {
-		return g.LeaveGroup(group)
-	}
-	return nil
-}
-
-// VerifiesICRC forwards roce.ICRCVerifier of the wrapped link.
-func (t *tapLink) VerifiesICRC() bool {
-	v, ok := t.Link.(roce.ICRCVerifier)
-	return !ok || v.VerifiesICRC()
-}
-
-func (t *tapLink) WriteBatch(frames [][]byte) (int, error) {
-	n, err := t.Link.WriteBatch(frames)
-	for i := 0; i < n && i < len(frames); i++ {
-		t.tap(TX, frames[i])
-	}
-	return n, err
-}
-
-// WriteBatchNow passes the call on when the link under the tap has it.
-func (t *tapLink) WriteBatchNow(frames [][]byte) (int, error) {
-	w, ok := t.Link.(roce.PartialWriter)
-	if !ok {
-		return t.WriteBatch(frames)
-	}
-	n, err := w.WriteBatchNow(frames)
-	for i := 0; i < n && i < len(frames); i++ {
-		t.tap(TX, frames[i])
-	}
-	return n, err
 }

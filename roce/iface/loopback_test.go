@@ -12,25 +12,31 @@ import (
 // openPair opens a port on each end of a fresh veth pair in two namespaces
 // over AF_XDP.
 func openPair(t *testing.T) (a, b *Port) {
+	return openPairWith(t, "sroce-iflo", func(int) Options { return Options{Mode: ModeXDP} })
+}
+
+// openPairWith opens a port with opts(0) on end A of a fresh veth pair in
+// two namespaces named after prefix, and one with opts(1) on end B.
+func openPairWith(t *testing.T, prefix string, opts func(side int) Options) (a, b *Port) {
 	t.Helper()
 	nsutil.Skip(t)
-	pair, err := nsutil.NewPair(nsutil.PairConfig{Prefix: "sroce-iflo"})
+	pair, err := nsutil.NewPair(nsutil.PairConfig{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pair.Close() })
-	open := func(ns *nsutil.Namespace, ifname string, p **Port) {
+	open := func(side int, ns *nsutil.Namespace, ifname string, p **Port) {
 		t.Helper()
 		if err := ns.Do(func() (err error) {
-			*p, err = Open(context.Background(), ifname, Options{Mode: ModeXDP})
+			*p, err = Open(context.Background(), ifname, opts(side))
 			return err
 		}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { (*p).Close() })
 	}
-	open(pair.A, pair.Veth.NameA, &a)
-	open(pair.B, pair.Veth.NameB, &b)
+	open(0, pair.A, pair.Veth.NameA, &a)
+	open(1, pair.B, pair.Veth.NameB, &b)
 	return a, b
 }
 

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/roce/udplink"
 	"github.com/sroce/sroce/verbs"
 	"github.com/sroce/sroce/xdp"
-	"golang.org/x/sys/unix"
 )
 
 // Stat is one named counter.
@@ -42,24 +45,19 @@ func (p *Port) Counters() []Stat {
 	return out
 }
 
-// LinkStats returns the link's counters: for AF_XDP the kernel's socket
-// statistics (XDP_STATISTICS: rx_dropped counts frames too large for the
-// UMEM chunks or without a fill buffer) and the socket's own; for the UDP
-// link its datagram counts. A port on several queues shows the sums over
-// its sockets.
+// LinkStats returns the link's counters, as its kind lists them
+// (LinkKind.Stats): for AF_XDP the kernel's socket statistics
+// (XDP_STATISTICS: rx_dropped counts frames too large for the UMEM chunks
+// or without a fill buffer) and the socket's own; for the UDP link its
+// datagram counts. A port on several queues shows the sums over its
+// links.
 func (p *Port) LinkStats() []Stat {
-	if p.udp != nil {
-		s := p.udp.Stats()
-		return []Stat{
-			{"rx_packets", s.RxPackets}, {"tx_packets", s.TxPackets},
-			{"rx_bytes", s.RxBytes}, {"tx_bytes", s.TxBytes},
-			{"rx_truncated", s.RxTruncated}, {"tx_malformed", s.TxMalformed},
-			{"rx_ip_id_recovered", s.RxIPIDRecovered}, {"rx_icrc_mismatch", s.RxICRCMismatch},
-		}
+	if p.kind.Stats == nil {
+		return nil
 	}
 	var out []Stat
-	for _, l := range p.xsks {
-		st := socketStats(l.Socket().Stats())
+	for _, l := range p.links {
+		st := p.kind.Stats(l)
 		if out == nil {
 			out = st
 			continue
@@ -70,6 +68,20 @@ func (p *Port) LinkStats() []Stat {
 	}
 	return out
 }
+
+// udpStats lists the UDP link's counters (LinkKind.Stats).
+func udpStats(l roce.Link) []Stat {
+	s := l.(*udplink.Link).Stats()
+	return []Stat{
+		{"rx_packets", s.RxPackets}, {"tx_packets", s.TxPackets},
+		{"rx_bytes", s.RxBytes}, {"tx_bytes", s.TxBytes},
+		{"rx_truncated", s.RxTruncated}, {"tx_malformed", s.TxMalformed},
+		{"rx_ip_id_recovered", s.RxIPIDRecovered}, {"rx_icrc_mismatch", s.RxICRCMismatch},
+	}
+}
+
+// xdpStats lists an AF_XDP link's counters (LinkKind.Stats).
+func xdpStats(l roce.Link) []Stat { return socketStats(l.(*xdp.Link).Socket().Stats()) }
 
 // socketStats lists one AF_XDP socket's counters; a port on several
 // queues adds them up.

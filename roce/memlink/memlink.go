@@ -23,6 +23,7 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/monotime"
+	"github.com/sroce/sroce/roce/linkcap"
 )
 
 // Clock tells the router the time (the same interface as roce.Clock).
@@ -415,6 +416,10 @@ func (p *Port) ReadBatch(bufs [][]byte, sizes []int, timeout time.Duration) (int
 		}
 	}
 }
+
+// Caps implements roce.Link: the in-memory port waits without reading
+// (roce.ReadyWaiter) and receives every group's frames.
+func (p *Port) Caps() linkcap.Caps { return linkcap.WaitReady }
 
 // WaitReady implements roce.ReadyWaiter: it waits up to timeout until a
 // frame is ready for ReadBatch, or Wake is called, and takes nothing.

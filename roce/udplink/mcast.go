@@ -1,6 +1,6 @@
 package udplink
 
-// Multicast groups (roce.GroupListener). A socket bound to one unicast
+// Multicast groups (roce.GroupJoiner). A socket bound to one unicast
 // address receives no datagram sent to a group, so each group the device
 // joins gets a socket of its own, bound to the group's address and port
 // 4791 (shared with other devices of the host, SO_REUSEADDR) and a member
@@ -13,6 +13,7 @@ package udplink
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -35,37 +36,36 @@ const maxMcastQueue = 1024
 // mcast is the link's multicast state.
 type mcast struct {
 	mu     sync.Mutex
-	groups map[netip.Addr]*net.UDPConn
 	queue  [][]byte // synthesized frames, oldest first
 	queued atomic.Int32
 	ifi    *net.Interface
 }
 
-// JoinGroup makes the link receive datagrams to group (roce.GroupListener).
-func (l *Link) JoinGroup(group netip.Addr) error {
+// JoinGroup makes the link receive datagrams to group (roce.GroupJoiner)
+// until the returned membership is closed: a socket of the group's own,
+// whose datagrams a goroutine queues for ReadBatch. The caller (the
+// device) keeps the memberships; it must close them before the link.
+func (l *Link) JoinGroup(group netip.Addr) (io.Closer, error) {
 	group = group.Unmap()
 	if !group.IsMulticast() || group.Is6() != l.v6 {
-		return fmt.Errorf("udplink: %v is not a multicast group of the link's IP version", group)
+		return nil, fmt.Errorf("udplink: %v is not a multicast group of the link's IP version", group)
 	}
 	m := &l.mc
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.groups[group]; ok {
-		return nil
-	}
 	if m.ifi == nil {
 		// Open found no interface with the address; it may have one now.
 		ifi, err := interfaceOf(l.local)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := l.useGroupInterface(ifi); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	conn, err := l.groupSocket(group)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ga := &net.UDPAddr{IP: net.IP(group.AsSlice())}
 	if l.v6 {
@@ -75,28 +75,10 @@ func (l *Link) JoinGroup(group netip.Addr) error {
 	}
 	if err != nil {
 		conn.Close()
-		return fmt.Errorf("udplink: join %v on %s: %w", group, m.ifi.Name, err)
+		return nil, fmt.Errorf("udplink: join %v on %s: %w", group, m.ifi.Name, err)
 	}
-	if m.groups == nil {
-		m.groups = make(map[netip.Addr]*net.UDPConn)
-	}
-	m.groups[group] = conn
 	go l.readGroup(conn, group)
-	return nil
-}
-
-// LeaveGroup stops receiving datagrams to group (roce.GroupListener).
-func (l *Link) LeaveGroup(group netip.Addr) error {
-	group = group.Unmap()
-	m := &l.mc
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	conn, ok := m.groups[group]
-	if !ok {
-		return nil
-	}
-	delete(m.groups, group)
-	return conn.Close() // the kernel leaves the group with the socket
+	return conn, nil // the kernel leaves the group with the socket
 }
 
 // groupSocket opens a UDP socket bound to group and the link's port. Go's
@@ -132,17 +114,6 @@ func (l *Link) groupSocket(group netip.Addr) (*net.UDPConn, error) {
 		return nil, err
 	}
 	return pc.(*net.UDPConn), nil
-}
-
-// closeGroups closes the groups' sockets as the link closes.
-func (l *Link) closeGroups() {
-	m := &l.mc
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for g, c := range m.groups {
-		c.Close()
-		delete(m.groups, g)
-	}
 }
 
 // readGroup queues the datagrams to group until its socket closes.

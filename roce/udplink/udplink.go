@@ -50,6 +50,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/roce/linkcap"
 )
 
 // Stats counts what the link saw.
@@ -245,17 +246,17 @@ func (l *Link) MTU() int { return l.mtu }
 // HardwareAddr returns the link's synthetic MAC address.
 func (l *Link) HardwareAddr() net.HardwareAddr { return l.mac }
 
-// VerifiesICRC reports whether frames from ReadBatch carry enough of the
-// real IP header to check their ICRC. It is true: the IPv4 Identification,
-// the one covered field a UDP socket hides, is recovered from the ICRC
-// itself (to 16 bits), so the engine checks every frame and drops those
-// that do not match.
-func (l *Link) VerifiesICRC() bool { return true }
-
-// DeliversToSelf implements roce.SelfDelivering: the kernel delivers a
-// datagram to the socket's own address back to it, and the interface's
-// other addresses may be other devices' (two devices on lo).
-func (l *Link) DeliversToSelf() bool { return true }
+// Caps implements roce.Link. The link waits without reading
+// (roce.ReadyWaiter) and joins multicast groups on sockets of its own
+// (roce.GroupJoiner). The kernel delivers a datagram to the socket's own
+// address back to it, and the interface's other addresses may be other
+// devices' (two devices on lo): linkcap.DeliversToSelf. It is not
+// linkcap.ICRCBlind: the IPv4 Identification, the one covered field a
+// UDP socket hides, is recovered from the ICRC itself (to 16 bits), so the
+// engine checks every frame and drops those that do not match.
+func (l *Link) Caps() linkcap.Caps {
+	return linkcap.WaitReady | linkcap.Groups | linkcap.DeliversToSelf
+}
 
 // Stats returns a snapshot of the link's counters.
 func (l *Link) Stats() Stats {
@@ -290,7 +291,6 @@ func (l *Link) Close() error {
 	if l.waitF != nil {
 		l.waitF.Close()
 	}
-	l.closeGroups()
 	return l.conn.Close()
 }
 

@@ -9,8 +9,9 @@ package netns
 // prints the usual benchmark lines and then a table with sroce's rate as a
 // fraction of the ceiling's, one sroce row per engine mode (sleep, spin,
 // adaptive, inline; SROCE_BENCH_ENGINES narrows the list). The figures in
-// README.md come from it. No test asserts on timing: this machine is
-// shared and noisy.
+// README.md come from it. SROCE_BENCH_TAP=1 puts a frame tap on both
+// ports' links, as `sroce demo -v` does. No test asserts on timing: this
+// machine is shared and noisy.
 
 import (
 	"encoding/binary"
@@ -113,6 +114,9 @@ func srBenchEngines(b *testing.B) []roce.EngineMode {
 	}
 	return out
 }
+
+// srBenchTap reports whether SROCE_BENCH_TAP asks for tapped links.
+func srBenchTap() bool { return os.Getenv("SROCE_BENCH_TAP") == "1" }
 
 // srPrintTable prints the sroce rows next to their ceilings.
 func srPrintTable(w *os.File) {
@@ -299,7 +303,7 @@ func srRawPingPong(b *testing.B, mtu, size int) {
 // B with up to 128 outstanding (perftest's tx depth), every 16th signaled.
 // One op is one message.
 func srWriteBW(b *testing.B, engine roce.EngineMode, mtu, size int, ceiling string) {
-	r := newSrRig(b, srConfig{mode: iface.ModeXDP, mtu: mtu, sendWR: 256, memSize: max(size, 4096), engine: engine})
+	r := newSrRig(b, srConfig{mode: iface.ModeXDP, mtu: mtu, sendWR: 256, memSize: max(size, 4096), engine: engine, tap: srBenchTap()})
 	a := r.a
 	const depth, every = 128, 16
 	wr := verbs.SendWR{Opcode: verbs.WROpRDMAWrite, SGL: []mr.SGE{a.mr.SGE(0, size)},
@@ -362,7 +366,7 @@ func srWriteBW(b *testing.B, engine roce.EngineMode, mtu, size int, ceiling stri
 // does (busy, without blocking). One op is one round trip; perftest
 // reports half of it as the latency.
 func srSendLat(b *testing.B, engine roce.EngineMode, mtu, size int, ceiling string) {
-	r := newSrRig(b, srConfig{mode: iface.ModeXDP, mtu: mtu, engine: engine})
+	r := newSrRig(b, srConfig{mode: iface.ModeXDP, mtu: mtu, engine: engine, tap: srBenchTap()})
 	a, c := r.a, r.b
 	const pre = 256
 	for _, s := range []*srSide{a, c} {

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,6 +42,9 @@ type srConfig struct {
 	timeout uint8         // RC retransmit timeout attribute (default 12: 16.8 ms)
 	retry   uint8         // RC retry_cnt (default 6; 7, retry forever, with netem)
 	engine  roce.EngineMode
+	// tap wraps both ports' links in a frame tap (iface.Options.Tap),
+	// as `sroce demo -v` does; the tap only counts frames.
+	tap bool
 }
 
 // srSide is one end of the rig.
@@ -57,6 +61,7 @@ type srSide struct {
 	gidIdx int
 	gid    bth.GID
 	psn    bth.PSN
+	tapped atomic.Int64 // frames the tap saw (srConfig.tap), on the port's loops
 }
 
 // srRig is two connected sides.
@@ -131,7 +136,11 @@ func (r *srRig) open(name string, ns *nsutil.Namespace, ifname string, xo xdp.Op
 	r.tb.Helper()
 	s := &srSide{name: name, ns: ns, ifname: ifname}
 	err := ns.Do(func() (err error) {
-		s.port, err = iface.Open(context.Background(), ifname, iface.Options{Mode: r.cfg.mode, XDP: xo, Engine: r.cfg.engine})
+		o := iface.Options{Mode: r.cfg.mode, XDP: xo, Engine: r.cfg.engine}
+		if r.cfg.tap {
+			o.Tap = func(iface.Direction, []byte) { s.tapped.Add(1) }
+		}
+		s.port, err = iface.Open(context.Background(), ifname, o)
 		return err
 	})
 	if err != nil {
