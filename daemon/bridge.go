@@ -27,6 +27,11 @@ import (
 // completions of the roce CQs go to the client's CQ rings, and an armed
 // CQ's event goes to its completion channel.
 //
+// The bridge takes no connection-wide lock: the objects it serves are in
+// its own table (targets), read without a lock, and each is served under
+// the object's own lock (target.mu), which its destroy and resize take
+// too. The engine's Flush runs with no lock held.
+//
 // Everything in the rings is the client's to scribble on, so the bridge
 // keeps its own consumer indices and checks every count and length
 // against what the daemon sized the ring for; a client that publishes more
@@ -39,10 +44,34 @@ type bridge struct {
 	exited  chan struct{}
 	spinFor time.Duration
 	stopped atomic.Bool
-	// stuck says the last pass left WQEs in a ring because the engine's
-	// queue was full: the bridge must not sleep. Atomic: a destroy
-	// request posts through the bridge's code on its own goroutine.
-	stuck atomic.Bool
+
+	// The objects the bridge serves, indexed by their doorbell number
+	// (target.bell): replaced whole under tmu when one comes or goes,
+	// read without a lock.
+	targets atomic.Pointer[[]*target]
+	tmu     sync.Mutex
+	free    []uint32 // doorbell numbers given back, under tmu
+
+	// ahs are the connection's address handles by handle (*ahObj), for
+	// UD sends: written by CREATE_AH and DESTROY_AH, read by the bridge.
+	ahs sync.Map
+
+	// again are the targets the last pass left work in because the
+	// engine's queue or a CQ was full: served again without a doorbell.
+	// Only the bridge's goroutine uses it.
+	again []*target
+}
+
+// target is an object whose rings the bridge serves: a QP (its send ring
+// and its own receive ring) or an SRQ.
+type target struct {
+	// mu is the object's data path lock: the bridge serves the object
+	// under it, and its destroy (dead) and an SRQ's resize take it.
+	mu   sync.Mutex
+	dead bool
+	qp   *qpObj
+	srq  *srqObj
+	bell uint32 // the object's doorbell number (its index in targets)
 }
 
 // A bridge that cannot move what waits in a ring (the engine's queue or
@@ -59,6 +88,52 @@ func newBridge(c *conn) *bridge {
 		done: make(chan struct{}), exited: make(chan struct{}), spinFor: c.s.spin}
 	go b.run()
 	return b
+}
+
+// add makes a target of a QP or an SRQ and gives it a doorbell number;
+// it fails with ENOMEM when every number is taken.
+func (b *bridge) add(q *qpObj, s *srqObj) (*target, error) {
+	b.tmu.Lock()
+	defer b.tmu.Unlock()
+	old := b.tab()
+	var bell uint32
+	if n := len(b.free); n > 0 {
+		bell, b.free = b.free[n-1], b.free[:n-1]
+	} else {
+		bell = uint32(max(len(old), 1)) // 0 names nothing
+		if bell >= maxTargets {
+			return nil, unix.ENOMEM
+		}
+	}
+	t := &target{qp: q, srq: s, bell: bell}
+	tab := make([]*target, max(len(old), int(bell)+1))
+	copy(tab, old)
+	tab[bell] = t
+	b.targets.Store(&tab)
+	return t, nil
+}
+
+// remove forgets t, which its owner marked dead under t.mu: the bridge
+// serves it no more, and its number may name another object later.
+func (b *bridge) remove(t *target) {
+	b.tmu.Lock()
+	defer b.tmu.Unlock()
+	old := b.tab()
+	if int(t.bell) >= len(old) || old[t.bell] != t {
+		return
+	}
+	tab := append([]*target(nil), old...)
+	tab[t.bell] = nil
+	b.targets.Store(&tab)
+	b.free = append(b.free, t.bell)
+}
+
+// tab returns the table of targets.
+func (b *bridge) tab() []*target {
+	if p := b.targets.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // wake makes a sleeping bridge look at its rings, as the client's
@@ -106,7 +181,7 @@ func (b *bridge) run() {
 			last, backoff = time.Now(), stuckSleep
 			continue
 		}
-		if b.stuck.Load() {
+		if len(b.again) != 0 {
 			if time.Since(last) < stuckSpin {
 				runtime.Gosched()
 				continue
@@ -134,7 +209,7 @@ func (b *bridge) run() {
 			b.fail(err)
 			return
 		}
-		if !work && !b.stuck.Load() && !b.stopped.Load() {
+		if !work && len(b.again) == 0 && !b.stopped.Load() {
 			b.c.doorbell.SetReadDeadline(time.Time{})
 			if _, err := b.c.doorbell.Read(v[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
 				return // the doorbell closed: the connection is ending
@@ -153,56 +228,70 @@ func (b *bridge) fail(err error) {
 
 // pass posts the work requests waiting in the rings once and reports
 // whether there were any. Completions need no pass: the engine writes
-// them into the client's CQ rings itself.
+// them into the client's CQ rings itself. Only the bridge's goroutine
+// runs it.
 func (b *bridge) pass() (bool, error) {
 	c := b.c
 	if err := c.ringErr.Load(); err != nil {
 		return false, *err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	work := false
-	b.stuck.Store(false)
-	for _, o := range c.qps {
-		w, err := b.sends(o)
+	b.again = b.again[:0]
+	for _, t := range b.tab() {
+		if t == nil {
+			continue
+		}
+		w, stuck, err := b.serve(t)
 		if err != nil {
 			return work, err
 		}
 		work = work || w
-		if o.srq == 0 && o.rqQ.r != nil { // XRC QPs have no receive ring
-			w, err = b.recvs(&o.rqQ, o.qp.PostRecv)
-			if err != nil {
-				return work, err
-			}
-			work = work || w
+		if stuck {
+			b.again = append(b.again, t)
 		}
-	}
-	for _, s := range c.srqs {
-		w, err := b.recvs(&s.rqQ, s.srq.PostRecv)
-		if err != nil {
-			return work, err
-		}
-		work = work || w
 	}
 	if work {
-		// Transmit now: an inline engine holds frames of consecutive
-		// posts for a batch until someone polls, and nobody polls the
-		// engine's CQs here.
+		// Transmit now, with no lock held: an inline engine holds frames
+		// of consecutive posts for a batch until someone polls, and
+		// nobody polls the engine's CQs here.
 		c.dev.dev.Device().Flush()
 	}
 	return work, nil
 }
 
-// sends posts the send WQEs the client published on q. A WQE's ring slot
-// is released before the engine sees the request (the client may post
-// again as soon as the request completes, which can happen before
-// PostSend returns); the request is copied out of the slot first. A
-// request the engine's full queue refused waits in o.pwr.
-func (b *bridge) sends(o *qpObj) (bool, error) {
-	moved := false
+// serve posts what waits in t's rings, under t's lock; stuck says some
+// of it waits still because the engine's queue or a CQ is full.
+func (b *bridge) serve(t *target) (work, stuck bool, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.dead {
+		return false, false, nil
+	}
+	if o := t.srq; o != nil {
+		return o.rqQ.drain(o.srq.PostRecv)
+	}
+	o := t.qp
+	work, stuck, err = b.sends(o)
+	if err != nil {
+		return work, stuck, err
+	}
+	if o.srq == 0 && o.rqQ.r != nil { // XRC QPs have no receive ring
+		w, s, err := o.rqQ.drain(o.qp.PostRecv)
+		return work || w, stuck || s, err
+	}
+	return work, stuck, nil
+}
+
+// sends posts the send WQEs the client published on o's ring; o's
+// target lock is held. A WQE's ring slot is released before the engine
+// sees the request (the client may post again as soon as the request
+// completes, which can happen before PostSend returns); the request is
+// copied out of the slot first. A request the engine's full queue
+// refused waits in o.pwr (stuck).
+func (b *bridge) sends(o *qpObj) (moved, stuck bool, err error) {
 	if o.pending {
 		if !b.post(o) {
-			return false, nil
+			return false, true, nil
 		}
 		moved = true
 	}
@@ -212,10 +301,10 @@ func (b *bridge) sends(o *qpObj) (bool, error) {
 	// client may rewrite its ring at any moment.
 	n := r.Prod() - o.sqCons
 	if n == 0 {
-		return moved, nil
+		return moved, false, nil
 	}
 	if n > r.Limit() {
-		return moved, misbehaved("QP %d's send ring says %d entries wait; it holds %d", o.handle, n, r.Limit())
+		return moved, false, misbehaved("QP %d's send ring says %d entries wait; it holds %d", o.handle, n, r.Limit())
 	}
 	var e ring.SendWQE
 	for ; n > 0; n-- {
@@ -230,7 +319,7 @@ func (b *bridge) sends(o *qpObj) (bool, error) {
 		if wr.Flags&verbs.Inline != 0 {
 			il := int(e.InlineLen)
 			if il > r.TailLen() {
-				return moved, misbehaved("QP %d: inline data of %d bytes in a %d-byte slot tail", o.handle, il, r.TailLen())
+				return moved, false, misbehaved("QP %d: inline data of %d bytes in a %d-byte slot tail", o.handle, il, r.TailLen())
 			}
 			if cap(o.inline) < r.TailLen() {
 				o.inline = make([]byte, r.TailLen())
@@ -239,7 +328,7 @@ func (b *bridge) sends(o *qpObj) (bool, error) {
 		} else {
 			ns := int(e.NumSGE)
 			if ns > int(o.maxSend) || ns > r.MaxSGEs() || ns > len(o.sge) {
-				return moved, misbehaved("QP %d: send WQE with %d SGEs, the QP takes %d", o.handle, ns, o.maxSend)
+				return moved, false, misbehaved("QP %d: send WQE with %d SGEs, the QP takes %d", o.handle, ns, o.maxSend)
 			}
 			wr.SGL = o.sge[:r.LoadSGEs(i, o.sge[:ns])]
 		}
@@ -247,7 +336,8 @@ func (b *bridge) sends(o *qpObj) (bool, error) {
 			wr.RemoteSRQN = e.UD.RemoteQPN // the ring's remote queue number: the XRC SRQ's
 		}
 		if o.typ == verbs.QPTypeUD {
-			ah := b.c.ahs[e.AH]
+			v, _ := b.ahs.Load(e.AH)
+			ah, _ := v.(*ahObj)
 			if ah == nil || ah.pd != o.pd {
 				o.bad = verbs.WCLocQPOpErr
 			} else {
@@ -259,43 +349,33 @@ func (b *bridge) sends(o *qpObj) (bool, error) {
 		moved = true
 		o.pending = true
 		if !b.post(o) {
-			break
+			return moved, true, nil
 		}
 	}
-	return moved, nil
+	return moved, false, nil
 }
 
 // post hands the request in o.pwr to the engine, or completes it with
-// o.bad; it reports false (and leaves it pending, the bridge spinning)
-// when the engine's queue or the CQ is full.
+// o.bad; it reports false (and leaves it pending) when the engine's
+// queue or the CQ is full.
 func (b *bridge) post(o *qpObj) bool {
 	if o.bad == 0 {
 		err := o.qp.PostSend(&o.pwr)
 		if errors.Is(err, qp.ErrQueueFull) {
-			b.stuck.Store(true)
 			return false
 		}
 		if err != nil {
 			o.bad = verbs.WCLocQPOpErr
 		}
 	}
-	if o.bad != 0 && !b.errorCQE(o.cqs[0], o.pwr.WRID, o.bad, o) {
-		b.stuck.Store(true)
-		return false
+	if o.bad != 0 && o.scq != nil {
+		wc := verbs.WC{WRID: o.pwr.WRID, Status: o.bad, QPNum: o.qp.QPN()}
+		if !o.scq.Inject(&wc) {
+			return false
+		}
 	}
 	o.pending = false
 	return true
-}
-
-// errorCQE completes a WQE the engine refused with status st; it reports
-// false if the CQ is full.
-func (b *bridge) errorCQE(cq uint32, wrid uint64, st verbs.WCStatus, o *qpObj) bool {
-	c := b.c.cqs[cq]
-	if c == nil {
-		return true
-	}
-	wc := verbs.WC{WRID: wrid, Status: st, QPNum: o.qp.QPN()}
-	return c.cq.Inject(&wc)
 }
 
 // recvQ is the daemon's side of a receive ring: the ring, its consumer
@@ -335,15 +415,6 @@ func (q *recvQ) release(n uint32) {
 	if !q.closed {
 		q.r.SetCons(q.cons - q.held)
 	}
-}
-
-// recvs posts the receive WQEs published on q's ring (recvQ.drain).
-func (b *bridge) recvs(q *recvQ, post func(*verbs.RecvWR) error) (bool, error) {
-	moved, stuck, err := q.drain(post)
-	if stuck {
-		b.stuck.Store(true)
-	}
-	return moved, err
 }
 
 // drain posts the receive WQEs published on q's ring. As for sends, a
@@ -491,3 +562,30 @@ func (c *conn) guarded(where string, f func()) func() {
 	}
 	return func() { c.contained(where, f) }
 }
+
+// drop ends the bridge's service of t: once it returns the bridge no
+// longer touches t's rings, whose memory may go.
+func (b *bridge) drop(t *target) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.dead = true
+	t.mu.Unlock()
+	b.remove(t)
+}
+
+// drainSends posts what waits in t's send ring now, on the caller's
+// goroutine (a destroy: what the client posted before goes out first).
+func (b *bridge) drainSends(t *target) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.dead || t.qp == nil {
+		return nil
+	}
+	_, _, err := b.sends(t.qp)
+	return err
+}
+
+// maxTargets bounds the doorbell numbers of a connection.
+const maxTargets = 1 << 16

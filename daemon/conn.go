@@ -98,6 +98,8 @@ type cqObj struct {
 
 type qpObj struct {
 	qp      *roce.QP
+	t       *target  // what the bridge serves
+	scq     *roce.CQ // the send CQ, for the completions of refused WQEs
 	mem     *shm
 	sq      *ring.Ring[ring.SendWQE]
 	sqCons  uint32
@@ -124,7 +126,8 @@ type qpObj struct {
 
 type srqObj struct {
 	srq    *roce.SRQ
-	mem    *shm // replaced by a resize under c.mu (the ring in it under rqQ.mu too)
+	t      *target // what the bridge serves
+	mem    *shm    // replaced by a resize under c.mu (the ring in it under rqQ.mu too)
 	rqQ    recvQ
 	pd     uint32
 	handle uint32
@@ -1156,9 +1159,17 @@ func (c *conn) settleSends(h uint32) {
 	if c.br == nil {
 		return
 	}
-	if _, err := c.br.pass(); err != nil {
-		return // the bridge disconnects the client on its next pass
+	c.mu.Lock()
+	for _, o := range c.qps {
+		if o.cqs[0] == h {
+			if _, _, err := c.br.serve(o.t); err != nil {
+				c.mu.Unlock()
+				return // the client's ring is corrupt: the bridge disconnects it
+			}
+		}
 	}
+	c.mu.Unlock()
+	c.dev.dev.Device().Flush()
 	deadline := time.Now().Add(100 * time.Millisecond)
 	for {
 		busy := false
@@ -1333,6 +1344,13 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 		sge = got.MaxRecvSGE
 	}
 	o.sge = make([]mr.SGE, sge+1)
+	if scq != nil {
+		o.scq = scq.cq
+	}
+	if o.t, err = c.br.add(o, nil); err != nil {
+		o.mem.close()
+		return fail(err)
+	}
 	atomic.StoreUint32(&o.ctl.State, uint32(q.State()))
 	// The client reads the QP's state in its control block: every change
 	// is stored there as it is made, the loop's own (the error state after
@@ -1515,7 +1533,7 @@ func (c *conn) destroyQP(b []byte) ([]byte, []int, error) {
 		// engine has not yet sent. A ring that broke the rules
 		// disconnects the client, as the bridge would.
 		if c.br != nil {
-			if _, err := c.br.sends(o); err != nil {
+			if err := c.br.drainSends(o.t); err != nil {
 				return err
 			}
 		}
@@ -1562,6 +1580,7 @@ func (c *conn) dropQP(h uint32, o *qpObj) {
 			x.uses--
 		}
 		delete(c.qps, h)
+		c.br.drop(o.t)
 		o.mem.close()
 		c.release(o.cost)
 		return
@@ -1574,6 +1593,7 @@ func (c *conn) dropQP(h uint32, o *qpObj) {
 		x.uses--
 	}
 	delete(c.qps, h)
+	c.br.drop(o.t)
 	o.qp.SetRecvRefill(nil)
 	o.qp.SetRecvRelease(nil)
 	o.qp.SetStateWatch(nil)
@@ -1649,6 +1669,11 @@ func (c *conn) createSRQ(b []byte) ([]byte, []int, error) {
 	}
 	so := &srqObj{srq: s, mem: mem, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rqQ: recvQ{r: r, maxSGE: in.MaxSGE}, cost: k,
 		xrcd: in.XRCD}
+	if so.t, err = c.br.add(nil, so); err != nil {
+		unix.Close(fd)
+		mem.close()
+		return fail(err)
+	}
 	c.srqs[h] = so
 	if xo != nil {
 		xo.uses++
@@ -1838,6 +1863,7 @@ func (c *conn) destroySRQ(b []byte) ([]byte, []int, error) {
 			x.uses--
 		}
 		c.dev.disown(o.srq)
+		c.br.drop(o.t)
 		o.srq.SetRecvRefill(nil)
 		o.srq.SetRecvRelease(nil)
 		o.rqQ.close()
@@ -1878,13 +1904,15 @@ func (c *conn) createAH(b []byte) ([]byte, []int, error) {
 		return nil, nil, err
 	}
 	c.ahs[h] = &ahObj{ah: ah, pd: in.PDOrHandle}
+	c.br.ahs.Store(h, c.ahs[h])
 	out := ctl.AH{PDOrHandle: h, Attr: ctl.AHOf(&attr)}
 	out.Attr.SL, out.Attr.StaticRate = in.Attr.SL, in.Attr.StaticRate
 	return ctl.Bytes(&out), nil, nil
 }
 
 func (c *conn) destroyAH(b []byte) ([]byte, []int, error) {
-	return destroy(c, b, c.ahs, func(_ uint32, o *ahObj) error {
+	return destroy(c, b, c.ahs, func(h uint32, o *ahObj) error {
+		c.br.ahs.Delete(h)
 		if pd := c.pds[o.pd]; pd != nil {
 			pd.DestroyAH(o.ah)
 		}
@@ -1956,6 +1984,7 @@ func (c *conn) cleanup() {
 	for h, o := range c.srqs {
 		o.srq.Destroy()
 		c.dev.disown(o.srq)
+		c.br.drop(o.t)
 		delete(c.srqs, h)
 		o.srq.SetRecvRefill(nil)
 		o.srq.SetRecvRelease(nil)
@@ -1972,6 +2001,7 @@ func (c *conn) cleanup() {
 			pd.DestroyAH(o.ah)
 		}
 		delete(c.ahs, h)
+		c.br.ahs.Delete(h)
 		c.release(objectCost)
 	}
 	for h, o := range c.xrcds {

@@ -133,6 +133,10 @@ func (c *conn) openQP(b []byte) ([]byte, []int, error) {
 	if err != nil {
 		return fail(err)
 	}
+	if o.t, err = c.br.add(o, nil); err != nil {
+		o.mem.close()
+		return fail(err)
+	}
 	atomic.StoreUint32(&o.ctl.State, uint32(t.q.State()))
 	c.qps[h] = o
 	xo.uses++
