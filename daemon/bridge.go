@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -58,8 +59,12 @@ type bridge struct {
 
 	// again are the targets the last pass left work in because the
 	// engine's queue or a CQ was full: served again without a doorbell.
-	// Only the bridge's goroutine uses it.
-	again []*target
+	// Only the bridge's goroutine uses again, next and passes.
+	again, next []*target
+	passes     uint64
+
+	// strays counts doorbell bits that named no object of the client.
+	strays atomic.Uint64
 }
 
 // target is an object whose rings the bridge serves: a QP (its send ring
@@ -72,6 +77,7 @@ type target struct {
 	qp   *qpObj
 	srq  *srqObj
 	bell uint32 // the object's doorbell number (its index in targets)
+	pass uint64 // the bridge's pass that served it last (bridge only)
 }
 
 // A bridge that cannot move what waits in a ring (the engine's queue or
@@ -101,7 +107,7 @@ func (b *bridge) add(q *qpObj, s *srqObj) (*target, error) {
 		bell, b.free = b.free[n-1], b.free[:n-1]
 	} else {
 		bell = uint32(max(len(old), 1)) // 0 names nothing
-		if bell >= maxTargets {
+		if bell >= ctl.CtxBells {
 			return nil, unix.ENOMEM
 		}
 	}
@@ -172,7 +178,7 @@ func (b *bridge) run() {
 	last := time.Now()
 	backoff := stuckSleep
 	for !b.stopped.Load() {
-		work, err := b.pass()
+		work, err := b.pass(false)
 		if err != nil {
 			b.fail(err)
 			return
@@ -204,7 +210,7 @@ func (b *bridge) run() {
 		// Sleep: ask for the doorbell, look once more (a post may have
 		// come before the client saw the request), then wait for it.
 		atomic.StoreUint32(&b.page.NeedWakeup, 1)
-		work, err = b.pass()
+		work, err = b.pass(true)
 		if err != nil {
 			b.fail(err)
 			return
@@ -226,28 +232,54 @@ func (b *bridge) fail(err error) {
 	b.c.uc.Close()
 }
 
-// pass posts the work requests waiting in the rings once and reports
-// whether there were any. Completions need no pass: the engine writes
-// them into the client's CQ rings itself. Only the bridge's goroutine
-// runs it.
-func (b *bridge) pass() (bool, error) {
+// pass serves the objects whose doorbells rang, and those the last pass
+// left work in, once, and reports whether there was work. The doorbell
+// words of the context page are exchanged with 0, those up to the
+// highest doorbell number given out, or (all, before the bridge sleeps)
+// every one, so that bits no object owns are counted and cleared.
+// Completions need no pass: the engine writes them into the client's CQ
+// rings itself. Only the bridge's goroutine runs it.
+func (b *bridge) pass(all bool) (bool, error) {
 	c := b.c
 	if err := c.ringErr.Load(); err != nil {
 		return false, *err
 	}
+	b.passes++
 	work := false
-	b.again = b.again[:0]
-	for _, t := range b.tab() {
-		if t == nil {
-			continue
-		}
-		w, stuck, err := b.serve(t)
+	b.again, b.next = b.next[:0], b.again
+	for _, t := range b.next {
+		w, err := b.serveOnce(t)
 		if err != nil {
 			return work, err
 		}
 		work = work || w
-		if stuck {
-			b.again = append(b.again, t)
+	}
+	tab := b.tab()
+	words := (len(tab) + 63) / 64
+	if all {
+		words = ctl.CtxBellWords
+	}
+	for i := 0; i < words; i++ {
+		bw := &b.page.Bells[i]
+		if atomic.LoadUint64(bw) == 0 {
+			continue
+		}
+		for v := atomic.SwapUint64(bw, 0); v != 0; v &= v - 1 {
+			n := i*64 + bits.TrailingZeros64(v)
+			if n >= len(tab) || tab[n] == nil {
+				// An object made since the table was loaded? Its
+				// number reached the client after the table that
+				// holds it was stored.
+				if tab = b.tab(); n >= len(tab) || tab[n] == nil {
+					b.strays.Add(1)
+					continue
+				}
+			}
+			w, err := b.serveOnce(tab[n])
+			if err != nil {
+				return work, err
+			}
+			work = work || w
 		}
 	}
 	if work {
@@ -257,6 +289,27 @@ func (b *bridge) pass() (bool, error) {
 		c.dev.dev.Device().Flush()
 	}
 	return work, nil
+}
+
+// serveOnce serves t unless this pass has already, and keeps it for the
+// next pass if work is left in its rings.
+func (b *bridge) serveOnce(t *target) (bool, error) {
+	if t.pass == b.passes {
+		return false, nil
+	}
+	t.pass = b.passes
+	w, stuck, err := b.serve(t)
+	if stuck {
+		b.again = append(b.again, t)
+	}
+	return w, err
+}
+
+// kick rings t's doorbell from the daemon's side: the bridge serves t on
+// its next pass.
+func (b *bridge) kick(t *target) {
+	atomic.OrUint64(&b.page.Bells[t.bell/64], 1<<(t.bell%64))
+	b.wake()
 }
 
 // serve posts what waits in t's rings, under t's lock; stuck says some
@@ -586,6 +639,3 @@ func (b *bridge) drainSends(t *target) error {
 	_, _, err := b.sends(t.qp)
 	return err
 }
-
-// maxTargets bounds the doorbell numbers of a connection.
-const maxTargets = 1 << 16

@@ -1162,9 +1162,13 @@ func (c *conn) settleSends(h uint32) {
 	c.mu.Lock()
 	for _, o := range c.qps {
 		if o.cqs[0] == h {
-			if _, _, err := c.br.serve(o.t); err != nil {
+			_, stuck, err := c.br.serve(o.t)
+			if err != nil {
 				c.mu.Unlock()
 				return // the client's ring is corrupt: the bridge disconnects it
+			}
+			if stuck {
+				c.br.kick(o.t)
 			}
 		}
 	}
@@ -1371,7 +1375,7 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 		q.SetRecvRelease(c.released(&o.rqQ))
 	}
 	c.dev.own(q, c, h)
-	out := ctl.QP{Handle: h, QPN: uint32(q.QPN()), Cap: ctl.CapOf(got), SQOffset: uint64(lay.sqOff), RQOffset: uint64(lay.rqOff),
+	out := ctl.QP{Handle: h, QPN: uint32(q.QPN()), Cap: ctl.CapOf(got), Bell: o.t.bell, SQOffset: uint64(lay.sqOff), RQOffset: uint64(lay.rqOff),
 		MemSize: uint64(len(o.mem.mem))}
 	if noRQ {
 		out.Cap.MaxRecvWR, out.Cap.MaxRecvSGE = 0, 0
@@ -1499,7 +1503,7 @@ func (c *conn) modifyQP(b []byte) ([]byte, []int, error) {
 		return nil, nil, err
 	}
 	atomic.StoreUint32(&o.ctl.State, uint32(o.qp.State()))
-	c.br.wake()
+	c.br.kick(o.t)
 	return nil, nil, nil
 }
 
@@ -1709,7 +1713,7 @@ func newSRQShm(maxWR, stride uint32) (*shm, *ring.Ring[ring.RecvWQE], error) {
 // srqReply is the reply of CREATE_SRQ and of MODIFY_SRQ with max_wr: the
 // SRQ and fd, a descriptor of its memory for the client.
 func srqReply(o *srqObj, maxWR uint32, fd int) ([]byte, []int, error) {
-	out := ctl.SRQCreated{Handle: o.handle, MaxWR: maxWR, MaxSGE: o.maxSGE, SRQNum: o.srq.Num(),
+	out := ctl.SRQCreated{Handle: o.handle, MaxWR: maxWR, MaxSGE: o.maxSGE, SRQNum: o.srq.Num(), Bell: o.t.bell,
 		RingOffset: uint64(srqRingOffset), MemSize: uint64(len(o.mem.mem))}
 	return ctl.Bytes(&out), []int{fd}, nil
 }

@@ -427,7 +427,7 @@ func TestMisbehavingClients(t *testing.T) {
 	e := newEndpoint(t, r, "sroce_mem0", false)
 	sq := e.qp.SendRing()
 	sq.Header().Prod.Store(sq.Prod() + 1000)
-	e.x.Ring()
+	e.qp.Ring()
 	deadline := time.Now().Add(5 * time.Second)
 	for !strings.Contains(r.logText(), "its rings are corrupt") && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)

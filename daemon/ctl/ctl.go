@@ -18,7 +18,7 @@ import (
 // Protocol constants (SROCE_CTL_*).
 const (
 	Magic   = 0x4c435253 // "SRCL"
-	Version = 6          // 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST; 5: CM_JOIN_MCAST, CM_LEAVE_MCAST; 6: XRC (OPEN_XRCD, CLOSE_XRCD, OPEN_QP, CREATE_SRQ of a domain)
+	Version = 7          // 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST; 5: CM_JOIN_MCAST, CM_LEAVE_MCAST; 6: XRC (OPEN_XRCD, CLOSE_XRCD, OPEN_QP, CREATE_SRQ of a domain); 7: doorbells name their QP or SRQ (CtxPage.Bells)
 	MaxMsg  = 8192       // the largest datagram either way
 	MaxFDs  = 4          // descriptors one datagram may carry
 	NameLen = 64         // device name buffer, NUL-terminated
@@ -171,7 +171,19 @@ type Open struct {
 type CtxPage struct {
 	NeedWakeup uint32
 	_          [15]uint32
+	// Bells are the doorbells: bit n%64 of word n/64 names the QP or
+	// SRQ of doorbell number n. The client sets bits (atomic OR), the
+	// daemon exchanges words with 0.
+	Bells [CtxBellWords]uint64
 }
+
+// CtxBellWords is the number of doorbell words of the context page
+// (SROCE_CTX_BELL_WORDS), CtxBells the doorbell numbers they hold
+// (number 0 names nothing).
+const (
+	CtxBellWords = 504
+	CtxBells     = CtxBellWords * 64
+)
 
 // CtxPageSize is the size of the context page's memfd.
 const CtxPageSize = 4096
@@ -389,7 +401,7 @@ type QP struct {
 	Handle   uint32
 	QPN      uint32
 	Cap      QPCap
-	_        uint32
+	Bell     uint32 // the QP's doorbell number
 	SQOffset uint64
 	RQOffset uint64
 	MemSize  uint64
@@ -488,6 +500,8 @@ type SRQCreated struct {
 	SRQNum     uint32
 	RingOffset uint64
 	MemSize    uint64
+	Bell       uint32 // the SRQ's doorbell number
+	_          uint32
 }
 
 // AH is CREATE_AH's request and reply (struct sroce_ctl_ah).

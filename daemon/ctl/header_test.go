@@ -98,7 +98,8 @@ func TestHeaderLayout(t *testing.T) {
 		{"SROCE_OP_DESTROY_AH", uintptr(OpDestroyAH)}, {"SROCE_OP_QUERY_SRQ", uintptr(OpQuerySRQ)},
 		{"SROCE_OP_REREG_MR", uintptr(OpReregMR)}, {"SROCE_OP_QUERY_RES", uintptr(OpQueryRes)}, {"SROCE_RES_CM_ID", uintptr(ResKindCMID)}, {"SROCE_OP_RESIZE_CQ", uintptr(OpResizeCQ)},
 		{"SROCE_OP_CM_CREATE_CHANNEL", uintptr(OpCMCreateChannel)}, {"SROCE_OP_CM_MIGRATE_ID", uintptr(OpCMMigrateID)},
-		{"SROCE_OP_CM_ACCEPT", uintptr(OpCMAccept)}, {"SROCE_OP_CM_LEAVE_MCAST", uintptr(OpCMLeaveMcast)}, {"SROCE_CTL_CM_PRIVATE", CMPrivate}} {
+		{"SROCE_OP_CM_ACCEPT", uintptr(OpCMAccept)}, {"SROCE_OP_CM_LEAVE_MCAST", uintptr(OpCMLeaveMcast)}, {"SROCE_CTL_CM_PRIVATE", CMPrivate},
+		{"SROCE_CTX_BELL_WORDS", CtxBellWords}, {"SROCE_CTX_BELLS", CtxBells}, {"sizeof(struct sroce_ctx_page)", CtxPageSize}} {
 		checks = append(checks, check{k.c, k.v})
 	}
 	cc, err := exec.LookPath("gcc")
