@@ -875,6 +875,10 @@ func (p *PD) DestroyAH(ah *verbs.AH) error {
 // inspect it (and tests that check what the daemon does with a corrupt one).
 func (q *QP) SendRing() *ring.Ring[ring.SendWQE] { return q.sq }
 
+// RecvRing returns the QP's receive ring as mapped here (nil with an
+// SRQ), for tests that check what the daemon does with a corrupt one.
+func (q *QP) RecvRing() *ring.Ring[ring.RecvWQE] { return q.rq }
+
 // Ring rings the QP's doorbell: what posting does after publishing, for
 // callers that write the rings themselves.
 func (q *QP) Ring() { q.x.ring(q.bell) }

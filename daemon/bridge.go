@@ -61,7 +61,7 @@ type bridge struct {
 	// engine's queue or a CQ was full: served again without a doorbell.
 	// Only the bridge's goroutine uses again, next and passes.
 	again, next []*target
-	passes     uint64
+	passes      uint64
 
 	// strays counts doorbell bits that named no object of the client.
 	strays atomic.Uint64
@@ -320,19 +320,19 @@ func (b *bridge) serve(t *target) (work, stuck bool, err error) {
 	if t.dead {
 		return false, false, nil
 	}
-	if o := t.srq; o != nil {
-		return o.rqQ.drain(o.srq.PostRecv)
+	if h := panicHook.Load(); h != nil {
+		(*h)(b.c, "bridge")
 	}
 	o := t.qp
-	work, stuck, err = b.sends(o)
-	if err != nil {
-		return work, stuck, err
+	if o == nil {
+		// An SRQ: the engine takes receives from its ring where the
+		// client wrote them, when a message needs one.
+		return false, false, nil
 	}
-	if o.srq == 0 && o.rqQ.r != nil { // XRC QPs have no receive ring
-		w, s, err := o.rqQ.drain(o.qp.PostRecv)
-		return work || w, stuck || s, err
+	if o.rq != nil {
+		o.qp.RecvPosted() // a QP in the error state flushes them
 	}
-	return work, stuck, nil
+	return b.sends(o)
 }
 
 // sends posts the send WQEs the client published on o's ring; o's
@@ -431,148 +431,20 @@ func (b *bridge) post(o *qpObj) bool {
 	return true
 }
 
-// recvQ is the daemon's side of a receive ring: the ring, its consumer
-// index and the request being posted, copied out of its slot. Two
-// goroutines drain it: the bridge, and the engine's loop when a message
-// finds the QP's (or SRQ's) queue empty (roce.QP.SetRecvRefill), so a
-// receive the client posted before the message came is never answered
-// with an RNR NAK. Resizing an SRQ replaces the ring under mu.
-//
-// A slot's room goes back to the client only when the engine is done
-// with its request (release): the consumer index the client sees lags the
-// daemon's by what the engine holds, so the client's ring full is the
-// queue full (a post beyond max_recv_wr fails with ENOMEM, as on rxe),
-// and the engine's queue never holds more than its capacity.
-type recvQ struct {
-	mu      sync.Mutex // the fields below; the ring's memory while !closed
-	closed  bool
-	r       *ring.Ring[ring.RecvWQE]
-	cons    uint32 // the next slot to take
-	held    uint32 // taken from the ring, not yet released by the engine
-	skip    uint32 // released requests that were taken from a ring since replaced
-	maxSGE  uint32
-	pending bool
-	wr      verbs.RecvWR
-	sge     []mr.SGE
-}
-
-// release gives the client back the room of n requests the engine is
-// done with (roce.QP.SetRecvRelease), oldest first.
-func (q *recvQ) release(n uint32) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	m := min(n, q.skip)
-	q.skip -= m
-	n -= m
-	q.held -= min(n, q.held)
-	if !q.closed {
-		q.r.SetCons(q.cons - q.held)
+// ringFault disconnects the client whose ring the engine found corrupt
+// (a QP's or SRQ's receive ring: RecvRingFault, RingFault); the engine
+// reads it no more. The bridge does the disconnecting on its next pass.
+func (c *conn) ringFault(what string, h uint32) {
+	err := misbehaved("%s %d's receive ring is corrupt (a producer index beyond its limit or an entry with too many SGEs)", what, h)
+	c.ringErr.CompareAndSwap(nil, &err)
+	if c.br != nil {
+		c.br.wake()
 	}
-}
-
-// drain posts the receive WQEs published on q's ring. As for sends, a
-// slot is released before the engine sees its request, which waits in q
-// when the engine's queue is full (stuck).
-func (q *recvQ) drain(post func(*verbs.RecvWR) error) (moved, stuck bool, err error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
-		return false, false, nil
-	}
-	r := q.r
-	// As for sends: the producer index once a pass, each entry copied
-	// out of its slot before it is checked.
-	if q.pending {
-		if !q.postRecv(post) {
-			return false, true, nil
-		}
-		moved = true
-	}
-	n := r.Prod() - q.cons
-	if n == 0 {
-		return moved, false, nil
-	}
-	if n > r.Limit() {
-		return moved, false, misbehaved("a receive ring says %d entries wait; it holds %d", n, r.Limit())
-	}
-	var e ring.RecvWQE
-	for ; n > 0; n-- {
-		i := q.cons
-		r.Load(i, &e)
-		ns := int(e.NumSGE)
-		if ns > int(q.maxSGE) || ns > r.MaxSGEs() {
-			return moved, false, misbehaved("receive WQE with %d SGEs, the queue takes %d", ns, q.maxSGE)
-		}
-		if cap(q.sge) < ns {
-			q.sge = make([]mr.SGE, q.maxSGE)
-		}
-		q.wr = verbs.RecvWR{WRID: e.WRID, SGL: q.sge[:r.LoadSGEs(i, q.sge[:ns])]}
-		q.cons++
-		q.held++
-		moved = true
-		q.pending = true
-		if !q.postRecv(post) {
-			return moved, true, nil
-		}
-	}
-	return moved, false, nil
-}
-
-// close stops every later drain: the ring's memory is about to go.
-func (q *recvQ) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-}
-
-// refill returns the function the engine calls when a message finds the
-// queue empty: it drains the ring on the engine's goroutine. A corrupt
-// ring found there is reported to the bridge, which disconnects the
-// client on its next pass.
-func (c *conn) refill(q *recvQ, post func(*verbs.RecvWR) error) func() {
-	return func() {
-		// On the engine's goroutine: a panic here ends this client's
-		// connection, never the engine.
-		defer c.contain("receive refill")
-		if h := panicHook.Load(); h != nil {
-			(*h)(c, "refill")
-		}
-		if _, _, err := q.drain(post); err != nil {
-			c.ringErr.CompareAndSwap(nil, &err)
-			c.br.wake()
-		}
-	}
-}
-
-// released returns the function the engine calls when requests taken
-// from q's ring leave its queue (recvQ.release), on the engine's goroutine.
-func (c *conn) released(q *recvQ) func(uint32) {
-	return func(n uint32) {
-		defer c.contain("receive release")
-		q.release(n)
-	}
-}
-
-// postRecv posts q's request; false: the engine's queue is full.
-func (q *recvQ) postRecv(post func(*verbs.RecvWR) error) bool {
-	err := post(&q.wr)
-	if errors.Is(err, qp.ErrQueueFull) {
-		return false
-	}
-	q.pending = false
-	if err != nil {
-		// Refused (a QP in the RESET state): the request is dropped, as
-		// the kernel drops what a reset QP's queue held, and its room
-		// goes back at once.
-		q.held--
-		q.r.SetCons(q.cons - q.held)
-	}
-	return true
 }
 
 // panicHook, when a test sets it, runs at points of a connection's work
-// ("request" before each request is handled, "refill" in the engine's
-// receive refill), so that a test can make them panic.
+// ("request" before each request is handled, "bridge" when the bridge
+// serves a QP), so that a test can make them panic.
 var panicHook atomic.Pointer[func(c *conn, where string)]
 
 // contain, deferred at the top of a goroutine or callback that works for

@@ -71,7 +71,7 @@ type conn struct {
 	cm         cmState  // the connection manager's channels and IDs
 	br         *bridge
 	gone       atomic.Bool
-	ringErr    atomic.Pointer[error] // a corrupt ring the engine found (recvQ refill)
+	ringErr    atomic.Pointer[error] // a corrupt ring the engine found (ringFault)
 	panics     atomic.Int32          // panics contained (conn.contain)
 }
 
@@ -103,7 +103,7 @@ type qpObj struct {
 	mem     *shm
 	sq      *ring.Ring[ring.SendWQE]
 	sqCons  uint32
-	rqQ     recvQ // without an SRQ
+	rq      *ring.Ring[ring.RecvWQE] // its own receive ring, the engine's receive queue in place (none with an SRQ, XRC)
 	ctl     *ctl.QPCtl
 	typ     verbs.QPType
 	pd      uint32
@@ -126,9 +126,9 @@ type qpObj struct {
 
 type srqObj struct {
 	srq    *roce.SRQ
-	t      *target // what the bridge serves
-	mem    *shm    // replaced by a resize under c.mu (the ring in it under rqQ.mu too)
-	rqQ    recvQ
+	t      *target                  // what the bridge serves
+	mem    *shm                     // replaced by a resize under c.mu
+	rq     *ring.Ring[ring.RecvWQE] // its ring, the engine's queue in place
 	pd     uint32
 	handle uint32
 	maxSGE uint32
@@ -1338,10 +1338,19 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 		return nil, nil, err
 	}
 	o := &qpObj{qp: q, typ: typ, pd: in.PD, cqs: [2]uint32{in.SendCQ, in.RecvCQ}, srq: in.SRQ, cost: k,
-		handle: h, maxSend: got.MaxSendSGE, maxRecv: got.MaxRecvSGE, cap: got, rqQ: recvQ{maxSGE: got.MaxRecvSGE}}
+		handle: h, maxSend: got.MaxSendSGE, maxRecv: got.MaxRecvSGE, cap: got}
 	fd, err := o.makeMemory(lay, got, noRQ)
 	if err != nil {
 		return fail(err)
+	}
+	if o.rq != nil {
+		// The engine takes the client's receives from the ring where
+		// the client writes them.
+		if err := q.AttachRecvRing(o.rq); err != nil {
+			unix.Close(fd)
+			o.mem.close()
+			return fail(err)
+		}
 	}
 	sge := got.MaxSendSGE
 	if got.MaxRecvSGE > sge {
@@ -1371,8 +1380,6 @@ func (c *conn) createQP(b []byte) ([]byte, []int, error) {
 		o.xrcd = in.PD
 		o.tgt = c.dev.addTarget(xo.sh, q)
 	case !xrc:
-		q.SetRecvRefill(c.refill(&o.rqQ, q.PostRecv))
-		q.SetRecvRelease(c.released(&o.rqQ))
 	}
 	c.dev.own(q, c, h)
 	out := ctl.QP{Handle: h, QPN: uint32(q.QPN()), Cap: ctl.CapOf(got), Bell: o.t.bell, SQOffset: uint64(lay.sqOff), RQOffset: uint64(lay.rqOff),
@@ -1397,7 +1404,7 @@ func (o *qpObj) makeMemory(lay qpLayout, got verbs.QPCap, noRQ bool) (int, error
 		return -1, err
 	}
 	if o.sq, err = ring.Init[ring.SendWQE](mem.mem[lay.sqOff:], ring.KindSend, got.MaxSendWR, lay.sqStride); err == nil && !noRQ {
-		o.rqQ.r, err = ring.Init[ring.RecvWQE](mem.mem[lay.rqOff:], ring.KindRecv, got.MaxRecvWR, lay.rqStride)
+		o.rq, err = ring.Init[ring.RecvWQE](mem.mem[lay.rqOff:], ring.KindRecv, got.MaxRecvWR, lay.rqStride)
 	}
 	if err != nil {
 		unix.Close(fd)
@@ -1598,10 +1605,7 @@ func (c *conn) dropQP(h uint32, o *qpObj) {
 	}
 	delete(c.qps, h)
 	c.br.drop(o.t)
-	o.qp.SetRecvRefill(nil)
-	o.qp.SetRecvRelease(nil)
 	o.qp.SetStateWatch(nil)
-	o.rqQ.close()
 	o.mem.close()
 	c.release(o.cost)
 }
@@ -1671,9 +1675,12 @@ func (c *conn) createSRQ(b []byte) ([]byte, []int, error) {
 		mem.close()
 		return fail(err)
 	}
-	so := &srqObj{srq: s, mem: mem, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rqQ: recvQ{r: r, maxSGE: in.MaxSGE}, cost: k,
+	so := &srqObj{srq: s, mem: mem, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rq: r, cost: k,
 		xrcd: in.XRCD}
-	if so.t, err = c.br.add(nil, so); err != nil {
+	if err = s.AttachRing(r); err == nil {
+		so.t, err = c.br.add(nil, so)
+	}
+	if err != nil {
 		unix.Close(fd)
 		mem.close()
 		return fail(err)
@@ -1682,8 +1689,6 @@ func (c *conn) createSRQ(b []byte) ([]byte, []int, error) {
 	if xo != nil {
 		xo.uses++
 	}
-	s.SetRecvRefill(c.refill(&so.rqQ, s.PostRecv))
-	s.SetRecvRelease(c.released(&so.rqQ))
 	c.dev.own(s, c, h)
 	return srqReply(so, maxWR, fd)
 }
@@ -1747,12 +1752,11 @@ func (c *conn) modifySRQ(b []byte) ([]byte, []int, error) {
 }
 
 // resizeSRQ gives an SRQ room for in.MaxWR receives (ibv_modify_srq with
-// IBV_SRQ_MAX_WR): the engine's queue grows or shrinks keeping what it
-// holds, and the client's ring moves to new memory with the receives the
-// daemon has not taken from it yet. As with rdma_rxe, max_wr of 0, above
-// the device's max_srq_wr, below the armed limit or below the receives
-// posted is EINVAL. c.mu is held throughout, so the bridge takes nothing
-// from the ring meanwhile; the engine's refill may, under rqQ.mu.
+// IBV_SRQ_MAX_WR): the client's ring, which is the engine's queue, moves
+// to new memory with the receives not yet taken. As with rdma_rxe, max_wr
+// of 0, above the device's max_srq_wr, below the armed limit or below the
+// receives posted is EINVAL. c.mu and the SRQ's bridge lock are held
+// throughout; the engine is kept away while the ring is replaced.
 func (c *conn) resizeSRQ(in *ctl.SRQ) ([]byte, []int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -1760,31 +1764,16 @@ func (c *conn) resizeSRQ(in *ctl.SRQ) ([]byte, []int, error) {
 	if !ok || in.MaxWR == 0 || in.MaxWR > roce.MaxSRQWR || in.AttrMask&srqLimit != 0 && in.SRQLimit > in.MaxWR {
 		return nil, nil, unix.EINVAL
 	}
-	q := &o.rqQ
-	// Everything posted: in the engine, waiting in q, and on the ring.
-	// It only shrinks while c.mu is held (the engine consumes, the
-	// refill moves receives from the ring to the engine under q.mu).
-	q.mu.Lock()
-	inRing := q.r.Prod() - q.cons
-	if inRing > q.r.Limit() {
-		q.mu.Unlock()
-		return nil, nil, misbehaved("SRQ %d's ring says %d receives wait; it holds %d", in.PDOrHandle, inRing, q.r.Limit())
+	o.t.mu.Lock()
+	defer o.t.mu.Unlock()
+	if o.srq.RingFault() {
+		return nil, nil, misbehaved("SRQ %d's ring is corrupt", in.PDOrHandle)
 	}
-	_, _, posted := o.srq.Query()
-	if q.pending {
-		posted++
-	}
-	stride := q.r.Stride()
-	q.mu.Unlock()
-	if uint64(posted)+uint64(inRing) > uint64(in.MaxWR) {
+	if _, _, posted := o.srq.Query(); posted > in.MaxWR {
 		return nil, nil, unix.EINVAL
 	}
-	// The new memory, and the engine's queue grown (or shrunk) in
-	// proportion, are charged before they are made; the old ones are
-	// released once replaced.
-	engine := uint64(o.srq.QueueBytes())
+	stride := o.rq.Stride()
 	k := shmCost(srqSize(in.MaxWR, stride))
-	k[ResQueueBytes] += engine / uint64(max(o.rqQ.r.Limit(), 1)) * uint64(in.MaxWR)
 	if err := c.charge(k); err != nil {
 		return nil, nil, err
 	}
@@ -1801,35 +1790,19 @@ func (c *conn) resizeSRQ(in *ctl.SRQ) ([]byte, []int, error) {
 		mem.close()
 		return fail(err)
 	}
-	if err := o.srq.Resize(in.MaxWR); err != nil {
+	if err := o.srq.ResizeRing(r); err != nil {
 		unix.Close(fd)
 		mem.close()
-		return fail(err)
+		if o.srq.RingFault() {
+			return fail(misbehaved("SRQ %d's ring is corrupt", in.PDOrHandle))
+		}
+		return fail(unix.EINVAL)
 	}
-	q.mu.Lock()
-	ok = q.r.CopyTo(r, q.cons, q.r.Prod()-q.cons) // only fewer wait now
-	if ok {
-		// The requests the engine holds were taken from the old ring:
-		// their release frees nothing in the new one.
-		q.r, q.cons = r, 0
-		q.skip += q.held
-		q.held = 0
-	}
-	q.mu.Unlock()
-	// What the engine holds now, resized, is the real charge: the old
-	// memory's and queue's are released.
-	real := shmCost(len(mem.mem))
-	real[ResQueueBytes] += uint64(o.srq.QueueBytes())
-	k = c.rechargeForce(k, real)
+	// The new memory is the real charge: the old one's is released.
 	c.release(o.cost)
 	o.cost = k
-	if !ok {
-		unix.Close(fd)
-		mem.close()
-		return nil, nil, misbehaved("SRQ %d's ring changed during MODIFY_SRQ", in.PDOrHandle)
-	}
 	o.mem.close()
-	o.mem = mem
+	o.mem, o.rq = mem, r
 	if in.AttrMask&srqLimit != 0 {
 		if err := o.srq.Arm(in.SRQLimit); err != nil {
 			unix.Close(fd)
@@ -1868,9 +1841,6 @@ func (c *conn) destroySRQ(b []byte) ([]byte, []int, error) {
 		}
 		c.dev.disown(o.srq)
 		c.br.drop(o.t)
-		o.srq.SetRecvRefill(nil)
-		o.srq.SetRecvRelease(nil)
-		o.rqQ.close()
 		o.mem.close()
 		c.release(o.cost)
 		return nil
@@ -1990,9 +1960,6 @@ func (c *conn) cleanup() {
 		c.dev.disown(o.srq)
 		c.br.drop(o.t)
 		delete(c.srqs, h)
-		o.srq.SetRecvRefill(nil)
-		o.srq.SetRecvRelease(nil)
-		o.rqQ.close()
 		o.mem.close()
 		c.release(o.cost)
 	}

@@ -63,6 +63,7 @@ type rig struct {
 	srv    *daemon.Server
 	socket string
 	gids   [2]bth.GID
+	devs   [2]*roce.Device
 	log    *bytes.Buffer
 	logMu  *sync.Mutex
 }
@@ -95,6 +96,7 @@ func newRigEngine(t *testing.T, opts daemon.Options, mode roce.EngineMode) *rig 
 		gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}))
 		r.gids[i] = gid
 		peers[gid] = mac
+		defer func() { r.devs[i] = devs[i].Device() }()
 		d, err := roce.Open(router.NewPort(mac, 1500), &roce.Options{Name: fmt.Sprintf("m%d", i), GIDs: []bth.GID{gid}, Engine: mode})
 		if err != nil {
 			t.Fatal(err)
