@@ -3,9 +3,11 @@ package daemon
 import (
 	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/sroce/sroce/daemon/ctl"
+	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/ring"
 	"github.com/sroce/sroce/verbs"
 )
@@ -83,5 +85,68 @@ func TestDoorbellNamesTheQP(t *testing.T) {
 	out, _ := ctl.Get[ctl.QP](r.fc.call(t, ctl.OpCreateQP, ctl.Bytes(&in)))
 	if out.Bell != dead {
 		t.Errorf("a new QP got doorbell %d, want the freed %d", out.Bell, dead)
+	}
+}
+
+// TestSendWQEReadOnce: the daemon reads a send WQE out of the client's
+// ring once, when it takes it; a client that rewrites the slot afterwards
+// (another WRID, longer inline data) changes nothing of what is sent or
+// completed.
+func TestSendWQEReadOnce(t *testing.T) {
+	r := newRingRig(t)
+	defer r.fc.close()
+	c := r.fc.c
+	b := c.br
+	if _, err := b.pass(true); err != nil { // the doorbells the set-up rang
+		t.Fatal(err)
+	}
+	lkey := c.mrs[2].mr.LKey()
+	addr := c.mrs[2].mr.Addr()
+	// A receive on the SRQ of qps[1], qps[0]'s peer.
+	rq := r.srq.rq
+	e := rq.Next()
+	*e = ring.RecvWQE{WRID: 50, NumSGE: 1, Length: 64}
+	rq.SGEs(rq.Prod(), 1)[0] = mr.SGE{Addr: addr, Length: 64, LKey: lkey}
+	rq.Publish()
+
+	sq := r.qps[0].sq
+	slot := sq.At(sq.Prod())
+	*slot = ring.SendWQE{WRID: 7, Opcode: uint8(verbs.WROpSend), Flags: uint32(verbs.Inline | verbs.Signaled), InlineLen: 2}
+	copy(sq.Tail(sq.Prod()), "hi")
+	sq.Header().Prod.Add(1)
+	atomic.OrUint64(&b.page.Bells[r.qps[0].t.bell/64], 1<<(r.qps[0].t.bell%64))
+	if _, err := b.pass(false); err != nil {
+		t.Fatal(err)
+	}
+	// The client rewrites the slot it posted.
+	slot.WRID, slot.InlineLen = 99, 5
+	copy(sq.Tail(sq.Prod()-1), "HELLO")
+	c.dev.dev.Device().Flush()
+
+	cq, err := ring.Attach[ring.CQE](r.cq.mem.mem[cqRingOffset:], ring.KindCQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]ring.CQE{}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(got) < 2 && time.Now().Before(deadline) {
+		if f := cq.Front(); f != nil {
+			got[f.WRID] = *f
+			cq.Release(1)
+			continue
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	if len(got) < 2 {
+		t.Fatalf("within 5 s, %d of the 2 completions (the SEND's and its receive's) came: %+v", len(got), got)
+	}
+	if s, ok := got[7]; !ok || s.Status != uint8(verbs.WCSuccess) {
+		t.Errorf("the SEND's completion: %+v (all: %+v); want WRID 7 as posted, not the rewritten 99", s, got)
+	}
+	if rc, ok := got[50]; !ok || rc.ByteLen != 2 {
+		t.Errorf("the receive's completion: %+v; want the 2 bytes posted, not the 5 rewritten", rc)
+	}
+	if m := c.mrs[2].mem.Bytes(); string(m[:2]) != "hi" || m[2] == 'L' {
+		t.Errorf("the receive buffer holds %q, want \"hi\" as posted", m[:5])
 	}
 }

@@ -24,7 +24,7 @@ func TestCorruptRecvRingInPlace(t *testing.T) {
 		corrupt func(rq *ring.Ring[ring.RecvWQE])
 	}{
 		{"producer far ahead", func(rq *ring.Ring[ring.RecvWQE]) {
-			rq.Header().Prod.Store(rq.Cons() + 1000)
+			rq.Header().Prod.Store(rq.Cons() + rq.Limit() + 1000)
 		}},
 		{"NumSGE huge", func(rq *ring.Ring[ring.RecvWQE]) {
 			e := rq.Next()
