@@ -518,23 +518,14 @@ func (s *SRQ) Len() uint32 { return s.rq.count() }
 // MaxWR returns the capacity of the queue.
 func (s *SRQ) MaxWR() uint32 { return s.rq.limit() }
 
-// SRQRing is storage for an SRQ's requests, made by NewRing without any
-// lock and put in place by Resize.
-type SRQRing struct{ rq recvRing }
-
-// NewRing makes storage for maxWR requests of the SRQ's shape. It reads
-// nothing that changes after the SRQ is made, so the caller needs no lock.
-func (s *SRQ) NewRing(maxWR uint32) *SRQRing {
-	n := &SRQRing{}
-	n.rq.initRecv(maxWR, s.rq.maxSGE)
-	return n
+// NewRing makes process-local storage for maxWR requests of the SRQ's
+// shape, for ResizeTo. It reads nothing that changes after the SRQ is
+// made, so the caller needs no lock.
+func (s *SRQ) NewRing(maxWR uint32) *sring.Ring[sring.RecvWQE] {
+	var n recvRing
+	n.initRecv(maxWR, s.rq.maxSGE)
+	return n.r
 }
-
-// Resize moves the queue to r, keeping the requests posted and not yet
-// taken, in order (ibv_modify_srq with IBV_SRQ_MAX_WR). It fails with
-// ErrQueueFull if more requests wait than r holds. The caller keeps both
-// the poster and the loop away meanwhile.
-func (s *SRQ) Resize(r *SRQRing) error { return s.ResizeTo(r.rq.r) }
 
 // ResizeTo moves the queue to ring g, freshly initialized (the memory a
 // daemon shares with its client), copying the requests posted and not

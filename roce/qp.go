@@ -552,24 +552,7 @@ func (s *SRQ) RingFault() bool { return s.srq.RingFault() }
 // empty, of maxWR entries), which becomes the queue. The old ring's
 // memory may go once it returns.
 func (s *SRQ) ResizeRing(g *ring.Ring[ring.RecvWQE]) error {
-	maxWR := g.Limit()
-	if maxWR == 0 || maxWR > MaxSRQWR {
-		return ErrInvalid
-	}
-	if s.dev.destroyed(&s.dead) {
-		return ErrDestroyed
-	}
-	s.eng.mu.Lock()
-	defer s.eng.mu.Unlock()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if l := s.srq.Limit(); l != 0 && maxWR < l {
-		return ErrInvalid
-	}
-	if err := s.srq.ResizeTo(g); err != nil {
-		return ErrInvalid
-	}
-	return nil
+	return s.resize(g.Limit(), func() *ring.Ring[ring.RecvWQE] { return g })
 }
 
 // PostRecv posts a receive work request to the SRQ (ibv_post_srq_recv).
@@ -599,6 +582,12 @@ func (s *SRQ) Arm(limit uint32) error {
 // posted; and with ErrDestroyed after Destroy. The engine of the SRQ's QPs
 // waits meanwhile.
 func (s *SRQ) Resize(maxWR uint32) error {
+	return s.resize(maxWR, func() *ring.Ring[ring.RecvWQE] { return s.srq.NewRing(maxWR) })
+}
+
+// resize moves the SRQ to the ring newRing makes, of maxWR entries, with
+// Resize's checks.
+func (s *SRQ) resize(maxWR uint32, newRing func() *ring.Ring[ring.RecvWQE]) error {
 	if maxWR == 0 || maxWR > MaxSRQWR {
 		return ErrInvalid
 	}
@@ -608,7 +597,7 @@ func (s *SRQ) Resize(maxWR uint32) error {
 	// The new storage is made before the locks: the engine stops only for
 	// the copy. The engine lock keeps the QPs from taking requests, the
 	// SRQ's lock keeps posters out.
-	r := s.srq.NewRing(maxWR)
+	g := newRing()
 	s.eng.mu.Lock()
 	defer s.eng.mu.Unlock()
 	s.mu.Lock()
@@ -616,7 +605,7 @@ func (s *SRQ) Resize(maxWR uint32) error {
 	if l := s.srq.Limit(); l != 0 && maxWR < l {
 		return ErrInvalid
 	}
-	if err := s.srq.Resize(r); err != nil {
+	if err := s.srq.ResizeTo(g); err != nil {
 		return ErrInvalid
 	}
 	return nil
