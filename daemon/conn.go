@@ -588,13 +588,15 @@ func (c *conn) open(b []byte) ([]byte, []int, error) {
 	}
 	unix.SetNonblock(pair[0], true)
 	// c.dev is read by other goroutines under s.mu (stats, Remove,
-	// asyncEvents) or c.mu (stat): it is written under both.
+	// asyncEvents) or c.mu (stat): it is written under both. asyncW
+	// with it: an event (Remove's) may come as soon as c.dev is set,
+	// and asyncEvent reads asyncW under c.mu.
 	c.s.mu.Lock()
 	c.mu.Lock()
 	c.dev = sd
+	c.ctxPage, c.asyncW = page, pair[0]
 	c.mu.Unlock()
 	c.s.mu.Unlock()
-	c.ctxPage, c.asyncW = page, pair[0]
 	c.doorbell, c.doorbellFD = os.NewFile(uintptr(efd), "sroce-doorbell"), efd
 	c.openCost = k
 	c.br = newBridge(c)
