@@ -212,8 +212,14 @@ func (x *Context) Close() error {
 	return err
 }
 
-// ring writes the doorbell if the daemon asked for it.
-func (x *Context) ring() {
+// ring rings doorbell number bell: it sets the bell's bit in the context
+// page, then writes the eventfd if the daemon asked for it (0 rings none
+// and only wakes the daemon).
+func (x *Context) ring(bell uint32) {
+	if bell != 0 {
+		p := (*ctl.CtxPage)(unsafe.Pointer(&x.page[0]))
+		atomic.OrUint64(&p.Bells[bell/64], 1<<(bell%64))
+	}
 	if atomic.LoadUint32(x.needWake) != 0 {
 		v := uint64(1)
 		unix.Write(x.doorbell, (*[8]byte)(unsafe.Pointer(&v))[:])
@@ -600,14 +606,15 @@ func (cq *CQ) Destroy() error {
 
 // QP is a queue pair whose work queues are shared rings.
 type QP struct {
-	x   *Context
-	h   uint32
-	qpn bth.QPN
-	Cap ctl.QPCap
-	mem []byte
-	sq  *ring.Ring[ring.SendWQE]
-	rq  *ring.Ring[ring.RecvWQE]
-	typ verbs.QPType
+	x    *Context
+	h    uint32
+	qpn  bth.QPN
+	Cap  ctl.QPCap
+	mem  []byte
+	sq   *ring.Ring[ring.SendWQE]
+	rq   *ring.Ring[ring.RecvWQE]
+	typ  verbs.QPType
+	bell uint32 // the QP's doorbell number
 }
 
 // QPInitAttr describes a QP to create (struct ibv_qp_init_attr), as
@@ -638,7 +645,7 @@ func (p *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 		closeAll(fds)
 		return nil, fmt.Errorf("sroce daemon: bad CREATE_QP reply (%v)", err)
 	}
-	q := &QP{x: p.x, h: r.Handle, qpn: bth.QPN(r.QPN), Cap: r.Cap, typ: typ}
+	q := &QP{x: p.x, h: r.Handle, qpn: bth.QPN(r.QPN), Cap: r.Cap, typ: typ, bell: r.Bell}
 	q.mem, err = unix.Mmap(fds[0], 0, int(r.MemSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	unix.Close(fds[0])
 	if err != nil {
@@ -702,7 +709,7 @@ func (q *QP) PostSend(wr *verbs.SendWR) error {
 	if err := q.put(wr); err != nil {
 		return err
 	}
-	q.x.ring()
+	q.x.ring(q.bell)
 	return nil
 }
 
@@ -719,7 +726,7 @@ func (q *QP) PostSendList(wrs []verbs.SendWR) (int, error) {
 		n++
 	}
 	if n > 0 {
-		q.x.ring()
+		q.x.ring(q.bell)
 	}
 	return n, err
 }
@@ -799,7 +806,7 @@ func (q *QP) PostRecv(wr *verbs.RecvWR) error {
 		s.Length += g.Length
 	}
 	q.rq.Publish()
-	q.x.ring()
+	q.x.ring(q.bell)
 	return nil
 }
 
@@ -868,9 +875,13 @@ func (p *PD) DestroyAH(ah *verbs.AH) error {
 // inspect it (and tests that check what the daemon does with a corrupt one).
 func (q *QP) SendRing() *ring.Ring[ring.SendWQE] { return q.sq }
 
-// Ring writes the doorbell if the daemon sleeps: what posting does after
-// publishing, for callers that write the rings themselves.
-func (x *Context) Ring() { x.ring() }
+// RecvRing returns the QP's receive ring as mapped here (nil with an
+// SRQ), for tests that check what the daemon does with a corrupt one.
+func (q *QP) RecvRing() *ring.Ring[ring.RecvWQE] { return q.rq }
+
+// Ring rings the QP's doorbell: what posting does after publishing, for
+// callers that write the rings themselves.
+func (q *QP) Ring() { q.x.ring(q.bell) }
 
 // Stats returns what the daemon at socket tells of its device name: the
 // link, the port and the counters (what "sroce stat" prints). The daemon

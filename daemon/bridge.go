@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -27,6 +28,11 @@ import (
 // completions of the roce CQs go to the client's CQ rings, and an armed
 // CQ's event goes to its completion channel.
 //
+// The bridge takes no connection-wide lock: the objects it serves are in
+// its own table (targets), read without a lock, and each is served under
+// the object's own lock (target.mu), which its destroy and resize take
+// too. The engine's Flush runs with no lock held.
+//
 // Everything in the rings is the client's to scribble on, so the bridge
 // keeps its own consumer indices and checks every count and length
 // against what the daemon sized the ring for; a client that publishes more
@@ -39,10 +45,39 @@ type bridge struct {
 	exited  chan struct{}
 	spinFor time.Duration
 	stopped atomic.Bool
-	// stuck says the last pass left WQEs in a ring because the engine's
-	// queue was full: the bridge must not sleep. Atomic: a destroy
-	// request posts through the bridge's code on its own goroutine.
-	stuck atomic.Bool
+
+	// The objects the bridge serves, indexed by their doorbell number
+	// (target.bell): replaced whole under tmu when one comes or goes,
+	// read without a lock.
+	targets atomic.Pointer[[]*target]
+	tmu     sync.Mutex
+	free    []uint32 // doorbell numbers given back, under tmu
+
+	// ahs are the connection's address handles by handle (*ahObj), for
+	// UD sends: written by CREATE_AH and DESTROY_AH, read by the bridge.
+	ahs sync.Map
+
+	// again are the targets the last pass left work in because the
+	// engine's queue or a CQ was full: served again without a doorbell.
+	// Only the bridge's goroutine uses again, next and passes.
+	again, next []*target
+	passes      uint64
+
+	// strays counts doorbell bits that named no object of the client.
+	strays atomic.Uint64
+}
+
+// target is an object whose rings the bridge serves: a QP (its send ring
+// and its own receive ring) or an SRQ.
+type target struct {
+	// mu is the object's data path lock: the bridge serves the object
+	// under it, and its destroy (dead) and an SRQ's resize take it.
+	mu   sync.Mutex
+	dead bool
+	qp   *qpObj
+	srq  *srqObj
+	bell uint32 // the object's doorbell number (its index in targets)
+	pass uint64 // the bridge's pass that served it last (bridge only)
 }
 
 // A bridge that cannot move what waits in a ring (the engine's queue or
@@ -59,6 +94,52 @@ func newBridge(c *conn) *bridge {
 		done: make(chan struct{}), exited: make(chan struct{}), spinFor: c.s.spin}
 	go b.run()
 	return b
+}
+
+// add makes a target of a QP or an SRQ and gives it a doorbell number;
+// it fails with ENOMEM when every number is taken.
+func (b *bridge) add(q *qpObj, s *srqObj) (*target, error) {
+	b.tmu.Lock()
+	defer b.tmu.Unlock()
+	old := b.tab()
+	var bell uint32
+	if n := len(b.free); n > 0 {
+		bell, b.free = b.free[n-1], b.free[:n-1]
+	} else {
+		bell = uint32(max(len(old), 1)) // 0 names nothing
+		if bell >= ctl.CtxBells {
+			return nil, unix.ENOMEM
+		}
+	}
+	t := &target{qp: q, srq: s, bell: bell}
+	tab := make([]*target, max(len(old), int(bell)+1))
+	copy(tab, old)
+	tab[bell] = t
+	b.targets.Store(&tab)
+	return t, nil
+}
+
+// remove forgets t, which its owner marked dead under t.mu: the bridge
+// serves it no more, and its number may name another object later.
+func (b *bridge) remove(t *target) {
+	b.tmu.Lock()
+	defer b.tmu.Unlock()
+	old := b.tab()
+	if int(t.bell) >= len(old) || old[t.bell] != t {
+		return
+	}
+	tab := append([]*target(nil), old...)
+	tab[t.bell] = nil
+	b.targets.Store(&tab)
+	b.free = append(b.free, t.bell)
+}
+
+// tab returns the table of targets.
+func (b *bridge) tab() []*target {
+	if p := b.targets.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // wake makes a sleeping bridge look at its rings, as the client's
@@ -88,7 +169,7 @@ func (b *bridge) stop() {
 // producer index, then loads NeedWakeup; the bridge stores NeedWakeup,
 // then loads the producer indices (both sequentially consistent): one of
 // the two sees the other's store, so a post is never left unseen. stop
-// and a corrupt ring found by the engine's refill wake it through the
+// and a corrupt receive ring the engine found (ringFault) wake it through the
 // doorbell too.
 func (b *bridge) run() {
 	defer close(b.exited)
@@ -97,7 +178,7 @@ func (b *bridge) run() {
 	last := time.Now()
 	backoff := stuckSleep
 	for !b.stopped.Load() {
-		work, err := b.pass()
+		work, err := b.pass(false)
 		if err != nil {
 			b.fail(err)
 			return
@@ -106,7 +187,7 @@ func (b *bridge) run() {
 			last, backoff = time.Now(), stuckSleep
 			continue
 		}
-		if b.stuck.Load() {
+		if len(b.again) != 0 {
 			if time.Since(last) < stuckSpin {
 				runtime.Gosched()
 				continue
@@ -129,12 +210,12 @@ func (b *bridge) run() {
 		// Sleep: ask for the doorbell, look once more (a post may have
 		// come before the client saw the request), then wait for it.
 		atomic.StoreUint32(&b.page.NeedWakeup, 1)
-		work, err = b.pass()
+		work, err = b.pass(true)
 		if err != nil {
 			b.fail(err)
 			return
 		}
-		if !work && !b.stuck.Load() && !b.stopped.Load() {
+		if !work && len(b.again) == 0 && !b.stopped.Load() {
 			b.c.doorbell.SetReadDeadline(time.Time{})
 			if _, err := b.c.doorbell.Read(v[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
 				return // the doorbell closed: the connection is ending
@@ -151,69 +232,119 @@ func (b *bridge) fail(err error) {
 	b.c.uc.Close()
 }
 
-// pass posts the work requests waiting in the rings once and reports
-// whether there were any. Completions need no pass: the engine writes
-// them into the client's CQ rings itself.
-func (b *bridge) pass() (bool, error) {
+// pass serves the objects whose doorbells rang, and those the last pass
+// left work in, once, and reports whether there was work. The doorbell
+// words of the context page are exchanged with 0, those up to the
+// highest doorbell number given out, or (all, before the bridge sleeps)
+// every one, so that bits no object owns are counted and cleared.
+// Completions need no pass: the engine writes them into the client's CQ
+// rings itself. Only the bridge's goroutine runs it.
+func (b *bridge) pass(all bool) (bool, error) {
 	c := b.c
 	if err := c.ringErr.Load(); err != nil {
 		return false, *err
 	}
-	// One pass at a time; the tables it reads (the QPs and SRQs it
-	// walks, the AHs of UD sends, the CQs of refused requests) under
-	// their kinds' locks, for reading, in kind order.
-	c.passMu.Lock()
-	defer c.passMu.Unlock()
-	c.cqMu.RLock()
-	defer c.cqMu.RUnlock()
-	c.srqMu.RLock()
-	defer c.srqMu.RUnlock()
-	c.qpMu.RLock()
-	defer c.qpMu.RUnlock()
-	c.ahMu.RLock()
-	defer c.ahMu.RUnlock()
+	b.passes++
 	work := false
-	b.stuck.Store(false)
-	for _, o := range c.qps {
-		w, err := b.sends(o)
+	b.again, b.next = b.next[:0], b.again
+	for _, t := range b.next {
+		w, err := b.serveOnce(t)
 		if err != nil {
 			return work, err
 		}
 		work = work || w
-		if o.srq == 0 && o.rqQ.r != nil { // XRC QPs have no receive ring
-			w, err = b.recvs(&o.rqQ, o.qp.PostRecv)
+	}
+	tab := b.tab()
+	words := (len(tab) + 63) / 64
+	if all {
+		words = ctl.CtxBellWords
+	}
+	for i := 0; i < words; i++ {
+		bw := &b.page.Bells[i]
+		if atomic.LoadUint64(bw) == 0 {
+			continue
+		}
+		for v := atomic.SwapUint64(bw, 0); v != 0; v &= v - 1 {
+			n := i*64 + bits.TrailingZeros64(v)
+			if n >= len(tab) || tab[n] == nil {
+				// An object made since the table was loaded? Its
+				// number reached the client after the table that
+				// holds it was stored.
+				if tab = b.tab(); n >= len(tab) || tab[n] == nil {
+					b.strays.Add(1)
+					continue
+				}
+			}
+			w, err := b.serveOnce(tab[n])
 			if err != nil {
 				return work, err
 			}
 			work = work || w
 		}
 	}
-	for _, s := range c.srqs {
-		w, err := b.recvs(&s.rqQ, s.srq.PostRecv)
-		if err != nil {
-			return work, err
-		}
-		work = work || w
-	}
 	if work {
-		// Transmit now: an inline engine holds frames of consecutive
-		// posts for a batch until someone polls, and nobody polls the
-		// engine's CQs here.
+		// Transmit now, with no lock held: an inline engine holds frames
+		// of consecutive posts for a batch until someone polls, and
+		// nobody polls the engine's CQs here.
 		c.dev.dev.Device().Flush()
 	}
 	return work, nil
 }
 
-// sends posts the send WQEs the client published on q. A WQE's ring slot
-// is released before the engine sees the request (the client may post
-// again as soon as the request completes, which can happen before
-// PostSend returns); the request is copied out of the slot first. A
-// request the engine's full queue refused waits in o.pwr.
-func (b *bridge) sends(o *qpObj) (bool, error) {
-	moved := false
+// serveOnce serves t unless this pass has already, and keeps it for the
+// next pass if work is left in its rings.
+func (b *bridge) serveOnce(t *target) (bool, error) {
+	if t.pass == b.passes {
+		return false, nil
+	}
+	t.pass = b.passes
+	w, stuck, err := b.serve(t)
+	if stuck {
+		b.again = append(b.again, t)
+	}
+	return w, err
+}
+
+// kick rings t's doorbell from the daemon's side: the bridge serves t on
+// its next pass.
+func (b *bridge) kick(t *target) {
+	atomic.OrUint64(&b.page.Bells[t.bell/64], 1<<(t.bell%64))
+	b.wake()
+}
+
+// serve posts what waits in t's rings, under t's lock; stuck says some
+// of it waits still because the engine's queue or a CQ is full.
+func (b *bridge) serve(t *target) (work, stuck bool, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.dead {
+		return false, false, nil
+	}
+	if h := panicHook.Load(); h != nil {
+		(*h)(b.c, "bridge")
+	}
+	o := t.qp
+	if o == nil {
+		// An SRQ: the engine takes receives from its ring where the
+		// client wrote them, when a message needs one.
+		return false, false, nil
+	}
+	if o.rq != nil {
+		o.qp.RecvPosted() // a QP in the error state flushes them
+	}
+	return b.sends(o)
+}
+
+// sends posts the send WQEs the client published on o's ring; o's
+// target lock is held. A WQE's ring slot is released before the engine
+// sees the request (the client may post again as soon as the request
+// completes, which can happen before PostSend returns); the request is
+// copied out of the slot first. A request the engine's full queue
+// refused waits in o.pwr (stuck).
+func (b *bridge) sends(o *qpObj) (moved, stuck bool, err error) {
 	if o.pending {
 		if !b.post(o) {
-			return false, nil
+			return false, true, nil
 		}
 		moved = true
 	}
@@ -223,10 +354,10 @@ func (b *bridge) sends(o *qpObj) (bool, error) {
 	// client may rewrite its ring at any moment.
 	n := r.Prod() - o.sqCons
 	if n == 0 {
-		return moved, nil
+		return moved, false, nil
 	}
 	if n > r.Limit() {
-		return moved, misbehaved("QP %d's send ring says %d entries wait; it holds %d", o.handle, n, r.Limit())
+		return moved, false, misbehaved("QP %d's send ring says %d entries wait; it holds %d", o.handle, n, r.Limit())
 	}
 	var e ring.SendWQE
 	for ; n > 0; n-- {
@@ -241,7 +372,7 @@ func (b *bridge) sends(o *qpObj) (bool, error) {
 		if wr.Flags&verbs.Inline != 0 {
 			il := int(e.InlineLen)
 			if il > r.TailLen() {
-				return moved, misbehaved("QP %d: inline data of %d bytes in a %d-byte slot tail", o.handle, il, r.TailLen())
+				return moved, false, misbehaved("QP %d: inline data of %d bytes in a %d-byte slot tail", o.handle, il, r.TailLen())
 			}
 			if cap(o.inline) < r.TailLen() {
 				o.inline = make([]byte, r.TailLen())
@@ -250,7 +381,7 @@ func (b *bridge) sends(o *qpObj) (bool, error) {
 		} else {
 			ns := int(e.NumSGE)
 			if ns > int(o.maxSend) || ns > r.MaxSGEs() || ns > len(o.sge) {
-				return moved, misbehaved("QP %d: send WQE with %d SGEs, the QP takes %d", o.handle, ns, o.maxSend)
+				return moved, false, misbehaved("QP %d: send WQE with %d SGEs, the QP takes %d", o.handle, ns, o.maxSend)
 			}
 			wr.SGL = o.sge[:r.LoadSGEs(i, o.sge[:ns])]
 		}
@@ -258,7 +389,8 @@ func (b *bridge) sends(o *qpObj) (bool, error) {
 			wr.RemoteSRQN = e.UD.RemoteQPN // the ring's remote queue number: the XRC SRQ's
 		}
 		if o.typ == verbs.QPTypeUD {
-			ah := b.c.ahs[e.AH]
+			v, _ := b.ahs.Load(e.AH)
+			ah, _ := v.(*ahObj)
 			if ah == nil || ah.pd != o.pd {
 				o.bad = verbs.WCLocQPOpErr
 			} else {
@@ -270,196 +402,49 @@ func (b *bridge) sends(o *qpObj) (bool, error) {
 		moved = true
 		o.pending = true
 		if !b.post(o) {
-			break
-		}
-	}
-	return moved, nil
-}
-
-// post hands the request in o.pwr to the engine, or completes it with
-// o.bad; it reports false (and leaves it pending, the bridge spinning)
-// when the engine's queue or the CQ is full.
-func (b *bridge) post(o *qpObj) bool {
-	if o.bad == 0 {
-		err := o.qp.PostSend(&o.pwr)
-		if errors.Is(err, qp.ErrQueueFull) {
-			b.stuck.Store(true)
-			return false
-		}
-		if err != nil {
-			o.bad = verbs.WCLocQPOpErr
-		}
-	}
-	if o.bad != 0 && !b.errorCQE(o.cqs[0], o.pwr.WRID, o.bad, o) {
-		b.stuck.Store(true)
-		return false
-	}
-	o.pending = false
-	return true
-}
-
-// errorCQE completes a WQE the engine refused with status st; it reports
-// false if the CQ is full.
-func (b *bridge) errorCQE(cq uint32, wrid uint64, st verbs.WCStatus, o *qpObj) bool {
-	c := b.c.cqs[cq]
-	if c == nil {
-		return true
-	}
-	wc := verbs.WC{WRID: wrid, Status: st, QPNum: o.qp.QPN()}
-	return c.cq.Inject(&wc)
-}
-
-// recvQ is the daemon's side of a receive ring: the ring, its consumer
-// index and the request being posted, copied out of its slot. Two
-// goroutines drain it: the bridge, and the engine's loop when a message
-// finds the QP's (or SRQ's) queue empty (roce.QP.SetRecvRefill), so a
-// receive the client posted before the message came is never answered
-// with an RNR NAK. Resizing an SRQ replaces the ring under mu.
-//
-// A slot's room goes back to the client only when the engine is done
-// with its request (release): the consumer index the client sees lags the
-// daemon's by what the engine holds, so the client's ring full is the
-// queue full (a post beyond max_recv_wr fails with ENOMEM, as on rxe),
-// and the engine's queue never holds more than its capacity.
-type recvQ struct {
-	mu      sync.Mutex // the fields below; the ring's memory while !closed
-	closed  bool
-	r       *ring.Ring[ring.RecvWQE]
-	cons    uint32 // the next slot to take
-	held    uint32 // taken from the ring, not yet released by the engine
-	skip    uint32 // released requests that were taken from a ring since replaced
-	maxSGE  uint32
-	pending bool
-	wr      verbs.RecvWR
-	sge     []mr.SGE
-}
-
-// release gives the client back the room of n requests the engine is
-// done with (roce.QP.SetRecvRelease), oldest first.
-func (q *recvQ) release(n uint32) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	m := min(n, q.skip)
-	q.skip -= m
-	n -= m
-	q.held -= min(n, q.held)
-	if !q.closed {
-		q.r.SetCons(q.cons - q.held)
-	}
-}
-
-// recvs posts the receive WQEs published on q's ring (recvQ.drain).
-func (b *bridge) recvs(q *recvQ, post func(*verbs.RecvWR) error) (bool, error) {
-	moved, stuck, err := q.drain(post)
-	if stuck {
-		b.stuck.Store(true)
-	}
-	return moved, err
-}
-
-// drain posts the receive WQEs published on q's ring. As for sends, a
-// slot is released before the engine sees its request, which waits in q
-// when the engine's queue is full (stuck).
-func (q *recvQ) drain(post func(*verbs.RecvWR) error) (moved, stuck bool, err error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
-		return false, false, nil
-	}
-	r := q.r
-	// As for sends: the producer index once a pass, each entry copied
-	// out of its slot before it is checked.
-	if q.pending {
-		if !q.postRecv(post) {
-			return false, true, nil
-		}
-		moved = true
-	}
-	n := r.Prod() - q.cons
-	if n == 0 {
-		return moved, false, nil
-	}
-	if n > r.Limit() {
-		return moved, false, misbehaved("a receive ring says %d entries wait; it holds %d", n, r.Limit())
-	}
-	var e ring.RecvWQE
-	for ; n > 0; n-- {
-		i := q.cons
-		r.Load(i, &e)
-		ns := int(e.NumSGE)
-		if ns > int(q.maxSGE) || ns > r.MaxSGEs() {
-			return moved, false, misbehaved("receive WQE with %d SGEs, the queue takes %d", ns, q.maxSGE)
-		}
-		if cap(q.sge) < ns {
-			q.sge = make([]mr.SGE, q.maxSGE)
-		}
-		q.wr = verbs.RecvWR{WRID: e.WRID, SGL: q.sge[:r.LoadSGEs(i, q.sge[:ns])]}
-		q.cons++
-		q.held++
-		moved = true
-		q.pending = true
-		if !q.postRecv(post) {
 			return moved, true, nil
 		}
 	}
 	return moved, false, nil
 }
 
-// close stops every later drain: the ring's memory is about to go.
-func (q *recvQ) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-}
-
-// refill returns the function the engine calls when a message finds the
-// queue empty: it drains the ring on the engine's goroutine. A corrupt
-// ring found there is reported to the bridge, which disconnects the
-// client on its next pass.
-func (c *conn) refill(q *recvQ, post func(*verbs.RecvWR) error) func() {
-	return func() {
-		// On the engine's goroutine: a panic here ends this client's
-		// connection, never the engine.
-		defer c.contain("receive refill")
-		if h := panicHook.Load(); h != nil {
-			(*h)(c, "refill")
+// post hands the request in o.pwr to the engine, or completes it with
+// o.bad; it reports false (and leaves it pending) when the engine's
+// queue or the CQ is full.
+func (b *bridge) post(o *qpObj) bool {
+	if o.bad == 0 {
+		err := o.qp.PostSend(&o.pwr)
+		if errors.Is(err, qp.ErrQueueFull) {
+			return false
 		}
-		if _, _, err := q.drain(post); err != nil {
-			c.ringErr.CompareAndSwap(nil, &err)
-			c.br.wake()
+		if err != nil {
+			o.bad = verbs.WCLocQPOpErr
 		}
 	}
-}
-
-// released returns the function the engine calls when requests taken
-// from q's ring leave its queue (recvQ.release), on the engine's goroutine.
-func (c *conn) released(q *recvQ) func(uint32) {
-	return func(n uint32) {
-		defer c.contain("receive release")
-		q.release(n)
+	if o.bad != 0 && o.scq != nil {
+		wc := verbs.WC{WRID: o.pwr.WRID, Status: o.bad, QPNum: o.qp.QPN()}
+		if !o.scq.Inject(&wc) {
+			return false
+		}
 	}
-}
-
-// postRecv posts q's request; false: the engine's queue is full.
-func (q *recvQ) postRecv(post func(*verbs.RecvWR) error) bool {
-	err := post(&q.wr)
-	if errors.Is(err, qp.ErrQueueFull) {
-		return false
-	}
-	q.pending = false
-	if err != nil {
-		// Refused (a QP in the RESET state): the request is dropped, as
-		// the kernel drops what a reset QP's queue held, and its room
-		// goes back at once.
-		q.held--
-		q.r.SetCons(q.cons - q.held)
-	}
+	o.pending = false
 	return true
 }
 
+// ringFault disconnects the client whose ring the engine found corrupt
+// (a QP's or SRQ's receive ring: RecvRingFault, RingFault); the engine
+// reads it no more. The bridge does the disconnecting on its next pass.
+func (c *conn) ringFault(what string, h uint32) {
+	err := misbehaved("%s %d's receive ring is corrupt (a producer index beyond its limit or an entry with too many SGEs)", what, h)
+	c.ringErr.CompareAndSwap(nil, &err)
+	if c.br != nil {
+		c.br.wake()
+	}
+}
+
 // panicHook, when a test sets it, runs at points of a connection's work
-// ("request" before each request is handled, "refill" in the engine's
-// receive refill), so that a test can make them panic.
+// ("request" before each request is handled, "bridge" when the bridge
+// serves a QP), so that a test can make them panic.
 var panicHook atomic.Pointer[func(c *conn, where string)]
 
 // contain, deferred at the top of a goroutine or callback that works for
@@ -501,4 +486,28 @@ func (c *conn) guarded(where string, f func()) func() {
 		return nil
 	}
 	return func() { c.contained(where, f) }
+}
+
+// drop ends the bridge's service of t: once it returns the bridge no
+// longer touches t's rings, whose memory may go.
+func (b *bridge) drop(t *target) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.dead = true
+	t.mu.Unlock()
+	b.remove(t)
+}
+
+// drainSends posts what waits in t's send ring now, on the caller's
+// goroutine (a destroy: what the client posted before goes out first).
+func (b *bridge) drainSends(t *target) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.dead || t.qp == nil {
+		return nil
+	}
+	_, _, err := b.sends(t.qp)
+	return err
 }

@@ -60,11 +60,6 @@ type conn struct {
 	cmMu     sync.RWMutex
 	cm       cmState // the connection manager's channels and IDs
 
-	// passMu makes the bridge's passes over the rings one at a time (the
-	// bridge's goroutine, and a request that settles the sends before a
-	// resize); the tables it reads it holds for reading.
-	passMu sync.Mutex
-
 	// ctxMu guards the context's async event socket (and dev, with s.mu).
 	ctxMu sync.Mutex
 
@@ -77,7 +72,7 @@ type conn struct {
 	asyncW     int      // the daemon's end of the async event socket
 	br         *bridge
 	gone       atomic.Bool
-	ringErr    atomic.Pointer[error] // a corrupt ring the engine found (recvQ refill)
+	ringErr    atomic.Pointer[error] // a corrupt ring the engine found (ringFault)
 	panics     atomic.Int32          // panics contained (conn.contain)
 }
 
@@ -367,10 +362,8 @@ func (c *conn) cleanup() {
 	for h, o := range c.srqs {
 		o.srq.Destroy()
 		c.dev.disown(o.srq)
+		c.br.drop(o.t)
 		delete(c.srqs, h)
-		o.srq.SetRecvRefill(nil)
-		o.srq.SetRecvRelease(nil)
-		o.rqQ.close()
 		o.mem.close()
 		c.release(o.cost)
 	}
@@ -383,6 +376,7 @@ func (c *conn) cleanup() {
 			pd.DestroyAH(o.ah)
 		}
 		delete(c.ahs, h)
+		c.br.ahs.Delete(h)
 		c.release(objectCost)
 	}
 	for h, o := range c.xrcds {

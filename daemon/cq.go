@@ -179,9 +179,19 @@ func (c *conn) settleSends(h uint32) {
 	if c.br == nil {
 		return
 	}
-	if _, err := c.br.pass(); err != nil {
-		return // the bridge disconnects the client on its next pass
+	for _, o := range c.qps { // the request goroutine's own table
+		if o.cqs[0] != h {
+			continue
+		}
+		_, stuck, err := c.br.serve(o.t)
+		if err != nil {
+			return // the client's ring is corrupt: the bridge disconnects it
+		}
+		if stuck {
+			c.br.kick(o.t)
+		}
 	}
+	c.dev.dev.Device().Flush()
 	deadline := time.Now().Add(100 * time.Millisecond)
 	for {
 		busy := false

@@ -618,7 +618,17 @@ func (s *Server) asyncEvents(sd *served) {
 		sd.mu.Lock()
 		o, ok := sd.owners[obj]
 		sd.mu.Unlock()
-		if ok {
+		if !ok {
+			continue
+		}
+		// A receive ring the engine found corrupt (the client broke the
+		// ring's rules) ends the client, as any corrupt ring does.
+		switch {
+		case ev.QP != nil && ev.Type == verbs.EventQPFatal && ev.QP.RecvRingFault():
+			o.c.ringFault("QP", o.handle)
+		case ev.SRQ != nil && ev.Type == verbs.EventSRQErr && ev.SRQ.RingFault():
+			o.c.ringFault("SRQ", o.handle)
+		default:
 			o.c.asyncEvent(uint32(ev.Type), o.handle)
 		}
 	}

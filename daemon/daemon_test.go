@@ -63,6 +63,7 @@ type rig struct {
 	srv    *daemon.Server
 	socket string
 	gids   [2]bth.GID
+	devs   [2]*roce.Device
 	log    *bytes.Buffer
 	logMu  *sync.Mutex
 }
@@ -95,6 +96,7 @@ func newRigEngine(t *testing.T, opts daemon.Options, mode roce.EngineMode) *rig 
 		gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}))
 		r.gids[i] = gid
 		peers[gid] = mac
+		defer func() { r.devs[i] = devs[i].Device() }()
 		d, err := roce.Open(router.NewPort(mac, 1500), &roce.Options{Name: fmt.Sprintf("m%d", i), GIDs: []bth.GID{gid}, Engine: mode})
 		if err != nil {
 			t.Fatal(err)
@@ -427,7 +429,7 @@ func TestMisbehavingClients(t *testing.T) {
 	e := newEndpoint(t, r, "sroce_mem0", false)
 	sq := e.qp.SendRing()
 	sq.Header().Prod.Store(sq.Prod() + 1000)
-	e.x.Ring()
+	e.qp.Ring()
 	deadline := time.Now().Add(5 * time.Second)
 	for !strings.Contains(r.logText(), "its rings are corrupt") && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)

@@ -2,7 +2,7 @@ package daemon
 
 // SetPanicHook makes f run at the points of a connection's work where a
 // test may inject a panic ("request": before each request is handled,
-// "refill": in the engine's receive refill), with the client's id as
+// "bridge": when the bridge serves a QP), with the client's id as
 // Clients reports it. A nil f removes the hook.
 func SetPanicHook(f func(client uint64, where string)) {
 	if f == nil {

@@ -20,10 +20,12 @@ import (
 
 type qpObj struct {
 	qp      *roce.QP
+	t       *target  // what the bridge serves
+	scq     *roce.CQ // the send CQ, for the completions of refused WQEs
 	mem     *shm
 	sq      *ring.Ring[ring.SendWQE]
 	sqCons  uint32
-	rqQ     recvQ // without an SRQ
+	rq      *ring.Ring[ring.RecvWQE] // its own receive ring, the engine's receive queue in place (none with an SRQ, XRC)
 	ctl     *ctl.QPCtl
 	typ     verbs.QPType
 	pd      uint32
@@ -174,16 +176,33 @@ func (c *conn) createQP(in *ctl.CreateQP, _ *request) ([]byte, []int, error) {
 		return nil, nil, err
 	}
 	o := &qpObj{qp: q, typ: typ, pd: in.PD, cqs: [2]uint32{in.SendCQ, in.RecvCQ}, srq: in.SRQ, cost: k,
-		handle: h, maxSend: got.MaxSendSGE, maxRecv: got.MaxRecvSGE, cap: got, rqQ: recvQ{maxSGE: got.MaxRecvSGE}}
+		handle: h, maxSend: got.MaxSendSGE, maxRecv: got.MaxRecvSGE, cap: got}
 	fd, err := o.makeMemory(lay, got, noRQ)
 	if err != nil {
 		return fail(err)
+	}
+	if o.rq != nil {
+		// The engine takes the client's receives from the ring where
+		// the client writes them.
+		if err := q.AttachRecvRing(o.rq); err != nil {
+			unix.Close(fd)
+			o.mem.close()
+			return fail(err)
+		}
 	}
 	sge := got.MaxSendSGE
 	if got.MaxRecvSGE > sge {
 		sge = got.MaxRecvSGE
 	}
 	o.sge = make([]mr.SGE, sge+1)
+	if scq != nil {
+		o.scq = scq.cq
+	}
+	if o.t, err = c.br.add(o, nil); err != nil {
+		unix.Close(fd)
+		o.mem.close()
+		return fail(err)
+	}
 	atomic.StoreUint32(&o.ctl.State, uint32(q.State()))
 	// The client reads the QP's state in its control block: every change
 	// is stored there as it is made, the loop's own (the error state after
@@ -199,12 +218,9 @@ func (c *conn) createQP(in *ctl.CreateQP, _ *request) ([]byte, []int, error) {
 		xo.uses++
 		o.xrcd = in.PD
 		o.tgt = c.dev.addTarget(xo.sh, q)
-	case !xrc:
-		q.SetRecvRefill(c.refill(&o.rqQ, q.PostRecv))
-		q.SetRecvRelease(c.released(&o.rqQ))
 	}
 	c.dev.own(q, c, h)
-	out := ctl.QP{Handle: h, QPN: uint32(q.QPN()), Cap: ctl.CapOf(got), SQOffset: uint64(lay.sqOff), RQOffset: uint64(lay.rqOff),
+	out := ctl.QP{Handle: h, QPN: uint32(q.QPN()), Cap: ctl.CapOf(got), Bell: o.t.bell, SQOffset: uint64(lay.sqOff), RQOffset: uint64(lay.rqOff),
 		MemSize: uint64(len(o.mem.mem))}
 	if noRQ {
 		out.Cap.MaxRecvWR, out.Cap.MaxRecvSGE = 0, 0
@@ -226,7 +242,7 @@ func (o *qpObj) makeMemory(lay qpLayout, got verbs.QPCap, noRQ bool) (int, error
 		return -1, err
 	}
 	if o.sq, err = ring.Init[ring.SendWQE](mem.mem[lay.sqOff:], ring.KindSend, got.MaxSendWR, lay.sqStride); err == nil && !noRQ {
-		o.rqQ.r, err = ring.Init[ring.RecvWQE](mem.mem[lay.rqOff:], ring.KindRecv, got.MaxRecvWR, lay.rqStride)
+		o.rq, err = ring.Init[ring.RecvWQE](mem.mem[lay.rqOff:], ring.KindRecv, got.MaxRecvWR, lay.rqStride)
 	}
 	if err != nil {
 		unix.Close(fd)
@@ -273,7 +289,7 @@ func (c *conn) modifyQP(in *ctl.ModifyQP, o *qpObj, _ *request) ([]byte, []int, 
 		return nil, nil, err
 	}
 	atomic.StoreUint32(&o.ctl.State, uint32(o.qp.State()))
-	c.br.wake()
+	c.br.kick(o.t)
 	return nil, nil, nil
 }
 
@@ -294,9 +310,9 @@ func (c *conn) destroyQP(h uint32, o *qpObj) error {
 	// destroys the QP expects them sent): what the bridge has not yet
 	// taken from the ring, and what it gave the engine that the engine
 	// has not yet sent. A ring that broke the rules disconnects the
-	// client, as the bridge would. c.qpMu, held, keeps the bridge out.
+	// client, as the bridge would.
 	if c.br != nil {
-		if _, err := c.br.sends(o); err != nil {
+		if err := c.br.drainSends(o.t); err != nil {
 			return err
 		}
 	}
@@ -333,6 +349,7 @@ func (c *conn) dropQP(h uint32, o *qpObj) {
 			x.uses--
 		}
 		delete(c.qps, h)
+		c.br.drop(o.t)
 		o.mem.close()
 		c.release(o.cost)
 		return
@@ -345,10 +362,8 @@ func (c *conn) dropQP(h uint32, o *qpObj) {
 		x.uses--
 	}
 	delete(c.qps, h)
-	o.qp.SetRecvRefill(nil)
-	o.qp.SetRecvRelease(nil)
+	c.br.drop(o.t)
 	o.qp.SetStateWatch(nil)
-	o.rqQ.close()
 	o.mem.close()
 	c.release(o.cost)
 }

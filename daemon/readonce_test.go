@@ -39,6 +39,8 @@ type hostile struct {
 	rqs      []*ring.Ring[ring.RecvWQE] // QP1's receive ring, the SRQ's ring
 	cqRing   *ring.Ring[ring.CQE]
 	cqCtl    *ctl.CQCtl
+	page     *ctl.CtxPage
+	bells    []uint32 // its QPs' and SRQ's doorbell numbers
 }
 
 // rawQP is a hostile client's QP, for roce.ConnectQP.
@@ -99,7 +101,8 @@ func newHostile(t *testing.T, r *rig) *hostile {
 	ctl.SetName(open.Name[:], "sroce_mem0")
 	_, fds := must(t, "OPEN", 3)(c.call(ctl.OpOpen, ctl.Bytes(&open)))
 	h.doorbell = fds[1]
-	h.fds = append(h.fds, fds...)
+	h.fds = append(h.fds, fds[:2]...)
+	h.page = (*ctl.CtxPage)(unsafe.Pointer(&h.mapOf(fds[2], ctl.CtxPageSize)[0]))
 	pd := handleOf(c, ctl.OpAllocPD, nil)
 
 	// Registered memory: a sealed memfd.
@@ -137,6 +140,7 @@ func newHostile(t *testing.T, r *rig) *hostile {
 	srqIn := ctl.SRQ{PDOrHandle: pd, MaxWR: 16, MaxSGE: 2}
 	b, fds = must(t, "CREATE_SRQ", 1)(c.call(ctl.OpCreateSRQ, ctl.Bytes(&srqIn)))
 	srq, _ := ctl.Get[ctl.SRQCreated](b)
+	h.bells = append(h.bells, srq.Bell)
 	srqMem := h.mapOf(fds[0], srq.MemSize)
 	srqRing, err := ring.Attach[ring.RecvWQE](srqMem[srq.RingOffset:], ring.KindRecv)
 	if err != nil {
@@ -148,6 +152,7 @@ func newHostile(t *testing.T, r *rig) *hostile {
 		in := ctl.CreateQP{PD: pd, SendCQ: cq.Handle, RecvCQ: cq.Handle, SRQ: srq, QPType: uint8(typ), Cap: qpCap}
 		b, fds := must(t, "CREATE_QP", 1)(c.call(ctl.OpCreateQP, ctl.Bytes(&in)))
 		out, _ := ctl.Get[ctl.QP](b)
+		h.bells = append(h.bells, out.Bell)
 		q := &rawQP{c: c, h: out.Handle, qpn: bth.QPN(out.QPN), typ: typ, mem: h.mapOf(fds[0], out.MemSize)}
 		sq, err := ring.Attach[ring.SendWQE](q.mem[out.SQOffset:], ring.KindSend)
 		if err != nil {
@@ -193,8 +198,11 @@ func (h *hostile) close() {
 	}
 }
 
-// ring writes the doorbell.
+// ring rings the doorbells of all its QPs and its SRQ.
 func (h *hostile) ring() {
+	for _, b := range h.bells {
+		atomic.OrUint64(&h.page.Bells[b/64], 1<<(b%64))
+	}
 	var v [8]byte
 	binary.NativeEndian.PutUint64(v[:], 1)
 	unix.Write(h.doorbell, v[:])

@@ -16,8 +16,9 @@ import (
 
 type srqObj struct {
 	srq    *roce.SRQ
-	mem    *shm // replaced by a resize under c.srqMu (the ring in it under rqQ.mu too)
-	rqQ    recvQ
+	t      *target                  // what the bridge serves
+	mem    *shm                     // replaced by a resize under c.srqMu and t.mu
+	rq     *ring.Ring[ring.RecvWQE] // its ring, the engine's queue in place
 	pd     uint32
 	handle uint32
 	maxSGE uint32
@@ -94,14 +95,20 @@ func (c *conn) createSRQ(in *ctl.SRQ, _ *request) ([]byte, []int, error) {
 	if err != nil {
 		return fail(err)
 	}
-	so := &srqObj{srq: s, mem: mem, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rqQ: recvQ{r: r, maxSGE: in.MaxSGE}, cost: k,
+	so := &srqObj{srq: s, mem: mem, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rq: r, cost: k,
 		xrcd: in.XRCD}
+	if err = s.AttachRing(r); err == nil {
+		so.t, err = c.br.add(nil, so)
+	}
+	if err != nil {
+		unix.Close(fd)
+		mem.close()
+		return fail(err)
+	}
 	c.srqs[h] = so
 	if xo != nil {
 		xo.uses++
 	}
-	s.SetRecvRefill(c.refill(&so.rqQ, s.PostRecv))
-	s.SetRecvRelease(c.released(&so.rqQ))
 	c.dev.own(s, c, h)
 	return srqReply(so, maxWR, fd)
 }
@@ -136,7 +143,7 @@ func newSRQShm(maxWR, stride uint32) (*shm, *ring.Ring[ring.RecvWQE], int, error
 // srqReply is the reply of CREATE_SRQ and of MODIFY_SRQ with max_wr: the
 // SRQ and fd, a descriptor of its memory for the client.
 func srqReply(o *srqObj, maxWR uint32, fd int) ([]byte, []int, error) {
-	out := ctl.SRQCreated{Handle: o.handle, MaxWR: maxWR, MaxSGE: o.maxSGE, SRQNum: o.srq.Num(),
+	out := ctl.SRQCreated{Handle: o.handle, MaxWR: maxWR, MaxSGE: o.maxSGE, SRQNum: o.srq.Num(), Bell: o.t.bell,
 		RingOffset: uint64(srqRingOffset), MemSize: uint64(len(o.mem.mem))}
 	return ctl.Bytes(&out), []int{fd}, nil
 }
@@ -166,42 +173,26 @@ func (c *conn) modifySRQ(in *ctl.SRQ, r *request) ([]byte, []int, error) {
 }
 
 // resizeSRQ gives an SRQ room for in.MaxWR receives (ibv_modify_srq with
-// IBV_SRQ_MAX_WR): the engine's queue grows or shrinks keeping what it
-// holds, and the client's ring moves to new memory with the receives the
-// daemon has not taken from it yet. As with rdma_rxe, max_wr of 0, above
-// the device's max_srq_wr, below the armed limit or below the receives
-// posted is EINVAL. c.srqMu is held throughout, so the bridge takes
-// nothing from the ring meanwhile; the engine's refill may, under rqQ.mu.
+// IBV_SRQ_MAX_WR): the client's ring, which is the engine's queue, moves
+// to new memory with the receives not yet taken. As with rdma_rxe, max_wr
+// of 0, above the device's max_srq_wr, below the armed limit or below the
+// receives posted is EINVAL. c.srqMu and the SRQ's bridge lock are held
+// throughout; the engine is kept away while the ring is replaced.
 func (c *conn) resizeSRQ(in *ctl.SRQ) ([]byte, []int, error) {
 	o, ok := c.srqs[in.PDOrHandle]
 	if !ok || in.MaxWR == 0 || in.MaxWR > roce.MaxSRQWR || in.AttrMask&srqLimit != 0 && in.SRQLimit > in.MaxWR {
 		return nil, nil, unix.EINVAL
 	}
-	q := &o.rqQ
-	// Everything posted: in the engine, waiting in q, and on the ring.
-	// It only shrinks while c.srqMu is held (the engine consumes, the
-	// refill moves receives from the ring to the engine under q.mu).
-	q.mu.Lock()
-	inRing := q.r.Prod() - q.cons
-	if inRing > q.r.Limit() {
-		q.mu.Unlock()
-		return nil, nil, misbehaved("SRQ %d's ring says %d receives wait; it holds %d", in.PDOrHandle, inRing, q.r.Limit())
+	o.t.mu.Lock()
+	defer o.t.mu.Unlock()
+	if o.srq.RingFault() {
+		return nil, nil, misbehaved("SRQ %d's ring is corrupt", in.PDOrHandle)
 	}
-	_, _, posted := o.srq.Query()
-	if q.pending {
-		posted++
-	}
-	stride := q.r.Stride()
-	q.mu.Unlock()
-	if uint64(posted)+uint64(inRing) > uint64(in.MaxWR) {
+	if _, _, posted := o.srq.Query(); posted > in.MaxWR {
 		return nil, nil, unix.EINVAL
 	}
-	// The new memory, and the engine's queue grown (or shrunk) in
-	// proportion, are charged before they are made; the old ones are
-	// released once replaced.
-	engine := uint64(o.srq.QueueBytes())
+	stride := o.rq.Stride()
 	k := shmCost(srqSize(in.MaxWR, stride))
-	k[ResQueueBytes] += engine / uint64(max(o.rqQ.r.Limit(), 1)) * uint64(in.MaxWR)
 	if err := c.charge(k); err != nil {
 		return nil, nil, err
 	}
@@ -213,35 +204,19 @@ func (c *conn) resizeSRQ(in *ctl.SRQ) ([]byte, []int, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if err := o.srq.Resize(in.MaxWR); err != nil {
+	if err := o.srq.ResizeRing(r); err != nil {
 		unix.Close(fd)
 		mem.close()
-		return fail(err)
+		if o.srq.RingFault() {
+			return fail(misbehaved("SRQ %d's ring is corrupt", in.PDOrHandle))
+		}
+		return fail(unix.EINVAL)
 	}
-	q.mu.Lock()
-	ok = q.r.CopyTo(r, q.cons, q.r.Prod()-q.cons) // only fewer wait now
-	if ok {
-		// The requests the engine holds were taken from the old ring:
-		// their release frees nothing in the new one.
-		q.r, q.cons = r, 0
-		q.skip += q.held
-		q.held = 0
-	}
-	q.mu.Unlock()
-	// What the engine holds now, resized, is the real charge: the old
-	// memory's and queue's are released.
-	real := shmCost(len(mem.mem))
-	real[ResQueueBytes] += uint64(o.srq.QueueBytes())
-	k = c.rechargeForce(k, real)
+	// The new memory is the real charge: the old one's is released.
 	c.release(o.cost)
 	o.cost = k
-	if !ok {
-		unix.Close(fd)
-		mem.close()
-		return nil, nil, misbehaved("SRQ %d's ring changed during MODIFY_SRQ", in.PDOrHandle)
-	}
 	o.mem.close()
-	o.mem = mem
+	o.mem, o.rq = mem, r
 	if in.AttrMask&srqLimit != 0 {
 		if err := o.srq.Arm(in.SRQLimit); err != nil {
 			unix.Close(fd)
@@ -268,9 +243,7 @@ func (c *conn) destroySRQ(_ uint32, o *srqObj) error {
 		x.uses--
 	}
 	c.dev.disown(o.srq)
-	o.srq.SetRecvRefill(nil)
-	o.srq.SetRecvRelease(nil)
-	o.rqQ.close()
+	c.br.drop(o.t)
 	o.mem.close()
 	c.release(o.cost)
 	return nil

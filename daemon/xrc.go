@@ -137,10 +137,14 @@ func (c *conn) openQP(in *ctl.OpenQP, _ *request) ([]byte, []int, error) {
 	if err != nil {
 		return fail(err)
 	}
+	if o.t, err = c.br.add(o, nil); err != nil {
+		o.mem.close()
+		return fail(err)
+	}
 	atomic.StoreUint32(&o.ctl.State, uint32(t.q.State()))
 	c.qps[h] = o
 	xo.uses++
-	out := ctl.QP{Handle: h, QPN: in.QPN, Cap: ctl.CapOf(got), SQOffset: uint64(lay.sqOff), MemSize: uint64(len(o.mem.mem))}
+	out := ctl.QP{Handle: h, QPN: in.QPN, Cap: ctl.CapOf(got), Bell: o.t.bell, SQOffset: uint64(lay.sqOff), MemSize: uint64(len(o.mem.mem))}
 	return ctl.Bytes(&out), []int{fd}, nil
 }
 

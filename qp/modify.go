@@ -305,9 +305,7 @@ func (q *QP) reset() {
 	r.compIdx, r.reqIdx = prod, prod
 	q.sq.cons.Store(prod)
 	if q.srq == nil {
-		n := q.rq.r.Ready()
-		q.rq.r.SetCons(q.rq.r.Prod())
-		q.recvReleased(n)
+		q.rq.drop()
 	}
 	*r = requester{reqIdx: prod, compIdx: prod, cw: r.cw.reset()}
 	q.attr.MaxRdAtomic, q.attr.MaxDestRdAtomic = 0, 0

@@ -15,6 +15,7 @@ import (
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/monotime"
 	"github.com/sroce/sroce/mr"
+	sring "github.com/sroce/sroce/ring"
 	"github.com/sroce/sroce/verbs"
 )
 
@@ -139,46 +140,26 @@ type QP struct {
 	traceOn *atomic.Bool // Config.Tracing
 	tracer  Tracer
 
-	refill   atomic.Pointer[func()]       // SetRecvRefill
-	released atomic.Pointer[func(uint32)] // SetRecvRelease
-
 	stateWatch atomic.Pointer[func(verbs.QPState)] // SetStateWatch
 }
 
-// SetRecvRefill sets f, which the QP calls on the loop when a message
-// needs a receive request and its receive queue is empty, before it
-// answers with an RNR NAK (RC) or drops the message (UC, UD). f may post
-// receives (PostRecv); it is how requests that wait outside the QP (the
-// daemon's shared rings) reach it in time. nil removes it.
-func (q *QP) SetRecvRefill(f func()) {
-	if f == nil {
-		q.refill.Store(nil)
-		return
+// AttachRecvRing makes ring g, freshly initialized and empty, the QP's
+// receive queue in place of its own: the memory a daemon shares with its
+// client, from which the loop then takes requests where the client wrote
+// them (read once each, when taken). The QP must have its own receive
+// queue and hold no request; the caller keeps the loop and posters away.
+func (q *QP) AttachRecvRing(g *sring.Ring[sring.RecvWQE]) error {
+	if q.srq != nil || q.rq.r == nil {
+		return ErrHasSRQ
 	}
-	q.refill.Store(&f)
+	return q.rq.attach(g)
 }
 
-// SetRecvRelease sets f, which the QP calls with n each time n receive
-// requests leave its receive queue (completed, flushed, or discarded by a
-// reset), before the completion of a completed or flushed one is pushed.
-// A caller that keeps the queue's requests elsewhere too (the daemon's
-// shared rings) frees their room there, so that what a program posted and
-// the QP holds together never exceed the queue's capacity. f runs on the
-// loop, or on the caller of Modify for a reset. nil removes it.
-func (q *QP) SetRecvRelease(f func(n uint32)) {
-	if f == nil {
-		q.released.Store(nil)
-		return
-	}
-	q.released.Store(&f)
-}
-
-// recvReleased tells SetRecvRelease's function that n requests left.
-func (q *QP) recvReleased(n uint32) {
-	if f := q.released.Load(); f != nil && n != 0 {
-		(*f)(n)
-	}
-}
+// RecvRingFault reports whether the QP's receive ring broke the rules (a
+// producer index beyond the limit, an entry with more SGEs than the
+// queue takes): nothing is taken from it any more, and the loop raised
+// EventQPFatal for it.
+func (q *QP) RecvRingFault() bool { return q.rq.r != nil && q.rq.fault.Load() }
 
 // New creates a QP in the RESET state.
 func New(c *Config) *QP {
@@ -197,6 +178,7 @@ func New(c *Config) *QP {
 	q.sq.initSend(max(c.Cap.MaxSendWR, 1), c.Cap.MaxSendSGE, c.Cap.MaxInlineData, datagram(c.Type))
 	if c.SRQ == nil {
 		q.rq.initRecv(max(c.Cap.MaxRecvWR, 1), c.Cap.MaxRecvSGE)
+		q.resp.rqWQE.sgl = make([]mr.SGE, 0, c.Cap.MaxRecvSGE)
 	}
 	if c.Type == verbs.QPTypeXRCRecv {
 		q.cap.MaxRecvWR = 0 // its receives come from the XRC SRQs
@@ -594,10 +576,9 @@ func (q *QP) flush() {
 			q.pushRecv(&wc, false)
 		}
 	} else {
-		for q.rq.r.Ready() != 0 {
-			wc := verbs.WC{WRID: q.rq.r.Front().WRID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.qpn}
-			q.rq.r.Release(1)
-			q.recvReleased(1)
+		for n := q.rq.ready(); n > 0; n-- {
+			wc := verbs.WC{WRID: q.rq.wridAt(), Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.qpn}
+			q.rq.release()
 			q.pushRecv(&wc, false)
 		}
 	}

@@ -40,6 +40,7 @@ var (
 	ErrAtomicWR     = errors.New("qp: atomic needs one 8-byte buffer and an 8-byte aligned remote address")
 	ErrHasSRQ       = errors.New("qp: QP uses a shared receive queue")
 	ErrInlineGather = errors.New("qp: inline data could not be gathered from the SGL")
+	ErrRingFault    = errors.New("qp: the receive ring broke the rules (producer index or SGE count)")
 )
 
 // MaxMsgSize is the largest message a work request may carry, as with
@@ -307,8 +308,9 @@ func (s *sendQueue) ahOf(w *sendWQE) *verbs.AH {
 	return &s.ahs[i]
 }
 
-// recvWQE is the receive request the responder works on: a view of a
-// receive queue slot, or of a copy taken from an SRQ.
+// recvWQE is the receive request the responder works on: a copy of what
+// a receive queue slot held when the request was taken (its SGL in the
+// responder's own storage, its length the SGL's sum).
 type recvWQE struct {
 	wrid   uint64
 	sgl    []mr.SGE
@@ -316,11 +318,20 @@ type recvWQE struct {
 }
 
 // recvRing is a receive queue: a ring of plain entries (package ring's
-// RecvWQE, the layout of sroce_ring.h) with each slot's SGL stored in the
-// slot itself.
+// RecvWQE, the layout of sroce_ring.h) with each slot's SGL in the slot
+// itself. The ring may lie in memory another process writes (the
+// daemon's client: AttachRecvRing), so the queue is its consumer by
+// rules that hold for hostile memory too: it keeps its consumer index
+// itself (stored to the ring, never read back), loads the producer index
+// once per look and checks it against the limit, and reads an entry once,
+// when it takes it, bounding its SGE count by the queue's. A ring that
+// breaks these rules is marked (fault) and never read again.
 type recvRing struct {
 	r      *sring.Ring[sring.RecvWQE]
 	maxSGE uint32
+	cons   uint32      // the next slot to take; only the loop moves it
+	fault  atomic.Bool // the ring broke the rules: nothing is taken from it
+	told   atomic.Bool // the fault's event was raised
 }
 
 func (r *recvRing) initRecv(maxWR, maxSGE uint32) {
@@ -328,20 +339,91 @@ func (r *recvRing) initRecv(maxWR, maxSGE uint32) {
 	if err != nil {
 		panic(err) // maxWR >= 1 and the stride is computed: cannot happen
 	}
-	r.r, r.maxSGE = rg, maxSGE
+	r.r, r.maxSGE, r.cons = rg, maxSGE, 0
 }
 
-func (r *recvRing) count() uint32 { return r.r.Len() }
+// count returns the requests posted and not yet taken, for statistics:
+// 0 for a faulted ring.
+func (r *recvRing) count() uint32 {
+	if r.fault.Load() {
+		return 0
+	}
+	n := r.r.Prod() - r.r.Cons()
+	return min(n, r.r.Limit())
+}
+
 func (r *recvRing) limit() uint32 { return r.r.Limit() }
 
-// view fills w with the request in slot i.
-func (r *recvRing) view(i uint32, w *recvWQE) {
-	e := r.r.At(i)
-	w.wrid, w.length = e.WRID, uint64(e.Length)
-	w.sgl = r.r.SGEs(i, int(e.NumSGE))
+// ready returns, for the loop, how many published requests wait from the
+// consumer index on; a producer index more than the limit ahead marks
+// the ring faulted (0 then, as ever after).
+func (r *recvRing) ready() uint32 {
+	if r.fault.Load() {
+		return 0
+	}
+	n := r.r.Prod() - r.cons
+	if n > r.r.Limit() {
+		r.fault.Store(true)
+		return 0
+	}
+	return n
 }
 
-// post validates wr and publishes it.
+// load copies the request at the consumer index into w (its SGL into
+// w's storage, which holds maxSGE): the one read of the slot. It
+// reports false, marking the ring faulted, for an SGE count beyond the
+// queue's.
+func (r *recvRing) load(w *recvWQE) bool {
+	e := r.r.At(r.cons)
+	var hd sring.RecvWQE
+	hd = *e
+	ns := hd.NumSGE
+	if ns > r.maxSGE || int(ns) > r.r.MaxSGEs() {
+		r.fault.Store(true)
+		return false
+	}
+	w.wrid = hd.WRID
+	w.sgl = w.sgl[:ns]
+	copy(w.sgl, r.r.SGEs(r.cons, int(ns)))
+	w.length = 0
+	for i := range w.sgl {
+		w.length += uint64(w.sgl[i].Length)
+	}
+	return true
+}
+
+// release gives the slot at the consumer index back to the poster.
+func (r *recvRing) release() {
+	r.cons++
+	r.r.SetCons(r.cons)
+}
+
+// wridAt returns the WRID of the request at the consumer index (a flush).
+func (r *recvRing) wridAt() uint64 { return r.r.At(r.cons).WRID }
+
+// drop releases every request published, taking none (a reset).
+func (r *recvRing) drop() {
+	if n := r.ready(); n != 0 {
+		r.cons += n
+		r.r.SetCons(r.cons)
+	}
+}
+
+// attach puts ring g in place of the queue's own ring: the queue is
+// empty (a QP in RESET, an SRQ just made) and g was just initialized.
+func (r *recvRing) attach(g *sring.Ring[sring.RecvWQE]) error {
+	if g.Limit() == 0 || g.MaxSGEs() < int(r.maxSGE) {
+		return ErrTooManySGE
+	}
+	if r.ready() != 0 || g.Prod() != g.Cons() {
+		return ErrQueueFull
+	}
+	r.r, r.cons = g, g.Cons()
+	r.fault.Store(false)
+	return nil
+}
+
+// post validates wr and publishes it: the in-process poster's side.
 func (r *recvRing) post(wr *verbs.RecvWR) error {
 	if uint32(len(wr.SGL)) > r.maxSGE {
 		return ErrTooManySGE
@@ -376,9 +458,6 @@ type SRQ struct {
 	// Context is free for the device's use.
 	Context any
 
-	refill   atomic.Pointer[func()]       // SetRecvRefill
-	released atomic.Pointer[func(uint32)] // SetRecvRelease
-
 	// An XRC SRQ's domain, number, protection domain and completion
 	// queue (zero for an SRQ of QPs).
 	xrcd   *XRCD
@@ -386,17 +465,6 @@ type SRQ struct {
 	pd     *mr.PD
 	cq     CQ
 	closed atomic.Bool // Close
-}
-
-// SetRecvRelease sets f, which a QP of the SRQ calls on the loop with 1
-// each time it takes a request from the SRQ (QP.SetRecvRelease says
-// more). nil removes it.
-func (s *SRQ) SetRecvRelease(f func(n uint32)) {
-	if f == nil {
-		s.released.Store(nil)
-		return
-	}
-	s.released.Store(&f)
 }
 
 // Close marks an XRC SRQ destroyed: targets that served it stop.
@@ -425,17 +493,6 @@ func (s *SRQ) Num() uint32 { return s.num }
 // XRCD returns an XRC SRQ's domain, or nil for an SRQ of QPs.
 func (s *SRQ) XRCD() *XRCD { return s.xrcd }
 
-// SetRecvRefill sets f, which a QP of the SRQ calls on the loop when a
-// message needs a receive request and the SRQ is empty (QP.SetRecvRefill
-// says more). nil removes it.
-func (s *SRQ) SetRecvRefill(f func()) {
-	if f == nil {
-		s.refill.Store(nil)
-		return
-	}
-	s.refill.Store(&f)
-}
-
 // NewSRQ returns a shared receive queue holding up to maxWR requests of up
 // to maxSGE elements each.
 func NewSRQ(maxWR, maxSGE uint32) *SRQ {
@@ -461,52 +518,57 @@ func (s *SRQ) Len() uint32 { return s.rq.count() }
 // MaxWR returns the capacity of the queue.
 func (s *SRQ) MaxWR() uint32 { return s.rq.limit() }
 
-// SRQRing is storage for an SRQ's requests, made by NewRing without any
-// lock and put in place by Resize.
-type SRQRing struct{ rq recvRing }
-
-// NewRing makes storage for maxWR requests of the SRQ's shape. It reads
-// nothing that changes after the SRQ is made, so the caller needs no lock.
-func (s *SRQ) NewRing(maxWR uint32) *SRQRing {
-	n := &SRQRing{}
-	n.rq.initRecv(maxWR, s.rq.maxSGE)
-	return n
+// NewRing makes process-local storage for maxWR requests of the SRQ's
+// shape, for ResizeTo. It reads nothing that changes after the SRQ is
+// made, so the caller needs no lock.
+func (s *SRQ) NewRing(maxWR uint32) *sring.Ring[sring.RecvWQE] {
+	var n recvRing
+	n.initRecv(maxWR, s.rq.maxSGE)
+	return n.r
 }
 
-// Resize moves the queue to r, keeping the requests posted and not yet
-// taken, in order (ibv_modify_srq with IBV_SRQ_MAX_WR). It fails with
-// ErrQueueFull if more requests wait than r holds. The caller keeps both
-// the poster and the loop away meanwhile.
-func (s *SRQ) Resize(r *SRQRing) error {
-	if !s.rq.r.CopyTo(r.rq.r, s.rq.r.Cons(), s.rq.r.Len()) {
+// ResizeTo moves the queue to ring g, freshly initialized (the memory a
+// daemon shares with its client), copying the requests posted and not
+// yet taken into it, as Resize does. A faulted ring fails with
+// ErrRingFault.
+func (s *SRQ) ResizeTo(g *sring.Ring[sring.RecvWQE]) error {
+	n := s.rq.ready()
+	if s.rq.fault.Load() {
+		return ErrRingFault
+	}
+	if g.MaxSGEs() < int(s.rq.maxSGE) || !s.rq.r.CopyTo(g, s.rq.cons, n) {
 		return ErrQueueFull
 	}
-	s.rq = r.rq
+	s.rq.r, s.rq.cons = g, g.Cons()
 	return nil
 }
 
+// AttachRing makes ring g, freshly initialized and empty, the SRQ's
+// queue in place of its own: the memory a daemon shares with its client,
+// from which the loop then takes requests where the client wrote them.
+// The SRQ must be empty; the caller keeps the loop away.
+func (s *SRQ) AttachRing(g *sring.Ring[sring.RecvWQE]) error { return s.rq.attach(g) }
+
+// RingFault reports whether the SRQ's ring broke the rules (a producer
+// index beyond the limit, an entry with more SGEs than the queue takes):
+// nothing is taken from it any more.
+func (s *SRQ) RingFault() bool { return s.rq.fault.Load() }
+
 // take removes the oldest request into dst, copying its SGL into dst's
 // own storage, reporting whether there was one and whether the limit
-// event should fire. Called by the loop only.
-func (s *SRQ) take(dst *recvWQE) (ok, limitEvent bool) {
-	if s.rq.r.Ready() == 0 {
-		return false, false
+// event should fire; a faulted ring reports fault. Called by the loop
+// only.
+func (s *SRQ) take(dst *recvWQE) (ok, limitEvent, fault bool) {
+	if s.rq.ready() == 0 || !s.rq.load(dst) {
+		return false, false, s.rq.fault.Load()
 	}
-	c := s.rq.r.Cons()
-	var src recvWQE
-	s.rq.view(c, &src)
-	dst.wrid, dst.length = src.wrid, src.length
-	dst.sgl = append(dst.sgl[:0], src.sgl...)
-	s.rq.r.Release(1)
-	if f := s.released.Load(); f != nil {
-		(*f)(1)
-	}
+	s.rq.release()
 	if l := s.limit.Load(); l != 0 && s.rq.count() < l {
 		if s.limit.CompareAndSwap(l, 0) {
-			return true, true
+			return true, true, false
 		}
 	}
-	return true, false
+	return true, false, false
 }
 
 // QueueBytes returns the most memory the QP's work queues can come to

@@ -196,7 +196,7 @@ type responder struct {
 
 	rwqe   *recvWQE // receive request being filled
 	roff   uint32   // bytes placed into it
-	rqWQE  recvWQE  // view of the receive queue's oldest slot
+	rqWQE  recvWQE  // copy of the receive queue's oldest request
 	srqWQE recvWQE  // copy of a request taken from the SRQ
 
 	res     []resource
@@ -222,19 +222,21 @@ func (q *QP) resetResponder() {
 
 // --- receive requests -----------------------------------------------------
 
-// takeRecv makes sure a receive request is at hand.
+// takeRecv makes sure a receive request is at hand: it takes the oldest
+// one from the receive queue (or the SRQ), reading its slot once. A ring
+// that broke the rules gives nothing, and the first time the QP's (or
+// the SRQ's) catastrophic error event is raised for it.
 func (q *QP) takeRecv() bool {
 	rs := &q.resp
 	if rs.rwqe != nil {
 		return true
 	}
 	if q.srq != nil {
-		ok, ev := q.srq.take(&rs.srqWQE)
-		if f := q.srq.refill.Load(); !ok && f != nil {
-			(*f)()
-			ok, ev = q.srq.take(&rs.srqWQE)
-		}
+		ok, ev, fault := q.srq.take(&rs.srqWQE)
 		if !ok {
+			if fault && q.srq.rq.told.CompareAndSwap(false, true) {
+				q.env.Event(verbs.EventSRQErr, nil, q.srq)
+			}
 			return false
 		}
 		rs.rwqe = &rs.srqWQE
@@ -242,17 +244,12 @@ func (q *QP) takeRecv() bool {
 			q.env.Event(verbs.EventSRQLimitReached, q, q.srq)
 		}
 	} else {
-		if q.rq.r.Ready() == 0 {
-			f := q.refill.Load()
-			if f == nil {
-				return false
+		if q.rq.ready() == 0 || !q.rq.load(&rs.rqWQE) {
+			if q.rq.fault.Load() && q.rq.told.CompareAndSwap(false, true) {
+				q.env.Event(verbs.EventQPFatal, q, nil)
 			}
-			(*f)()
-			if q.rq.r.Ready() == 0 {
-				return false
-			}
+			return false
 		}
-		q.rq.view(q.rq.r.Cons(), &rs.rqWQE)
 		rs.rwqe = &rs.rqWQE
 	}
 	rs.roff = 0
@@ -265,8 +262,7 @@ func (q *QP) completeRecv(wc *verbs.WC, solicited bool) {
 	wc.WRID = rs.rwqe.wrid
 	wc.QPNum = q.qpn
 	if q.srq == nil {
-		q.rq.r.Release(1)
-		q.recvReleased(1)
+		q.rq.release()
 	}
 	rs.rwqe = nil
 	rs.roff = 0

@@ -15,6 +15,7 @@ import (
 	"github.com/sroce/sroce/monotime"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
+	"github.com/sroce/sroce/ring"
 	"github.com/sroce/sroce/verbs"
 )
 
@@ -193,18 +194,44 @@ func sink(c *CQ) qp.CQ {
 // QPN returns the QP number.
 func (q *QP) QPN() bth.QPN { return q.qp.QPN() }
 
-// SetRecvRefill sets f, which the device's loop calls when a message for
-// the QP needs a receive request and none is posted, before it answers
-// with an RNR NAK (RC) or drops the message (UC, UD). f may call PostRecv
-// and must not wait for the device. A process that keeps receive requests
-// outside the QP until it posts them (the daemon, for its clients' shared
-// rings) uses it so that a request posted before the message came is never
-// missed. nil removes it.
-func (q *QP) SetRecvRefill(f func()) { q.qp.SetRecvRefill(f) }
+// AttachRecvRing makes ring g the QP's receive queue: memory shared with
+// another process (the daemon's client), initialized empty by the caller
+// (ring.Init), which posts receives by writing it as the C library does.
+// The engine then takes each request from the ring where it lies, reads
+// it once, and releases its slot when the request completes; a ring that
+// breaks the rules stops being read and the QP's EventQPFatal is raised
+// (RecvRingFault says why). The QP must be in RESET with its own, empty,
+// receive queue. The caller keeps g's memory mapped until Destroy.
+func (q *QP) AttachRecvRing(g *ring.Ring[ring.RecvWQE]) error {
+	if q.gone.Load() {
+		return ErrDestroyed
+	}
+	q.recvMu.Lock()
+	defer q.recvMu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.qp.State() != verbs.QPStateReset {
+		return ErrInvalid
+	}
+	if err := q.qp.AttachRecvRing(g); err != nil {
+		return ErrInvalid
+	}
+	return nil
+}
 
-// SetRecvRelease sets f, called with n when n receive requests leave the
-// QP's receive queue (qp.QP.SetRecvRelease says when). nil removes it.
-func (q *QP) SetRecvRelease(f func(n uint32)) { q.qp.SetRecvRelease(f) }
+// RecvPosted tells the engine that receives were written into the QP's
+// ring (AttachRecvRing). Only a QP in the error state needs it, to flush
+// them; the others find them when a message comes.
+func (q *QP) RecvPosted() {
+	if q.qp.State() == verbs.QPStateErr && !q.gone.Load() {
+		q.dev.ringRecv(q)
+	}
+}
+
+// RecvRingFault reports whether the QP's receive ring (AttachRecvRing)
+// broke the rules: a producer index beyond the ring's limit, or an entry
+// with more SGEs than the queue takes.
+func (q *QP) RecvRingFault() bool { return q.qp.RecvRingFault() }
 
 // SetStateWatch sets f, which is called with the QP's new state whenever
 // it changes: by Modify, or by the device's loop (the error state after a
@@ -501,13 +528,32 @@ func (pd *PD) CreateSRQ(maxWR, maxSGE, limit uint32) (*SRQ, error) {
 	return s, nil
 }
 
-// SetRecvRefill is QP.SetRecvRefill for the QPs that take their receive
-// requests from s.
-func (s *SRQ) SetRecvRefill(f func()) { s.srq.SetRecvRefill(f) }
+// AttachRing makes ring g the SRQ's queue, as QP.AttachRecvRing does for
+// a QP's: the engine takes requests from g where they lie; a ring that
+// breaks the rules stops being read and EventSRQErr is raised (RingFault).
+// The SRQ must be empty; the caller keeps g's memory mapped until Destroy
+// or a ResizeRing that replaces it.
+func (s *SRQ) AttachRing(g *ring.Ring[ring.RecvWQE]) error {
+	s.eng.mu.Lock()
+	defer s.eng.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.srq.AttachRing(g); err != nil {
+		return ErrInvalid
+	}
+	return nil
+}
 
-// SetRecvRelease sets f, called with 1 each time a QP takes a request
-// from the SRQ. nil removes it.
-func (s *SRQ) SetRecvRelease(f func(n uint32)) { s.srq.SetRecvRelease(f) }
+// RingFault reports whether the SRQ's ring (AttachRing) broke the rules.
+func (s *SRQ) RingFault() bool { return s.srq.RingFault() }
+
+// ResizeRing is Resize for an SRQ whose queue is a ring shared with
+// another process: the requests that wait are copied into g (initialized
+// empty, of maxWR entries), which becomes the queue. The old ring's
+// memory may go once it returns.
+func (s *SRQ) ResizeRing(g *ring.Ring[ring.RecvWQE]) error {
+	return s.resize(g.Limit(), func() *ring.Ring[ring.RecvWQE] { return g })
+}
 
 // PostRecv posts a receive work request to the SRQ (ibv_post_srq_recv).
 func (s *SRQ) PostRecv(wr *verbs.RecvWR) error {
@@ -536,6 +582,12 @@ func (s *SRQ) Arm(limit uint32) error {
 // posted; and with ErrDestroyed after Destroy. The engine of the SRQ's QPs
 // waits meanwhile.
 func (s *SRQ) Resize(maxWR uint32) error {
+	return s.resize(maxWR, func() *ring.Ring[ring.RecvWQE] { return s.srq.NewRing(maxWR) })
+}
+
+// resize moves the SRQ to the ring newRing makes, of maxWR entries, with
+// Resize's checks.
+func (s *SRQ) resize(maxWR uint32, newRing func() *ring.Ring[ring.RecvWQE]) error {
 	if maxWR == 0 || maxWR > MaxSRQWR {
 		return ErrInvalid
 	}
@@ -545,7 +597,7 @@ func (s *SRQ) Resize(maxWR uint32) error {
 	// The new storage is made before the locks: the engine stops only for
 	// the copy. The engine lock keeps the QPs from taking requests, the
 	// SRQ's lock keeps posters out.
-	r := s.srq.NewRing(maxWR)
+	g := newRing()
 	s.eng.mu.Lock()
 	defer s.eng.mu.Unlock()
 	s.mu.Lock()
@@ -553,7 +605,7 @@ func (s *SRQ) Resize(maxWR uint32) error {
 	if l := s.srq.Limit(); l != 0 && maxWR < l {
 		return ErrInvalid
 	}
-	if err := s.srq.Resize(r); err != nil {
+	if err := s.srq.ResizeTo(g); err != nil {
 		return ErrInvalid
 	}
 	return nil
@@ -578,6 +630,20 @@ func (s *SRQ) QueueBytes() int {
 // QPs use it.
 func (s *SRQ) Destroy() error {
 	d := s.dev
+	fence := false
+	defer func() {
+		// An XRC SRQ is found by number by any engine's XRC targets,
+		// which check that it is not closed under their engine's lock:
+		// once every engine has been through that lock, none reads its
+		// ring again, and the ring's memory (a daemon's client's) may
+		// go.
+		if fence {
+			for _, e := range d.eng {
+				e.mu.Lock()
+				e.mu.Unlock() //nolint:staticcheck // a fence, not a critical section
+			}
+		}
+	}()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if s.dead {
@@ -591,6 +657,7 @@ func (s *SRQ) Destroy() error {
 	if s.xrcd != nil {
 		d.xrcSRQs.Delete(s.srq.Num())
 		s.srq.Close()
+		fence = true
 		s.xrcd.nobj--
 		s.cq.nqp--
 	}

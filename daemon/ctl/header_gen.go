@@ -4,12 +4,14 @@ package ctl
 
 // Protocol constants (SROCE_CTL_*).
 const (
-	Magic     = 0x4c435253 // "SRCL"
-	Version   = 6          // 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST; 5: CM_JOIN_MCAST, CM_LEAVE_MCAST; 6: XRC (OPEN_XRCD, CLOSE_XRCD, OPEN_QP, CREATE_SRQ of a domain)
-	MaxMsg    = 8192       // the largest datagram either way
-	MaxFDs    = 4          // descriptors one datagram may carry
-	NameLen   = 64         // device name buffer, NUL-terminated
-	CMPrivate = 224        // private data bytes a message carries at most
+	Magic        = 0x4c435253 // "SRCL"
+	Version      = 7          // 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST; 5: CM_JOIN_MCAST, CM_LEAVE_MCAST; 6: XRC (OPEN_XRCD, CLOSE_XRCD, OPEN_QP, CREATE_SRQ of a domain); 7: doorbells name their QP or SRQ (ctx_page bells)
+	MaxMsg       = 8192       // the largest datagram either way
+	MaxFDs       = 4          // descriptors one datagram may carry
+	NameLen      = 64         // device name buffer, NUL-terminated
+	CtxBellWords = 504        // the rest of the 4096-byte page
+	CtxBells     = (CtxBellWords * 64)
+	CMPrivate    = 224 // private data bytes a message carries at most
 )
 
 // Op is a request's operation (enum sroce_ctl_op).
@@ -200,6 +202,7 @@ type ResQuery struct {
 type CtxPage struct {
 	NeedWakeup uint32 // written by the daemon
 	_          [15]uint32
+	Bells      [CtxBellWords]uint64 // set by the client (atomic OR), cleared by the daemon
 }
 
 // DeviceAttr is QUERY_DEVICE's reply (struct sroce_ctl_device_attr).
@@ -414,8 +417,8 @@ type CreateQP struct {
 type QP struct {
 	Handle   uint32
 	QPN      uint32
-	Cap      QPCap // what the QP got (>= requested)
-	_        uint32
+	Cap      QPCap  // what the QP got (>= requested)
+	Bell     uint32 // the QP's doorbell number
 	SQOffset uint64
 	RQOffset uint64
 	MemSize  uint64
@@ -515,6 +518,8 @@ type SRQCreated struct {
 	SRQNum     uint32 // an XRC SRQ's number (ibv_get_srq_num)
 	RingOffset uint64
 	MemSize    uint64
+	Bell       uint32 // the SRQ's doorbell number
+	_          uint32
 }
 
 // SRQCtl is an SRQ's control block (struct sroce_srq_ctl).

@@ -34,11 +34,18 @@
  * registered range (the shim remaps the pages of ibv_reg_mr onto one), and
  * the daemon maps it.
  *
- * Doorbell: after publishing send or receive WQEs, the client reads
- * ctx_page->need_wakeup (struct sroce_ctx_page, the memfd of the OPEN
- * reply); if it is not 0 it writes the 8-byte value 1 to the doorbell
- * eventfd of the OPEN reply. While the daemon polls the rings it keeps
- * need_wakeup 0 and no system call is needed.
+ * Doorbell: every QP and SRQ has a doorbell number (bell in the CREATE_QP,
+ * OPEN_QP and CREATE_SRQ replies, 1 to SROCE_CTX_BELLS - 1). After
+ * publishing send or receive WQEs on its rings, the client sets bit
+ * (bell % 64) of ctx_page->bells[bell / 64] with an atomic OR (struct
+ * sroce_ctx_page, the memfd of the OPEN reply), then, after a full fence,
+ * reads ctx_page->need_wakeup; if it is not 0 it writes the 8-byte value
+ * 1 to the doorbell eventfd of the OPEN reply. The daemon exchanges each
+ * nonzero word with 0 and serves the rings of the objects named, and only
+ * those: a post whose bit is not set is not seen until the next one that
+ * sets it. While the daemon polls it keeps need_wakeup 0 and no system
+ * call is needed. A bit that names no object of the connection is
+ * ignored (and counted). Arming a CQ writes the eventfd without a bit.
  *
  * The connection manager (the drop-in librdmacm): the CM_* operations are
  * allowed on any connection, before OPEN too, and are the kernel's ucma
@@ -57,7 +64,7 @@
 #include <stdint.h>
 
 #define SROCE_CTL_MAGIC   0x4c435253u /* "SRCL" */
-#define SROCE_CTL_VERSION 6 /* 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST; 5: CM_JOIN_MCAST, CM_LEAVE_MCAST; 6: XRC (OPEN_XRCD, CLOSE_XRCD, OPEN_QP, CREATE_SRQ of a domain) */
+#define SROCE_CTL_VERSION 7 /* 2: the CM operations; 3: RESIZE_CQ, REREG_MR, MODIFY_SRQ of max_wr; 4: ATTACH_MCAST, DETACH_MCAST; 5: CM_JOIN_MCAST, CM_LEAVE_MCAST; 6: XRC (OPEN_XRCD, CLOSE_XRCD, OPEN_QP, CREATE_SRQ of a domain); 7: doorbells name their QP or SRQ (ctx_page bells) */
 #define SROCE_CTL_MAX_MSG 8192 /* the largest datagram either way */
 #define SROCE_CTL_MAX_FDS 4    /* descriptors one datagram may carry */
 #define SROCE_CTL_NAME    64   /* device name buffer, NUL-terminated */
@@ -186,9 +193,13 @@ struct sroce_ctl_res_query {
 	uint64_t after_ctx;
 };
 
+#define SROCE_CTX_BELL_WORDS 504 /* the rest of the 4096-byte page */
+#define SROCE_CTX_BELLS (SROCE_CTX_BELL_WORDS * 64)
+
 struct sroce_ctx_page {
 	uint32_t need_wakeup; /* written by the daemon */
 	uint32_t reserved[15];
+	uint64_t bells[SROCE_CTX_BELL_WORDS]; /* set by the client (atomic OR), cleared by the daemon */
 };
 
 /* QUERY_DEVICE reply: struct ibv_device_attr's fields. */
@@ -429,7 +440,7 @@ struct sroce_ctl_qp {
 	uint32_t handle;
 	uint32_t qpn;
 	struct sroce_ctl_qp_cap cap; /* what the QP got (>= requested) */
-	uint32_t reserved;
+	uint32_t bell;               /* the QP's doorbell number */
 	uint64_t sq_offset;
 	uint64_t rq_offset;
 	uint64_t mem_size;
@@ -538,6 +549,8 @@ struct sroce_ctl_srq_created {
 	uint32_t srq_num;          /* an XRC SRQ's number (ibv_get_srq_num) */
 	uint64_t ring_offset;
 	uint64_t mem_size;
+	uint32_t bell;             /* the SRQ's doorbell number */
+	uint32_t reserved;
 };
 
 struct sroce_srq_ctl {

@@ -167,7 +167,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 			 fds, 3);
 	if (err)
 		goto fail_sock;
-	c->page = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fds[2], 0);
+	c->page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fds[2], 0);
 	close(fds[2]);
 	fds[2] = -1;
 	if (c->page == MAP_FAILED) {
@@ -251,11 +251,23 @@ EXPORT int ibv_close_device(struct ibv_context *context)
 	return 0;
 }
 
-/* Wakes the daemon after WQEs were published, when it asked for it. */
+/*
+ * Rings doorbell number bell after WQEs were published on the rings of
+ * its QP or SRQ: the bit tells the daemon which rings to look at (it
+ * looks at no others), then the eventfd wakes it if it sleeps.
+ */
+void sroce_ring_bell(struct sroce_context *c, uint32_t bell)
+{
+	if (bell && bell < SROCE_CTX_BELLS)
+		__atomic_fetch_or(&c->page->bells[bell / 64], (uint64_t)1 << (bell % 64), __ATOMIC_SEQ_CST);
+	sroce_ring_doorbell(c);
+}
+
+/* Wakes the daemon, when it asked for it: after a doorbell's bit was set, or a CQ armed. */
 void sroce_ring_doorbell(struct sroce_context *c)
 {
 	/*
-	 * The ring's index was stored before; a full fence keeps that store
+	 * The ring's index and the bell were stored before; a full fence keeps those stores
 	 * from passing this load, or the daemon could set need_wakeup, find
 	 * the ring empty and sleep while this thread reads need_wakeup as 0.
 	 */

@@ -146,12 +146,14 @@ struct sroce_qp {
 	size_t mem_size;
 	pthread_spinlock_t sq_lock, rq_lock;
 	uint32_t async_delivered;
+	uint32_t bell;         /* its doorbell number */
 };
 
 struct sroce_srq {
 	struct ibv_srq srq;
 	uint32_t max_wr, max_sge;
 	uint32_t srq_num;       /* an XRC SRQ's number */
+	uint32_t bell;          /* its doorbell number */
 	struct sroce_ring_hdr *rq;
 	void *mem;
 	size_t mem_size;
@@ -217,6 +219,7 @@ int ibv_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_por
 
 /* helpers shared between files */
 void sroce_ring_doorbell(struct sroce_context *c);
+void sroce_ring_bell(struct sroce_context *c, uint32_t bell);
 int sroce_wait_acks(pthread_mutex_t *m, pthread_cond_t *cv, uint32_t *done_a,
 		    uint32_t want_a, uint32_t *done_b, uint32_t want_b, const char *what);
 void sroce_port_attr_from_ctl(struct ibv_port_attr *out, const struct sroce_ctl_port_attr *in);

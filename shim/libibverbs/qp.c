@@ -116,6 +116,7 @@ static struct sroce_qp *qp_call(struct sroce_context *c, uint16_t op, const void
 	pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
 	qp->qp = *tmpl;
 	qp->qp.handle = reply->handle;
+	qp->bell = reply->bell;
 	qp->qp.qp_num = reply->qpn;
 	pthread_mutex_init(&qp->qp.mutex, NULL);
 	pthread_cond_init(&qp->qp.cond, NULL);
@@ -569,7 +570,7 @@ int sroce_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send
 	if (err)
 		*bad = wr;
 	if (posted)
-		sroce_ring_doorbell(to_sctx(ibqp->context));
+		sroce_ring_bell(to_sctx(ibqp->context), qp->bell);
 	return err;
 }
 
@@ -874,7 +875,7 @@ static int xwr_complete(struct ibv_qp_ex *x)
 	qp->wr_cur = NULL;
 	pthread_spin_unlock(&qp->sq_lock);
 	if (!err && n)
-		sroce_ring_doorbell(to_sctx(qp->qp.context));
+		sroce_ring_bell(to_sctx(qp->qp.context), qp->bell);
 	return err;
 }
 
@@ -968,7 +969,7 @@ int sroce_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv
 	}
 	err = post_recv_ring(&qp->rq, &qp->rq_lock, qp->cap.max_recv_sge, wr, bad, &posted);
 	if (posted)
-		sroce_ring_doorbell(to_sctx(ibqp->context));
+		sroce_ring_bell(to_sctx(ibqp->context), qp->bell);
 	return err;
 }
 
@@ -981,6 +982,7 @@ static void srq_use(struct sroce_srq *srq, const struct sroce_ctl_srq_created *r
 	srq->rq = (struct sroce_ring_hdr *)((char *)srq->mem + reply->ring_offset);
 	srq->max_wr = reply->max_wr;
 	srq->max_sge = reply->max_sge;
+	srq->bell = reply->bell;
 }
 
 /* create_srq: an SRQ of pd; of domain xrcd with completion queue cq for an XRC SRQ. */
@@ -1215,7 +1217,7 @@ int sroce_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ib
 	}
 	int err = post_recv_ring(&srq->rq, &srq->lock, srq->max_sge, wr, bad, &posted);
 	if (posted)
-		sroce_ring_doorbell(to_sctx(ibsrq->context));
+		sroce_ring_bell(to_sctx(ibsrq->context), srq->bell);
 	return err;
 }
 

@@ -1,0 +1,87 @@
+package daemon_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sroce/sroce/daemon"
+	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/ring"
+	"github.com/sroce/sroce/verbs"
+)
+
+// TestCorruptRecvRingInPlace: the engine takes a client's receives from
+// its ring where the client wrote them. A ring whose producer index runs
+// far ahead of its limit, or whose entry claims more SGEs than the queue
+// takes, is not trusted: the engine takes nothing from it, and the daemon
+// disconnects that client, while the daemon and its other clients go on.
+func TestCorruptRecvRingInPlace(t *testing.T) {
+	r := newRig(t, daemon.Options{})
+	a, b := pair(t, r, false)
+	sendRecv(t, a, b, "before")
+	for _, tc := range []struct {
+		name    string
+		corrupt func(rq *ring.Ring[ring.RecvWQE])
+	}{
+		{"producer far ahead", func(rq *ring.Ring[ring.RecvWQE]) {
+			rq.Header().Prod.Store(rq.Cons() + rq.Limit() + 1000)
+		}},
+		{"NumSGE huge", func(rq *ring.Ring[ring.RecvWQE]) {
+			e := rq.Next()
+			*e = ring.RecvWQE{WRID: 9, NumSGE: 1 << 30, Length: 64}
+			rq.Publish()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var h *endpoint
+			victim := newClientID(t, r, func() { h = newEndpoint(t, r, "sroce_mem0", false) })
+			p := newEndpoint(t, r, "sroce_mem1", false)
+			connect(t, h, p.qp.QPN(), r.gids[1])
+			connect(t, p, h.qp.QPN(), r.gids[0])
+			// A good receive first: the ring in place serves it.
+			sendRecv(t, p, h, "in place")
+			tc.corrupt(h.qp.RecvRing())
+			h.qp.Ring()
+			// A SEND to h makes the engine take a receive from the ring.
+			p.qp.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpSend, Flags: verbs.Signaled | verbs.Inline, InlineData: []byte("to a corrupt ring")})
+			waitGone(t, r, victim, "the client with a corrupt receive ring to be disconnected")
+			if !strings.Contains(r.logText(), "receive ring is corrupt") {
+				t.Errorf("the disconnection does not say why:\n%s", r.logText())
+			}
+			sendRecv(t, a, b, "after "+tc.name)
+			sendRecv(t, b, a, "both ways after "+tc.name)
+			p.x.Close()
+		})
+	}
+}
+
+// TestRecvRingInPlaceNoRNR: a receive the client wrote into its ring
+// before the message came is taken by the engine, never answered with an
+// RNR NAK, even while the daemon's bridge sleeps and no doorbell rang.
+func TestRecvRingInPlaceNoRNR(t *testing.T) {
+	r := newRig(t, daemon.Options{})
+	a, b := pair(t, r, false)
+	for i := 0; i < 50; i++ {
+		// Written into the ring, no doorbell: the engine reads the
+		// ring's producer index itself.
+		rq := b.qp.RecvRing()
+		e := rq.Next()
+		if e == nil {
+			t.Fatal("b's receive ring is full")
+		}
+		*e = ring.RecvWQE{WRID: uint64(100 + i), NumSGE: 1, Length: 64}
+		rq.SGEs(rq.Prod(), 1)[0] = mr.SGE{Addr: b.buf.Addr(0), Length: 64, LKey: b.mr.LKey()}
+		rq.Publish()
+		msg := "no rnr " + string(rune('a'+i%26))
+		a.qp.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, Flags: verbs.Inline, InlineData: []byte(msg)})
+		wc := wait(t, b, "the receive of "+msg)
+		if wc.Status != verbs.WCSuccess || wc.WRID != uint64(100+i) || string(b.buf.Buf[:len(msg)]) != msg {
+			t.Fatalf("receive %d: %+v, %q", i, wc, b.buf.Buf[:len(msg)])
+		}
+	}
+	for i, d := range r.devs {
+		if n := d.Counters()["send_rnr_err"] + d.Counters()["rcvd_rnr_err"]; n != 0 {
+			t.Errorf("device %d: %d RNR NAKs for receives posted before the messages", i, n)
+		}
+	}
+}
