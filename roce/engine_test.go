@@ -2,6 +2,7 @@ package roce_test
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/netip"
 	"runtime"
@@ -219,16 +220,61 @@ func (l *batchLink) WriteBatch(frames [][]byte) (int, error) {
 	return n, err
 }
 
+// pollerLink is a batchLink whose readiness only the goroutines that poll
+// see: a frame's arrival does not wake the device's loop (WaitReady waits
+// for Wake or its timeout), so the polls receive every frame and the loop
+// only acts on its deadlines and on kicks. Which of the two goroutines
+// takes a frame first is otherwise the scheduler's choice.
+type pollerLink struct {
+	*batchLink
+	wake chan struct{}
+}
+
+func newPollerLink(p *memlink.Port) *pollerLink {
+	return &pollerLink{batchLink: &batchLink{Port: p}, wake: make(chan struct{}, 1)}
+}
+
+// Wake implements roce.Link.
+func (l *pollerLink) Wake() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// WaitReady implements roce.ReadyWaiter without looking at the frames.
+func (l *pollerLink) WaitReady(timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-l.wake:
+	case <-t.C:
+	}
+	return nil
+}
+
+// inlineTxHold is how long an inline device keeps the ACKs a poll made
+// for the program's next post (roce's txHoldMax).
+const inlineTxHold = 50 * time.Microsecond
+
 // TestInlineACKRidesWithNextPost runs a SEND ping-pong between two inline
 // devices, polling busily as perftest's send_lat does: the ACK of each SEND
 // a poll receives waits for the answer the program posts next and leaves in
 // the same transmit call (before, every ACK cost a call of its own). When
-// no post follows, the ACK still leaves within its bound and completes the
-// peer's SEND.
+// no post follows, the ACK still leaves when the clock reaches its bound
+// and completes the peer's SEND.
+//
+// The devices run on a virtual clock that stands still during the
+// ping-pong: the hold and the retransmit timer are clock time, and on the
+// wall clock a goroutine the machine does not run for 67 ms (two CPUs
+// shared with other work, the race detector, GOMAXPROCS=1) let the
+// retransmit timer fire and the hold expire, which says nothing about the
+// engine.
 func TestInlineACKRidesWithNextPost(t *testing.T) {
-	var links []*batchLink
-	b := linkedPair(t, 11, roce.EngineInline, 256, func(p *memlink.Port) roce.Link {
-		l := &batchLink{Port: p}
+	clock := new(memlink.VirtualClock)
+	var links []*pollerLink
+	b := linkedPairOn(t, clock, 11, roce.EngineInline, 256, func(p *memlink.Port) roce.Link {
+		l := newPollerLink(p)
 		links = append(links, l)
 		return l
 	})
@@ -253,32 +299,44 @@ func TestInlineACKRidesWithNextPost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	recv := func(n *node, what string) {
-		t.Helper()
+	// poll polls cq busily until a completion arrives; the bound is real
+	// time and only ends a test that would hang.
+	poll := func(cq *roce.CQ, what string) (verbs.WC, error) {
 		var wc [1]verbs.WC
-		deadline := time.Now().Add(5 * time.Second)
-		for n.rcq.Poll(wc[:]) == 0 {
+		deadline := time.Now().Add(10 * time.Second)
+		for cq.Poll(wc[:]) == 0 {
 			if time.Now().After(deadline) {
-				t.Fatalf("no receive completion for %s within 5s", what)
+				return wc[0], fmt.Errorf("no completion for %s within 10s (virtual time %v)", what, clock.Now())
 			}
 		}
 		if wc[0].Status != verbs.WCSuccess {
-			t.Fatalf("%s: %v", what, wc[0].Status)
+			return wc[0], fmt.Errorf("%s: %v", what, wc[0].Status)
 		}
+		return wc[0], nil
 	}
-	echoed := make(chan struct{})
+	echoed := make(chan error, 1)
 	go func() {
-		defer close(echoed)
 		for i := 0; i < rounds; i++ {
-			recv(nodes[1], "the ping")
-			send(qb, mb, 0)
+			if _, err := poll(nodes[1].rcq, "the ping"); err != nil {
+				echoed <- err
+				return
+			}
+			if err := qb.PostSend(&verbs.SendWR{Opcode: verbs.WROpSend, SGL: []mr.SGE{mb.SGE(8, 8)}}); err != nil {
+				echoed <- err
+				return
+			}
 		}
+		echoed <- nil
 	}()
 	for i := 0; i < rounds; i++ {
 		send(qa, ma, 0)
-		recv(nodes[0], "the answer")
+		if _, err := poll(nodes[0].rcq, "the answer"); err != nil {
+			t.Fatal(err)
+		}
 	}
-	<-echoed
+	if err := <-echoed; err != nil {
+		t.Fatal(err)
+	}
 	together := 0
 	links[1].mu.Lock()
 	for _, ops := range links[1].batches {
@@ -296,16 +354,25 @@ func TestInlineACKRidesWithNextPost(t *testing.T) {
 	if together < rounds/2 {
 		t.Errorf("only %d of %d answers left in one transmit call with the ACK of the SEND they answer", together, rounds)
 	}
-	// A last ping that nobody answers: its ACK must still complete it,
-	// well before the 67 ms retransmit timeout would have sent it again.
+	// A last ping that nobody answers: its ACK waits while the clock
+	// stands still, and leaves when the clock reaches the hold's bound,
+	// long before the 67 ms retransmit timeout.
 	send(qa, ma, verbs.Signaled)
-	recv(nodes[1], "the last ping")
+	if _, err := poll(nodes[1].rcq, "the last ping"); err != nil {
+		t.Fatal(err)
+	}
 	var wc [1]verbs.WC
-	if n, err := nodes[0].scq.WaitTimeout(wc[:], time.Second); n != 1 || wc[0].Status != verbs.WCSuccess {
-		t.Fatalf("the unanswered SEND did not complete within 1s (its ACK was held): %d completions, %v", n, err)
+	for i := 0; i < 1000; i++ {
+		if nodes[0].scq.Poll(wc[:]) != 0 {
+			t.Fatalf("the unanswered SEND completed before the clock moved: its ACK was not held for a post (%+v)", wc[0])
+		}
+	}
+	clock.Advance(inlineTxHold)
+	if _, err := poll(nodes[0].scq, "the unanswered SEND, whose ACK must leave when the clock reaches the hold's bound"); err != nil {
+		t.Fatal(err)
 	}
 	if n := nodes[0].dev.Counter(verbs.CntTimeouts); n != 0 {
-		t.Errorf("%d retransmit timeouts: an ACK waited for a post that never came", n)
+		t.Errorf("%d retransmit timeouts in %v of virtual time, under the 67 ms timeout", n, clock.Now())
 	}
 }
 

@@ -236,7 +236,11 @@ func openNode(t testing.TB, link roce.Link, port *memlink.Port, gid bth.GID, opt
 // seed also numbers their MACs and subnet, each over the link wrap makes
 // of its port, and returns the testbed of the two.
 func linkedPair(t *testing.T, seed byte, mode roce.EngineMode, cqe int, wrap func(*memlink.Port) roce.Link) *testbed {
-	clock := roce.SystemClock()
+	return linkedPairOn(t, roce.SystemClock(), seed, mode, cqe, wrap)
+}
+
+// linkedPairOn is linkedPair on clock.
+func linkedPairOn(t *testing.T, clock roce.Clock, seed byte, mode roce.EngineMode, cqe int, wrap func(*memlink.Port) roce.Link) *testbed {
 	router := memlink.NewRouter(clock, uint64(seed), memlink.Impairments{})
 	var nodes []*node
 	for i := 0; i < 2; i++ {
