@@ -65,6 +65,7 @@ type rig struct {
 	gids   [2]bth.GID
 	log    *bytes.Buffer
 	logMu  *sync.Mutex
+	router *memlink.Router // the devices' link
 }
 
 type lockedWriter struct {
@@ -89,7 +90,7 @@ func newRigEngine(t *testing.T, opts daemon.Options, mode roce.EngineMode) *rig 
 	router := memlink.NewRouter(roce.SystemClock(), 1, memlink.Impairments{})
 	peers := map[bth.GID]net.HardwareAddr{}
 	var devs []daemon.Device
-	r := &rig{log: &bytes.Buffer{}, logMu: &sync.Mutex{}}
+	r := &rig{log: &bytes.Buffer{}, logMu: &sync.Mutex{}, router: router}
 	for i := 0; i < 2; i++ {
 		mac := net.HardwareAddr{2, 0, 0, 0, 0, byte(i + 1)}
 		gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}))

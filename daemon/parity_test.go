@@ -93,7 +93,11 @@ type memDevice struct {
 
 // inProcessDevices opens two roce devices on a memlink router.
 func inProcessDevices(t *testing.T) [2]memDevice {
-	router := memlink.NewRouter(roce.SystemClock(), 1, memlink.Impairments{})
+	return inProcessDevicesOn(t, memlink.NewRouter(roce.SystemClock(), 1, memlink.Impairments{}))
+}
+
+// inProcessDevicesOn is inProcessDevices on router.
+func inProcessDevicesOn(t *testing.T, router *memlink.Router) [2]memDevice {
 	var devs [2]memDevice
 	for i := range devs {
 		gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}))

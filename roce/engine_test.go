@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	tb "github.com/sroce/sroce/internal/testbed"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/memlink"
@@ -148,11 +149,11 @@ func TestTransmitStallDoesNotBlock(t *testing.T) {
 				links = append(links, l)
 				return l
 			})
-			nodes := b.nodes
+			nodes := b.Nodes
 			a, c := nodes[0], nodes[1]
-			qa, _ := b.pairQPs(rcOpts{timeout: 14}) // 67 ms retransmit timeout
-			lm, _ := a.reg(t, 4096, 0, 1)
-			rm, _ := c.reg(t, 4096, 0, 2)
+			qa, _ := b.PairQPs(rcOpts{Timeout: 14}) // 67 ms retransmit timeout
+			lm, _ := a.Reg(t, 4096, 0, 1)
+			rm, _ := c.Reg(t, 4096, 0, 2)
 			write := func(id uint64, stall time.Duration) {
 				t.Helper()
 				links[0].stalled.Store(true)
@@ -166,7 +167,7 @@ func TestTransmitStallDoesNotBlock(t *testing.T) {
 				}
 				done := make(chan struct{})
 				go func() {
-					a.dev.Counters()
+					a.Dev.Counters()
 					qa.Query()
 					close(done)
 				}()
@@ -181,17 +182,17 @@ func TestTransmitStallDoesNotBlock(t *testing.T) {
 					t.Fatal("control calls still waiting 10s after the stall ended")
 				}
 				var wc [1]verbs.WC
-				n, err := a.scq.WaitTimeout(wc[:], 10*time.Second)
+				n, err := a.SCQ.WaitTimeout(wc[:], 10*time.Second)
 				if n != 1 || wc[0].WRID != id || wc[0].Status != verbs.WCSuccess {
 					t.Fatalf("WRITE %d after a %v stall: %d completions, %+v, %v", id, stall, n, wc[0], err)
 				}
 			}
 			write(1, 50*time.Millisecond)
-			if n := a.dev.Counter(verbs.CntSendErr); n != 0 {
+			if n := a.Dev.Counter(verbs.CntSendErr); n != 0 {
 				t.Errorf("%d send errors after a stall shorter than the limit", n)
 			}
 			write(2, 400*time.Millisecond)
-			if a.dev.Counter(verbs.CntSendErr) == 0 {
+			if a.Dev.Counter(verbs.CntSendErr) == 0 {
 				t.Error("no send error counted after a stall longer than the limit")
 			}
 		})
@@ -273,15 +274,15 @@ const inlineTxHold = 50 * time.Microsecond
 func TestInlineACKRidesWithNextPost(t *testing.T) {
 	clock := new(memlink.VirtualClock)
 	var links []*pollerLink
-	b := linkedPairOn(t, clock, 11, roce.EngineInline, 256, func(p *memlink.Port) roce.Link {
+	b := tb.Pair(t, clock, 11, roce.EngineInline, 256, func(p *memlink.Port) roce.Link {
 		l := newPollerLink(p)
 		links = append(links, l)
 		return l
 	})
-	nodes := b.nodes
-	qa, qb := b.pairQPs(rcOpts{timeout: 14})
-	ma, _ := nodes[0].reg(t, 64, 0, 1)
-	mb, _ := nodes[1].reg(t, 64, 0, 2)
+	nodes := b.Nodes
+	qa, qb := b.PairQPs(rcOpts{Timeout: 14})
+	ma, _ := nodes[0].Reg(t, 64, 0, 1)
+	mb, _ := nodes[1].Reg(t, 64, 0, 2)
 	const rounds = 200
 	for _, x := range []struct {
 		qp *roce.QP
@@ -317,7 +318,7 @@ func TestInlineACKRidesWithNextPost(t *testing.T) {
 	echoed := make(chan error, 1)
 	go func() {
 		for i := 0; i < rounds; i++ {
-			if _, err := poll(nodes[1].rcq, "the ping"); err != nil {
+			if _, err := poll(nodes[1].RCQ, "the ping"); err != nil {
 				echoed <- err
 				return
 			}
@@ -330,7 +331,7 @@ func TestInlineACKRidesWithNextPost(t *testing.T) {
 	}()
 	for i := 0; i < rounds; i++ {
 		send(qa, ma, 0)
-		if _, err := poll(nodes[0].rcq, "the answer"); err != nil {
+		if _, err := poll(nodes[0].RCQ, "the answer"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -358,20 +359,20 @@ func TestInlineACKRidesWithNextPost(t *testing.T) {
 	// stands still, and leaves when the clock reaches the hold's bound,
 	// long before the 67 ms retransmit timeout.
 	send(qa, ma, verbs.Signaled)
-	if _, err := poll(nodes[1].rcq, "the last ping"); err != nil {
+	if _, err := poll(nodes[1].RCQ, "the last ping"); err != nil {
 		t.Fatal(err)
 	}
 	var wc [1]verbs.WC
 	for i := 0; i < 1000; i++ {
-		if nodes[0].scq.Poll(wc[:]) != 0 {
+		if nodes[0].SCQ.Poll(wc[:]) != 0 {
 			t.Fatalf("the unanswered SEND completed before the clock moved: its ACK was not held for a post (%+v)", wc[0])
 		}
 	}
 	clock.Advance(inlineTxHold)
-	if _, err := poll(nodes[0].scq, "the unanswered SEND, whose ACK must leave when the clock reaches the hold's bound"); err != nil {
+	if _, err := poll(nodes[0].SCQ, "the unanswered SEND, whose ACK must leave when the clock reaches the hold's bound"); err != nil {
 		t.Fatal(err)
 	}
-	if n := nodes[0].dev.Counter(verbs.CntTimeouts); n != 0 {
+	if n := nodes[0].Dev.Counter(verbs.CntTimeouts); n != 0 {
 		t.Errorf("%d retransmit timeouts in %v of virtual time, under the 67 ms timeout", n, clock.Now())
 	}
 }
@@ -500,11 +501,11 @@ func TestEngineLentFrames(t *testing.T) {
 			links = append(links, l)
 			return l
 		})
-		nodes := b.nodes
-		qa, qb := b.pairQPs(rcOpts{timeout: 14})
+		nodes := b.Nodes
+		qa, qb := b.PairQPs(rcOpts{Timeout: 14})
 		const size = 64 << 10
-		la, src := nodes[0].reg(t, size, 0, 1)
-		rb, dst := nodes[1].reg(t, size, mr.AccessRemoteWrite|mr.AccessRemoteRead|mr.AccessLocalWrite, 2)
+		la, src := nodes[0].Reg(t, size, 0, 1)
+		rb, dst := nodes[1].Reg(t, size, mr.AccessRemoteWrite|mr.AccessRemoteRead|mr.AccessLocalWrite, 2)
 		wait := func(cq *roce.CQ, what string) {
 			t.Helper()
 			var wc [1]verbs.WC
@@ -516,7 +517,7 @@ func TestEngineLentFrames(t *testing.T) {
 			SGL: []mr.SGE{la.SGE(0, size)}, RemoteAddr: rb.Addr(), RKey: rb.RKey()}); err != nil {
 			t.Fatal(err)
 		}
-		wait(nodes[0].scq, "the WRITE")
+		wait(nodes[0].SCQ, "the WRITE")
 		if !bytes.Equal(src, dst) {
 			t.Fatal("the WRITE's data arrived damaged")
 		}
@@ -527,7 +528,7 @@ func TestEngineLentFrames(t *testing.T) {
 			SGL: []mr.SGE{la.SGE(0, size)}, RemoteAddr: rb.Addr(), RKey: rb.RKey()}); err != nil {
 			t.Fatal(err)
 		}
-		wait(nodes[0].scq, "the READ")
+		wait(nodes[0].SCQ, "the READ")
 		if !bytes.Equal(src, dst) {
 			t.Fatal("the READ's data arrived damaged")
 		}
@@ -538,13 +539,13 @@ func TestEngineLentFrames(t *testing.T) {
 		if err := qa.PostSend(&verbs.SendWR{WRID: 4, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{la.SGE(0, 4000)}}); err != nil {
 			t.Fatal(err)
 		}
-		wait(nodes[1].rcq, "the SEND's receive")
-		wait(nodes[0].scq, "the SEND")
+		wait(nodes[1].RCQ, "the SEND's receive")
+		wait(nodes[0].SCQ, "the SEND")
 		if !bytes.Equal(src[:4000], dst[:4000]) {
 			t.Fatal("the SEND's data arrived damaged")
 		}
 		for i, l := range links {
-			nodes[i].dev.Close()
+			nodes[i].Dev.Close()
 			if l.lends == 0 || l.lends != l.release || l.out != 0 {
 				t.Errorf("device %d: %d lends, %d releases, %d frames out", i, l.lends, l.release, l.out)
 			}
