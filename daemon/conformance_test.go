@@ -153,6 +153,7 @@ func (p *confPair) state(q rdma.QP, who string, want verbs.QPState) {
 	p.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for q.State() != want && time.Now().Before(deadline) {
+		// wall clock: the state changes on the devices' loops and the daemon's goroutines, not on a timer
 		time.Sleep(time.Millisecond)
 	}
 	p.logf("%s state %v", who, q.State())

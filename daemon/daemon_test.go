@@ -320,6 +320,7 @@ func TestSendWriteReadAtomic(t *testing.T) {
 			}
 			deadline := time.Now().Add(5 * time.Second)
 			for a.qp.State() != verbs.QPStateErr && time.Now().Before(deadline) {
+				// wall clock: waits for the engine's loop, not for a timer
 				time.Sleep(time.Millisecond)
 			}
 			if s := a.qp.State(); s != verbs.QPStateErr {
@@ -344,6 +345,7 @@ func TestClientGoneFreesEverything(t *testing.T) {
 	a.x.Close()
 	deadline := time.Now().Add(5 * time.Second)
 	for len(r.srv.Clients()) != 1 && time.Now().Before(deadline) {
+		// wall clock: waits for the daemon's goroutine to drop the closed client
 		time.Sleep(time.Millisecond)
 	}
 	cs := r.srv.Clients()
@@ -431,6 +433,7 @@ func TestMisbehavingClients(t *testing.T) {
 	e.x.Ring()
 	deadline := time.Now().Add(5 * time.Second)
 	for !strings.Contains(r.logText(), "its rings are corrupt") && time.Now().Before(deadline) {
+		// wall clock: waits for the daemon's bridge goroutine to log
 		time.Sleep(time.Millisecond)
 	}
 	if !strings.Contains(r.logText(), "its rings are corrupt") {
@@ -649,6 +652,7 @@ func TestDestroySendsPosted(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("%s: the WRITEs posted before DESTROY_QP had not arrived after 10s", mode)
 				}
+				// wall clock: waits for the daemon's goroutines and the engines' loops
 				time.Sleep(time.Millisecond)
 			}
 		})

@@ -177,6 +177,7 @@ func program(t *testing.T, e [2]*end) ([]completion, [2][]byte) {
 			if time.Now().After(deadline) {
 				t.Fatalf("no completion of %s within 10 s", what)
 			}
+			// wall clock: waits for another process's (the daemon's) engine
 			time.Sleep(20 * time.Microsecond)
 		}
 		w := wcs[0]
@@ -232,6 +233,7 @@ func program(t *testing.T, e [2]*end) ([]completion, [2][]byte) {
 	wait(a, "WRITE with a bad rkey")
 	deadline := time.Now().Add(5 * time.Second)
 	for a.qp.State() != verbs.QPStateErr && time.Now().Before(deadline) {
+		// wall clock: waits for the engine's loop, not for a timer
 		time.Sleep(time.Millisecond)
 	}
 	if s := a.qp.State(); s != verbs.QPStateErr {
