@@ -212,7 +212,7 @@ func TestToolDurationServerWithoutMessages(t *testing.T) {
 		c.Run(ctx, oob.Flow{Test: oob.SendLat, Sizes: []uint64{2}}, []oob.KeyMsg{key}, oob.Hooks{
 			Connect: func([]oob.KeyMsg) error { return nil },
 			// wall clock: a run that outlasts the signal the test sends
-			Run:     func(uint64) (oob.BWReport, error) { time.Sleep(20 * time.Second); return oob.BWReport{}, nil },
+			Run: func(uint64) (oob.BWReport, error) { time.Sleep(20 * time.Second); return oob.BWReport{}, nil },
 		})
 	}()
 	r := waitTool(t, done)
