@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sroce/sroce/monotime"
+	"github.com/sroce/sroce/roce"
 )
 
 // Resource is one kind of thing a client can make the daemon hold, which
@@ -266,6 +269,7 @@ type BudgetStats struct {
 type budgets struct {
 	user, total Budget
 	log         *slog.Logger
+	clock       roce.Clock // the daemon's (Options.Clock)
 
 	mu      sync.Mutex
 	used    Budget
@@ -280,7 +284,8 @@ type budgets struct {
 
 // warnState rate-limits one uid's warnings.
 type warnState struct {
-	last       time.Time
+	last       monotime.Time // on the daemon's clock
+	logged     bool          // last is set
 	suppressed int
 }
 
@@ -291,8 +296,8 @@ const noUID = ^uint32(0)
 // between are counted and the count told with the next.
 const warnEvery = 10 * time.Second
 
-func newBudgets(user, total Budget, log *slog.Logger) *budgets {
-	return &budgets{user: user, total: total, log: log, byUID: map[uint32]*Budget{}, warned: map[uint32]*warnState{}}
+func newBudgets(user, total Budget, log *slog.Logger, clock roce.Clock) *budgets {
+	return &budgets{user: user, total: total, log: log, clock: clock, byUID: map[uint32]*Budget{}, warned: map[uint32]*warnState{}}
 }
 
 // charge takes k for uid if both uid's and the daemon's budgets have room
@@ -377,7 +382,7 @@ func (b *budgets) release(uid uint32, k cost) {
 // warn logs msg for uid at most once per warnEvery, telling how many were
 // suppressed since the last.
 func (b *budgets) warn(uid uint32, msg string, args ...any) {
-	now := time.Now()
+	now := b.clock.Now()
 	b.mu.Lock()
 	w := b.warned[uid]
 	if w == nil {
@@ -392,13 +397,13 @@ func (b *budgets) warn(uid uint32, msg string, args ...any) {
 		w = &warnState{}
 		b.warned[uid] = w
 	}
-	if !w.last.IsZero() && now.Sub(w.last) < warnEvery {
+	if w.logged && now.Sub(w.last) < warnEvery {
 		w.suppressed++
 		b.mu.Unlock()
 		return
 	}
 	n := w.suppressed
-	w.last, w.suppressed = now, 0
+	w.last, w.logged, w.suppressed = now, true, 0
 	b.mu.Unlock()
 	if uid != noUID {
 		args = append([]any{"uid", uid}, args...)

@@ -194,6 +194,7 @@ func TestCMOperations(t *testing.T) {
 		if err == nil || time.Now().After(deadline) {
 			break
 		}
+		// wall clock: waits for the daemon goroutine that frees the port (no timer of the daemon)
 		time.Sleep(10 * time.Millisecond)
 	}
 	if err != nil {
@@ -236,6 +237,7 @@ func TestCMOperations(t *testing.T) {
 	}
 	deadline = time.Now().Add(5 * time.Second)
 	for !strings.Contains(r.logText(), "CM_CONNECT request: body of") && time.Now().Before(deadline) {
+		// wall clock: waits for the daemon's connection goroutine to log
 		time.Sleep(10 * time.Millisecond)
 	}
 	if !strings.Contains(r.logText(), "CM_CONNECT request: body of "+strconv.Itoa(int(unsafe.Sizeof(short)))) {

@@ -18,9 +18,11 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/daemon"
+	tb "github.com/sroce/sroce/internal/testbed"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/rdma"
 	"github.com/sroce/sroce/roce"
+	"github.com/sroce/sroce/roce/memlink"
 	"github.com/sroce/sroce/verbs"
 )
 
@@ -37,9 +39,10 @@ type confSide struct {
 
 // confPair is the two sides and a transcript.
 type confPair struct {
-	t    *testing.T
-	a, b *confSide
-	log  []string
+	t     *testing.T
+	a, b  *confSide
+	log   []string
+	rules *tb.Rules // sees the frames of both sides' routers
 }
 
 func (p *confPair) logf(format string, args ...any) {
@@ -67,71 +70,39 @@ func sgeOf(m rdma.MR, off, n int) mr.SGE {
 	return mr.SGE{Addr: m.Addr() + uint64(off), Length: uint32(n), LKey: m.LKey()}
 }
 
-// confOpts are a pair's connection settings (zero: the defaults below).
-type confOpts struct {
-	typ                verbs.QPType
-	access             mr.Access
-	noAccess           bool
-	rnr, minRNR, retry uint8
-	timeout            uint8
-	maxWR, maxSGE      uint32
-	maxInline          uint32
-}
+// confOpts are a pair's connection settings: the engine's test bed's,
+// whose zero fields take the defaults the engine's own tests use.
+type confOpts = tb.RC
 
-func (o *confOpts) fill() {
-	if o.typ == 0 {
-		o.typ = verbs.QPTypeRC
-	}
-	if o.access == 0 && !o.noAccess {
-		o.access = confAccess
-	}
-	if o.maxWR == 0 {
-		o.maxWR = 16
-	}
-	if o.maxSGE == 0 {
-		o.maxSGE = 2
-	}
-	if o.timeout == 0 {
-		o.timeout = 14
-	}
-	if o.retry == 0 {
-		o.retry = 3
-	}
-}
-
-const confAccess = mr.AccessLocalWrite | mr.AccessRemoteWrite | mr.AccessRemoteRead | mr.AccessRemoteAtomic
+const confAccess = tb.AllAccess
 
 // createQP creates a QP of o's type and capacity on s.
 func (s *confSide) createQP(o confOpts) rdma.QP {
 	s.t.Helper()
-	q, err := s.pd.CreateQP(&rdma.QPInitAttr{Type: o.typ, SendCQ: s.cq, RecvCQ: s.cq,
-		Cap: verbs.QPCap{MaxSendWR: o.maxWR, MaxRecvWR: o.maxWR, MaxSendSGE: o.maxSGE, MaxRecvSGE: o.maxSGE, MaxInlineData: o.maxInline}})
+	o.Defaults()
+	q, err := s.pd.CreateQP(&rdma.QPInitAttr{Type: o.QPType, SendCQ: s.cq, RecvCQ: s.cq, Cap: o.Cap()})
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	return q
 }
 
-// connect takes x to RTS toward y's QP yq.
-func connectTo(t *testing.T, x rdma.QP, y *confSide, yq bth.QPN, o confOpts) {
-	t.Helper()
-	c := &roce.ConnectAttr{AH: verbs.AHAttr{DGID: y.gid, HopLimit: 64, DMAC: y.dmac}, PathMTU: verbs.MTU1024,
-		DestQPN: yq, RQPSN: 100, MaxDestRdAtomic: 4, MinRNRTimer: o.minRNR, SQPSN: 100, Timeout: o.timeout,
-		RetryCnt: o.retry, RNRRetry: o.rnr, MaxRdAtomic: 4, Access: o.access}
-	if o.noAccess {
-		c.Access = 0
+// connect takes x (on p's side xs) to RTS toward y's QP yq, and tells
+// the rules checker.
+func (p *confPair) connect(xs *confSide, x rdma.QP, y *confSide, yq bth.QPN, o confOpts) {
+	p.t.Helper()
+	if err := x.Connect(o.ConnectAttr(verbs.AHAttr{DGID: y.gid, HopLimit: 64, DMAC: y.dmac}, yq, 100, 100)); err != nil {
+		p.t.Fatal(err)
 	}
-	if err := x.Connect(c); err != nil {
-		t.Fatal(err)
-	}
+	p.rules.Connected(tb.QPAddr{IP: xs.gid.Addr(), QPN: x.QPN()}, tb.QPAddr{IP: y.gid.Addr(), QPN: yq}, o.MTU.Bytes())
 }
 
 // pair creates a connected QP pair of o's kind, a's toward b's.
 func (p *confPair) pair(o confOpts) (qa, qb rdma.QP) {
-	o.fill()
+	o.Defaults()
 	qa, qb = p.a.createQP(o), p.b.createQP(o)
-	connectTo(p.t, qa, p.b, qb.QPN(), o)
-	connectTo(p.t, qb, p.a, qa.QPN(), o)
+	p.connect(p.a, qa, p.b, qb.QPN(), o)
+	p.connect(p.b, qb, p.a, qa.QPN(), o)
 	return qa, qb
 }
 
@@ -182,6 +153,7 @@ func (p *confPair) state(q rdma.QP, who string, want verbs.QPState) {
 	p.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for q.State() != want && time.Now().Before(deadline) {
+		// wall clock: the state changes on the devices' loops and the daemon's goroutines, not on a timer
 		time.Sleep(time.Millisecond)
 	}
 	p.logf("%s state %v", who, q.State())
@@ -198,7 +170,7 @@ type confScenario struct {
 var confScenarios = []confScenario{
 	{"remote access errors", confRemoteAccess},
 	{"QP access flags refuse READ", func(p *confPair) {
-		qa, qb := p.pair(confOpts{noAccess: true})
+		qa, qb := p.pair(confOpts{NoAccess: true})
 		lm, _ := p.a.reg(4096, confAccess, 1)
 		rm, _ := p.b.reg(4096, confAccess, 2)
 		p.post(qa, verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled, SGL: []mr.SGE{sgeOf(lm, 0, 64)},
@@ -229,7 +201,7 @@ var confScenarios = []confScenario{
 		p.expect(p.b, "responder", verbs.WCLocProtErr)
 	}},
 	{"RNR retries used up", func(p *confPair) {
-		qa, qb := p.pair(confOpts{rnr: 2, minRNR: 1})
+		qa, qb := p.pair(confOpts{RNR: 2, MinRNR: 1})
 		lm, _ := p.a.reg(4096, confAccess, 1)
 		for id := uint64(1); id <= 2; id++ {
 			p.post(qa, verbs.SendWR{WRID: id, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{sgeOf(lm, 0, 100)}})
@@ -239,7 +211,7 @@ var confScenarios = []confScenario{
 		p.state(qb, "responder", verbs.QPStateRTS)
 	}},
 	{"RNR retries unlimited", func(p *confPair) {
-		qa, qb := p.pair(confOpts{rnr: 7, minRNR: 14})
+		qa, qb := p.pair(confOpts{RNR: 7, MinRNR: 14})
 		lm, lbuf := p.a.reg(4096, confAccess, 1)
 		rm, rbuf := p.b.reg(4096, confAccess, 2)
 		for i := range lbuf {
@@ -258,7 +230,7 @@ var confScenarios = []confScenario{
 		p.logf("data arrived %v", slices.Equal(rbuf[:3000], lbuf[:3000]))
 	}},
 	{"retries used up against a destroyed QP", func(p *confPair) {
-		qa, qb := p.pair(confOpts{retry: 3, timeout: 10})
+		qa, qb := p.pair(confOpts{Retry: 3, Timeout: 10})
 		lm, _ := p.a.reg(4096, confAccess, 1)
 		rm, _ := p.b.reg(4096, confAccess, 2)
 		if err := qb.Destroy(); err != nil {
@@ -294,7 +266,7 @@ var confScenarios = []confScenario{
 		p.expect(p.a, "owner", verbs.WCWRFlushErr)
 	}},
 	{"illegal transitions", func(p *confPair) {
-		q := p.a.createQP(confOpts{maxWR: 4, maxSGE: 1, typ: verbs.QPTypeRC})
+		q := p.a.createQP(confOpts{MaxWR: 4, MaxSGE: 1, QPType: verbs.QPTypeRC})
 		try := func(name string, attr verbs.QPAttr, mask verbs.QPAttrMask, ok bool) {
 			err := q.Modify(&attr, mask)
 			p.logf("%s: accepted %v", name, err == nil)
@@ -323,7 +295,7 @@ var confScenarios = []confScenario{
 		p.state(q, "QP", verbs.QPStateReset)
 	}},
 	{"posts the QP refuses", func(p *confPair) {
-		qa, _ := p.pair(confOpts{maxSGE: 2, maxInline: 16, maxWR: 2})
+		qa, _ := p.pair(confOpts{MaxSGE: 2, MaxInline: 16, MaxWR: 2})
 		lm, _ := p.a.reg(4096, confAccess, 1)
 		rm, _ := p.b.reg(4096, confAccess, 2)
 		for i, wr := range []verbs.SendWR{
@@ -390,11 +362,12 @@ func confRemoteAccess(p *confPair) {
 
 // confSides opens the two sides in process on a memlink router, or
 // through a daemon serving two memlink devices.
-func confSides(t *testing.T, viaDaemon bool) (a, b *confSide) {
+func confSides(t *testing.T, viaDaemon bool, rules *tb.Rules) (a, b *confSide) {
 	var devs [2]rdma.Device
 	var macs [2][6]byte
 	if viaDaemon {
 		r := newRig(t, daemon.Options{})
+		r.router.SetTap(func(_ *memlink.Port, f []byte) { rules.Frame(f) })
 		for i := range devs {
 			d, err := rdma.Daemon(r.socket, fmt.Sprintf("sroce_mem%d", i))
 			if err != nil {
@@ -404,7 +377,9 @@ func confSides(t *testing.T, viaDaemon bool) (a, b *confSide) {
 			devs[i] = d
 		}
 	} else {
-		for i, e := range inProcessDevices(t) {
+		router := memlink.NewRouter(roce.SystemClock(), 1, memlink.Impairments{})
+		router.SetTap(func(_ *memlink.Port, f []byte) { rules.Frame(f) })
+		for i, e := range inProcessDevicesOn(t, router) {
 			devs[i], macs[i] = e.dev, e.mac
 		}
 	}
@@ -434,8 +409,9 @@ func TestConformanceInProcessAndThroughDaemon(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) {
 			var logs [2][]string
 			for i, via := range []bool{false, true} {
-				a, b := confSides(t, via)
-				p := &confPair{t: t, a: a, b: b}
+				rules := tb.NewRules(t)
+				a, b := confSides(t, via, rules)
+				p := &confPair{t: t, a: a, b: b, rules: rules}
 				sc.run(p)
 				logs[i] = p.log
 			}

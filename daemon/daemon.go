@@ -54,6 +54,7 @@ import (
 	"github.com/sroce/sroce/roce/iface"
 
 	"github.com/sroce/sroce/bth"
+	"github.com/sroce/sroce/monotime"
 	"github.com/sroce/sroce/rdmacm"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/verbs"
@@ -98,6 +99,11 @@ type Options struct {
 	// Logger receives the daemon's structured log; nil means slog's
 	// default.
 	Logger *slog.Logger
+	// Clock is the daemon's time, as roce.Options.Clock is a device's:
+	// the uptime it reports and the spacing of its warnings. Nil means
+	// roce.SystemClock(); a test passes a memlink.VirtualClock and moves
+	// it. (Waits on other processes and sockets stay on the wall clock.)
+	Clock roce.Clock
 	// Limits per connection; zero fields take DefaultLimits'.
 	Limits Limits
 	// Total bounds what all clients together may make the daemon hold;
@@ -150,7 +156,8 @@ type Server struct {
 	lns     []*net.UnixListener
 	wg      sync.WaitGroup
 	nextID  uint64
-	started time.Time
+	clock   roce.Clock
+	started monotime.Time // on clock
 	ctx     context.Context
 	cancel  context.CancelFunc
 }
@@ -175,7 +182,11 @@ type owner struct {
 func New(devs []Device, opts Options) (*Server, error) {
 	s := &Server{log: opts.Logger, spin: opts.SpinFor, conns: make(map[*conn]struct{})}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.started = time.Now()
+	s.clock = opts.Clock
+	if s.clock == nil {
+		s.clock = roce.SystemClock()
+	}
+	s.started = s.clock.Now()
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -196,7 +207,7 @@ func New(devs []Device, opts Options) (*Server, error) {
 			user[r] = defUser[r]
 		}
 	}
-	s.budget = newBudgets(user, total, s.log)
+	s.budget = newBudgets(user, total, s.log, s.clock)
 	s.refusing = make(chan struct{}, refusingMax)
 	s.nodes = devNodes{dir: opts.DevNodeDir, log: s.log}
 	seen := map[string]bool{}
@@ -685,7 +696,7 @@ func (s *Server) stats(sd *served, name string) ([]byte, []int, error) {
 		return nil, nil, unix.EINVAL
 	}
 	st := ctl.Stats{Device: sd.name, Interface: sd.dev.Ifname(), PortState: "PORT_ACTIVE",
-		ActiveMTU: sd.dev.ActiveMTU().Bytes(), Seconds: time.Since(s.started).Seconds()}
+		ActiveMTU: sd.dev.ActiveMTU().Bytes(), Seconds: s.clock.Now().Sub(s.started).Seconds()}
 	if sd.dev.State() != verbs.PortActive {
 		st.PortState = "PORT_DOWN"
 	}

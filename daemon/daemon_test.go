@@ -66,6 +66,7 @@ type rig struct {
 	devs   [2]*roce.Device
 	log    *bytes.Buffer
 	logMu  *sync.Mutex
+	router *memlink.Router // the devices' link
 }
 
 type lockedWriter struct {
@@ -90,7 +91,7 @@ func newRigEngine(t *testing.T, opts daemon.Options, mode roce.EngineMode) *rig 
 	router := memlink.NewRouter(roce.SystemClock(), 1, memlink.Impairments{})
 	peers := map[bth.GID]net.HardwareAddr{}
 	var devs []daemon.Device
-	r := &rig{log: &bytes.Buffer{}, logMu: &sync.Mutex{}}
+	r := &rig{log: &bytes.Buffer{}, logMu: &sync.Mutex{}, router: router}
 	for i := 0; i < 2; i++ {
 		mac := net.HardwareAddr{2, 0, 0, 0, 0, byte(i + 1)}
 		gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}))
@@ -321,6 +322,7 @@ func TestSendWriteReadAtomic(t *testing.T) {
 			}
 			deadline := time.Now().Add(5 * time.Second)
 			for a.qp.State() != verbs.QPStateErr && time.Now().Before(deadline) {
+				// wall clock: waits for the engine's loop, not for a timer
 				time.Sleep(time.Millisecond)
 			}
 			if s := a.qp.State(); s != verbs.QPStateErr {
@@ -345,6 +347,7 @@ func TestClientGoneFreesEverything(t *testing.T) {
 	a.x.Close()
 	deadline := time.Now().Add(5 * time.Second)
 	for len(r.srv.Clients()) != 1 && time.Now().Before(deadline) {
+		// wall clock: waits for the daemon's goroutine to drop the closed client
 		time.Sleep(time.Millisecond)
 	}
 	cs := r.srv.Clients()
@@ -432,6 +435,7 @@ func TestMisbehavingClients(t *testing.T) {
 	e.qp.Ring()
 	deadline := time.Now().Add(5 * time.Second)
 	for !strings.Contains(r.logText(), "its rings are corrupt") && time.Now().Before(deadline) {
+		// wall clock: waits for the daemon's bridge goroutine to log
 		time.Sleep(time.Millisecond)
 	}
 	if !strings.Contains(r.logText(), "its rings are corrupt") {
@@ -650,6 +654,7 @@ func TestDestroySendsPosted(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatalf("%s: the WRITEs posted before DESTROY_QP had not arrived after 10s", mode)
 				}
+				// wall clock: waits for the daemon's goroutines and the engines' loops
 				time.Sleep(time.Millisecond)
 			}
 		})

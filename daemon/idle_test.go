@@ -48,7 +48,7 @@ func TestIdleCPU(t *testing.T) {
 	idle := func(what string) {
 		time.Sleep(time.Second) // let what opening started settle
 		c0, w0 := cpu(), time.Now()
-		time.Sleep(period)
+		time.Sleep(period) // wall clock: measures CPU use over real time
 		used, wall := cpu()-c0, time.Since(w0)
 		t.Logf("%s: %.3f CPU-s per 10 s", what, used.Seconds()*10/wall.Seconds())
 	}

@@ -93,7 +93,11 @@ type memDevice struct {
 
 // inProcessDevices opens two roce devices on a memlink router.
 func inProcessDevices(t *testing.T) [2]memDevice {
-	router := memlink.NewRouter(roce.SystemClock(), 1, memlink.Impairments{})
+	return inProcessDevicesOn(t, memlink.NewRouter(roce.SystemClock(), 1, memlink.Impairments{}))
+}
+
+// inProcessDevicesOn is inProcessDevices on router.
+func inProcessDevicesOn(t *testing.T, router *memlink.Router) [2]memDevice {
 	var devs [2]memDevice
 	for i := range devs {
 		gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}))
@@ -173,6 +177,7 @@ func program(t *testing.T, e [2]*end) ([]completion, [2][]byte) {
 			if time.Now().After(deadline) {
 				t.Fatalf("no completion of %s within 10 s", what)
 			}
+			// wall clock: waits for another process's (the daemon's) engine
 			time.Sleep(20 * time.Microsecond)
 		}
 		w := wcs[0]
@@ -228,6 +233,7 @@ func program(t *testing.T, e [2]*end) ([]completion, [2][]byte) {
 	wait(a, "WRITE with a bad rkey")
 	deadline := time.Now().Add(5 * time.Second)
 	for a.qp.State() != verbs.QPStateErr && time.Now().Before(deadline) {
+		// wall clock: waits for the engine's loop, not for a timer
 		time.Sleep(time.Millisecond)
 	}
 	if s := a.qp.State(); s != verbs.QPStateErr {

@@ -25,6 +25,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within 10 s", what)
 		}
+		// wall clock: waits for the daemon's goroutines, not for a timer
 		time.Sleep(100 * time.Microsecond)
 	}
 }

@@ -301,6 +301,7 @@ func until(t *testing.T, d time.Duration, what string, cond func() bool) {
 		if time.Now().After(end) {
 			t.Fatalf("waited %v for %s", d, what)
 		}
+		// wall clock: the agents run CM timers on the devices' clock on their own goroutine, which memlink.Sim cannot step
 		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -19,6 +19,7 @@ import (
 func TestDeviceReplaced(t *testing.T) {
 	p := newPair(t, memlink.Impairments{}, rdmacm.Config{})
 	p.a.dev.Close()
+	// wall clock: waits for the agent's goroutine to let go of the old CM
 	for deadline := time.Now().Add(5 * time.Second); len(p.a.cm.Stats()) != 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the CM still runs on %d devices 5s after its only device closed", len(p.a.cm.Stats()))

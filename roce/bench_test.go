@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	tb "github.com/sroce/sroce/internal/testbed"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/memlink"
@@ -44,11 +45,11 @@ func sentPkts(devs []*roce.Device) uint64 {
 
 // stepAll steps the devices until they are idle.
 func stepAll(b *testbed) {
-	now := b.clock.Now()
+	now := b.Clock.Now()
 	for busy := true; busy; {
 		busy = false
-		for _, n := range b.nodes {
-			if n.dev.Step(now) {
+		for _, n := range b.Nodes {
+			if n.Dev.Step(now) {
 				busy = true
 			}
 		}
@@ -57,10 +58,10 @@ func stepAll(b *testbed) {
 
 func benchWrite(b *testing.B, size int, mtu verbs.MTU, depth int) {
 	tb := newBed(b, bedOpts{})
-	qa, _ := tb.pairQPs(rcOpts{mtu: mtu, maxWR: 256})
-	a, c := tb.nodes[0], tb.nodes[1]
-	lm, _ := a.reg(b, size, 0, 1)
-	rm, _ := c.reg(b, size, 0, 2)
+	qa, _ := tb.PairQPs(rcOpts{MTU: mtu, MaxWR: 256})
+	a, c := tb.Nodes[0], tb.Nodes[1]
+	lm, _ := a.Reg(b, size, 0, 1)
+	rm, _ := c.Reg(b, size, 0, 2)
 	wr := verbs.SendWR{Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, size)},
 		RemoteAddr: rm.Addr(), RKey: rm.RKey()}
 	var wcs [64]verbs.WC
@@ -76,7 +77,7 @@ func benchWrite(b *testing.B, size int, mtu verbs.MTU, depth int) {
 			}
 			stepAll(tb)
 			for {
-				k := a.scq.Poll(wcs[:])
+				k := a.SCQ.Poll(wcs[:])
 				if k == 0 {
 					break
 				}
@@ -91,7 +92,7 @@ func benchWrite(b *testing.B, size int, mtu verbs.MTU, depth int) {
 	}
 	run(depth * 4) // warm up: buffers, rings
 	posted, done = 0, 0
-	devs := []*roce.Device{a.dev, c.dev}
+	devs := []*roce.Device{a.Dev, c.Dev}
 	var m0 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	s0 := sentPkts(devs)
@@ -125,10 +126,10 @@ func BenchmarkRCWrite8B(b *testing.B) {
 func BenchmarkSendPingPong(b *testing.B) {
 	b.Run("stepped", func(b *testing.B) {
 		tb := newBed(b, bedOpts{})
-		qa, qc := tb.pairQPs(rcOpts{maxWR: 64, maxInline: 64})
-		a, c := tb.nodes[0], tb.nodes[1]
-		lm, _ := a.reg(b, 64, 0, 1)
-		rm, _ := c.reg(b, 64, 0, 2)
+		qa, qc := tb.PairQPs(rcOpts{MaxWR: 64, MaxInline: 64})
+		a, c := tb.Nodes[0], tb.Nodes[1]
+		lm, _ := a.Reg(b, 64, 0, 1)
+		rm, _ := c.Reg(b, 64, 0, 2)
 		sa := verbs.SendWR{Opcode: verbs.WROpSend, Flags: verbs.Signaled | verbs.Inline, InlineData: make([]byte, 8)}
 		sc := sa
 		ra := verbs.RecvWR{SGL: []mr.SGE{lm.SGE(0, 64)}}
@@ -149,16 +150,16 @@ func BenchmarkSendPingPong(b *testing.B) {
 			must(qc.PostRecv(&rc))
 			must(qa.PostRecv(&ra))
 			must(qa.PostSend(&sa))
-			wait(c.rcq)
+			wait(c.RCQ)
 			must(qc.PostSend(&sc))
-			wait(a.rcq)
-			wait(a.scq)
-			wait(c.scq)
+			wait(a.RCQ)
+			wait(a.SCQ)
+			wait(c.SCQ)
 		}
 		for i := 0; i < 100; i++ {
 			round()
 		}
-		devs := []*roce.Device{a.dev, c.dev}
+		devs := []*roce.Device{a.Dev, c.Dev}
 		var m0 runtime.MemStats
 		runtime.ReadMemStats(&m0)
 		s0 := sentPkts(devs)
@@ -173,10 +174,10 @@ func BenchmarkSendPingPong(b *testing.B) {
 	})
 	b.Run("realtime", func(b *testing.B) {
 		rt := newRealTimePair(b, verbs.MTU1024)
-		a, c := rt.nodes[0], rt.nodes[1]
+		a, c := rt.Nodes[0], rt.Nodes[1]
 		qa, qc := rt.qa, rt.qc
-		lm, _ := a.reg(b, 64, 0, 1)
-		rm, _ := c.reg(b, 64, 0, 2)
+		lm, _ := a.Reg(b, 64, 0, 1)
+		rm, _ := c.Reg(b, 64, 0, 2)
 		sa := verbs.SendWR{Opcode: verbs.WROpSend, Flags: verbs.Inline, InlineData: make([]byte, 8)}
 		sc := sa
 		ra := verbs.RecvWR{SGL: []mr.SGE{lm.SGE(0, 64)}}
@@ -187,7 +188,7 @@ func BenchmarkSendPingPong(b *testing.B) {
 		go func() {
 			var wcs [4]verbs.WC
 			for {
-				n, err := c.rcq.Wait(ctx, wcs[:1])
+				n, err := c.RCQ.Wait(ctx, wcs[:1])
 				if err != nil {
 					return
 				}
@@ -204,7 +205,7 @@ func BenchmarkSendPingPong(b *testing.B) {
 		var wcs [4]verbs.WC
 		round := func() {
 			must(qa.PostSend(&sa))
-			if _, err := a.rcq.Wait(ctx, wcs[:1]); err != nil {
+			if _, err := a.RCQ.Wait(ctx, wcs[:1]); err != nil {
 				b.Fatal(err)
 			}
 			must(qa.PostRecv(&ra))
@@ -212,7 +213,7 @@ func BenchmarkSendPingPong(b *testing.B) {
 		for i := 0; i < 100; i++ {
 			round()
 		}
-		devs := []*roce.Device{a.dev, c.dev}
+		devs := []*roce.Device{a.Dev, c.Dev}
 		var m0 runtime.MemStats
 		runtime.ReadMemStats(&m0)
 		s0 := sentPkts(devs)
@@ -228,7 +229,7 @@ func BenchmarkSendPingPong(b *testing.B) {
 }
 
 type realTimePair struct {
-	nodes  []*node
+	Nodes  []*node
 	qa, qc *roce.QP
 }
 
@@ -239,10 +240,10 @@ func newRealTimePair(b testing.TB, mtu verbs.MTU) *realTimePair {
 	clock := roce.SystemClock()
 	router := memlink.NewRouter(clock, 1, memlink.Impairments{})
 	for i := 0; i < 2; i++ {
-		rt.nodes = append(rt.nodes, startNode(b, router, clock, i, 9000))
+		rt.Nodes = append(rt.Nodes, startNode(b, router, clock, i, 9000))
 	}
-	bed := &testbed{t: b, nodes: rt.nodes, rules: newPeerRules(b)}
-	rt.qa, rt.qc = bed.pairQPs(rcOpts{mtu: mtu, maxWR: 256, maxInline: 64})
+	bed := &testbed{tb.FromNodes(b, router, rt.Nodes...)}
+	rt.qa, rt.qc = bed.PairQPs(rcOpts{MTU: mtu, MaxWR: 256, MaxInline: 64})
 	return rt
 }
 
@@ -252,14 +253,14 @@ func BenchmarkRCWriteRealTime(b *testing.B) {
 	for _, size := range []int{4 << 10, 64 << 10} {
 		b.Run(fmt.Sprintf("%dKiB/mtu4096", size>>10), func(b *testing.B) {
 			rt := newRealTimePair(b, verbs.MTU4096)
-			a, c := rt.nodes[0], rt.nodes[1]
-			lm, _ := a.reg(b, size, 0, 1)
-			rm, _ := c.reg(b, size, 0, 2)
+			a, c := rt.Nodes[0], rt.Nodes[1]
+			lm, _ := a.Reg(b, size, 0, 1)
+			rm, _ := c.Reg(b, size, 0, 2)
 			wr := verbs.SendWR{Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, size)},
 				RemoteAddr: rm.Addr(), RKey: rm.RKey()}
 			var wcs [64]verbs.WC
 			posted, done := 0, 0
-			devs := []*roce.Device{a.dev, c.dev}
+			devs := []*roce.Device{a.Dev, c.Dev}
 			var m0 runtime.MemStats
 			runtime.ReadMemStats(&m0)
 			s0 := sentPkts(devs)
@@ -274,7 +275,7 @@ func BenchmarkRCWriteRealTime(b *testing.B) {
 					}
 					posted++
 				}
-				k, err := a.scq.WaitTimeout(wcs[:], 10*time.Second)
+				k, err := a.SCQ.WaitTimeout(wcs[:], 10*time.Second)
 				if err != nil {
 					b.Fatal(err)
 				}

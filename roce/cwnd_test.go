@@ -66,27 +66,27 @@ type streamBed struct {
 
 func newStreamBed(t testing.TB, op verbs.WROpcode, imp memlink.Impairments, window bool, size, depth int) *streamBed {
 	t.Helper()
-	b := newBed(t, bedOpts{seed: 7, imp: imp, linkMTU: 1500})
-	qa, _ := b.pairQPs(rcOpts{mtu: verbs.MTU1024, timeout: 12, rdAtomic: 16})
+	b := newBed(t, bedOpts{Seed: 7, Imp: imp, LinkMTU: 1500})
+	qa, _ := b.PairQPs(rcOpts{MTU: verbs.MTU1024, Timeout: 12, RdAtomic: 16})
 	qa.SetCongestionWindow(window)
 	s := &streamBed{b: b, qa: qa, size: size, depth: depth, op: op}
-	s.lm, s.lbuf = b.nodes[0].reg(t, depth*size, 0, 1)
-	s.rm, s.rbuf = b.nodes[1].reg(t, depth*size, 0, 2)
+	s.lm, s.lbuf = b.Nodes[0].Reg(t, depth*size, 0, 1)
+	s.rm, s.rbuf = b.Nodes[1].Reg(t, depth*size, 0, 2)
 	return s
 }
 
 // run streams msgs more messages, depth at a time, and reports what they
 // cost.
-func (s *streamBed) run(t testing.TB, msgs int) streamResult {
+func (s *streamBed) Run(t testing.TB, msgs int) streamResult {
 	t.Helper()
 	b := s.b
-	a, c := b.nodes[0], b.nodes[1]
-	cnt := func(k verbs.Counter) uint64 { return a.dev.Counter(k) + c.dev.Counter(k) }
+	a, c := b.Nodes[0], b.Nodes[1]
+	cnt := func(k verbs.Counter) uint64 { return a.Dev.Counter(k) + c.Dev.Counter(k) }
 	var c0 [verbs.NumCounters]uint64
 	for k := range c0 {
 		c0[k] = cnt(verbs.Counter(k))
 	}
-	q0 := b.router.Stats().QueueDrops
+	q0 := b.Router.Stats().QueueDrops
 	end := s.posted + msgs
 	post := func() bool {
 		did := false
@@ -103,28 +103,28 @@ func (s *streamBed) run(t testing.TB, msgs int) streamResult {
 		}
 		return did
 	}
-	b.sim.Idle = post
-	start := b.clock.Now()
+	b.Sim.Idle = post
+	start := b.Clock.Now()
 	post()
-	b.run(func() bool {
-		for _, w := range a.wcs {
+	b.Run(func() bool {
+		for _, w := range a.WCs {
 			if w.Status != verbs.WCSuccess {
 				t.Fatalf("WR %d: %v", w.WRID, w.Status)
 			}
 			s.done++
 		}
-		a.wcs = a.wcs[:0]
+		a.WCs = a.WCs[:0]
 		return s.done == end
 	})
-	b.sim.Idle = nil
+	b.Sim.Idle = nil
 	if !bytes.Equal(s.lbuf, s.rbuf) {
 		t.Fatalf("data differs after the stream")
 	}
 	d := func(k verbs.Counter) uint64 { return cnt(k) - c0[k] }
-	return streamResult{msgs: msgs, size: s.size, elapsed: b.clock.Now().Sub(start),
+	return streamResult{msgs: msgs, size: s.size, elapsed: b.Clock.Now().Sub(start),
 		sent: d(verbs.CntSentPkts), retrans: d(verbs.CntRetransmitPkts), dupReads: d(verbs.CntDupReadRequest),
 		reductions: d(verbs.CntCwndReductions), limited: d(verbs.CntCwndLimited), timeouts: d(verbs.CntTimeouts),
-		queueDrops: b.router.Stats().QueueDrops - q0, cwndAfter: s.qa.CongestionWindow()}
+		queueDrops: b.Router.Stats().QueueDrops - q0, cwndAfter: s.qa.CongestionWindow()}
 }
 
 // stream posts msgs messages of size bytes (RDMA WRITE or READ) from node
@@ -132,7 +132,7 @@ func (s *streamBed) run(t testing.TB, msgs int) streamResult {
 // off, checks the data, and reports what it cost.
 func stream(t testing.TB, op verbs.WROpcode, imp memlink.Impairments, window bool, msgs, size, depth int) streamResult {
 	t.Helper()
-	return newStreamBed(t, op, imp, window, size, depth).run(t, msgs)
+	return newStreamBed(t, op, imp, window, size, depth).Run(t, msgs)
 }
 
 // TestCwndSlowReceiverWrite: 64 KiB WRITEs, 16 in flight, to a receiver
@@ -198,15 +198,15 @@ func TestCwndGrowsBack(t *testing.T) {
 			imp.Queue = readQueue
 		}
 		s := newStreamBed(t, op, imp, true, 64<<10, 16)
-		lossy := s.run(t, 60)
+		lossy := s.Run(t, 60)
 		if lossy.reductions == 0 || lossy.cwndAfter >= qp.CwndMax {
 			t.Fatalf("%v: slow receiver: %v", op, lossy)
 		}
-		s.b.router.SetImpairments(memlink.Impairments{Delay: 100 * time.Microsecond})
+		s.b.Router.SetImpairments(memlink.Impairments{Delay: 100 * time.Microsecond})
 		// Above the slow-start threshold the window grows by a packet per
 		// window acknowledged: back from a few dozen to CwndMax takes
 		// about CwndMax²/2 packets; the stream carries twice that.
-		clean := s.run(t, qp.CwndMax*qp.CwndMax/64)
+		clean := s.Run(t, qp.CwndMax*qp.CwndMax/64)
 		t.Logf("%v:\n  slow receiver: %v\n  then clean:    %v", op, lossy, clean)
 		if clean.reductions != 0 || clean.retrans != 0 {
 			t.Errorf("%v: clean path: %d reductions, %d retransmitted", op, clean.reductions, clean.retrans)

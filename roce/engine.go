@@ -225,8 +225,12 @@ func (e *engine) progress(k stepKind) bool {
 	e.mu.Unlock()
 	// The blocked loop does not know what this step left behind: more to
 	// send than one step's budget, held frames, or a timer earlier than
-	// its wake-up.
+	// its wake-up. dbRung keeps the need-wakeup rule: a loop that planned
+	// its wait before this step and has not parked yet sees it after
+	// setting parked and goes round again instead of sleeping through
+	// the held frames' due time.
 	if busy || (ok && dl < monotime.Time(e.parkUntil.Load())) {
+		e.dbRung.Store(true)
 		e.kick()
 	}
 	return busy

@@ -2,6 +2,7 @@ package roce_test
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/netip"
 	"runtime"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	tb "github.com/sroce/sroce/internal/testbed"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/linkcap"
@@ -150,11 +152,11 @@ func TestTransmitStallDoesNotBlock(t *testing.T) {
 				links = append(links, l)
 				return l
 			})
-			nodes := b.nodes
+			nodes := b.Nodes
 			a, c := nodes[0], nodes[1]
-			qa, _ := b.pairQPs(rcOpts{timeout: 14}) // 67 ms retransmit timeout
-			lm, _ := a.reg(t, 4096, 0, 1)
-			rm, _ := c.reg(t, 4096, 0, 2)
+			qa, _ := b.PairQPs(rcOpts{Timeout: 14}) // 67 ms retransmit timeout
+			lm, _ := a.Reg(t, 4096, 0, 1)
+			rm, _ := c.Reg(t, 4096, 0, 2)
 			write := func(id uint64, stall time.Duration) {
 				t.Helper()
 				links[0].stalled.Store(true)
@@ -168,7 +170,7 @@ func TestTransmitStallDoesNotBlock(t *testing.T) {
 				}
 				done := make(chan struct{})
 				go func() {
-					a.dev.Counters()
+					a.Dev.Counters()
 					qa.Query()
 					close(done)
 				}()
@@ -183,17 +185,17 @@ func TestTransmitStallDoesNotBlock(t *testing.T) {
 					t.Fatal("control calls still waiting 10s after the stall ended")
 				}
 				var wc [1]verbs.WC
-				n, err := a.scq.WaitTimeout(wc[:], 10*time.Second)
+				n, err := a.SCQ.WaitTimeout(wc[:], 10*time.Second)
 				if n != 1 || wc[0].WRID != id || wc[0].Status != verbs.WCSuccess {
 					t.Fatalf("WRITE %d after a %v stall: %d completions, %+v, %v", id, stall, n, wc[0], err)
 				}
 			}
 			write(1, 50*time.Millisecond)
-			if n := a.dev.Counter(verbs.CntSendErr); n != 0 {
+			if n := a.Dev.Counter(verbs.CntSendErr); n != 0 {
 				t.Errorf("%d send errors after a stall shorter than the limit", n)
 			}
 			write(2, 400*time.Millisecond)
-			if a.dev.Counter(verbs.CntSendErr) == 0 {
+			if a.Dev.Counter(verbs.CntSendErr) == 0 {
 				t.Error("no send error counted after a stall longer than the limit")
 			}
 		})
@@ -222,23 +224,68 @@ func (l *batchLink) WriteBatch(frames [][]byte) (int, error) {
 	return n, err
 }
 
+// pollerLink is a batchLink whose readiness only the goroutines that poll
+// see: a frame's arrival does not wake the device's loop (WaitReady waits
+// for Wake or its timeout), so the polls receive every frame and the loop
+// only acts on its deadlines and on kicks. Which of the two goroutines
+// takes a frame first is otherwise the scheduler's choice.
+type pollerLink struct {
+	*batchLink
+	wake chan struct{}
+}
+
+func newPollerLink(p *memlink.Port) *pollerLink {
+	return &pollerLink{batchLink: &batchLink{Port: p}, wake: make(chan struct{}, 1)}
+}
+
+// Wake implements roce.Link.
+func (l *pollerLink) Wake() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// WaitReady implements roce.ReadyWaiter without looking at the frames.
+func (l *pollerLink) WaitReady(timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-l.wake:
+	case <-t.C:
+	}
+	return nil
+}
+
+// inlineTxHold is how long an inline device keeps the ACKs a poll made
+// for the program's next post (roce's txHoldMax).
+const inlineTxHold = 50 * time.Microsecond
+
 // TestInlineACKRidesWithNextPost runs a SEND ping-pong between two inline
 // devices, polling busily as perftest's send_lat does: the ACK of each SEND
 // a poll receives waits for the answer the program posts next and leaves in
 // the same transmit call (before, every ACK cost a call of its own). When
-// no post follows, the ACK still leaves within its bound and completes the
-// peer's SEND.
+// no post follows, the ACK still leaves when the clock reaches its bound
+// and completes the peer's SEND.
+//
+// The devices run on a virtual clock that stands still during the
+// ping-pong: the hold and the retransmit timer are clock time, and on the
+// wall clock a goroutine the machine does not run for 67 ms (two CPUs
+// shared with other work, the race detector, GOMAXPROCS=1) let the
+// retransmit timer fire and the hold expire, which says nothing about the
+// engine.
 func TestInlineACKRidesWithNextPost(t *testing.T) {
-	var links []*batchLink
-	b := linkedPair(t, 11, roce.EngineInline, 256, func(p *memlink.Port) roce.Link {
-		l := &batchLink{Port: p}
+	clock := new(memlink.VirtualClock)
+	var links []*pollerLink
+	b := tb.Pair(t, clock, 11, roce.EngineInline, 256, func(p *memlink.Port) roce.Link {
+		l := newPollerLink(p)
 		links = append(links, l)
 		return l
 	})
-	nodes := b.nodes
-	qa, qb := b.pairQPs(rcOpts{timeout: 14})
-	ma, _ := nodes[0].reg(t, 64, 0, 1)
-	mb, _ := nodes[1].reg(t, 64, 0, 2)
+	nodes := b.Nodes
+	qa, qb := b.PairQPs(rcOpts{Timeout: 14})
+	ma, _ := nodes[0].Reg(t, 64, 0, 1)
+	mb, _ := nodes[1].Reg(t, 64, 0, 2)
 	const rounds = 200
 	for _, x := range []struct {
 		qp *roce.QP
@@ -256,32 +303,44 @@ func TestInlineACKRidesWithNextPost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	recv := func(n *node, what string) {
-		t.Helper()
+	// poll polls cq busily until a completion arrives; the bound is real
+	// time and only ends a test that would hang.
+	poll := func(cq *roce.CQ, what string) (verbs.WC, error) {
 		var wc [1]verbs.WC
-		deadline := time.Now().Add(5 * time.Second)
-		for n.rcq.Poll(wc[:]) == 0 {
+		deadline := time.Now().Add(10 * time.Second)
+		for cq.Poll(wc[:]) == 0 {
 			if time.Now().After(deadline) {
-				t.Fatalf("no receive completion for %s within 5s", what)
+				return wc[0], fmt.Errorf("no completion for %s within 10s (virtual time %v)", what, clock.Now())
 			}
 		}
 		if wc[0].Status != verbs.WCSuccess {
-			t.Fatalf("%s: %v", what, wc[0].Status)
+			return wc[0], fmt.Errorf("%s: %v", what, wc[0].Status)
 		}
+		return wc[0], nil
 	}
-	echoed := make(chan struct{})
+	echoed := make(chan error, 1)
 	go func() {
-		defer close(echoed)
 		for i := 0; i < rounds; i++ {
-			recv(nodes[1], "the ping")
-			send(qb, mb, 0)
+			if _, err := poll(nodes[1].RCQ, "the ping"); err != nil {
+				echoed <- err
+				return
+			}
+			if err := qb.PostSend(&verbs.SendWR{Opcode: verbs.WROpSend, SGL: []mr.SGE{mb.SGE(8, 8)}}); err != nil {
+				echoed <- err
+				return
+			}
 		}
+		echoed <- nil
 	}()
 	for i := 0; i < rounds; i++ {
 		send(qa, ma, 0)
-		recv(nodes[0], "the answer")
+		if _, err := poll(nodes[0].RCQ, "the answer"); err != nil {
+			t.Fatal(err)
+		}
 	}
-	<-echoed
+	if err := <-echoed; err != nil {
+		t.Fatal(err)
+	}
 	together := 0
 	links[1].mu.Lock()
 	for _, ops := range links[1].batches {
@@ -299,16 +358,25 @@ func TestInlineACKRidesWithNextPost(t *testing.T) {
 	if together < rounds/2 {
 		t.Errorf("only %d of %d answers left in one transmit call with the ACK of the SEND they answer", together, rounds)
 	}
-	// A last ping that nobody answers: its ACK must still complete it,
-	// well before the 67 ms retransmit timeout would have sent it again.
+	// A last ping that nobody answers: its ACK waits while the clock
+	// stands still, and leaves when the clock reaches the hold's bound,
+	// long before the 67 ms retransmit timeout.
 	send(qa, ma, verbs.Signaled)
-	recv(nodes[1], "the last ping")
-	var wc [1]verbs.WC
-	if n, err := nodes[0].scq.WaitTimeout(wc[:], time.Second); n != 1 || wc[0].Status != verbs.WCSuccess {
-		t.Fatalf("the unanswered SEND did not complete within 1s (its ACK was held): %d completions, %v", n, err)
+	if _, err := poll(nodes[1].RCQ, "the last ping"); err != nil {
+		t.Fatal(err)
 	}
-	if n := nodes[0].dev.Counter(verbs.CntTimeouts); n != 0 {
-		t.Errorf("%d retransmit timeouts: an ACK waited for a post that never came", n)
+	var wc [1]verbs.WC
+	for i := 0; i < 1000; i++ {
+		if nodes[0].SCQ.Poll(wc[:]) != 0 {
+			t.Fatalf("the unanswered SEND completed before the clock moved: its ACK was not held for a post (%+v)", wc[0])
+		}
+	}
+	clock.Advance(inlineTxHold)
+	if _, err := poll(nodes[0].SCQ, "the unanswered SEND, whose ACK must leave when the clock reaches the hold's bound"); err != nil {
+		t.Fatal(err)
+	}
+	if n := nodes[0].Dev.Counter(verbs.CntTimeouts); n != 0 {
+		t.Errorf("%d retransmit timeouts in %v of virtual time, under the 67 ms timeout", n, clock.Now())
 	}
 }
 
@@ -438,11 +506,11 @@ func TestEngineLentFrames(t *testing.T) {
 			links = append(links, l)
 			return l
 		})
-		nodes := b.nodes
-		qa, qb := b.pairQPs(rcOpts{timeout: 14})
+		nodes := b.Nodes
+		qa, qb := b.PairQPs(rcOpts{Timeout: 14})
 		const size = 64 << 10
-		la, src := nodes[0].reg(t, size, 0, 1)
-		rb, dst := nodes[1].reg(t, size, mr.AccessRemoteWrite|mr.AccessRemoteRead|mr.AccessLocalWrite, 2)
+		la, src := nodes[0].Reg(t, size, 0, 1)
+		rb, dst := nodes[1].Reg(t, size, mr.AccessRemoteWrite|mr.AccessRemoteRead|mr.AccessLocalWrite, 2)
 		wait := func(cq *roce.CQ, what string) {
 			t.Helper()
 			var wc [1]verbs.WC
@@ -454,7 +522,7 @@ func TestEngineLentFrames(t *testing.T) {
 			SGL: []mr.SGE{la.SGE(0, size)}, RemoteAddr: rb.Addr(), RKey: rb.RKey()}); err != nil {
 			t.Fatal(err)
 		}
-		wait(nodes[0].scq, "the WRITE")
+		wait(nodes[0].SCQ, "the WRITE")
 		if !bytes.Equal(src, dst) {
 			t.Fatal("the WRITE's data arrived damaged")
 		}
@@ -465,7 +533,7 @@ func TestEngineLentFrames(t *testing.T) {
 			SGL: []mr.SGE{la.SGE(0, size)}, RemoteAddr: rb.Addr(), RKey: rb.RKey()}); err != nil {
 			t.Fatal(err)
 		}
-		wait(nodes[0].scq, "the READ")
+		wait(nodes[0].SCQ, "the READ")
 		if !bytes.Equal(src, dst) {
 			t.Fatal("the READ's data arrived damaged")
 		}
@@ -476,13 +544,13 @@ func TestEngineLentFrames(t *testing.T) {
 		if err := qa.PostSend(&verbs.SendWR{WRID: 4, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{la.SGE(0, 4000)}}); err != nil {
 			t.Fatal(err)
 		}
-		wait(nodes[1].rcq, "the SEND's receive")
-		wait(nodes[0].scq, "the SEND")
+		wait(nodes[1].RCQ, "the SEND's receive")
+		wait(nodes[0].SCQ, "the SEND")
 		if !bytes.Equal(src[:4000], dst[:4000]) {
 			t.Fatal("the SEND's data arrived damaged")
 		}
 		for i, l := range links {
-			nodes[i].dev.Close()
+			nodes[i].Dev.Close()
 			if l.lends == 0 || l.lends != l.release || l.out != 0 {
 				t.Errorf("device %d: %d lends, %d releases, %d frames out", i, l.lends, l.release, l.out)
 			}

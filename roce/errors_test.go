@@ -15,14 +15,14 @@ import (
 
 // expectWC waits for k completions on n and checks their statuses in order.
 func (b *testbed) expectWC(n *node, want ...verbs.WCStatus) []verbs.WC {
-	b.t.Helper()
-	w := b.waitWCs(n, len(want))
+	b.T.Helper()
+	w := b.WaitWCs(n, len(want))
 	if len(w) != len(want) {
-		b.t.Fatalf("got %d completions, want %d: %+v", len(w), len(want), w)
+		b.T.Fatalf("got %d completions, want %d: %+v", len(w), len(want), w)
 	}
 	for i := range want {
 		if w[i].Status != want[i] {
-			b.t.Fatalf("completion %d: status %q, want %q (%+v)", i, w[i].Status, want[i], w[i])
+			b.T.Fatalf("completion %d: status %q, want %q (%+v)", i, w[i].Status, want[i], w[i])
 		}
 	}
 	return w
@@ -30,9 +30,9 @@ func (b *testbed) expectWC(n *node, want ...verbs.WCStatus) []verbs.WC {
 
 // settle runs the simulation until nothing is left to happen.
 func (b *testbed) settle() {
-	b.sim.RunFor(10 * time.Second)
-	for _, n := range b.nodes {
-		n.poll()
+	b.Sim.RunFor(10 * time.Second)
+	for _, n := range b.Nodes {
+		n.Poll()
 	}
 }
 
@@ -58,10 +58,10 @@ func TestRemoteAccessErrors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBed(t, bedOpts{})
-			qa, qb := b.pairQPs(rcOpts{})
-			a, c := b.nodes[0], b.nodes[1]
-			lm, _ := a.reg(t, 4096, 0, 1)
-			rm, rbuf := c.reg(t, 4096, tc.access, 2)
+			qa, qb := b.PairQPs(rcOpts{})
+			a, c := b.Nodes[0], b.Nodes[1]
+			lm, _ := a.Reg(t, 4096, 0, 1)
+			rm, rbuf := c.Reg(t, 4096, tc.access, 2)
 			before := append([]byte(nil), rbuf...)
 			wr := verbs.SendWR{WRID: 1, Opcode: tc.op, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, tc.n)},
 				RemoteAddr: uint64(int64(rm.Addr()) + int64(tc.off)), RKey: tc.rkey(rm), CompareAdd: 1}
@@ -86,8 +86,8 @@ func TestRemoteAccessErrors(t *testing.T) {
 			if string(before) != string(rbuf) {
 				t.Fatal("the target memory changed")
 			}
-			if c.dev.Counter(verbs.CntNAKSent) != 1 {
-				t.Fatalf("nak_sent %d", c.dev.Counter(verbs.CntNAKSent))
+			if c.Dev.Counter(verbs.CntNAKSent) != 1 {
+				t.Fatalf("nak_sent %d", c.Dev.Counter(verbs.CntNAKSent))
 			}
 		})
 	}
@@ -95,10 +95,10 @@ func TestRemoteAccessErrors(t *testing.T) {
 
 func TestQPAccessFlagsRefused(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	qa, qb := b.pairQPs(rcOpts{noAccess: true})
-	a, c := b.nodes[0], b.nodes[1]
-	lm, _ := a.reg(t, 4096, 0, 1)
-	rm, _ := c.reg(t, 4096, 0, 2)
+	qa, qb := b.PairQPs(rcOpts{NoAccess: true})
+	a, c := b.Nodes[0], b.Nodes[1]
+	lm, _ := a.Reg(t, 4096, 0, 1)
+	rm, _ := c.Reg(t, 4096, 0, 2)
 	if err := qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled,
 		SGL: []mr.SGE{lm.SGE(0, 64)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}); err != nil {
 		t.Fatal(err)
@@ -112,10 +112,10 @@ func TestQPAccessFlagsRefused(t *testing.T) {
 
 func TestAtomicAlignmentAndPostErrors(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	qa, _ := b.pairQPs(rcOpts{maxSGE: 2, maxInline: 16, maxWR: 2})
-	a, c := b.nodes[0], b.nodes[1]
-	lm, _ := a.reg(t, 4096, 0, 1)
-	rm, _ := c.reg(t, 4096, 0, 2)
+	qa, _ := b.PairQPs(rcOpts{MaxSGE: 2, MaxInline: 16, MaxWR: 2})
+	a, c := b.Nodes[0], b.Nodes[1]
+	lm, _ := a.Reg(t, 4096, 0, 1)
+	rm, _ := c.Reg(t, 4096, 0, 2)
 	big := mr.SGE{Addr: lm.Addr(), Length: 1 << 31, LKey: lm.LKey()}
 	for _, tc := range []struct {
 		name string
@@ -144,7 +144,7 @@ func TestAtomicAlignmentAndPostErrors(t *testing.T) {
 	}
 	b.settle()
 	// A QP that is not in RTS refuses sends; one in RESET refuses receives.
-	q, _ := a.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: a.scq, RecvCQ: a.rcq, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	q, _ := a.PD.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: a.SCQ, RecvCQ: a.RCQ, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err := q.PostSend(&ok); !errors.Is(err, qp.ErrPostState) {
 		t.Fatalf("post send in RESET: %v", err)
 	}
@@ -152,9 +152,9 @@ func TestAtomicAlignmentAndPostErrors(t *testing.T) {
 		t.Fatalf("post recv in RESET: %v", err)
 	}
 	// UC refuses READ; UD needs an address handle.
-	uc := b.createQP(a, rcOpts{qpType: verbs.QPTypeUC, maxWR: 4, maxSGE: 1}, nil)
-	ud := b.createQP(a, rcOpts{qpType: verbs.QPTypeUD, maxWR: 4, maxSGE: 1}, nil)
-	b.connect(uc, a, 99, c, rcOpts{qpType: verbs.QPTypeUC, mtu: verbs.MTU1024}, 0, 0)
+	uc := b.CreateQP(a, rcOpts{QPType: verbs.QPTypeUC, MaxWR: 4, MaxSGE: 1}, nil)
+	ud := b.CreateQP(a, rcOpts{QPType: verbs.QPTypeUD, MaxWR: 4, MaxSGE: 1}, nil)
+	b.Connect(uc, a, 99, c, rcOpts{QPType: verbs.QPTypeUC, MTU: verbs.MTU1024}, 0, 0)
 	toRTSUD(t, ud, 0x1234)
 	if err := uc.PostSend(&verbs.SendWR{Opcode: verbs.WROpRDMARead}); !errors.Is(err, qp.ErrOpcode) {
 		t.Fatalf("READ on UC: %v", err)
@@ -169,10 +169,10 @@ func TestAtomicAlignmentAndPostErrors(t *testing.T) {
 
 func TestBadLKeyCompletesWithProtectionError(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	qa, qb := b.pairQPs(rcOpts{})
-	a, c := b.nodes[0], b.nodes[1]
-	lm, _ := a.reg(t, 4096, 0, 1)
-	rm, _ := c.reg(t, 4096, 0, 2)
+	qa, qb := b.PairQPs(rcOpts{})
+	a, c := b.Nodes[0], b.Nodes[1]
+	lm, _ := a.Reg(t, 4096, 0, 1)
+	rm, _ := c.Reg(t, 4096, 0, 2)
 	write := func(id uint64, sge mr.SGE) {
 		if err := qa.PostSend(&verbs.SendWR{WRID: id, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
 			SGL: []mr.SGE{sge}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}); err != nil {
@@ -192,10 +192,10 @@ func TestBadLKeyCompletesWithProtectionError(t *testing.T) {
 	// Out of the local region's bounds, and a receive buffer without
 	// local write access, fail the same way.
 	b2 := newBed(t, bedOpts{})
-	qa2, qb2 := b2.pairQPs(rcOpts{})
-	a2, c2 := b2.nodes[0], b2.nodes[1]
-	lm2, _ := a2.reg(t, 4096, 0, 1)
-	ro, _ := c2.reg(t, 4096, mr.AccessRemoteRead, 2)
+	qa2, qb2 := b2.PairQPs(rcOpts{})
+	a2, c2 := b2.Nodes[0], b2.Nodes[1]
+	lm2, _ := a2.Reg(t, 4096, 0, 1)
+	ro, _ := c2.Reg(t, 4096, mr.AccessRemoteRead, 2)
 	if err := qb2.PostRecv(&verbs.RecvWR{WRID: 9, SGL: []mr.SGE{ro.SGE(0, 4096)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -210,19 +210,19 @@ func TestBadLKeyCompletesWithProtectionError(t *testing.T) {
 func TestRNRRetry(t *testing.T) {
 	t.Run("limited", func(t *testing.T) {
 		b := newBed(t, bedOpts{})
-		qa, qb := b.pairQPs(rcOpts{rnr: 2, minRNR: 1})
-		a, c := b.nodes[0], b.nodes[1]
-		lm, _ := a.reg(t, 4096, 0, 1)
+		qa, qb := b.PairQPs(rcOpts{RNR: 2, MinRNR: 1})
+		a, c := b.Nodes[0], b.Nodes[1]
+		lm, _ := a.Reg(t, 4096, 0, 1)
 		qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 100)}})
 		qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 100)}})
 		b.expectWC(a, verbs.WCRNRRetryExcErr, verbs.WCWRFlushErr)
-		if got := a.dev.Counter(verbs.CntRcvdRNRErr); got != 3 {
+		if got := a.Dev.Counter(verbs.CntRcvdRNRErr); got != 3 {
 			t.Fatalf("rcvd_rnr_err %d, want 3 (the first try and two retries)", got)
 		}
-		if got := c.dev.Counter(verbs.CntSendRNRErr); got < 3 {
+		if got := c.Dev.Counter(verbs.CntSendRNRErr); got < 3 {
 			t.Fatalf("send_rnr_err %d", got)
 		}
-		if a.dev.Counter(verbs.CntRetryRNRExceededErr) != 1 {
+		if a.Dev.Counter(verbs.CntRetryRNRExceededErr) != 1 {
 			t.Fatal("retry_rnr_exceeded_err not counted")
 		}
 		b.settle()
@@ -232,17 +232,17 @@ func TestRNRRetry(t *testing.T) {
 	})
 	t.Run("unlimited", func(t *testing.T) {
 		b := newBed(t, bedOpts{})
-		qa, qb := b.pairQPs(rcOpts{rnr: 7, minRNR: 14}) // 1.28 ms
-		a, c := b.nodes[0], b.nodes[1]
-		lm, _ := a.reg(t, 4096, 0, 1)
-		rm, rbuf := c.reg(t, 4096, 0, 2)
+		qa, qb := b.PairQPs(rcOpts{RNR: 7, MinRNR: 14}) // 1.28 ms
+		a, c := b.Nodes[0], b.Nodes[1]
+		lm, _ := a.Reg(t, 4096, 0, 1)
+		rm, rbuf := c.Reg(t, 4096, 0, 2)
 		qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 3000)}})
 		// Nobody posts a receive for a while: the requester keeps waiting.
-		b.sim.RunFor(50 * time.Millisecond)
-		if n := a.poll(); n != 0 {
-			t.Fatalf("completed early: %+v", a.wcs)
+		b.Sim.RunFor(50 * time.Millisecond)
+		if n := a.Poll(); n != 0 {
+			t.Fatalf("completed early: %+v", a.WCs)
 		}
-		rnr := a.dev.Counter(verbs.CntRcvdRNRErr)
+		rnr := a.Dev.Counter(verbs.CntRcvdRNRErr)
 		if rnr < 30 {
 			t.Fatalf("only %d RNR NAKs in 50 ms with a 1.28 ms timer", rnr)
 		}
@@ -257,49 +257,49 @@ func TestRNRRetry(t *testing.T) {
 
 func TestRetryExceeded(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	qa, _ := b.pairQPs(rcOpts{retry: 3, timeout: 10})
-	a, c := b.nodes[0], b.nodes[1]
-	lm, _ := a.reg(t, 4096, 0, 1)
-	rm, _ := c.reg(t, 4096, 0, 2)
-	b.router.SetImpairments(memlink.Impairments{Loss: 1})
-	start := b.clock.Now()
+	qa, _ := b.PairQPs(rcOpts{Retry: 3, Timeout: 10})
+	a, c := b.Nodes[0], b.Nodes[1]
+	lm, _ := a.Reg(t, 4096, 0, 1)
+	rm, _ := c.Reg(t, 4096, 0, 2)
+	b.Router.SetImpairments(memlink.Impairments{Loss: 1})
+	start := b.Clock.Now()
 	qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 3000)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 	qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpRDMAWrite, SGL: []mr.SGE{lm.SGE(0, 30)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 	b.expectWC(a, verbs.WCRetryExcErr, verbs.WCWRFlushErr)
-	el := b.clock.Now().Sub(start)
+	el := b.Clock.Now().Sub(start)
 	rto := 4096 * time.Nanosecond << 10
 	if el < 4*rto || el > 5*rto {
 		t.Fatalf("gave up after %v, want 4 timeouts of %v", el, rto)
 	}
-	if a.dev.Counter(verbs.CntRetryExceededErr) != 1 || a.dev.Counter(verbs.CntTimeouts) != 4 || a.dev.Counter(verbs.CntCompleterRetryErr) != 3 {
-		t.Fatalf("counters %v", a.dev.Counters())
+	if a.Dev.Counter(verbs.CntRetryExceededErr) != 1 || a.Dev.Counter(verbs.CntTimeouts) != 4 || a.Dev.Counter(verbs.CntCompleterRetryErr) != 3 {
+		t.Fatalf("counters %v", a.Dev.Counters())
 	}
 	// The four packets, and three retransmissions of them.
-	if got := a.dev.Counter(verbs.CntSentPkts); got != 4+3*4 {
+	if got := a.Dev.Counter(verbs.CntSentPkts); got != 4+3*4 {
 		t.Fatalf("sent_pkts %d", got)
 	}
 }
 
 func TestRetryCount7IsInfinite(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	qa, _ := b.pairQPs(rcOpts{retry: 7, timeout: 4})
-	a, c := b.nodes[0], b.nodes[1]
-	lm, _ := a.reg(t, 4096, 0, 1)
-	rm, _ := c.reg(t, 4096, 0, 2)
-	b.router.SetImpairments(memlink.Impairments{Loss: 1})
+	qa, _ := b.PairQPs(rcOpts{Retry: 7, Timeout: 4})
+	a, c := b.Nodes[0], b.Nodes[1]
+	lm, _ := a.Reg(t, 4096, 0, 1)
+	rm, _ := c.Reg(t, 4096, 0, 2)
+	b.Router.SetImpairments(memlink.Impairments{Loss: 1})
 	qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 100)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
-	b.sim.RunFor(100 * time.Millisecond)
-	if a.poll() != 0 || a.dev.Counter(verbs.CntTimeouts) < 1000 {
-		t.Fatalf("wcs %+v timeouts %d", a.wcs, a.dev.Counter(verbs.CntTimeouts))
+	b.Sim.RunFor(100 * time.Millisecond)
+	if a.Poll() != 0 || a.Dev.Counter(verbs.CntTimeouts) < 1000 {
+		t.Fatalf("wcs %+v timeouts %d", a.WCs, a.Dev.Counter(verbs.CntTimeouts))
 	}
-	b.router.SetImpairments(memlink.Impairments{})
+	b.Router.SetImpairments(memlink.Impairments{})
 	b.expectWC(a, verbs.WCSuccess)
 }
 
 func TestIllegalTransitions(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	a := b.nodes[0]
-	q := b.createQP(a, rcOpts{maxWR: 4, maxSGE: 1, qpType: verbs.QPTypeRC}, nil)
+	a := b.Nodes[0]
+	q := b.CreateQP(a, rcOpts{MaxWR: 4, MaxSGE: 1, QPType: verbs.QPTypeRC}, nil)
 	var me *qp.ModifyError
 	check := func(name string, attr verbs.QPAttr, mask verbs.QPAttrMask, want string) {
 		t.Helper()
@@ -336,16 +336,16 @@ func TestIllegalTransitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("INIT->RTS", verbs.QPAttr{State: verbs.QPStateRTS}, verbs.AttrState|verbs.AttrSQPSN, "illegal")
-	check("INIT->RTR without MIN_RNR_TIMER", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: a.ahTo(b.nodes[1])},
+	check("INIT->RTR without MIN_RNR_TIMER", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: a.AHTo(b.Nodes[1])},
 		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic, "missing")
 	rtr := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
-	check("path MTU above the port", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: 6, AH: a.ahTo(b.nodes[1])}, rtr, "value")
-	check("bad SGID index", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: verbs.AHAttr{DGID: b.nodes[1].gid, SGIDIndex: 3}}, rtr, "value")
+	check("path MTU above the port", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: 6, AH: a.AHTo(b.Nodes[1])}, rtr, "value")
+	check("bad SGID index", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: verbs.AHAttr{DGID: b.Nodes[1].GID, SGIDIndex: 3}}, rtr, "value")
 	check("IPv6 to IPv4", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: verbs.AHAttr{DGID: bth.GID{0xfd, 15: 1}}}, rtr, "value")
-	check("max_dest_rd_atomic 200", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: a.ahTo(b.nodes[1]), MaxDestRdAtomic: 200}, rtr, "value")
+	check("max_dest_rd_atomic 200", verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: a.AHTo(b.Nodes[1]), MaxDestRdAtomic: 200}, rtr, "value")
 	// PSNs and the destination QP number beyond 24 bits are taken by
 	// their low 24 bits, as rdma_rxe takes them.
-	if err := q.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: a.ahTo(b.nodes[1]), DestQPN: 1<<24 | 99, RQPSN: 1<<31 | 7, MaxDestRdAtomic: 4, MinRNRTimer: 12}, rtr); err != nil {
+	if err := q.Modify(&verbs.QPAttr{State: verbs.QPStateRTR, PathMTU: verbs.MTU1024, AH: a.AHTo(b.Nodes[1]), DestQPN: 1<<24 | 99, RQPSN: 1<<31 | 7, MaxDestRdAtomic: 4, MinRNRTimer: 12}, rtr); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := q.Query(); got.RQPSN != 7 || got.DestQPN != 99 {
@@ -380,16 +380,16 @@ func TestIllegalTransitions(t *testing.T) {
 
 func TestCQOverflow(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	a, c := b.nodes[0], b.nodes[1]
-	small, _ := a.dev.CreateCQ(2, nil)
+	a, c := b.Nodes[0], b.Nodes[1]
+	small, _ := a.Dev.CreateCQ(2, nil)
 	o := rcOpts{}
-	o.defaults()
-	q, _ := a.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: small, RecvCQ: a.rcq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	p := b.createQP(c, o, nil)
-	b.connect(q, a, p.QPN(), c, o, 0, 0)
-	b.connect(p, c, q.QPN(), a, o, 0, 0)
-	lm, _ := a.reg(t, 4096, 0, 1)
-	rm, _ := c.reg(t, 4096, 0, 2)
+	o.Defaults()
+	q, _ := a.PD.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: small, RecvCQ: a.RCQ, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	p := b.CreateQP(c, o, nil)
+	b.Connect(q, a, p.QPN(), c, o, 0, 0)
+	b.Connect(p, c, q.QPN(), a, o, 0, 0)
+	lm, _ := a.Reg(t, 4096, 0, 1)
+	rm, _ := c.Reg(t, 4096, 0, 2)
 	for i := 1; i <= 4; i++ {
 		q.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 10)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 	}
@@ -399,12 +399,12 @@ func TestCQOverflow(t *testing.T) {
 	if n != 2 || wcs[0].WRID != 1 || wcs[1].WRID != 2 || !small.Overflowed() {
 		t.Fatalf("polled %d %+v overflowed %v", n, wcs[:n], small.Overflowed())
 	}
-	ev, ok := a.dev.PollAsyncEvent()
+	ev, ok := a.Dev.PollAsyncEvent()
 	if !ok || ev.Type != verbs.EventCQErr || ev.CQ != small {
 		t.Fatalf("event %+v %v", ev, ok)
 	}
-	if q.State() != verbs.QPStateErr || a.dev.Counter(verbs.CntCQOverflow) == 0 {
-		t.Fatalf("state %v counters %v", q.State(), a.dev.Counters())
+	if q.State() != verbs.QPStateErr || a.Dev.Counter(verbs.CntCQOverflow) == 0 {
+		t.Fatalf("state %v counters %v", q.State(), a.Dev.Counters())
 	}
 	if err := small.Destroy(); !errors.Is(err, roce.ErrBusy) {
 		t.Fatalf("destroying a CQ in use: %v", err)
@@ -413,10 +413,10 @@ func TestCQOverflow(t *testing.T) {
 
 func TestFlushAfterError(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	qa, qb := b.pairQPs(rcOpts{})
-	a, c := b.nodes[0], b.nodes[1]
-	lm, _ := a.reg(t, 4096, 0, 1)
-	rm, _ := c.reg(t, 4096, 0, 2)
+	qa, qb := b.PairQPs(rcOpts{})
+	a, c := b.Nodes[0], b.Nodes[1]
+	lm, _ := a.Reg(t, 4096, 0, 1)
+	rm, _ := c.Reg(t, 4096, 0, 2)
 	for i := 1; i <= 3; i++ {
 		qb.PostRecv(&verbs.RecvWR{WRID: uint64(100 + i), SGL: []mr.SGE{rm.SGE(0, 100)}})
 		qa.PostRecv(&verbs.RecvWR{WRID: uint64(200 + i), SGL: []mr.SGE{lm.SGE(0, 100)}})
@@ -455,24 +455,24 @@ func TestFlushAfterError(t *testing.T) {
 	qa.Modify(&verbs.QPAttr{State: verbs.QPStateReset}, verbs.AttrState)
 	qb.Modify(&verbs.QPAttr{State: verbs.QPStateReset}, verbs.AttrState)
 	o := rcOpts{}
-	o.defaults()
-	b.connect(qa, a, qb.QPN(), c, o, 5, 6)
-	b.connect(qb, c, qa.QPN(), a, o, 6, 5)
+	o.Defaults()
+	b.Connect(qa, a, qb.QPN(), c, o, 5, 6)
+	b.Connect(qb, c, qa.QPN(), a, o, 6, 5)
 	qa.PostSend(&verbs.SendWR{WRID: 11, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 10)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 	b.expectWC(a, verbs.WCSuccess)
 }
 
 func TestDestroyWithWorkOutstanding(t *testing.T) {
-	b := newBed(t, bedOpts{imp: memlink.Impairments{Delay: 10 * time.Microsecond}})
-	qa, qb := b.pairQPs(rcOpts{timeout: 8, retry: 2})
-	a, c := b.nodes[0], b.nodes[1]
-	lm, _ := a.reg(t, 1<<20, 0, 1)
-	rm, _ := c.reg(t, 1<<20, 0, 2)
+	b := newBed(t, bedOpts{Imp: memlink.Impairments{Delay: 10 * time.Microsecond}})
+	qa, qb := b.PairQPs(rcOpts{Timeout: 8, Retry: 2})
+	a, c := b.Nodes[0], b.Nodes[1]
+	lm, _ := a.Reg(t, 1<<20, 0, 1)
+	rm, _ := c.Reg(t, 1<<20, 0, 2)
 	for i := 0; i < 8; i++ {
 		qa.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 1<<20)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 		qb.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled, SGL: []mr.SGE{rm.SGE(0, 1<<20)}, RemoteAddr: lm.Addr(), RKey: lm.RKey()})
 	}
-	b.sim.RunFor(100 * time.Microsecond)
+	b.Sim.RunFor(100 * time.Microsecond)
 	if err := qb.Destroy(); err != nil {
 		t.Fatal(err)
 	}
@@ -487,11 +487,11 @@ func TestDestroyWithWorkOutstanding(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.settle()
-	if c.dev.Counter(verbs.CntUnknownQPN) == 0 {
+	if c.Dev.Counter(verbs.CntUnknownQPN) == 0 {
 		t.Fatal("no packets dropped for the destroyed QP")
 	}
 	// qa fails: its peer is gone (retries exhausted) or its memory is.
-	for _, w := range a.wcs {
+	for _, w := range a.WCs {
 		if w.Status == verbs.WCSuccess && w.WRID > 1 {
 			t.Fatalf("completion %+v", w)
 		}
@@ -499,13 +499,13 @@ func TestDestroyWithWorkOutstanding(t *testing.T) {
 	if qa.State() != verbs.QPStateErr {
 		t.Fatalf("state %v", qa.State())
 	}
-	if err := a.pd.Dealloc(); !errors.Is(err, roce.ErrBusy) {
+	if err := a.PD.Dealloc(); !errors.Is(err, roce.ErrBusy) {
 		t.Fatalf("dealloc of a PD with a QP: %v", err)
 	}
 	if err := qa.Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.pd.Dealloc(); err != nil {
+	if err := a.PD.Dealloc(); err != nil {
 		t.Fatalf("dealloc of an empty PD: %v", err)
 	}
 }

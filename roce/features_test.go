@@ -21,19 +21,19 @@ import (
 func TestPSNWraparound(t *testing.T) {
 	for _, loss := range []float64{0, 0.05} {
 		t.Run(fmt.Sprintf("loss=%v", loss), func(t *testing.T) {
-			b := newBed(t, bedOpts{seed: 7, imp: memlink.Impairments{Loss: loss, Reorder: loss, Duplicate: loss}})
-			qa, qb := b.pairQPs(rcOpts{mtu: verbs.MTU256, psnA: bth.PSNMask - 20, psnB: bth.PSNMask - 3, timeout: 6})
-			a, c := b.nodes[0], b.nodes[1]
-			lm, lbuf := a.reg(t, 1<<18, 0, 1)
-			rm, rbuf := c.reg(t, 1<<18, 0, 2)
+			b := newBed(t, bedOpts{Seed: 7, Imp: memlink.Impairments{Loss: loss, Reorder: loss, Duplicate: loss}})
+			qa, qb := b.PairQPs(rcOpts{MTU: verbs.MTU256, PSNA: bth.PSNMask - 20, PSNB: bth.PSNMask - 3, Timeout: 6})
+			a, c := b.Nodes[0], b.Nodes[1]
+			lm, lbuf := a.Reg(t, 1<<18, 0, 1)
+			rm, rbuf := c.Reg(t, 1<<18, 0, 2)
 			n := 64 << 10
 			qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, n)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 			qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(n, n)}, RemoteAddr: rm.Addr() + uint64(n), RKey: rm.RKey()})
 			qa.PostRecv(&verbs.RecvWR{WRID: 4, SGL: []mr.SGE{lm.SGE(3*n, 4096)}})
 			qb.PostSend(&verbs.SendWR{WRID: 5, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{rm.SGE(3*n, 3000)}})
 			qa.PostSend(&verbs.SendWR{WRID: 6, Opcode: verbs.WROpAtomicFetchAdd, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(8, 8)}, RemoteAddr: rm.Addr() + 8, RKey: rm.RKey(), CompareAdd: 1})
-			b.run(func() bool { return len(a.wcs) == 4 && len(c.wcs) == 1 })
-			for _, w := range append(a.wcs, c.wcs...) {
+			b.Run(func() bool { return len(a.WCs) == 4 && len(c.WCs) == 1 })
+			for _, w := range append(a.WCs, c.WCs...) {
 				if w.Status != verbs.WCSuccess {
 					t.Fatalf("%+v", w)
 				}
@@ -52,10 +52,10 @@ func TestPSNWraparound(t *testing.T) {
 
 // udBed makes a UD QP on each of two nodes.
 func udBed(t *testing.T, ipv6 bool) (*testbed, *roce.QP, *roce.QP) {
-	b := newBed(t, bedOpts{ipv6: ipv6, linkMTU: 1500})
-	o := rcOpts{qpType: verbs.QPTypeUD, maxWR: 16, maxSGE: 2}
-	qa := b.createQP(b.nodes[0], o, nil)
-	qb := b.createQP(b.nodes[1], o, nil)
+	b := newBed(t, bedOpts{IPv6: ipv6, LinkMTU: 1500})
+	o := rcOpts{QPType: verbs.QPTypeUD, MaxWR: 16, MaxSGE: 2}
+	qa := b.CreateQP(b.Nodes[0], o, nil)
+	qb := b.CreateQP(b.Nodes[1], o, nil)
 	toRTSUD(t, qa, 0x11111111)
 	toRTSUD(t, qb, 0x11111111)
 	return b, qa, qb
@@ -65,13 +65,13 @@ func TestUDSendGRH(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ipv6=%v", v6), func(t *testing.T) {
 			b, qa, qb := udBed(t, v6)
-			a, c := b.nodes[0], b.nodes[1]
-			ah, err := a.pd.CreateAH(&verbs.AHAttr{DGID: c.gid, DMAC: c.mac, HopLimit: 64, TrafficClass: 0})
+			a, c := b.Nodes[0], b.Nodes[1]
+			ah, err := a.PD.CreateAH(&verbs.AHAttr{DGID: c.GID, DMAC: c.MAC, HopLimit: 64, TrafficClass: 0})
 			if err != nil {
 				t.Fatal(err)
 			}
-			lm, lbuf := a.reg(t, 4096, 0, 1)
-			rm, rbuf := c.reg(t, 4096, 0, 2)
+			lm, lbuf := a.Reg(t, 4096, 0, 1)
+			rm, rbuf := c.Reg(t, 4096, 0, 2)
 			qb.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{rm.SGE(0, 40), rm.SGE(100, 2000)}})
 			qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpSendWithImm, Flags: verbs.Signaled, Imm: 0xabcdef01,
 				SGL: []mr.SGE{lm.SGE(0, 1000)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x11111111})
@@ -89,12 +89,12 @@ func TestUDSendGRH(t *testing.T) {
 			}
 			g := rbuf[:40]
 			if v6 {
-				if g[0]>>4 != 6 || g[6] != 17 || !bytes.Equal(g[8:24], a.gid[:]) || !bytes.Equal(g[24:40], c.gid[:]) {
+				if g[0]>>4 != 6 || g[6] != 17 || !bytes.Equal(g[8:24], a.GID[:]) || !bytes.Equal(g[24:40], c.GID[:]) {
 					t.Fatalf("GRH %x", g)
 				}
 			} else {
 				if !bytes.Equal(g[:20], make([]byte, 20)) || g[20] != 0x45 || g[29] != 17 ||
-					!bytes.Equal(g[32:36], a.gid[12:]) || !bytes.Equal(g[36:40], c.gid[12:]) {
+					!bytes.Equal(g[32:36], a.GID[12:]) || !bytes.Equal(g[36:40], c.GID[12:]) {
 					t.Fatalf("GRH space %x", g)
 				}
 			}
@@ -104,27 +104,27 @@ func TestUDSendGRH(t *testing.T) {
 			qa.PostSend(&verbs.SendWR{WRID: 4, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 10)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x22})
 			b.expectWC(a, verbs.WCSuccess)
 			b.settle()
-			if len(c.wcs) != 0 || c.dev.Counter(verbs.CntBadQKey) != 1 {
-				t.Fatalf("wcs %+v bad_qkey %d", c.wcs, c.dev.Counter(verbs.CntBadQKey))
+			if len(c.WCs) != 0 || c.Dev.Counter(verbs.CntBadQKey) != 1 {
+				t.Fatalf("wcs %+v bad_qkey %d", c.WCs, c.Dev.Counter(verbs.CntBadQKey))
 			}
 			// Longer than the port MTU (1024 on a 1500-byte link): not sent,
 			// completed successfully (IBTA C10-93.1.1).
-			sent := a.dev.Counter(verbs.CntSentPkts)
+			sent := a.Dev.Counter(verbs.CntSentPkts)
 			qa.PostSend(&verbs.SendWR{WRID: 5, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 1025)}, AH: ah, RemoteQPN: qb.QPN(), RemoteQKey: 0x11111111})
 			b.expectWC(a, verbs.WCSuccess)
-			if a.dev.Counter(verbs.CntSentPkts) != sent {
+			if a.Dev.Counter(verbs.CntSentPkts) != sent {
 				t.Fatal("an oversized UD message was sent")
 			}
 			// A receive buffer without room for GRH and payload: the message
 			// is dropped and the buffer waits for the next one.
-			qb2 := b.createQP(c, rcOpts{qpType: verbs.QPTypeUD, maxWR: 4, maxSGE: 1}, nil)
+			qb2 := b.CreateQP(c, rcOpts{QPType: verbs.QPTypeUD, MaxWR: 4, MaxSGE: 1}, nil)
 			toRTSUD(t, qb2, 7)
 			qb2.PostRecv(&verbs.RecvWR{WRID: 6, SGL: []mr.SGE{rm.SGE(0, 100)}})
 			qa.PostSend(&verbs.SendWR{WRID: 7, Opcode: verbs.WROpSend, SGL: []mr.SGE{lm.SGE(0, 61)}, AH: ah, RemoteQPN: qb2.QPN(), RemoteQKey: 7})
 			qa.PostSend(&verbs.SendWR{WRID: 8, Opcode: verbs.WROpSend, SGL: []mr.SGE{lm.SGE(0, 60)}, AH: ah, RemoteQPN: qb2.QPN(), RemoteQKey: 7})
 			w = b.expectWC(c, verbs.WCSuccess)[0]
-			if w.WRID != 6 || w.ByteLen != 100 || c.dev.Counter(verbs.CntRecvDropped) != 1 {
-				t.Fatalf("%+v dropped %d", w, c.dev.Counter(verbs.CntRecvDropped))
+			if w.WRID != 6 || w.ByteLen != 100 || c.Dev.Counter(verbs.CntRecvDropped) != 1 {
+				t.Fatalf("%+v dropped %d", w, c.Dev.Counter(verbs.CntRecvDropped))
 			}
 		})
 	}
@@ -132,9 +132,9 @@ func TestUDSendGRH(t *testing.T) {
 
 func TestGSIQKey(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	a, c := b.nodes[0], b.nodes[1]
+	a, c := b.Nodes[0], b.Nodes[1]
 	mk := func(n *node) *roce.QP {
-		q, err := n.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeGSI, SendCQ: n.scq, RecvCQ: n.rcq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		q, err := n.PD.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeGSI, SendCQ: n.SCQ, RecvCQ: n.RCQ, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,16 +149,16 @@ func TestGSIQKey(t *testing.T) {
 		return q
 	}
 	qa, qb := mk(a), mk(c)
-	if _, err := a.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeGSI, SendCQ: a.scq, RecvCQ: a.rcq}); !errors.Is(err, roce.ErrBusy) {
+	if _, err := a.PD.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeGSI, SendCQ: a.SCQ, RecvCQ: a.RCQ}); !errors.Is(err, roce.ErrBusy) {
 		t.Fatalf("second GSI QP: %v", err)
 	}
 	attr, _ := qa.Query()
 	if attr.QKey != verbs.GSIQKey {
 		t.Fatalf("GSI Q_Key %#x", attr.QKey)
 	}
-	ah, _ := a.pd.CreateAH(&verbs.AHAttr{DGID: c.gid, DMAC: c.mac})
-	lm, _ := a.reg(t, 256, 0, 1)
-	rm, _ := c.reg(t, 256, 0, 2)
+	ah, _ := a.PD.CreateAH(&verbs.AHAttr{DGID: c.GID, DMAC: c.MAC})
+	lm, _ := a.Reg(t, 256, 0, 1)
+	rm, _ := c.Reg(t, 256, 0, 2)
 	qb.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{rm.SGE(0, 256)}})
 	// Whatever the request says, QP1 sends with the GSI Q_Key.
 	qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 100)}, AH: ah, RemoteQPN: 1, RemoteQKey: 99})
@@ -170,13 +170,13 @@ func TestGSIQKey(t *testing.T) {
 }
 
 func TestUCDropsDamagedMessages(t *testing.T) {
-	b := newBed(t, bedOpts{seed: 11, imp: memlink.Impairments{Loss: 0.1}})
-	o := rcOpts{qpType: verbs.QPTypeUC, mtu: verbs.MTU256, maxWR: 512, maxSGE: 1}
-	qa, qb := b.pairQPs(o)
-	a, c := b.nodes[0], b.nodes[1]
+	b := newBed(t, bedOpts{Seed: 11, Imp: memlink.Impairments{Loss: 0.1}})
+	o := rcOpts{QPType: verbs.QPTypeUC, MTU: verbs.MTU256, MaxWR: 512, MaxSGE: 1}
+	qa, qb := b.PairQPs(o)
+	a, c := b.Nodes[0], b.Nodes[1]
 	const msgs, size = 300, 1000 // four packets each
-	lm, lbuf := a.reg(t, msgs*size, 0, 1)
-	rm, rbuf := c.reg(t, msgs*size, 0, 2)
+	lm, lbuf := a.Reg(t, msgs*size, 0, 1)
+	rm, rbuf := c.Reg(t, msgs*size, 0, 2)
 	for i := range lbuf {
 		lbuf[i] = byte(i / size)
 	}
@@ -188,15 +188,15 @@ func TestUCDropsDamagedMessages(t *testing.T) {
 		qa.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(i*size, size)}})
 	}
 	b.settle()
-	if len(a.wcs) != msgs {
-		t.Fatalf("%d send completions", len(a.wcs))
+	if len(a.WCs) != msgs {
+		t.Fatalf("%d send completions", len(a.WCs))
 	}
-	got := len(c.wcs)
+	got := len(c.WCs)
 	if got == 0 || got == msgs {
 		t.Fatalf("%d of %d messages arrived at 10%% loss", got, msgs)
 	}
 	// Receives are used in order; each holds one whole message.
-	for k, w := range c.wcs {
+	for k, w := range c.WCs {
 		if w.Status != verbs.WCSuccess || w.WRID != uint64(k) || w.ByteLen != size {
 			t.Fatalf("%+v", w)
 		}
@@ -207,14 +207,14 @@ func TestUCDropsDamagedMessages(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d of %d UC messages delivered, recv_dropped %d", got, msgs, c.dev.Counter(verbs.CntRecvDropped))
+	t.Logf("%d of %d UC messages delivered, recv_dropped %d", got, msgs, c.Dev.Counter(verbs.CntRecvDropped))
 	// UC RDMA WRITE with immediate works on a clean link.
-	b.router.SetImpairments(memlink.Impairments{})
-	c.wcs = nil
+	b.Router.SetImpairments(memlink.Impairments{})
+	c.WCs = nil
 	qb.PostRecv(&verbs.RecvWR{WRID: 999})
 	qa.PostSend(&verbs.SendWR{WRID: 1000, Opcode: verbs.WROpRDMAWriteWithImm, Imm: 42, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 3000)}, RemoteAddr: rm.Addr() + 7, RKey: rm.RKey()})
-	b.run(func() bool {
-		for _, w := range c.wcs {
+	b.Run(func() bool {
+		for _, w := range c.WCs {
 			if w.Opcode == verbs.WCRecvRDMAWithImm {
 				return true
 			}
@@ -228,12 +228,12 @@ func TestUCDropsDamagedMessages(t *testing.T) {
 
 func TestSRQLimitEvent(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	a, c := b.nodes[0], b.nodes[1]
-	srq, err := c.pd.CreateSRQ(16, 2, 0)
+	a, c := b.Nodes[0], b.Nodes[1]
+	srq, err := c.PD.CreateSRQ(16, 2, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rm, rbuf := c.reg(t, 16*256, 0, 2)
+	rm, rbuf := c.Reg(t, 16*256, 0, 2)
 	for i := 0; i < 8; i++ {
 		if err := srq.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGL: []mr.SGE{rm.SGE(i*256, 256)}}); err != nil {
 			t.Fatal(err)
@@ -241,19 +241,19 @@ func TestSRQLimitEvent(t *testing.T) {
 	}
 	srq.Arm(5)
 	o := rcOpts{}
-	o.defaults()
+	o.Defaults()
 	var reqs, resps []*roce.QP
 	for i := 0; i < 2; i++ {
-		q := b.createQP(a, o, nil)
-		p := b.createQP(c, o, srq)
-		b.connect(q, a, p.QPN(), c, o, 0, 0)
-		b.connect(p, c, q.QPN(), a, o, 0, 0)
+		q := b.CreateQP(a, o, nil)
+		p := b.CreateQP(c, o, srq)
+		b.Connect(q, a, p.QPN(), c, o, 0, 0)
+		b.Connect(p, c, q.QPN(), a, o, 0, 0)
 		reqs, resps = append(reqs, q), append(resps, p)
 	}
 	if err := resps[0].PostRecv(&verbs.RecvWR{}); !errors.Is(err, qp.ErrHasSRQ) {
 		t.Fatalf("post to a QP with an SRQ: %v", err)
 	}
-	lm, lbuf := a.reg(t, 256, 0, 1)
+	lm, lbuf := a.Reg(t, 256, 0, 1)
 	for i := 0; i < 6; i++ {
 		reqs[i%2].PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 100+i)}})
 		b.expectWC(a, verbs.WCSuccess)
@@ -264,7 +264,7 @@ func TestSRQLimitEvent(t *testing.T) {
 		if !bytes.Equal(rbuf[i*256:i*256+100], lbuf[:100]) {
 			t.Fatal("data")
 		}
-		ev, ok := c.dev.PollAsyncEvent()
+		ev, ok := c.Dev.PollAsyncEvent()
 		// 8 posted; after the 4th receive 4 are left, fewer than 5.
 		if i == 3 {
 			if !ok || ev.Type != verbs.EventSRQLimitReached || ev.SRQ != srq {
@@ -284,11 +284,11 @@ func TestSRQLimitEvent(t *testing.T) {
 
 func TestFenceWaitsForRead(t *testing.T) {
 	for _, fence := range []bool{false, true} {
-		b := newBed(t, bedOpts{imp: memlink.Impairments{Delay: 10 * time.Microsecond}})
-		qa, _ := b.pairQPs(rcOpts{})
-		a, c := b.nodes[0], b.nodes[1]
-		lm, _ := a.reg(t, 1<<16, 0, 1)
-		rm, _ := c.reg(t, 1<<16, 0, 2)
+		b := newBed(t, bedOpts{Imp: memlink.Impairments{Delay: 10 * time.Microsecond}})
+		qa, _ := b.PairQPs(rcOpts{})
+		a, c := b.Nodes[0], b.Nodes[1]
+		lm, _ := a.Reg(t, 1<<16, 0, 1)
+		rm, _ := c.Reg(t, 1<<16, 0, 2)
 		var flags verbs.SendFlags = verbs.Signaled
 		if fence {
 			flags |= verbs.Fence
@@ -296,13 +296,13 @@ func TestFenceWaitsForRead(t *testing.T) {
 		qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 1<<15)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 		qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpRDMAWrite, Flags: flags, SGL: []mr.SGE{lm.SGE(1<<15, 8)}, RemoteAddr: rm.Addr() + 1<<15, RKey: rm.RKey()})
 		var readDone, writeDone monotime.Time
-		b.run(func() bool {
-			for _, w := range a.wcs {
+		b.Run(func() bool {
+			for _, w := range a.WCs {
 				if w.WRID == 1 && readDone == 0 {
-					readDone = b.clock.Now()
+					readDone = b.Clock.Now()
 				}
 				if w.WRID == 2 && writeDone == 0 {
-					writeDone = b.clock.Now()
+					writeDone = b.Clock.Now()
 				}
 			}
 			return writeDone != 0
@@ -319,28 +319,28 @@ func TestFenceWaitsForRead(t *testing.T) {
 }
 
 func TestSQDDrain(t *testing.T) {
-	b := newBed(t, bedOpts{imp: memlink.Impairments{Delay: 5 * time.Microsecond}})
-	qa, _ := b.pairQPs(rcOpts{})
-	a, c := b.nodes[0], b.nodes[1]
-	lm, _ := a.reg(t, 1<<16, 0, 1)
-	rm, _ := c.reg(t, 1<<16, 0, 2)
+	b := newBed(t, bedOpts{Imp: memlink.Impairments{Delay: 5 * time.Microsecond}})
+	qa, _ := b.PairQPs(rcOpts{})
+	a, c := b.Nodes[0], b.Nodes[1]
+	lm, _ := a.Reg(t, 1<<16, 0, 1)
+	rm, _ := c.Reg(t, 1<<16, 0, 2)
 	wr := verbs.SendWR{Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 1<<16)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}
 	wr.WRID = 1
 	qa.PostSend(&wr)
-	b.sim.RunFor(2 * time.Microsecond)
+	b.Sim.RunFor(2 * time.Microsecond)
 	if err := qa.Modify(&verbs.QPAttr{State: verbs.QPStateSQD, EnSQDAsyncNotify: true}, verbs.AttrState|verbs.AttrEnSQDAsyncNotify); err != nil {
 		t.Fatal(err)
 	}
 	wr.WRID = 2
 	qa.PostSend(&wr) // waits in the queue while draining
-	b.run(func() bool { return len(a.wcs) == 1 })
+	b.Run(func() bool { return len(a.WCs) == 1 })
 	b.settle()
-	ev, ok := a.dev.PollAsyncEvent()
+	ev, ok := a.Dev.PollAsyncEvent()
 	if !ok || ev.Type != verbs.EventSQDrained || ev.QP != qa {
 		t.Fatalf("event %+v %v", ev, ok)
 	}
-	if len(a.wcs) != 1 || a.wcs[0].WRID != 1 {
-		t.Fatalf("%+v", a.wcs)
+	if len(a.WCs) != 1 || a.WCs[0].WRID != 1 {
+		t.Fatalf("%+v", a.WCs)
 	}
 	attr, _ := qa.Query()
 	if attr.State != verbs.QPStateSQD || attr.SQDraining {
@@ -349,22 +349,22 @@ func TestSQDDrain(t *testing.T) {
 	if err := qa.Modify(&verbs.QPAttr{State: verbs.QPStateRTS}, verbs.AttrState); err != nil {
 		t.Fatal(err)
 	}
-	b.run(func() bool { return len(a.wcs) == 2 })
+	b.Run(func() bool { return len(a.WCs) == 2 })
 }
 
 func TestSolicitedNotify(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	a, c := b.nodes[0], b.nodes[1]
-	ch := c.dev.CreateCompChannel()
-	rcq, _ := c.dev.CreateCQ(16, ch)
+	a, c := b.Nodes[0], b.Nodes[1]
+	ch := c.Dev.CreateCompChannel()
+	rcq, _ := c.Dev.CreateCQ(16, ch)
 	o := rcOpts{}
-	o.defaults()
-	qa := b.createQP(a, o, nil)
-	qb, _ := c.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: c.scq, RecvCQ: rcq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	b.connect(qa, a, qb.QPN(), c, o, 0, 0)
-	b.connect(qb, c, qa.QPN(), a, o, 0, 0)
-	lm, _ := a.reg(t, 64, 0, 1)
-	rm, _ := c.reg(t, 64, 0, 2)
+	o.Defaults()
+	qa := b.CreateQP(a, o, nil)
+	qb, _ := c.PD.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: c.SCQ, RecvCQ: rcq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	b.Connect(qa, a, qb.QPN(), c, o, 0, 0)
+	b.Connect(qb, c, qa.QPN(), a, o, 0, 0)
+	lm, _ := a.Reg(t, 64, 0, 1)
+	rm, _ := c.Reg(t, 64, 0, 2)
 	for i := 0; i < 3; i++ {
 		qb.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGL: []mr.SGE{rm.SGE(0, 64)}})
 	}
@@ -392,13 +392,13 @@ func TestSolicitedNotify(t *testing.T) {
 }
 
 func TestMaxRdAtomicLimit(t *testing.T) {
-	b := newBed(t, bedOpts{imp: memlink.Impairments{Delay: 5 * time.Microsecond}})
-	qa, _ := b.pairQPs(rcOpts{rdAtomic: 2})
-	a, c := b.nodes[0], b.nodes[1]
-	lm, _ := a.reg(t, 1<<16, 0, 1)
-	rm, _ := c.reg(t, 1<<16, 0, 2)
+	b := newBed(t, bedOpts{Imp: memlink.Impairments{Delay: 5 * time.Microsecond}})
+	qa, _ := b.PairQPs(rcOpts{RdAtomic: 2})
+	a, c := b.Nodes[0], b.Nodes[1]
+	lm, _ := a.Reg(t, 1<<16, 0, 1)
+	rm, _ := c.Reg(t, 1<<16, 0, 2)
 	inflight, maxInflight := 0, 0
-	b.setTap(func(from *memlink.Port, f []byte) {
+	b.SetTap(func(from *memlink.Port, f []byte) {
 		p, err := bth.Parse(f)
 		if err != nil {
 			return
@@ -419,7 +419,7 @@ func TestMaxRdAtomicLimit(t *testing.T) {
 		}
 		qa.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: op, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(i*4096, n)}, RemoteAddr: rm.Addr() + uint64(i*4096), RKey: rm.RKey(), CompareAdd: 1})
 	}
-	b.run(func() bool { return len(a.wcs) == 10 })
+	b.Run(func() bool { return len(a.WCs) == 10 })
 	if maxInflight != 2 {
 		t.Fatalf("%d READs and atomics in flight, max_rd_atomic 2", maxInflight)
 	}
@@ -427,10 +427,10 @@ func TestMaxRdAtomicLimit(t *testing.T) {
 
 func TestInvalidatedKeyRefused(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	qa, qb := b.pairQPs(rcOpts{})
-	a, c := b.nodes[0], b.nodes[1]
-	lm, _ := a.reg(t, 64, 0, 1)
-	rm, _ := c.reg(t, 64, 0, 2)
+	qa, qb := b.PairQPs(rcOpts{})
+	a, c := b.Nodes[0], b.Nodes[1]
+	lm, _ := a.Reg(t, 64, 0, 1)
+	rm, _ := c.Reg(t, 64, 0, 2)
 	target, _, key := b.fastReg(c, qb, 64, allAccess)
 	qb.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{rm.SGE(0, 64)}})
 	qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSendWithInv, InvalidateRKey: key, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 8)}})
@@ -446,28 +446,28 @@ func TestInvalidatedKeyRefused(t *testing.T) {
 	// An rkey that names nothing cannot be invalidated: as with rdma_rxe
 	// the SEND is acknowledged, and the receiver's request fails.
 	b2 := newBed(t, bedOpts{})
-	qa2, qb2 := b2.pairQPs(rcOpts{})
-	lm2, _ := b2.nodes[0].reg(t, 64, 0, 1)
-	rm2, _ := b2.nodes[1].reg(t, 64, 0, 2)
+	qa2, qb2 := b2.PairQPs(rcOpts{})
+	lm2, _ := b2.Nodes[0].Reg(t, 64, 0, 1)
+	rm2, _ := b2.Nodes[1].Reg(t, 64, 0, 2)
 	qb2.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{rm2.SGE(0, 64)}})
 	qa2.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSendWithInv, InvalidateRKey: 0x12345678, Flags: verbs.Signaled, SGL: []mr.SGE{lm2.SGE(0, 8)}})
-	b2.expectWC(b2.nodes[0], verbs.WCSuccess)
-	b2.expectWC(b2.nodes[1], verbs.WCRemInvReqErr)
+	b2.expectWC(b2.Nodes[0], verbs.WCSuccess)
+	b2.expectWC(b2.Nodes[1], verbs.WCRemInvReqErr)
 }
 
 func TestDeregDuringRead(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	qa, qb := b.pairQPs(rcOpts{mtu: verbs.MTU256})
-	a, c := b.nodes[0], b.nodes[1]
-	lm, _ := a.reg(t, 1<<20, 0, 1)
-	rm, _ := c.reg(t, 1<<20, 0, 2)
+	qa, qb := b.PairQPs(rcOpts{MTU: verbs.MTU256})
+	a, c := b.Nodes[0], b.Nodes[1]
+	lm, _ := a.Reg(t, 1<<20, 0, 1)
+	rm, _ := c.Reg(t, 1<<20, 0, 2)
 	qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 1<<20)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 	// Drive the devices by hand: the request goes out, the responder
 	// serves the first part of the READ (one step sends at most 1024
 	// packets of the 4096), and then the memory goes away.
-	now := b.clock.Now()
-	a.dev.Step(now)
-	c.dev.Step(now)
+	now := b.Clock.Now()
+	a.Dev.Step(now)
+	c.Dev.Step(now)
 	if err := rm.Dereg(); err != nil {
 		t.Fatal(err)
 	}
@@ -481,13 +481,13 @@ func TestDeregDuringRead(t *testing.T) {
 // TestWireFormat checks what goes on the wire against rdma_rxe's habits.
 func TestWireFormat(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	qa, qb := b.pairQPs(rcOpts{mtu: verbs.MTU256, psnA: 1000})
-	a, c := b.nodes[0], b.nodes[1]
-	lm, _ := a.reg(t, 1<<16, 0, 1)
-	rm, _ := c.reg(t, 1<<16, 0, 2)
+	qa, qb := b.PairQPs(rcOpts{MTU: verbs.MTU256, PSNA: 1000})
+	a, c := b.Nodes[0], b.Nodes[1]
+	lm, _ := a.Reg(t, 1<<16, 0, 1)
+	rm, _ := c.Reg(t, 1<<16, 0, 2)
 	var reqs, acks []*bth.Packet
 	var fail string
-	b.setTap(func(from *memlink.Port, f []byte) {
+	b.SetTap(func(from *memlink.Port, f []byte) {
 		p, err := bth.Parse(append([]byte(nil), f...))
 		if err != nil {
 			fail = err.Error()
@@ -499,7 +499,7 @@ func TestWireFormat(t *testing.T) {
 			fail = "bad IP/UDP/BTH fields"
 		}
 		src := qa.QPN()
-		if from == c.port {
+		if from == c.Port {
 			src = qb.QPN()
 		}
 		if p.SrcPort() != roce.UDPSourcePort(src) {
@@ -547,10 +547,10 @@ func TestWireFormat(t *testing.T) {
 // receives go on working throughout.
 func TestUDSendQueueError(t *testing.T) {
 	b, qa, qb := udBed(t, false)
-	a, c := b.nodes[0], b.nodes[1]
-	ah, _ := a.pd.CreateAH(&verbs.AHAttr{DGID: c.gid, DMAC: c.mac})
-	lm, _ := a.reg(t, 4096, 0, 1)
-	rm, _ := c.reg(t, 4096, 0, 2)
+	a, c := b.Nodes[0], b.Nodes[1]
+	ah, _ := a.PD.CreateAH(&verbs.AHAttr{DGID: c.GID, DMAC: c.MAC})
+	lm, _ := a.Reg(t, 4096, 0, 1)
+	rm, _ := c.Reg(t, 4096, 0, 2)
 	send := func(id uint64, sge mr.SGE) {
 		t.Helper()
 		if err := qa.PostSend(&verbs.SendWR{WRID: id, Opcode: verbs.WROpSend, Flags: verbs.Signaled, SGL: []mr.SGE{sge},
@@ -568,7 +568,7 @@ func TestUDSendQueueError(t *testing.T) {
 	b.expectWC(a, verbs.WCWRFlushErr)
 	// Receives still work in SQE.
 	qa.PostRecv(&verbs.RecvWR{WRID: 4, SGL: []mr.SGE{lm.SGE(0, 100)}})
-	ahB, _ := c.pd.CreateAH(&verbs.AHAttr{DGID: a.gid, DMAC: a.mac})
+	ahB, _ := c.PD.CreateAH(&verbs.AHAttr{DGID: a.GID, DMAC: a.MAC})
 	qb.PostSend(&verbs.SendWR{WRID: 5, Opcode: verbs.WROpSend, SGL: []mr.SGE{rm.SGE(0, 20)}, AH: ahB, RemoteQPN: qa.QPN(), RemoteQKey: 0x11111111})
 	b.expectWC(a, verbs.WCSuccess)
 	if err := qa.Modify(&verbs.QPAttr{State: verbs.QPStateRTS}, verbs.AttrState); err != nil {
@@ -585,19 +585,19 @@ func TestUDSendQueueError(t *testing.T) {
 // (the daemon's destroy of a QP whose program posted unsignaled sends).
 func TestSendPosted(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	qa, _ := b.pairQPs(rcOpts{})
-	a, c := b.nodes[0], b.nodes[1]
-	lm, lbuf := a.reg(t, 4096, 0, 1)
-	rm, rbuf := c.reg(t, 4096, 0, 2)
+	qa, _ := b.PairQPs(rcOpts{})
+	a, c := b.Nodes[0], b.Nodes[1]
+	lm, lbuf := a.Reg(t, 4096, 0, 1)
+	rm, rbuf := c.Reg(t, 4096, 0, 2)
 	for i := 0; i < 3; i++ {
 		if err := qa.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, SGL: []mr.SGE{lm.SGE(i*1024, 1024)},
 			RemoteAddr: rm.Addr() + uint64(i*1024), RKey: rm.RKey()}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sent := b.router.Stats().Sent
+	sent := b.Router.Stats().Sent
 	qa.SendPosted()
-	if n := b.router.Stats().Sent - sent; n != 3 {
+	if n := b.Router.Stats().Sent - sent; n != 3 {
 		t.Fatalf("SendPosted put %d frames on the link, want the 3 WRITEs", n)
 	}
 	if err := qa.Destroy(); err != nil {

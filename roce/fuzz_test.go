@@ -79,7 +79,7 @@ func (g *guarded) check(t testing.TB, name string) {
 // victim is a device under attack from a raw port on the same router.
 type victim struct {
 	b        *testbed
-	dev      *roce.Device
+	Dev      *roce.Device
 	node     *node
 	rc, uc   *roce.QP
 	ud, gsi  *roce.QP
@@ -98,37 +98,37 @@ type victim struct {
 }
 
 func newVictim(t testing.TB) *victim {
-	b := newBed(t, bedOpts{nodes: 2, linkMTU: 1500, cqe: 1 << 14})
-	v := &victim{b: b, node: b.nodes[0], dev: b.nodes[0].dev}
+	b := newBed(t, bedOpts{Nodes: 2, LinkMTU: 1500, CQE: 1 << 14})
+	v := &victim{b: b, node: b.Nodes[0], Dev: b.Nodes[0].Dev}
 	v.atkMAC = [6]byte{0x02, 0xaa, 0, 0, 0, 1}
-	v.attacker = b.router.NewPort(net.HardwareAddr(v.atkMAC[:]), 1500)
+	v.attacker = b.Router.NewPort(net.HardwareAddr(v.atkMAC[:]), 1500)
 	v.atkAddr = netip.AddrFrom4([4]byte{10, 0, 0, 99})
 	n := v.node
 	v.mrs = []*guarded{
-		newGuarded(t, n.pd, 4096, allAccess, false),
-		newGuarded(t, n.pd, 4096, mr.AccessRemoteRead, true),
-		newGuarded(t, n.pd, 4096, mr.AccessLocalWrite, true),
-		newGuarded(t, n.pd, 64, mr.AccessLocalWrite|mr.AccessRemoteAtomic, false),
+		newGuarded(t, n.PD, 4096, allAccess, false),
+		newGuarded(t, n.PD, 4096, mr.AccessRemoteRead, true),
+		newGuarded(t, n.PD, 4096, mr.AccessLocalWrite, true),
+		newGuarded(t, n.PD, 64, mr.AccessLocalWrite|mr.AccessRemoteAtomic, false),
 	}
-	v.recv = newGuarded(t, n.pd, 8192, mr.AccessLocalWrite, false)
-	v.local = newGuarded(t, n.pd, 8192, mr.AccessLocalWrite, false)
+	v.recv = newGuarded(t, n.PD, 8192, mr.AccessLocalWrite, false)
+	v.local = newGuarded(t, n.PD, 8192, mr.AccessLocalWrite, false)
 	for _, g := range v.mrs {
 		v.keys = append(v.keys, g.mr.RKey())
 	}
-	peer := &node{gid: bth.GIDFromAddr(v.atkAddr), mac: v.atkMAC}
-	o := rcOpts{mtu: verbs.MTU1024, maxWR: 256, maxSGE: 4, rdAtomic: 4, timeout: 4, retry: 7, rnr: 7}
-	o.defaults()
-	v.rc = b.createQP(n, o, nil)
-	b.connect(v.rc, n, 0x123, peer, o, 1000, 5000)
+	peer := &node{GID: bth.GIDFromAddr(v.atkAddr), MAC: v.atkMAC}
+	o := rcOpts{MTU: verbs.MTU1024, MaxWR: 256, MaxSGE: 4, RdAtomic: 4, Timeout: 4, Retry: 7, RNR: 7}
+	o.Defaults()
+	v.rc = b.CreateQP(n, o, nil)
+	b.Connect(v.rc, n, 0x123, peer, o, 1000, 5000)
 	v.psnRC = 5000
 	ou := o
-	ou.qpType = verbs.QPTypeUC
-	v.uc = b.createQP(n, ou, nil)
-	b.connect(v.uc, n, 0x124, peer, ou, 2000, 6000)
+	ou.QPType = verbs.QPTypeUC
+	v.uc = b.CreateQP(n, ou, nil)
+	b.Connect(v.uc, n, 0x124, peer, ou, 2000, 6000)
 	v.psnUC = 6000
-	v.ud = b.createQP(n, rcOpts{qpType: verbs.QPTypeUD, maxWR: 256, maxSGE: 2}, nil)
+	v.ud = b.CreateQP(n, rcOpts{QPType: verbs.QPTypeUD, MaxWR: 256, MaxSGE: 2}, nil)
 	toRTSUD(t, v.ud, 0x11111111)
-	g, err := n.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeGSI, SendCQ: n.scq, RecvCQ: n.rcq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	g, err := n.PD.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeGSI, SendCQ: n.SCQ, RecvCQ: n.RCQ, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func newVictim(t testing.TB) *victim {
 	g.Modify(&verbs.QPAttr{State: verbs.QPStateRTR}, verbs.AttrState)
 	g.Modify(&verbs.QPAttr{State: verbs.QPStateRTS}, verbs.AttrState|verbs.AttrSQPSN)
 	v.gsi = g
-	v.legitA, v.legitB = b.pairQPs(rcOpts{})
+	v.legitA, v.legitB = b.PairQPs(rcOpts{})
 	v.frame = make([]byte, 2048)
 	return v
 }
@@ -148,15 +148,15 @@ func (v *victim) refill(t testing.TB, c *choices) {
 	for _, q := range []*roce.QP{v.rc, v.uc, v.ud, v.gsi} {
 		if q.State() == verbs.QPStateErr {
 			q.Modify(&verbs.QPAttr{State: verbs.QPStateReset}, verbs.AttrState)
-			peer := &node{gid: bth.GIDFromAddr(v.atkAddr), mac: v.atkMAC}
-			o := rcOpts{mtu: verbs.MTU1024, maxWR: 256, maxSGE: 4, rdAtomic: 4, timeout: 4}
-			o.defaults()
+			peer := &node{GID: bth.GIDFromAddr(v.atkAddr), MAC: v.atkMAC}
+			o := rcOpts{MTU: verbs.MTU1024, MaxWR: 256, MaxSGE: 4, RdAtomic: 4, Timeout: 4}
+			o.Defaults()
 			switch q {
 			case v.rc:
-				v.b.connect(q, n, 0x123, peer, o, 1000, v.psnRC)
+				v.b.Connect(q, n, 0x123, peer, o, 1000, v.psnRC)
 			case v.uc:
-				o.qpType = verbs.QPTypeUC
-				v.b.connect(q, n, 0x124, peer, o, 2000, v.psnUC)
+				o.QPType = verbs.QPTypeUC
+				v.b.Connect(q, n, 0x124, peer, o, 2000, v.psnUC)
 			case v.ud:
 				toRTSUD(t, q, 0x11111111)
 			default:
@@ -196,9 +196,9 @@ func (v *victim) refill(t testing.TB, c *choices) {
 		v.rc.PostSend(&wr)
 	}
 	var wcs [64]verbs.WC
-	for n.scq.Poll(wcs[:]) > 0 {
+	for n.SCQ.Poll(wcs[:]) > 0 {
 	}
-	for n.rcq.Poll(wcs[:]) > 0 {
+	for n.RCQ.Poll(wcs[:]) > 0 {
 	}
 }
 
@@ -317,7 +317,7 @@ func (v *victim) hostile(c *choices) []byte {
 	if n > 500 {
 		payload = make([]byte, n)
 	}
-	e := bth.Encap{DstMAC: v.node.mac, SrcMAC: v.atkMAC, Src: v.atkAddr, Dst: v.node.gid.Addr(), TTL: 64, DF: true, ID: 1, SrcPort: 0xc123}
+	e := bth.Encap{DstMAC: v.node.MAC, SrcMAC: v.atkMAC, Src: v.atkAddr, Dst: v.node.GID.Addr(), TTL: 64, DF: true, ID: 1, SrcPort: 0xc123}
 	if c.n(15) == 0 {
 		e.Src = netip.AddrFrom4([4]byte{10, 9, 9, 9})
 	}
@@ -341,8 +341,8 @@ func (v *victim) hostile(c *choices) []byte {
 
 // attack fires packets at the victim and checks it after every few.
 func attack(t testing.TB, v *victim, c *choices, maxPkts int) {
-	legitSrc, lsrc := v.node.reg(t, 1<<16, 0, 1)
-	legitDst, ldst := v.b.nodes[1].reg(t, 1<<16, 0, 2)
+	legitSrc, lsrc := v.node.Reg(t, 1<<16, 0, 1)
+	legitDst, ldst := v.b.Nodes[1].Reg(t, 1<<16, 0, 2)
 	_ = lsrc
 	for i := 0; i < maxPkts && !c.done(); i++ {
 		if i%16 == 0 {
@@ -363,7 +363,7 @@ func attack(t testing.TB, v *victim, c *choices, maxPkts int) {
 		for j := range bufs {
 			bufs[j] = make([]byte, 2048)
 		}
-		v.b.sim.RunFor(c2dur(c))
+		v.b.Sim.RunFor(c2dur(c))
 		for {
 			k, _ := v.attacker.ReadBatch(bufs[:], sizes[:], 0)
 			if k == 0 {
@@ -390,10 +390,10 @@ func attack(t testing.TB, v *victim, c *choices, maxPkts int) {
 	v.legitA.PostSend(&verbs.SendWR{WRID: 77, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
 		SGL: []mr.SGE{legitSrc.SGE(0, 1<<16)}, RemoteAddr: legitDst.Addr(), RKey: legitDst.RKey()})
 	done := false
-	err := v.b.sim.RunUntil(func() bool {
+	err := v.b.Sim.RunUntil(func() bool {
 		var wcs [16]verbs.WC
 		for {
-			k := v.node.scq.Poll(wcs[:])
+			k := v.node.SCQ.Poll(wcs[:])
 			if k == 0 {
 				break
 			}
@@ -433,7 +433,7 @@ func TestHostilePackets(t *testing.T) {
 	v := newVictim(t)
 	c := &choices{rng: rand.New(rand.NewPCG(soakSeed(t, 4242), 1))}
 	attack(t, v, c, pkts)
-	cnt := v.dev.Counters()
+	cnt := v.Dev.Counters()
 	t.Logf("victim counters: %v", cnt)
 	for _, name := range []string{"icrc_error", "malformed", "unknown_qpn", "bad_pkey", "bad_qkey", "bad_addr",
 		"wrong_type", "out_of_seq_request", "duplicate_request", "nak_sent", "bad_response", "bad_dgid"} {

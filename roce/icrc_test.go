@@ -41,27 +41,27 @@ func (l headerLossyLink) Caps() linkcap.Caps {
 
 func TestICRCOnLinksThatCannotSeeTheIPHeader(t *testing.T) {
 	for _, blind := range []bool{true, false} {
-		b := newBed(t, bedOpts{link: func(i int, p *memlink.Port) roce.Link {
+		b := newBed(t, bedOpts{Link: func(i int, p *memlink.Port) roce.Link {
 			if i == 1 {
 				return headerLossyLink{p, blind}
 			}
 			return p
 		}})
-		qa, _ := b.pairQPs(rcOpts{})
-		a, c := b.nodes[0], b.nodes[1]
-		src, sbuf := a.reg(t, 3000, 0, 1)
-		dst, dbuf := c.reg(t, 3000, 0, 2)
+		qa, _ := b.PairQPs(rcOpts{})
+		a, c := b.Nodes[0], b.Nodes[1]
+		src, sbuf := a.Reg(t, 3000, 0, 1)
+		dst, dbuf := c.Reg(t, 3000, 0, 2)
 		if err := qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
 			SGL: []mr.SGE{src.SGE(0, 3000)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err != nil {
 			t.Fatal(err)
 		}
-		b.sim.RunFor(50 * time.Millisecond)
-		a.poll()
-		cnt := c.dev.Counters()
+		b.Sim.RunFor(50 * time.Millisecond)
+		a.Poll()
+		cnt := c.Dev.Counters()
 		if blind {
 			// Accepted and counted, not hidden.
-			if len(a.wcs) != 1 || a.wcs[0].Status != verbs.WCSuccess || !bytes.Equal(sbuf, dbuf) {
-				t.Fatalf("blind link: WRITE did not complete: %+v", a.wcs)
+			if len(a.WCs) != 1 || a.WCs[0].Status != verbs.WCSuccess || !bytes.Equal(sbuf, dbuf) {
+				t.Fatalf("blind link: WRITE did not complete: %+v", a.WCs)
 			}
 			if cnt["icrc_unchecked"] == 0 || cnt["icrc_error"] != 0 {
 				t.Fatalf("blind link counters: icrc_unchecked=%d icrc_error=%d", cnt["icrc_unchecked"], cnt["icrc_error"])

@@ -18,10 +18,10 @@ const mcQKey = 0x01234567
 
 // mcastBed is three nodes with a UD QP each.
 func mcastBed(t *testing.T, ipv6 bool) (*testbed, []*roce.QP) {
-	b := newBed(t, bedOpts{nodes: 3, ipv6: ipv6, linkMTU: 1500})
+	b := newBed(t, bedOpts{Nodes: 3, IPv6: ipv6, LinkMTU: 1500})
 	var qs []*roce.QP
-	for _, n := range b.nodes {
-		q := b.createQP(n, rcOpts{qpType: verbs.QPTypeUD, maxWR: 16, maxSGE: 1}, nil)
+	for _, n := range b.Nodes {
+		q := b.CreateQP(n, rcOpts{QPType: verbs.QPTypeUD, MaxWR: 16, MaxSGE: 1}, nil)
 		toRTSUD(t, q, mcQKey)
 		qs = append(qs, q)
 	}
@@ -40,25 +40,25 @@ func TestMcastUD(t *testing.T) {
 			}
 			gid := bth.GIDFromAddr(group)
 			var frames [][]byte
-			b.setTap(func(_ *memlink.Port, f []byte) { frames = append(frames, append([]byte(nil), f...)) })
+			b.SetTap(func(_ *memlink.Port, f []byte) { frames = append(frames, append([]byte(nil), f...)) })
 			for _, q := range qs[1:] {
 				if err := q.AttachMcast(gid, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
-			a := b.nodes[0]
-			ah, err := a.pd.CreateAH(&verbs.AHAttr{DGID: gid, HopLimit: 64})
+			a := b.Nodes[0]
+			ah, err := a.PD.CreateAH(&verbs.AHAttr{DGID: gid, HopLimit: 64})
 			if err != nil {
 				t.Fatal(err)
 			}
-			lm, lbuf := a.reg(t, 4096, 0, 1)
+			lm, lbuf := a.Reg(t, 4096, 0, 1)
 			type rx struct {
 				m   *roce.MR
 				buf []byte
 			}
 			var rxs []rx
-			for i, n := range b.nodes[1:] {
-				m, buf := n.reg(t, 4096, 0, byte(10+i))
+			for i, n := range b.Nodes[1:] {
+				m, buf := n.Reg(t, 4096, 0, byte(10+i))
 				rxs = append(rxs, rx{m, buf})
 				qs[i+1].PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{m.SGE(0, 2048)}})
 			}
@@ -71,7 +71,7 @@ func TestMcastUD(t *testing.T) {
 				b.expectWC(a, verbs.WCSuccess)
 			}
 			send(2, 700)
-			for i, n := range b.nodes[1:] {
+			for i, n := range b.Nodes[1:] {
 				w := b.expectWC(n, verbs.WCSuccess)[0]
 				if w.ByteLen != 740 || w.Flags&verbs.WCGRH == 0 || w.SrcQP != qs[0].QPN() || w.QPNum != qs[i+1].QPN() {
 					t.Fatalf("node %d: %+v", i+1, w)
@@ -105,48 +105,48 @@ func TestMcastUD(t *testing.T) {
 			// A sender attached to the group receives its own message too,
 			// as does its device's other attached QP; a member with
 			// another Q_Key drops it.
-			c := b.nodes[1]
-			own := b.createQP(c, rcOpts{qpType: verbs.QPTypeUD, maxWR: 16, maxSGE: 1}, nil)
+			c := b.Nodes[1]
+			own := b.CreateQP(c, rcOpts{QPType: verbs.QPTypeUD, MaxWR: 16, MaxSGE: 1}, nil)
 			toRTSUD(t, own, mcQKey)
-			other := b.createQP(b.nodes[2], rcOpts{qpType: verbs.QPTypeUD, maxWR: 16, maxSGE: 1}, nil)
+			other := b.CreateQP(b.Nodes[2], rcOpts{QPType: verbs.QPTypeUD, MaxWR: 16, MaxSGE: 1}, nil)
 			toRTSUD(t, other, 0x77)
 			for _, q := range []*roce.QP{own, other} {
 				if err := q.AttachMcast(gid, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
-			om, _ := c.reg(t, 4096, 0, 3)
+			om, _ := c.Reg(t, 4096, 0, 3)
 			own.PostRecv(&verbs.RecvWR{WRID: 7, SGL: []mr.SGE{om.SGE(0, 2048)}})
 			other.PostRecv(&verbs.RecvWR{WRID: 8, SGL: []mr.SGE{om.SGE(2048, 2048)}})
-			for i := range b.nodes[1:] {
+			for i := range b.Nodes[1:] {
 				qs[i+1].PostRecv(&verbs.RecvWR{WRID: 9, SGL: []mr.SGE{rxs[i].m.SGE(0, 2048)}})
 			}
-			cah, err := c.pd.CreateAH(&verbs.AHAttr{DGID: gid, HopLimit: 64})
+			cah, err := c.PD.CreateAH(&verbs.AHAttr{DGID: gid, HopLimit: 64})
 			if err != nil {
 				t.Fatal(err)
 			}
-			cm, _ := c.reg(t, 4096, 0, 4)
-			badQKey := b.nodes[2].dev.Counter(verbs.CntBadQKey)
+			cm, _ := c.Reg(t, 4096, 0, 4)
+			badQKey := b.Nodes[2].Dev.Counter(verbs.CntBadQKey)
 			if err := own.PostSend(&verbs.SendWR{WRID: 10, Opcode: verbs.WROpSend, SGL: []mr.SGE{cm.SGE(0, 100)},
 				AH: cah, RemoteQPN: bth.MulticastQPN, RemoteQKey: mcQKey}); err != nil {
 				t.Fatal(err)
 			}
 			b.settle()
 			got := map[string]int{}
-			for i, n := range b.nodes {
-				for _, w := range n.wcs {
+			for i, n := range b.Nodes {
+				for _, w := range n.WCs {
 					if w.Opcode == verbs.WCRecv && w.Status == verbs.WCSuccess && w.SrcQP == own.QPN() {
 						got[fmt.Sprintf("node %d QP %d", i, w.QPNum)]++
 					}
 				}
-				n.wcs = nil
+				n.WCs = nil
 			}
 			want := map[string]int{fmt.Sprintf("node 1 QP %d", qs[1].QPN()): 1, fmt.Sprintf("node 2 QP %d", qs[2].QPN()): 1,
 				fmt.Sprintf("node 1 QP %d", own.QPN()): 1}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("receivers %v, want %v", got, want)
 			}
-			if d := b.nodes[2].dev.Counter(verbs.CntBadQKey) - badQKey; d != 1 {
+			if d := b.Nodes[2].Dev.Counter(verbs.CntBadQKey) - badQKey; d != 1 {
 				t.Fatalf("bad_qkey +%d, want +1", d)
 			}
 
@@ -157,23 +157,23 @@ func TestMcastUD(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			unknown := b.nodes[2].dev.Counter(verbs.CntUnknownQPN)
+			unknown := b.Nodes[2].Dev.Counter(verbs.CntUnknownQPN)
 			qs[1].PostRecv(&verbs.RecvWR{WRID: 11, SGL: []mr.SGE{rxs[0].m.SGE(0, 2048)}})
 			send(3, 10)
 			b.settle()
-			for i, n := range b.nodes[1:] {
+			for i, n := range b.Nodes[1:] {
 				k := 0
-				for _, w := range n.wcs {
+				for _, w := range n.WCs {
 					if w.Opcode == verbs.WCRecv {
 						k++
 					}
 				}
-				n.wcs = nil
+				n.WCs = nil
 				if want := 1 - i; k != want {
 					t.Fatalf("node %d: %d receive completions after the detach, want %d", i+1, k, want)
 				}
 			}
-			if b.nodes[2].dev.Counter(verbs.CntUnknownQPN) != unknown+1 {
+			if b.Nodes[2].Dev.Counter(verbs.CntUnknownQPN) != unknown+1 {
 				t.Fatal("the frame to a group the device left was not counted")
 			}
 		})
@@ -182,9 +182,9 @@ func TestMcastUD(t *testing.T) {
 
 func TestMcastErrors(t *testing.T) {
 	b, qs := mcastBed(t, false)
-	n := b.nodes[0]
+	n := b.Nodes[0]
 	gid := bth.GIDFromAddr(netip.MustParseAddr("239.0.0.9"))
-	rc := b.createQP(n, rcOpts{qpType: verbs.QPTypeRC, maxWR: 4, maxSGE: 1}, nil)
+	rc := b.CreateQP(n, rcOpts{QPType: verbs.QPTypeRC, MaxWR: 4, MaxSGE: 1}, nil)
 	q := qs[0]
 	for _, c := range []struct {
 		name string
@@ -193,7 +193,7 @@ func TestMcastErrors(t *testing.T) {
 	}{
 		{"attach RC", rc.AttachMcast(gid, 0), roce.ErrInvalid},
 		{"detach RC", rc.DetachMcast(gid, 0), roce.ErrInvalid},
-		{"attach unicast GID", q.AttachMcast(n.gid, 0), roce.ErrInvalid},
+		{"attach unicast GID", q.AttachMcast(n.GID, 0), roce.ErrInvalid},
 		{"attach zero GID", q.AttachMcast(bth.GID{}, 0), roce.ErrInvalid},
 		{"detach unattached", q.DetachMcast(gid, 0), roce.ErrInvalid},
 		{"attach", q.AttachMcast(gid, 0), nil},
@@ -206,14 +206,14 @@ func TestMcastErrors(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.name, c.err, c.want)
 		}
 	}
-	if a := n.dev.Query(); a.MaxMcastGrp != 8192 || a.MaxMcastQPAttach != 56 || a.MaxTotalMcastQPAttach != 0x70000 {
+	if a := n.Dev.Query(); a.MaxMcastGrp != 8192 || a.MaxMcastQPAttach != 56 || a.MaxTotalMcastQPAttach != 0x70000 {
 		t.Errorf("device attributes %+v", a)
 	}
 
 	// A group takes 56 QPs; the 57th is refused with ENOMEM's error.
 	var members []*roce.QP
 	for i := 0; i < roce.MaxMcastQPAttach+1; i++ {
-		m := b.createQP(n, rcOpts{qpType: verbs.QPTypeUD, maxWR: 1, maxSGE: 1}, nil)
+		m := b.CreateQP(n, rcOpts{QPType: verbs.QPTypeUD, MaxWR: 1, MaxSGE: 1}, nil)
 		err := m.AttachMcast(gid, 0)
 		if i < roce.MaxMcastQPAttach && err != nil {
 			t.Fatalf("QP %d: %v", i, err)

@@ -17,10 +17,10 @@ import (
 // buffer into it and registers it with a REG_MR on q; it returns the MR, its
 // memory and its key.
 func (b *testbed) fastReg(n *node, q *roce.QP, size int, access mr.Access) (*mr.FastMR, []byte, uint32) {
-	b.t.Helper()
-	fr, err := n.pd.AllocMR(size)
+	b.T.Helper()
+	fr, err := n.PD.AllocMR(size)
 	if err != nil {
-		b.t.Fatal(err)
+		b.T.Fatal(err)
 	}
 	buf := make([]byte, size)
 	return fr, buf, b.reRegister(n, q, fr, buf, access)
@@ -29,16 +29,16 @@ func (b *testbed) fastReg(n *node, q *roce.QP, size int, access mr.Access) (*mr.
 // reRegister maps buf into fr and registers it with a REG_MR on q under a
 // new key, which it returns.
 func (b *testbed) reRegister(n *node, q *roce.QP, fr *mr.FastMR, buf []byte, access mr.Access) uint32 {
-	b.t.Helper()
+	b.T.Helper()
 	if err := fr.Map(mr.Slice(buf), mr.AddrOf(buf)); err != nil {
-		b.t.Fatal(err)
+		b.T.Fatal(err)
 	}
 	key := fr.NewKey()
 	if err := q.PostSend(&verbs.SendWR{WRID: 0xfa57, Opcode: verbs.WROpRegMR, Flags: verbs.Signaled, RKey: key, RegAccess: access}); err != nil {
-		b.t.Fatal(err)
+		b.T.Fatal(err)
 	}
 	if w := b.expectWC(n, verbs.WCSuccess); w[0].Opcode != verbs.WCRegMR || w[0].WRID != 0xfa57 {
-		b.t.Fatalf("REG_MR completion %+v", w[0])
+		b.T.Fatalf("REG_MR completion %+v", w[0])
 	}
 	return key
 }
@@ -46,17 +46,17 @@ func (b *testbed) reRegister(n *node, q *roce.QP, fr *mr.FastMR, buf []byte, acc
 // bind2 binds the type 2 window w on q to [off, off+n) of m and returns the
 // window's key.
 func (b *testbed) bind2(nd *node, q *roce.QP, w *mr.MW, m *roce.MR, off, n int, access mr.Access) uint32 {
-	b.t.Helper()
+	b.T.Helper()
 	key := w.NewKey()
 	if err := q.PostSend(&verbs.SendWR{WRID: 0xb1d, Opcode: verbs.WROpBindMW, Flags: verbs.Signaled, RKey: key,
 		Bind: mr.MWBind{LKey: m.LKey(), Addr: m.Addr() + uint64(off), Length: uint64(n), Access: access}}); err != nil {
-		b.t.Fatal(err)
+		b.T.Fatal(err)
 	}
 	if wc := b.expectWC(nd, verbs.WCSuccess); wc[0].Opcode != verbs.WCBindMW {
-		b.t.Fatalf("BIND_MW completion %+v", wc[0])
+		b.T.Fatalf("BIND_MW completion %+v", wc[0])
 	}
 	if w.RKey() != key {
-		b.t.Fatalf("window key %#08x after binding %#08x", w.RKey(), key)
+		b.T.Fatalf("window key %#08x after binding %#08x", w.RKey(), key)
 	}
 	return key
 }
@@ -64,19 +64,19 @@ func (b *testbed) bind2(nd *node, q *roce.QP, w *mr.MW, m *roce.MR, off, n int, 
 // rdma posts a signaled READ or WRITE of n bytes between local offset loff
 // of lm and remote address raddr under rkey, and returns its completion.
 func (b *testbed) rdma(nd *node, q *roce.QP, op verbs.WROpcode, lm *roce.MR, loff, n int, raddr uint64, rkey uint32) verbs.WC {
-	b.t.Helper()
+	b.T.Helper()
 	if err := q.PostSend(&verbs.SendWR{WRID: 77, Opcode: op, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(loff, n)},
 		RemoteAddr: raddr, RKey: rkey}); err != nil {
-		b.t.Fatal(err)
+		b.T.Fatal(err)
 	}
-	return b.waitWCs(nd, 1)[0]
+	return b.WaitWCs(nd, 1)[0]
 }
 
 func TestFastRegStorageFlow(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	qh, qt := b.pairQPs(rcOpts{})
-	host, target := b.nodes[0], b.nodes[1]
-	tm, tbuf := target.reg(t, 16384, 0, 5)
+	qh, qt := b.PairQPs(rcOpts{})
+	host, target := b.Nodes[0], b.Nodes[1]
+	tm, tbuf := target.Reg(t, 16384, 0, 5)
 
 	// The host registers an I/O buffer and advertises its rkey.
 	fr, hbuf, k1 := b.fastReg(host, qh, 8192, mr.AccessLocalWrite|mr.AccessRemoteWrite|mr.AccessRemoteRead)
@@ -95,7 +95,7 @@ func TestFastRegStorageFlow(t *testing.T) {
 		t.Fatal("READ data differs")
 	}
 	// The target's response invalidates the rkey.
-	hm, _ := host.reg(t, 64, 0, 1)
+	hm, _ := host.Reg(t, 64, 0, 1)
 	qh.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{hm.SGE(0, 64)}})
 	qt.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpSendWithInv, Flags: verbs.Signaled, SGL: []mr.SGE{tm.SGE(0, 16)}, InvalidateRKey: k1})
 	b.expectWC(target, verbs.WCSuccess)
@@ -130,49 +130,49 @@ func TestWindowAccessEndToEnd(t *testing.T) {
 		name string
 		// run sets things up on the host (qh) and returns what the target
 		// should try, and with which result.
-		run  func(b *testbed, qh *roce.QP, hm *roce.MR) (op verbs.WROpcode, raddr uint64, n int, rkey uint32)
+		Run  func(b *testbed, qh *roce.QP, hm *roce.MR) (op verbs.WROpcode, raddr uint64, n int, rkey uint32)
 		want verbs.WCStatus
 	}{
 		{"type 2, write inside", func(b *testbed, qh *roce.QP, hm *roce.MR) (verbs.WROpcode, uint64, int, uint32) {
 			w := newMW(b, mr.MWType2)
-			return verbs.WROpRDMAWrite, hm.Addr() + 1024, 1024, b.bind2(b.nodes[0], qh, w, hm, 1024, 1024, rw)
+			return verbs.WROpRDMAWrite, hm.Addr() + 1024, 1024, b.bind2(b.Nodes[0], qh, w, hm, 1024, 1024, rw)
 		}, verbs.WCSuccess},
 		{"type 2, read inside", func(b *testbed, qh *roce.QP, hm *roce.MR) (verbs.WROpcode, uint64, int, uint32) {
 			w := newMW(b, mr.MWType2)
-			return verbs.WROpRDMARead, hm.Addr() + 1500, 100, b.bind2(b.nodes[0], qh, w, hm, 1024, 1024, rw)
+			return verbs.WROpRDMARead, hm.Addr() + 1500, 100, b.bind2(b.Nodes[0], qh, w, hm, 1024, 1024, rw)
 		}, verbs.WCSuccess},
 		{"type 2, atomic inside", func(b *testbed, qh *roce.QP, hm *roce.MR) (verbs.WROpcode, uint64, int, uint32) {
 			w := newMW(b, mr.MWType2)
-			return verbs.WROpAtomicFetchAdd, hm.Addr() + 1024, 8, b.bind2(b.nodes[0], qh, w, hm, 1024, 8, mr.AccessRemoteAtomic)
+			return verbs.WROpAtomicFetchAdd, hm.Addr() + 1024, 8, b.bind2(b.Nodes[0], qh, w, hm, 1024, 8, mr.AccessRemoteAtomic)
 		}, verbs.WCSuccess},
 		{"type 2, write past the end", func(b *testbed, qh *roce.QP, hm *roce.MR) (verbs.WROpcode, uint64, int, uint32) {
 			w := newMW(b, mr.MWType2)
-			return verbs.WROpRDMAWrite, hm.Addr() + 1024, 1025, b.bind2(b.nodes[0], qh, w, hm, 1024, 1024, rw)
+			return verbs.WROpRDMAWrite, hm.Addr() + 1024, 1025, b.bind2(b.Nodes[0], qh, w, hm, 1024, 1024, rw)
 		}, verbs.WCRemAccessErr},
 		{"type 2, read before the start", func(b *testbed, qh *roce.QP, hm *roce.MR) (verbs.WROpcode, uint64, int, uint32) {
 			w := newMW(b, mr.MWType2)
-			return verbs.WROpRDMARead, hm.Addr() + 1020, 8, b.bind2(b.nodes[0], qh, w, hm, 1024, 1024, rw)
+			return verbs.WROpRDMARead, hm.Addr() + 1020, 8, b.bind2(b.Nodes[0], qh, w, hm, 1024, 1024, rw)
 		}, verbs.WCRemAccessErr},
 		{"type 2, read through a write window", func(b *testbed, qh *roce.QP, hm *roce.MR) (verbs.WROpcode, uint64, int, uint32) {
 			w := newMW(b, mr.MWType2)
-			return verbs.WROpRDMARead, hm.Addr() + 1024, 8, b.bind2(b.nodes[0], qh, w, hm, 1024, 1024, mr.AccessRemoteWrite)
+			return verbs.WROpRDMARead, hm.Addr() + 1024, 8, b.bind2(b.Nodes[0], qh, w, hm, 1024, 1024, mr.AccessRemoteWrite)
 		}, verbs.WCRemAccessErr},
 		{"the MR's own rkey", func(b *testbed, qh *roce.QP, hm *roce.MR) (verbs.WROpcode, uint64, int, uint32) {
 			return verbs.WROpRDMARead, hm.Addr(), 8, hm.RKey()
 		}, verbs.WCRemAccessErr},
 		{"type 2 after LOCAL_INV", func(b *testbed, qh *roce.QP, hm *roce.MR) (verbs.WROpcode, uint64, int, uint32) {
 			w := newMW(b, mr.MWType2)
-			k := b.bind2(b.nodes[0], qh, w, hm, 0, 4096, rw)
+			k := b.bind2(b.Nodes[0], qh, w, hm, 0, 4096, rw)
 			qh.PostSend(&verbs.SendWR{WRID: 5, Opcode: verbs.WROpLocalInv, Flags: verbs.Signaled, InvalidateRKey: k})
-			if wc := b.expectWC(b.nodes[0], verbs.WCSuccess); wc[0].Opcode != verbs.WCLocalInv {
-				b.t.Fatalf("LOCAL_INV completion %+v", wc[0])
+			if wc := b.expectWC(b.Nodes[0], verbs.WCSuccess); wc[0].Opcode != verbs.WCLocalInv {
+				b.T.Fatalf("LOCAL_INV completion %+v", wc[0])
 			}
 			return verbs.WROpRDMARead, hm.Addr(), 8, k
 		}, verbs.WCRemAccessErr},
 		{"type 2 bound by another QP of the PD", func(b *testbed, qh *roce.QP, hm *roce.MR) (verbs.WROpcode, uint64, int, uint32) {
 			w := newMW(b, mr.MWType2)
-			other, _ := b.pairQPs(rcOpts{})
-			return verbs.WROpRDMARead, hm.Addr(), 8, b.bind2(b.nodes[0], other, w, hm, 0, 4096, rw)
+			other, _ := b.PairQPs(rcOpts{})
+			return verbs.WROpRDMARead, hm.Addr(), 8, b.bind2(b.Nodes[0], other, w, hm, 0, 4096, rw)
 		}, verbs.WCRemAccessErr},
 		{"type 1, read inside", func(b *testbed, qh *roce.QP, hm *roce.MR) (verbs.WROpcode, uint64, int, uint32) {
 			return verbs.WROpRDMARead, hm.Addr() + 64, 64, bind1(b, qh, hm, 64, 64, mr.AccessRemoteRead)
@@ -185,23 +185,23 @@ func TestWindowAccessEndToEnd(t *testing.T) {
 			k, err := qh.BindMW(w, &roce.MWBindWR{WRID: 1, Flags: verbs.Signaled,
 				Bind: mr.MWBind{LKey: hm.LKey(), Addr: hm.Addr(), Length: 64, Access: mr.AccessRemoteRead}})
 			if err != nil {
-				b.t.Fatal(err)
+				b.T.Fatal(err)
 			}
 			if _, err := qh.BindMW(w, &roce.MWBindWR{WRID: 2, Flags: verbs.Signaled}); err != nil {
-				b.t.Fatal(err)
+				b.T.Fatal(err)
 			}
-			b.expectWC(b.nodes[0], verbs.WCSuccess, verbs.WCSuccess)
+			b.expectWC(b.Nodes[0], verbs.WCSuccess, verbs.WCSuccess)
 			return verbs.WROpRDMARead, hm.Addr(), 8, k
 		}, verbs.WCRemAccessErr},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBed(t, bedOpts{})
-			qh, qt := b.pairQPs(rcOpts{})
-			host, target := b.nodes[0], b.nodes[1]
+			qh, qt := b.PairQPs(rcOpts{})
+			host, target := b.Nodes[0], b.Nodes[1]
 			// The host's MR has no remote rights: only windows open it.
-			hm, hbuf := host.reg(t, 4096, mr.AccessLocalWrite|mr.AccessMWBind, 1)
-			tm, tbuf := target.reg(t, 4096, 0, 2)
-			op, raddr, n, rkey := tc.run(b, qh, hm)
+			hm, hbuf := host.Reg(t, 4096, mr.AccessLocalWrite|mr.AccessMWBind, 1)
+			tm, tbuf := target.Reg(t, 4096, 0, 2)
+			op, raddr, n, rkey := tc.Run(b, qh, hm)
 			before := append([]byte(nil), hbuf...)
 			wc := b.rdma(target, qt, op, tm, 0, n, raddr, rkey)
 			if wc.Status != tc.want {
@@ -227,10 +227,10 @@ func TestWindowAccessEndToEnd(t *testing.T) {
 }
 
 func newMW(b *testbed, typ mr.MWType) *mr.MW {
-	b.t.Helper()
-	w, err := b.nodes[0].pd.AllocMW(typ)
+	b.T.Helper()
+	w, err := b.Nodes[0].PD.AllocMW(typ)
 	if err != nil {
-		b.t.Fatal(err)
+		b.T.Fatal(err)
 	}
 	return w
 }
@@ -238,18 +238,18 @@ func newMW(b *testbed, typ mr.MWType) *mr.MW {
 // bind1 binds a new type 1 window of node 0 with QP.BindMW and returns its
 // key.
 func bind1(b *testbed, q *roce.QP, m *roce.MR, off, n int, access mr.Access) uint32 {
-	b.t.Helper()
+	b.T.Helper()
 	w := newMW(b, mr.MWType1)
 	k, err := q.BindMW(w, &roce.MWBindWR{WRID: 3, Flags: verbs.Signaled,
 		Bind: mr.MWBind{LKey: m.LKey(), Addr: m.Addr() + uint64(off), Length: uint64(n), Access: access}})
 	if err != nil {
-		b.t.Fatal(err)
+		b.T.Fatal(err)
 	}
-	if wc := b.expectWC(b.nodes[0], verbs.WCSuccess); wc[0].Opcode != verbs.WCBindMW {
-		b.t.Fatalf("bind completion %+v", wc[0])
+	if wc := b.expectWC(b.Nodes[0], verbs.WCSuccess); wc[0].Opcode != verbs.WCBindMW {
+		b.T.Fatalf("bind completion %+v", wc[0])
 	}
 	if w.RKey() != k {
-		b.t.Fatalf("window key %#08x, BindMW returned %#08x", w.RKey(), k)
+		b.T.Fatalf("window key %#08x, BindMW returned %#08x", w.RKey(), k)
 	}
 	return k
 }
@@ -271,13 +271,13 @@ func TestBadBinds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBed(t, bedOpts{})
-			qh, _ := b.pairQPs(rcOpts{})
-			host := b.nodes[0]
-			hm, _ := host.reg(t, 4096, tc.access, 1)
-			pd := host.pd
+			qh, _ := b.PairQPs(rcOpts{})
+			host := b.Nodes[0]
+			hm, _ := host.Reg(t, 4096, tc.access, 1)
+			pd := host.PD
 			if tc.mwPD {
 				var err error
-				if pd, err = host.dev.AllocPD(); err != nil {
+				if pd, err = host.Dev.AllocPD(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -303,7 +303,7 @@ func TestBadBinds(t *testing.T) {
 	}
 	// ibv_bind_mw is for type 1 windows only.
 	b := newBed(t, bedOpts{})
-	qh, _ := b.pairQPs(rcOpts{})
+	qh, _ := b.PairQPs(rcOpts{})
 	w := newMW(b, mr.MWType2)
 	if _, err := qh.BindMW(w, &roce.MWBindWR{}); err != roce.ErrInvalid {
 		t.Fatalf("BindMW of a type 2 window: %v", err)
@@ -324,9 +324,9 @@ func TestSendWithInvRefused(t *testing.T) {
 		setup func(t *testing.T, b *testbed, qc, qc2 *roce.QP) (uint32, func(qa2 *roce.QP, lm *roce.MR))
 	}{
 		{"MR with every right", func(t *testing.T, b *testbed, qc, qc2 *roce.QP) (uint32, func(*roce.QP, *roce.MR)) {
-			m, buf := b.nodes[1].reg(t, 64, 0, 3)
+			m, buf := b.Nodes[1].Reg(t, 64, 0, 3)
 			return m.RKey(), func(qa2 *roce.QP, lm *roce.MR) {
-				if wc := b.rdma(b.nodes[0], qa2, verbs.WROpRDMAWrite, lm, 0, 64, m.Addr(), m.RKey()); wc.Status != verbs.WCSuccess {
+				if wc := b.rdma(b.Nodes[0], qa2, verbs.WROpRDMAWrite, lm, 0, 64, m.Addr(), m.RKey()); wc.Status != verbs.WCSuccess {
 					t.Fatalf("WRITE to the MR after the refused invalidation: %+v", wc)
 				}
 				if !bytes.Equal(buf, lm.Buf()[:64]) {
@@ -335,17 +335,17 @@ func TestSendWithInvRefused(t *testing.T) {
 			}
 		}},
 		{"read-only MR", func(t *testing.T, b *testbed, qc, qc2 *roce.QP) (uint32, func(*roce.QP, *roce.MR)) {
-			m, _ := b.nodes[1].reg(t, 64, mr.AccessRemoteRead, 3)
+			m, _ := b.Nodes[1].Reg(t, 64, mr.AccessRemoteRead, 3)
 			return m.RKey(), func(qa2 *roce.QP, lm *roce.MR) {
-				if wc := b.rdma(b.nodes[0], qa2, verbs.WROpRDMARead, lm, 0, 64, m.Addr(), m.RKey()); wc.Status != verbs.WCSuccess {
+				if wc := b.rdma(b.Nodes[0], qa2, verbs.WROpRDMARead, lm, 0, 64, m.Addr(), m.RKey()); wc.Status != verbs.WCSuccess {
 					t.Fatalf("READ of the MR after the refused invalidation: %+v", wc)
 				}
 			}
 		}},
 		{"type 1 window", func(t *testing.T, b *testbed, qc, qc2 *roce.QP) (uint32, func(*roce.QP, *roce.MR)) {
-			c := b.nodes[1]
-			m, _ := c.reg(t, 64, mr.AccessLocalWrite|mr.AccessMWBind, 3)
-			w, _ := c.pd.AllocMW(mr.MWType1)
+			c := b.Nodes[1]
+			m, _ := c.Reg(t, 64, mr.AccessLocalWrite|mr.AccessMWBind, 3)
+			w, _ := c.PD.AllocMW(mr.MWType1)
 			k, err := qc2.BindMW(w, &roce.MWBindWR{WRID: 9, Flags: verbs.Signaled,
 				Bind: mr.MWBind{LKey: m.LKey(), Addr: m.Addr(), Length: 64, Access: mr.AccessRemoteRead}})
 			if err != nil {
@@ -353,24 +353,24 @@ func TestSendWithInvRefused(t *testing.T) {
 			}
 			b.expectWC(c, verbs.WCSuccess)
 			return k, func(qa2 *roce.QP, lm *roce.MR) {
-				if wc := b.rdma(b.nodes[0], qa2, verbs.WROpRDMARead, lm, 0, 64, m.Addr(), k); wc.Status != verbs.WCSuccess {
+				if wc := b.rdma(b.Nodes[0], qa2, verbs.WROpRDMARead, lm, 0, 64, m.Addr(), k); wc.Status != verbs.WCSuccess {
 					t.Fatalf("READ through the window after the refused invalidation: %+v", wc)
 				}
 			}
 		}},
 		{"type 2 window of another QP", func(t *testing.T, b *testbed, qc, qc2 *roce.QP) (uint32, func(*roce.QP, *roce.MR)) {
-			c := b.nodes[1]
-			m, _ := c.reg(t, 64, mr.AccessLocalWrite|mr.AccessMWBind, 3)
-			w, _ := c.pd.AllocMW(mr.MWType2)
+			c := b.Nodes[1]
+			m, _ := c.Reg(t, 64, mr.AccessLocalWrite|mr.AccessMWBind, 3)
+			w, _ := c.PD.AllocMW(mr.MWType2)
 			k := b.bind2(c, qc2, w, m, 0, 64, mr.AccessRemoteRead)
 			return k, func(qa2 *roce.QP, lm *roce.MR) {
-				if wc := b.rdma(b.nodes[0], qa2, verbs.WROpRDMARead, lm, 0, 64, m.Addr(), k); wc.Status != verbs.WCSuccess {
+				if wc := b.rdma(b.Nodes[0], qa2, verbs.WROpRDMARead, lm, 0, 64, m.Addr(), k); wc.Status != verbs.WCSuccess {
 					t.Fatalf("READ through the window after the refused invalidation: %+v", wc)
 				}
 			}
 		}},
 		{"fast-registration MR without remote rights", func(t *testing.T, b *testbed, qc, qc2 *roce.QP) (uint32, func(*roce.QP, *roce.MR)) {
-			c := b.nodes[1]
+			c := b.Nodes[1]
 			fr, _, k := b.fastReg(c, qc2, 64, mr.AccessLocalWrite)
 			return k, func(*roce.QP, *roce.MR) {
 				if _, _, _, ok := fr.Registered(); !ok {
@@ -386,11 +386,11 @@ func TestSendWithInvRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBed(t, bedOpts{})
-			qa, qc := b.pairQPs(rcOpts{})
-			qa2, qc2 := b.pairQPs(rcOpts{})
-			a, c := b.nodes[0], b.nodes[1]
-			lm, _ := a.reg(t, 4096, 0, 1)
-			rm, _ := c.reg(t, 64, 0, 2)
+			qa, qc := b.PairQPs(rcOpts{})
+			qa2, qc2 := b.PairQPs(rcOpts{})
+			a, c := b.Nodes[0], b.Nodes[1]
+			lm, _ := a.Reg(t, 4096, 0, 1)
+			rm, _ := c.Reg(t, 64, 0, 2)
 			key, stillUsable := tc.setup(t, b, qc, qc2)
 			qc.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{rm.SGE(0, 64)}})
 			qa.PostSend(&verbs.SendWR{WRID: 1, Opcode: verbs.WROpSendWithInv, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 8)}, InvalidateRKey: key})
@@ -411,12 +411,12 @@ func TestInvalidateByPeer(t *testing.T) {
 	// A type 2 window and a fast-registration MR, each revoked by the
 	// peer's SEND with invalidate on the QP they belong to.
 	b := newBed(t, bedOpts{})
-	qa, qc := b.pairQPs(rcOpts{})
-	a, c := b.nodes[0], b.nodes[1]
-	lm, _ := a.reg(t, 4096, 0, 1)
-	rm, _ := c.reg(t, 128, 0, 2)
-	wm, _ := c.reg(t, 4096, mr.AccessLocalWrite|mr.AccessMWBind, 3)
-	w, _ := c.pd.AllocMW(mr.MWType2)
+	qa, qc := b.PairQPs(rcOpts{})
+	a, c := b.Nodes[0], b.Nodes[1]
+	lm, _ := a.Reg(t, 4096, 0, 1)
+	rm, _ := c.Reg(t, 128, 0, 2)
+	wm, _ := c.Reg(t, 4096, mr.AccessLocalWrite|mr.AccessMWBind, 3)
+	w, _ := c.PD.AllocMW(mr.MWType2)
 	wk := b.bind2(c, qc, w, wm, 0, 4096, mr.AccessRemoteWrite)
 	_, fbuf, fk := b.fastReg(c, qc, 4096, mr.AccessLocalWrite|mr.AccessRemoteRead)
 	for i, k := range []uint32{wk, fk} {

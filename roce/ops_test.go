@@ -62,10 +62,10 @@ type xfer struct {
 	wrid       uint64
 }
 
-func (x *xfer) run(t *testing.T, op opKind, size int) {
+func (x *xfer) Run(t *testing.T, op opKind, size int) {
 	t.Helper()
 	b := x.b
-	a, c := b.nodes[0], b.nodes[1]
+	a, c := b.Nodes[0], b.Nodes[1]
 	// Source and destination, with fresh contents.
 	var src, dst []byte
 	var srcMR, dstMR *roce.MR
@@ -132,7 +132,7 @@ func (x *xfer) run(t *testing.T, op opKind, size int) {
 	if err := x.qa.PostSend(&wr); err != nil {
 		t.Fatalf("%s %d: post: %v", opNames[op], size, err)
 	}
-	wcs := b.waitWCs(a, 1)
+	wcs := b.WaitWCs(a, 1)
 	w := wcs[0]
 	if len(wcs) != 1 || w.Status != verbs.WCSuccess || w.WRID != wr.WRID {
 		t.Fatalf("%s %d: send completions %+v", opNames[op], size, wcs)
@@ -141,7 +141,7 @@ func (x *xfer) run(t *testing.T, op opKind, size int) {
 		t.Fatalf("%s %d: send completion %+v", opNames[op], size, w)
 	}
 	if needRecv {
-		rw := b.waitWCs(c, 1)
+		rw := b.WaitWCs(c, 1)
 		r := rw[0]
 		if len(rw) != 1 || r.Status != verbs.WCSuccess || r.WRID != 1000+x.wrid || int(r.ByteLen) != size || r.QPNum != x.qc.QPN() {
 			t.Fatalf("%s %d: recv completions %+v", opNames[op], size, rw)
@@ -186,27 +186,27 @@ func TestAllOperations(t *testing.T) {
 		t.Run(fmt.Sprint(mtu), func(t *testing.T) {
 			t.Parallel()
 			b := newBed(t, bedOpts{})
-			qa, qc := b.pairQPs(rcOpts{mtu: mtu, maxWR: 16, maxSGE: 4, maxInline: 256})
+			qa, qc := b.PairQPs(rcOpts{MTU: mtu, MaxWR: 16, MaxSGE: 4, MaxInline: 256})
 			const max = 1 << 20
-			aMR, abuf := b.nodes[0].reg(t, max+2*canary, 0, 1)
-			cMR, cbuf := b.nodes[1].reg(t, max+2*canary, 0, 2)
+			aMR, abuf := b.Nodes[0].Reg(t, max+2*canary, 0, 1)
+			cMR, cbuf := b.Nodes[1].Reg(t, max+2*canary, 0, 2)
 			x := &xfer{b: b, qa: qa, qc: qc, aMR: aMR, cMR: cMR, abuf: abuf, cbuf: cbuf,
 				rng: rand.New(rand.NewPCG(uint64(mtu), 1))}
 			m := mtu.Bytes()
 			sizes := []int{0, 1, 3, 4, 255, m - 1, m, m + 1, 2 * m, 3*m + 5, 65536 + 13, max}
 			for _, size := range sizes {
 				for op := opSend; op <= opRead; op++ {
-					x.run(t, op, size)
+					x.Run(t, op, size)
 				}
 				if size <= 256 {
-					x.run(t, opSendInline, size)
-					x.run(t, opWriteInline, size)
+					x.Run(t, opSendInline, size)
+					x.Run(t, opWriteInline, size)
 				}
 			}
 			// Atomics: a counter and a compare-and-swap word in the middle
 			// of c's region.
 			x.atomics(t)
-			ca, cc := b.nodes[0].dev.Counters(), b.nodes[1].dev.Counters()
+			ca, cc := b.Nodes[0].Dev.Counters(), b.Nodes[1].Dev.Counters()
 			if ca["retransmit_pkts"] != 0 || cc["duplicate_request"] != 0 || ca["bad_response"] != 0 {
 				t.Fatalf("unexpected retries on a clean link: %v %v", ca, cc)
 			}
@@ -216,7 +216,7 @@ func TestAllOperations(t *testing.T) {
 
 func (x *xfer) atomics(t *testing.T) {
 	b := x.b
-	a := b.nodes[0]
+	a := b.Nodes[0]
 	word := x.cbuf[1024 : 1024+8]
 	binary.NativeEndian.PutUint64(word, 100)
 	res := x.abuf[2048 : 2048+8]
@@ -231,7 +231,7 @@ func (x *xfer) atomics(t *testing.T) {
 		if err := x.qa.PostSend(&wr); err != nil {
 			t.Fatal(err)
 		}
-		w := b.waitWCs(a, 1)
+		w := b.WaitWCs(a, 1)
 		if w[0].Status != verbs.WCSuccess || w[0].WRID != wr.WRID {
 			t.Fatalf("atomic completion %+v", w[0])
 		}
@@ -255,14 +255,14 @@ func (x *xfer) atomics(t *testing.T) {
 // budget streams to the end without waiting for a retransmission.
 func TestLargeReadStreams(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	qa, _ := b.pairQPs(rcOpts{mtu: verbs.MTU1024})
-	a, c := b.nodes[0], b.nodes[1]
-	lm, lbuf := a.reg(t, 4<<20, 0, 1)
-	rm, rbuf := c.reg(t, 4<<20, 0, 2)
+	qa, _ := b.PairQPs(rcOpts{MTU: verbs.MTU1024})
+	a, c := b.Nodes[0], b.Nodes[1]
+	lm, lbuf := a.Reg(t, 4<<20, 0, 1)
+	rm, rbuf := c.Reg(t, 4<<20, 0, 2)
 	qa.PostSend(&verbs.SendWR{WRID: 7, Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled,
 		SGL: []mr.SGE{lm.SGE(0, 4<<20)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 	b.expectWC(a, verbs.WCSuccess)
-	if b.clock.Now() != 0 || a.dev.Counter(verbs.CntTimeouts) != 0 || !bytes.Equal(lbuf, rbuf) {
-		t.Fatalf("virtual time %v, timeouts %d", b.clock.Now(), a.dev.Counter(verbs.CntTimeouts))
+	if b.Clock.Now() != 0 || a.Dev.Counter(verbs.CntTimeouts) != 0 || !bytes.Equal(lbuf, rbuf) {
+		t.Fatalf("virtual time %v, timeouts %d", b.Clock.Now(), a.Dev.Counter(verbs.CntTimeouts))
 	}
 }

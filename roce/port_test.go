@@ -11,30 +11,30 @@ import (
 // link_downed once per fall, and leaves the QPs in their state.
 func TestPortDownAndUp(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	qa, _ := b.pairQPs(rcOpts{})
-	a := b.nodes[0]
-	if s := a.dev.QueryPort().State; s != verbs.PortActive {
+	qa, _ := b.PairQPs(rcOpts{})
+	a := b.Nodes[0]
+	if s := a.Dev.QueryPort().State; s != verbs.PortActive {
 		t.Fatalf("port state %v before PortDown", s)
 	}
-	a.dev.PortDown()
-	a.dev.PortDown() // a second report of the same fall changes nothing
-	if s := a.dev.QueryPort().State; s != verbs.PortDown {
+	a.Dev.PortDown()
+	a.Dev.PortDown() // a second report of the same fall changes nothing
+	if s := a.Dev.QueryPort().State; s != verbs.PortDown {
 		t.Fatalf("port state %v after PortDown", s)
 	}
-	if a.dev.Counters()["link_downed"] != 1 {
-		t.Fatalf("link_downed = %d", a.dev.Counters()["link_downed"])
+	if a.Dev.Counters()["link_downed"] != 1 {
+		t.Fatalf("link_downed = %d", a.Dev.Counters()["link_downed"])
 	}
 	if attr, _ := qa.Query(); attr.State != verbs.QPStateRTS {
 		t.Fatalf("QP state %v after PortDown, want RTS as on rxe", attr.State)
 	}
-	a.dev.PortUp()
-	if s := a.dev.QueryPort().State; s != verbs.PortActive {
+	a.Dev.PortUp()
+	if s := a.Dev.QueryPort().State; s != verbs.PortActive {
 		t.Fatalf("port state %v after PortUp", s)
 	}
-	a.dev.GIDChanged()
+	a.Dev.GIDChanged()
 	var got []verbs.EventType
 	for {
-		ev, ok := a.dev.PollAsyncEvent()
+		ev, ok := a.Dev.PollAsyncEvent()
 		if !ok {
 			break
 		}

@@ -15,7 +15,7 @@ import (
 // accepted, and values above the limits refused with EINVAL.
 func TestQPCapsAsRxe(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	n := b.nodes[0]
+	n := b.Nodes[0]
 	for _, tc := range []struct {
 		ask, want verbs.QPCap
 	}{
@@ -25,7 +25,7 @@ func TestQPCapsAsRxe(t *testing.T) {
 		{verbs.QPCap{MaxSendWR: 8, MaxSendSGE: 32, MaxRecvSGE: 32}, verbs.QPCap{MaxSendWR: 8, MaxSendSGE: 32, MaxRecvSGE: 32, MaxInlineData: 512}},
 		{verbs.QPCap{}, verbs.QPCap{}},
 	} {
-		q, err := n.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: n.scq, RecvCQ: n.rcq, Cap: tc.ask})
+		q, err := n.PD.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: n.SCQ, RecvCQ: n.RCQ, Cap: tc.ask})
 		if err != nil {
 			t.Errorf("caps %+v: %v", tc.ask, err)
 			continue
@@ -42,7 +42,7 @@ func TestQPCapsAsRxe(t *testing.T) {
 		{MaxSendWR: roce.MaxQPWR + 1}, {MaxRecvWR: roce.MaxQPWR + 1}, {MaxSendSGE: roce.MaxSGE + 1},
 		{MaxRecvSGE: roce.MaxSGE + 1}, {MaxInlineData: 513},
 	} {
-		if q, err := n.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: n.scq, RecvCQ: n.rcq, Cap: c}); !errors.Is(err, roce.ErrInvalid) {
+		if q, err := n.PD.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: n.SCQ, RecvCQ: n.RCQ, Cap: c}); !errors.Is(err, roce.ErrInvalid) {
 			t.Errorf("caps %+v: error %v, want %v", c, err, roce.ErrInvalid)
 			if q != nil {
 				q.Destroy()

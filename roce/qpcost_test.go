@@ -14,17 +14,17 @@ import (
 // of tb with maxWR work requests per queue, without the peer-rules
 // bookkeeping of pairQPs, so that only the devices' memory is counted.
 func qpCostPairs(tb testing.TB, bed *testbed, n int, maxWR uint32) (qa, qb []*roce.QP) {
-	o := rcOpts{maxWR: maxWR, maxSGE: 1}
-	o.defaults()
-	a, c := bed.nodes[0], bed.nodes[1]
+	o := rcOpts{MaxWR: maxWR, MaxSGE: 1}
+	o.Defaults()
+	a, c := bed.Nodes[0], bed.Nodes[1]
 	capa := verbs.QPCap{MaxSendWR: maxWR, MaxRecvWR: maxWR, MaxSendSGE: 1, MaxRecvSGE: 1}
 	qa, qb = make([]*roce.QP, n), make([]*roce.QP, n)
 	for i := range n {
 		var err error
-		if qa[i], err = a.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: a.scq, RecvCQ: a.rcq, Cap: capa}); err != nil {
+		if qa[i], err = a.PD.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: a.SCQ, RecvCQ: a.RCQ, Cap: capa}); err != nil {
 			tb.Fatal(err)
 		}
-		if qb[i], err = c.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: c.scq, RecvCQ: c.rcq, Cap: capa}); err != nil {
+		if qb[i], err = c.PD.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: c.SCQ, RecvCQ: c.RCQ, Cap: capa}); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -33,9 +33,9 @@ func qpCostPairs(tb testing.TB, bed *testbed, n int, maxWR uint32) (qa, qb []*ro
 			q, peer *roce.QP
 			n, p    *node
 		}{{qa[i], qb[i], a, c}, {qb[i], qa[i], c, a}} {
-			if err := s.q.Connect(&roce.ConnectAttr{Access: allAccess, AH: s.n.ahTo(s.p), PathMTU: o.mtu,
-				DestQPN: s.peer.QPN(), MaxDestRdAtomic: o.rdAtomic, MinRNRTimer: o.minRNR, Timeout: o.timeout,
-				RetryCnt: o.retry, RNRRetry: o.rnr, MaxRdAtomic: o.rdAtomic}); err != nil {
+			if err := s.q.Connect(&roce.ConnectAttr{Access: allAccess, AH: s.n.AHTo(s.p), PathMTU: o.MTU,
+				DestQPN: s.peer.QPN(), MaxDestRdAtomic: o.RdAtomic, MinRNRTimer: o.MinRNR, Timeout: o.Timeout,
+				RetryCnt: o.Retry, RNRRetry: o.RNR, MaxRdAtomic: o.RdAtomic}); err != nil {
 				tb.Fatal(err)
 			}
 		}
@@ -66,8 +66,8 @@ func BenchmarkQPCost(b *testing.B) {
 				allocs += float64(m1.Mallocs-m0.Mallocs) / float64(2*n)
 				runtime.KeepAlive(qa)
 				runtime.KeepAlive(qb)
-				for _, nd := range bed.nodes {
-					nd.dev.Close()
+				for _, nd := range bed.Nodes {
+					nd.Dev.Close()
 				}
 				b.StartTimer()
 			}
@@ -89,7 +89,7 @@ func TestManyQPsStartTogether(t *testing.T) {
 	}
 	const n = 10000
 	const costPerPkt = 2 * time.Microsecond
-	bed := newBed(t, bedOpts{cqe: n + 64})
+	bed := newBed(t, bedOpts{CQE: n + 64})
 	qa, qb := qpCostPairs(t, bed, n, 4)
 	for i := range n {
 		for _, q := range [2]*roce.QP{qa[i], qb[i]} {
@@ -107,41 +107,41 @@ func TestManyQPsStartTogether(t *testing.T) {
 	}
 	pkts := func() uint64 {
 		var s uint64
-		for _, nd := range bed.nodes {
-			s += nd.dev.Counter(verbs.CntSentPkts) + nd.dev.Counter(verbs.CntRcvdPkts)
+		for _, nd := range bed.Nodes {
+			s += nd.Dev.Counter(verbs.CntSentPkts) + nd.Dev.Counter(verbs.CntRcvdPkts)
 		}
 		return s
 	}
 	seen := pkts()
-	start := bed.clock.Now()
+	start := bed.Clock.Now()
 	for {
 		busy := false
-		for _, nd := range bed.nodes {
-			if nd.dev.Step(bed.clock.Now()) {
+		for _, nd := range bed.Nodes {
+			if nd.Dev.Step(bed.Clock.Now()) {
 				busy = true
 			}
-			nd.poll()
+			nd.Poll()
 		}
 		p := pkts()
-		bed.clock.Advance(costPerPkt*time.Duration(p-seen) + time.Microsecond)
+		bed.Clock.Advance(costPerPkt*time.Duration(p-seen) + time.Microsecond)
 		seen = p
-		if len(bed.nodes[0].wcs)+len(bed.nodes[1].wcs) == 4*n {
+		if len(bed.Nodes[0].WCs)+len(bed.Nodes[1].WCs) == 4*n {
 			break
 		}
-		if !busy && bed.clock.Now().Sub(start) > 10*time.Second {
-			t.Fatalf("%d completions of %d after %v", len(bed.nodes[0].wcs)+len(bed.nodes[1].wcs), 4*n, bed.clock.Now().Sub(start))
+		if !busy && bed.Clock.Now().Sub(start) > 10*time.Second {
+			t.Fatalf("%d completions of %d after %v", len(bed.Nodes[0].WCs)+len(bed.Nodes[1].WCs), 4*n, bed.Clock.Now().Sub(start))
 		}
 	}
-	for _, nd := range bed.nodes {
-		for _, wc := range nd.wcs {
+	for _, nd := range bed.Nodes {
+		for _, wc := range nd.WCs {
 			if wc.Status != verbs.WCSuccess {
 				t.Fatalf("%v", wc)
 			}
 		}
-		if k := nd.dev.Counter(verbs.CntTimeouts); k != 0 {
-			t.Errorf("%s: %d retransmit timeouts, %d packets retransmitted, in %v", nd.dev.Name(), k,
-				nd.dev.Counter(verbs.CntRetransmitPkts), bed.clock.Now()-start)
+		if k := nd.Dev.Counter(verbs.CntTimeouts); k != 0 {
+			t.Errorf("%s: %d retransmit timeouts, %d packets retransmitted, in %v", nd.Dev.Name(), k,
+				nd.Dev.Counter(verbs.CntRetransmitPkts), bed.Clock.Now()-start)
 		}
 	}
-	t.Logf("burst drained in %v of virtual time", bed.clock.Now()-start)
+	t.Logf("burst drained in %v of virtual time", bed.Clock.Now()-start)
 }

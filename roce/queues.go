@@ -92,7 +92,7 @@ type engine struct {
 	txDry      bool          // the link lent no buffer when asked
 	txBlocked  bool          // the last flush left frames the link had no room for
 	txStuckAt  monotime.Time // since when the link has taken none (0: it takes)
-	dbRung     atomic.Bool   // db is not empty, or frames were handed over
+	dbRung     atomic.Bool   // db is not empty, frames were handed over, or an inline step kicked
 	quietPolls int           // empty inline polls since the last clock read
 	waiter     ReadyWaiter   // the link's wait without reading (inline mode)
 	// parkUntil is when the blocked loop wakes by itself (clock time).

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/bth"
+	tb "github.com/sroce/sroce/internal/testbed"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/roce/memlink"
@@ -39,11 +40,11 @@ func testRealTimeConcurrent(t *testing.T, engine roce.EngineMode) {
 		}
 		defer dev.Close()
 		pd, _ := dev.AllocPD()
-		n := &node{dev: dev, port: port, pd: pd, gid: gid}
-		copy(n.mac[:], mac)
+		n := &node{Dev: dev, Port: port, PD: pd, GID: gid}
+		copy(n.MAC[:], mac)
 		nodes = append(nodes, n)
 	}
-	b := &testbed{t: t, nodes: nodes, rules: newPeerRules(t)}
+	b := &testbed{tb.FromNodes(t, router, nodes...)}
 	const pairs, msgs, size = 4, 400, 3000
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -51,19 +52,19 @@ func testRealTimeConcurrent(t *testing.T, engine roce.EngineMode) {
 	errs := make(chan error, 16)
 	for p := 0; p < pairs; p++ {
 		a, c := nodes[0], nodes[1]
-		a.scq, _ = a.dev.CreateCQ(1024, nil)
-		a.rcq, _ = a.dev.CreateCQ(1024, nil)
-		c.scq, _ = c.dev.CreateCQ(1024, nil)
-		c.rcq, _ = c.dev.CreateCQ(1024, nil)
-		o := rcOpts{maxWR: 64, maxSGE: 1}
-		o.defaults()
-		qa := b.createQP(a, o, nil)
-		qc := b.createQP(c, o, nil)
-		b.connect(qa, a, qc.QPN(), c, o, 100, 200)
-		b.connect(qc, c, qa.QPN(), a, o, 200, 100)
-		scq, rcq := a.scq, c.rcq
-		src, sbuf := a.reg(t, 64*size, 0, 1)
-		dst, dbuf := c.reg(t, 64*size, 0, 2)
+		a.SCQ, _ = a.Dev.CreateCQ(1024, nil)
+		a.RCQ, _ = a.Dev.CreateCQ(1024, nil)
+		c.SCQ, _ = c.Dev.CreateCQ(1024, nil)
+		c.RCQ, _ = c.Dev.CreateCQ(1024, nil)
+		o := rcOpts{MaxWR: 64, MaxSGE: 1}
+		o.Defaults()
+		qa := b.CreateQP(a, o, nil)
+		qc := b.CreateQP(c, o, nil)
+		b.Connect(qa, a, qc.QPN(), c, o, 100, 200)
+		b.Connect(qc, c, qa.QPN(), a, o, 200, 100)
+		scq, rcq := a.SCQ, c.RCQ
+		src, sbuf := a.Reg(t, 64*size, 0, 1)
+		dst, dbuf := c.Reg(t, 64*size, 0, 2)
 		wg.Add(2)
 		go func() { // sender: posts, waits for completions
 			defer wg.Done()
@@ -138,8 +139,8 @@ func testRealTimeConcurrent(t *testing.T, engine roce.EngineMode) {
 			default:
 			}
 			for _, n := range nodes {
-				n.dev.Counters()
-				n.dev.QueryPort()
+				n.Dev.Counters()
+				n.Dev.QueryPort()
 			}
 			time.Sleep(100 * time.Microsecond)
 		}
@@ -151,7 +152,7 @@ func testRealTimeConcurrent(t *testing.T, engine roce.EngineMode) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if nodes[0].dev.Counter(verbs.CntSentPkts) == 0 {
+	if nodes[0].Dev.Counter(verbs.CntSentPkts) == 0 {
 		t.Fatal("nothing sent")
 	}
 }
@@ -172,26 +173,26 @@ func testCompChannelRealTime(t *testing.T, engine roce.EngineMode) {
 		dev.Start()
 		defer dev.Close()
 		pd, _ := dev.AllocPD()
-		n := &node{dev: dev, port: port, pd: pd, gid: gid}
-		n.scq, _ = dev.CreateCQ(64, nil)
-		n.rcq, _ = dev.CreateCQ(64, nil)
-		copy(n.mac[:], mac)
+		n := &node{Dev: dev, Port: port, PD: pd, GID: gid}
+		n.SCQ, _ = dev.CreateCQ(64, nil)
+		n.RCQ, _ = dev.CreateCQ(64, nil)
+		copy(n.MAC[:], mac)
 		nodes = append(nodes, n)
 	}
-	b := &testbed{t: t, nodes: nodes, rules: newPeerRules(t)}
+	b := &testbed{tb.FromNodes(t, router, nodes...)}
 	a, c := nodes[0], nodes[1]
-	ch := a.dev.CreateCompChannel()
-	a.scq, _ = a.dev.CreateCQ(64, ch)
-	qa, _ := b.pairQPs(rcOpts{})
-	lm, _ := a.reg(t, 4096, 0, 1)
-	rm, _ := c.reg(t, 4096, 0, 2)
+	ch := a.Dev.CreateCompChannel()
+	a.SCQ, _ = a.Dev.CreateCQ(64, ch)
+	qa, _ := b.PairQPs(rcOpts{})
+	lm, _ := a.Reg(t, 4096, 0, 1)
+	rm, _ := c.Reg(t, 4096, 0, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i := 0; i < 20; i++ {
-		a.scq.ReqNotify(false)
+		a.SCQ.ReqNotify(false)
 		qa.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled, SGL: []mr.SGE{lm.SGE(0, 4096)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()})
 		cq, err := ch.GetEvent(ctx)
-		if err != nil || cq != a.scq {
+		if err != nil || cq != a.SCQ {
 			t.Fatalf("%v %v", cq, err)
 		}
 		ch.AckEvents(cq, 1)
@@ -204,47 +205,15 @@ func testCompChannelRealTime(t *testing.T, engine roce.EngineMode) {
 
 // startNode opens device i on router with a real-time loop.
 func startNode(t testing.TB, router *memlink.Router, clock roce.Clock, i, mtu int) *node {
-	mac := net.HardwareAddr{2, 0, 0, 0, 3, byte(i)}
-	port := router.NewPort(mac, mtu)
+	port := router.NewPort(net.HardwareAddr{2, 0, 0, 0, 3, byte(i)}, mtu)
 	gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 3, 0, byte(i + 1)}))
-	return openNode(t, port, port, gid, roce.Options{Clock: clock}, 4096)
+	return tb.OpenNode(t, port, port, gid, roce.Options{Clock: clock}, 4096)
 }
 
-// openNode opens and starts a device over link, whose frames go through
-// port, with gid, a PD and two CQs of cqe entries; the device closes when
-// the test ends.
-func openNode(t testing.TB, link roce.Link, port *memlink.Port, gid bth.GID, opts roce.Options, cqe int) *node {
-	t.Helper()
-	opts.GIDs = []bth.GID{gid}
-	dev, err := roce.Open(link, &opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := dev.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	pd, _ := dev.AllocPD()
-	n := &node{dev: dev, port: port, pd: pd, gid: gid}
-	n.scq, _ = dev.CreateCQ(cqe, nil)
-	n.rcq, _ = dev.CreateCQ(cqe, nil)
-	copy(n.mac[:], port.HardwareAddr())
-	return n
-}
-
-// linkedPair opens two devices in mode on a new real-time router whose
-// seed also numbers their MACs and subnet, each over the link wrap makes
-// of its port, and returns the testbed of the two.
+// linkedPair opens two devices in mode on a new real-time router (see
+// testbed.Pair).
 func linkedPair(t *testing.T, seed byte, mode roce.EngineMode, cqe int, wrap func(*memlink.Port) roce.Link) *testbed {
-	clock := roce.SystemClock()
-	router := memlink.NewRouter(clock, uint64(seed), memlink.Impairments{})
-	var nodes []*node
-	for i := 0; i < 2; i++ {
-		port := router.NewPort(net.HardwareAddr{2, 0, 0, 0, seed, byte(i)}, 1500)
-		gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, seed, 0, byte(i + 1)}))
-		nodes = append(nodes, openNode(t, wrap(port), port, gid, roce.Options{Clock: clock, Engine: mode}, cqe))
-	}
-	return &testbed{t: t, nodes: nodes, rules: newPeerRules(t)}
+	return &testbed{tb.Pair(t, roce.SystemClock(), seed, mode, cqe, wrap)}
 }
 
 // forEachEngine runs a real-time test once per engine mode.

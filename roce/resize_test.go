@@ -19,15 +19,15 @@ import (
 // the new capacity takes completions the old one had no room for.
 func TestCQResize(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	a := b.nodes[0]
-	cq, err := a.dev.CreateCQ(8, nil)
+	a := b.Nodes[0]
+	cq, err := a.Dev.CreateCQ(8, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.scq = cq
-	qa, _ := b.pairQPs(rcOpts{})
-	lm, _ := a.reg(t, 64, 0, 1)
-	rm, _ := b.nodes[1].reg(t, 64, 0, 2)
+	a.SCQ = cq
+	qa, _ := b.PairQPs(rcOpts{})
+	lm, _ := a.Reg(t, 64, 0, 1)
+	rm, _ := b.Nodes[1].Reg(t, 64, 0, 2)
 	write := func(from, to int) {
 		t.Helper()
 		for i := from; i < to; i++ {
@@ -36,7 +36,7 @@ func TestCQResize(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := b.sim.RunUntil(func() bool { return cq.Len() >= to }, time.Minute); err != nil {
+		if err := b.Sim.RunUntil(func() bool { return cq.Len() >= to }, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -82,14 +82,14 @@ func TestCQResize(t *testing.T) {
 // above MaxSRQWR are refused.
 func TestSRQResize(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	a, c := b.nodes[0], b.nodes[1]
-	srq, err := c.pd.CreateSRQ(4, 1, 0)
+	a, c := b.Nodes[0], b.Nodes[1]
+	srq, err := c.PD.CreateSRQ(4, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	qa, _ := b.pairQPs(rcOpts{srqB: srq})
-	lm, _ := a.reg(t, 64, 0, 1)
-	rm, rbuf := c.reg(t, 64*16, 0, 2)
+	qa, _ := b.PairQPs(rcOpts{SRQB: srq})
+	lm, _ := a.Reg(t, 64, 0, 1)
+	rm, rbuf := c.Reg(t, 64*16, 0, 2)
 	post := func(i int) error {
 		return srq.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGL: []mr.SGE{rm.SGE(i*64, 64)}})
 	}
@@ -128,9 +128,9 @@ func TestSRQResize(t *testing.T) {
 		if err := qa.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpSend, SGL: []mr.SGE{lm.SGE(0, 1)}}); err != nil {
 			t.Fatal(err)
 		}
-		b.run(func() bool { return len(c.wcs) > i })
+		b.Run(func() bool { return len(c.WCs) > i })
 	}
-	for i, w := range c.wcs {
+	for i, w := range c.WCs {
 		if w.WRID != uint64(i) || w.Status != verbs.WCSuccess || rbuf[i*64] != byte(100+i) {
 			t.Fatalf("receive %d: %+v, byte %d", i, w, rbuf[i*64])
 		}
@@ -144,14 +144,14 @@ func TestResizeUnderTraffic(t *testing.T) { forEachEngine(t, testResizeUnderTraf
 
 func testResizeUnderTraffic(t *testing.T, engine roce.EngineMode) {
 	b := linkedPair(t, 5, engine, 64, func(p *memlink.Port) roce.Link { return p })
-	a, c := b.nodes[0], b.nodes[1]
-	srq, err := c.pd.CreateSRQ(32, 1, 0)
+	a, c := b.Nodes[0], b.Nodes[1]
+	srq, err := c.PD.CreateSRQ(32, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	qa, _ := b.pairQPs(rcOpts{maxWR: 64, maxSGE: 1, srqB: srq})
-	lm, _ := a.reg(t, 64, 0, 1)
-	rm, _ := c.reg(t, 64, 0, 2)
+	qa, _ := b.PairQPs(rcOpts{MaxWR: 64, MaxSGE: 1, SRQB: srq})
+	lm, _ := a.Reg(t, 64, 0, 1)
+	rm, _ := c.Reg(t, 64, 0, 2)
 	const msgs, window = 3000, 24
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -189,7 +189,7 @@ func testResizeUnderTraffic(t *testing.T, engine roce.EngineMode) {
 	go func() { // sender: at most window SENDs outstanding
 		defer wg.Done()
 		posted := 0
-		consume(a.scq, "send", func(done int) error {
+		consume(a.SCQ, "send", func(done int) error {
 			for ; posted < msgs && posted-done < window; posted++ {
 				if posted == msgs/2 {
 					select {
@@ -209,7 +209,7 @@ func testResizeUnderTraffic(t *testing.T, engine roce.EngineMode) {
 	go func() { // receiver: keeps window receives on the SRQ
 		defer wg.Done()
 		posted := 0
-		consume(c.rcq, "receive", func(done int) error {
+		consume(c.RCQ, "receive", func(done int) error {
 			for ; posted < msgs && posted-done < window; posted++ {
 				if err := srq.PostRecv(&verbs.RecvWR{WRID: uint64(posted), SGL: []mr.SGE{rm.SGE(0, 64)}}); err != nil {
 					return err
@@ -234,7 +234,7 @@ func testResizeUnderTraffic(t *testing.T, engine roce.EngineMode) {
 				close(halfway)
 			}
 			size := window + 8 + (i%5)*40
-			for _, cq := range []*roce.CQ{a.scq, c.rcq} {
+			for _, cq := range []*roce.CQ{a.SCQ, c.RCQ} {
 				if err := cq.Resize(size); err != nil {
 					resized <- fmt.Errorf("CQ Resize(%d): %v", size, err)
 					return
@@ -261,7 +261,7 @@ func testResizeUnderTraffic(t *testing.T, engine roce.EngineMode) {
 		t.Fatal(err)
 	default:
 	}
-	if a.scq.Overflowed() || c.rcq.Overflowed() {
+	if a.SCQ.Overflowed() || c.RCQ.Overflowed() {
 		t.Fatal("a CQ overflowed while being resized")
 	}
 }

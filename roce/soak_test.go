@@ -68,40 +68,40 @@ func TestSoakLossDupReorder(t *testing.T) {
 		total = 1600
 	}
 	seed := soakSeed(t, 20240601)
-	b := newBed(t, bedOpts{seed: seed, imp: memlink.Impairments{
+	b := newBed(t, bedOpts{Seed: seed, Imp: memlink.Impairments{
 		Loss: 0.10, Duplicate: 0.05, Reorder: 0.10,
 		Delay: 2 * time.Microsecond, Jitter: 3 * time.Microsecond, ReorderDelay: 30 * time.Microsecond,
 	}})
-	t.Logf("router seed %d (set SROCE_SEED to replay)", b.router.Seed())
+	t.Logf("router seed %d (set SROCE_SEED to replay)", b.Router.Seed())
 	rng := rand.New(rand.NewPCG(seed, 99))
 	const nqp = 8
 	var sums [2]uint64
 	ctrMR := [2]*roce.MR{}
 	ctrBuf := [2][]byte{}
 	for i := 0; i < 2; i++ {
-		ctrMR[i], ctrBuf[i] = b.nodes[i].reg(t, 8*(nqp+1), 0, 0)
+		ctrMR[i], ctrBuf[i] = b.Nodes[i].Reg(t, 8*(nqp+1), 0, 0)
 		clear(ctrBuf[i])
 		binary.NativeEndian.PutUint64(ctrBuf[i], 1_000_000)
 	}
 	var qps []*soakQP
 	for i := 0; i < nqp; i++ {
-		o := rcOpts{mtu: verbs.MTU1024, timeout: 8, maxWR: 64, maxSGE: 4, rdAtomic: 4, minRNR: 1}
-		o.defaults()
-		me, other := b.nodes[i%2], b.nodes[1-i%2]
-		q := b.createQP(me, o, nil)
-		peer := b.createQP(other, o, nil)
+		o := rcOpts{MTU: verbs.MTU1024, Timeout: 8, MaxWR: 64, MaxSGE: 4, RdAtomic: 4, MinRNR: 1}
+		o.Defaults()
+		me, other := b.Nodes[i%2], b.Nodes[1-i%2]
+		q := b.CreateQP(me, o, nil)
+		peer := b.CreateQP(other, o, nil)
 		psnQ, psnP := bth24(rng.Uint32()), bth24(rng.Uint32())
 		if i == 0 {
 			psnQ = 0xffffff - 40 // wraps early in the run
 		}
-		b.connect(q, me, peer.QPN(), other, o, psnQ, psnP)
-		b.connect(peer, other, q.QPN(), me, o, psnP, psnQ)
+		b.Connect(q, me, peer.QPN(), other, o, psnQ, psnP)
+		b.Connect(peer, other, q.QPN(), me, o, psnP, psnQ)
 		s := &soakQP{q: q, peer: peer, me: me, other: other, idx: i,
 			ctr: ctrMR[1-i%2], ctrBuf: ctrBuf[1-i%2],
 			ops: map[uint64]*soakOp{}, recvOps: map[uint64]*soakOp{}, left: total / nqp}
-		s.local, s.lbuf = me.reg(t, soakDepth*soakSlot, 0, byte(i))
-		s.remote, s.rbuf = other.reg(t, soakDepth*soakSlot, 0, byte(i+1))
-		s.recvMR, s.recvBuf = other.reg(t, soakDepth*soakSlot, 0, byte(i+2))
+		s.local, s.lbuf = me.Reg(t, soakDepth*soakSlot, 0, byte(i))
+		s.remote, s.rbuf = other.Reg(t, soakDepth*soakSlot, 0, byte(i+1))
+		s.recvMR, s.recvBuf = other.Reg(t, soakDepth*soakSlot, 0, byte(i+2))
 		qps = append(qps, s)
 	}
 	// Re-check the connection: the peer's RQ PSN must be our SQ PSN.
@@ -199,7 +199,7 @@ func TestSoakLossDupReorder(t *testing.T) {
 		// Receives first: their buffers are reused once the send completes.
 		for _, s := range qps {
 			for {
-				n := s.other.rcq.Poll(wcs[:])
+				n := s.other.RCQ.Poll(wcs[:])
 				if n == 0 {
 					break
 				}
@@ -231,7 +231,7 @@ func TestSoakLossDupReorder(t *testing.T) {
 		}
 		for _, s := range qps {
 			for {
-				n := s.me.scq.Poll(wcs[:])
+				n := s.me.SCQ.Poll(wcs[:])
 				if n == 0 {
 					break
 				}
@@ -268,11 +268,11 @@ func TestSoakLossDupReorder(t *testing.T) {
 		}
 		return did
 	}
-	b.sim.Idle = check
+	b.Sim.Idle = check
 	for _, s := range qps {
 		post(s)
 	}
-	err := b.sim.RunUntil(func() bool {
+	err := b.Sim.RunUntil(func() bool {
 		if fail != "" {
 			return true
 		}
@@ -289,10 +289,10 @@ func TestSoakLossDupReorder(t *testing.T) {
 			t.Logf("qp %d (%v): left %d posted %d completed %d recv %d/%d state %v; inflight %d sq %v rq %v",
 				i, s.q.QPN(), s.left, s.posted, s.completed, s.recvDone, s.recvPosted, s.q.State(), in, sp, rp)
 		}
-		t.Fatalf("%v (router seed %d, virtual time %v)", err, b.router.Seed(), b.clock.Now())
+		t.Fatalf("%v (router seed %d, virtual time %v)", err, b.Router.Seed(), b.Clock.Now())
 	}
 	if fail != "" {
-		t.Fatalf("%s (router seed %d)", fail, b.router.Seed())
+		t.Fatalf("%s (router seed %d)", fail, b.Router.Seed())
 	}
 	for i := 0; i < 2; i++ {
 		if got := binary.NativeEndian.Uint64(ctrBuf[i]); got != 1_000_000+sums[i] {
@@ -304,10 +304,10 @@ func TestSoakLossDupReorder(t *testing.T) {
 			t.Fatalf("QP left RTS: %v %v", s.q.State(), s.peer.State())
 		}
 	}
-	st := b.router.Stats()
-	t.Logf("virtual time %v; router %+v", b.clock.Now(), st)
-	for i, n := range b.nodes {
-		c := n.dev.Counters()
+	st := b.Router.Stats()
+	t.Logf("virtual time %v; router %+v", b.Clock.Now(), st)
+	for i, n := range b.Nodes {
+		c := n.Dev.Counters()
 		t.Logf("node %d: sent %d rcvd %d dup_req %d oos_req %d seq_nak_rcvd %d rnr %d retries %d timeouts %d icrc %d",
 			i, c["sent_pkts"], c["rcvd_pkts"], c["duplicate_request"], c["out_of_seq_request"],
 			c["rcvd_seq_err"], c["rcvd_rnr_err"], c["completer_retry_err"], c["timeouts"], c["icrc_error"])

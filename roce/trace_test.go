@@ -54,24 +54,24 @@ func index(evs []roce.TraceEvent, from int, match func(*roce.TraceEvent) bool) i
 // the completion, in that order.
 func TestTraceWrite(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	a, c := b.nodes[0], b.nodes[1]
-	sub, err := a.dev.Subscribe(nil)
+	a, c := b.Nodes[0], b.Nodes[1]
+	sub, err := a.Dev.Subscribe(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	qa, _ := b.pairQPs(rcOpts{})
-	lm, _ := a.reg(t, 3000, 0, 1)
-	rm, _ := c.reg(t, 3000, 0, 2)
+	qa, _ := b.PairQPs(rcOpts{})
+	lm, _ := a.Reg(t, 3000, 0, 1)
+	rm, _ := c.Reg(t, 3000, 0, 2)
 	if err := qa.PostSend(&verbs.SendWR{WRID: 77, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
 		SGL: []mr.SGE{lm.SGE(0, 3000)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}); err != nil {
 		t.Fatal(err)
 	}
-	wcs := b.waitWCs(a, 1)
+	wcs := b.WaitWCs(a, 1)
 	if wcs[0].Status != verbs.WCSuccess {
 		t.Fatalf("WRITE completed with %v", wcs[0].Status)
 	}
-	b.sim.RunFor(time.Millisecond)
+	b.Sim.RunFor(time.Millisecond)
 	evs := drain(sub)
 
 	var states []verbs.QPState
@@ -158,33 +158,33 @@ func kinds(evs []roce.TraceEvent) []string {
 // and the packet sent again.
 func TestTraceTimeoutRetransmit(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	a, c := b.nodes[0], b.nodes[1]
-	qa, _ := b.pairQPs(rcOpts{timeout: 10})
-	subA, err := a.dev.Subscribe(nil)
+	a, c := b.Nodes[0], b.Nodes[1]
+	qa, _ := b.PairQPs(rcOpts{Timeout: 10})
+	subA, err := a.Dev.Subscribe(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer subA.Close()
-	subC, err := c.dev.Subscribe(nil)
+	subC, err := c.Dev.Subscribe(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer subC.Close()
-	if err := c.dev.SetImpairment(roce.Impairment{Loss: 100, Seed: 1}); err != nil {
+	if err := c.Dev.SetImpairment(roce.Impairment{Loss: 100, Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
-	lm, _ := a.reg(t, 64, 0, 1)
-	rm, _ := c.reg(t, 64, 0, 2)
+	lm, _ := a.Reg(t, 64, 0, 1)
+	rm, _ := c.Reg(t, 64, 0, 2)
 	if err := qa.PostSend(&verbs.SendWR{WRID: 5, Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
 		SGL: []mr.SGE{lm.SGE(0, 64)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}); err != nil {
 		t.Fatal(err)
 	}
 	// Until the first timeout: the ACK is lost, the timer fires.
-	b.runLimit(func() bool { return a.dev.Counter(verbs.CntTimeouts) > 0 }, 10*time.Second)
-	if err := c.dev.SetImpairment(roce.Impairment{}); err != nil {
+	b.RunLimit(func() bool { return a.Dev.Counter(verbs.CntTimeouts) > 0 }, 10*time.Second)
+	if err := c.Dev.SetImpairment(roce.Impairment{}); err != nil {
 		t.Fatal(err)
 	}
-	wcs := b.waitWCs(a, 1)
+	wcs := b.WaitWCs(a, 1)
 	if wcs[0].Status != verbs.WCSuccess {
 		t.Fatalf("WRITE completed with %v", wcs[0].Status)
 	}
@@ -203,7 +203,7 @@ func TestTraceTimeoutRetransmit(t *testing.T) {
 	if r := evs[retr]; r.Reason != qp.RetryTimeout || r.PSN != psn0 || psn1 != psn0 {
 		t.Errorf("retransmit %v from PSN %v, then PSN %v sent; want timeout from %v", r.Reason, r.PSN, psn1, psn0)
 	}
-	if c.dev.Impaired() == 0 {
+	if c.Dev.Impaired() == 0 {
 		t.Error("the impairment dropped nothing")
 	}
 	lostACK := index(drain(subC), 0, func(e *roce.TraceEvent) bool { return e.Kind == roce.TraceTx && e.Dropped })
@@ -217,19 +217,19 @@ func TestTraceTimeoutRetransmit(t *testing.T) {
 // the same as without it), the drops are counted and reported in place.
 func TestTraceSlowSubscriber(t *testing.T) {
 	burst := func(sub bool) (time.Duration, *roce.Subscription) {
-		b := newBed(t, bedOpts{seed: 3})
-		a, c := b.nodes[0], b.nodes[1]
+		b := newBed(t, bedOpts{Seed: 3})
+		a, c := b.Nodes[0], b.Nodes[1]
 		var s *roce.Subscription
 		if sub {
 			var err error
-			if s, err = a.dev.Subscribe(&roce.TraceOptions{Events: 16}); err != nil {
+			if s, err = a.Dev.Subscribe(&roce.TraceOptions{Events: 16}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		qa, _ := b.pairQPs(rcOpts{})
-		lm, _ := a.reg(t, 4096, 0, 1)
-		rm, _ := c.reg(t, 4096, 0, 2)
-		start := b.clock.Now()
+		qa, _ := b.PairQPs(rcOpts{})
+		lm, _ := a.Reg(t, 4096, 0, 1)
+		rm, _ := c.Reg(t, 4096, 0, 2)
+		start := b.Clock.Now()
 		wrs := make([]verbs.SendWR, 200)
 		for i := range wrs {
 			wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
@@ -238,8 +238,8 @@ func TestTraceSlowSubscriber(t *testing.T) {
 		if n, err := qa.PostSendList(wrs); err != nil {
 			t.Fatalf("posted %d: %v", n, err)
 		}
-		b.waitWCs(a, len(wrs))
-		return b.clock.Now().Sub(start), s
+		b.WaitWCs(a, len(wrs))
+		return b.Clock.Now().Sub(start), s
 	}
 	plain, _ := burst(false)
 	slow, s := burst(true)
@@ -267,14 +267,14 @@ func TestTraceSlowSubscriber(t *testing.T) {
 // the engine runs, and closes the device under a waiting subscriber.
 func TestTraceDetachAnyTime(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	a, c := b.nodes[0], b.nodes[1]
-	qa, _ := b.pairQPs(rcOpts{})
-	lm, _ := a.reg(t, 4096, 0, 1)
-	rm, _ := c.reg(t, 4096, 0, 2)
+	a, c := b.Nodes[0], b.Nodes[1]
+	qa, _ := b.PairQPs(rcOpts{})
+	lm, _ := a.Reg(t, 4096, 0, 1)
+	rm, _ := c.Reg(t, 4096, 0, 2)
 	var wg sync.WaitGroup
 	var subs []*roce.Subscription
 	for i := 0; i < 4; i++ {
-		s, err := a.dev.Subscribe(&roce.TraceOptions{Events: 8, SnapLen: 64})
+		s, err := a.Dev.Subscribe(&roce.TraceOptions{Events: 8, SnapLen: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -305,7 +305,7 @@ func TestTraceDetachAnyTime(t *testing.T) {
 			SGL: []mr.SGE{lm.SGE(0, 4096)}, RemoteAddr: rm.Addr(), RKey: rm.RKey()}); err != nil {
 			t.Fatal(err)
 		}
-		b.waitWCs(a, 1)
+		b.WaitWCs(a, 1)
 		if i == 25 {
 			subs[0].Close() // detached while the engine runs
 		}
@@ -315,7 +315,7 @@ func TestTraceDetachAnyTime(t *testing.T) {
 	}
 	wg.Wait()
 
-	s, err := c.dev.Subscribe(nil)
+	s, err := c.Dev.Subscribe(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestTraceDetachAnyTime(t *testing.T) {
 			}
 		}
 	}()
-	c.dev.Close()
+	c.Dev.Close()
 	select {
 	case err := <-done:
 		if !errors.Is(err, roce.ErrTraceClosed) || !s.DeviceClosed() {
@@ -337,7 +337,7 @@ func TestTraceDetachAnyTime(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a subscriber waiting in Next did not return within 5s of its device closing")
 	}
-	if _, err := c.dev.Subscribe(nil); !errors.Is(err, roce.ErrClosed) {
+	if _, err := c.Dev.Subscribe(nil); !errors.Is(err, roce.ErrClosed) {
 		t.Errorf("Subscribe on a closed device: %v", err)
 	}
 }
@@ -347,24 +347,24 @@ func TestTraceDetachAnyTime(t *testing.T) {
 // for it, then the completion once a receive is there.
 func TestTraceRNR(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	a, c := b.nodes[0], b.nodes[1]
-	qa, qc := b.pairQPs(rcOpts{minRNR: 5})
-	sub, err := a.dev.Subscribe(nil)
+	a, c := b.Nodes[0], b.Nodes[1]
+	qa, qc := b.PairQPs(rcOpts{MinRNR: 5})
+	sub, err := a.Dev.Subscribe(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	lm, _ := a.reg(t, 64, 0, 1)
-	rm, _ := c.reg(t, 64, 0, 2)
+	lm, _ := a.Reg(t, 64, 0, 1)
+	rm, _ := c.Reg(t, 64, 0, 2)
 	if err := qa.PostSend(&verbs.SendWR{WRID: 9, Opcode: verbs.WROpSend, Flags: verbs.Signaled,
 		SGL: []mr.SGE{lm.SGE(0, 64)}}); err != nil {
 		t.Fatal(err)
 	}
-	b.runLimit(func() bool { return a.dev.Counter(verbs.CntRcvdRNRErr) > 0 }, 10*time.Second)
+	b.RunLimit(func() bool { return a.Dev.Counter(verbs.CntRcvdRNRErr) > 0 }, 10*time.Second)
 	if err := qc.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{rm.SGE(0, 64)}}); err != nil {
 		t.Fatal(err)
 	}
-	if wcs := b.waitWCs(a, 1); wcs[0].Status != verbs.WCSuccess {
+	if wcs := b.WaitWCs(a, 1); wcs[0].Status != verbs.WCSuccess {
 		t.Fatalf("SEND completed with %v", wcs[0].Status)
 	}
 	evs := drain(sub)

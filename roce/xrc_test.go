@@ -16,27 +16,27 @@ import (
 // CQ; the domain, its SRQs and QP are torn down in the order verbs needs.
 func TestXRC(t *testing.T) {
 	b := newBed(t, bedOpts{})
-	a, c := b.nodes[0], b.nodes[1]
+	a, c := b.Nodes[0], b.Nodes[1]
 	o := rcOpts{}
-	o.defaults()
-	qa, err := a.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeXRCSend, SendCQ: a.scq,
+	o.Defaults()
+	qa, err := a.PD.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeXRCSend, SendCQ: a.SCQ,
 		Cap: verbs.QPCap{MaxSendWR: 16, MaxSendSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	x, err := c.dev.AllocXRCD()
+	x, err := c.Dev.AllocXRCD()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cq2, err := c.dev.CreateCQ(64, nil)
+	cq2, err := c.Dev.CreateCQ(64, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s1, err := c.pd.CreateXRCSRQ(x, c.rcq, 16, 1, 0)
+	s1, err := c.PD.CreateXRCSRQ(x, c.RCQ, 16, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, err := c.pd.CreateXRCSRQ(x, cq2, 16, 1, 0)
+	s2, err := c.PD.CreateXRCSRQ(x, cq2, 16, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,14 +47,14 @@ func TestXRC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.pd.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeXRCRecv, SendCQ: c.scq, RecvCQ: c.rcq}); !errors.Is(err, roce.ErrInvalid) {
+	if _, err := c.PD.CreateQP(&roce.QPInitAttr{Type: verbs.QPTypeXRCRecv, SendCQ: c.SCQ, RecvCQ: c.RCQ}); !errors.Is(err, roce.ErrInvalid) {
 		t.Errorf("an XRC_RECV QP without a domain: %v", err)
 	}
-	b.connect(qa, a, qb.QPN(), c, o, o.psnA, o.psnB)
-	b.connect(qb, c, qa.QPN(), a, o, o.psnB, o.psnA)
+	b.Connect(qa, a, qb.QPN(), c, o, o.PSNA, o.PSNB)
+	b.Connect(qb, c, qa.QPN(), a, o, o.PSNB, o.PSNA)
 
-	src, sbuf := a.reg(t, 8192, 0, 1)
-	dst, dbuf := c.reg(t, 8192, 0, 0)
+	src, sbuf := a.Reg(t, 8192, 0, 1)
+	dst, dbuf := c.Reg(t, 8192, 0, 0)
 	for i, s := range []*roce.SRQ{s1, s2} {
 		if err := s.PostRecv(&verbs.RecvWR{WRID: uint64(100 + i), SGL: []mr.SGE{{Addr: dst.Addr() + uint64(4096*i), Length: 4096, LKey: dst.LKey()}}}); err != nil {
 			t.Fatal(err)
@@ -72,20 +72,20 @@ func TestXRC(t *testing.T) {
 		}
 	}
 	var got2 []verbs.WC
-	b.run(func() bool {
+	b.Run(func() bool {
 		var tmp [4]verbs.WC
 		got2 = append(got2, tmp[:cq2.Poll(tmp[:])]...)
-		return len(a.wcs) == 2 && len(c.wcs) == 1 && len(got2) == 1
+		return len(a.WCs) == 2 && len(c.WCs) == 1 && len(got2) == 1
 	})
-	for _, wc := range a.wcs {
+	for _, wc := range a.WCs {
 		if wc.Status != verbs.WCSuccess {
-			t.Fatalf("initiator: %+v", a.wcs)
+			t.Fatalf("initiator: %+v", a.WCs)
 		}
 	}
 	if w := got2[0]; w.WRID != 101 || w.ByteLen != 3000 || w.QPNum != qb.QPN() || !bytes.Equal(dbuf[4096:4096+3000], sbuf[:3000]) {
 		t.Fatalf("SRQ 2's CQ: %+v", w)
 	}
-	if w := c.wcs[0]; w.WRID != 100 || w.ByteLen != 100 || !bytes.Equal(dbuf[:100], sbuf[4096:4196]) {
+	if w := c.WCs[0]; w.WRID != 100 || w.ByteLen != 100 || !bytes.Equal(dbuf[:100], sbuf[4096:4196]) {
 		t.Fatalf("SRQ 1's CQ: %+v", w)
 	}
 

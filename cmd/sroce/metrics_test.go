@@ -294,6 +294,7 @@ func startLiveDaemon(t *testing.T, addr, metrics string, extra ...string) *liveD
 		if time.Now().After(deadline) {
 			t.Fatalf("the daemon's /readyz did not answer 200 within 20 s (last: %d):\n%s", code, d.logText())
 		}
+		// wall clock: waits for another process (the daemon) to serve /readyz
 		time.Sleep(50 * time.Millisecond)
 	}
 }
@@ -374,6 +375,7 @@ func waitListen(t *testing.T, port int, srv *exec.Cmd, srvOut *bytes.Buffer) {
 		if srv.ProcessState != nil || time.Now().After(deadline) {
 			t.Fatalf("the server did not listen on TCP port %d within 30 s:\n%s", port, srvOut)
 		}
+		// wall clock: waits for a real process to listen
 		time.Sleep(50 * time.Millisecond)
 	}
 }
@@ -488,6 +490,7 @@ func TestMetricsScrape(t *testing.T) {
 			t.Errorf("sroce_clients 5 s after the programs ended = %v (%v), want 0", v, ok)
 			break
 		}
+		// wall clock: waits for the daemon process to see the programs gone
 		time.Sleep(20 * time.Millisecond)
 	}
 

@@ -361,6 +361,7 @@ func TestResourceCMAndSRQ(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no listening CM ID of rping within 30 s: %+v\n%s", ids, out.String())
 		}
+		// wall clock: waits for a real rping process
 		time.Sleep(50 * time.Millisecond)
 	}
 	id := ids[0]

@@ -93,6 +93,7 @@ func TestToolFailures(t *testing.T) {
 
 	// A server that accepts and never says anything: the exchange times out.
 	silent := fakeListener(t, func(nc net.Conn) {
+		// wall clock: a peer on a real TCP socket that stays silent
 		time.Sleep(5 * time.Second)
 		nc.Close()
 	})
@@ -105,6 +106,7 @@ func TestToolFailures(t *testing.T) {
 		buf := make([]byte, 64)
 		nc.Read(buf)
 		nc.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\nHTTP/1.1 400 Bad Request\r\n\r\n"))
+		// wall clock: keeps a real TCP connection open
 		time.Sleep(time.Second)
 	})
 	wantFailure(t, "HTTP as perftest peer", runClient(t, "write-bw", other), "peer speaks a different perftest exchange")
@@ -117,6 +119,7 @@ func TestToolFailures(t *testing.T) {
 		c.Version = "5.60"
 		c.AcceptVersion = func(string) error { return nil }
 		c.ExchangeVersions(context.Background())
+		// wall clock: keeps a real TCP connection open
 		time.Sleep(time.Second)
 	})
 	wantFailure(t, "old perftest peer", runClient(t, "read-bw", old), `got version "5.60"`)

@@ -40,6 +40,7 @@ func startServer(t *testing.T, cmd string, args ...string) (int, <-chan testpair
 		if time.Now().After(deadline) {
 			t.Fatalf("%q does not listen after 20s", all)
 		}
+		// wall clock: waits for a real process to listen
 		time.Sleep(5 * time.Millisecond)
 	}
 	return port, done

@@ -50,6 +50,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
+		// wall clock: waits for a real process's output
 		time.Sleep(5 * time.Millisecond)
 	}
 }
@@ -109,6 +110,7 @@ func TestToolSignalInExchange(t *testing.T) {
 			connected := make(chan struct{}, 1)
 			port := fakeListener(t, func(nc net.Conn) {
 				connected <- struct{}{}
+				// wall clock: a peer on a real TCP socket that never answers
 				time.Sleep(30 * time.Second)
 				nc.Close()
 			})
@@ -118,6 +120,7 @@ func TestToolSignalInExchange(t *testing.T) {
 			case r := <-done:
 				t.Fatalf("ended before connecting: %v", r)
 			}
+			// wall clock: lets a real process block in its exchange before the signal
 			time.Sleep(50 * time.Millisecond)
 			sigterm(t)
 			wantInterrupted(t, done, `^sroce `+tc.cmd+`: interrupted by SIGTERM while in the TCP exchange with `+
@@ -132,6 +135,7 @@ func TestToolSignalWaitingForCompletions(t *testing.T) {
 		port := newFakeWriteBWServer(t, func(*oob.KeyMsg) {}, false)
 		out, done := pairs.Start(clientArgs("write-bw", port, "-n", "20", "-s", "4096"))
 		eventually(t, "the BW table header", func() bool { return strings.Contains(out.String(), "#bytes") })
+		// wall clock: lets a real process get into its run before the signal
 		time.Sleep(200 * time.Millisecond)
 		sigterm(t)
 		wantInterrupted(t, done, `^sroce write-bw: interrupted by SIGTERM while waiting for a completion after 0 of 20 completions `+qpRE("RTS"))
@@ -155,6 +159,7 @@ func TestToolSignalWaitingForCompletions(t *testing.T) {
 		case r := <-done:
 			t.Fatalf("ended before the exchange was over: %v", r)
 		}
+		// wall clock: lets a real process block before the signal
 		time.Sleep(200 * time.Millisecond)
 		sigterm(t)
 		wantInterrupted(t, done, `^sroce rc-pingpong: interrupted by SIGTERM while waiting for a completion after 0 of 5 exchanges `+qpRE("RTS"))
@@ -206,7 +211,8 @@ func TestToolDurationServerWithoutMessages(t *testing.T) {
 		key := oob.KeyMsg{OutReads: 1, QPN: 0x77, PSN: 0x1000, RKey: 0x1234, VAddr: 0x10000, GID: gid}
 		c.Run(ctx, oob.Flow{Test: oob.SendLat, Sizes: []uint64{2}}, []oob.KeyMsg{key}, oob.Hooks{
 			Connect: func([]oob.KeyMsg) error { return nil },
-			Run:     func(uint64) (oob.BWReport, error) { time.Sleep(20 * time.Second); return oob.BWReport{}, nil },
+			// wall clock: a run that outlasts the signal the test sends
+			Run: func(uint64) (oob.BWReport, error) { time.Sleep(20 * time.Second); return oob.BWReport{}, nil },
 		})
 	}()
 	r := waitTool(t, done)

@@ -94,6 +94,7 @@ func waitFor(t *testing.T, out *testpair.Buffer, want string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the trace did not show %q within 10s; it printed:\n%s", want, out.String())
 		}
+		// wall clock: waits for a real process's trace output
 		time.Sleep(10 * time.Millisecond)
 	}
 }
@@ -128,6 +129,7 @@ func TestTraceLive(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		connectLive(t, s)
+		// wall clock: waits for a real process to connect
 		time.Sleep(20 * time.Millisecond)
 		if strings.Contains(stdout.String(), "RTR -> RTS") && strings.Contains(jout.String(), `"to":"RTS"`) {
 			break

@@ -1,4 +1,4 @@
-package roce_test
+package testbed
 
 import (
 	"net/netip"
@@ -8,7 +8,7 @@ import (
 	"github.com/sroce/sroce/bth"
 )
 
-// peerRules watches every frame a test bed's devices send and checks it
+// Rules watches every frame a test bed's devices send and checks it
 // against what an rdma_rxe peer trusts. Tests that put sroce against sroce
 // cannot see a packet that sroce's own completer ignores but rxe's acts
 // on; this makes every in-memory test see it. The rule checked:
@@ -18,21 +18,24 @@ import (
 //     READ's completion, with no data placed (rxe_comp.c: check_ack,
 //     COMPST_WRITE_SEND, then COMP_ACK), and one inside the span as
 //     progress past part of the READ.
-type peerRules struct {
+//
+// A test reports each connection with Connected and shows the checker
+// every frame with Frame (Bed does both; a router's tap is the place).
+type Rules struct {
 	t     testing.TB
 	mu    sync.Mutex
-	peers map[qpAddr]qpLink // responder end -> requester end
-	flows map[qpAddr]*flow  // by requester end
+	peers map[QPAddr]qpLink // responder end -> requester end
+	flows map[QPAddr]*flow  // by requester end
 }
 
-// qpAddr names a QP on the wire.
-type qpAddr struct {
-	ip  netip.Addr
-	qpn bth.QPN
+// QPAddr names a QP on the wire.
+type QPAddr struct {
+	IP  netip.Addr
+	QPN bth.QPN
 }
 
 type qpLink struct {
-	requester qpAddr
+	requester QPAddr
 	mtu       uint32
 }
 
@@ -44,20 +47,21 @@ type flow struct {
 
 type readSpan struct{ first, last bth.PSN }
 
-func newPeerRules(t testing.TB) *peerRules {
-	return &peerRules{t: t, peers: map[qpAddr]qpLink{}, flows: map[qpAddr]*flow{}}
+// NewRules returns a checker that reports a broken rule as an error of t.
+func NewRules(t testing.TB) *Rules {
+	return &Rules{t: t, peers: map[QPAddr]qpLink{}, flows: map[QPAddr]*flow{}}
 }
 
-// connected records that the QP local sends to remote with path MTU mtu.
-func (r *peerRules) connected(local, remote qpAddr, mtu int) {
+// Connected records that the QP local sends to remote with path MTU mtu.
+func (r *Rules) Connected(local, remote QPAddr, mtu int) {
 	r.mu.Lock()
 	r.peers[remote] = qpLink{requester: local, mtu: uint32(mtu)}
-	r.flows[local] = &flow{responder: remote.ip}
+	r.flows[local] = &flow{responder: remote.IP}
 	r.mu.Unlock()
 }
 
-// frame checks one frame sent by a device.
-func (r *peerRules) frame(f []byte) {
+// Frame checks one frame sent by a device.
+func (r *Rules) Frame(f []byte) {
 	p, err := bth.Parse(f)
 	if err != nil || p.Info().Service != bth.ServiceRC {
 		return
@@ -66,7 +70,7 @@ func (r *peerRules) frame(f []byte) {
 	defer r.mu.Unlock()
 	switch {
 	case p.Opcode == bth.RCReadRequest:
-		l, ok := r.peers[qpAddr{p.DstAddr(), p.BTH().DestQP()}]
+		l, ok := r.peers[QPAddr{p.DstAddr(), p.BTH().DestQP()}]
 		if !ok {
 			return
 		}
@@ -89,7 +93,7 @@ func (r *peerRules) frame(f []byte) {
 		}
 		fl.reads = append(list, s)
 	case p.Opcode == bth.RCAcknowledge && p.AETH().Syndrome().IsACK():
-		req := qpAddr{p.DstAddr(), p.BTH().DestQP()}
+		req := QPAddr{p.DstAddr(), p.BTH().DestQP()}
 		fl, ok := r.flows[req]
 		if !ok || p.SrcAddr() != fl.responder {
 			return // not from a device of the bed (a hostile test's forgery)
@@ -100,7 +104,7 @@ func (r *peerRules) frame(f []byte) {
 		for _, s := range list {
 			if psn.Diff(s.first) >= 0 && psn.Diff(s.last) <= 0 {
 				r.t.Errorf("%v sent an ACK with PSN %v, inside the READ request spanning %v-%v from %v QP %v: an rdma_rxe requester would complete that READ with no data",
-					p.SrcAddr(), psn, s.first, s.last, req.ip, req.qpn)
+					p.SrcAddr(), psn, s.first, s.last, req.IP, req.QPN)
 			}
 			if psn.Diff(s.last) <= 0 {
 				list[k] = s // still ahead of the acknowledgements
