@@ -19,24 +19,24 @@ import (
 func TestRecvRingInPlace(t *testing.T) {
 	b := newBed(t, bedOpts{})
 	o := rcOpts{}
-	o.defaults()
-	na, nb := b.nodes[0], b.nodes[1]
-	qa := b.createQP(na, o, nil)
-	qb := b.createQP(nb, o, nil)
-	g, err := ring.New[ring.RecvWQE](ring.KindRecv, o.maxWR, ring.Stride[ring.RecvWQE](int(o.maxSGE)*16))
+	o.Defaults()
+	na, nb := b.Nodes[0], b.Nodes[1]
+	qa := b.CreateQP(na, o, nil)
+	qb := b.CreateQP(nb, o, nil)
+	g, err := ring.New[ring.RecvWQE](ring.KindRecv, o.MaxWR, ring.Stride[ring.RecvWQE](int(o.MaxSGE)*16))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := qb.AttachRecvRing(g); err != nil {
 		t.Fatalf("attaching a receive ring: %v", err)
 	}
-	b.connect(qa, na, qb.QPN(), nb, o, 1, 1)
-	b.connect(qb, nb, qa.QPN(), na, o, 1, 1)
+	b.Connect(qa, na, qb.QPN(), nb, o, 1, 1)
+	b.Connect(qb, nb, qa.QPN(), na, o, 1, 1)
 	if err := qb.AttachRecvRing(g); err == nil {
 		t.Error("a ring attached to a QP out of RESET")
 	}
-	ma, bufA := na.reg(t, 4096, 0, 1)
-	mb, bufB := nb.reg(t, 4096, 0, 2)
+	ma, bufA := na.Reg(t, 4096, 0, 1)
+	mb, bufB := nb.Reg(t, 4096, 0, 2)
 
 	// b's receive, written into the ring as a client writes it.
 	e := g.Next()
@@ -58,10 +58,10 @@ func TestRecvRingInPlace(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got *verbs.WC
-		b.run(func() bool {
-			for i := range s.n.wcs {
-				if s.n.wcs[i].Opcode == verbs.WCRecv {
-					got = &s.n.wcs[i]
+		b.Run(func() bool {
+			for i := range s.n.WCs {
+				if s.n.WCs[i].Opcode == verbs.WCRecv {
+					got = &s.n.WCs[i]
 				}
 			}
 			return got != nil
@@ -69,7 +69,7 @@ func TestRecvRingInPlace(t *testing.T) {
 		if got.WRID != s.wrid || got.Status != verbs.WCSuccess || got.ByteLen != uint32(len(s.msg)) || string(s.buf[:len(s.msg)]) != s.msg {
 			t.Errorf("%s: %+v, buffer %q", s.msg, *got, s.buf[:len(s.msg)])
 		}
-		s.n.wcs = nil
+		s.n.WCs = nil
 	}
 	if g.Cons() != 1 {
 		t.Errorf("the ring's consumer index is %d after one receive completed, want 1", g.Cons())
@@ -79,10 +79,10 @@ func TestRecvRingInPlace(t *testing.T) {
 	// the limit, zeroed entries would be taken and fail one by one).
 	g.Header().Prod.Store(g.Cons() + g.Limit() + 1000)
 	qa.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpSend, Flags: verbs.Inline, InlineData: []byte("to a corrupt ring")})
-	b.runLimit(qb.RecvRingFault, 10*time.Second)
+	b.RunLimit(qb.RecvRingFault, 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ev, err := nb.dev.GetAsyncEvent(ctx)
+	ev, err := nb.Dev.GetAsyncEvent(ctx)
 	if err != nil {
 		t.Fatalf("no async event within 5 s after the corrupt ring: %v", err)
 	}

@@ -66,15 +66,15 @@ func (f closerFunc) Close() error { return f() }
 // the device closes.
 func TestMcastMembershipsInDevice(t *testing.T) {
 	var gl *groupLink
-	b := newBed(t, bedOpts{nodes: 1, linkMTU: 1500, link: func(i int, p *memlink.Port) roce.Link {
+	b := newBed(t, bedOpts{Nodes: 1, LinkMTU: 1500, Link: func(i int, p *memlink.Port) roce.Link {
 		gl = &groupLink{Port: p, open: map[netip.Addr]int{}}
 		return gl
 	}})
-	n := b.nodes[0]
+	n := b.Nodes[0]
 	g1, g2 := netip.MustParseAddr("239.0.0.1"), netip.MustParseAddr("239.0.0.2")
 	var qs []*roce.QP
 	for i := 0; i < 3; i++ {
-		qs = append(qs, b.createQP(n, rcOpts{qpType: verbs.QPTypeUD, maxWR: 1, maxSGE: 1}, nil))
+		qs = append(qs, b.CreateQP(n, rcOpts{QPType: verbs.QPTypeUD, MaxWR: 1, MaxSGE: 1}, nil))
 	}
 	for _, q := range qs {
 		if err := q.AttachMcast(bth.GIDFromAddr(g1), 0); err != nil {
@@ -99,7 +99,7 @@ func TestMcastMembershipsInDevice(t *testing.T) {
 	if err := qs[1].AttachMcast(bth.GIDFromAddr(g2), 0); err != nil {
 		t.Fatal(err)
 	}
-	n.dev.Close()
+	n.Dev.Close()
 	if gl.open[g2] != 0 || len(gl.joins) != 3 {
 		t.Errorf("after Close: joins %v, open %v; want 3 joins, none open", gl.joins, gl.open)
 	}
