@@ -10,7 +10,6 @@ import (
 	"encoding/binary"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/monotime"
@@ -308,42 +307,7 @@ func (q *QP) PostSend(wr *verbs.SendWR) error {
 		return err
 	}
 	total, inline := sendSize(wr)
-	if q.sq.full() {
-		return ErrQueueFull
-	}
-	p := q.sq.prod.Load()
-	s := q.sq.at(p)
-	s.wr = sendWR{WRID: wr.WRID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm,
-		InvalidateRKey: wr.InvalidateRKey, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey,
-		CompareAdd: wr.CompareAdd, Swap: wr.Swap, RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey,
-		RemoteSRQN: wr.RemoteSRQN, Bind: wr.Bind, RegAccess: wr.RegAccess}
-	if wr.AH != nil && q.sq.ahs != nil {
-		*q.sq.ahOf(s) = *wr.AH // by value: the caller's AH may change
-	}
-	s.length = uint32(total)
-	s.inline = inline
-	s.nsge = 0
-	if inline {
-		in := q.sq.place(s, s.length)[:s.length]
-		if wr.InlineData != nil {
-			copy(in, wr.InlineData)
-		} else if _, err := q.pd.Gather(wr.SGL, 0, in); err != nil {
-			s.wr = sendWR{}
-			s.inline = false
-			q.sq.unplace(s)
-			return ErrInlineGather
-		}
-	} else {
-		s.nsge = uint8(len(wr.SGL))
-		q.sq.place(s, uint32(len(wr.SGL))*uint32(unsafe.Sizeof(mr.SGE{})))
-		copy(q.sq.sglOf(s), wr.SGL)
-	}
-	s.state = wqePosted
-	s.status = verbs.WCSuccess
-	s.started, s.hasRd = false, false
-	s.sent, s.rdDone = 0, 0
-	q.sq.prod.Store(p + 1)
-	return nil
+	return q.sq.post(q.typ, q.pd, wr, total, inline)
 }
 
 // PostRecv validates wr and queues it on the QP's receive queue
@@ -417,9 +381,9 @@ func (q *QP) HasWork() bool {
 	}
 	switch q.state {
 	case verbs.QPStateErr:
-		return q.sq.prod.Load() != q.req.compIdx || (q.srq == nil && q.rq.count() != 0)
+		return q.sq.pull(q.typ) != q.req.compIdx || (q.srq == nil && q.rq.count() != 0)
 	case verbs.QPStateSQE:
-		return q.sq.prod.Load() != q.req.compIdx
+		return q.sq.pull(q.typ) != q.req.compIdx
 	}
 	return q.hasSendWork()
 }
@@ -428,7 +392,7 @@ func (q *QP) hasSendWork() bool {
 	if q.state != verbs.QPStateRTS && q.state != verbs.QPStateSQD {
 		return false
 	}
-	return q.req.reqIdx != q.sq.prod.Load() && !q.req.waitRNR
+	return q.req.reqIdx != q.sq.pull(q.typ) && !q.req.waitRNR
 }
 
 // NextDeadline returns the earliest time OnTimer has work to do, if any.
@@ -556,7 +520,7 @@ func (q *QP) toErr() {
 // flush completes every outstanding work request with WR_FLUSH_ERR.
 func (q *QP) flush() {
 	r := &q.req
-	prod := q.sq.prod.Load()
+	prod := q.sq.pull(q.typ)
 	for r.compIdx != prod {
 		w := q.sq.at(r.compIdx)
 		wc := verbs.WC{WRID: w.wr.WRID, Status: verbs.WCWRFlushErr, Opcode: w.wr.Opcode.WCOpcode(), QPNum: q.qpn}
@@ -568,7 +532,7 @@ func (q *QP) flush() {
 		r.compIdx++
 	}
 	r.reqIdx = r.compIdx
-	q.sq.cons.Store(r.compIdx)
+	q.sq.setCons(r.compIdx)
 	rs := &q.resp
 	if q.srq != nil {
 		if rs.rwqe != nil {
