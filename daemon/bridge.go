@@ -14,11 +14,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/daemon/ctl"
-	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
-	"github.com/sroce/sroce/ring"
 	"github.com/sroce/sroce/verbs"
 	"golang.org/x/sys/unix"
 )
@@ -335,107 +332,42 @@ func (b *bridge) serve(t *target) (work, stuck bool, err error) {
 	return b.sends(o)
 }
 
-// sends posts the send WQEs the client published on o's ring; o's
-// target lock is held. A WQE's ring slot is released before the engine
-// sees the request (the client may post again as soon as the request
-// completes, which can happen before PostSend returns); the request is
-// copied out of the slot first. A request the engine's full queue
-// refused waits in o.pwr (stuck).
+// sends rings the engine's doorbell for o when the client published
+// send WQEs on o's ring since the bridge last looked; o's target lock is
+// held. The engine takes them from the ring where they lie
+// (roce.QP.AttachSendRing): it loads the producer index itself, checks
+// and reads each WQE once, and gives its slot back when the request
+// completes, so the ring full is the engine's queue full and nothing
+// waits here. A ring that breaks the rules is the engine's to find: it
+// raises EventQPFatal, and the client is disconnected (ringFault).
 func (b *bridge) sends(o *qpObj) (moved, stuck bool, err error) {
-	if o.pending {
-		if !b.post(o) {
-			return false, true, nil
-		}
-		moved = true
+	p := o.sq.Prod()
+	if p == o.sqSeen {
+		return false, false, nil
 	}
-	r := o.sq
-	// The producer index is loaded once a pass, and every entry copied
-	// out of its slot once (ring.Ring.Load) before it is checked: the
-	// client may rewrite its ring at any moment.
-	n := r.Prod() - o.sqCons
-	if n == 0 {
-		return moved, false, nil
-	}
-	if n > r.Limit() {
-		return moved, false, misbehaved("QP %d's send ring says %d entries wait; it holds %d", o.handle, n, r.Limit())
-	}
-	var e ring.SendWQE
-	for ; n > 0; n-- {
-		i := o.sqCons
-		r.Load(i, &e)
-		wr := &o.pwr
-		*wr = verbs.SendWR{WRID: e.WRID, Opcode: verbs.WROpcode(e.Opcode), Flags: verbs.SendFlags(e.Flags),
-			Imm: e.Imm, InvalidateRKey: e.InvalidateRKey, RemoteAddr: e.RemoteAddr, RKey: e.RKey,
-			CompareAdd: e.CompareAdd, Swap: e.Swap, RegAccess: mr.Access(e.RegAccess),
-			Bind: mr.MWBind{LKey: e.BindLKey, Addr: e.BindAddr, Length: e.BindLength, Access: mr.Access(e.BindAccess)}}
-		o.bad = 0
-		if wr.Flags&verbs.Inline != 0 {
-			il := int(e.InlineLen)
-			if il > r.TailLen() {
-				return moved, false, misbehaved("QP %d: inline data of %d bytes in a %d-byte slot tail", o.handle, il, r.TailLen())
-			}
-			if cap(o.inline) < r.TailLen() {
-				o.inline = make([]byte, r.TailLen())
-			}
-			wr.InlineData = o.inline[:r.LoadTail(i, o.inline[:il])]
-		} else {
-			ns := int(e.NumSGE)
-			if ns > int(o.maxSend) || ns > r.MaxSGEs() || ns > len(o.sge) {
-				return moved, false, misbehaved("QP %d: send WQE with %d SGEs, the QP takes %d", o.handle, ns, o.maxSend)
-			}
-			wr.SGL = o.sge[:r.LoadSGEs(i, o.sge[:ns])]
-		}
-		if o.typ == verbs.QPTypeXRCSend {
-			wr.RemoteSRQN = e.UD.RemoteQPN // the ring's remote queue number: the XRC SRQ's
-		}
-		if o.typ == verbs.QPTypeUD {
-			v, _ := b.ahs.Load(e.AH)
-			ah, _ := v.(*ahObj)
-			if ah == nil || ah.pd != o.pd {
-				o.bad = verbs.WCLocQPOpErr
-			} else {
-				wr.AH, wr.RemoteQPN, wr.RemoteQKey = ah.ah, bth.QPN(e.UD.RemoteQPN), e.UD.RemoteQKey
-			}
-		}
-		o.sqCons++
-		r.SetCons(o.sqCons)
-		moved = true
-		o.pending = true
-		if !b.post(o) {
-			return moved, true, nil
-		}
-	}
-	return moved, false, nil
+	o.sqSeen = p
+	o.qp.SendRung()
+	return true, false, nil
 }
 
-// post hands the request in o.pwr to the engine, or completes it with
-// o.bad; it reports false (and leaves it pending) when the engine's
-// queue or the CQ is full.
-func (b *bridge) post(o *qpObj) bool {
-	if o.bad == 0 {
-		err := o.qp.PostSend(&o.pwr)
-		if errors.Is(err, qp.ErrQueueFull) {
-			return false
+// resolveAH returns the resolver of o's UD sends' address handles: the
+// connection's handles of o's protection domain, read without a lock.
+func (b *bridge) resolveAH(o *qpObj) qp.AHResolver {
+	return func(h uint32) *verbs.AH {
+		v, _ := b.ahs.Load(h)
+		if ah, _ := v.(*ahObj); ah != nil && ah.pd == o.pd {
+			return ah.ah
 		}
-		if err != nil {
-			o.bad = verbs.WCLocQPOpErr
-		}
+		return nil
 	}
-	if o.bad != 0 && o.scq != nil {
-		wc := verbs.WC{WRID: o.pwr.WRID, Status: o.bad, QPNum: o.qp.QPN()}
-		if !o.scq.Inject(&wc) {
-			return false
-		}
-	}
-	o.pending = false
-	return true
 }
 
 // ringFault disconnects the client whose ring the engine found corrupt
-// (a QP's or SRQ's receive ring: RecvRingFault, RingFault); the engine
+// (a QP's send or receive ring or an SRQ's ring: SendRingFault,
+// RecvRingFault, RingFault); the engine
 // reads it no more. The bridge does the disconnecting on its next pass.
-func (c *conn) ringFault(what string, h uint32) {
-	err := misbehaved("%s %d's receive ring is corrupt (a producer index beyond its limit or an entry with too many SGEs)", what, h)
+func (c *conn) ringFault(what string, h uint32, which string) {
+	err := misbehaved("%s %d's %s ring is corrupt (a producer index beyond its limit, or an entry with more SGEs or inline bytes than its slot holds)", what, h, which)
 	c.ringErr.CompareAndSwap(nil, &err)
 	if c.br != nil {
 		c.br.wake()
@@ -500,7 +432,7 @@ func (b *bridge) drop(t *target) {
 	b.remove(t)
 }
 
-// drainSends posts what waits in t's send ring now, on the caller's
+// drainSends rings the engine for what waits in t's send ring now, on the caller's
 // goroutine (a destroy: what the client posted before goes out first).
 func (b *bridge) drainSends(t *target) error {
 	t.mu.Lock()

@@ -32,27 +32,36 @@ func TestCorruptRecvRingInPlace(t *testing.T) {
 			rq.Publish()
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var h *endpoint
-			victim := newClientID(t, r, func() { h = newEndpoint(t, r, "sroce_mem0", false) })
-			p := newEndpoint(t, r, "sroce_mem1", false)
-			connect(t, h, p.qp.QPN(), r.gids[1])
-			connect(t, p, h.qp.QPN(), r.gids[0])
+		corruptRing(t, r, a, b, tc.name, "receive", func(h, p *endpoint) {
 			// A good receive first: the ring in place serves it.
 			sendRecv(t, p, h, "in place")
 			tc.corrupt(h.qp.RecvRing())
 			h.qp.Ring()
 			// A SEND to h makes the engine take a receive from the ring.
 			p.qp.PostSend(&verbs.SendWR{WRID: 2, Opcode: verbs.WROpSend, Flags: verbs.Signaled | verbs.Inline, InlineData: []byte("to a corrupt ring")})
-			waitGone(t, r, victim, "the client with a corrupt receive ring to be disconnected")
-			if !strings.Contains(r.logText(), "receive ring is corrupt") {
-				t.Errorf("the disconnection does not say why:\n%s", r.logText())
-			}
-			sendRecv(t, a, b, "after "+tc.name)
-			sendRecv(t, b, a, "both ways after "+tc.name)
-			p.x.Close()
 		})
 	}
+}
+
+// corruptRing runs one case of a corrupt ring: a client (h) connected to
+// another (p) makes its ring corrupt (corrupt), and is disconnected with
+// the log saying which ring; a and b, clients of the same daemon, go on.
+func corruptRing(t *testing.T, r *rig, a, b *endpoint, name, which string, corrupt func(h, p *endpoint)) {
+	t.Run(name, func(t *testing.T) {
+		var h *endpoint
+		victim := newClientID(t, r, func() { h = newEndpoint(t, r, "sroce_mem0", false) })
+		p := newEndpoint(t, r, "sroce_mem1", false)
+		connect(t, h, p.qp.QPN(), r.gids[1])
+		connect(t, p, h.qp.QPN(), r.gids[0])
+		corrupt(h, p)
+		waitGone(t, r, victim, "the client with a corrupt "+which+" ring to be disconnected")
+		if !strings.Contains(r.logText(), which+" ring is corrupt") {
+			t.Errorf("the disconnection does not say why:\n%s", r.logText())
+		}
+		sendRecv(t, a, b, "after "+name)
+		sendRecv(t, b, a, "both ways after "+name)
+		p.x.Close()
+	})
 }
 
 // TestRecvRingInPlaceNoRNR: a receive the client wrote into its ring
@@ -83,5 +92,41 @@ func TestRecvRingInPlaceNoRNR(t *testing.T) {
 		if n := d.Counters()["send_rnr_err"] + d.Counters()["rcvd_rnr_err"]; n != 0 {
 			t.Errorf("device %d: %d RNR NAKs for receives posted before the messages", i, n)
 		}
+	}
+}
+
+// TestCorruptSendRingInPlace: the engine executes a client's sends from
+// its ring where the client wrote them. A ring whose producer index runs
+// far ahead of its limit, or whose entry claims more SGEs than the QP
+// takes or more inline bytes than its slot holds, is not trusted: the
+// engine takes nothing from it, and the daemon disconnects that client,
+// while the daemon and its other clients go on.
+func TestCorruptSendRingInPlace(t *testing.T) {
+	r := newRig(t, daemon.Options{})
+	a, b := pair(t, r, false)
+	sendRecv(t, a, b, "before")
+	for _, tc := range []struct {
+		name    string
+		corrupt func(sq *ring.Ring[ring.SendWQE])
+	}{
+		{"producer far ahead", func(sq *ring.Ring[ring.SendWQE]) {
+			sq.Header().Prod.Store(sq.Cons() + sq.Limit() + 1000)
+		}},
+		{"NumSGE huge", func(sq *ring.Ring[ring.SendWQE]) {
+			e := sq.Next()
+			*e = ring.SendWQE{WRID: 9, Opcode: uint8(verbs.WROpSend), NumSGE: 250, Length: 64}
+			sq.Publish()
+		}},
+		{"inline beyond the tail", func(sq *ring.Ring[ring.SendWQE]) {
+			e := sq.Next()
+			*e = ring.SendWQE{WRID: 9, Opcode: uint8(verbs.WROpSend), Flags: uint32(verbs.Inline), InlineLen: 60000, Length: 60000}
+			sq.Publish()
+		}},
+	} {
+		corruptRing(t, r, a, b, tc.name, "send", func(h, p *endpoint) {
+			sendRecv(t, h, p, "in place")
+			tc.corrupt(h.qp.SendRing())
+			h.qp.Ring()
+		})
 	}
 }

@@ -298,7 +298,7 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 func (q *QP) reset() {
 	q.setState(verbs.QPStateReset)
 	r := &q.req
-	prod := q.sq.pull(q.typ)
+	prod := q.sqPull()
 	for i := r.compIdx; i != prod; i++ {
 		q.sq.at(i).hasRd = false
 	}

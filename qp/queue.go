@@ -135,7 +135,22 @@ type sendQueue struct {
 	prod  uint32
 	cons  uint32
 	fault atomic.Bool
+	told  atomic.Bool // the fault's event was raised
+
+	// An attached ring (AttachSendRing) is written by another process:
+	// every request is checked when taken, and a UD request's address
+	// handle is found by its number through resolve.
+	attached bool
+	resolve  AHResolver
+	typ      verbs.QPType
 }
+
+// AHResolver finds the address handle a UD request on an attached send
+// ring names by its number (ring.SendWQE.AH), or nil if the number names
+// none the QP may use. The loop calls it when it takes a request, with
+// the QP's lock held: it must be quick and take no lock its owner holds
+// while calling into the QP (a read-mostly table).
+type AHResolver func(h uint32) *verbs.AH
 
 func (s *sendQueue) initSend(maxWR, maxSGE, maxInline uint32, ud bool) {
 	per := max(maxSGE*uint32(unsafe.Sizeof(mr.SGE{})), maxInline)
@@ -200,16 +215,30 @@ func (s *sendQueue) pull(typ verbs.QPType) uint32 {
 }
 
 // take reads the request of slot i into its execution state: the one
-// read of the slot.
+// read of the slot. It reports false for a slot that breaks the ring's
+// rules (more SGEs than the QP takes, an inline payload beyond the slot
+// or the QP's bound): the ring is faulted then. A request of an attached
+// ring that is well formed but that the QP cannot execute (an opcode of
+// another QP type, a message too long, a misaligned atomic, an unknown
+// address handle) is taken as failed: it completes in order with
+// IBV_WC_LOC_QP_OP_ERR and moves the QP to the error state, as on
+// rdma_rxe. (The in-process poster checked all of that already.)
 func (s *sendQueue) take(i uint32, typ verbs.QPType) bool {
 	e := *s.r.At(i)
 	op := verbs.WROpcode(e.Opcode)
 	info := op.Info()
-	if info == nil {
-		return false
-	}
 	w := s.at(i)
-	*w = sendWQE{idx: i & s.mask, wr: sendWR{WRID: e.WRID, Opcode: op, Flags: verbs.SendFlags(e.Flags), Imm: e.Imm,
+	idx := i & s.mask
+	if info == nil {
+		if !s.attached {
+			return false
+		}
+		// Completed with a known opcode: the rest of the loop reads
+		// the opcode's description.
+		*w = sendWQE{idx: idx, wr: sendWR{WRID: e.WRID, Opcode: verbs.WROpSend}, state: wqeError, status: verbs.WCLocQPOpErr}
+		return true
+	}
+	*w = sendWQE{idx: idx, wr: sendWR{WRID: e.WRID, Opcode: op, Flags: verbs.SendFlags(e.Flags), Imm: e.Imm,
 		InvalidateRKey: e.InvalidateRKey, RemoteAddr: e.RemoteAddr, RKey: e.RKey,
 		CompareAdd: e.CompareAdd, Swap: e.Swap,
 		Bind:      mr.MWBind{LKey: e.BindLKey, Addr: e.BindAddr, Length: e.BindLength, Access: mr.Access(e.BindAccess)},
@@ -219,14 +248,15 @@ func (s *sendQueue) take(i uint32, typ verbs.QPType) bool {
 	} else {
 		w.wr.RemoteQPN, w.wr.RemoteQKey = bth.QPN(e.UD.RemoteQPN), e.UD.RemoteQKey
 	}
-	mine := s.priv[w.idx*s.per : (w.idx+1)*s.per]
+	mine := s.priv[idx*s.per : (idx+1)*s.per]
+	var total uint64
 	if w.wr.Flags&verbs.Inline != 0 && info.Inline {
 		n := uint32(e.InlineLen)
-		if n > s.maxInline || n > s.per || int(n) > s.r.TailLen() {
+		if n > s.per || int(n) > s.r.TailLen() || (n > s.maxInline && !s.attached) {
 			return false
 		}
 		copy(mine, s.r.Tail(i)[:n])
-		w.length, w.inline = n, true
+		w.length, w.inline, total = n, true, uint64(n)
 	} else {
 		ns := uint32(e.NumSGE)
 		if ns > s.maxSGE || int(ns) > s.r.MaxSGEs() {
@@ -235,19 +265,77 @@ func (s *sendQueue) take(i uint32, typ verbs.QPType) bool {
 		w.nsge = uint8(ns)
 		sgl := s.sglOf(w)
 		copy(sgl, s.r.SGEs(i, int(ns)))
-		var total uint64
 		for k := range sgl {
 			total += uint64(sgl[k].Length)
 		}
-		if total > MaxMsgSize {
+		if total > MaxMsgSize && !s.attached {
 			return false
 		}
 		w.length = uint32(total)
 	}
 	if s.ahs != nil {
-		s.ahs[w.idx] = s.postAH[w.idx]
+		if s.attached {
+			if ah := s.resolve(e.AH); ah != nil {
+				s.ahs[idx] = *ah
+			} else {
+				w.fail()
+			}
+		} else {
+			s.ahs[idx] = s.postAH[idx]
+		}
+	}
+	if s.attached && !s.wellFormed(w, info, total) {
+		w.fail()
 	}
 	return true
+}
+
+// fail marks w, just taken, as refused: it completes with
+// IBV_WC_LOC_QP_OP_ERR when the completer reaches it.
+func (w *sendWQE) fail() {
+	w.state, w.status = wqeError, verbs.WCLocQPOpErr
+	w.length, w.nsge, w.inline = 0, 0, false
+}
+
+// wellFormed checks w, just taken from an attached ring, as CheckSendWR
+// checks a request posted in process.
+func (s *sendQueue) wellFormed(w *sendWQE, info *verbs.WROpInfo, total uint64) bool {
+	switch {
+	case !info.Types.Has(s.typ):
+		return false
+	case total > MaxMsgSize:
+		return false
+	case s.typ == verbs.QPTypeXRCSend && w.wr.RemoteSRQN > bth.PSNMask:
+		return false
+	case info.Payload == verbs.PayloadNone && (w.nsge != 0 || w.inline):
+		return false
+	case w.inline && total > uint64(s.maxInline) && info.Payload != verbs.PayloadAtomic8:
+		return false
+	case info.Payload == verbs.PayloadAtomic8 && (total != 8 || w.wr.RemoteAddr&7 != 0):
+		return false
+	}
+	return true
+}
+
+// attach puts ring g in place of the queue's own ring: the queue is
+// empty (a QP in RESET) and g was just initialized by its owner, with
+// room for the QP's SGEs and inline data in each slot and no more
+// requests than the QP's queue holds.
+func (s *sendQueue) attach(g *sring.Ring[sring.SendWQE], typ verbs.QPType, resolve AHResolver) error {
+	if g.Limit() > s.r.Limit() || g.MaxSGEs() < int(s.maxSGE) || g.TailLen() < int(s.maxInline) {
+		return ErrTooManySGE
+	}
+	if datagram(typ) && resolve == nil {
+		return ErrNoAH
+	}
+	if s.prod != s.cons || s.r.Prod() != s.prod || g.Prod() != g.Cons() {
+		return ErrQueueFull
+	}
+	s.r, s.mask = g, sring.Slots(g.Limit())-1
+	s.prod, s.cons = g.Cons(), g.Cons()
+	s.attached, s.resolve, s.typ = true, resolve, typ
+	s.fault.Store(false)
+	return nil
 }
 
 // sglOf returns the SGL of w.
