@@ -181,7 +181,14 @@ func (q *QP) SendRingFault() bool { return q.sq.fault.Load() }
 // last looked and returns the end of the requests taken, raising
 // EventQPFatal once for a ring that broke the rules.
 func (q *QP) sqPull() uint32 {
+	from := q.sq.prod
 	p := q.sq.pull(q.typ)
+	if p != from && q.sq.attached && q.tracing() {
+		for i := from; i != p; i++ {
+			w := q.sq.at(i)
+			q.trace(Trace{Kind: TracePosted, WRID: w.wr.WRID, Opcode: w.wr.Opcode, Length: w.length})
+		}
+	}
 	if q.sq.fault.Load() && q.sq.told.CompareAndSwap(false, true) {
 		q.env.Event(verbs.EventQPFatal, q, nil)
 	}

@@ -2,6 +2,8 @@ package qp
 
 import (
 	"bytes"
+	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -239,5 +241,44 @@ func TestSendQueueFullAtMaxSendWR(t *testing.T) {
 	}
 	if a.q.SendQueueLen() != 64 {
 		t.Fatalf("queue length %d, want 64", a.q.SendQueueLen())
+	}
+}
+
+// tracingEnv is a fakeEnv that records the QP's trace events.
+type tracingEnv struct {
+	*fakeEnv
+	evs []Trace
+}
+
+func (e *tracingEnv) QPTrace(q *QP, t *Trace) { e.evs = append(e.evs, *t) }
+
+// TestSendRingTracesTakenRequests: a request another process posted on
+// an attached ring is reported to the tracer when the loop takes it, with
+// what the loop read (the in-process poster reports its own posts).
+func TestSendRingTracesTakenRequests(t *testing.T) {
+	var on atomic.Bool
+	on.Store(true)
+	te := &tracingEnv{fakeEnv: &fakeEnv{addr: netip.MustParseAddr("10.0.0.1")}}
+	q := New(&Config{QPN: 20, Type: verbs.QPTypeRC, PD: mr.NewTable(mr.Options{}).AllocPD(), SendCQ: &fakeCQ{}, RecvCQ: &fakeCQ{},
+		PortMTU: verbs.MTU1024, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 16},
+		Env: te, Tracing: &on})
+	g, _ := sring.New[sring.SendWQE](sring.KindSend, 4, sring.Stride[sring.SendWQE](16))
+	if err := q.AttachSendRing(g, nil); err != nil {
+		t.Fatal(err)
+	}
+	*g.Next() = sring.SendWQE{WRID: 77, Opcode: uint8(verbs.WROpSend), Flags: uint32(verbs.Inline), InlineLen: 5}
+	g.Publish()
+	q.HasWork()
+	n := 0
+	for _, ev := range te.evs {
+		if ev.Kind == TracePosted {
+			n++
+			if ev.WRID != 77 || ev.Opcode != verbs.WROpSend || ev.Length != 5 {
+				t.Errorf("traced %+v, want WRID 77, SEND, 5 bytes", ev)
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d TracePosted events, want 1: %+v", n, te.evs)
 	}
 }
