@@ -61,6 +61,7 @@ func (m *memDev) AHAttr(_ context.Context, dgid bth.GID, sgid int) (verbs.AHAttr
 // rig is a daemon serving two memlink devices, and its socket.
 type rig struct {
 	srv    *daemon.Server
+	router *memlink.Router
 	socket string
 	gids   [2]bth.GID
 	devs   [2]*roce.Device
@@ -90,7 +91,7 @@ func newRigEngine(t *testing.T, opts daemon.Options, mode roce.EngineMode) *rig 
 	router := memlink.NewRouter(roce.SystemClock(), 1, memlink.Impairments{})
 	peers := map[bth.GID]net.HardwareAddr{}
 	var devs []daemon.Device
-	r := &rig{log: &bytes.Buffer{}, logMu: &sync.Mutex{}}
+	r := &rig{log: &bytes.Buffer{}, logMu: &sync.Mutex{}, router: router}
 	for i := 0; i < 2; i++ {
 		mac := net.HardwareAddr{2, 0, 0, 0, 0, byte(i + 1)}
 		gid := bth.GIDFromAddr(netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)}))

@@ -1,11 +1,14 @@
 package daemon_test
 
 import (
+	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sroce/sroce/daemon"
 	"github.com/sroce/sroce/mr"
+	"github.com/sroce/sroce/roce/memlink"
 	"github.com/sroce/sroce/ring"
 	"github.com/sroce/sroce/verbs"
 )
@@ -128,5 +131,50 @@ func TestCorruptSendRingInPlace(t *testing.T) {
 			tc.corrupt(h.qp.SendRing())
 			h.qp.Ring()
 		})
+	}
+}
+
+// TestSendRingReadOnceThroughDaemon: the engine reads a client's send WQE
+// from its ring once, when it takes it. The client rewrites the slot
+// after the engine sent the request (its SGE now names other bytes, a
+// shorter length) while every frame is lost; the retransmission after the
+// loss ends carries what the WQE said when it was taken.
+func TestSendRingReadOnceThroughDaemon(t *testing.T) {
+	r := newRig(t, daemon.Options{})
+	a, b := pair(t, r, false)
+	const n = 4096 // four packets of MTU 1024
+	for i := range a.buf.Buf[:n] {
+		a.buf.Buf[i] = byte(i*7 + 1)
+	}
+	for i := range a.buf.Buf[n : 2*n] {
+		a.buf.Buf[n+i] = 0xee
+	}
+	b.qp.PostRecv(&verbs.RecvWR{WRID: 1, SGL: []mr.SGE{{Addr: b.buf.Addr(0), Length: 2 * n, LKey: b.mr.LKey()}}})
+	r.router.SetImpairments(memlink.Impairments{Loss: 1})
+	lost := r.router.Stats().Lost
+	if err := a.qp.PostSend(&verbs.SendWR{WRID: 5, Opcode: verbs.WROpSend, Flags: verbs.Signaled,
+		SGL: []mr.SGE{{Addr: a.buf.Addr(0), Length: n, LKey: a.mr.LKey()}}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for r.router.Stats().Lost < lost+4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the engine did not send the request within 10 s (%d frames lost)", r.router.Stats().Lost-lost)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	sq := a.qp.SendRing()
+	i := sq.Produced() - 1
+	sq.SGEs(i, 1)[0] = mr.SGE{Addr: a.buf.Addr(n), Length: n / 2, LKey: a.mr.LKey()}
+	sq.At(i).Length = n / 2
+	r.router.SetImpairments(memlink.Impairments{})
+	if wc := wait(t, b, "the retransmitted SEND"); wc.Status != verbs.WCSuccess || wc.ByteLen != n {
+		t.Fatalf("receive %+v, want %d bytes", wc, n)
+	}
+	if !bytes.Equal(b.buf.Buf[:n], a.buf.Buf[:n]) {
+		t.Fatal("the retransmission did not carry the bytes the WQE named when the engine took it")
+	}
+	if wc := wait(t, a, "the SEND's completion"); wc.Status != verbs.WCSuccess || wc.WRID != 5 {
+		t.Fatalf("send completion %+v", wc)
 	}
 }
