@@ -8,8 +8,8 @@ import (
 
 	"github.com/sroce/sroce/daemon"
 	"github.com/sroce/sroce/mr"
-	"github.com/sroce/sroce/roce/memlink"
 	"github.com/sroce/sroce/ring"
+	"github.com/sroce/sroce/roce/memlink"
 	"github.com/sroce/sroce/verbs"
 )
 
