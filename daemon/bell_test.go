@@ -38,15 +38,15 @@ func TestDoorbellNamesTheQP(t *testing.T) {
 	if _, err := b.pass(false); err != nil {
 		t.Fatal(err)
 	}
-	if q.sqCons != 0 {
-		t.Fatalf("a WQE of a QP whose doorbell did not ring was taken (consumer %d)", q.sqCons)
+	if q.sqSeen != 0 {
+		t.Fatalf("a WQE of a QP whose doorbell did not ring was taken (the bridge rang the engine up to %d)", q.sqSeen)
 	}
 	ring1(q.t.bell)
 	if _, err := b.pass(false); err != nil {
 		t.Fatal(err)
 	}
-	if q.sqCons != 1 {
-		t.Fatalf("the WQE of the QP whose doorbell rang was not taken (consumer %d)", q.sqCons)
+	if q.sqSeen != 1 {
+		t.Fatalf("the WQE of the QP whose doorbell rang was not taken (the bridge rang the engine up to %d)", q.sqSeen)
 	}
 
 	// Stray bits: number 0, one never given out, the last of the page.
@@ -61,8 +61,8 @@ func TestDoorbellNamesTheQP(t *testing.T) {
 	if got := b.strays.Load(); got != 3 {
 		t.Errorf("%d stray doorbells counted, want 3", got)
 	}
-	if q.sqCons != 2 {
-		t.Errorf("with stray doorbells beside it, the QP's WQE was not taken (consumer %d)", q.sqCons)
+	if q.sqSeen != 2 {
+		t.Errorf("with stray doorbells beside it, the QP's WQE was not taken (the bridge rang the engine up to %d)", q.sqSeen)
 	}
 	for i := range bells {
 		if v := atomic.LoadUint64(&bells[i]); v != 0 {

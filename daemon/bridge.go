@@ -6,38 +6,34 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
-	"os"
-	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
-	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/daemon/ctl"
-	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/qp"
-	"github.com/sroce/sroce/ring"
 	"github.com/sroce/sroce/verbs"
 	"golang.org/x/sys/unix"
 )
 
-// bridge moves one connection's work between its shared rings and the
-// engine: WQEs the client published go to the roce QPs and SRQs,
-// completions of the roce CQs go to the client's CQ rings, and an armed
-// CQ's event goes to its completion channel.
+// bridge answers one connection's doorbells: a QP whose doorbell rang
+// and whose send ring has new WQEs is handed to the engine (which takes
+// the WQEs from the ring where they lie), and a QP in the error state is
+// told about new receives to flush. The engine writes completions into
+// the client's CQ rings itself.
 //
 // The bridge takes no connection-wide lock: the objects it serves are in
 // its own table (targets), read without a lock, and each is served under
 // the object's own lock (target.mu), which its destroy and resize take
 // too. The engine's Flush runs with no lock held.
 //
-// Everything in the rings is the client's to scribble on, so the bridge
-// keeps its own consumer indices and checks every count and length
-// against what the daemon sized the ring for; a client that publishes more
-// entries than its ring holds or an entry that does not fit its slot is
-// disconnected.
+// The bridge reads nothing of the rings but a QP's send producer index,
+// to know whether to ring the engine: the engine takes the WQEs from the
+// rings itself, reads each once and checks it (a ring that breaks the
+// rules disconnects the client, ringFault). Nothing ever waits in the
+// bridge: the client's ring full is the engine's queue full.
 type bridge struct {
 	c       *conn
 	page    *ctl.CtxPage
@@ -57,11 +53,8 @@ type bridge struct {
 	// UD sends: written by CREATE_AH and DESTROY_AH, read by the bridge.
 	ahs sync.Map
 
-	// again are the targets the last pass left work in because the
-	// engine's queue or a CQ was full: served again without a doorbell.
-	// Only the bridge's goroutine uses again, next and passes.
-	again, next []*target
-	passes      uint64
+	// passes counts the bridge's passes; only its goroutine uses it.
+	passes uint64
 
 	// strays counts doorbell bits that named no object of the client.
 	strays atomic.Uint64
@@ -79,15 +72,6 @@ type target struct {
 	bell uint32 // the object's doorbell number (its index in targets)
 	pass uint64 // the bridge's pass that served it last (bridge only)
 }
-
-// A bridge that cannot move what waits in a ring (the engine's queue or
-// the CQ is full) spins for stuckSpin, then sleeps from stuckSleep on,
-// twice as long each time nothing moved, up to stuckSleepMax.
-const (
-	stuckSpin     = 200 * time.Microsecond
-	stuckSleep    = 50 * time.Microsecond
-	stuckSleepMax = 5 * time.Millisecond
-)
 
 func newBridge(c *conn) *bridge {
 	b := &bridge{c: c, page: (*ctl.CtxPage)(unsafe.Pointer(&c.ctxPage.mem[0])),
@@ -176,7 +160,6 @@ func (b *bridge) run() {
 	defer b.c.contain("bridge")
 	var v [8]byte
 	last := time.Now()
-	backoff := stuckSleep
 	for !b.stopped.Load() {
 		work, err := b.pass(false)
 		if err != nil {
@@ -184,24 +167,7 @@ func (b *bridge) run() {
 			return
 		}
 		if work {
-			last, backoff = time.Now(), stuckSleep
-			continue
-		}
-		if len(b.again) != 0 {
-			if time.Since(last) < stuckSpin {
-				runtime.Gosched()
-				continue
-			}
-			// Stuck for a while: the engine's queue stays full (more
-			// receives posted than it holds and no message coming, a
-			// peer that does not answer) or the CQ is full. Look again
-			// after a sleep that grows while nothing moves, or at the
-			// doorbell.
-			b.c.doorbell.SetReadDeadline(time.Now().Add(backoff))
-			if _, err := b.c.doorbell.Read(v[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, unix.EAGAIN) {
-				return // the doorbell closed: the connection is ending
-			}
-			backoff = min(2*backoff, stuckSleepMax)
+			last = time.Now()
 			continue
 		}
 		if b.spinFor > 0 && time.Since(last) < b.spinFor {
@@ -215,7 +181,7 @@ func (b *bridge) run() {
 			b.fail(err)
 			return
 		}
-		if !work && len(b.again) == 0 && !b.stopped.Load() {
+		if !work && !b.stopped.Load() {
 			b.c.doorbell.SetReadDeadline(time.Time{})
 			if _, err := b.c.doorbell.Read(v[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
 				return // the doorbell closed: the connection is ending
@@ -232,8 +198,8 @@ func (b *bridge) fail(err error) {
 	b.c.uc.Close()
 }
 
-// pass serves the objects whose doorbells rang, and those the last pass
-// left work in, once, and reports whether there was work. The doorbell
+// pass serves the objects whose doorbells rang, once, and reports
+// whether there was work. The doorbell
 // words of the context page are exchanged with 0, those up to the
 // highest doorbell number given out, or (all, before the bridge sleeps)
 // every one, so that bits no object owns are counted and cleared.
@@ -246,14 +212,6 @@ func (b *bridge) pass(all bool) (bool, error) {
 	}
 	b.passes++
 	work := false
-	b.again, b.next = b.next[:0], b.again
-	for _, t := range b.next {
-		w, err := b.serveOnce(t)
-		if err != nil {
-			return work, err
-		}
-		work = work || w
-	}
 	tab := b.tab()
 	words := (len(tab) + 63) / 64
 	if all {
@@ -275,11 +233,7 @@ func (b *bridge) pass(all bool) (bool, error) {
 					continue
 				}
 			}
-			w, err := b.serveOnce(tab[n])
-			if err != nil {
-				return work, err
-			}
-			work = work || w
+			work = b.serveOnce(tab[n]) || work
 		}
 	}
 	if work {
@@ -291,18 +245,13 @@ func (b *bridge) pass(all bool) (bool, error) {
 	return work, nil
 }
 
-// serveOnce serves t unless this pass has already, and keeps it for the
-// next pass if work is left in its rings.
-func (b *bridge) serveOnce(t *target) (bool, error) {
+// serveOnce serves t unless this pass has already.
+func (b *bridge) serveOnce(t *target) bool {
 	if t.pass == b.passes {
-		return false, nil
+		return false
 	}
 	t.pass = b.passes
-	w, stuck, err := b.serve(t)
-	if stuck {
-		b.again = append(b.again, t)
-	}
-	return w, err
+	return b.serve(t)
 }
 
 // kick rings t's doorbell from the daemon's side: the bridge serves t on
@@ -312,13 +261,13 @@ func (b *bridge) kick(t *target) {
 	b.wake()
 }
 
-// serve posts what waits in t's rings, under t's lock; stuck says some
-// of it waits still because the engine's queue or a CQ is full.
-func (b *bridge) serve(t *target) (work, stuck bool, err error) {
+// serve tells the engine what waits in t's rings, under t's lock, and
+// reports whether there was something.
+func (b *bridge) serve(t *target) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.dead {
-		return false, false, nil
+		return false
 	}
 	if h := panicHook.Load(); h != nil {
 		(*h)(b.c, "bridge")
@@ -327,7 +276,7 @@ func (b *bridge) serve(t *target) (work, stuck bool, err error) {
 	if o == nil {
 		// An SRQ: the engine takes receives from its ring where the
 		// client wrote them, when a message needs one.
-		return false, false, nil
+		return false
 	}
 	if o.rq != nil {
 		o.qp.RecvPosted() // a QP in the error state flushes them
@@ -335,107 +284,42 @@ func (b *bridge) serve(t *target) (work, stuck bool, err error) {
 	return b.sends(o)
 }
 
-// sends posts the send WQEs the client published on o's ring; o's
-// target lock is held. A WQE's ring slot is released before the engine
-// sees the request (the client may post again as soon as the request
-// completes, which can happen before PostSend returns); the request is
-// copied out of the slot first. A request the engine's full queue
-// refused waits in o.pwr (stuck).
-func (b *bridge) sends(o *qpObj) (moved, stuck bool, err error) {
-	if o.pending {
-		if !b.post(o) {
-			return false, true, nil
-		}
-		moved = true
+// sends rings the engine's doorbell for o when the client published
+// send WQEs on o's ring since the bridge last looked; o's target lock is
+// held. The engine takes them from the ring where they lie
+// (roce.QP.AttachSendRing): it loads the producer index itself, checks
+// and reads each WQE once, and gives its slot back when the request
+// completes, so the ring full is the engine's queue full and nothing
+// waits here. A ring that breaks the rules is the engine's to find: it
+// raises EventQPFatal, and the client is disconnected (ringFault).
+func (b *bridge) sends(o *qpObj) bool {
+	p := o.sq.Prod()
+	if p == o.sqSeen {
+		return false
 	}
-	r := o.sq
-	// The producer index is loaded once a pass, and every entry copied
-	// out of its slot once (ring.Ring.Load) before it is checked: the
-	// client may rewrite its ring at any moment.
-	n := r.Prod() - o.sqCons
-	if n == 0 {
-		return moved, false, nil
-	}
-	if n > r.Limit() {
-		return moved, false, misbehaved("QP %d's send ring says %d entries wait; it holds %d", o.handle, n, r.Limit())
-	}
-	var e ring.SendWQE
-	for ; n > 0; n-- {
-		i := o.sqCons
-		r.Load(i, &e)
-		wr := &o.pwr
-		*wr = verbs.SendWR{WRID: e.WRID, Opcode: verbs.WROpcode(e.Opcode), Flags: verbs.SendFlags(e.Flags),
-			Imm: e.Imm, InvalidateRKey: e.InvalidateRKey, RemoteAddr: e.RemoteAddr, RKey: e.RKey,
-			CompareAdd: e.CompareAdd, Swap: e.Swap, RegAccess: mr.Access(e.RegAccess),
-			Bind: mr.MWBind{LKey: e.BindLKey, Addr: e.BindAddr, Length: e.BindLength, Access: mr.Access(e.BindAccess)}}
-		o.bad = 0
-		if wr.Flags&verbs.Inline != 0 {
-			il := int(e.InlineLen)
-			if il > r.TailLen() {
-				return moved, false, misbehaved("QP %d: inline data of %d bytes in a %d-byte slot tail", o.handle, il, r.TailLen())
-			}
-			if cap(o.inline) < r.TailLen() {
-				o.inline = make([]byte, r.TailLen())
-			}
-			wr.InlineData = o.inline[:r.LoadTail(i, o.inline[:il])]
-		} else {
-			ns := int(e.NumSGE)
-			if ns > int(o.maxSend) || ns > r.MaxSGEs() || ns > len(o.sge) {
-				return moved, false, misbehaved("QP %d: send WQE with %d SGEs, the QP takes %d", o.handle, ns, o.maxSend)
-			}
-			wr.SGL = o.sge[:r.LoadSGEs(i, o.sge[:ns])]
-		}
-		if o.typ == verbs.QPTypeXRCSend {
-			wr.RemoteSRQN = e.UD.RemoteQPN // the ring's remote queue number: the XRC SRQ's
-		}
-		if o.typ == verbs.QPTypeUD {
-			v, _ := b.ahs.Load(e.AH)
-			ah, _ := v.(*ahObj)
-			if ah == nil || ah.pd != o.pd {
-				o.bad = verbs.WCLocQPOpErr
-			} else {
-				wr.AH, wr.RemoteQPN, wr.RemoteQKey = ah.ah, bth.QPN(e.UD.RemoteQPN), e.UD.RemoteQKey
-			}
-		}
-		o.sqCons++
-		r.SetCons(o.sqCons)
-		moved = true
-		o.pending = true
-		if !b.post(o) {
-			return moved, true, nil
-		}
-	}
-	return moved, false, nil
-}
-
-// post hands the request in o.pwr to the engine, or completes it with
-// o.bad; it reports false (and leaves it pending) when the engine's
-// queue or the CQ is full.
-func (b *bridge) post(o *qpObj) bool {
-	if o.bad == 0 {
-		err := o.qp.PostSend(&o.pwr)
-		if errors.Is(err, qp.ErrQueueFull) {
-			return false
-		}
-		if err != nil {
-			o.bad = verbs.WCLocQPOpErr
-		}
-	}
-	if o.bad != 0 && o.scq != nil {
-		wc := verbs.WC{WRID: o.pwr.WRID, Status: o.bad, QPNum: o.qp.QPN()}
-		if !o.scq.Inject(&wc) {
-			return false
-		}
-	}
-	o.pending = false
+	o.sqSeen = p
+	o.qp.SendRung()
 	return true
 }
 
+// resolveAH returns the resolver of o's UD sends' address handles: the
+// connection's handles of o's protection domain, read without a lock.
+func (b *bridge) resolveAH(o *qpObj) qp.AHResolver {
+	return func(h uint32) *verbs.AH {
+		v, _ := b.ahs.Load(h)
+		if ah, _ := v.(*ahObj); ah != nil && ah.pd == o.pd {
+			return ah.ah
+		}
+		return nil
+	}
+}
+
 // ringFault disconnects the client whose ring the engine found corrupt
-// (a QP's or SRQ's receive ring: RecvRingFault, RingFault); the engine
+// (a QP's send or receive ring or an SRQ's ring: SendRingFault,
+// RecvRingFault, RingFault); the engine
 // reads it no more. The bridge does the disconnecting on its next pass.
-func (c *conn) ringFault(what string, h uint32) {
-	err := misbehaved("%s %d's receive ring is corrupt (a producer index beyond its limit or an entry with too many SGEs)", what, h)
+func (c *conn) ringFault(what string, h uint32, which string) {
+	err := misbehaved("%s %d's %s ring is corrupt (a producer index beyond its limit, or an entry with more SGEs or inline bytes than its slot holds)", what, h, which)
 	c.ringErr.CompareAndSwap(nil, &err)
 	if c.br != nil {
 		c.br.wake()
@@ -500,14 +384,14 @@ func (b *bridge) drop(t *target) {
 	b.remove(t)
 }
 
-// drainSends posts what waits in t's send ring now, on the caller's
-// goroutine (a destroy: what the client posted before goes out first).
-func (b *bridge) drainSends(t *target) error {
+// drainSends rings the engine for what waits in t's send ring now, on
+// the caller's goroutine (a destroy: what the client posted before goes
+// out first).
+func (b *bridge) drainSends(t *target) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.dead || t.qp == nil {
-		return nil
+		return
 	}
-	_, _, err := b.sends(t.qp)
-	return err
+	b.sends(t.qp)
 }

@@ -632,13 +632,15 @@ func (s *Server) asyncEvents(sd *served) {
 		if !ok {
 			continue
 		}
-		// A receive ring the engine found corrupt (the client broke the
+		// A ring the engine found corrupt (the client broke the
 		// ring's rules) ends the client, as any corrupt ring does.
 		switch {
 		case ev.QP != nil && ev.Type == verbs.EventQPFatal && ev.QP.RecvRingFault():
-			o.c.ringFault("QP", o.handle)
+			o.c.ringFault("QP", o.handle, "receive")
+		case ev.QP != nil && ev.Type == verbs.EventQPFatal && ev.QP.SendRingFault():
+			o.c.ringFault("QP", o.handle, "send")
 		case ev.SRQ != nil && ev.Type == verbs.EventSRQErr && ev.SRQ.RingFault():
-			o.c.ringFault("SRQ", o.handle)
+			o.c.ringFault("SRQ", o.handle, "receive")
 		default:
 			o.c.asyncEvent(uint32(ev.Type), o.handle)
 		}

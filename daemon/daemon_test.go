@@ -61,6 +61,7 @@ func (m *memDev) AHAttr(_ context.Context, dgid bth.GID, sgid int) (verbs.AHAttr
 // rig is a daemon serving two memlink devices, and its socket.
 type rig struct {
 	srv    *daemon.Server
+	router *memlink.Router
 	socket string
 	gids   [2]bth.GID
 	devs   [2]*roce.Device

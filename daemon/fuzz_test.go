@@ -439,7 +439,7 @@ func FuzzRingEntries(f *testing.F) {
 				// from empty rings.
 				c.qpMu.Lock()
 				for _, o := range rr.qps {
-					o.sq.Header().Prod.Store(o.sqCons)
+					o.sq.Header().Prod.Store(o.sqSeen)
 				}
 				c.qpMu.Unlock()
 				c.ringErr.Store(nil)

@@ -19,31 +19,23 @@ import (
 )
 
 type qpObj struct {
-	qp      *roce.QP
-	t       *target  // what the bridge serves
-	scq     *roce.CQ // the send CQ, for the completions of refused WQEs
-	mem     *shm
-	sq      *ring.Ring[ring.SendWQE]
-	sqCons  uint32
-	rq      *ring.Ring[ring.RecvWQE] // its own receive ring, the engine's receive queue in place (none with an SRQ, XRC)
-	ctl     *ctl.QPCtl
-	typ     verbs.QPType
-	pd      uint32
-	cqs     [2]uint32
-	srq     uint32
-	xrcd    uint32 // XRC_RECV: its domain's handle
-	tgt     *tgtQP // XRC_RECV: the QP and its handles
-	opened  bool   // a handle of ibv_open_qp: the QP's watch and events are its creator's
-	handle  uint32
-	sge     []mr.SGE
-	inline  []byte       // pwr's inline data
-	pwr     verbs.SendWR // the request being posted
-	pending bool         // pwr waits for room in the engine's queue
-	bad     verbs.WCStatus
-	cap     verbs.QPCap // as the client sees it
-	maxSend uint32
-	maxRecv uint32
-	cost    cost
+	qp     *roce.QP
+	t      *target // what the bridge serves
+	mem    *shm
+	sq     *ring.Ring[ring.SendWQE] // the engine's send queue in place
+	sqSeen uint32                   // the producer index the bridge last rang the engine for
+	rq     *ring.Ring[ring.RecvWQE] // its own receive ring, the engine's receive queue in place (none with an SRQ, XRC)
+	ctl    *ctl.QPCtl
+	typ    verbs.QPType
+	pd     uint32
+	cqs    [2]uint32
+	srq    uint32
+	xrcd   uint32 // XRC_RECV: its domain's handle
+	tgt    *tgtQP // XRC_RECV: the QP and its handles
+	opened bool   // a handle of ibv_open_qp: the QP's watch and events are its creator's
+	handle uint32
+	cap    verbs.QPCap // as the client sees it
+	cost   cost
 }
 
 var qpTable = table[*qpObj]{kind: kindQP, m: func(c *conn) map[uint32]*qpObj { return c.qps }, notFound: einval}
@@ -113,11 +105,6 @@ func (c *conn) createQP(in *ctl.CreateQP, _ *request) ([]byte, []int, error) {
 	if rcq != nil {
 		attr.RecvCQ = rcq.cq
 	}
-	// The client's send ring frees a slot when the bridge takes its WQE,
-	// before the engine completes it: the engine's send queue has room
-	// for twice the ring, so that the ring drains while the engine still
-	// holds the requests of the previous round.
-	attr.Cap.MaxSendWR = min(2*in.Cap.MaxSendWR, roce.MaxQPWR)
 	if srq != nil {
 		attr.SRQ = srq.srq
 		attr.Cap.MaxRecvWR, attr.Cap.MaxRecvSGE = 0, 0
@@ -176,7 +163,7 @@ func (c *conn) createQP(in *ctl.CreateQP, _ *request) ([]byte, []int, error) {
 		return nil, nil, err
 	}
 	o := &qpObj{qp: q, typ: typ, pd: in.PD, cqs: [2]uint32{in.SendCQ, in.RecvCQ}, srq: in.SRQ, cost: k,
-		handle: h, maxSend: got.MaxSendSGE, maxRecv: got.MaxRecvSGE, cap: got}
+		handle: h, cap: got}
 	fd, err := o.makeMemory(lay, got, noRQ)
 	if err != nil {
 		return fail(err)
@@ -190,13 +177,12 @@ func (c *conn) createQP(in *ctl.CreateQP, _ *request) ([]byte, []int, error) {
 			return fail(err)
 		}
 	}
-	sge := got.MaxSendSGE
-	if got.MaxRecvSGE > sge {
-		sge = got.MaxRecvSGE
-	}
-	o.sge = make([]mr.SGE, sge+1)
-	if scq != nil {
-		o.scq = scq.cq
+	// The engine executes the client's sends from the ring where the
+	// client writes them.
+	if err := q.AttachSendRing(o.sq, c.br.resolveAH(o)); err != nil {
+		unix.Close(fd)
+		o.mem.close()
+		return fail(err)
 	}
 	if o.t, err = c.br.add(o, nil); err != nil {
 		unix.Close(fd)
@@ -307,14 +293,10 @@ func (c *conn) queryQP(in *ctl.ModifyQP, o *qpObj, _ *request) ([]byte, []int, e
 func (c *conn) destroyQP(h uint32, o *qpObj) error {
 	// What the client posted before it asked goes out first, as from a
 	// NIC's queue (a program that posts unsignaled sends and then
-	// destroys the QP expects them sent): what the bridge has not yet
-	// taken from the ring, and what it gave the engine that the engine
-	// has not yet sent. A ring that broke the rules disconnects the
-	// client, as the bridge would.
+	// destroys the QP expects them sent): the engine is rung for what
+	// waits in the ring (drainSends) and pumped once (SendPosted).
 	if c.br != nil {
-		if err := c.br.drainSends(o.t); err != nil {
-			return err
-		}
+		c.br.drainSends(o.t)
 	}
 	if !c.lastHandle(o) {
 		c.dropQP(h, o) // an XRC target another handle keeps

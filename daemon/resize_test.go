@@ -62,11 +62,15 @@ func TestResizeCQ(t *testing.T) {
 		t.Fatalf("Resize(20): %v, cqe %d, %d waiting", err, a.cq.Cqe(), a.cq.Len())
 	}
 	// Resizes while the engine completes more, past the first size of
-	// 64, none polled (the CQ always has room for them).
+	// 64, none polled (the CQ always has room for them). The send queue
+	// holds 32 requests until they complete (the client's ring is the
+	// engine's queue, as on rxe): a batch of 16 waits for the one two
+	// batches back.
 	if err := a.cq.Resize(99); err != nil {
 		t.Fatal(err)
 	}
 	for k := 0; k < 4; k++ {
+		waitFor(t, "the completions of two batches back", func() bool { return a.cq.Len() >= 20+max(k-1, 0)*16 })
 		write(20+k*16, 36+k*16)
 		if err := a.cq.Resize(100 + k); err != nil {
 			t.Fatalf("Resize(%d) under traffic: %v", 100+k, err)

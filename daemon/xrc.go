@@ -15,7 +15,6 @@ import (
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/daemon/ctl"
-	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/verbs"
 	"golang.org/x/sys/unix"
@@ -125,7 +124,7 @@ func (c *conn) openQP(in *ctl.OpenQP, _ *request) ([]byte, []int, error) {
 		return nil, nil, unix.ENOENT
 	}
 	o := &qpObj{qp: t.q, typ: verbs.QPTypeXRCRecv, pd: in.XRCD, xrcd: in.XRCD, tgt: t, opened: true, cost: k, handle: h,
-		cap: got, sge: make([]mr.SGE, 1)}
+		cap: got}
 	fail := func(err error) ([]byte, []int, error) {
 		if c.lastHandle(o) {
 			o.qp.Destroy() // its creator destroyed it meanwhile

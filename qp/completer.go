@@ -58,7 +58,7 @@ func (q *QP) response(now monotime.Time, pkt *bth.Packet) {
 func (q *QP) handleResponse(now monotime.Time, pkt *bth.Packet, psn bth.PSN) bool {
 	r := &q.req
 	op := pkt.Opcode.RCEquivalent() // XRC responses are RC's under the XRC service bits
-	prod := q.sq.prod.Load()
+	prod := q.sqPull()
 	progress := false
 	var w *sendWQE
 	// Retire the requests this response acknowledges implicitly.
@@ -308,7 +308,7 @@ func (q *QP) localError(w *sendWQE, err error) {
 func (q *QP) errorRetry(now monotime.Time, reason RetryReason) {
 	timeout := reason == RetryTimeout
 	r := &q.req
-	if r.compIdx == q.sq.prod.Load() {
+	if r.compIdx == q.sqPull() {
 		return
 	}
 	w := q.sq.at(r.compIdx)

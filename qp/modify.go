@@ -298,12 +298,12 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 func (q *QP) reset() {
 	q.setState(verbs.QPStateReset)
 	r := &q.req
-	prod := q.sq.prod.Load()
+	prod := q.sqPull()
 	for i := r.compIdx; i != prod; i++ {
 		q.sq.at(i).hasRd = false
 	}
 	r.compIdx, r.reqIdx = prod, prod
-	q.sq.cons.Store(prod)
+	q.sq.setCons(prod)
 	if q.srq == nil {
 		q.rq.drop()
 	}

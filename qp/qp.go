@@ -10,7 +10,6 @@ import (
 	"encoding/binary"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/sroce/sroce/bth"
 	"github.com/sroce/sroce/monotime"
@@ -153,6 +152,47 @@ func (q *QP) AttachRecvRing(g *sring.Ring[sring.RecvWQE]) error {
 		return ErrHasSRQ
 	}
 	return q.rq.attach(g)
+}
+
+// AttachSendRing makes ring g, freshly initialized and empty, the QP's
+// send queue in place of its own: memory shared with another process
+// (the daemon's client), which posts by writing it as the C library
+// does. The loop then takes each request from g where it lies, reads it
+// once and checks it then (a request the QP cannot execute completes with
+// IBV_WC_LOC_QP_OP_ERR), and releases its slot when it completes. A ring
+// that breaks the rules stops being read and EventQPFatal is raised
+// (SendRingFault). A UD QP finds its requests' address handles through
+// resolve. The QP must be in RESET with an empty send queue; the poster
+// of g is the other process (PostSend fails with ErrPostState).
+func (q *QP) AttachSendRing(g *sring.Ring[sring.SendWQE], resolve AHResolver) error {
+	if q.state != verbs.QPStateReset {
+		return ErrPostState
+	}
+	return q.sq.attach(g, q.typ, resolve)
+}
+
+// SendRingFault reports whether the QP's attached send ring broke the
+// rules (a producer index beyond the limit, an entry with more SGEs or
+// inline bytes than its slot or the QP takes): nothing is taken from it
+// any more, and the loop raised EventQPFatal for it.
+func (q *QP) SendRingFault() bool { return q.sq.fault.Load() }
+
+// sqPull takes what the poster published on the send ring since the loop
+// last looked and returns the end of the requests taken, raising
+// EventQPFatal once for a ring that broke the rules.
+func (q *QP) sqPull() uint32 {
+	from := q.sq.prod
+	p := q.sq.pull(q.typ)
+	if p != from && q.sq.attached && q.tracing() {
+		for i := from; i != p; i++ {
+			w := q.sq.at(i)
+			q.trace(Trace{Kind: TracePosted, WRID: w.wr.WRID, Opcode: w.wr.Opcode, Length: w.length})
+		}
+	}
+	if q.sq.fault.Load() && q.sq.told.CompareAndSwap(false, true) {
+		q.env.Event(verbs.EventQPFatal, q, nil)
+	}
+	return p
 }
 
 // RecvRingFault reports whether the QP's receive ring broke the rules (a
@@ -304,46 +344,14 @@ func (q *QP) PostSend(wr *verbs.SendWR) error {
 	default:
 		return ErrPostState
 	}
+	if q.sq.attached {
+		return ErrPostState // the ring's poster is another process
+	}
 	if err := CheckSendWR(q.typ, &q.cap, wr); err != nil {
 		return err
 	}
 	total, inline := sendSize(wr)
-	if q.sq.full() {
-		return ErrQueueFull
-	}
-	p := q.sq.prod.Load()
-	s := q.sq.at(p)
-	s.wr = sendWR{WRID: wr.WRID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm,
-		InvalidateRKey: wr.InvalidateRKey, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey,
-		CompareAdd: wr.CompareAdd, Swap: wr.Swap, RemoteQPN: wr.RemoteQPN, RemoteQKey: wr.RemoteQKey,
-		RemoteSRQN: wr.RemoteSRQN, Bind: wr.Bind, RegAccess: wr.RegAccess}
-	if wr.AH != nil && q.sq.ahs != nil {
-		*q.sq.ahOf(s) = *wr.AH // by value: the caller's AH may change
-	}
-	s.length = uint32(total)
-	s.inline = inline
-	s.nsge = 0
-	if inline {
-		in := q.sq.place(s, s.length)[:s.length]
-		if wr.InlineData != nil {
-			copy(in, wr.InlineData)
-		} else if _, err := q.pd.Gather(wr.SGL, 0, in); err != nil {
-			s.wr = sendWR{}
-			s.inline = false
-			q.sq.unplace(s)
-			return ErrInlineGather
-		}
-	} else {
-		s.nsge = uint8(len(wr.SGL))
-		q.sq.place(s, uint32(len(wr.SGL))*uint32(unsafe.Sizeof(mr.SGE{})))
-		copy(q.sq.sglOf(s), wr.SGL)
-	}
-	s.state = wqePosted
-	s.status = verbs.WCSuccess
-	s.started, s.hasRd = false, false
-	s.sent, s.rdDone = 0, 0
-	q.sq.prod.Store(p + 1)
-	return nil
+	return q.sq.post(q.typ, q.pd, wr, total, inline)
 }
 
 // PostRecv validates wr and queues it on the QP's receive queue
@@ -412,14 +420,18 @@ func (q *QP) PumpLimit(now monotime.Time, budget, reqBudget int) (sent int, more
 
 // HasWork reports whether Pump has something to do now.
 func (q *QP) HasWork() bool {
+	// The send ring is looked at in every state: requests are taken
+	// (read and checked) as soon as the engine hears of them, and a
+	// ring that broke the rules is found at once.
+	prod := q.sqPull()
 	if !q.resp.out.empty() {
 		return true
 	}
 	switch q.state {
 	case verbs.QPStateErr:
-		return q.sq.prod.Load() != q.req.compIdx || (q.srq == nil && q.rq.count() != 0)
+		return prod != q.req.compIdx || (q.srq == nil && q.rq.count() != 0)
 	case verbs.QPStateSQE:
-		return q.sq.prod.Load() != q.req.compIdx
+		return prod != q.req.compIdx
 	}
 	return q.hasSendWork()
 }
@@ -428,7 +440,7 @@ func (q *QP) hasSendWork() bool {
 	if q.state != verbs.QPStateRTS && q.state != verbs.QPStateSQD {
 		return false
 	}
-	return q.req.reqIdx != q.sq.prod.Load() && !q.req.waitRNR
+	return q.req.reqIdx != q.sqPull() && !q.req.waitRNR
 }
 
 // NextDeadline returns the earliest time OnTimer has work to do, if any.
@@ -556,7 +568,7 @@ func (q *QP) toErr() {
 // flush completes every outstanding work request with WR_FLUSH_ERR.
 func (q *QP) flush() {
 	r := &q.req
-	prod := q.sq.prod.Load()
+	prod := q.sqPull()
 	for r.compIdx != prod {
 		w := q.sq.at(r.compIdx)
 		wc := verbs.WC{WRID: w.wr.WRID, Status: verbs.WCWRFlushErr, Opcode: w.wr.Opcode.WCOpcode(), QPNum: q.qpn}
@@ -568,7 +580,7 @@ func (q *QP) flush() {
 		r.compIdx++
 	}
 	r.reqIdx = r.compIdx
-	q.sq.cons.Store(r.compIdx)
+	q.sq.setCons(r.compIdx)
 	rs := &q.resp
 	if q.srq != nil {
 		if rs.rwqe != nil {

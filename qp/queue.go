@@ -1,23 +1,22 @@
 // Work queues: the handoff between application goroutines, which post work
 // requests, and the device loop goroutine, which executes them.
 //
-// A queue is a ring of preallocated slots with two atomic indices. The
-// poster owns the slots in [prod, cons+size): it fills one and publishes it
-// by advancing prod. The loop owns the slots in [cons, prod): it reads the
-// request, keeps its execution state in the same slot, and releases it by
-// advancing cons once the work request has completed. Posters must be
-// serialized by the caller (the device holds a mutex per queue); the loop
-// never waits for a poster. Posting copies the scatter/gather list and
-// inline data into storage owned by the queue, so nothing is allocated,
-// and no slot holds a Go pointer. The receive queues are rings of package
-// ring (the layout a client process will share); the send queue's slots
-// still carry the loop's execution state beside the request.
+// Both kinds of queue are rings of package ring (the layout of
+// sroce_ring.h, the one the drop-in library shares with the daemon), so
+// the loop consumes a queue the same way whether this process posted to
+// it or another process did: it loads the producer index once per look,
+// bounded by the limit, reads each entry once when it takes it, and keeps
+// what it read (and, for sends, its execution state) in storage of its
+// own beside the ring. Posters must be serialized by the caller (the
+// device holds a mutex per queue); the loop never waits for a poster. A
+// slot goes back to the poster when the loop is done with it: a receive
+// when it is taken, a send when it has completed. Nothing is allocated
+// per request, and no slot holds a Go pointer.
 
 package qp
 
 import (
 	"errors"
-	"math/bits"
 	"sync/atomic"
 	"unsafe"
 
@@ -46,33 +45,6 @@ var (
 // MaxMsgSize is the largest message a work request may carry, as with
 // rdma_rxe (max_msg_sz).
 const MaxMsgSize = 1 << 31
-
-// ring is a single-producer single-consumer ring of slots.
-type ring[T any] struct {
-	slots []T
-	mask  uint32
-	limit uint32        // capacity as requested (<= len(slots))
-	prod  atomic.Uint32 // next slot the producer fills
-	cons  atomic.Uint32 // oldest slot the consumer has not released
-}
-
-func (r *ring[T]) init(n uint32) {
-	size := uint32(1)
-	if n > 1 {
-		size = 1 << bits.Len32(n-1)
-	}
-	r.slots = make([]T, size)
-	r.mask = size - 1
-	r.limit = n
-}
-
-func (r *ring[T]) at(i uint32) *T { return &r.slots[i&r.mask] }
-
-// full reports, for the producer, whether no slot is free.
-func (r *ring[T]) full() bool { return r.prod.Load()-r.cons.Load() >= r.limit }
-
-// count returns the number of published, unreleased slots.
-func (r *ring[T]) count() uint32 { return r.prod.Load() - r.cons.Load() }
 
 type wqeState uint8
 
@@ -105,22 +77,24 @@ type sendWR struct {
 	Opcode         verbs.WROpcode
 }
 
-// sendWQE is a send queue slot: a fixed-size plain value.
+// sendWQE is the loop's execution state for one send queue slot: what it
+// read of the request when it took it (every field but the SGL, the inline
+// payload and the address handle, which sit in per-slot arrays beside it,
+// see sendQueue) and how far the request has got. A slot holds no Go
+// pointers.
 type sendWQE struct {
-	// Written by the poster before publication.
+	// Read from the ring once, when the loop takes the request.
 	wr     sendWR
 	length uint32
-	start  uint64 // the poster's arena position before this request's storage
-	off    uint32 // where the SGL or inline payload starts in arena gen
-	gen    uint8  // the arena generation holding it
-	nsge   uint8  // SGEs at off
-	inline bool   // the payload is at off instead
+	nsge   uint8 // SGEs in the slot's private storage
+	inline bool  // the payload is in the slot's private storage instead
 
-	// Execution state, owned by the loop.
+	// Execution state.
 	state    wqeState
 	status   verbs.WCStatus
 	started  bool    // PSNs assigned
 	hasRd    bool    // holds one of the QP's max_rd_atomic credits
+	idx      uint32  // the slot's index (ring index & mask)
 	firstPSN bth.PSN // first PSN of the message (READ: of its responses)
 	lastPSN  bth.PSN
 	sent     uint32 // payload bytes sent in the current pass (READ: offset requested)
@@ -128,147 +102,240 @@ type sendWQE struct {
 	atomic   uint64 // atomic original value, for tests and debugging
 }
 
-// sendQueue is a QP's send ring with the storage of its requests' variable
-// parts: the SGLs and inline payloads live in an arena, and for UD QPs the
-// resolved address handles in one array indexed by slot.
+// sendQueue is a QP's send queue: a ring of package ring's SendWQE (the
+// layout of sroce_ring.h, the one the drop-in library writes), each
+// request's SGL or inline payload in its slot's tail, and beside it the
+// loop's execution state, one sendWQE per slot. The poster writes a
+// request into the slot at the ring's producer index and publishes it;
+// the loop takes each published request once (take: it loads the
+// producer index once per look, bounded by the limit, and copies the
+// slot's fields, its SGL or inline payload, and a UD request's address
+// handle into the slot's private state), and works from that copy only,
+// retransmissions included: nothing of the slot is read again. The slot
+// goes back to the poster (the ring's consumer index) when the request
+// has completed, so a full ring is a full queue.
 //
-// The arena holds only what the requests in the queue need, not max_send_wr
-// times the largest request: the poster takes each request's bytes in post
-// order and the loop gives them back by releasing slots in the same order,
-// so the arena is a ring of bytes whose live part runs from the oldest
-// unreleased slot's start to the poster's head. When a request does not fit,
-// the poster makes an arena twice as large (a new generation) and posts
-// there; older generations stay until their last request is released. The
-// largest arena is bounded ((limit+2) times the largest request: room for
-// every request the queue admits, the one gap left where the ring wraps,
-// and the request being placed), so a post never fails for want of
-// storage. Slots name their generation; the loop
-// finds the arena through an atomic pointer, so the poster never waits for
-// it and nothing is allocated once the arena has grown to what the QP's
-// traffic needs.
+// A ring whose producer index runs more than the limit ahead, or whose
+// request has more SGEs than the QP takes, an inline payload larger than
+// the QP's or the slot's, or an unknown opcode, is marked (fault) and
+// never read again.
 type sendQueue struct {
-	ring[sendWQE]
-	ahs       []verbs.AH
+	r         *sring.Ring[sring.SendWQE]
+	exec      []sendWQE // execution state per slot
+	priv      []byte    // per slot, per bytes: the SGL or inline payload taken
+	per       uint32
+	postAH    []verbs.AH // UD: the poster's address handle per slot, written before publish
+	ahs       []verbs.AH // UD: the address handle the loop took per slot
+	mask      uint32
 	maxSGE    uint32
 	maxInline uint32
-	maxArena  uint64 // the largest arena (0: no variable parts)
 
-	// The arenas by generation; the poster stores, the loop loads.
-	arenas [arenaGens]atomic.Pointer[[]byte]
-	// Poster state (under the poster's serialization).
-	gen    uint8  // the generation posts go to
-	oldest uint8  // the oldest generation not yet dropped
-	head   uint64 // free-running position in arena gen
+	// The loop's indices: requests taken (the loop's producer index) and
+	// released (stored to the ring, never read back from it).
+	prod  uint32
+	cons  uint32
+	fault atomic.Bool
+	told  atomic.Bool // the fault's event was raised
+
+	// An attached ring (AttachSendRing) is written by another process:
+	// every request is checked when taken, and a UD request's address
+	// handle is found by its number through resolve.
+	attached bool
+	resolve  AHResolver
+	typ      verbs.QPType
 }
 
-// arenaGens bounds the generations: each doubles the last, from
-// arenaMinBytes, so 32 cover any bound.
-const arenaGens = 32
-
-// arenaMinBytes is the size of a QP's first arena.
-const arenaMinBytes = 1024
-
-// arenaAlign keeps every SGL in the arena aligned for mr.SGE.
-const arenaAlign = 16
+// AHResolver finds the address handle a UD request on an attached send
+// ring names by its number (ring.SendWQE.AH), or nil if the number names
+// none the QP may use. The loop calls it when it takes a request, with
+// the QP's lock held: it must be quick and take no lock its owner holds
+// while calling into the QP (a read-mostly table).
+type AHResolver func(h uint32) *verbs.AH
 
 func (s *sendQueue) initSend(maxWR, maxSGE, maxInline uint32, ud bool) {
-	s.init(maxWR)
-	n := uint32(len(s.slots))
-	s.maxSGE, s.maxInline = maxSGE, maxInline
-	per := uint64(max(maxSGE*uint32(unsafe.Sizeof(mr.SGE{})), maxInline))
-	per = (per + arenaAlign - 1) &^ (arenaAlign - 1)
-	if per > 0 {
-		s.maxArena = max((uint64(s.limit)+2)*per, arenaMinBytes)
+	per := max(maxSGE*uint32(unsafe.Sizeof(mr.SGE{})), maxInline)
+	per = (per + 15) &^ 15
+	r, err := sring.New[sring.SendWQE](sring.KindSend, maxWR, sring.Stride[sring.SendWQE](int(per)))
+	if err != nil {
+		panic(err) // maxWR >= 1 and the stride is computed: cannot happen
 	}
+	n := sring.Slots(maxWR)
+	s.r, s.mask, s.per = r, n-1, per
+	s.maxSGE, s.maxInline = maxSGE, maxInline
+	s.exec = make([]sendWQE, n)
+	s.priv = sring.Alloc(int(n) * int(per))
+	s.prod, s.cons = 0, 0
 	if ud {
+		s.postAH = make([]verbs.AH, n)
 		s.ahs = make([]verbs.AH, n)
 	}
 }
 
-// place takes n bytes of arena storage for the request in slot w, which
-// the poster is filling (the slot at prod), and records where in w. Only
-// the poster calls it.
-func (s *sendQueue) place(w *sendWQE, n uint32) []byte {
-	n = (n + arenaAlign - 1) &^ (arenaAlign - 1)
-	w.start, w.gen, w.off = s.head, s.gen, 0
-	if n == 0 {
-		return nil
+// at returns the execution state of slot i.
+func (s *sendQueue) at(i uint32) *sendWQE { return &s.exec[i&s.mask] }
+
+// full reports, for the poster, whether no slot is free.
+func (s *sendQueue) full() bool { return s.r.Full() }
+
+// count returns the requests posted and not yet completed, for
+// statistics (any goroutine).
+func (s *sendQueue) count() uint32 {
+	return min(s.r.Prod()-s.r.Cons(), s.r.Limit())
+}
+
+// setCons gives every slot before i back to the poster.
+func (s *sendQueue) setCons(i uint32) {
+	s.cons = i
+	s.r.SetCons(i)
+}
+
+// pull takes the requests published since the last look and returns the
+// loop's producer index: the end of the requests taken. Only the loop
+// calls it.
+func (s *sendQueue) pull(typ verbs.QPType) uint32 {
+	if s.fault.Load() {
+		return s.prod
 	}
-	// The live part of the current arena starts at the oldest queued
-	// request's start when that request is in this generation; if an
-	// older generation still holds it, everything placed in this one is
-	// live. A stale cons (the loop moves it on meanwhile) only makes
-	// the live part look longer.
-	cons, prod := s.cons.Load(), s.prod.Load()
-	tail := s.head
-	oldestLive := s.gen
-	if cons != prod {
-		o := s.at(cons)
-		oldestLive = o.gen
-		if o.gen == s.gen {
-			tail = o.start
-		} else {
-			tail = 0
+	p := s.r.Prod()
+	if p == s.prod {
+		return p
+	}
+	if p-s.cons > s.r.Limit() || p-s.prod > s.r.Limit() {
+		s.fault.Store(true)
+		return s.prod
+	}
+	for s.prod != p {
+		if !s.take(s.prod, typ) {
+			s.fault.Store(true)
+			break
 		}
+		s.prod++
 	}
-	for s.oldest != oldestLive {
-		s.arenas[s.oldest%arenaGens].Store(nil)
-		s.oldest++
-	}
-	a := s.arenas[s.gen%arenaGens].Load()
-	if a != nil {
-		size := uint64(len(*a))
-		pos := s.head % size
-		skip := uint64(0)
-		if pos+uint64(n) > size {
-			skip = size - pos
+	return s.prod
+}
+
+// take reads the request of slot i into its execution state: the one
+// read of the slot. It reports false for a slot that breaks the ring's
+// rules (more SGEs than the QP takes, an inline payload beyond the slot
+// or the QP's bound): the ring is faulted then. A request of an attached
+// ring that is well formed but that the QP cannot execute (an opcode of
+// another QP type, a message too long, a misaligned atomic, an unknown
+// address handle) is taken as failed: it completes in order with
+// IBV_WC_LOC_QP_OP_ERR and moves the QP to the error state, as on
+// rdma_rxe. (The in-process poster checked all of that already.)
+func (s *sendQueue) take(i uint32, typ verbs.QPType) bool {
+	e := *s.r.At(i)
+	op := verbs.WROpcode(e.Opcode)
+	info := op.Info()
+	w := s.at(i)
+	idx := i & s.mask
+	if info == nil {
+		if !s.attached {
+			return false
 		}
-		if s.head-tail+skip+uint64(n) <= size {
-			w.start, w.off = s.head, uint32(pos+skip)
-			if skip != 0 {
-				w.off = 0
+		// Completed with a known opcode: the rest of the loop reads
+		// the opcode's description.
+		*w = sendWQE{idx: idx, wr: sendWR{WRID: e.WRID, Opcode: verbs.WROpSend}, state: wqeError, status: verbs.WCLocQPOpErr}
+		return true
+	}
+	*w = sendWQE{idx: idx, wr: sendWR{WRID: e.WRID, Opcode: op, Flags: verbs.SendFlags(e.Flags), Imm: e.Imm,
+		InvalidateRKey: e.InvalidateRKey, RemoteAddr: e.RemoteAddr, RKey: e.RKey,
+		CompareAdd: e.CompareAdd, Swap: e.Swap,
+		Bind:      mr.MWBind{LKey: e.BindLKey, Addr: e.BindAddr, Length: e.BindLength, Access: mr.Access(e.BindAccess)},
+		RegAccess: mr.Access(e.RegAccess)}}
+	if typ == verbs.QPTypeXRCSend {
+		w.wr.RemoteSRQN = e.UD.RemoteQPN
+	} else {
+		w.wr.RemoteQPN, w.wr.RemoteQKey = bth.QPN(e.UD.RemoteQPN), e.UD.RemoteQKey
+	}
+	mine := s.priv[idx*s.per : (idx+1)*s.per]
+	var total uint64
+	if w.wr.Flags&verbs.Inline != 0 && info.Inline {
+		n := uint32(e.InlineLen)
+		if n > s.per || int(n) > s.r.TailLen() || (n > s.maxInline && !s.attached) {
+			return false
+		}
+		copy(mine, s.r.Tail(i)[:n])
+		w.length, w.inline, total = n, true, uint64(n)
+	} else {
+		ns := uint32(e.NumSGE)
+		if ns > s.maxSGE || int(ns) > s.r.MaxSGEs() {
+			return false
+		}
+		w.nsge = uint8(ns)
+		sgl := s.sglOf(w)
+		copy(sgl, s.r.SGEs(i, int(ns)))
+		for k := range sgl {
+			total += uint64(sgl[k].Length)
+		}
+		if total > MaxMsgSize && !s.attached {
+			return false
+		}
+		w.length = uint32(total)
+	}
+	if s.ahs != nil {
+		if s.attached {
+			if ah := s.resolve(e.AH); ah != nil {
+				s.ahs[idx] = *ah
+			} else {
+				w.fail()
 			}
-			s.head += skip + uint64(n)
-			return (*a)[w.off : w.off+n]
+		} else {
+			s.ahs[idx] = s.postAH[idx]
 		}
 	}
-	// A new generation, twice the last (or the first), empty.
-	size := uint64(arenaMinBytes)
-	if a != nil {
-		size = uint64(len(*a)) * 2
+	if s.attached && !s.wellFormed(w, info, total) {
+		w.fail()
 	}
-	for size < uint64(n) {
-		size *= 2
-	}
-	size = min(size, s.maxArena)
-	b := make([]byte, size)
-	if a != nil {
-		s.gen++
-	}
-	s.arenas[s.gen%arenaGens].Store(&b)
-	s.head = uint64(n)
-	w.start, w.gen, w.off = 0, s.gen, 0
-	if cons == prod {
-		// Nothing queued: the older generations can go now.
-		for s.oldest != s.gen {
-			s.arenas[s.oldest%arenaGens].Store(nil)
-			s.oldest++
-		}
-	}
-	return b[:n]
+	return true
 }
 
-// unplace gives back the storage place took for w, whose post failed.
-func (s *sendQueue) unplace(w *sendWQE) {
-	if w.gen == s.gen {
-		s.head = w.start
-	}
+// fail marks w, just taken, as refused: it completes with
+// IBV_WC_LOC_QP_OP_ERR when the completer reaches it.
+func (w *sendWQE) fail() {
+	w.state, w.status = wqeError, verbs.WCLocQPOpErr
+	w.length, w.nsge, w.inline = 0, 0, false
 }
 
-// storage returns the arena bytes of w's variable part.
-func (s *sendQueue) storage(w *sendWQE, n uint32) []byte {
-	a := s.arenas[w.gen%arenaGens].Load()
-	return (*a)[w.off : w.off+n : w.off+n]
+// wellFormed checks w, just taken from an attached ring, as CheckSendWR
+// checks a request posted in process.
+func (s *sendQueue) wellFormed(w *sendWQE, info *verbs.WROpInfo, total uint64) bool {
+	switch {
+	case !info.Types.Has(s.typ):
+		return false
+	case total > MaxMsgSize:
+		return false
+	case s.typ == verbs.QPTypeXRCSend && w.wr.RemoteSRQN > bth.PSNMask:
+		return false
+	case info.Payload == verbs.PayloadNone && (w.nsge != 0 || w.inline):
+		return false
+	case w.inline && total > uint64(s.maxInline) && info.Payload != verbs.PayloadAtomic8:
+		return false
+	case info.Payload == verbs.PayloadAtomic8 && (total != 8 || w.wr.RemoteAddr&7 != 0):
+		return false
+	}
+	return true
+}
+
+// attach puts ring g in place of the queue's own ring: the queue is
+// empty (a QP in RESET) and g was just initialized by its owner, with
+// room for the QP's SGEs and inline data in each slot and no more
+// requests than the QP's queue holds.
+func (s *sendQueue) attach(g *sring.Ring[sring.SendWQE], typ verbs.QPType, resolve AHResolver) error {
+	if g.Limit() > s.r.Limit() || g.MaxSGEs() < int(s.maxSGE) || g.TailLen() < int(s.maxInline) {
+		return ErrTooManySGE
+	}
+	if datagram(typ) && resolve == nil {
+		return ErrNoAH
+	}
+	if s.prod != s.cons || s.r.Prod() != s.prod || g.Prod() != g.Cons() {
+		return ErrQueueFull
+	}
+	s.r, s.mask = g, sring.Slots(g.Limit())-1
+	s.prod, s.cons = g.Cons(), g.Cons()
+	s.attached, s.resolve, s.typ = true, resolve, typ
+	s.fault.Store(false)
+	return nil
 }
 
 // sglOf returns the SGL of w.
@@ -276,8 +343,7 @@ func (s *sendQueue) sglOf(w *sendWQE) []mr.SGE {
 	if w.nsge == 0 {
 		return nil
 	}
-	b := s.storage(w, uint32(w.nsge)*uint32(unsafe.Sizeof(mr.SGE{})))
-	return unsafe.Slice((*mr.SGE)(unsafe.Pointer(&b[0])), int(w.nsge))
+	return unsafe.Slice((*mr.SGE)(unsafe.Pointer(&s.priv[w.idx*s.per])), int(w.nsge))
 }
 
 // inlineOf returns the inline payload of w, or nil if it has none.
@@ -285,27 +351,52 @@ func (s *sendQueue) inlineOf(w *sendWQE) []byte {
 	if !w.inline || w.length == 0 {
 		return nil
 	}
-	return s.storage(w, w.length)
-}
-
-// arenaBytes returns the bytes the arenas hold now.
-func (s *sendQueue) arenaBytes() int {
-	n := 0
-	for i := range s.arenas {
-		if a := s.arenas[i].Load(); a != nil {
-			n += len(*a)
-		}
-	}
-	return n
+	o := w.idx * s.per
+	return s.priv[o : o+w.length : o+w.length]
 }
 
 // ahOf returns the destination of a UD send.
-func (s *sendQueue) ahOf(w *sendWQE) *verbs.AH {
-	// w is one of s.slots: its index is its distance from the first. (No
-	// index is stored in the slots: writing one into each at creation
-	// would make every slot of a large queue resident before any use.)
-	i := (uintptr(unsafe.Pointer(w)) - uintptr(unsafe.Pointer(&s.slots[0]))) / unsafe.Sizeof(sendWQE{})
-	return &s.ahs[i]
+func (s *sendQueue) ahOf(w *sendWQE) *verbs.AH { return &s.ahs[w.idx] }
+
+// post writes wr, checked by the caller and of total bytes, into the
+// ring's next slot and publishes it: the in-process poster's side, the
+// same entry the drop-in library writes.
+func (s *sendQueue) post(typ verbs.QPType, pd *mr.PD, wr *verbs.SendWR, total uint64, inline bool) error {
+	if s.full() {
+		return ErrQueueFull
+	}
+	p := s.r.Produced()
+	e := s.r.At(p)
+	*e = sring.SendWQE{WRID: wr.WRID, Opcode: uint8(wr.Opcode), Flags: uint32(wr.Flags), Imm: wr.Imm,
+		InvalidateRKey: wr.InvalidateRKey, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey, Length: uint32(total),
+		CompareAdd: wr.CompareAdd, Swap: wr.Swap, BindAddr: wr.Bind.Addr, BindLength: wr.Bind.Length,
+		BindLKey: wr.Bind.LKey, BindAccess: uint32(wr.Bind.Access), RegAccess: uint32(wr.RegAccess)}
+	if typ == verbs.QPTypeXRCSend {
+		e.UD.RemoteQPN = wr.RemoteSRQN
+	} else {
+		e.UD.RemoteQPN, e.UD.RemoteQKey = uint32(wr.RemoteQPN), wr.RemoteQKey
+	}
+	if inline {
+		in := s.r.Tail(p)[:total]
+		if wr.InlineData != nil {
+			copy(in, wr.InlineData)
+		} else if _, err := pd.Gather(wr.SGL, 0, in); err != nil {
+			return ErrInlineGather
+		}
+		e.InlineLen = uint16(total)
+	} else {
+		e.NumSGE = uint8(len(wr.SGL))
+		copy(s.r.SGEs(p, len(wr.SGL)), wr.SGL)
+	}
+	if s.postAH != nil {
+		if wr.AH != nil {
+			s.postAH[p&s.mask] = *wr.AH // by value: the caller's AH may change
+		} else {
+			s.postAH[p&s.mask] = verbs.AH{}
+		}
+	}
+	s.r.Publish()
+	return nil
 }
 
 // recvWQE is the receive request the responder works on: a copy of what
@@ -571,24 +662,19 @@ func (s *SRQ) take(dst *recvWQE) (ok, limitEvent, fault bool) {
 	return true, false, false
 }
 
-// QueueBytes returns the most memory the QP's work queues can come to
-// hold: the send queue's slots and address handles, the largest arena its
-// requests' SGLs and inline payloads can need, and the receive ring when
-// the QP has its own. It is what a QP of these capabilities may cost beyond
-// its fixed state, for callers that budget memory (the daemon); the arena
-// part is only as large as the QP's traffic has needed (ArenaBytes).
+// QueueBytes returns the memory the QP's work queues hold: the send
+// ring, the execution state and private copies beside it, and the
+// receive ring when the QP has its own. It is what a QP of these
+// capabilities costs beyond its fixed state, for callers that budget
+// memory (the daemon).
 func (q *QP) QueueBytes() int {
-	n := len(q.sq.slots)*int(unsafe.Sizeof(sendWQE{})) + len(q.sq.ahs)*int(unsafe.Sizeof(verbs.AH{})) +
-		2*int(q.sq.maxArena) // every generation below the largest adds up to less than it
+	n := len(q.sq.r.Memory()) + len(q.sq.exec)*int(unsafe.Sizeof(sendWQE{})) + len(q.sq.priv) +
+		(len(q.sq.ahs)+len(q.sq.postAH))*int(unsafe.Sizeof(verbs.AH{}))
 	if q.rq.r != nil {
 		n += len(q.rq.r.Memory())
 	}
 	return n
 }
-
-// ArenaBytes returns the bytes the send queue's arenas hold now (the SGLs
-// and inline payloads of the requests posted).
-func (q *QP) ArenaBytes() int { return q.sq.arenaBytes() }
 
 // QueueBytes returns the memory the SRQ's ring holds.
 func (s *SRQ) QueueBytes() int { return len(s.rq.r.Memory()) }

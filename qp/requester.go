@@ -70,7 +70,7 @@ func (q *QP) pumpSend(now monotime.Time, budget int) (int, bool) {
 		return 0, false
 	}
 	n := 0
-	prod := q.sq.prod.Load()
+	prod := q.sqPull()
 	for n < budget && r.reqIdx != prod {
 		w := q.sq.at(r.reqIdx)
 		if w.state == wqeError || w.state == wqeDone {
@@ -305,7 +305,7 @@ func (q *QP) failWQE(w *sendWQE, status verbs.WCStatus) {
 // sent again from their start with the same PSNs.
 func (q *QP) goBack() {
 	r := &q.req
-	prod := q.sq.prod.Load()
+	prod := q.sqPull()
 	first := true
 	mtu := uint32(q.mtu)
 	for i := r.compIdx; i != prod; i++ {
@@ -358,7 +358,7 @@ func (q *QP) goBack() {
 func (q *QP) completeSends() {
 	r := &q.req
 	changed := false
-	prod := q.sq.prod.Load()
+	prod := q.sqPull()
 	for r.compIdx != prod {
 		w := q.sq.at(r.compIdx)
 		if w.state != wqeDone && w.state != wqeError {
@@ -386,7 +386,7 @@ func (q *QP) completeSends() {
 				r.psn = w.lastPSN.Next()
 			}
 		}
-		q.sq.cons.Store(r.compIdx)
+		q.sq.setCons(r.compIdx)
 		changed = true
 		if q.sigAll || w.wr.Flags&verbs.Signaled != 0 || failed {
 			q.pushSend(&wc)
@@ -413,12 +413,12 @@ func (q *QP) completeSends() {
 func (q *QP) toSQE() {
 	q.setState(verbs.QPStateSQE)
 	r := &q.req
-	prod := q.sq.prod.Load()
+	prod := q.sqPull()
 	for r.compIdx != prod {
 		w := q.sq.at(r.compIdx)
 		wc := verbs.WC{WRID: w.wr.WRID, Status: verbs.WCWRFlushErr, Opcode: w.wr.Opcode.WCOpcode(), QPNum: q.qpn}
 		r.compIdx++
-		q.sq.cons.Store(r.compIdx)
+		q.sq.setCons(r.compIdx)
 		q.pushSend(&wc)
 	}
 	r.reqIdx = r.compIdx
@@ -434,7 +434,7 @@ func (q *QP) checkDrained() {
 	if r.compIdx != r.reqIdx || q.outstanding() {
 		return
 	}
-	if r.reqIdx != q.sq.prod.Load() && q.sq.at(r.reqIdx).started {
+	if r.reqIdx != q.sqPull() && q.sq.at(r.reqIdx).started {
 		return
 	}
 	r.drainNotified = true

@@ -28,6 +28,10 @@ const (
 	TraceRetry
 	// TraceState: the QP moved from Trace.From to Trace.To.
 	TraceState
+	// TracePosted: the loop took a send request another process posted
+	// on an attached ring (AttachSendRing): Trace.WRID, Opcode, Length.
+	// (The in-process poster reports its own posts.)
+	TracePosted
 )
 
 // Timer names a QP timer.
@@ -99,6 +103,10 @@ type Trace struct {
 	PSN    bth.PSN
 	// From and To are the states of a TraceState.
 	From, To verbs.QPState
+	// The request of a TracePosted.
+	WRID   uint64
+	Opcode verbs.WROpcode
+	Length uint32
 }
 
 // Tracer is told about the QP's timers, retries and state changes. A

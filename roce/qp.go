@@ -219,6 +219,49 @@ func (q *QP) AttachRecvRing(g *ring.Ring[ring.RecvWQE]) error {
 	return nil
 }
 
+// AttachSendRing makes ring g the QP's send queue: memory shared with
+// another process (the daemon's client), initialized empty by the caller
+// (ring.Init) with room in each slot for the QP's SGEs and inline data
+// and no more entries than the QP's max_send_wr, which posts sends by
+// writing it as the C library does. The engine takes each request from
+// the ring where it lies, reads and checks it once, works from what it
+// read (retransmissions included), and releases the slot when the
+// request completes; a request it cannot execute completes with
+// IBV_WC_LOC_QP_OP_ERR, a ring that breaks the rules stops being read and
+// the QP's EventQPFatal is raised (SendRingFault says why). A UD QP finds
+// a request's address handle by its number (ring.SendWQE.AH) through
+// resolve. After it, PostSend fails: the ring's poster is the other
+// process, which tells the engine with SendRung. The QP must be in RESET
+// with an empty send queue. The caller keeps g's memory mapped until
+// Destroy.
+func (q *QP) AttachSendRing(g *ring.Ring[ring.SendWQE], resolve qp.AHResolver) error {
+	if q.gone.Load() {
+		return ErrDestroyed
+	}
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if err := q.qp.AttachSendRing(g, resolve); err != nil {
+		return ErrInvalid
+	}
+	return nil
+}
+
+// SendRung tells the engine that sends were written into the QP's ring
+// (AttachSendRing): the doorbell of a QP, which the engine then serves as
+// it serves one whose PostSend returned.
+func (q *QP) SendRung() {
+	if !q.gone.Load() {
+		q.dev.ring(q)
+	}
+}
+
+// SendRingFault reports whether the QP's send ring (AttachSendRing)
+// broke the rules: a producer index beyond the ring's limit, or an entry
+// with more SGEs or inline bytes than its slot or the QP takes.
+func (q *QP) SendRingFault() bool { return q.qp.SendRingFault() }
+
 // RecvPosted tells the engine that receives were written into the QP's
 // ring (AttachRecvRing). Only a QP in the error state needs it, to flush
 // them; the others find them when a message comes.

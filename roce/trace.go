@@ -28,7 +28,8 @@ type TraceKind uint8
 // Trace event kinds.
 const (
 	// TracePostSend: a send work request was posted (QPN, WRID,
-	// WROpcode, Length).
+	// WROpcode, Length); for a QP whose send queue is a client's ring
+	// (AttachSendRing), reported when the engine takes the request.
 	TracePostSend TraceKind = iota + 1
 	// TracePostRecv: a receive work request was posted (QPN, WRID,
 	// Length: the room of its scatter list).
@@ -417,6 +418,8 @@ func (e *env) QPTrace(q *qp.QP, t *qp.Trace) {
 		ev.Kind, ev.Reason, ev.PSN = TraceRetransmit, t.Reason, t.PSN
 	case qp.TraceState:
 		ev.Kind, ev.FromState, ev.ToState = TraceQPState, t.From, t.To
+	case qp.TracePosted:
+		ev.Kind, ev.WRID, ev.WROpcode, ev.Length = TracePostSend, t.WRID, t.Opcode, t.Length
 	default:
 		return
 	}
