@@ -61,13 +61,12 @@ func (m *memDev) AHAttr(_ context.Context, dgid bth.GID, sgid int) (verbs.AHAttr
 // rig is a daemon serving two memlink devices, and its socket.
 type rig struct {
 	srv    *daemon.Server
-	router *memlink.Router
+	router *memlink.Router // the devices' link
 	socket string
 	gids   [2]bth.GID
 	devs   [2]*roce.Device
 	log    *bytes.Buffer
 	logMu  *sync.Mutex
-	router *memlink.Router // the devices' link
 }
 
 type lockedWriter struct {
