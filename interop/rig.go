@@ -214,17 +214,7 @@ func NewRig(ctx context.Context, cfg RigConfig) (*Rig, error) {
 		}
 		r.peer = guestPeer{r}
 	}
-	if r.Host, err = r.LAN.AddHost(ctx, rxeguest.HostConfig{IP: HostAddr}); err != nil {
-		r.Close()
-		return nil, err
-	}
-	if cfg.Shim {
-		if err := r.startDaemon(ctx); err != nil {
-			r.Close()
-			return nil, err
-		}
-	}
-	return r, nil
+	return r.addHosts(ctx, cfg.Shim)
 }
 
 // newRigOn is NewRig on the guest and LAN of cfg.
@@ -244,11 +234,18 @@ func newRigOn(ctx context.Context, cfg RigConfig) (*Rig, error) {
 	}
 	r := &Rig{Bin: cfg.Bin, Env: cfg.Env, dir: dir, LAN: cfg.LAN, Img: cfg.Img, Guest: cfg.Guest, borrowed: true}
 	r.peer = guestPeer{r}
+	return r.addHosts(ctx, cfg.Shim)
+}
+
+// addHosts adds the namespace of sroce's tools and, with shim, the sroce
+// daemon's; on failure it closes r.
+func (r *Rig) addHosts(ctx context.Context, shim bool) (*Rig, error) {
+	var err error
 	if r.Host, err = r.LAN.AddHost(ctx, rxeguest.HostConfig{IP: HostAddr}); err != nil {
 		r.Close()
 		return nil, err
 	}
-	if cfg.Shim {
+	if shim {
 		if err := r.startDaemon(ctx); err != nil {
 			r.Close()
 			return nil, err

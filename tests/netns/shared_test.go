@@ -19,7 +19,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,7 +43,11 @@ var shared struct {
 	a       *rxeguest.Guest // rxe-a before the rig exists
 	rig     *interop.Rig
 	tainted map[string]string // guest name -> what the test did to it
-	err     error             // the first boot's failure, reported to every later test
+	// rebooting is closed when the reboot of the tainted guests, started
+	// when their test ended, is over (nil: none started).
+	rebooting chan struct{}
+	notes     []string // what the background reboot did, for the next test's log
+	err       error    // the first boot's failure, reported to every later test
 }
 
 // sharedSetupLimit bounds making the image, the guests and the rig.
@@ -103,7 +106,22 @@ func sharedGuests(t testing.TB) (lan *rxeguest.LAN, a, b *rxeguest.Guest) {
 	t.Helper()
 	rxeguest.Skip(t)
 	shared.mu.Lock()
+	pending := shared.rebooting
+	shared.mu.Unlock()
+	if pending != nil {
+		// A reboot that the tests since the tainting one (which needed
+		// no guest) let run beside them.
+		<-pending
+	}
+	shared.mu.Lock()
 	defer shared.mu.Unlock()
+	if shared.rebooting == pending {
+		shared.rebooting = nil
+	}
+	for _, n := range shared.notes {
+		t.Log(n)
+	}
+	shared.notes = nil
 	if shared.err != nil {
 		t.Fatalf("the shared guests could not be set up: %v", shared.err)
 	}
@@ -119,9 +137,17 @@ func sharedGuests(t testing.TB) (lan *rxeguest.LAN, a, b *rxeguest.Guest) {
 		shared.a = shared.rig.Guest
 	}
 	for _, g := range []**rxeguest.Guest{&shared.a, &shared.b} {
-		if err := renewGuest(t, ctx, g); err != nil {
+		why := shared.tainted[(*g).Name()]
+		delete(shared.tainted, (*g).Name())
+		ng, note, err := renewGuest(ctx, *g, why)
+		if note != "" {
+			t.Log(note)
+		}
+		if err != nil {
+			shared.err = err
 			t.Fatal(err)
 		}
+		*g = ng
 	}
 	if shared.rig != nil {
 		shared.rig.Guest = shared.a
@@ -145,22 +171,10 @@ func bootShared(t testing.TB, ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cfgs := []rxeguest.Config{
-		{Name: "rxe-a", IP: rxeguest.PairAddrA, MAC: net.HardwareAddr{0x52, 0x54, 0x00, 0x5e, 0x00, 0x01}, Share: shared.share},
-		{Name: "rxe-b", IP: rxeguest.PairAddrB, MAC: net.HardwareAddr{0x52, 0x54, 0x00, 0x5e, 0x00, 0x02}, Share: shared.share},
-	}
-	gs := make([]*rxeguest.Guest, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for i := range cfgs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			gs[i], errs[i] = lan.Boot(ctx, img, cfgs[i])
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	a, b := rxeguest.PairConfigs()
+	a.Share, b.Share = shared.share, shared.share
+	gs, err := lan.BootAll(ctx, img, a, b)
+	if err != nil {
 		lan.Close()
 		return err
 	}
@@ -169,30 +183,29 @@ func bootShared(t testing.TB, ctx context.Context) error {
 	return nil
 }
 
-// renewGuest boots *g again if a test tainted it or it does not answer,
-// and otherwise resets it.
-func renewGuest(t testing.TB, ctx context.Context, g **rxeguest.Guest) error {
-	why := shared.tainted[(*g).Name()]
+// renewGuest resets g, or boots it again (in its place on the shared
+// LAN, same configuration) if a test tainted it (why) or the reset fails.
+// It returns the guest to use and, after a boot, a note saying why.
+// shared.lan and shared.img are set once, before any guest exists.
+func renewGuest(ctx context.Context, g *rxeguest.Guest, why string) (*rxeguest.Guest, string, error) {
 	if why == "" {
-		err := resetGuest(ctx, *g)
+		err := resetGuest(ctx, g)
 		if err == nil {
-			return nil
+			return g, "", nil
 		}
 		why = err.Error()
 	}
-	delete(shared.tainted, (*g).Name())
-	t.Logf("booting %s again (%s)", (*g).Name(), why)
-	cfg := (*g).Config()
-	(*g).Close()
+	note := fmt.Sprintf("booting %s again (%s)", g.Name(), why)
+	cfg := g.Config()
+	g.Close()
 	cfg.Netns, cfg.Bridge, cfg.Tap = "", "", ""
 	ng, err := shared.lan.Boot(ctx, shared.img, cfg)
 	if err != nil {
-		return fmt.Errorf("booting %s again: %w", cfg.Name, err)
+		return g, note, fmt.Errorf("booting %s again: %w", cfg.Name, err)
 	}
-	*g = ng
-	// The guest's MAC is the same; the host namespaces' neighbour entries
-	// stay right.
-	return nil
+	// The MAC is the same: the host namespaces' neighbour entries stay
+	// right.
+	return ng, note, nil
 }
 
 // resetScript undoes in a guest what a test may have left behind.
@@ -231,8 +244,9 @@ func resetGuest(ctx context.Context, g *rxeguest.Guest) error {
 	return nil
 }
 
-// taintGuest makes the next test that takes the shared guests boot g
-// again; why says what t did to it.
+// taintGuest has g booted again once t ends (why says what t did to
+// it): the boot runs beside the tests that follow, and the next test that
+// takes the shared guests waits for it.
 func taintGuest(t testing.TB, g *rxeguest.Guest, why string) {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
@@ -240,6 +254,51 @@ func taintGuest(t testing.TB, g *rxeguest.Guest, why string) {
 		shared.tainted = map[string]string{}
 	}
 	shared.tainted[g.Name()] = t.Name() + " " + why
+	t.Cleanup(func() {
+		shared.mu.Lock()
+		defer shared.mu.Unlock()
+		if shared.rebooting != nil || len(shared.tainted) == 0 {
+			return // another taint of the same test started it
+		}
+		guests := []**rxeguest.Guest{&shared.a, &shared.b}
+		if shared.rig != nil {
+			shared.a = shared.rig.Guest
+		}
+		// This goroutine owns the tainted guests until done is closed:
+		// sharedGuests waits for it before it touches any guest.
+		type job struct {
+			slot **rxeguest.Guest
+			g    *rxeguest.Guest
+			why  string
+		}
+		var jobs []job
+		for _, slot := range guests {
+			if why := shared.tainted[(*slot).Name()]; why != "" {
+				jobs = append(jobs, job{slot, *slot, why})
+				delete(shared.tainted, (*slot).Name())
+			}
+		}
+		done := make(chan struct{})
+		shared.rebooting = done
+		go func() {
+			defer close(done)
+			ctx, cancel := context.WithTimeout(context.Background(), sharedSetupLimit)
+			defer cancel()
+			for _, j := range jobs {
+				ng, note, err := renewGuest(ctx, j.g, j.why)
+				shared.mu.Lock()
+				shared.notes = append(shared.notes, note)
+				*j.slot = ng
+				if shared.rig != nil && j.slot == &shared.a {
+					shared.rig.Guest = ng
+				}
+				if err != nil && shared.err == nil {
+					shared.err = err
+				}
+				shared.mu.Unlock()
+			}
+		}()
+	})
 }
 
 // sharedPair returns the shared guests as a Pair (see sharedGuests).
