@@ -67,6 +67,7 @@ type Rig struct {
 	Env []string
 
 	peer     peer
+	borrowed bool        // LAN and Guest are RigConfig's: Close leaves them
 	hostPeer *hostPeer   // the peer, when it is this host's rdma_rxe
 	daemon   *shimDaemon // with RigConfig.Shim
 	dir      string      // captures
@@ -88,6 +89,16 @@ type RigConfig struct {
 	// that pairs can run the real tool on sroce's side too, through
 	// "sroce run" and the drop-in libibverbs (PairOpts.Shim).
 	Shim bool
+	// LAN, Img and Guest, when all set, are an rdma_rxe guest already
+	// running on a LAN at GuestAddr (booted from Img): the rig adds its
+	// namespaces to that LAN instead of making one and booting a guest,
+	// so that several rigs in turn, or a rig and other tests, share one
+	// boot. Close then removes only what the rig added; a reboot (after
+	// the guest's NIC hung) replaces Guest on the LAN with the same
+	// configuration.
+	LAN   *rxeguest.LAN
+	Img   *rxeguest.Image
+	Guest *rxeguest.Guest
 }
 
 // shimDaemon is the sroce daemon of a rig, serving Host's interface.
@@ -138,6 +149,9 @@ func NewRig(ctx context.Context, cfg RigConfig) (*Rig, error) {
 	logf := cfg.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
+	}
+	if cfg.LAN != nil || cfg.Img != nil || cfg.Guest != nil {
+		return newRigOn(ctx, cfg)
 	}
 	tryHost := false
 	switch cfg.Peer {
@@ -200,11 +214,38 @@ func NewRig(ctx context.Context, cfg RigConfig) (*Rig, error) {
 		}
 		r.peer = guestPeer{r}
 	}
+	return r.addHosts(ctx, cfg.Shim)
+}
+
+// newRigOn is NewRig on the guest and LAN of cfg.
+func newRigOn(ctx context.Context, cfg RigConfig) (*Rig, error) {
+	if cfg.LAN == nil || cfg.Img == nil || cfg.Guest == nil {
+		return nil, errors.New("interop: RigConfig's LAN, Img and Guest go together: set all three or none")
+	}
+	if cfg.Guest.IP() != GuestAddr.Addr() {
+		return nil, fmt.Errorf("interop: the guest %s is at %s, not at the rig's peer address %s", cfg.Guest.Name(), cfg.Guest.IP(), GuestAddr.Addr())
+	}
+	if cfg.Env == nil {
+		cfg.Env = DefaultEnv()
+	}
+	dir, err := os.MkdirTemp("", "sroce-interop-")
+	if err != nil {
+		return nil, fmt.Errorf("making a directory for the captures: %w", err)
+	}
+	r := &Rig{Bin: cfg.Bin, Env: cfg.Env, dir: dir, LAN: cfg.LAN, Img: cfg.Img, Guest: cfg.Guest, borrowed: true}
+	r.peer = guestPeer{r}
+	return r.addHosts(ctx, cfg.Shim)
+}
+
+// addHosts adds the namespace of sroce's tools and, with shim, the sroce
+// daemon's; on failure it closes r.
+func (r *Rig) addHosts(ctx context.Context, shim bool) (*Rig, error) {
+	var err error
 	if r.Host, err = r.LAN.AddHost(ctx, rxeguest.HostConfig{IP: HostAddr}); err != nil {
 		r.Close()
 		return nil, err
 	}
-	if cfg.Shim {
+	if shim {
 		if err := r.startDaemon(ctx); err != nil {
 			r.Close()
 			return nil, err
@@ -238,7 +279,16 @@ func (r *Rig) Close() error {
 	if r.hostPeer != nil {
 		r.hostPeer.close()
 	}
-	err := r.LAN.Close()
+	var err error
+	if r.borrowed {
+		for _, h := range []*rxeguest.Host{r.Host, r.ShimHost} {
+			if h != nil {
+				err = errors.Join(err, h.Close())
+			}
+		}
+	} else {
+		err = r.LAN.Close()
+	}
 	os.RemoveAll(r.dir)
 	return err
 }
@@ -612,7 +662,9 @@ func (r *Rig) nicHung(ctx context.Context) string {
 func (r *Rig) reboot(ctx context.Context) error {
 	old := r.Guest.Config()
 	r.Guest.Close()
-	g, err := r.LAN.Boot(ctx, r.Img, rxeguest.Config{Name: old.Name, IP: old.IP, MAC: old.MAC})
+	cfg := old
+	cfg.Netns, cfg.Bridge, cfg.Tap = "", "", "" // the LAN's
+	g, err := r.LAN.Boot(ctx, r.Img, cfg)
 	if err != nil {
 		return fmt.Errorf("rebooting the guest after its NIC hung: %w", err)
 	}

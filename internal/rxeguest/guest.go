@@ -136,7 +136,11 @@ func Boot(ctx context.Context, img *Image, cfg Config) (g *Guest, err error) {
 		cfg.Timeout = 4 * time.Minute
 	}
 	g = &Guest{cfg: cfg, exited: make(chan struct{}), closed: make(chan struct{})}
+	start := time.Now()
 	defer func() {
+		if err == nil {
+			timing("booted guest %s in %v", cfg.Name, since(start))
+		}
 		if err != nil {
 			err = fmt.Errorf("rxeguest: booting %s: %w%s", cfg.Name, err, g.logTail())
 			g.Close()

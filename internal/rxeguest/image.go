@@ -146,6 +146,7 @@ func (o ImageOptions) Ensure(ctx context.Context) (*Image, error) {
 	key := recipeKey()
 	dir := filepath.Join(o.CacheDir, key)
 	if img, err := loadImage(dir); err == nil {
+		timing("image %s found in the cache", key)
 		return img, nil
 	}
 	if o.Mirror == "" {
@@ -180,6 +181,7 @@ func (o ImageOptions) Ensure(ctx context.Context) (*Image, error) {
 		return nil, fmt.Errorf("rxeguest: building image %s: %w", key, err)
 	}
 	logf("rxeguest: built image %s in %v", key, time.Since(start).Round(time.Second))
+	timing("built image %s in %v", key, since(start))
 	return loadImage(dir)
 }
 

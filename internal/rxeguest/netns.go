@@ -292,12 +292,28 @@ func BootPair(ctx context.Context, img *Image) (*Pair, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfgs := []Config{
-		{Name: "rxe-a", IP: PairAddrA, MAC: net.HardwareAddr{0x52, 0x54, 0x00, 0x5e, 0x00, 0x01}},
-		{Name: "rxe-b", IP: PairAddrB, MAC: net.HardwareAddr{0x52, 0x54, 0x00, 0x5e, 0x00, 0x02}},
+	a, b := PairConfigs()
+	gs, err := l.BootAll(ctx, img, a, b)
+	if err != nil {
+		l.Close()
+		return nil, err
 	}
-	gs := make([]*Guest, 2)
-	errs := make([]error, 2)
+	return &Pair{LAN: l, A: gs[0], B: gs[1]}, nil
+}
+
+// PairConfigs returns the configurations of BootPair's guests: "rxe-a"
+// at PairAddrA and "rxe-b" at PairAddrB, with fixed MACs.
+func PairConfigs() (a, b Config) {
+	return Config{Name: "rxe-a", IP: PairAddrA, MAC: net.HardwareAddr{0x52, 0x54, 0x00, 0x5e, 0x00, 0x01}},
+		Config{Name: "rxe-b", IP: PairAddrB, MAC: net.HardwareAddr{0x52, 0x54, 0x00, 0x5e, 0x00, 0x02}}
+}
+
+// BootAll boots a guest of img on the LAN for each of cfgs, all at once,
+// and returns them in the order of cfgs. If any fails, the others are
+// closed and the errors returned.
+func (l *LAN) BootAll(ctx context.Context, img *Image, cfgs ...Config) ([]*Guest, error) {
+	gs := make([]*Guest, len(cfgs))
+	errs := make([]error, len(cfgs))
 	var wg sync.WaitGroup
 	for i := range cfgs {
 		wg.Add(1)
@@ -308,10 +324,14 @@ func BootPair(ctx context.Context, img *Image) (*Pair, error) {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		l.Close()
+		for _, g := range gs {
+			if g != nil {
+				g.Close()
+			}
+		}
 		return nil, err
 	}
-	return &Pair{LAN: l, A: gs[0], B: gs[1]}, nil
+	return gs, nil
 }
 
 // Close stops both guests and deletes the LAN.

@@ -146,7 +146,7 @@ func BenchmarkAppTable(b *testing.B) {
 	rxeguest.Skip(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	_, a, c, share := bootSroceGuests(b, ctx, "apps-a", "apps-b")
+	_, a, c, share := bootSroceGuests(b)
 	if out, err := exec.Command("mpicc", "-O2", "-o", filepath.Join(share, "mpi_pingpong"), filepath.Join("testdata", "mpi_pingpong.c")).CombinedOutput(); err != nil {
 		b.Fatalf("mpicc mpi_pingpong (tests/run installs libopenmpi-dev): %v\n%s", err, out)
 	}

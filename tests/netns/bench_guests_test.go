@@ -2,7 +2,11 @@ package netns
 
 // The side-by-side table of the data-path issue: two guests of the rxe
 // image on one bridge, rxe's perftest between them first, then sroce's
-// tools with the same flags inside the same guests over AF_XDP on eth0.
+// tools with the same flags inside the same guests over AF_XDP on eth0,
+// then the path unmodified programs take: the same perftest through
+// "sroce run" on a sroce daemon in each guest (AF_XDP on eth0; the
+// daemons run only for these runs, as their XDP programs take every
+// RoCEv2 frame from rxe).
 // It is a benchmark, not a test: the guests are emulated (TCG, one vCPU)
 // and shared machines are noisy, so it prints numbers and asserts none.
 //
@@ -14,7 +18,10 @@ package netns
 // guest. SROCE_BENCH_FIGURES (e.g. "write_lat,send_lat") runs only the
 // figures it names. SROCE_BENCH_ROUNDS (default 3) is how many times each
 // figure runs, rxe and sroce alternating; the table shows the medians and
-// each round's ratio.
+// each round's ratio. SROCE_BENCH_SHIM=0 leaves out the column of perftest
+// through the daemons. A short run (a few minutes):
+//
+//	SROCE_BENCH_ROUNDS=1 go test -run '^$' -bench GuestTable -benchtime 1x ./tests/netns/
 
 import (
 	"context"
@@ -82,7 +89,7 @@ func BenchmarkGuestTable(b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	_, a, c, share := bootSroceGuests(b, ctx, "bench-a", "bench-b")
+	_, a, c, share := bootSroceGuests(b)
 	profDir := os.Getenv("SROCE_BENCH_PROFILE")
 	rounds := 3
 	if v := os.Getenv("SROCE_BENCH_ROUNDS"); v != "" {
@@ -92,12 +99,16 @@ func BenchmarkGuestTable(b *testing.B) {
 		}
 		rounds = n
 	}
+	shim := os.Getenv("SROCE_BENCH_SHIM") != "0"
 	for i := 0; i < b.N; i++ {
 		var out strings.Builder
 		tw := tabwriter.NewWriter(&out, 0, 0, 2, ' ', 0)
 		fmt.Fprintf(tw, "figure\tunit\trxe")
 		for _, e := range engines {
 			fmt.Fprintf(tw, "\tsroce %s\tsroce/rxe\tper round", e)
+		}
+		if shim {
+			fmt.Fprintf(tw, "\tperftest on sroce daemons\tdaemons/rxe\tper round")
 		}
 		fmt.Fprintln(tw)
 		for _, fig := range guestFigures {
@@ -107,7 +118,7 @@ func BenchmarkGuestTable(b *testing.B) {
 			tool := strings.ReplaceAll(strings.TrimPrefix(fig.tool, "ib_"), "_", "-")
 			// Rounds alternate rxe and sroce, so that both meet the same
 			// moments of a shared machine; the table shows medians.
-			var rxe []float64
+			var rxe, daemons []float64
 			ours := make([][]float64, len(engines))
 			for r := 0; r < rounds; r++ {
 				rxe = append(rxe, guestFigureRun(b, ctx, a, c, fig, fig.tool+" -d rxe0 "+fig.args))
@@ -124,6 +135,14 @@ func BenchmarkGuestTable(b *testing.B) {
 						fetchProfiles(b, ctx, profDir, prof, a, c)
 					}
 				}
+				if shim {
+					stopA := startGuestDaemon(b, ctx, a)
+					stopC := startGuestDaemon(b, ctx, c)
+					cmd := "SROCE_SOCKET=" + appSocket + " " + rxeguest.SharePath + "/sroce run -- " + fig.tool + " -d sroce_eth0 " + fig.args
+					daemons = append(daemons, guestFigureRun(b, ctx, a, c, fig, cmd))
+					stopA()
+					stopC()
+				}
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s", fig.name, fig.unit, fmtFigure(median(rxe)))
 			for k := range engines {
@@ -132,6 +151,14 @@ func BenchmarkGuestTable(b *testing.B) {
 					per = append(per, figureRatio(fig, rxe[r], ours[k][r]))
 				}
 				fmt.Fprintf(tw, "\t%s\t%s\t%s", fmtFigure(median(ours[k])), figureRatio(fig, median(rxe), median(ours[k])),
+					strings.Join(per, " "))
+			}
+			if shim {
+				var per []string
+				for r := range rxe {
+					per = append(per, figureRatio(fig, rxe[r], daemons[r]))
+				}
+				fmt.Fprintf(tw, "\t%s\t%s\t%s", fmtFigure(median(daemons)), figureRatio(fig, median(rxe), median(daemons)),
 					strings.Join(per, " "))
 			}
 			fmt.Fprintln(tw)

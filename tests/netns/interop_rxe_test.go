@@ -24,17 +24,12 @@ import (
 	"github.com/sroce/sroce/interop"
 )
 
-// newInteropLAN boots the guest and adds the host namespace; t's cleanup
-// tears them down.
+// newInteropLAN returns the package's interop rig (sharedInteropRig: the
+// shared guest rxe-a, reset for t, and the host namespaces on its bridge).
 func newInteropLAN(t *testing.T, ctx context.Context) *interop.Rig {
 	t.Helper()
 	rxeguest.Skip(t)
-	rig, err := interop.NewRig(ctx, interop.RigConfig{Bin: buildSroce(t), Env: sroceEnv("xdp"), Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rig.Close() })
-	return rig
+	return sharedInteropRig(t)
 }
 
 // TestInteropRxe runs every tool pair against rdma_rxe, both ways.

@@ -19,7 +19,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,10 +42,9 @@ func TestLadderLossyCaptures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	rig := newInteropLAN(t, ctx)
-	other, err := rig.LAN.Boot(ctx, rig.Img, rxeguest.Config{Name: "rxe-other", IP: netip.MustParsePrefix("192.0.2.2/24")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The other rxe guest is the shared rxe-b, at 192.0.2.2 on the rig's
+	// bridge.
+	_, _, other := sharedGuests(t)
 	if err := rig.Guest.SetRoCELoss(ctx, ladderLossPct); err != nil {
 		t.Fatal(err)
 	}

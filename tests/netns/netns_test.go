@@ -19,58 +19,18 @@ import (
 	"github.com/sroce/sroce/internal/rxeguest"
 )
 
-// shared holds the image and the two-guest LAN that the tests of this
-// package share: booting guests under TCG takes a while.
-var shared struct {
-	once sync.Once
-	img  *rxeguest.Image
-	pair *rxeguest.Pair
-	err  error
-	took struct{ image, boot time.Duration }
-}
-
 func TestMain(m *testing.M) {
 	if v := os.Getenv(killedClientEnv); v != "" {
 		os.Exit(killedClient(v)) // TestDaemonKilledClient's client
 	}
 	code := m.Run()
-	if shared.pair != nil {
-		if err := shared.pair.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "closing guests:", err)
-			if code == 0 {
-				code = 1
-			}
+	if err := closeShared(); err != nil {
+		fmt.Fprintln(os.Stderr, "closing the shared guests:", err)
+		if code == 0 {
+			code = 1
 		}
 	}
 	os.Exit(code)
-}
-
-// sharedPair returns the shared guests, building the image and booting
-// them on first use. It skips the test when guests cannot run here.
-func sharedPair(t *testing.T) *rxeguest.Pair {
-	t.Helper()
-	rxeguest.Skip(t)
-	shared.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-		defer cancel()
-		start := time.Now()
-		shared.img, shared.err = rxeguest.ImageOptions{Logf: t.Logf}.Ensure(ctx)
-		if shared.err != nil {
-			return
-		}
-		shared.took.image = time.Since(start)
-		start = time.Now()
-		shared.pair, shared.err = rxeguest.BootPair(ctx, shared.img)
-		shared.took.boot = time.Since(start)
-		if shared.err == nil {
-			t.Logf("image %s ready in %v, two guests booted in %v",
-				shared.img.Key, shared.took.image.Round(time.Second), shared.took.boot.Round(time.Second))
-		}
-	})
-	if shared.err != nil {
-		t.Fatal(shared.err)
-	}
-	return shared.pair
 }
 
 func testContext(t *testing.T, d time.Duration) context.Context {

@@ -169,9 +169,9 @@ func TestCMToolsShimRxe(t *testing.T) {
 }
 
 // newShimRxeRig skips unless the rdma_rxe interop tests can run, and
-// returns a rig with an rdma_rxe peer and a sroce daemon for programs
-// through the shim, closed (its daemon's log shown on failure) when the
-// test ends.
+// returns the package's rig (sharedInteropRig), whose rdma_rxe peer is
+// the shared guest rxe-a and which has a sroce daemon for programs through
+// the shim (its log shown when t fails).
 func newShimRxeRig(ctx context.Context, t *testing.T) *interop.Rig {
 	t.Helper()
 	if testing.Short() {
@@ -182,16 +182,7 @@ func newShimRxeRig(ctx context.Context, t *testing.T) *interop.Rig {
 	}
 	needCMTools(t)
 	rxeguest.Skip(t)
-	rig, err := interop.NewRig(ctx, interop.RigConfig{Bin: buildSroce(t), Env: sroceEnv("xdp"), Logf: t.Logf, Shim: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the sroce daemon's log:\n%s", rig.ShimDaemonLog())
-		}
-		rig.Close()
-	})
+	rig := sharedInteropRig(t)
 	t.Logf("peer: %s", rig.Describe())
 	return rig
 }

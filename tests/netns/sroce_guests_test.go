@@ -13,12 +13,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,59 +23,13 @@ import (
 	"github.com/sroce/sroce/internal/rxeguest"
 )
 
-// buildStaticSroce builds cmd/sroce without cgo into dir, for guests whose
-// libraries are not the host's.
-func buildStaticSroce(t testing.TB, dir string) {
+// bootSroceGuests returns the shared guests (sharedGuests: rxe-a at
+// 192.0.2.1 and rxe-b at .2 on one LAN, reset for t), their LAN and the
+// host directory they mount, with a static sroce in it (sharedShare).
+func bootSroceGuests(t testing.TB) (lan *rxeguest.LAN, a, b *rxeguest.Guest, share string) {
 	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot find the source directory")
-	}
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "sroce"), "./cmd/sroce")
-	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building a static sroce: %v\n%s", err, out)
-	}
-}
-
-// bootSroceGuests builds a static sroce into a share, boots two guests of
-// the rxe image on one LAN with it (192.0.2.1 and .2) and returns the LAN,
-// the guests and the share's host directory. Everything is released when the test ends.
-func bootSroceGuests(t testing.TB, ctx context.Context, nameA, nameB string) (lan *rxeguest.LAN, a, b *rxeguest.Guest, share string) {
-	t.Helper()
-	share = t.TempDir()
-	if err := os.Chmod(share, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	buildStaticSroce(t, share)
-	img, err := rxeguest.ImageOptions{Logf: t.Logf}.Ensure(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lan, err = rxeguest.NewLAN(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lan.Close() })
-	var guests [2]*rxeguest.Guest
-	var errs [2]error
-	var wg sync.WaitGroup
-	for i, name := range []string{nameA, nameB} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			guests[i], errs[i] = lan.Boot(ctx, img, rxeguest.Config{Name: name,
-				IP: netip.MustParsePrefix(fmt.Sprintf("192.0.2.%d/24", i+1)), Share: share})
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return lan, guests[0], guests[1], share
+	lan, a, b = sharedGuests(t)
+	return lan, a, b, sharedShare(t)
 }
 
 // guestSroceSlowdown is how many times slower than rxe's tool between the
@@ -99,7 +50,7 @@ func TestSroceInGuests(t *testing.T) {
 	rxeguest.Skip(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	lan, a, b, _ := bootSroceGuests(t, ctx, "sroce-a", "sroce-b")
+	lan, a, b, _ := bootSroceGuests(t)
 	sroce := "SROCE_LINK=xdp SROCE_STALL_TIMEOUT=60s " + rxeguest.SharePath + "/sroce"
 
 	for _, c := range []struct{ name, real, args string }{

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,24 +17,6 @@ import (
 	"github.com/sroce/sroce/internal/testpair"
 	"github.com/sroce/sroce/interop"
 )
-
-// buildSroce builds cmd/sroce into a temporary directory of t and returns
-// the binary's path.
-func buildSroce(t testing.TB) string {
-	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot find the source directory")
-	}
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	bin := filepath.Join(t.TempDir(), "sroce")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/sroce")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building sroce: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // toolOutcome is how one side of a tool pair ended.
 type toolOutcome = interop.Outcome

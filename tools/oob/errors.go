@@ -38,20 +38,38 @@ var (
 type ExchangeError struct {
 	Kind    error         // one of the sentinel errors above
 	Step    string        // what was being exchanged, e.g. "address message"
-	Timeout time.Duration // for ErrTimeout: the limit that expired
-	Detail  string        // extra explanation (malformed content, version)
-	Err     error         // underlying I/O error, if any
+	Timeout time.Duration // for ErrTimeout: the step's limit
+	// Waited is, for ErrTimeout, how long the step had waited when it
+	// failed: its limit when the limit expired, less when the kernel gave
+	// up on the connection first (ETIMEDOUT: the peer's host stopped
+	// acknowledging what was sent). Zero: the limit.
+	Waited time.Duration
+	Detail string // extra explanation (malformed content, version)
+	Err    error  // underlying I/O error, if any
 }
 
 // Error returns the one-sentence description.
 func (e *ExchangeError) Error() string {
 	switch e.Kind {
 	case ErrTimeout:
-		s := fmt.Sprintf("exchange timed out after %v", e.Timeout)
+		waited := e.Timeout
+		early := errors.Is(e.Err, syscall.ETIMEDOUT) || (e.Waited > 0 && e.Waited < e.Timeout)
+		if early {
+			waited = e.Waited
+		}
+		s := fmt.Sprintf("exchange timed out after %v", waited)
 		if e.Step == "connection" {
 			s += " waiting for a client to connect"
 		} else if e.Step != "" {
 			s += " waiting for the peer's " + e.Step
+		}
+		if early {
+			// Not the step's limit: say who gave up, and what the limit was.
+			d := e.Detail
+			if d == "" {
+				d = "the connection failed"
+			}
+			s += fmt.Sprintf(": %s, before the step's limit of %v", d, e.Timeout)
 		}
 		return s
 	case ErrPeerClosed:
@@ -93,15 +111,23 @@ func malformed(step, format string, args ...any) error {
 	return &ExchangeError{Kind: ErrMalformed, Step: step, Detail: fmt.Sprintf(format, args...)}
 }
 
-// ioError classifies an error from reading or writing step: a deadline
-// becomes ErrTimeout (reporting limit), a closed or reset connection
-// ErrPeerClosed, a cancelled context the context's error.
-func ioError(ctx context.Context, step string, limit time.Duration, err error) error {
+// ioError classifies an error from reading or writing step, which had
+// waited for waited of its limit: a deadline becomes ErrTimeout (reporting
+// limit), the kernel's ETIMEDOUT an ErrTimeout that says the connection
+// timed out after waited, a closed or reset connection ErrPeerClosed, a
+// cancelled context the context's error.
+func ioError(ctx context.Context, step string, limit, waited time.Duration, err error) error {
 	if err == nil {
 		return nil
 	}
 	if ctx != nil && ctx.Err() != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 		return fmt.Errorf("exchanging the %s: %w", step, context.Cause(ctx))
+	}
+	if errors.Is(err, syscall.ETIMEDOUT) {
+		// TCP gave up on the peer before the step's deadline: its
+		// retransmissions (or keepalive probes) went unacknowledged.
+		return &ExchangeError{Kind: ErrTimeout, Step: step, Timeout: limit, Waited: roundLimit(waited),
+			Detail: "the connection timed out: the peer's host acknowledged nothing TCP sent it", Err: err}
 	}
 	var ne net.Error
 	if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {

@@ -187,17 +187,18 @@ func (c *Conn) keySize() int {
 // uses it to pass each QP's keys and, with QP 0's message, as a barrier
 // ("sync") between phases of a test.
 func (c *Conn) ExchangeKeys(ctx context.Context, local KeyMsg) (KeyMsg, error) {
-	return c.exchangeKeys(ctx, c.Timeouts.step(), local)
+	return c.exchangeKeys(ctx, "key message", c.Timeouts.step(), local)
 }
 
 // SyncAfterRun is ExchangeKeys for a barrier that the peer reaches only
 // after running its test; it waits up to Timeouts.PeerRun.
 func (c *Conn) SyncAfterRun(ctx context.Context, local KeyMsg) (KeyMsg, error) {
-	return c.exchangeKeys(ctx, c.Timeouts.peerRun(), local)
+	return c.exchangeKeys(ctx, "key message after its run", c.Timeouts.peerRun(), local)
 }
 
-// exchangeKeys swaps one key message within limit.
-func (c *Conn) exchangeKeys(ctx context.Context, limit time.Duration, local KeyMsg) (KeyMsg, error) {
+// exchangeKeys swaps one key message within limit; step names it in
+// errors.
+func (c *Conn) exchangeKeys(ctx context.Context, step string, limit time.Duration, local KeyMsg) (KeyMsg, error) {
 	var out []byte
 	var err error
 	if c.RDMACM {
@@ -206,7 +207,7 @@ func (c *Conn) exchangeKeys(ctx context.Context, limit time.Duration, local KeyM
 		return KeyMsg{}, err
 	}
 	in := make([]byte, c.keySize())
-	if err := c.swap(ctx, "key message", limit, out, in); err != nil {
+	if err := c.swap(ctx, step, limit, out, in); err != nil {
 		return KeyMsg{}, err
 	}
 	var k KeyMsg
@@ -246,7 +247,7 @@ func (c *Conn) ExchangeReports(ctx context.Context, local BWReport, perPort bool
 // peer's with a short limit only so that closing does not reset the
 // connection while it is still in flight, and ignores what happens to it.
 func (c *Conn) Finish(ctx context.Context, local KeyMsg) error {
-	if _, err := c.SyncAfterRun(ctx, local); err != nil {
+	if _, err := c.exchangeKeys(ctx, "key message of the closing handshake", c.Timeouts.peerRun(), local); err != nil {
 		c.nc.Close()
 		return err
 	}

@@ -30,8 +30,8 @@ type Timeouts struct {
 	Step time.Duration
 	// PeerRun bounds the waits during which the peer is running its test
 	// (a perftest server waiting for the client's results, the final
-	// handshake after a run). Besides this limit, TCP keepalive notices a
-	// peer host that vanished within about 20 seconds.
+	// handshake after a run). Nothing else ends these waits sooner: the
+	// connection has no TCP keepalive (see noKeepAlive).
 	PeerRun time.Duration
 	// Accept bounds a server's wait for its client (AcceptPerftest,
 	// ServePingpong); zero waits until the context is done, as the
@@ -60,9 +60,16 @@ func orDefault(d, def time.Duration) time.Duration {
 	return def
 }
 
-// keepAlive makes a dead peer host show up as an error within about 20s
-// instead of a read that blocks until the step limit.
-var keepAlive = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 5 * time.Second, Count: 3}
+// noKeepAlive turns TCP keepalive off, as the reference tools leave it:
+// the step limits alone bound every wait. With keepalive, the kernel
+// reset a connection whose peer host stayed silent for a few probes
+// (an emulated guest starved of its processor, or whose NIC hung and was
+// reset, while the tools ran their test), long before the limit of the
+// wait across the peer's run; the peer, alive again, then failed to read
+// the closing handshake ("ethernet_read_keys: Couldn't read remote
+// address"). A peer host that vanished shows up when the step's limit
+// expires.
+const noKeepAlive = -1
 
 // Dial connects to addr ("host:port") over TCP like the reference tools'
 // clients do (any address family getaddrinfo returns), bounded by limit
@@ -71,7 +78,7 @@ func Dial(ctx context.Context, addr string, limit time.Duration) (net.Conn, erro
 	if limit <= 0 {
 		limit = DefaultConnectTimeout
 	}
-	d := net.Dialer{Timeout: limit, KeepAliveConfig: keepAlive}
+	d := net.Dialer{Timeout: limit, KeepAlive: noKeepAlive}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -99,7 +106,7 @@ func shortNetError(err error) string {
 // of both families; the reference servers accept IPv4 and, for the
 // pingpong tools, IPv6 clients).
 func Listen(ctx context.Context, addr string) (net.Listener, error) {
-	lc := net.ListenConfig{KeepAliveConfig: keepAlive}
+	lc := net.ListenConfig{KeepAlive: noKeepAlive}
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("could not listen on %s: %s", addr, shortNetError(err))
@@ -130,7 +137,7 @@ func AcceptOne(ctx context.Context, ln net.Listener) (net.Conn, error) {
 		return nil, fmt.Errorf("waiting for a client: %w", err)
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
-		tc.SetKeepAliveConfig(keepAlive)
+		tc.SetKeepAlive(false) // ln may not be Listen's
 	}
 	return nc, nil
 }
@@ -148,18 +155,19 @@ func (s *stepper) do(ctx context.Context, step string, limit time.Duration, fn f
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("exchanging the %s: %w", step, context.Cause(ctx))
 	}
-	deadline := time.Now().Add(limit)
+	start := time.Now()
+	deadline := start.Add(limit)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 		limit = roundLimit(time.Until(d))
 	}
 	if err := s.nc.SetDeadline(deadline); err != nil {
-		return ioError(ctx, step, limit, err)
+		return ioError(ctx, step, limit, time.Since(start), err)
 	}
 	stop := context.AfterFunc(ctx, func() { s.nc.SetDeadline(time.Unix(1, 0)) })
 	err := fn()
 	stop()
-	return ioError(ctx, step, limit, err)
+	return ioError(ctx, step, limit, time.Since(start), err)
 }
 
 // roundLimit makes a limit derived from a context deadline readable.
