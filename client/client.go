@@ -98,7 +98,7 @@ func (c *conn) call(op ctl.Op, body []byte, fds []int) ([]byte, []int, error) {
 	h, rb, err := ctl.Parse(c.buf[:n])
 	if err != nil || h.Op != op || h.Seq != c.seq {
 		closeAll(rfds)
-		return nil, nil, fmt.Errorf("sroce daemon: bad reply to %s: %v", op, err)
+		return nil, nil, fmt.Errorf("sroce daemon: bad reply to %s: %w", op, err)
 	}
 	if h.Err != 0 {
 		closeAll(rfds)
@@ -472,7 +472,7 @@ func (cq *CQ) mapReply(op ctl.Op, req []byte) error {
 	r, err := reply[ctl.CQ](b, op)
 	if err != nil || len(fds) != 1 {
 		closeAll(fds)
-		return fmt.Errorf("sroce daemon: bad %s reply (%v)", op, err)
+		return fmt.Errorf("sroce daemon: bad %s reply (%w)", op, err)
 	}
 	mem, err := unix.Mmap(fds[0], 0, int(r.MemSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	unix.Close(fds[0])
@@ -643,7 +643,7 @@ func (p *PD) CreateQP(attr *QPInitAttr) (*QP, error) {
 	r, err := reply[ctl.QP](b, ctl.OpCreateQP)
 	if err != nil || len(fds) != 1 {
 		closeAll(fds)
-		return nil, fmt.Errorf("sroce daemon: bad CREATE_QP reply (%v)", err)
+		return nil, fmt.Errorf("sroce daemon: bad CREATE_QP reply (%w)", err)
 	}
 	q := &QP{x: p.x, h: r.Handle, qpn: bth.QPN(r.QPN), Cap: r.Cap, typ: typ, bell: r.Bell}
 	q.mem, err = unix.Mmap(fds[0], 0, int(r.MemSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
@@ -918,7 +918,7 @@ func queryStats(c *conn, name string) (*ctl.Stats, error) {
 	}
 	st := &ctl.Stats{}
 	if err := json.Unmarshal(b, st); err != nil {
-		return nil, fmt.Errorf("sroce daemon: unreadable QUERY_STATS reply: %v", err)
+		return nil, fmt.Errorf("sroce daemon: unreadable QUERY_STATS reply: %w", err)
 	}
 	return st, nil
 }

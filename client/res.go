@@ -27,7 +27,7 @@ func Resources(socket string, kind ctl.ResKind) ([]json.RawMessage, error) {
 		}
 		var p ctl.ResPage
 		if err := json.Unmarshal(b, &p); err != nil {
-			return nil, fmt.Errorf("sroce daemon: unreadable QUERY_RES reply: %v", err)
+			return nil, fmt.Errorf("sroce daemon: unreadable QUERY_RES reply: %w", err)
 		}
 		for _, it := range p.Items {
 			out = append(out, json.RawMessage(it))

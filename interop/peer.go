@@ -130,7 +130,7 @@ const hostActiveLimit = 15 * time.Second
 // bridge at addr and creates an rxe device on it.
 func newHostPeer(ctx context.Context, lan *rxeguest.LAN, addr netip.Prefix) (*hostPeer, error) {
 	if out, err := exec.CommandContext(ctx, "modprobe", "rdma_rxe").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("loading rdma_rxe: %v: %s", err, bytes.TrimSpace(out))
+		return nil, fmt.Errorf("loading rdma_rxe: %w: %s", err, bytes.TrimSpace(out))
 	}
 	h, err := lan.AddHost(ctx, rxeguest.HostConfig{IP: addr})
 	if err != nil {

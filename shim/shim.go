@@ -231,7 +231,7 @@ func Compile(ctx context.Context, dir string) (string, error) {
 			return printed.String(), fmt.Errorf("compiling sroce's %s with %s took longer than %v", l.name, cc, BuildTimeout)
 		}
 		if err != nil {
-			return printed.String(), fmt.Errorf("compiling sroce's %s with %s failed (%v):\n%s", l.name, cc, err, out)
+			return printed.String(), fmt.Errorf("compiling sroce's %s with %s failed (%w):\n%s", l.name, cc, err, out)
 		}
 	}
 	return printed.String(), nil

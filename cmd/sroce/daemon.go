@@ -166,7 +166,7 @@ func runDaemon(e *env, args []string) int {
 	}{{"limit-user", &limUser}, {"limit-total", &limTotal}} {
 		if v, ok := cfg.vals[l.key]; ok {
 			if err := l.b.Set(v); err != nil && numErr == nil {
-				numErr = fmt.Errorf("%s: %s: %v", cfgPath, l.key, err)
+				numErr = fmt.Errorf("%s: %s: %w", cfgPath, l.key, err)
 			}
 		}
 	}

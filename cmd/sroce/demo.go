@@ -392,7 +392,7 @@ func demo(e *env, cfg *demoConfig) (err error) {
 		tracesock.Serve(p.Device())
 		if cfg.loss > 0 {
 			if err := p.Device().SetImpairment(roce.Impairment{Loss: cfg.loss, Seed: cfg.seed}); err != nil {
-				return fmt.Errorf("cannot impair %s: %v", p.Device().Name(), err)
+				return fmt.Errorf("cannot impair %s: %w", p.Device().Name(), err)
 			}
 			cfg.seed++ // the other side loses other frames
 		}
@@ -493,7 +493,7 @@ func (n *demoNet) openNamespaces(cfg *demoConfig) error {
 	}
 	pair, err := nsutil.NewPair(pc)
 	if err != nil {
-		return fmt.Errorf("cannot create the network namespaces: %v", err)
+		return fmt.Errorf("cannot create the network namespaces: %w", err)
 	}
 	n.pair = pair
 	nss := [2]*nsutil.Namespace{pair.A, pair.B}
@@ -505,7 +505,7 @@ func (n *demoNet) openNamespaces(cfg *demoConfig) error {
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("cannot open the sroce device in namespace %s: %v", nss[i].Name(), err)
+			return fmt.Errorf("cannot open the sroce device in namespace %s: %w", nss[i].Name(), err)
 		}
 		n.ports[i] = p
 		n.where[i] = nss[i].Name()
@@ -520,7 +520,7 @@ func (n *demoNet) openLoopback(cfg *demoConfig) error {
 	for i, a := range n.addrs {
 		p, err := iface.Open(context.Background(), "lo", iface.Options{Mode: iface.ModeUDP, Addr: a, Tap: n.taps[i].tap})
 		if err != nil {
-			return fmt.Errorf("cannot open the sroce device on lo (%v): %v", a, err)
+			return fmt.Errorf("cannot open the sroce device on lo (%v): %w", a, err)
 		}
 		n.ports[i] = p
 	}
@@ -582,7 +582,7 @@ func newDemoSide(name string, p *iface.Port, cfg *demoConfig) (*demoSide, error)
 	dev := p.Device()
 	s := &demoSide{name: name, port: p, size: cfg.size}
 	fail := func(what string, err error) (*demoSide, error) {
-		return nil, fmt.Errorf("%s: cannot %s: %v", name, what, err)
+		return nil, fmt.Errorf("%s: cannot %s: %w", name, what, err)
 	}
 	var err error
 	if s.pd, err = dev.AllocPD(); err != nil {
@@ -634,14 +634,14 @@ func (s *demoSide) connect(ctx context.Context, peer *demoSide, cfg *demoConfig)
 	defer cancel()
 	ah, err := s.port.AHAttr(actx, peer.gid, s.gidIdx)
 	if err != nil {
-		return fmt.Errorf("%s cannot address %s: %v", s.name, peer.name, err)
+		return fmt.Errorf("%s cannot address %s: %w", s.name, peer.name, err)
 	}
 	c := roce.ConnectAttr{Access: mr.AccessRemoteWrite | mr.AccessRemoteRead | mr.AccessRemoteAtomic,
 		AH: ah, PathMTU: min(s.mtu, peer.mtu), DestQPN: peer.qp.QPN(), RQPSN: peer.psn,
 		MaxDestRdAtomic: 16, MinRNRTimer: 12,
 		SQPSN: s.psn, Timeout: 12, RetryCnt: retry, RNRRetry: 7, MaxRdAtomic: 16}
 	if err := s.qp.Connect(&c); err != nil {
-		return fmt.Errorf("%s: %v", s.name, err)
+		return fmt.Errorf("%s: %w", s.name, err)
 	}
 	return nil
 }
@@ -686,11 +686,11 @@ func (r *demoRunner) wait(s *demoSide, cq *roce.CQ, want verbs.WCOpcode) (verbs.
 		for _, p := range []*iface.Port{r.a.port, r.b.port} {
 			select {
 			case <-p.Lost():
-				return wc[0], fmt.Errorf("%s: %v", p.Device().Name(), p.Err())
+				return wc[0], fmt.Errorf("%s: %w", p.Device().Name(), p.Err())
 			default:
 			}
 			if err := p.DownErr(); err != nil {
-				return wc[0], fmt.Errorf("%s: %v", p.Device().Name(), err)
+				return wc[0], fmt.Errorf("%s: %w", p.Device().Name(), err)
 			}
 		}
 		if ctx.Err() != nil {
@@ -698,7 +698,7 @@ func (r *demoRunner) wait(s *demoSide, cq *roce.CQ, want verbs.WCOpcode) (verbs.
 			return wc[0], fmt.Errorf("%s got no completion within %v (%d packets retransmitted so far); the peer is not answering", s.name, r.cfg.timeout, retr)
 		}
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return wc[0], fmt.Errorf("%s: %v", s.name, err)
+			return wc[0], fmt.Errorf("%s: %w", s.name, err)
 		}
 	}
 	c := wc[0]
@@ -729,12 +729,12 @@ func (r *demoRunner) send() (demoResult, error) {
 	for i := 0; i < r.cfg.iters; i++ {
 		clear(b.msg())
 		if err := b.qp.PostRecv(&verbs.RecvWR{WRID: uint64(i), SGL: []mr.SGE{b.mr.SGE(0, b.size)}}); err != nil {
-			return demoResult{}, fmt.Errorf("B cannot post a receive: %v", err)
+			return demoResult{}, fmt.Errorf("B cannot post a receive: %w", err)
 		}
 		fill(a.msg(), 'S', i)
 		if err := a.qp.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpSend, Flags: verbs.Signaled,
 			SGL: []mr.SGE{a.mr.SGE(0, a.size)}}); err != nil {
-			return demoResult{}, fmt.Errorf("A cannot post: %v", err)
+			return demoResult{}, fmt.Errorf("A cannot post: %w", err)
 		}
 		if _, err := r.wait(a, a.scq, verbs.WCSend); err != nil {
 			return demoResult{}, err
@@ -757,7 +757,7 @@ func (r *demoRunner) write() (demoResult, error) {
 		fill(a.msg(), 'W', i)
 		if err := a.qp.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWrite, Flags: verbs.Signaled,
 			SGL: []mr.SGE{a.mr.SGE(0, a.size)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
-			return demoResult{}, fmt.Errorf("A cannot post: %v", err)
+			return demoResult{}, fmt.Errorf("A cannot post: %w", err)
 		}
 		if _, err := r.wait(a, a.scq, verbs.WCRDMAWrite); err != nil {
 			return demoResult{}, err
@@ -774,13 +774,13 @@ func (r *demoRunner) writeImm() (demoResult, error) {
 	for i := 0; i < r.cfg.iters; i++ {
 		clear(b.msg())
 		if err := b.qp.PostRecv(&verbs.RecvWR{WRID: uint64(i)}); err != nil {
-			return demoResult{}, fmt.Errorf("B cannot post a receive: %v", err)
+			return demoResult{}, fmt.Errorf("B cannot post a receive: %w", err)
 		}
 		fill(a.msg(), 'I', i)
 		imm := 0x5e000000 | uint32(i)
 		if err := a.qp.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMAWriteWithImm, Flags: verbs.Signaled,
 			SGL: []mr.SGE{a.mr.SGE(0, a.size)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(), Imm: imm}); err != nil {
-			return demoResult{}, fmt.Errorf("A cannot post: %v", err)
+			return demoResult{}, fmt.Errorf("A cannot post: %w", err)
 		}
 		if _, err := r.wait(a, a.scq, verbs.WCRDMAWrite); err != nil {
 			return demoResult{}, err
@@ -803,7 +803,7 @@ func (r *demoRunner) read() (demoResult, error) {
 		fill(b.read(), 'R', i)
 		if err := a.qp.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: verbs.WROpRDMARead, Flags: verbs.Signaled,
 			SGL: []mr.SGE{a.mr.SGE(0, a.size)}, RemoteAddr: b.mr.Addr() + uint64(b.size), RKey: b.mr.RKey()}); err != nil {
-			return demoResult{}, fmt.Errorf("A cannot post: %v", err)
+			return demoResult{}, fmt.Errorf("A cannot post: %w", err)
 		}
 		if _, err := r.wait(a, a.scq, verbs.WCRDMARead); err != nil {
 			return demoResult{}, err
@@ -823,7 +823,7 @@ func (r *demoRunner) atomic(op verbs.WROpcode, want verbs.WCOpcode, cmpAdd, swap
 	if err := a.qp.PostSend(&verbs.SendWR{WRID: uint64(i), Opcode: op, Flags: verbs.Signaled,
 		SGL: []mr.SGE{a.mr.SGE(a.atomic, 8)}, RemoteAddr: b.mr.Addr() + uint64(b.atomic), RKey: b.mr.RKey(),
 		CompareAdd: cmpAdd, Swap: swap}); err != nil {
-		return 0, fmt.Errorf("A cannot post: %v", err)
+		return 0, fmt.Errorf("A cannot post: %w", err)
 	}
 	if _, err := r.wait(a, a.scq, want); err != nil {
 		return 0, err
@@ -899,7 +899,7 @@ func (r *demoRunner) writeBurst() error {
 	}
 	start := time.Now()
 	if k, err := a.qp.PostSendList(wrs); err != nil {
-		return fmt.Errorf("A could post only %d of %d WRITEs: %v", k, n, err)
+		return fmt.Errorf("A could post only %d of %d WRITEs: %w", k, n, err)
 	}
 	for i := 0; i < signaled; i++ {
 		if _, err := r.wait(a, a.scq, verbs.WCRDMAWrite); err != nil {

@@ -98,7 +98,7 @@ func runDevinfo(e *env, args []string) int {
 func listInterfaces(w io.Writer) error {
 	h, err := netif.NewHandle()
 	if err != nil {
-		return fmt.Errorf("cannot read the network interfaces: %v", err)
+		return fmt.Errorf("cannot read the network interfaces: %w", err)
 	}
 	defer h.Close()
 	ifs, err := netInterfaces()
@@ -253,7 +253,7 @@ func kv(b *strings.Builder, indent, col int, key, val string) {
 func netInterfaces() ([]string, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {
-		return nil, fmt.Errorf("cannot list the network interfaces: %v", err)
+		return nil, fmt.Errorf("cannot list the network interfaces: %w", err)
 	}
 	names := make([]string, 0, len(ifs))
 	for _, ifc := range ifs {

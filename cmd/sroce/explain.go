@@ -44,7 +44,7 @@ func newExplainer(w io.Writer, devs [2]*roce.Device) (*explainer, error) {
 	for i, d := range devs {
 		s, err := d.Subscribe(&roce.TraceOptions{Events: 1 << 16, Bytes: 64 << 20})
 		if err != nil {
-			return nil, fmt.Errorf("cannot follow %s's engine: %v", x.sides[i], err)
+			return nil, fmt.Errorf("cannot follow %s's engine: %w", x.sides[i], err)
 		}
 		x.subs[i] = s
 	}

@@ -128,7 +128,7 @@ func resSummary(items []json.RawMessage, socket string) ([]resRow, error) {
 	for _, it := range items {
 		var c ctl.ResClient
 		if err := json.Unmarshal(it, &c); err != nil {
-			return nil, fmt.Errorf("unreadable reply: %v", err)
+			return nil, fmt.Errorf("unreadable reply: %w", err)
 		}
 		if c.Dev == "" {
 			continue // a connection that opened no device (CM only, or a query)
@@ -198,7 +198,7 @@ func decode[T any](items []json.RawMessage, row func(T) [][2]string) ([]resRow, 
 	for _, it := range items {
 		var v T
 		if err := json.Unmarshal(it, &v); err != nil {
-			return nil, fmt.Errorf("unreadable reply: %v", err)
+			return nil, fmt.Errorf("unreadable reply: %w", err)
 		}
 		rows = append(rows, resRow{pairs: row(v), obj: v})
 	}

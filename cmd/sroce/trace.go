@@ -175,7 +175,7 @@ func runTrace(e *env, args []string) int {
 					comment = "sroce: " + trace.Comment(&entry)
 				}
 				if err := pw.WriteFrame(wall, ev.Frame, ev.FrameLen, dir, comment); err != nil {
-					failed = fmt.Errorf("writing the capture: %v", err)
+					failed = fmt.Errorf("writing the capture: %w", err)
 				}
 			}
 		case roce.TraceLost:
@@ -206,7 +206,7 @@ func runTrace(e *env, args []string) int {
 	werr := out.Flush()
 	if pw != nil {
 		if err := pw.Flush(); err != nil && failed == nil {
-			failed = fmt.Errorf("writing the capture: %v", err)
+			failed = fmt.Errorf("writing the capture: %w", err)
 		}
 	}
 	if failed != nil {

@@ -91,7 +91,7 @@ func build(ctx context.Context, o options) (string, error) {
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/sroce: %v\n%s", err, b)
+		return "", fmt.Errorf("go build ./cmd/sroce: %w\n%s", err, b)
 	}
 	bi, err := buildinfo.ReadFile(bin)
 	if err != nil {
@@ -253,7 +253,7 @@ func helpText(ctx context.Context, bin string, args ...string) (string, error) {
 		text = e.String()
 	}
 	if strings.TrimSpace(text) == "" {
-		return "", fmt.Errorf("printed nothing (%v)", err)
+		return "", fmt.Errorf("printed nothing (%w)", err)
 	}
 	return text, nil
 }

@@ -51,7 +51,7 @@ func Dial(socket string) (*Conn, error) {
 	uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: socket, Net: "unixpacket"})
 	if err != nil {
 		if errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.ENOENT) {
-			return nil, fmt.Errorf("%w: %v", ErrGone, err)
+			return nil, fmt.Errorf("%w: %w", ErrGone, err)
 		}
 		return nil, err
 	}

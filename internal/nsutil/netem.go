@@ -82,7 +82,7 @@ func (ns *Namespace) SetNetem(ctx context.Context, ifname string, n Netem) error
 	out, err := ns.Exec(ctx, args...)
 	if err != nil {
 		if strings.Contains(string(out), "qdisc kind is unknown") {
-			return fmt.Errorf("%w: %v", ErrNoNetem, err)
+			return fmt.Errorf("%w: %w", ErrNoNetem, err)
 		}
 		return err
 	}

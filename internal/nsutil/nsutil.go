@@ -105,7 +105,7 @@ const (
 func Available() error {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		return fmt.Errorf("%w: cannot read capabilities: %v", ErrNotPermitted, err)
+		return fmt.Errorf("%w: cannot read capabilities: %w", ErrNotPermitted, err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		hex, ok := strings.CutPrefix(line, "CapEff:")

@@ -86,7 +86,7 @@ func StartCapture(ctx context.Context, ns *Netns, ifname, path, filter string) (
 	case <-c.done:
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return nil, fmt.Errorf("tcpdump exited: %v: %s", c.err, strings.TrimSpace(c.stderr.String()))
+		return nil, fmt.Errorf("tcpdump exited: %w: %s", c.err, strings.TrimSpace(c.stderr.String()))
 	case <-ctx.Done():
 		c.Stop()
 		return nil, ctx.Err()

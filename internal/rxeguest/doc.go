@@ -90,7 +90,7 @@ func Available() error {
 			strings.Join(missing, ", "))
 	}
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		return fmt.Errorf("rxe guests need /dev/net/tun: %v", err)
+		return fmt.Errorf("rxe guests need /dev/net/tun: %w", err)
 	}
 	return nil
 }

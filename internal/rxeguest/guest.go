@@ -302,7 +302,7 @@ func (g *Guest) Pause(d time.Duration) error {
 	}
 	select {
 	case <-g.exited:
-		return fmt.Errorf("rxeguest: qemu exited: %v", g.exitErr)
+		return fmt.Errorf("rxeguest: qemu exited: %w", g.exitErr)
 	default:
 	}
 	pgid := g.cmd.Process.Pid
@@ -371,7 +371,7 @@ func (g *Guest) dialPort(ctx context.Context, i int) (*port, error) {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("connecting to agent port %d: %w", i, ctx.Err())
 		case <-g.exited:
-			return nil, fmt.Errorf("qemu exited: %v", g.exitErr)
+			return nil, fmt.Errorf("qemu exited: %w", g.exitErr)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -427,7 +427,7 @@ func (g *Guest) Run(ctx context.Context, script string) (Result, error) {
 	case <-g.closed:
 		return Result{}, errors.New("rxeguest: guest closed")
 	case <-g.exited:
-		return Result{}, fmt.Errorf("rxeguest: qemu exited: %v", g.exitErr)
+		return Result{}, fmt.Errorf("rxeguest: qemu exited: %w", g.exitErr)
 	}
 	id := fmt.Sprintf("r%d", g.nextID.Add(1))
 	ch := make(chan Result, 1)
@@ -446,9 +446,9 @@ func (g *Guest) Run(ctx context.Context, script string) (Result, error) {
 		g.free <- p
 		return res, nil
 	case <-p.dead:
-		return Result{}, fmt.Errorf("rxeguest: agent connection lost: %v", p.err)
+		return Result{}, fmt.Errorf("rxeguest: agent connection lost: %w", p.err)
 	case <-g.exited:
-		return Result{}, fmt.Errorf("rxeguest: qemu exited: %v", g.exitErr)
+		return Result{}, fmt.Errorf("rxeguest: qemu exited: %w", g.exitErr)
 	case <-ctx.Done():
 		// Kill the script's process group through another port and wait
 		// (a little) for the agent to report it, so the command is gone

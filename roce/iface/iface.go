@@ -426,7 +426,7 @@ func (p *Port) loop(ctx context.Context) {
 	defer close(p.loopDone)
 	err := p.dev.Run(ctx)
 	if err != nil && ctx.Err() == nil {
-		p.lose(fmt.Errorf("the %s link of %s failed: %v", p.linkMode, p.ifname, err))
+		p.lose(fmt.Errorf("the %s link of %s failed: %w", p.linkMode, p.ifname, err))
 	}
 }
 

@@ -176,7 +176,7 @@ func (p *Port) openLinks(ifc *netif.Interface, mode Mode, opts *Options) error {
 			return nil
 		}
 		if failed != nil {
-			return fmt.Errorf("%v; and %s failed too: %w", failed, k.Title, err)
+			return fmt.Errorf("%w; and %s failed too: %w", failed, k.Title, err)
 		}
 		if opts.StrictAuto && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EACCES) && i < len(kinds)-1 {
 			next := kinds[i+1]

@@ -417,7 +417,7 @@ func List() ([]Candidate, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cannot read the trace socket directory: %v", err)
+		return nil, fmt.Errorf("cannot read the trace socket directory: %w", err)
 	}
 	var out []Candidate
 	for _, e := range ents {
@@ -541,7 +541,7 @@ func (cl *Client) record() (byte, []byte, error) {
 	}
 	b := cl.buf[:n]
 	if _, err := io.ReadFull(cl.r, b); err != nil {
-		return 0, nil, fmt.Errorf("the trace stream was cut in a record: %v", err)
+		return 0, nil, fmt.Errorf("the trace stream was cut in a record: %w", err)
 	}
 	return b[0], b[1:], nil
 }

@@ -120,7 +120,7 @@ func DefaultInterface(ctx context.Context, peer string) (string, error) {
 	}
 	ifs, err := net.Interfaces()
 	if err != nil {
-		return "", fmt.Errorf("cannot list the network interfaces: %v", err)
+		return "", fmt.Errorf("cannot list the network interfaces: %w", err)
 	}
 	for _, ifc := range ifs {
 		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
@@ -138,7 +138,7 @@ func DefaultInterface(ctx context.Context, peer string) (string, error) {
 func LinkMode() (iface.Mode, error) {
 	mode, err := iface.ParseMode(os.Getenv(EnvLink))
 	if err != nil {
-		return mode, fmt.Errorf("%s: %v", EnvLink, err)
+		return mode, fmt.Errorf("%s: %w", EnvLink, err)
 	}
 	return mode, nil
 }
@@ -152,7 +152,7 @@ func Engine() (roce.EngineMode, error) {
 	}
 	m, err := roce.ParseEngineMode(v)
 	if err != nil {
-		return m, fmt.Errorf("%s: %v", EnvEngine, err)
+		return m, fmt.Errorf("%s: %w", EnvEngine, err)
 	}
 	return m, nil
 }

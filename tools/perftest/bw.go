@@ -407,7 +407,7 @@ func (pt *perftest) newRecvRing() (*recvRing, error) {
 	r.next = make([]int, p.NumQPs)
 	m, err := register(pt.h, pt.pd, p.NumQPs*r.nslots*r.slot, mr.AccessLocalWrite)
 	if err != nil {
-		return nil, fmt.Errorf("Couldn't allocate MR: %v", err)
+		return nil, fmt.Errorf("Couldn't allocate MR: %w", err)
 	}
 	r.mr = m
 	return r, nil
@@ -420,7 +420,7 @@ func (r *recvRing) postAll(size uint64) error {
 	for q := range r.pt.qps {
 		for j := 0; j < r.pt.p.RxDepth; j++ {
 			if err := r.post(q, r.next[q]); err != nil {
-				return fmt.Errorf("Couldn't post recv Qp = %d: counter=%d: %v", q, j, err)
+				return fmt.Errorf("Couldn't post recv Qp = %d: counter=%d: %w", q, j, err)
 			}
 			r.next[q] = (r.next[q] + 1) % r.nslots
 		}

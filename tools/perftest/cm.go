@@ -154,7 +154,7 @@ func (pt *perftest) dialCM(ctx context.Context, c *rdmacm.CM) (*cmLink, error) {
 			return l, nil
 		}
 		if time.Now().After(end) || ctx.Err() != nil {
-			return nil, fmt.Errorf("Couldn't connect to %v with RDMA CM: %v", dst, err)
+			return nil, fmt.Errorf("Couldn't connect to %v with RDMA CM: %w", dst, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -201,10 +201,10 @@ func (pt *perftest) acceptCM(ctx context.Context, c *rdmacm.CM, limit time.Durat
 	}
 	defer lid.Destroy() // perftest destroys its listener once connected
 	if err := lid.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(pt.p.Port))); err != nil {
-		return nil, fmt.Errorf(" rdma_bind_addr failed: %v", err)
+		return nil, fmt.Errorf(" rdma_bind_addr failed: %w", err)
 	}
 	if err := lid.Listen(1); err != nil {
-		return nil, fmt.Errorf("rdma_listen failed: %v", err)
+		return nil, fmt.Errorf("rdma_listen failed: %w", err)
 	}
 	if pt.full() {
 		pt.out(oob.WaitingBanner)
@@ -536,10 +536,10 @@ func (pt *perftest) connectDataCM(ctx context.Context, c *rdmacm.CM, l *cmLink) 
 		}
 		defer lid.Destroy()
 		if err := lid.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(pt.p.Port))); err != nil {
-			return fmt.Errorf(" rdma_bind_addr failed: %v", err)
+			return fmt.Errorf(" rdma_bind_addr failed: %w", err)
 		}
 		if err := lid.Listen(len(pt.qps)); err != nil {
-			return fmt.Errorf("rdma_listen failed: %v", err)
+			return fmt.Errorf("rdma_listen failed: %w", err)
 		}
 	}
 	if _, err := pt.conn.ExchangeKeys(ctx, oob.KeyMsg{}); err != nil {
@@ -566,7 +566,7 @@ func moveQP(id *rdmacm.ID, q rdma.QP) error {
 			err = q.Modify(&a, mask)
 		}
 		if err != nil {
-			return fmt.Errorf("Failed to modify QP %d to %v: %v", q.QPN(), st, err)
+			return fmt.Errorf("Failed to modify QP %d to %v: %w", q.QPN(), st, err)
 		}
 	}
 	return nil

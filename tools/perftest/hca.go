@@ -177,7 +177,7 @@ func newDaemonHCA(x *client.Context, socket, ifname string) (hca, error) {
 	}
 	if err != nil {
 		x.Close()
-		return nil, fmt.Errorf("querying %s of the sroce daemon at %s: %v", h.name, socket, err)
+		return nil, fmt.Errorf("querying %s of the sroce daemon at %s: %w", h.name, socket, err)
 	}
 	h.Device = rdma.DaemonContext(x)
 	h.rcvd0 = h.counters()["rcvd_pkts"]
@@ -203,7 +203,7 @@ func (h *daemonHCA) watch() {
 			h.gone.CompareAndSwap(nil, &err)
 			return
 		case err != nil:
-			err = fmt.Errorf("its connection failed (%v)", err)
+			err = fmt.Errorf("its connection failed (%w)", err)
 			h.gone.CompareAndSwap(nil, &err)
 			return
 		case verbs.EventType(ev.EventType) == verbs.EventDeviceFatal:

@@ -479,7 +479,7 @@ func (pt *perftest) setup() error {
 	pt.area = pt.roundCache(max(int(p.Size), pt.cycle))
 	var err error
 	if pt.pd, err = pt.h.AllocPD(); err != nil {
-		return fmt.Errorf("Couldn't allocate PD: %v", err)
+		return fmt.Errorf("Couldn't allocate PD: %w", err)
 	}
 	size := 2 * n * pt.area
 	if p.Conn == oob.UD {
@@ -495,7 +495,7 @@ func (pt *perftest) setup() error {
 		access |= mr.AccessRemoteAtomic
 	}
 	if pt.mr, err = register(pt.h, pt.pd, size, access); err != nil {
-		return fmt.Errorf("Couldn't allocate MR: %v", err)
+		return fmt.Errorf("Couldn't allocate MR: %w", err)
 	}
 	pt.buf = pt.mr.Buf()[:size]
 	txDepth, rxDepth := p.TxDepth, 0
@@ -508,7 +508,7 @@ func (pt *perftest) setup() error {
 	if pt.verb == oob.VerbAtomic {
 		slots := max(txDepth+p.PostList, 1)
 		if pt.res, err = register(pt.h, pt.pd, 8*slots*n, mr.AccessLocalWrite); err != nil {
-			return fmt.Errorf("Couldn't allocate MR: %v", err)
+			return fmt.Errorf("Couldn't allocate MR: %w", err)
 		}
 	}
 	if pt.cq, err = pt.newCompletions(n*(txDepth+p.PostList+rxDepth)+16, p.Events); err != nil {
@@ -526,7 +526,7 @@ func (pt *perftest) setup() error {
 			Cap: verbs.QPCap{MaxSendWR: uint32(txDepth + p.PostList), MaxRecvWR: uint32(max(rxDepth, 1)),
 				MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
-			return fmt.Errorf("Couldn't create QP: %v", err)
+			return fmt.Errorf("Couldn't create QP: %w", err)
 		}
 		attr := verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1}
 		mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
@@ -546,7 +546,7 @@ func (pt *perftest) setup() error {
 			mask |= verbs.AttrAccessFlags
 		}
 		if err := q.Modify(&attr, mask); err != nil {
-			return fmt.Errorf("Failed to modify QP to INIT: %v", err)
+			return fmt.Errorf("Failed to modify QP to INIT: %w", err)
 		}
 		pt.qps = append(pt.qps, q)
 		pt.watch = pt.qps[0]
@@ -588,9 +588,9 @@ func (pt *perftest) connect(ctx context.Context, remote []oob.KeyMsg) error {
 		if err := q.Connect(&c); err != nil {
 			var ce *roce.ConnectError
 			if errors.As(err, &ce) && ce.State == verbs.QPStateRTR {
-				return fmt.Errorf("Failed to modify QP %d to RTR: %v", q.QPN(), ce.Err)
+				return fmt.Errorf("Failed to modify QP %d to RTR: %w", q.QPN(), ce.Err)
 			} else if errors.As(err, &ce) {
-				return fmt.Errorf("Failed to modify QP to RTS: %v", ce.Err)
+				return fmt.Errorf("Failed to modify QP to RTS: %w", ce.Err)
 			}
 			return err
 		}
@@ -598,7 +598,7 @@ func (pt *perftest) connect(ctx context.Context, remote []oob.KeyMsg) error {
 			if p.Conn == oob.UD {
 				ah, err := pt.pd.CreateAH(&av)
 				if err != nil {
-					return fmt.Errorf("Failed to create AH: %v", err)
+					return fmt.Errorf("Failed to create AH: %w", err)
 				}
 				pt.ahs = append(pt.ahs, ah)
 			}

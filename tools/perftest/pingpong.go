@@ -258,10 +258,10 @@ func (pp *pingpong) setup() error {
 	}
 	var err error
 	if pp.pd, err = pp.h.AllocPD(); err != nil {
-		return fmt.Errorf("Couldn't allocate PD: %v", err)
+		return fmt.Errorf("Couldn't allocate PD: %w", err)
 	}
 	if pp.mr, err = register(pp.h, pp.pd, max(size, 1), mr.AccessLocalWrite); err != nil {
-		return fmt.Errorf("Couldn't register MR: %v", err)
+		return fmt.Errorf("Couldn't register MR: %w", err)
 	}
 	for i := range pp.mr.Buf() {
 		pp.mr.Buf()[i] = 0x7b
@@ -276,7 +276,7 @@ func (pp *pingpong) setup() error {
 	pp.qp, err = pp.pd.CreateQP(&rdma.QPInitAttr{Type: typ, SendCQ: pp.cq.cq, RecvCQ: pp.cq.cq, SigAll: true,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: p.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
-		return fmt.Errorf("Couldn't create QP: %v", err)
+		return fmt.Errorf("Couldn't create QP: %w", err)
 	}
 	pp.watch = pp.qp
 	attr := verbs.QPAttr{State: verbs.QPStateInit, PortNum: 1}
@@ -288,7 +288,7 @@ func (pp *pingpong) setup() error {
 		mask |= verbs.AttrAccessFlags
 	}
 	if err := pp.qp.Modify(&attr, mask); err != nil {
-		return fmt.Errorf("Failed to modify QP to INIT: %v", err)
+		return fmt.Errorf("Failed to modify QP to INIT: %w", err)
 	}
 	if n := pp.postRecv(int(p.RxDepth)); n < int(p.RxDepth) {
 		return fmt.Errorf("Couldn't post receive (%d)", n)
@@ -321,13 +321,13 @@ func (pp *pingpong) connect(ctx context.Context, local, remote oob.Dest) error {
 	if err := pp.qp.Connect(&c); err != nil {
 		var ce *roce.ConnectError
 		if errors.As(err, &ce) {
-			return fmt.Errorf("Failed to modify QP to %v: %v", ce.State, ce.Err)
+			return fmt.Errorf("Failed to modify QP to %v: %w", ce.State, ce.Err)
 		}
 		return err
 	}
 	if pp.p.UD {
 		if pp.ah, err = pp.pd.CreateAH(&av); err != nil {
-			return fmt.Errorf("Failed to create AH: %v", err)
+			return fmt.Errorf("Failed to create AH: %w", err)
 		}
 	}
 	return nil

@@ -338,7 +338,7 @@ func (t *toolRun) newCompletions(n int, events bool) (*completions, error) {
 	}
 	cq, err := create(min(n, roce.MaxCQE))
 	if err != nil {
-		return nil, fmt.Errorf("cannot create a CQ of %d entries: %v", n, err)
+		return nil, fmt.Errorf("cannot create a CQ of %d entries: %w", n, err)
 	}
 	c.cq = cq
 	return c, nil
@@ -389,7 +389,7 @@ func (c *completions) waitUntil(end time.Time) ([]verbs.WC, error) {
 			return c.buf[:n], nil
 		}
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("waiting for a completion: %v", err)
+			return nil, fmt.Errorf("waiting for a completion: %w", err)
 		}
 	}
 }
