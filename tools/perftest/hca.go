@@ -63,11 +63,19 @@ type hca interface {
 	// while this process reads.
 	shared() bool
 	// spins reports whether a tool waiting for completions polls its CQ
-	// busily, as perftest does: on an inline device in process (each poll
-	// runs the engine) and on a daemon's (the engine runs in the daemon,
-	// and a poll reads the shared ring without a system call). The
-	// engine of a device in process runs in goroutines of the tool,
-	// which polling would only take the processor from.
+	// busily, as perftest does: on a daemon's device (the engine runs in
+	// the daemon, and a poll reads the shared ring without a system
+	// call); in process on an inline device (each poll runs the engine);
+	// and in process in spin and adaptive modes when the process has the
+	// CPUs a spinning loop needs beside the tool (those on which
+	// EngineAuto picks adaptive). There the engine's loop polls on a
+	// thread of its own, and a tool that blocked on its CQ would wait for
+	// the runtime to wake it for every completion: the round trip
+	// BenchmarkSroce measures polling busily took five times as long
+	// through the tool. On fewer CPUs a spinning loop and a polling tool
+	// take the processors from each other (and from the peer's), so the
+	// tool blocks; a sleeping engine runs on the tool's processors, which
+	// polling would only take from it.
 	spins() bool
 	// yield gives the processor away between polls: to the tool's other
 	// goroutines in process, to other threads (the daemon's) otherwise.
@@ -115,10 +123,18 @@ func (h *localHCA) defaultGIDIndex() int        { return h.p.DefaultGIDIndex() }
 func (h *localHCA) maxRdAtomic() int            { return h.dev.Query().MaxQPRdAtom }
 func (h *localHCA) counters() map[string]uint64 { return h.dev.Counters() }
 func (h *localHCA) shared() bool                { return false }
-func (h *localHCA) spins() bool                 { return h.dev.Engine() == roce.EngineInline }
-func (h *localHCA) port() *iface.Port           { return h.p }
-func (h *localHCA) yield()                      { runtime.Gosched() }
-func (h *localHCA) Close() error                { return h.p.Close() }
+func (h *localHCA) spins() bool {
+	switch h.dev.Engine() {
+	case roce.EngineInline:
+		return true
+	case roce.EngineSpin, roce.EngineAdaptive:
+		return roce.EngineAuto.Resolve() != roce.EngineInline
+	}
+	return false
+}
+func (h *localHCA) port() *iface.Port { return h.p }
+func (h *localHCA) yield()            { runtime.Gosched() }
+func (h *localHCA) Close() error      { return h.p.Close() }
 func (h *localHCA) sourceOnly() netip.Addr {
 	if h.p.UDPLink() == nil {
 		return netip.Addr{}

@@ -317,7 +317,7 @@ var errStall = errors.New("no completion arrived")
 // without a completion, when the device is lost or when the run's context
 // is cancelled (by a signal: the error is then its cause).
 type completions struct {
-	spin  bool // poll busily instead of blocking (inline devices)
+	spin  bool // poll busily instead of blocking (hca.spins)
 	ctx   context.Context
 	cq    rdma.CQ
 	stall time.Duration
