@@ -73,9 +73,11 @@ func TestDaemonLinkAuto(t *testing.T) {
 	dir := t.TempDir()
 	os.Chmod(dir, 0o777)
 	// nobody's daemon runs the binary and makes its socket in dir.
+	// Up to the temporary directory, never it: /tmp keeps its mode (and
+	// its sticky bit, which a chmod of Perm() would drop).
 	for _, p := range []string{filepath.Dir(bin), dir} {
-		for ; p != "/" && p != "."; p = filepath.Dir(p) {
-			if st, err := os.Stat(p); err == nil {
+		for ; p != os.TempDir() && p != "/" && p != "."; p = filepath.Dir(p) {
+			if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o001 == 0 {
 				os.Chmod(p, st.Mode().Perm()|0o011)
 			}
 		}
@@ -152,8 +154,8 @@ func TestDaemonContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{dir, filepath.Dir(d.sockets[0])} {
-		for ; p != "/" && p != "."; p = filepath.Dir(p) {
-			if st, err := os.Stat(p); err == nil {
+		for ; p != os.TempDir() && p != "/" && p != "."; p = filepath.Dir(p) {
+			if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o001 == 0 {
 				os.Chmod(p, st.Mode().Perm()|0o011)
 			}
 		}

@@ -163,8 +163,8 @@ func TestToolsVethFailures(t *testing.T) {
 
 	t.Run("not-root", func(t *testing.T) {
 		// AF_XDP asked for by an unprivileged user: one sentence, status 1.
-		dir := filepath.Dir(v.bin)
-		for _, d := range []string{dir, filepath.Dir(dir)} {
+		// Up to the temporary directory, never it: /tmp keeps its mode.
+		for d := filepath.Dir(v.bin); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
 			if err := os.Chmod(d, 0o755); err != nil {
 				t.Fatal(err)
 			}
