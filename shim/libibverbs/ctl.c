@@ -396,6 +396,7 @@ static int daemon_answers(const char *path)
  * than going itself.
  */
 static pthread_mutex_t gone_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sroce_context *watched; /* the contexts with a watcher, under gone_lock */
 
 void sroce_daemon_gone(struct sroce_context *c, const char *why)
 {
@@ -492,8 +493,32 @@ int sroce_watch(struct sroce_context *c)
 		close(c->watch_pipe[0]);
 		close(c->watch_pipe[1]);
 		c->watch_pipe[0] = c->watch_pipe[1] = -1;
+		return err;
 	}
-	return err;
+	pthread_mutex_lock(&gone_lock);
+	c->watch_next = watched;
+	watched = c;
+	pthread_mutex_unlock(&gone_lock);
+	return 0;
+}
+
+/*
+ * At exit: a program may end because of the daemon's going before its
+ * watcher said so (a peer that saw it first closed their TCP connection,
+ * and the program exits at that failure), so every context still open
+ * looks at its connection once more and the line is said if it ended.
+ */
+__attribute__((destructor)) static void sroce_watch_at_exit(void)
+{
+	struct sroce_context *cs[64];
+	int n = 0;
+	pthread_mutex_lock(&gone_lock);
+	for (struct sroce_context *c = watched; c && n < 64; c = c->watch_next)
+		if (c->watch_pid == getpid())
+			cs[n++] = c;
+	pthread_mutex_unlock(&gone_lock);
+	for (int i = 0; i < n; i++)
+		sroce_check_gone(cs[i]);
 }
 
 /* Stops c's watcher (before its connection is closed). */
@@ -501,6 +526,13 @@ void sroce_unwatch(struct sroce_context *c)
 {
 	if (c->watch_pipe[1] < 0)
 		return;
+	pthread_mutex_lock(&gone_lock);
+	for (struct sroce_context **p = &watched; *p; p = &(*p)->watch_next)
+		if (*p == c) {
+			*p = c->watch_next;
+			break;
+		}
+	pthread_mutex_unlock(&gone_lock);
 	close(c->watch_pipe[1]);
 	/* A forked child has no watcher of its own to join. */
 	if (c->watch_pid == getpid())

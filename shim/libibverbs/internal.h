@@ -74,6 +74,7 @@ struct sroce_context {
 	pthread_t watcher; /* waits for the control connection's end (sroce_watch) */
 	int watch_pipe[2]; /* ibv_close_device stops the watcher through it */
 	pid_t watch_pid;   /* the process that has the watcher (not a forked child) */
+	struct sroce_context *watch_next; /* the contexts watched, for the check at exit */
 	pthread_mutex_t table_lock;
 	struct sroce_table cqs, qps, srqs, channels;
 	struct verbs_context vctx; /* last: ends with struct ibv_context */
