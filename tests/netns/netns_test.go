@@ -23,7 +23,9 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(killedClientEnv); v != "" {
 		os.Exit(killedClient(v)) // TestDaemonKilledClient's client
 	}
+	stop := guardTempDirMode()
 	code := m.Run()
+	stop()
 	if err := closeShared(); err != nil {
 		fmt.Fprintln(os.Stderr, "closing the shared guests:", err)
 		if code == 0 {
@@ -266,4 +268,46 @@ func mustPrefix(t *testing.T, s string) netip.Prefix {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// guardTempDirMode watches the mode of the temporary directory (/tmp)
+// while the package's tests run: the unprivileged tests need it as the
+// system keeps it (1777). A change is put back at once and said on
+// standard error with the time, so that the test which made it can be
+// found in the log and later tests do not fail for it. The returned func
+// stops the watch.
+func guardTempDirMode() (stop func()) {
+	dir := os.TempDir()
+	st, err := os.Stat(dir)
+	if err != nil {
+		return func() {}
+	}
+	want := st.Mode() & (os.ModePerm | os.ModeSticky | os.ModeSetuid | os.ModeSetgid)
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			st, err := os.Stat(dir)
+			if err != nil {
+				continue
+			}
+			if got := st.Mode() & (os.ModePerm | os.ModeSticky | os.ModeSetuid | os.ModeSetgid); got != want {
+				fmt.Fprintf(os.Stderr, "tests/netns: %s changed its mode from %v to %v at %s, during the test running then; put back\n",
+					dir, want, got, time.Now().Format("15:04:05.000"))
+				os.Chmod(dir, want)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
 }
