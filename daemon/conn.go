@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/sroce/sroce/daemon/ctl"
 	"github.com/sroce/sroce/mr"
@@ -69,7 +70,8 @@ type conn struct {
 	ctxPage    *shm
 	doorbell   *os.File // the eventfd clients write to (closed with the connection)
 	doorbellFD int      // its descriptor, nonblocking
-	asyncW     int      // the daemon's end of the async event socket
+	doorbellRC syscall.RawConn
+	asyncW     int // the daemon's end of the async event socket
 	br         *bridge
 	gone       atomic.Bool
 	ringErr    atomic.Pointer[error] // a corrupt ring the engine found (ringFault)

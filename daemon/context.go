@@ -143,6 +143,7 @@ func (c *conn) open(in *ctl.Open, _ *request) ([]byte, []int, error) {
 	c.ctxMu.Unlock()
 	c.s.mu.Unlock()
 	c.doorbell, c.doorbellFD = os.NewFile(uintptr(efd), "sroce-doorbell"), efd
+	c.doorbellRC, _ = c.doorbell.SyscallConn() // fails only on a closed file
 	c.openCost = k
 	c.br = newBridge(c)
 	dev := deviceOf(sd)

@@ -44,7 +44,8 @@ const (
 )
 
 // step processes n frames already in d.rx, then doorbells, more frames,
-// timers and transmission. It reports whether there is more to do at once.
+// timers and transmission. It reports whether it did anything or there is
+// more to do at once; e.stepMore says whether there is more.
 // With holdBatch, frames that fill less than a batch stay in it (see
 // Device.progress) until txDue, a later step without a hold, or a full
 // batch.
@@ -130,9 +131,11 @@ func (e *engine) step(now monotime.Time, n int, hold txHold) bool {
 			e.txDue = now.Add(txHoldMax)
 			e.txDueACKs = keepACKs
 		}
+		e.stepMore = more
 		return did || more
 	}
 	e.flushTx()
+	e.stepMore = more || e.txN > 0
 	return did || more || e.txN > 0
 }
 
@@ -258,10 +261,19 @@ func (e *engine) doorbells() bool {
 
 // ring notes that q has new work; called by posting goroutines. An
 // inline device transmits it at once on the caller's goroutine.
+//
+// An inline device runs the step on the posting goroutine and wakes the
+// loop only when that step could not run (another goroutine holds the
+// engine): waking a parked loop for a doorbell the poster serves itself
+// would cost a goroutine wake-up per post for nothing.
 func (d *Device) ring(q *QP) {
-	d.ringRecv(q)
-	if d.mode == EngineInline {
-		q.eng.progress(stepPost)
+	if d.mode != EngineInline {
+		d.ringRecv(q)
+		return
+	}
+	d.queueDoorbell(q)
+	if ran, _ := q.eng.progress(stepPost); !ran {
+		q.eng.kick()
 	}
 }
 
@@ -269,14 +281,23 @@ func (d *Device) ring(q *QP) {
 // the next step (a receive only matters when a message arrives, which a
 // poll or the loop handles), so posting a receive costs no step.
 func (d *Device) ringRecv(q *QP) {
-	if q.doorbell.CompareAndSwap(false, true) {
-		e := q.eng
-		e.dbMu.Lock()
-		e.db = append(e.db, q)
-		e.dbRung.Store(true)
-		e.dbMu.Unlock()
-		e.kick()
+	if d.queueDoorbell(q) {
+		q.eng.kick()
 	}
+}
+
+// queueDoorbell puts q on its engine's doorbell list unless it is there
+// already, and reports whether it put it there.
+func (d *Device) queueDoorbell(q *QP) bool {
+	if !q.doorbell.CompareAndSwap(false, true) {
+		return false
+	}
+	e := q.eng
+	e.dbMu.Lock()
+	e.db = append(e.db, q)
+	e.dbRung.Store(true)
+	e.dbMu.Unlock()
+	return true
 }
 
 // pump lets the queued QPs transmit, round robin. It reports whether some

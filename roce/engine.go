@@ -160,7 +160,7 @@ func (d *Device) Flush() bool { return d.progressAll(stepFlush) }
 func (d *Device) progressAll(k stepKind) bool {
 	did := false
 	for _, e := range d.eng {
-		if e.progress(k) {
+		if _, busy := e.progress(k); busy {
 			did = true
 		}
 	}
@@ -185,28 +185,29 @@ const (
 	stepFlush                 // Flush
 )
 
-// progress is Progress of one engine for a poll, a post or a flush.
+// progress is Progress of one engine for a poll, a post or a flush; it
+// reports whether it ran a step (ran) and whether the step did anything.
 // Batching on the post side: the first post after a poll transmits at
 // once (a latency-bound program posts, then polls); further posts before
 // the next poll leave their frames in the transmit batch, which the poll,
 // a full batch or txHoldMax sends (a throughput-bound program posts many,
 // then polls), so that one kernel kick carries many frames.
-func (e *engine) progress(k stepKind) bool {
+func (e *engine) progress(k stepKind) (ran, busy bool) {
 	d := e.d
 	post := k == stepPost
 	if !post {
 		e.polled.Store(true)
 	}
 	if d.mode != EngineInline || !e.running.Load() || !e.mu.TryLock() {
-		return false
+		return false, false
 	}
 	if d.closed.Load() {
 		e.mu.Unlock()
-		return false
+		return false, false
 	}
 	if !post && e.quiet() {
 		e.mu.Unlock()
-		return false
+		return true, false
 	}
 	now := d.clock.Now()
 	// A post holds its frames unless a CQ was polled since the last post.
@@ -217,7 +218,8 @@ func (e *engine) progress(k stepKind) bool {
 	case post && !e.polled.Swap(false):
 		hold = holdBatch
 	}
-	busy := e.step(now, 0, hold)
+	busy = e.step(now, 0, hold)
+	more := e.stepMore
 	dl, ok := e.nextDeadline()
 	if e.txDue != 0 && (!ok || e.txDue < dl) {
 		dl, ok = e.txDue, true
@@ -228,10 +230,12 @@ func (e *engine) progress(k stepKind) bool {
 	// its wake-up. dbRung keeps the need-wakeup rule: a loop that planned
 	// its wait before this step and has not parked yet sees it after
 	// setting parked and goes round again instead of sleeping through
-	// the held frames' due time.
-	if busy || (ok && dl < monotime.Time(e.parkUntil.Load())) {
+	// the held frames' due time. A step that did its work and left none
+	// wakes nobody: the loop, woken, would find nothing to do, and on
+	// few CPUs the wake-up costs the program polling the CQ its CPU.
+	if more || (ok && dl < monotime.Time(e.parkUntil.Load())) {
 		e.dbRung.Store(true)
 		e.kick()
 	}
-	return busy
+	return true, busy
 }

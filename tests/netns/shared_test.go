@@ -77,6 +77,12 @@ func buildSroce(t testing.TB) string {
 	if shared.bin != "" {
 		return shared.bin
 	}
+	if x := os.Getenv("SROCE_TEST_BIN"); x != "" {
+		// A binary built elsewhere: to compare two builds in one run
+		// (BenchmarkShimTable with each in turn).
+		shared.bin = x
+		return x
+	}
 	bin := filepath.Join(sharedDir(t), "sroce")
 	start := time.Now()
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/sroce")
