@@ -211,30 +211,40 @@ func Compile(ctx context.Context, dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ctx, cancel := context.WithTimeout(ctx, BuildTimeout)
-	defer cancel()
 	var printed strings.Builder
 	for _, l := range libraries {
-		args := append(append([]string{}, cflags...), l.flags...)
-		args = append(args, "-o", l.name)
-		for _, f := range files {
-			if f.lib == l.dir && strings.HasSuffix(f.name, ".c") {
-				args = append(args, f.name)
-			}
-		}
-		args = append(append(append(args, l.shared...), l.libs...), "-lpthread")
-		cmd := exec.CommandContext(ctx, cc, args...)
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
+		out, err := compileOne(ctx, cc, dir, l, files)
 		printed.Write(out)
-		if ctx.Err() == context.DeadlineExceeded {
-			return printed.String(), fmt.Errorf("compiling sroce's %s with %s took longer than %v", l.name, cc, BuildTimeout)
-		}
 		if err != nil {
-			return printed.String(), fmt.Errorf("compiling sroce's %s with %s failed (%w):\n%s", l.name, cc, err, out)
+			return printed.String(), err
 		}
 	}
 	return printed.String(), nil
+}
+
+// compileOne runs the compiler once, for library l, bounded by
+// BuildTimeout, and returns what it printed.
+func compileOne(ctx context.Context, cc, dir string, l library, files []source) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, BuildTimeout)
+	defer cancel()
+	args := append(append([]string{}, cflags...), l.flags...)
+	args = append(args, "-o", l.name)
+	for _, f := range files {
+		if f.lib == l.dir && strings.HasSuffix(f.name, ".c") {
+			args = append(args, f.name)
+		}
+	}
+	args = append(append(append(args, l.shared...), l.libs...), "-lpthread")
+	cmd := exec.CommandContext(ctx, cc, args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() == context.DeadlineExceeded {
+		return out, fmt.Errorf("compiling sroce's %s with %s took longer than %v", l.name, cc, BuildTimeout)
+	}
+	if err != nil {
+		return out, fmt.Errorf("compiling sroce's %s with %s failed (%w):\n%s", l.name, cc, err, out)
+	}
+	return out, nil
 }
 
 // Lib returns the directory holding a built LibName for the embedded
