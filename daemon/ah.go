@@ -66,14 +66,14 @@ func (c *conn) createAH(in *ctl.AH, _ *request) ([]byte, []int, error) {
 		return nil, nil, err
 	}
 	c.ahs[h] = &ahObj{ah: ah, pd: in.PDOrHandle}
-	c.br.ahs.Store(h, c.ahs[h])
+	c.br.setAH(h, c.ahs[h])
 	out := ctl.AH{PDOrHandle: h, Attr: ctl.AHOf(&attr)}
 	out.Attr.SL, out.Attr.StaticRate = in.Attr.SL, in.Attr.StaticRate
 	return ctl.Bytes(&out), nil, nil
 }
 
 func (c *conn) destroyAH(h uint32, o *ahObj) error {
-	c.br.ahs.Delete(h)
+	c.br.setAH(h, nil)
 	if pd := c.pds[o.pd]; pd != nil {
 		pd.DestroyAH(o.ah)
 	}

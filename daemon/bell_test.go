@@ -114,11 +114,22 @@ func TestSendWQEReadOnce(t *testing.T) {
 	*slot = ring.SendWQE{WRID: 7, Opcode: uint8(verbs.WROpSend), Flags: uint32(verbs.Inline | verbs.Signaled), InlineLen: 2}
 	copy(sq.Tail(sq.Prod()), "hi")
 	sq.Header().Prod.Add(1)
+	_, psn0, _ := r.qps[0].qp.Outstanding()
 	atomic.OrUint64(&b.page.Bells[r.qps[0].t.bell/64], 1<<(r.qps[0].t.bell%64))
 	if _, err := b.pass(false); err != nil {
 		t.Fatal(err)
 	}
-	// The client rewrites the slot it posted.
+	// Once the engine has taken the WQE (its SEND went out: the pass ran
+	// the engine's step, or the engine's loop did when the pass could
+	// not), the client rewrites the slot it posted.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Microsecond) {
+		if _, psn, _ := r.qps[0].qp.Outstanding(); psn != psn0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("within 5 s of the doorbell, the engine did not send the posted SEND")
+		}
+	}
 	slot.WRID, slot.InlineLen = 99, 5
 	copy(sq.Tail(sq.Prod()-1), "HELLO")
 	c.dev.dev.Device().Flush()

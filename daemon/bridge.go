@@ -48,9 +48,13 @@ type bridge struct {
 	tmu     sync.Mutex
 	free    []uint32 // doorbell numbers given back, under tmu
 
-	// ahs are the connection's address handles by handle (*ahObj), for
-	// UD sends: written by CREATE_AH and DESTROY_AH, read by the bridge.
-	ahs sync.Map
+	// ahs are the connection's address handles by handle, for UD sends:
+	// written by CREATE_AH and DESTROY_AH, read by the engine as it takes
+	// a UD send (resolveAH). ahMu guards only the map and is never held
+	// while anything else is called. (A sync.Map boxed each uint32 key
+	// past 255: an allocation per UD send.)
+	ahMu sync.RWMutex
+	ahs  map[uint32]*ahObj
 
 	// passes counts the bridge's passes; only its goroutine uses it.
 	passes uint64
@@ -318,15 +322,31 @@ func (b *bridge) sends(o *qpObj) bool {
 }
 
 // resolveAH returns the resolver of o's UD sends' address handles: the
-// connection's handles of o's protection domain, read without a lock.
+// connection's handles of o's protection domain.
 func (b *bridge) resolveAH(o *qpObj) qp.AHResolver {
 	return func(h uint32) *verbs.AH {
-		v, _ := b.ahs.Load(h)
-		if ah, _ := v.(*ahObj); ah != nil && ah.pd == o.pd {
+		b.ahMu.RLock()
+		ah := b.ahs[h]
+		b.ahMu.RUnlock()
+		if ah != nil && ah.pd == o.pd {
 			return ah.ah
 		}
 		return nil
 	}
+}
+
+// setAH makes handle h name o for UD sends; a nil o forgets h.
+func (b *bridge) setAH(h uint32, o *ahObj) {
+	b.ahMu.Lock()
+	defer b.ahMu.Unlock()
+	if o == nil {
+		delete(b.ahs, h)
+		return
+	}
+	if b.ahs == nil {
+		b.ahs = make(map[uint32]*ahObj)
+	}
+	b.ahs[h] = o
 }
 
 // ringFault disconnects the client whose ring the engine found corrupt

@@ -378,7 +378,7 @@ func (c *conn) cleanup() {
 			pd.DestroyAH(o.ah)
 		}
 		delete(c.ahs, h)
-		c.br.ahs.Delete(h)
+		c.br.setAH(h, nil)
 		c.release(objectCost)
 	}
 	for h, o := range c.xrcds {

@@ -150,13 +150,6 @@ func (c *conn) createQP(in *ctl.CreateQP, _ *request) ([]byte, []int, error) {
 		got.MaxRecvWR = 1
 	}
 	lay := layoutQP(got, noRQ)
-	real := add(one(ResQPs, 1), shmCost(lay.size))
-	real[ResQueueBytes] += uint64(q.QueueBytes())
-	if k, err = c.recharge(k, real); err != nil {
-		q.Destroy()
-		c.release(k)
-		return nil, nil, err
-	}
 	fail := func(err error) ([]byte, []int, error) {
 		q.Destroy()
 		c.release(k)
@@ -184,6 +177,16 @@ func (c *conn) createQP(in *ctl.CreateQP, _ *request) ([]byte, []int, error) {
 		o.mem.close()
 		return fail(err)
 	}
+	// What the QP holds, now that its queues are the client's rings
+	// (the shared memory) and the engine's state beside them.
+	real := add(one(ResQPs, 1), shmCost(lay.size))
+	real[ResQueueBytes] += uint64(q.QueueBytes())
+	if k, err = c.recharge(k, real); err != nil {
+		unix.Close(fd)
+		o.mem.close()
+		return fail(err)
+	}
+	o.cost = k
 	if o.t, err = c.br.add(o, nil); err != nil {
 		unix.Close(fd)
 		o.mem.close()

@@ -63,8 +63,9 @@ func (c *conn) createSRQ(in *ctl.SRQ, _ *request) ([]byte, []int, error) {
 	if in.MaxWR > roce.MaxSRQWR || in.MaxSGE > roce.MaxSGE {
 		return nil, nil, unix.EINVAL
 	}
-	// Charged before the engine allocates (its memory as asked for),
-	// then the real footprint with the engine's queue.
+	// Charged before the engine allocates (the shared ring as asked
+	// for), then, once the client's ring is the SRQ's queue, the real
+	// footprint.
 	stride := ring.Stride[ring.RecvWQE](int(in.MaxSGE) * int(unsafe.Sizeof(mr.SGE{})))
 	k := shmCost(srqSize(in.MaxWR, stride))
 	if err := c.charge(k); err != nil {
@@ -81,23 +82,26 @@ func (c *conn) createSRQ(in *ctl.SRQ, _ *request) ([]byte, []int, error) {
 		return nil, nil, err
 	}
 	maxWR, _, _ := s.Query()
-	real := shmCost(srqSize(maxWR, stride))
-	real[ResQueueBytes] += uint64(s.QueueBytes())
 	fail := func(err error) ([]byte, []int, error) {
 		s.Destroy()
 		c.release(k)
 		return nil, nil, err
 	}
-	if k, err = c.recharge(k, real); err != nil {
-		return fail(err)
-	}
 	mem, r, fd, err := newSRQShm(maxWR, stride)
 	if err != nil {
 		return fail(err)
 	}
-	so := &srqObj{srq: s, mem: mem, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rq: r, cost: k,
+	so := &srqObj{srq: s, mem: mem, pd: in.PDOrHandle, handle: h, maxSGE: in.MaxSGE, rq: r,
 		xrcd: in.XRCD}
 	if err = s.AttachRing(r); err == nil {
+		// What the SRQ holds, now that its queue is the client's ring
+		// (the shared memory).
+		real := shmCost(srqSize(maxWR, stride))
+		real[ResQueueBytes] += uint64(s.QueueBytes())
+		k, err = c.recharge(k, real)
+		so.cost = k
+	}
+	if err == nil {
 		so.t, err = c.br.add(nil, so)
 	}
 	if err != nil {

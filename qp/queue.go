@@ -421,6 +421,7 @@ type recvRing struct {
 	r      *sring.Ring[sring.RecvWQE]
 	maxSGE uint32
 	cons   uint32      // the next slot to take; only the loop moves it
+	ext    bool        // r is another's memory (attach), not the QP's
 	fault  atomic.Bool // the ring broke the rules: nothing is taken from it
 	told   atomic.Bool // the fault's event was raised
 }
@@ -509,7 +510,7 @@ func (r *recvRing) attach(g *sring.Ring[sring.RecvWQE]) error {
 	if r.ready() != 0 || g.Prod() != g.Cons() {
 		return ErrQueueFull
 	}
-	r.r, r.cons = g, g.Cons()
+	r.r, r.cons, r.ext = g, g.Cons(), true
 	r.fault.Store(false)
 	return nil
 }
@@ -662,19 +663,29 @@ func (s *SRQ) take(dst *recvWQE) (ok, limitEvent, fault bool) {
 	return true, false, false
 }
 
-// QueueBytes returns the memory the QP's work queues hold: the send
-// ring, the execution state and private copies beside it, and the
-// receive ring when the QP has its own. It is what a QP of these
+// QueueBytes returns the memory the QP's work queues hold: the execution
+// state and private copies beside the send ring, and the rings the QP
+// allocated itself (not those attached: AttachSendRing, AttachRecvRing,
+// which are their owner's to count). It is what a QP of these
 // capabilities costs beyond its fixed state, for callers that budget
 // memory (the daemon).
 func (q *QP) QueueBytes() int {
-	n := len(q.sq.r.Memory()) + len(q.sq.exec)*int(unsafe.Sizeof(sendWQE{})) + len(q.sq.priv) +
+	n := len(q.sq.exec)*int(unsafe.Sizeof(sendWQE{})) + len(q.sq.priv) +
 		(len(q.sq.ahs)+len(q.sq.postAH))*int(unsafe.Sizeof(verbs.AH{}))
-	if q.rq.r != nil {
+	if !q.sq.attached {
+		n += len(q.sq.r.Memory())
+	}
+	if q.rq.r != nil && !q.rq.ext {
 		n += len(q.rq.r.Memory())
 	}
 	return n
 }
 
-// QueueBytes returns the memory the SRQ's ring holds.
-func (s *SRQ) QueueBytes() int { return len(s.rq.r.Memory()) }
+// QueueBytes returns the memory the SRQ's ring holds when the SRQ
+// allocated it itself (not one attached: AttachRing, ResizeRing).
+func (s *SRQ) QueueBytes() int {
+	if s.rq.ext {
+		return 0
+	}
+	return len(s.rq.r.Memory())
+}
