@@ -29,6 +29,7 @@ import (
 
 	"github.com/sroce/sroce/client"
 	"github.com/sroce/sroce/daemon"
+	"github.com/sroce/sroce/internal/testdirs"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce/iface"
 )
@@ -251,11 +252,7 @@ func buildSroce(t *testing.T, dir string) string {
 func startLiveDaemon(t *testing.T, addr, metrics string, extra ...string) *liveDaemon {
 	t.Helper()
 	dir := t.TempDir()
-	for p := dir; p != "/" && p != "."; p = filepath.Dir(p) {
-		if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o001 == 0 {
-			os.Chmod(p, st.Mode().Perm()|0o011)
-		}
-	}
+	testdirs.Searchable(dir)
 	d := &liveDaemon{bin: buildSroce(t, dir), dir: dir, socket: filepath.Join(dir, "sroce.sock"), metrics: metrics, addr: addr, done: make(chan struct{})}
 	args := append([]string{"daemon", "-d", "lo@" + addr, "--link", "udp", "--socket", d.socket, "--metrics", metrics}, extra...)
 	d.cmd = exec.Command(d.bin, args...)

@@ -24,6 +24,7 @@ import (
 	"github.com/sroce/sroce/client"
 	"github.com/sroce/sroce/daemon/ctl"
 	"github.com/sroce/sroce/internal/nsutil"
+	"github.com/sroce/sroce/internal/testdirs"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/roce"
 	"github.com/sroce/sroce/verbs"
@@ -67,11 +68,7 @@ func startDaemonsIn(t testing.TB, prefix, link string, unprivileged bool) *daemo
 		if err := os.WriteFile(d.bin, bin, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		for p := dir; p != "/" && p != "."; p = filepath.Dir(p) {
-			if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o001 == 0 {
-				os.Chmod(p, st.Mode().Perm()|0o011)
-			}
-		}
+		testdirs.Searchable(dir)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

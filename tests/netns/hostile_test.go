@@ -32,6 +32,7 @@ import (
 
 	"github.com/sroce/sroce/client"
 	"github.com/sroce/sroce/internal/nsutil"
+	"github.com/sroce/sroce/internal/testdirs"
 	"github.com/sroce/sroce/mr"
 	"github.com/sroce/sroce/verbs"
 	"golang.org/x/sys/unix"
@@ -118,11 +119,7 @@ func nobodyDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	os.Chmod(dir, 0o777)
-	for p := filepath.Dir(dir); p != "/" && p != "."; p = filepath.Dir(p) {
-		if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o001 == 0 {
-			os.Chmod(p, st.Mode().Perm()|0o011)
-		}
-	}
+	testdirs.Searchable(dir)
 	return dir
 }
 

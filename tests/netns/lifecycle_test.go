@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sroce/sroce/internal/nsutil"
+	"github.com/sroce/sroce/internal/testdirs"
 )
 
 // TestDaemonOnePerInterface starts a second daemon on an interface a
@@ -73,15 +74,7 @@ func TestDaemonLinkAuto(t *testing.T) {
 	dir := t.TempDir()
 	os.Chmod(dir, 0o777)
 	// nobody's daemon runs the binary and makes its socket in dir.
-	// Up to the temporary directory, never it: /tmp keeps its mode (and
-	// its sticky bit, which a chmod of Perm() would drop).
-	for _, p := range []string{filepath.Dir(bin), dir} {
-		for ; p != os.TempDir() && p != "/" && p != "."; p = filepath.Dir(p) {
-			if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o001 == 0 {
-				os.Chmod(p, st.Mode().Perm()|0o011)
-			}
-		}
-	}
+	testdirs.Searchable(filepath.Dir(bin), dir)
 	os.Chmod(bin, 0o755)
 	ifname := pair.Veth.NameA
 
@@ -153,13 +146,7 @@ func TestDaemonContainer(t *testing.T) {
 	if err := os.WriteFile(bin, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{dir, filepath.Dir(d.sockets[0])} {
-		for ; p != os.TempDir() && p != "/" && p != "."; p = filepath.Dir(p) {
-			if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o001 == 0 {
-				os.Chmod(p, st.Mode().Perm()|0o011)
-			}
-		}
-	}
+	testdirs.Searchable(dir, filepath.Dir(d.sockets[0]))
 	out, err := exec.Command(bin, "run", "--print-lib").Output()
 	if err != nil {
 		t.Fatalf("sroce run --print-lib: %v", err)
