@@ -158,6 +158,11 @@ func (b *bridge) stop() {
 // the two sees the other's store, so a post is never left unseen. stop
 // and a corrupt receive ring the engine found (ringFault) wake it through the
 // doorbell too.
+//
+// The spin (spinFor) is timed on the wall clock, not the daemon's Clock:
+// it bounds the CPU the bridge burns polling, which only real time
+// measures, and a virtual clock that tests move by hand would make it
+// spin until they did.
 func (b *bridge) run() {
 	defer close(b.exited)
 	defer b.c.contain("bridge")
