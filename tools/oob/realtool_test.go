@@ -153,6 +153,9 @@ func TestRealTools(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping the real-tool tests in -short mode")
 	}
+	// Beside TestClosingHandshakeAfterSilentPeerHost, which mostly
+	// sleeps: each has a network of its own.
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	e := newRealEnv(t, ctx)

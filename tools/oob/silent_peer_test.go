@@ -47,6 +47,9 @@ func TestClosingHandshakeAfterSilentPeerHost(t *testing.T) {
 		t.Skip("skipping: the peer stays silent for 25 s")
 	}
 	nsutil.Skip(t)
+	// The silence is real time (it must outlast the kernel's keepalive):
+	// it runs beside TestRealTools, each in a network of its own.
+	t.Parallel()
 	pair, err := nsutil.NewPair(nsutil.PairConfig{Prefix: "c26ka"})
 	if err != nil {
 		t.Fatal(err)
