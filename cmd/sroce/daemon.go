@@ -351,7 +351,11 @@ func runDaemon(e *env, args []string) int {
 		ports = append(ports, p)
 		devs = append(devs, p)
 	}
-	if n, ok := daemonProcs(em, ports); ok {
+	engines := 0
+	for _, p := range ports {
+		engines += p.Queues()
+	}
+	if n, ok := daemonProcs(em, engines); ok {
 		log.Info("the daemon runs its Go code on one CPU per engine (GOMAXPROCS unset, engines that never spin)", "gomaxprocs", n)
 	}
 	srv, err := daemon.New(devs, daemon.Options{Logger: log, SpinFor: *spin,
@@ -799,7 +803,8 @@ func (f *budgetFlag) Set(s string) error {
 }
 
 // daemonProcs sets the number of CPUs the daemon's Go code may run on at
-// once to the number of engines of the ports it serves now, when the
+// once to the number of engines of the ports it serves now (at least
+// one), when the
 // engines never spin (em resolves to inline or sleep: fewer than four
 // CPUs, or chosen) and the environment does not set GOMAXPROCS, and
 // reports the number it set. The data path of an engine is serial
@@ -809,18 +814,14 @@ func (f *budgetFlag) Set(s string) error {
 // two CPUs through two daemons: ib_send_lat 8 B typical 36-38 us with
 // two processors, 13-19 us with one; ib_write_bw 8 B 400-440 k msg/s
 // against 520-555 k.
-func daemonProcs(em roce.EngineMode, ports []*iface.Port) (int, bool) {
+func daemonProcs(em roce.EngineMode, engines int) (int, bool) {
 	if os.Getenv("GOMAXPROCS") != "" {
 		return 0, false
 	}
 	if m := em.Resolve(); m != roce.EngineInline && m != roce.EngineSleep {
 		return 0, false
 	}
-	n := 0
-	for _, p := range ports {
-		n += p.Queues()
-	}
-	n = max(n, 1)
+	n := max(engines, 1)
 	if n >= runtime.GOMAXPROCS(0) {
 		return 0, false
 	}
