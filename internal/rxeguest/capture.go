@@ -36,7 +36,11 @@ func StartCapture(ctx context.Context, ns *Netns, ifname, path, filter string) (
 	c := &Capture{Path: path, done: make(chan struct{})}
 	// A 64 KiB snap length holds any frame rxe sends (path MTU <= 4096);
 	// with the default of 256 KiB, libpcap's ring has room for so few
-	// frames that a burst of 40 can overflow it. -B: 16 MiB of ring.
+	// frames that a burst of 40 can overflow it. Each slot of the ring
+	// is a snap length: -B 65536 (64 MiB) holds about 950 frames. 16 MiB
+	// (about 240) overflowed while tcpdump waited for a CPU on a busy
+	// two-CPU machine: 52 to 241 frames dropped by the kernel in three
+	// runs of a lossy READ pair in a row.
 	// --immediate-mode: without it libpcap uses TPACKET_V3 and hands a
 	// block of frames to tcpdump only when the block fills or its timer
 	// runs out, and the frames of a block still open when tcpdump is
@@ -44,7 +48,7 @@ func StartCapture(ctx context.Context, ns *Netns, ifname, path, filter string) (
 	// frames sent before Stop left 14 of them out, every time). With it,
 	// every frame is handed over as it arrives and -U writes it at once.
 	args := []string{"netns", "exec", ns.Name, "tcpdump", "-i", ifname, "-n", "-U", "--immediate-mode",
-		"-Z", "root", "-s", "65535", "-B", "16384", "-w", path}
+		"-Z", "root", "-s", "65535", "-B", "65536", "-w", path}
 	if filter != "" {
 		args = append(args, filter)
 	}
