@@ -90,8 +90,10 @@ func TestDoorbellNamesTheQP(t *testing.T) {
 
 // TestSendWQEReadOnce: the daemon reads a send WQE out of the client's
 // ring once, when it takes it; a client that rewrites the slot afterwards
-// (another WRID, longer inline data) changes nothing of what is sent or
-// completed.
+// (another WRID, longer inline data) changes nothing of what is completed
+// or received. (The slot is rewritten once the SEND has gone out, so what
+// is received here shows only that nothing is sent again from the slot;
+// TestSendRingReadOnceThroughDaemon retransmits under loss.)
 func TestSendWQEReadOnce(t *testing.T) {
 	r := newRingRig(t)
 	defer r.fc.close()

@@ -282,3 +282,33 @@ func TestSendRingTracesTakenRequests(t *testing.T) {
 		t.Fatalf("%d TracePosted events, want 1: %+v", n, te.evs)
 	}
 }
+
+// QueueBytes counts the rings a QP allocated itself and not those
+// attached, which their owner counts (the daemon charges the shared
+// memory): attaching a send ring and a receive ring takes each ring's
+// memory out of the figure, and the engine's state beside them stays.
+func TestQueueBytesLeavesAttachedRingsOut(t *testing.T) {
+	a := newEnd(t, verbs.QPTypeRC, 20, "10.0.0.1")
+	own := a.q.QueueBytes()
+	sq, rq := len(a.q.sq.r.Memory()), len(a.q.rq.r.Memory())
+	g, err := sring.New[sring.SendWQE](sring.KindSend, 64, sring.Stride[sring.SendWQE](64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.q.AttachSendRing(g, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := a.q.QueueBytes(), own-sq; got != want {
+		t.Errorf("with a send ring attached: %d bytes, want %d (%d less its own ring of %d)", got, want, own, sq)
+	}
+	r, err := sring.New[sring.RecvWQE](sring.KindRecv, 64, sring.Stride[sring.RecvWQE](2*16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.q.AttachRecvRing(r); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := a.q.QueueBytes(), own-sq-rq; got != want || got <= 0 {
+		t.Errorf("with both rings attached: %d bytes, want %d (the engine's state only)", got, want)
+	}
+}

@@ -45,7 +45,7 @@ const (
 
 // step processes n frames already in d.rx, then doorbells, more frames,
 // timers and transmission. It reports whether it did anything or there is
-// more to do at once; e.stepMore says whether there is more.
+// more to do at once (busy), and whether there is more (more).
 // With holdBatch, frames that fill less than a batch stay in it (see
 // Device.progress) until txDue, a later step without a hold, or a full
 // batch.
@@ -56,7 +56,7 @@ const (
 // kick then carries the ACK and the request together (one system call
 // where there were two; a ping-pong's round trip over veth went from
 // 12.0 to 9.6 us). A later poll or txDue sends them if no post comes.
-func (e *engine) step(now monotime.Time, n int, hold txHold) bool {
+func (e *engine) step(now monotime.Time, n int, hold txHold) (busy, more bool) {
 	acksOnly := hold == holdACKs && e.txN == 0
 	did := n > 0
 	e.st.RxFrames += uint64(n)
@@ -115,7 +115,7 @@ func (e *engine) step(now monotime.Time, n int, hold txHold) bool {
 		q.mu.Unlock()
 		did = true
 	}
-	more := e.pump(now, backlog) || moreIn
+	more = e.pump(now, backlog) || moreIn
 	if len(e.loopQ) > 0 {
 		did = true
 		more = e.loopback(now) || more
@@ -131,12 +131,11 @@ func (e *engine) step(now monotime.Time, n int, hold txHold) bool {
 			e.txDue = now.Add(txHoldMax)
 			e.txDueACKs = keepACKs
 		}
-		e.stepMore = more
-		return did || more
+		return did || more, more
 	}
 	e.flushTx()
-	e.stepMore = more || e.txN > 0
-	return did || more || e.txN > 0
+	more = more || e.txN > 0
+	return did || more, more
 }
 
 // receive handles one frame.

@@ -502,7 +502,7 @@ func (d *Device) Step(now monotime.Time) bool {
 			e.mu.Unlock()
 			return false
 		}
-		if e.step(now, 0, holdNone) {
+		if busy, _ := e.step(now, 0, holdNone); busy {
 			did = true
 		}
 		e.mu.Unlock()

@@ -218,8 +218,7 @@ func (e *engine) progress(k stepKind) (ran, busy bool) {
 	case post && !e.polled.Swap(false):
 		hold = holdBatch
 	}
-	busy = e.step(now, 0, hold)
-	more := e.stepMore
+	busy, more := e.step(now, 0, hold)
 	dl, ok := e.nextDeadline()
 	if e.txDue != 0 && (!ok || e.txDue < dl) {
 		dl, ok = e.txDue, true

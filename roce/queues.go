@@ -91,7 +91,6 @@ type engine struct {
 	txSpare    [][]byte
 	txDry      bool          // the link lent no buffer when asked
 	txBlocked  bool          // the last flush left frames the link had no room for
-	stepMore   bool          // the last step left more to do at once (step)
 	txStuckAt  monotime.Time // since when the link has taken none (0: it takes)
 	dbRung     atomic.Bool   // db is not empty, frames were handed over, or an inline step kicked
 	quietPolls int           // empty inline polls since the last clock read
@@ -357,7 +356,7 @@ func (e *engine) run(ctx context.Context) error {
 		if e.txDue != 0 && now < e.txDue {
 			hold = holdBatch
 		}
-		busy := e.step(now, n, hold)
+		busy, _ := e.step(now, n, hold)
 		dl, ok := e.nextDeadline()
 		if e.txDue != 0 && (!ok || e.txDue < dl) {
 			dl, ok = e.txDue, true

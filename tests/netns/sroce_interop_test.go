@@ -36,8 +36,14 @@ func TestSroceInterop(t *testing.T) {
 	rxeguest.Skip(t)
 	bin := buildSroce(t)
 	t.Run("matrix", func(t *testing.T) {
+		kinds := map[string]string{"rc-pingpong": figPingpong, "read-bw": figBW, "read-lat": figLat}
 		if _, err := exec.LookPath("gcc"); err != nil {
-			t.Skip("skipping: sroce run builds its libibverbs with gcc, which is not installed")
+			// sroce run builds its libibverbs with gcc: without it, the
+			// pairs of each kind, without the (shim) rows.
+			t.Log("gcc is not installed: no (shim) rows")
+			out := runInteropCmd(t, bin, "--only", "rc-pingpong,read-bw,read-lat")
+			checkMatrix(t, out, kinds, 6)
+			return
 		}
 		// Every pair, both ways: Debian's real tools on rdma_rxe against
 		// sroce's own tools, and the same real tools through sroce run on
@@ -49,8 +55,8 @@ func TestSroceInterop(t *testing.T) {
 		if len(rows) != 12 {
 			t.Errorf("%d (shim) rows passed both ways, want 12", len(rows))
 		}
-		checkMatrix(t, out, map[string]string{"rc-pingpong": figPingpong, "read-bw": figBW, "read-lat": figLat,
-			"write-bw": figBW, `write-bw \(shim\)`: figBW}, 48)
+		kinds["write-bw"], kinds[`write-bw \(shim\)`] = figBW, figBW
+		checkMatrix(t, out, kinds, 48)
 		if !strings.Contains(out, "; (shim) rows: the real tool through sroce run on a sroce daemon on eth0 at 192.0.2.11\n") {
 			t.Errorf("the matrix does not say where the shim's daemon runs")
 		}
