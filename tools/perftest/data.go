@@ -148,7 +148,16 @@ func (pt *perftest) fillBuffers() {
 		seed := keySeed(pt.local[i])
 		fillPattern(pt.buf[pt.areaOff(i):pt.areaOff(i)+pt.area], seed, 0)
 		region := pt.buf[pt.regionOff(i) : pt.regionOff(i)+pt.area]
-		fillPattern(region, seed, 0)
+		if pt.test == oob.WriteLat {
+			// The last byte of a message's span in the region is the
+			// count the peer's WRITEs carry, and the wait for the first
+			// one ends when it holds 1. A pattern byte could hold 1
+			// already (one run in 256), so the region starts zeroed,
+			// as perftest's does; the peer's WRITEs fill what is checked.
+			clear(region)
+		} else {
+			fillPattern(region, seed, 0)
+		}
 		if pt.verb == oob.VerbAtomic {
 			c.initial[i] = map[int]uint64{}
 			inc := pt.incr(oob.DefSizeAtomic)

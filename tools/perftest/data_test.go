@@ -215,3 +215,31 @@ func TestCheckAtomicFirstValue(t *testing.T) {
 		t.Errorf("a wrong first value went unnoticed: err %v", pt.check.err)
 	}
 }
+
+// TestWriteLatRegionStartsClear checks that a write-lat side's region does
+// not start with the count the first WRITE brings: with keys whose pattern
+// puts 1 where a 64-byte message's count lands, the side would take that
+// byte for the peer's first WRITE and wait forever for the second, while
+// the peer waits for the first.
+func TestWriteLatRegionStartsClear(t *testing.T) {
+	const size = 64
+	pt := testPerftest(t, oob.WriteLat, []string{"-s", "64"}, oob.KeyMsg{QPN: 18, PSN: 0x999, RKey: 0x2000})
+	found := false
+	for psn := uint32(0); psn < 1<<16 && !found; psn++ {
+		k := oob.KeyMsg{QPN: 17, PSN: psn, RKey: 0x1000}
+		if patternByteAt(keySeed(k), size-1) == 1 {
+			pt.local[0], found = k, true
+		}
+	}
+	if !found {
+		t.Fatal("no PSN below 65536 gives a pattern with 1 at byte 63")
+	}
+	pt.fillBuffers()
+	if b := pt.buf[pt.regionOff(0)+size-1]; b != 0 {
+		t.Errorf("the byte a 64-byte WRITE's count lands on starts as %#x, want 0", b)
+	}
+	// The area, which this side WRITEs from, still holds its pattern.
+	if j := patternMismatch(pt.buf[pt.areaOff(0):pt.areaOff(0)+size], keySeed(pt.local[0]), 0); j >= 0 {
+		t.Errorf("byte %d of the area is not this side's pattern", j)
+	}
+}
