@@ -57,36 +57,41 @@ type cmPair struct {
 }
 
 // rpingPair is rping against "sroce rping", rpingCount pings.
-var rpingPair = cmPair{
-	name: "rping",
-	real: func(server bool, port int, guest, host string) string {
-		if server {
-			return fmt.Sprintf("rping -s -a %s -p %d -C %d -v", guest, port, rpingCount)
-		}
-		return fmt.Sprintf("rping -c -a %s -p %d -C %d -v", host, port, rpingCount)
-	},
-	sroce: func(server bool, port int, guest, host, _ string) []string {
-		if server {
-			// -d: its "rdma_listen" line says when it listens.
-			return []string{"rping", "-s", "-a", host, "-p", strconv.Itoa(port), "-C", strconv.Itoa(rpingCount), "-v", "-d"}
-		}
-		return []string{"rping", "-c", "-a", guest, "-p", strconv.Itoa(port), "-C", strconv.Itoa(rpingCount), "-v"}
-	},
-	listening: "rdma_listen",
-	problem: func(o toolOutcome, server bool) string {
-		prefix := "ping data: "
-		if server {
-			prefix = "server ping data: "
-		}
-		var p []string
-		if o.Exit != 0 {
-			p = append(p, fmt.Sprintf("exit %d", o.Exit))
-		}
-		if s := checkRpingOutput(o.Stdout, prefix, rpingCount, rpingDefaultSize); s != "" {
-			p = append(p, s)
-		}
-		return strings.Join(p, "; ")
-	},
+var rpingPair = rpingPairOf(rpingCount)
+
+// rpingPairOf is rping against "sroce rping", n pings.
+func rpingPairOf(n int) cmPair {
+	return cmPair{
+		name: "rping",
+		real: func(server bool, port int, guest, host string) string {
+			if server {
+				return fmt.Sprintf("rping -s -a %s -p %d -C %d -v", guest, port, n)
+			}
+			return fmt.Sprintf("rping -c -a %s -p %d -C %d -v", host, port, n)
+		},
+		sroce: func(server bool, port int, guest, host, _ string) []string {
+			if server {
+				// -d: its "rdma_listen" line says when it listens.
+				return []string{"rping", "-s", "-a", host, "-p", strconv.Itoa(port), "-C", strconv.Itoa(n), "-v", "-d"}
+			}
+			return []string{"rping", "-c", "-a", guest, "-p", strconv.Itoa(port), "-C", strconv.Itoa(n), "-v"}
+		},
+		listening: "rdma_listen",
+		problem: func(o toolOutcome, server bool) string {
+			prefix := "ping data: "
+			if server {
+				prefix = "server ping data: "
+			}
+			var p []string
+			if o.Exit != 0 {
+				p = append(p, fmt.Sprintf("exit %d", o.Exit))
+			}
+			if s := checkRpingOutput(o.Stdout, prefix, n, rpingDefaultSize); s != "" {
+				p = append(p, s)
+			}
+			return strings.Join(p, "; ")
+		},
+	}
 }
 
 // perftestPair is a perftest tool with -R (its connection and its
@@ -117,6 +122,7 @@ func perftestPair(real, cmd, args string) cmPair {
 // TestInteropRping runs rping against "sroce rping", both ways, without
 // and with loss.
 func TestInteropRping(t *testing.T) {
+	rigTestParallel(t)
 	rig, ctx := newCMInteropRig(t)
 	port := 7180
 	for _, loss := range []float64{0, lossPct} {
@@ -134,7 +140,11 @@ func TestInteropRping(t *testing.T) {
 				if loss > 0 {
 					before, _ = rig.Guest.RoCELoss(ctx)
 				}
-				runCMInteropPair(t, ctx, rig, rpingPair, realServer, port)
+				pair := rpingPair
+				if loss > 0 {
+					pair = rpingPairOf(rxeLossyPings)
+				}
+				runCMInteropPair(t, ctx, rig, pair, realServer, port)
 				if loss > 0 {
 					if after, err := rig.Guest.RoCELoss(ctx); err == nil {
 						t.Logf("%s", after.Minus(before).Describe(rig.Guest.Name(), "sroce"))
@@ -172,6 +182,7 @@ done`
 // DREQ's resends with it, so a lost DREQ leaves the server waiting for
 // ever, whoever the client is.)
 func TestInteropRpingCMDrops(t *testing.T) {
+	rigTestParallel(t)
 	rig, ctx := newCMInteropRig(t)
 	if res, err := rig.Guest.Run(ctx, cmDropScript); err != nil || res.ExitCode != 0 {
 		t.Fatalf("setting the guest's CM drops: %v %v\n%s%s", err, res.Err(), res.Stdout, res.Stderr)
@@ -197,6 +208,7 @@ func TestInteropRpingCMDrops(t *testing.T) {
 // TestInteropPerftestRDMACM runs ib_write_bw -R and ib_send_lat -R against
 // sroce's write-bw -R and send-lat -R, both ways.
 func TestInteropPerftestRDMACM(t *testing.T) {
+	rigTestParallel(t)
 	rig, ctx := newCMInteropRig(t)
 	port := 18700
 	for _, c := range []cmPair{

@@ -34,6 +34,7 @@ func newInteropLAN(t *testing.T, ctx context.Context) *interop.Rig {
 
 // TestInteropRxe runs every tool pair against rdma_rxe, both ways.
 func TestInteropRxe(t *testing.T) {
+	rigTestParallel(t)
 	if testing.Short() {
 		t.Skip("skipping the rdma_rxe interop tests in -short mode")
 	}

@@ -29,6 +29,7 @@ const rxePings = 100
 
 // TestCMToolsShimRxe runs each rxeCMCases program both ways against rxe.
 func TestCMToolsShimRxe(t *testing.T) {
+	rigTestParallel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	rig := newShimRxeRig(ctx, t)
@@ -57,8 +58,7 @@ func TestCMToolsShimRxe(t *testing.T) {
 	for _, c := range rxeCMCases {
 		runs = append(runs, run{c, 0})
 	}
-	lossy := rxeCMCases[0]
-	lossy.name = "rping-2%-loss"
+	lossy := rpingCase("rping-2%-loss", rxeLossyPings)
 	runs = append(runs, run{lossy, 2})
 	for _, c := range runs {
 		ran := false // a subtest of c ran (-run may pick none)
@@ -210,7 +210,7 @@ type rxeCMCase struct {
 }
 
 var rxeCMCases = []rxeCMCase{
-	{"rping", "rping", fmt.Sprintf("-s -a {addr} -p 7490 -C %d -v", rxePings), fmt.Sprintf("-c -a {addr} -p 7490 -C %d -v", rxePings), 7490, pingsChecked},
+	rpingCase("rping", rxePings),
 	{"ucmatose", "ucmatose", "-b {addr} -p 7491 -C 10", "-s {addr} -p 7491 -C 10", 7491, func(srv, cli string) string {
 		if !strings.Contains(srv, "data transfers complete") || !strings.Contains(cli, "data transfers complete") {
 			return "ucmatose did not complete its data transfers on both sides"
@@ -275,12 +275,23 @@ func runShim(ctx context.Context, rig *interop.Rig, prog string, args ...string)
 	return runShimEnv(ctx, rig, nil, prog, args...)
 }
 
-// pingsChecked checks that both rpings printed every verified ping.
-func pingsChecked(server, client string) string {
-	s := strings.Count(server, "server ping data: rdma-ping-")
-	c := strings.Count(client, "ping data: rdma-ping-")
-	if s != rxePings || c != rxePings {
-		return fmt.Sprintf("rping printed %d verified pings on the server and %d on the client, want %d", s, c, rxePings)
-	}
-	return ""
+// rpingCase is rping with n verified pings, each side checked for all n.
+func rpingCase(name string, n int) rxeCMCase {
+	return rxeCMCase{name, "rping", fmt.Sprintf("-s -a {addr} -p 7490 -C %d -v", n), fmt.Sprintf("-c -a {addr} -p 7490 -C %d -v", n), 7490,
+		func(server, client string) string {
+			s := strings.Count(server, "server ping data: rdma-ping-")
+			c := strings.Count(client, "ping data: rdma-ping-")
+			if s != n || c != n {
+				return fmt.Sprintf("rping printed %d verified pings on the server and %d on the client, want %d", s, c, n)
+			}
+			return ""
+		}}
 }
+
+// rxeLossyPings is the number of pings of the rping run with loss. Each
+// RoCEv2 frame lost costs rping's QP its retransmission timeout, about
+// half a second on both sides (rdma_cm's packet lifetime on RoCE): 100
+// pings (about 600 frames each way) lost some 25 frames and took 30 to
+// 40 s. 40 pings (about 250 frames each way) lose about 10 in a run,
+// and none in both runs only by a chance of about e^-20.
+const rxeLossyPings = 40

@@ -7,8 +7,10 @@ package netns
 // sroce's tools and a sroce daemon on the same bridge), and the sroce
 // binaries. Everything is made on first use and removed by TestMain.
 //
-// The tests run one after the other (none calls t.Parallel while it holds
-// a guest), so a test has the guests to itself. Before each test takes
+// The tests that use rxe-a or rxe-b run one after the other, so such a
+// test has the guests to itself. The tests that need only an rdma_rxe
+// peer run two at a time afterwards (rigPool), each on a rig of its own.
+// Before each test takes
 // them, resetGuest undoes what a test may leave behind: background
 // commands still running, qdiscs and filters on eth0 (loss, drops), an
 // XDP program on eth0, a missing rxe0. A test that changes a guest beyond
@@ -138,6 +140,7 @@ func sharedGuests(t testing.TB) (lan *rxeguest.LAN, a, b *rxeguest.Guest) {
 			shared.err = err
 			t.Fatal(err)
 		}
+		startSpare()
 	}
 	if shared.rig != nil {
 		shared.a = shared.rig.Guest
@@ -145,7 +148,7 @@ func sharedGuests(t testing.TB) (lan *rxeguest.LAN, a, b *rxeguest.Guest) {
 	for _, g := range []**rxeguest.Guest{&shared.a, &shared.b} {
 		why := shared.tainted[(*g).Name()]
 		delete(shared.tainted, (*g).Name())
-		ng, note, err := renewGuest(ctx, *g, why)
+		ng, note, err := renewGuest(ctx, shared.lan, *g, why)
 		if note != "" {
 			t.Log(note)
 		}
@@ -193,7 +196,7 @@ func bootShared(t testing.TB, ctx context.Context) error {
 // LAN, same configuration) if a test tainted it (why) or the reset fails.
 // It returns the guest to use and, after a boot, a note saying why.
 // shared.lan and shared.img are set once, before any guest exists.
-func renewGuest(ctx context.Context, g *rxeguest.Guest, why string) (*rxeguest.Guest, string, error) {
+func renewGuest(ctx context.Context, lan *rxeguest.LAN, g *rxeguest.Guest, why string) (*rxeguest.Guest, string, error) {
 	if why == "" {
 		err := resetGuest(ctx, g)
 		if err == nil {
@@ -205,7 +208,7 @@ func renewGuest(ctx context.Context, g *rxeguest.Guest, why string) (*rxeguest.G
 	cfg := g.Config()
 	g.Close()
 	cfg.Netns, cfg.Bridge, cfg.Tap = "", "", ""
-	ng, err := shared.lan.Boot(ctx, shared.img, cfg)
+	ng, err := lan.Boot(ctx, shared.img, cfg)
 	if err != nil {
 		return g, note, fmt.Errorf("booting %s again: %w", cfg.Name, err)
 	}
@@ -291,7 +294,7 @@ func taintGuest(t testing.TB, g *rxeguest.Guest, why string) {
 			ctx, cancel := context.WithTimeout(context.Background(), sharedSetupLimit)
 			defer cancel()
 			for _, j := range jobs {
-				ng, note, err := renewGuest(ctx, j.g, j.why)
+				ng, note, err := renewGuest(ctx, shared.lan, j.g, j.why)
 				shared.mu.Lock()
 				shared.notes = append(shared.notes, note)
 				*j.slot = ng
@@ -335,15 +338,34 @@ func sharedShare(t testing.TB) string {
 	return shared.share
 }
 
-// sharedInteropRig returns the interop rig on the shared guest rxe-a (the
-// rdma_rxe peer at 192.0.2.1), with the host namespace of sroce's tools
-// (192.0.2.10) and a sroce daemon for programs through the shim
-// (192.0.2.11), made on first use. When t fails, the daemon's log is
-// shown.
+// sharedInteropRig returns an interop rig for t: the rdma_rxe peer at
+// 192.0.2.1, with the host namespace of sroce's tools (192.0.2.10) and a
+// sroce daemon for programs through the shim (192.0.2.11). A test that
+// called rigTestParallel gets either rig of the pool (see rigPool) and
+// keeps it until it ends; any other test gets the rig on rxe-a. When t
+// fails, the daemon's log is shown.
 func sharedInteropRig(t *testing.T) *interop.Rig {
 	t.Helper()
-	lan, a, _ := sharedGuests(t)
-	bin := buildSroce(t)
+	var rig *interop.Rig
+	if _, ok := rigPool.parallel.Load(t); ok {
+		rig = takePooledRig(t)
+	} else {
+		lan, a, _ := sharedGuests(t)
+		var err error
+		if rig, err = rigOnA(lan, a, buildSroce(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the sroce daemon's log (since the rig was made):\n%s", rig.ShimDaemonLog())
+		}
+	})
+	return rig
+}
+
+// rigOnA returns the rig on the shared guest rxe-a, made on first use.
+func rigOnA(lan *rxeguest.LAN, a *rxeguest.Guest, bin string) (*interop.Rig, error) {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.rig == nil {
@@ -352,16 +374,205 @@ func sharedInteropRig(t *testing.T) *interop.Rig {
 		rig, err := interop.NewRig(ctx, interop.RigConfig{Bin: bin, Env: sroceEnv("xdp"), Shim: true,
 			LAN: lan, Img: shared.img, Guest: a})
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		shared.rig = rig
 	}
-	rig := shared.rig
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("the sroce daemon's log (since the rig was made):\n%s", rig.ShimDaemonLog())
+	return shared.rig, nil
+}
+
+// rigPool lets the tests that need nothing but an rdma_rxe peer run two
+// at a time. A guest under TCG keeps about one CPU busy, so on two CPUs
+// the one-at-a-time runs left the second mostly idle. The pool holds the
+// rig on rxe-a and a spare: a rig on a LAN of its own (same addresses,
+// other namespaces) whose guest rxe-c boots in the background once the
+// shared image exists and a parallel rig test has started. Those tests
+// call rigTestParallel first and run once the others are done (the
+// serial ones have rxe-a to themselves), each with a rig of its own.
+var rigPool struct {
+	parallel sync.Map // *testing.T -> true: the tests that called rigTestParallel
+
+	mu     sync.Mutex
+	wanted bool              // a parallel rig test exists
+	madeA  bool              // rig A was made and put in free (or failed: errA)
+	errA   error             // why rig A could not be made
+	brokeA chan struct{}     // closed when errA is set
+	spare  *spareRig         // the spare, once its boot started
+	free   chan *interop.Rig // the rigs no test holds
+}
+
+// spareRig is the pool's second rig and what it stands on.
+type spareRig struct {
+	lan  *rxeguest.LAN
+	rig  *interop.Rig
+	err  error
+	note string        // how the boot went, for the next test's log
+	done chan struct{} // closed when the boot is over
+}
+
+// spareGuest is the configuration of the spare rig's guest: rxe-a's
+// address and MAC (the rig's peer address) on the spare's own LAN.
+func spareGuest() rxeguest.Config {
+	c, _ := rxeguest.PairConfigs()
+	c.Name = "rxe-c"
+	return c
+}
+
+func init() {
+	rigPool.free = make(chan *interop.Rig, 2)
+	rigPool.brokeA = make(chan struct{})
+}
+
+// rigTestParallel marks t, a test that needs only an interop rig, to run
+// beside another such test, and starts the spare rig's boot if the
+// shared image exists. It must be t's first call.
+func rigTestParallel(t *testing.T) {
+	t.Helper()
+	rigPool.parallel.Store(t, true)
+	t.Cleanup(func() { rigPool.parallel.Delete(t) })
+	if !testing.Short() && os.Geteuid() == 0 && rxeguest.Available() == nil {
+		buildSroce(t) // the spare's boot needs it
+		rigPool.mu.Lock()
+		rigPool.wanted = true
+		rigPool.mu.Unlock()
+		shared.mu.Lock()
+		startSpare()
+		shared.mu.Unlock()
+	}
+	t.Parallel()
+}
+
+// startSpare starts the spare rig's boot in the background, once, when a
+// parallel rig test exists and the image is there. Called with shared.mu
+// held.
+func startSpare() {
+	rigPool.mu.Lock()
+	defer rigPool.mu.Unlock()
+	if !rigPool.wanted || rigPool.spare != nil || shared.img == nil || shared.bin == "" {
+		return
+	}
+	sp := &spareRig{done: make(chan struct{})}
+	rigPool.spare = sp
+	img, share, bin := shared.img, shared.share, shared.bin
+	go func() {
+		defer close(sp.done)
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), sharedSetupLimit)
+		defer cancel()
+		lan, err := rxeguest.NewLAN(ctx)
+		if err != nil {
+			sp.err = fmt.Errorf("the spare rig's LAN: %w", err)
+			return
 		}
-	})
+		sp.lan = lan
+		cfg := spareGuest()
+		cfg.Share = share
+		g, err := lan.Boot(ctx, img, cfg)
+		if err != nil {
+			sp.err = fmt.Errorf("the spare rig's guest: %w", err)
+			return
+		}
+		rig, err := interop.NewRig(ctx, interop.RigConfig{Bin: bin, Env: sroceEnv("xdp"), Shim: true,
+			LAN: lan, Img: img, Guest: g})
+		if err != nil {
+			sp.err = fmt.Errorf("the spare rig: %w", err)
+			return
+		}
+		sp.rig = rig
+		sp.note = fmt.Sprintf("the spare rig (guest %s on a LAN of its own) ready in %v", cfg.Name, time.Since(start).Round(time.Second))
+		rigPool.free <- rig
+	}()
+}
+
+// sharedReady makes the image, the share and the shared guests on first
+// use, as sharedGuests does, without resetting them (a parallel test may
+// hold rxe-a), and starts the spare rig's boot when it is wanted.
+func sharedReady(t testing.TB) {
+	t.Helper()
+	rxeguest.Skip(t)
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.err != nil {
+		t.Fatalf("the shared guests could not be set up: %v", shared.err)
+	}
+	if shared.lan == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), sharedSetupLimit)
+		defer cancel()
+		if err := bootShared(t, ctx); err != nil {
+			shared.err = err
+			t.Fatal(err)
+		}
+	}
+	startSpare()
+}
+
+// takePooledRig waits for a free rig of the pool, resets its guest, and
+// gives it back to the pool when t ends. The first taker makes rig A.
+func takePooledRig(t *testing.T) *interop.Rig {
+	t.Helper()
+	bin := buildSroce(t)
+	sharedReady(t)
+	rigPool.mu.Lock()
+	makeA := !rigPool.madeA
+	rigPool.madeA = true
+	rigPool.mu.Unlock()
+	if makeA {
+		lan, a, _ := sharedGuests(t)
+		rig, err := rigOnA(lan, a, bin)
+		if err != nil {
+			rigPool.mu.Lock()
+			rigPool.errA = err
+			close(rigPool.brokeA)
+			rigPool.mu.Unlock()
+			t.Fatal(err)
+		}
+		rigPool.free <- rig
+	}
+	var rig *interop.Rig
+	select {
+	case rig = <-rigPool.free:
+	case <-rigPool.brokeA:
+		t.Fatalf("the rig on rxe-a could not be made: %v", rigPool.errA)
+	case <-time.After(sharedSetupLimit):
+		t.Fatalf("no interop rig of the pool came free within %v", sharedSetupLimit)
+	}
+	t.Cleanup(func() { rigPool.free <- rig })
+	rigPool.mu.Lock()
+	sp := rigPool.spare
+	var note string
+	var spareErr error
+	if sp != nil {
+		select {
+		case <-sp.done:
+			note, spareErr = sp.note, sp.err
+			sp.note, sp.err = "", nil
+		default:
+		}
+	}
+	rigPool.mu.Unlock()
+	if note != "" {
+		t.Log(note)
+	}
+	if spareErr != nil {
+		t.Errorf("the spare rig could not be made (the tests take turns on rxe-a): %v", spareErr)
+	}
+	if sp != nil && rig == sp.rig {
+		ctx, cancel := context.WithTimeout(context.Background(), sharedSetupLimit)
+		defer cancel()
+		g, note, err := renewGuest(ctx, sp.lan, rig.Guest, "")
+		if note != "" {
+			t.Log(note)
+		}
+		rig.Guest = g
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rig: the spare, guest %s", rig.Guest.Name())
+		return rig
+	}
+	// Rig A: the reset sharedGuests does (rxe-b is no parallel test's).
+	sharedGuests(t)
+	t.Logf("rig: guest %s", rig.Guest.Name())
 	return rig
 }
 
@@ -372,6 +583,18 @@ func closeShared() error {
 	var errs []error
 	if shared.rig != nil {
 		errs = append(errs, shared.rig.Close())
+	}
+	rigPool.mu.Lock()
+	sp := rigPool.spare
+	rigPool.mu.Unlock()
+	if sp != nil {
+		<-sp.done
+		if sp.rig != nil {
+			errs = append(errs, sp.rig.Close())
+		}
+		if sp.lan != nil {
+			errs = append(errs, sp.lan.Close())
+		}
 	}
 	if shared.lan != nil {
 		errs = append(errs, shared.lan.Close())

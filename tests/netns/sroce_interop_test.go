@@ -35,6 +35,9 @@ func TestSroceInterop(t *testing.T) {
 	}
 	rxeguest.Skip(t)
 	bin := buildSroce(t)
+	// It boots guests of its own: it runs beside the rig tests
+	// (rigTestParallel), once the serial tests are done.
+	t.Parallel()
 	t.Run("matrix", func(t *testing.T) {
 		kinds := map[string]string{"rc-pingpong": figPingpong, "read-bw": figBW, "read-lat": figLat}
 		if _, err := exec.LookPath("gcc"); err != nil {
