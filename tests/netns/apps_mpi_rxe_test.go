@@ -27,7 +27,7 @@ const mpiRxeDir = "/tmp/sroce-mpi-rxe"
 // namespace that runs it through "sroce run"). The ping-pong checks every
 // byte of each message both ways, the allreduce every element.
 func TestOpenMPIShimRxe(t *testing.T) {
-	rigTestParallel(t)
+	rigTestParallel(t, 25*time.Second)
 	needMPI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

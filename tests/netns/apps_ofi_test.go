@@ -310,7 +310,7 @@ exec nsenter --net=%[2]s %[3]s run --socket %[4]s -- /bin/sh -c "$*"
 // side once the server, and on rxe alone (server and client in the guest)
 // for rxe's figures beside sroce's one-daemon run of TestOFIPingpong.
 func TestOFIPingpongShimRxe(t *testing.T) {
-	rigTestParallel(t)
+	rigTestParallel(t, 35*time.Second)
 	needOFI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -39,7 +39,7 @@ var ucxRxeCases = []struct {
 // the setting and runs with it). UCX on sroce keeps the check: sroce fills
 // sl as ConnectX does.
 func TestUCXPerftestShimRxe(t *testing.T) {
-	rigTestParallel(t)
+	rigTestParallel(t, 15*time.Second)
 	needUCX(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -122,7 +122,7 @@ func perftestPair(real, cmd, args string) cmPair {
 // TestInteropRping runs rping against "sroce rping", both ways, without
 // and with loss.
 func TestInteropRping(t *testing.T) {
-	rigTestParallel(t)
+	rigTestParallel(t, 25*time.Second)
 	rig, ctx := newCMInteropRig(t)
 	port := 7180
 	for _, loss := range []float64{0, lossPct} {
@@ -182,7 +182,7 @@ done`
 // DREQ's resends with it, so a lost DREQ leaves the server waiting for
 // ever, whoever the client is.)
 func TestInteropRpingCMDrops(t *testing.T) {
-	rigTestParallel(t)
+	rigTestParallel(t, 25*time.Second)
 	rig, ctx := newCMInteropRig(t)
 	if res, err := rig.Guest.Run(ctx, cmDropScript); err != nil || res.ExitCode != 0 {
 		t.Fatalf("setting the guest's CM drops: %v %v\n%s%s", err, res.Err(), res.Stdout, res.Stderr)
@@ -208,7 +208,7 @@ func TestInteropRpingCMDrops(t *testing.T) {
 // TestInteropPerftestRDMACM runs ib_write_bw -R and ib_send_lat -R against
 // sroce's write-bw -R and send-lat -R, both ways.
 func TestInteropPerftestRDMACM(t *testing.T) {
-	rigTestParallel(t)
+	rigTestParallel(t, 20*time.Second)
 	rig, ctx := newCMInteropRig(t)
 	port := 18700
 	for _, c := range []cmPair{

@@ -39,7 +39,7 @@ func impairedTest(t *testing.T) {
 // TestInteropRxeLossy runs every RC tool pair with 2% of the RoCEv2
 // frames lost each way between sroce and rdma_rxe.
 func TestInteropRxeLossy(t *testing.T) {
-	rigTestParallel(t)
+	rigTestParallel(t, 100*time.Second)
 	impairedTest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
@@ -83,7 +83,7 @@ const lossPct = 2
 // for 100 to 300 ms at random moments of the RoCEv2 traffic, at least 50
 // to 400 ms apart.
 func TestInteropRxePaused(t *testing.T) {
-	rigTestParallel(t)
+	rigTestParallel(t, 65*time.Second)
 	impairedTest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()

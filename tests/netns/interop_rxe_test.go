@@ -15,6 +15,7 @@ package netns
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,9 +33,11 @@ func newInteropLAN(t *testing.T, ctx context.Context) *interop.Rig {
 	return sharedInteropRig(t)
 }
 
-// TestInteropRxe runs every tool pair against rdma_rxe, both ways.
+// TestInteropRxe runs every tool pair against rdma_rxe, both ways (those
+// of interop.Matrix in TestSroceInterop, where sroce run can build its
+// libibverbs).
 func TestInteropRxe(t *testing.T) {
-	rigTestParallel(t)
+	rigTestParallel(t, 80*time.Second)
 	if testing.Short() {
 		t.Skip("skipping the rdma_rxe interop tests in -short mode")
 	}
@@ -44,7 +47,15 @@ func TestInteropRxe(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 	rig := newInteropLAN(t, ctx)
-	for _, c := range interop.Cases {
+	cases := interop.Cases
+	if _, err := exec.LookPath("gcc"); err == nil {
+		// TestSroceInterop's "sroce interop --shim" runs the pairs of
+		// interop.Matrix both ways, through the same Rig.RunPair and
+		// with the same verdicts, and fails on any of them.
+		cases = cases[len(interop.Matrix):]
+		t.Logf("the %d pairs of interop.Matrix are TestSroceInterop's", len(interop.Matrix))
+	}
+	for _, c := range cases {
 		t.Run(c.Name+"/real-server", func(t *testing.T) { runPair(t, ctx, rig, c, true, nil) })
 		t.Run(c.Name+"/real-client", func(t *testing.T) { runPair(t, ctx, rig, c, false, nil) })
 	}

@@ -7,6 +7,7 @@ package netns
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net/netip"
 	"os"
@@ -22,6 +23,15 @@ import (
 func TestMain(m *testing.M) {
 	if v := os.Getenv(killedClientEnv); v != "" {
 		os.Exit(killedClient(v)) // TestDaemonKilledClient's client
+	}
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		// The parallel guest tests take turns through lanes of their
+		// own (laneParallel), which start the longest first; go test's
+		// limit would pick which of them may ask.
+		flag.Set("test.parallel", "64")
 	}
 	stop := guardTempDirMode()
 	code := m.Run()

@@ -75,7 +75,7 @@ func TestRealMckeyDaemonsXDP(t *testing.T) {
 // each side once the receiver: the group's datagrams go between the
 // daemon's engine and rxe.
 func TestMckeyShimRxe(t *testing.T) {
-	rigTestParallel(t)
+	rigTestParallel(t, 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	rig := newShimRxeRig(ctx, t)

@@ -29,7 +29,7 @@ const rxePings = 100
 
 // TestCMToolsShimRxe runs each rxeCMCases program both ways against rxe.
 func TestCMToolsShimRxe(t *testing.T) {
-	rigTestParallel(t)
+	rigTestParallel(t, 90*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	rig := newShimRxeRig(ctx, t)

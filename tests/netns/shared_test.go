@@ -424,9 +424,10 @@ func init() {
 }
 
 // rigTestParallel marks t, a test that needs only an interop rig, to run
-// beside another such test, and starts the spare rig's boot if the
-// shared image exists. It must be t's first call.
-func rigTestParallel(t *testing.T) {
+// beside another such test (laneParallel; about says how long it takes),
+// and starts the spare rig's boot if the shared image exists. It must be
+// t's first call.
+func rigTestParallel(t *testing.T, about time.Duration) {
 	t.Helper()
 	rigPool.parallel.Store(t, true)
 	t.Cleanup(func() { rigPool.parallel.Delete(t) })
@@ -439,7 +440,98 @@ func rigTestParallel(t *testing.T) {
 		startSpare()
 		shared.mu.Unlock()
 	}
+	laneParallel(t, about)
+}
+
+// parallelLanes is how many parallel guest tests run at once: a guest
+// under TCG keeps about one CPU busy.
+const parallelLanes = 2
+
+// laneLimit bounds a parallel test's wait for a lane: every other
+// parallel test in a row, at their slowest.
+const laneLimit = 45 * time.Minute
+
+// lanes runs the parallel guest tests parallelLanes at a time, the
+// longest first, so that the two lanes end together (go test's own
+// -parallel starts them in no set order: TestMain raises it so that all
+// of them wait here). A lane is given once every test that called
+// laneParallel has asked for one, or a few seconds after the first did.
+var lanes struct {
+	mu       sync.Mutex
+	free     int
+	called   int // tests that called laneParallel and have not ended
+	waiting  []*laneWait
+	gate     chan struct{} // closed when lanes are given out
+	gateOnce sync.Once
+}
+
+type laneWait struct {
+	about time.Duration
+	ready chan struct{}
+}
+
+func init() {
+	lanes.free = parallelLanes
+	lanes.gate = make(chan struct{})
+}
+
+// laneParallel calls t.Parallel and then waits for a lane, which t holds
+// until it ends; about is how long t takes, roughly (the longest go
+// first).
+func laneParallel(t *testing.T, about time.Duration) {
+	t.Helper()
+	lanes.mu.Lock()
+	lanes.called++
+	lanes.mu.Unlock()
 	t.Parallel()
+	w := &laneWait{about: about, ready: make(chan struct{})}
+	lanes.mu.Lock()
+	lanes.waiting = append(lanes.waiting, w)
+	all := len(lanes.waiting) >= lanes.called
+	lanes.mu.Unlock()
+	if all {
+		lanes.gateOnce.Do(func() { close(lanes.gate) })
+	} else {
+		go func() {
+			time.Sleep(3 * time.Second)
+			lanes.gateOnce.Do(func() { close(lanes.gate) })
+		}()
+	}
+	start := time.Now()
+	<-lanes.gate
+	giveLanes()
+	select {
+	case <-w.ready:
+	case <-time.After(laneLimit):
+		t.Fatalf("no lane for a parallel guest test came free within %v", laneLimit)
+	}
+	// go test's figure for t includes this wait.
+	t.Logf("waited %v for a lane", time.Since(start).Round(100*time.Millisecond))
+	t.Cleanup(func() {
+		lanes.mu.Lock()
+		lanes.free++
+		lanes.called--
+		lanes.mu.Unlock()
+		giveLanes()
+	})
+}
+
+// giveLanes hands the free lanes to the longest waiting tests.
+func giveLanes() {
+	lanes.mu.Lock()
+	defer lanes.mu.Unlock()
+	for lanes.free > 0 && len(lanes.waiting) > 0 {
+		best := 0
+		for i, w := range lanes.waiting {
+			if w.about > lanes.waiting[best].about {
+				best = i
+			}
+		}
+		w := lanes.waiting[best]
+		lanes.waiting = append(lanes.waiting[:best], lanes.waiting[best+1:]...)
+		lanes.free--
+		close(w.ready)
+	}
 }
 
 // startSpare starts the spare rig's boot in the background, once, when a
