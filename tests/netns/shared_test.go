@@ -505,9 +505,10 @@ func laneParallel(t *testing.T, about time.Duration) {
 	case <-time.After(laneLimit):
 		t.Fatalf("no lane for a parallel guest test came free within %v", laneLimit)
 	}
-	// go test's figure for t includes this wait.
-	t.Logf("waited %v for a lane", time.Since(start).Round(100*time.Millisecond))
+	// go test's figure for t includes this wait: tests/run lists both.
+	waited, got := time.Since(start), time.Now()
 	t.Cleanup(func() {
+		t.Logf("lane: %s waited %.1fs and ran %.1fs", t.Name(), waited.Seconds(), time.Since(got).Seconds())
 		lanes.mu.Lock()
 		lanes.free++
 		lanes.called--
@@ -648,7 +649,10 @@ func takePooledRig(t *testing.T) *interop.Rig {
 	if spareErr != nil {
 		t.Errorf("the spare rig could not be made (the tests take turns on rxe-a): %v", spareErr)
 	}
-	if sp != nil && rig == sp.rig {
+	shared.mu.Lock()
+	onA := rig == shared.rig
+	shared.mu.Unlock()
+	if !onA {
 		ctx, cancel := context.WithTimeout(context.Background(), sharedSetupLimit)
 		defer cancel()
 		g, note, err := renewGuest(ctx, sp.lan, rig.Guest, "")
