@@ -7,9 +7,10 @@
 //
 //	sleep     Run blocks in the link until a frame, the earliest QP timer
 //	          or a doorbell; posting wakes it.
-//	spin      Run never blocks: it polls the link and the doorbells on a
-//	          locked OS thread, and posting wakes nobody. A core stays busy
-//	          while the device runs.
+//	spin      Run never blocks: it polls the link and the doorbells, and
+//	          posting wakes nobody. A core stays busy while the device
+//	          runs; every 64 empty polls the loop yields its processor and
+//	          its CPU to whoever waits for them.
 //	adaptive  spin for SpinFor after the last activity, then sleep.
 //	inline    Run sleeps as in sleep mode, but the goroutine that posts a
 //	          work request or polls an empty CQ runs a step itself: it
@@ -44,7 +45,8 @@ const (
 	EngineAuto EngineMode = iota
 	// EngineSleep blocks in the link whenever there is nothing to do.
 	EngineSleep
-	// EngineSpin busy-polls on a locked OS thread and never blocks.
+	// EngineSpin busy-polls and never blocks; it yields its processor
+	// and its CPU every few dozen empty polls.
 	EngineSpin
 	// EngineAdaptive spins for Options.SpinFor after the last activity,
 	// then blocks like EngineSleep.
