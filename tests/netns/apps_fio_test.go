@@ -18,6 +18,7 @@ import (
 )
 
 func TestAppFio(t *testing.T) {
+	laneParallel(t, 12*time.Second, needHost)
 	needRealTools(t)
 	if _, err := exec.LookPath("fio"); err != nil {
 		t.Skip("skipping: fio is not installed (tests/run installs it)")

@@ -194,6 +194,7 @@ var ucxCases = []ucxCase{
 // both in A on one device: loopback), each transport and test, and checks
 // the figures; and the transport-layer tests on one device.
 func TestUCXPerftest(t *testing.T) {
+	laneParallel(t, 9*time.Second, needHost)
 	needUCX(t)
 	d := startDaemonsIn(t, "ux", "xdp", false)
 	port := 19100

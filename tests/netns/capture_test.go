@@ -108,6 +108,7 @@ type captured struct {
 // that each capture holds whole, ICRC-correct frames with the expected
 // opcodes. With -update it also rewrites the golden files.
 func TestCaptureGoldens(t *testing.T) {
+	laneParallel(t, 35*time.Second, needPair)
 	p := sharedPair(t)
 	ctx := testContext(t, 10*time.Minute)
 	dir := t.TempDir()

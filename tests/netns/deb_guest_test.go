@@ -56,6 +56,7 @@ eval "exec prlimit --memlock=unlimited:unlimited -- setpriv --reuid=nobody --reg
 // TestDebInGuest installs the package in guest b and runs ib_write_bw
 // through the installed sroce against rxe's in guest a.
 func TestDebInGuest(t *testing.T) {
+	laneParallel(t, 36*time.Second, needPair)
 	if testing.Short() {
 		t.Skip("skipping the package in an rxe guest in -short mode")
 	}

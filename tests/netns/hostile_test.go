@@ -419,6 +419,7 @@ func needGo(t *testing.T) {
 // send WQEs' inline length (issue 23, attack 1), one writer fewer than the
 // CPUs (the attacker's default).
 func TestHostileDoubleRead(t *testing.T) {
+	laneParallel(t, 11*time.Second, needHost)
 	runAttack(t, attackCase{attack: "double-read", args: []string{"--duration", "10s"}})
 }
 
@@ -427,6 +428,7 @@ func TestHostileDoubleRead(t *testing.T) {
 // The daemon's descriptor limit is 16,384, as a service's may be: today's
 // daemon reaches it with one connection and ends when accept fails.
 func TestHostileDescriptors(t *testing.T) {
+	laneParallel(t, 11*time.Second, needHost)
 	runAttack(t, attackCase{attack: "fds", args: []string{"--duration", "10s", "--conns", "8"},
 		confine: func(t *testing.T, pid int) []string {
 			lim := unix.Rlimit{Cur: 16384, Max: 16384}
@@ -443,6 +445,7 @@ func TestHostileDescriptors(t *testing.T) {
 // a connection whose registration failed, and refilled by new connections
 // while the attack holds.
 func TestHostileMappings(t *testing.T) {
+	laneParallel(t, 16*time.Second, needHost)
 	runAttack(t, attackCase{attack: "maps", args: []string{"--duration", "15s", "--conns", "72", "--per-conn", "1024"}})
 }
 
@@ -453,6 +456,7 @@ func TestHostileMappings(t *testing.T) {
 // made, the attack stops at 300 QPs on one connection (about 660 MB of a
 // daemon without budgets), which the bound on its memory still catches.
 func TestHostileMemory(t *testing.T) {
+	laneParallel(t, 11*time.Second, needHost)
 	runAttack(t, attackCase{attack: "memory", args: []string{"--duration", "10s", "--conns", "16", "--per-conn", "4096"},
 		confine: func(t *testing.T, pid int) []string {
 			if err := memoryCgroup(t, pid, 640<<20); err != nil {

@@ -38,6 +38,7 @@ import (
 const ladderLossPct = 2
 
 func TestLadderLossyCaptures(t *testing.T) {
+	laneParallel(t, 16*time.Second, needPair)
 	impairedTest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

@@ -126,6 +126,7 @@ var writeBW = realTool{"ib_write_bw", "-n 500 -s 65536", "-x"}
 // descriptors, mappings and threads watched, an address added, the veth
 // deleted and created again.
 func TestDaemonLinks(t *testing.T) {
+	laneParallel(t, 9*time.Second, needHost)
 	needRealTools(t)
 	d := startDaemonsIn(t, "sroce-links", "xdp", false)
 	ifA, ifB := d.pair.Veth.NameA, d.pair.Veth.NameB

@@ -106,6 +106,7 @@ func runGuestPair(ctx context.Context, a, b *rxeguest.Guest, server, client stri
 // TestAgent checks the command channel: output, exit status, background
 // commands, cancellation and concurrency.
 func TestAgent(t *testing.T) {
+	laneParallel(t, 10*time.Second, needPair)
 	p := sharedPair(t)
 	g := p.A
 	ctx := testContext(t, 2*time.Minute)

@@ -7,10 +7,10 @@ package netns
 // sroce's tools and a sroce daemon on the same bridge), and the sroce
 // binaries. Everything is made on first use and removed by TestMain.
 //
-// The tests that use rxe-a or rxe-b run one after the other, so such a
-// test has the guests to itself. The tests that need only an rdma_rxe
-// peer run two at a time afterwards (rigPool), each on a rig of its own.
-// Before each test takes
+// A test that uses rxe-a or rxe-b has them to itself: the small ones run
+// one after the other, the heavy ones afterwards in lanes, two at a time,
+// each holding what it needs (laneParallel: a rig, the pair of guests, or
+// this host's namespaces). Before each test takes
 // them, resetGuest undoes what a test may leave behind: background
 // commands still running, qdiscs and filters on eth0 (loss, drops), an
 // XDP program on eth0, a missing rxe0. A test that changes a guest beyond
@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -381,24 +382,38 @@ func rigOnA(lan *rxeguest.LAN, a *rxeguest.Guest, bin string) (*interop.Rig, err
 	return shared.rig, nil
 }
 
-// rigPool lets the tests that need nothing but an rdma_rxe peer run two
-// at a time. A guest under TCG keeps about one CPU busy, so on two CPUs
-// the one-at-a-time runs left the second mostly idle. The pool holds the
-// rig on rxe-a and a spare: a rig on a LAN of its own (same addresses,
-// other namespaces) whose guest rxe-c boots in the background once the
-// shared image exists and a parallel rig test has started. Those tests
-// call rigTestParallel first and run once the others are done (the
-// serial ones have rxe-a to themselves), each with a rig of its own.
+// The lane tests. A guest under TCG keeps about one CPU busy, so on two
+// CPUs the tests run one at a time left the second mostly idle. The
+// heavy tests run two at a time instead, once the serial ones are done,
+// each in a lane (laneParallel) and with what it needs to itself:
+//
+//   - needRig: an interop rig, the one on rxe-a or a spare with the same
+//     addresses on a LAN of its own, whose guest rxe-c boots in the
+//     background while the serial tests run (rigTestParallel);
+//   - needPair: the shared guests rxe-a and rxe-b, and so rxe-a's rig;
+//   - needHost: namespaces, daemons and tools on this host only, which
+//     such a test may share with another: one at a time, beside a guest
+//     test;
+//   - needNone: guests of its own (TestSroceInterop).
+//
+// The longest test whose needs are free takes each free lane, so that
+// the two lanes end together.
+type laneNeed uint8
+
+const (
+	needNone laneNeed = iota
+	needRig
+	needPair
+	needHost
+)
+
+// rigPool is the spare rig and the rig tests (rigTestParallel).
 var rigPool struct {
 	parallel sync.Map // *testing.T -> true: the tests that called rigTestParallel
 
 	mu     sync.Mutex
-	wanted bool              // a parallel rig test exists
-	madeA  bool              // rig A was made and put in free (or failed: errA)
-	errA   error             // why rig A could not be made
-	brokeA chan struct{}     // closed when errA is set
-	spare  *spareRig         // the spare, once its boot started
-	free   chan *interop.Rig // the rigs no test holds
+	wanted bool      // a rig test exists
+	spare  *spareRig // the spare, once its boot started
 }
 
 // spareRig is the pool's second rig and what it stands on.
@@ -418,15 +433,9 @@ func spareGuest() rxeguest.Config {
 	return c
 }
 
-func init() {
-	rigPool.free = make(chan *interop.Rig, 2)
-	rigPool.brokeA = make(chan struct{})
-}
-
-// rigTestParallel marks t, a test that needs only an interop rig, to run
-// beside another such test (laneParallel; about says how long it takes),
-// and starts the spare rig's boot if the shared image exists. It must be
-// t's first call.
+// rigTestParallel makes t, a test that needs only an interop rig, a lane
+// test (about says how long it takes), and starts the spare rig's boot
+// if the shared image exists. It must be t's first call.
 func rigTestParallel(t *testing.T, about time.Duration) {
 	t.Helper()
 	rigPool.parallel.Store(t, true)
@@ -440,61 +449,75 @@ func rigTestParallel(t *testing.T, about time.Duration) {
 		startSpare()
 		shared.mu.Unlock()
 	}
-	laneParallel(t, about)
+	laneParallel(t, about, needRig)
 }
 
-// parallelLanes is how many parallel guest tests run at once: a guest
-// under TCG keeps about one CPU busy.
+// parallelLanes is how many lane tests run at once.
 const parallelLanes = 2
 
-// laneLimit bounds a parallel test's wait for a lane: every other
-// parallel test in a row, at their slowest.
+// laneLimit bounds a lane test's wait for its lane: every other lane
+// test in a row, at their slowest.
 const laneLimit = 45 * time.Minute
 
-// lanes runs the parallel guest tests parallelLanes at a time, the
-// longest first, so that the two lanes end together (go test's own
-// -parallel starts them in no set order: TestMain raises it so that all
-// of them wait here). A lane is given once every test that called
-// laneParallel has asked for one, or a few seconds after the first did.
+// lanes gives out the lanes and what the tests in them hold (go test's
+// own -parallel starts parallel tests in no set order: TestMain raises it
+// so that all of them wait here). Lanes are given once every test that
+// called laneParallel has asked for one, or a few seconds after the
+// first did.
 var lanes struct {
 	mu       sync.Mutex
 	free     int
-	called   int // tests that called laneParallel and have not ended
+	called   int  // tests that called laneParallel
+	rigA     bool // held: rxe-a's rig (a rig test's, or a pair test's)
+	spare    bool // held by a rig test
+	spareUp  bool // the spare rig is ready
+	host     bool // held by a host test
 	waiting  []*laneWait
-	gate     chan struct{} // closed when lanes are given out
+	onSpare  map[*testing.T]bool // the rig tests given the spare
+	open     bool                // lanes are given out
+	gate     chan struct{}       // closed when open is set
 	gateOnce sync.Once
 }
 
 type laneWait struct {
+	t     *testing.T
 	about time.Duration
+	need  laneNeed
 	ready chan struct{}
 }
 
 func init() {
 	lanes.free = parallelLanes
 	lanes.gate = make(chan struct{})
+	lanes.onSpare = map[*testing.T]bool{}
 }
 
-// laneParallel calls t.Parallel and then waits for a lane, which t holds
-// until it ends; about is how long t takes, roughly (the longest go
-// first).
-func laneParallel(t *testing.T, about time.Duration) {
+// laneParallel calls t.Parallel and then waits for a lane and what t
+// needs, which t holds until it ends; about is how long t takes,
+// roughly (the longest go first).
+func laneParallel(t *testing.T, about time.Duration, need laneNeed) {
 	t.Helper()
 	lanes.mu.Lock()
 	lanes.called++
 	lanes.mu.Unlock()
 	t.Parallel()
-	w := &laneWait{about: about, ready: make(chan struct{})}
+	w := &laneWait{t: t, about: about, need: need, ready: make(chan struct{})}
 	lanes.mu.Lock()
 	lanes.waiting = append(lanes.waiting, w)
 	all := len(lanes.waiting) >= lanes.called
 	lanes.mu.Unlock()
+	open := func() {
+		lanes.mu.Lock()
+		lanes.open = true
+		lanes.mu.Unlock()
+		close(lanes.gate)
+	}
 	if all {
-		lanes.gateOnce.Do(func() { close(lanes.gate) })
+		lanes.gateOnce.Do(open)
 	} else {
 		go func() {
 			time.Sleep(3 * time.Second)
-			lanes.gateOnce.Do(func() { close(lanes.gate) })
+			lanes.gateOnce.Do(open)
 		}()
 	}
 	start := time.Now()
@@ -503,7 +526,10 @@ func laneParallel(t *testing.T, about time.Duration) {
 	select {
 	case <-w.ready:
 	case <-time.After(laneLimit):
-		t.Fatalf("no lane for a parallel guest test came free within %v", laneLimit)
+		lanes.mu.Lock()
+		lanes.waiting = slices.DeleteFunc(lanes.waiting, func(x *laneWait) bool { return x == w })
+		lanes.mu.Unlock()
+		t.Fatalf("no lane for a lane test came free within %v", laneLimit)
 	}
 	// go test's figure for t includes this wait: tests/run lists both.
 	waited, got := time.Since(start), time.Now()
@@ -511,33 +537,72 @@ func laneParallel(t *testing.T, about time.Duration) {
 		t.Logf("lane: %s waited %.1fs and ran %.1fs", t.Name(), waited.Seconds(), time.Since(got).Seconds())
 		lanes.mu.Lock()
 		lanes.free++
-		lanes.called--
+		switch need {
+		case needRig:
+			if lanes.onSpare[t] {
+				lanes.spare = false
+			} else {
+				lanes.rigA = false
+			}
+			delete(lanes.onSpare, t)
+		case needPair:
+			lanes.rigA = false
+		case needHost:
+			lanes.host = false
+		}
 		lanes.mu.Unlock()
 		giveLanes()
 	})
 }
 
-// giveLanes hands the free lanes to the longest waiting tests.
+// giveLanes hands the free lanes to the longest waiting tests whose needs
+// are free. A rig test gets the spare when it is up and free, so that
+// rxe-a stays free for a pair test.
 func giveLanes() {
 	lanes.mu.Lock()
 	defer lanes.mu.Unlock()
-	for lanes.free > 0 && len(lanes.waiting) > 0 {
-		best := 0
+	for lanes.open && lanes.free > 0 {
+		best := -1
 		for i, w := range lanes.waiting {
-			if w.about > lanes.waiting[best].about {
+			ok := false
+			switch w.need {
+			case needNone:
+				ok = true
+			case needRig:
+				ok = !lanes.rigA || lanes.spareUp && !lanes.spare
+			case needPair:
+				ok = !lanes.rigA
+			case needHost:
+				ok = !lanes.host
+			}
+			if ok && (best < 0 || w.about > lanes.waiting[best].about) {
 				best = i
 			}
 		}
+		if best < 0 {
+			return
+		}
 		w := lanes.waiting[best]
-		lanes.waiting = append(lanes.waiting[:best], lanes.waiting[best+1:]...)
+		lanes.waiting = slices.Delete(lanes.waiting, best, best+1)
 		lanes.free--
+		switch w.need {
+		case needRig:
+			if lanes.spareUp && !lanes.spare {
+				lanes.spare, lanes.onSpare[w.t] = true, true
+			} else {
+				lanes.rigA = true
+			}
+		case needPair:
+			lanes.rigA = true
+		case needHost:
+			lanes.host = true
+		}
 		close(w.ready)
 	}
 }
 
 // startSpare starts the spare rig's boot in the background, once, when a
-// parallel rig test exists and the image is there. Called with shared.mu
-// held.
+// rig test exists and the image is there. Called with shared.mu held.
 func startSpare() {
 	rigPool.mu.Lock()
 	defer rigPool.mu.Unlock()
@@ -573,13 +638,16 @@ func startSpare() {
 		}
 		sp.rig = rig
 		sp.note = fmt.Sprintf("the spare rig (guest %s on a LAN of its own) ready in %v", cfg.Name, time.Since(start).Round(time.Second))
-		rigPool.free <- rig
+		lanes.mu.Lock()
+		lanes.spareUp = true
+		lanes.mu.Unlock()
+		giveLanes()
 	}()
 }
 
 // sharedReady makes the image, the share and the shared guests on first
-// use, as sharedGuests does, without resetting them (a parallel test may
-// hold rxe-a), and starts the spare rig's boot when it is wanted.
+// use, as sharedGuests does, without resetting them (another lane test
+// may hold rxe-a), and starts the spare rig's boot when it is wanted.
 func sharedReady(t testing.TB) {
 	t.Helper()
 	rxeguest.Skip(t)
@@ -599,37 +667,11 @@ func sharedReady(t testing.TB) {
 	startSpare()
 }
 
-// takePooledRig waits for a free rig of the pool, resets its guest, and
-// gives it back to the pool when t ends. The first taker makes rig A.
+// takePooledRig returns the rig t's lane gave it, its guest reset.
 func takePooledRig(t *testing.T) *interop.Rig {
 	t.Helper()
 	bin := buildSroce(t)
 	sharedReady(t)
-	rigPool.mu.Lock()
-	makeA := !rigPool.madeA
-	rigPool.madeA = true
-	rigPool.mu.Unlock()
-	if makeA {
-		lan, a, _ := sharedGuests(t)
-		rig, err := rigOnA(lan, a, bin)
-		if err != nil {
-			rigPool.mu.Lock()
-			rigPool.errA = err
-			close(rigPool.brokeA)
-			rigPool.mu.Unlock()
-			t.Fatal(err)
-		}
-		rigPool.free <- rig
-	}
-	var rig *interop.Rig
-	select {
-	case rig = <-rigPool.free:
-	case <-rigPool.brokeA:
-		t.Fatalf("the rig on rxe-a could not be made: %v", rigPool.errA)
-	case <-time.After(sharedSetupLimit):
-		t.Fatalf("no interop rig of the pool came free within %v", sharedSetupLimit)
-	}
-	t.Cleanup(func() { rigPool.free <- rig })
 	rigPool.mu.Lock()
 	sp := rigPool.spare
 	var note string
@@ -647,12 +689,14 @@ func takePooledRig(t *testing.T) *interop.Rig {
 		t.Log(note)
 	}
 	if spareErr != nil {
-		t.Errorf("the spare rig could not be made (the tests take turns on rxe-a): %v", spareErr)
+		t.Errorf("the spare rig could not be made (the rig tests take turns on rxe-a): %v", spareErr)
 	}
-	shared.mu.Lock()
-	onA := rig == shared.rig
-	shared.mu.Unlock()
-	if !onA {
+	lanes.mu.Lock()
+	onSpare := lanes.onSpare[t]
+	lanes.mu.Unlock()
+	if onSpare {
+		// The lane gave it once the boot was over.
+		rig := sp.rig
 		ctx, cancel := context.WithTimeout(context.Background(), sharedSetupLimit)
 		defer cancel()
 		g, note, err := renewGuest(ctx, sp.lan, rig.Guest, "")
@@ -666,8 +710,13 @@ func takePooledRig(t *testing.T) *interop.Rig {
 		t.Logf("rig: the spare, guest %s", rig.Guest.Name())
 		return rig
 	}
-	// Rig A: the reset sharedGuests does (rxe-b is no parallel test's).
-	sharedGuests(t)
+	// rxe-a's rig, reset as sharedGuests resets the guests (rxe-b is no
+	// other lane test's while this one holds rxe-a).
+	lan, a, _ := sharedGuests(t)
+	rig, err := rigOnA(lan, a, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("rig: guest %s", rig.Guest.Name())
 	return rig
 }

@@ -37,6 +37,7 @@ var soakTools = []realTool{
 
 // TestSoakHostile runs the hostile soak.
 func TestSoakHostile(t *testing.T) {
+	laneParallel(t, 61*time.Second, needHost)
 	needRealTools(t)
 	needGo(t)
 	bin := buildHostile(t)

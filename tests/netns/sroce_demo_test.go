@@ -76,6 +76,7 @@ func srCounter(t *testing.T, out, row string) (a, b uint64) {
 }
 
 func TestSroceDemo(t *testing.T) {
+	laneParallel(t, 9*time.Second, needHost)
 	srSkip(t)
 	for _, c := range []struct {
 		name  string

@@ -41,6 +41,7 @@ const guestSroceSlowdown = 20
 // TestSroceInGuests runs sroce write-bw and read-bw between two guests,
 // after rxe's ib_write_bw and ib_read_bw with the same flags.
 func TestSroceInGuests(t *testing.T) {
+	laneParallel(t, 19*time.Second, needPair)
 	if testing.Short() {
 		t.Skip("skipping sroce in rxe guests in -short mode")
 	}

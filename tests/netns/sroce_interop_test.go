@@ -37,7 +37,7 @@ func TestSroceInterop(t *testing.T) {
 	bin := buildSroce(t)
 	// It boots guests of its own: it runs beside the rig tests
 	// (rigTestParallel), once the serial tests are done.
-	laneParallel(t, 150*time.Second)
+	laneParallel(t, 150*time.Second, needNone)
 	t.Run("matrix", func(t *testing.T) {
 		kinds := map[string]string{"rc-pingpong": figPingpong, "read-bw": figBW, "read-lat": figLat}
 		if _, err := exec.LookPath("gcc"); err != nil {

@@ -131,6 +131,7 @@ func TestToolsVeth(t *testing.T) {
 // the frames and reorders some: the runs complete and the data checks
 // (-c, and sroce's own checks of WRITE, READ, SEND and atomic data) pass.
 func TestToolsVethLossy(t *testing.T) {
+	laneParallel(t, 32*time.Second, needHost)
 	if testing.Short() {
 		t.Skip("skipping the lossy tool pairs in -short mode")
 	}
@@ -157,6 +158,7 @@ func TestToolsVethLossy(t *testing.T) {
 
 // TestToolsVethFailures checks the failures of real interfaces.
 func TestToolsVethFailures(t *testing.T) {
+	laneParallel(t, 16*time.Second, needHost)
 	v := newVethPair(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
