@@ -206,7 +206,9 @@ func startGuestDaemon(b *testing.B, ctx context.Context, g *rxeguest.Guest) (sto
 	// eighth of MemTotal for one uid) is below what two UCX ranks register
 	// (rc_verbs' receive pools, 36 MiB a chunk), where rxe, for root, has
 	// no limit. Registered bytes cost the daemon address space, not memory.
-	p, err := g.Start(ctx, "exec "+rxeguest.SharePath+"/sroce daemon -d eth0 --link xdp --limit-total reg=4G --limit-user reg=4G --socket "+appSocket)
+	// SROCE_BENCH_DAEMON_ENV adds variables to the daemon's environment
+	// (SROCE_CPUPROFILE=/tmp/d.pprof profiles it).
+	p, err := g.Start(ctx, os.Getenv("SROCE_BENCH_DAEMON_ENV")+" exec "+rxeguest.SharePath+"/sroce daemon -d eth0 --link xdp --limit-total reg=4G --limit-user reg=4G --socket "+appSocket)
 	if err != nil {
 		b.Fatal(err)
 	}

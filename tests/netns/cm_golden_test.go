@@ -194,10 +194,10 @@ func cmCaptureRun(ctx context.Context, t *testing.T, p *rxeguest.Pair, c cmCaptu
 		}
 	}
 	if c.pings > 0 {
-		if p := checkRpingOutput(string(cli.Stdout), "ping data: ", c.pings, rpingDefaultSize); p != "" {
+		if p := checkRpingOutput(string(cli.Stdout), rpingClientPrefix, c.pings, rpingDefaultSize); p != "" {
 			return fmt.Errorf("the rping client: %s:\n%s", p, cli.Stdout)
 		}
-		if p := checkRpingOutput(string(srv.Stdout), "server ping data: ", c.pings, rpingDefaultSize); p != "" {
+		if p := checkRpingOutput(string(srv.Stdout), rpingServerPrefix, c.pings, rpingDefaultSize); p != "" {
 			return fmt.Errorf("the rping server: %s:\n%s", p, srv.Stdout)
 		}
 	}

@@ -64,23 +64,24 @@ func rpingPairOf(n int) cmPair {
 	return cmPair{
 		name: "rping",
 		real: func(server bool, port int, guest, host string) string {
+			addr := host
 			if server {
-				return fmt.Sprintf("rping -s -a %s -p %d -C %d -v", guest, port, n)
+				addr = guest
 			}
-			return fmt.Sprintf("rping -c -a %s -p %d -C %d -v", host, port, n)
+			return "rping " + strings.Join(rpingArgs(server, addr, port, n), " ")
 		},
 		sroce: func(server bool, port int, guest, host, _ string) []string {
 			if server {
 				// -d: its "rdma_listen" line says when it listens.
-				return []string{"rping", "-s", "-a", host, "-p", strconv.Itoa(port), "-C", strconv.Itoa(n), "-v", "-d"}
+				return append(append([]string{"rping"}, rpingArgs(true, host, port, n)...), "-d")
 			}
-			return []string{"rping", "-c", "-a", guest, "-p", strconv.Itoa(port), "-C", strconv.Itoa(n), "-v"}
+			return append([]string{"rping"}, rpingArgs(false, guest, port, n)...)
 		},
 		listening: "rdma_listen",
 		problem: func(o toolOutcome, server bool) string {
-			prefix := "ping data: "
+			prefix := rpingClientPrefix
 			if server {
-				prefix = "server ping data: "
+				prefix = rpingServerPrefix
 			}
 			var p []string
 			if o.Exit != 0 {

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -320,5 +321,51 @@ func guardTempDirMode() (stop func()) {
 	return func() {
 		close(done)
 		<-exited
+	}
+}
+
+// runSelects reports whether this run's -test.run and -test.skip let the
+// top-level test name run (go test matches their first '/'-separated
+// part against top-level names).
+func runSelects(name string) bool {
+	matches := func(flagName string) (set, ok bool) {
+		f := flag.Lookup(flagName)
+		if f == nil || f.Value.String() == "" {
+			return false, false
+		}
+		re, err := regexp.Compile(strings.SplitN(f.Value.String(), "/", 2)[0])
+		return true, err == nil && re.MatchString(name)
+	}
+	if set, ok := matches("test.run"); set && !ok {
+		return false
+	}
+	if _, skip := matches("test.skip"); skip {
+		return false
+	}
+	return true
+}
+
+func TestRunSelects(t *testing.T) {
+	for _, f := range []string{"test.run", "test.skip"} {
+		old := flag.Lookup(f).Value.String()
+		t.Cleanup(func() { flag.Set(f, old) })
+	}
+	for _, c := range []struct {
+		run, skip string
+		want      bool
+	}{
+		{"", "", true},
+		{"TestInteropRxe", "", false},
+		{"TestInteropRxe|TestSroceInterop", "", true},
+		{"TestSroce/shim", "", true},
+		{"Interop", "", true},
+		{"", "TestSroceInterop", false},
+		{"Interop", "Sroce", false},
+	} {
+		flag.Set("test.run", c.run)
+		flag.Set("test.skip", c.skip)
+		if got := runSelects("TestSroceInterop"); got != c.want {
+			t.Errorf("-run %q -skip %q: runSelects(TestSroceInterop) = %v, want %v", c.run, c.skip, got, c.want)
+		}
 	}
 }

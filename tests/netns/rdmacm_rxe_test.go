@@ -10,7 +10,6 @@ package netns
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -277,14 +276,17 @@ func runShim(ctx context.Context, rig *interop.Rig, prog string, args ...string)
 
 // rpingCase is rping with n verified pings, each side checked for all n.
 func rpingCase(name string, n int) rxeCMCase {
-	return rxeCMCase{name, "rping", fmt.Sprintf("-s -a {addr} -p 7490 -C %d -v", n), fmt.Sprintf("-c -a {addr} -p 7490 -C %d -v", n), 7490,
+	args := func(server bool) string { return strings.Join(rpingArgs(server, "{addr}", 7490, n), " ") }
+	return rxeCMCase{name, "rping", args(true), args(false), 7490,
 		func(server, client string) string {
-			s := strings.Count(server, "server ping data: rdma-ping-")
-			c := strings.Count(client, "ping data: rdma-ping-")
-			if s != n || c != n {
-				return fmt.Sprintf("rping printed %d verified pings on the server and %d on the client, want %d", s, c, n)
+			var p []string
+			if s := checkRpingOutput(server, rpingServerPrefix, n, rpingDefaultSize); s != "" {
+				p = append(p, "server: "+s)
 			}
-			return ""
+			if s := checkRpingOutput(client, rpingClientPrefix, n, rpingDefaultSize); s != "" {
+				p = append(p, "client: "+s)
+			}
+			return strings.Join(p, "; ")
 		}}
 }
 

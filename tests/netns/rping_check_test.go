@@ -2,6 +2,7 @@ package netns
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -24,9 +25,25 @@ func rpingData(n, size int) string {
 	return string(b[:max(0, size-1)])
 }
 
+// rpingArgs is rping's command line after its name: a server (-s)
+// listening on addr or a client (-c) of addr, n verified pings (-C, -v).
+func rpingArgs(server bool, addr string, port, n int) []string {
+	role := "-c"
+	if server {
+		role = "-s"
+	}
+	return []string{role, "-a", addr, "-p", strconv.Itoa(port), "-C", strconv.Itoa(n), "-v"}
+}
+
+// The prefixes of the lines with which rping -v shows each ping's data.
+const (
+	rpingServerPrefix = "server ping data: "
+	rpingClientPrefix = "ping data: "
+)
+
 // checkRpingOutput checks what an rping side printed with -v: exactly
-// count lines starting with prefix ("ping data: " for the client, "server
-// ping data: " for the server), the pings 0 to count-1 in order, each with
+// count lines starting with prefix (rpingClientPrefix or
+// rpingServerPrefix), the pings 0 to count-1 in order, each with
 // the text rping puts in it. It returns what is wrong, or "".
 func checkRpingOutput(out, prefix string, count, size int) string {
 	var got []string

@@ -348,8 +348,8 @@ func sharedShare(t testing.TB) string {
 func sharedInteropRig(t *testing.T) *interop.Rig {
 	t.Helper()
 	var rig *interop.Rig
-	if _, ok := rigPool.parallel.Load(t); ok {
-		rig = takePooledRig(t)
+	if w := laneOf(t); w != nil && w.need == needRig {
+		rig = takePooledRig(t, w)
 	} else {
 		lan, a, _ := sharedGuests(t)
 		var err error
@@ -407,10 +407,8 @@ const (
 	needHost
 )
 
-// rigPool is the spare rig and the rig tests (rigTestParallel).
+// rigPool is the spare rig.
 var rigPool struct {
-	parallel sync.Map // *testing.T -> true: the tests that called rigTestParallel
-
 	mu     sync.Mutex
 	wanted bool      // a rig test exists
 	spare  *spareRig // the spare, once its boot started
@@ -438,8 +436,6 @@ func spareGuest() rxeguest.Config {
 // if the shared image exists. It must be t's first call.
 func rigTestParallel(t *testing.T, about time.Duration) {
 	t.Helper()
-	rigPool.parallel.Store(t, true)
-	t.Cleanup(func() { rigPool.parallel.Delete(t) })
 	if !testing.Short() && os.Geteuid() == 0 && rxeguest.Available() == nil {
 		buildSroce(t) // the spare's boot needs it
 		rigPool.mu.Lock()
@@ -473,23 +469,32 @@ var lanes struct {
 	spareUp  bool // the spare rig is ready
 	host     bool // held by a host test
 	waiting  []*laneWait
-	onSpare  map[*testing.T]bool // the rig tests given the spare
-	open     bool                // lanes are given out
-	gate     chan struct{}       // closed when open is set
+	tests    map[*testing.T]*laneWait // every lane test, until it ends
+	open     bool                     // lanes are given out
+	gate     chan struct{}            // closed when open is set
 	gateOnce sync.Once
 }
 
+// laneWait is a lane test: what it needs, and what it was given.
 type laneWait struct {
 	t     *testing.T
 	about time.Duration
 	need  laneNeed
-	ready chan struct{}
+	ready chan struct{} // closed when it has its lane
+	spare bool          // a rig test given the spare rig
 }
 
 func init() {
 	lanes.free = parallelLanes
 	lanes.gate = make(chan struct{})
-	lanes.onSpare = map[*testing.T]bool{}
+	lanes.tests = map[*testing.T]*laneWait{}
+}
+
+// laneOf returns t's lane, or nil if t is no lane test.
+func laneOf(t *testing.T) *laneWait {
+	lanes.mu.Lock()
+	defer lanes.mu.Unlock()
+	return lanes.tests[t]
 }
 
 // laneParallel calls t.Parallel and then waits for a lane and what t
@@ -504,6 +509,7 @@ func laneParallel(t *testing.T, about time.Duration, need laneNeed) {
 	w := &laneWait{t: t, about: about, need: need, ready: make(chan struct{})}
 	lanes.mu.Lock()
 	lanes.waiting = append(lanes.waiting, w)
+	lanes.tests[t] = w
 	all := len(lanes.waiting) >= lanes.called
 	lanes.mu.Unlock()
 	open := func() {
@@ -528,6 +534,7 @@ func laneParallel(t *testing.T, about time.Duration, need laneNeed) {
 	case <-time.After(laneLimit):
 		lanes.mu.Lock()
 		lanes.waiting = slices.DeleteFunc(lanes.waiting, func(x *laneWait) bool { return x == w })
+		delete(lanes.tests, t)
 		lanes.mu.Unlock()
 		t.Fatalf("no lane for a lane test came free within %v", laneLimit)
 	}
@@ -537,14 +544,14 @@ func laneParallel(t *testing.T, about time.Duration, need laneNeed) {
 		t.Logf("lane: %s waited %.1fs and ran %.1fs", t.Name(), waited.Seconds(), time.Since(got).Seconds())
 		lanes.mu.Lock()
 		lanes.free++
+		delete(lanes.tests, t)
 		switch need {
 		case needRig:
-			if lanes.onSpare[t] {
+			if w.spare {
 				lanes.spare = false
 			} else {
 				lanes.rigA = false
 			}
-			delete(lanes.onSpare, t)
 		case needPair:
 			lanes.rigA = false
 		case needHost:
@@ -588,7 +595,7 @@ func giveLanes() {
 		switch w.need {
 		case needRig:
 			if lanes.spareUp && !lanes.spare {
-				lanes.spare, lanes.onSpare[w.t] = true, true
+				lanes.spare, w.spare = true, true
 			} else {
 				lanes.rigA = true
 			}
@@ -667,8 +674,8 @@ func sharedReady(t testing.TB) {
 	startSpare()
 }
 
-// takePooledRig returns the rig t's lane gave it, its guest reset.
-func takePooledRig(t *testing.T) *interop.Rig {
+// takePooledRig returns the rig t's lane w gave it, its guest reset.
+func takePooledRig(t *testing.T, w *laneWait) *interop.Rig {
 	t.Helper()
 	bin := buildSroce(t)
 	sharedReady(t)
@@ -692,7 +699,7 @@ func takePooledRig(t *testing.T) *interop.Rig {
 		t.Errorf("the spare rig could not be made (the rig tests take turns on rxe-a): %v", spareErr)
 	}
 	lanes.mu.Lock()
-	onSpare := lanes.onSpare[t]
+	onSpare := w.spare
 	lanes.mu.Unlock()
 	if onSpare {
 		// The lane gave it once the boot was over.
