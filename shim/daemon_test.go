@@ -240,8 +240,8 @@ func TestRealProgramsOnTheDaemon(t *testing.T) {
 		if err != nil {
 			t.Fatalf("pyverbs_test.py: %v", err)
 		}
-		if n := strings.Count(o, "ok "); n != 7 {
-			t.Fatalf("%d checks passed, want 7", n)
+		if n := strings.Count(o, "ok "); n != 8 {
+			t.Fatalf("%d checks passed, want 8", n)
 		}
 	})
 	iters := regexp.MustCompile(`(?m)^100 iters in `)

@@ -81,6 +81,16 @@ while got < max_recv and time.time() < deadline:
         assert wc.status == e.IBV_WC_WR_FLUSH_ERR, wc.status
     got += n
 assert got == max_recv, f"{got} of {max_recv} flushed receives completed in 10 s"
+# A receive posted in the error state is flushed too: it rings the
+# daemon's doorbell, where a receive in another state does not.
+ud.post_recv(RecvWR(wr_id=7, num_sge=1, sg=[sge]))
+seen, deadline = [], time.time() + 10
+while not seen and time.time() < deadline:
+    n, wcs = cq.poll(1)
+    seen += [(wc.wr_id, wc.status) for wc in wcs[:n]]
+assert seen == [(7, e.IBV_WC_WR_FLUSH_ERR)], \
+    f"a receive posted in the error state: in 10 s the CQ gave {seen}; want it flushed"
+print("ok a receive posted in the error state is flushed")
 fill(ud, max_recv)
 print("ok receive queue full at max_recv_wr")
 
