@@ -88,6 +88,14 @@ const autoSpinCPUs = 4
 // itself.
 func (m EngineMode) Resolve() EngineMode { return resolveEngine(m) }
 
+// Spins reports whether the loop of mode m (resolved) polls busily, always
+// (spin) or after activity (adaptive): it then holds a CPU, and gives it
+// up every few dozen empty polls (YieldCPU).
+func (m EngineMode) Spins() bool {
+	m = m.Resolve()
+	return m == EngineSpin || m == EngineAdaptive
+}
+
 // resolveEngine picks the mode for EngineAuto.
 func resolveEngine(m EngineMode) EngineMode {
 	if m != EngineAuto {

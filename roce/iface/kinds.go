@@ -228,7 +228,7 @@ func (p *Port) use(k *LinkKind, l *Links, reason string) {
 // openXDP opens the AF_XDP link, or one per queue.
 func openXDP(ifc *netif.Interface, opts *Options) (*Links, error) {
 	xo := opts.XDP
-	if e := opts.Engine.Resolve(); (e == roce.EngineSpin || e == roce.EngineAdaptive) && xo.BusyPoll == 0 {
+	if opts.Engine.Spins() && xo.BusyPoll == 0 {
 		// A polling engine drives the queue itself (see xdp.Options).
 		xo.BusyPoll = DefaultBusyPoll
 	}

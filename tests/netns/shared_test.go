@@ -490,6 +490,24 @@ func init() {
 	lanes.tests = map[*testing.T]*laneWait{}
 }
 
+// holds returns the flag of lanes that says whether what w holds is taken
+// (nil: w holds nothing but its lane). Called with lanes.mu held, once
+// giveLanes has decided w.spare.
+func (w *laneWait) holds() *bool {
+	switch w.need {
+	case needRig:
+		if w.spare {
+			return &lanes.spare
+		}
+		return &lanes.rigA
+	case needPair:
+		return &lanes.rigA
+	case needHost:
+		return &lanes.host
+	}
+	return nil
+}
+
 // laneOf returns t's lane, or nil if t is no lane test.
 func laneOf(t *testing.T) *laneWait {
 	lanes.mu.Lock()
@@ -545,17 +563,8 @@ func laneParallel(t *testing.T, about time.Duration, need laneNeed) {
 		lanes.mu.Lock()
 		lanes.free++
 		delete(lanes.tests, t)
-		switch need {
-		case needRig:
-			if w.spare {
-				lanes.spare = false
-			} else {
-				lanes.rigA = false
-			}
-		case needPair:
-			lanes.rigA = false
-		case needHost:
-			lanes.host = false
+		if h := w.holds(); h != nil {
+			*h = false
 		}
 		lanes.mu.Unlock()
 		giveLanes()
@@ -592,17 +601,9 @@ func giveLanes() {
 		w := lanes.waiting[best]
 		lanes.waiting = slices.Delete(lanes.waiting, best, best+1)
 		lanes.free--
-		switch w.need {
-		case needRig:
-			if lanes.spareUp && !lanes.spare {
-				lanes.spare, w.spare = true, true
-			} else {
-				lanes.rigA = true
-			}
-		case needPair:
-			lanes.rigA = true
-		case needHost:
-			lanes.host = true
+		w.spare = w.need == needRig && lanes.spareUp && !lanes.spare
+		if h := w.holds(); h != nil {
+			*h = true
 		}
 		close(w.ready)
 	}

@@ -29,7 +29,6 @@ import (
 	"github.com/sroce/sroce/roce/iface"
 	"github.com/sroce/sroce/roce/netif"
 	"github.com/sroce/sroce/verbs"
-	"golang.org/x/sys/unix"
 )
 
 // hca is the device of a tool run.
@@ -124,11 +123,8 @@ func (h *localHCA) maxRdAtomic() int            { return h.dev.Query().MaxQPRdAt
 func (h *localHCA) counters() map[string]uint64 { return h.dev.Counters() }
 func (h *localHCA) shared() bool                { return false }
 func (h *localHCA) spins() bool {
-	switch h.dev.Engine() {
-	case roce.EngineInline, roce.EngineSpin, roce.EngineAdaptive:
-		return true
-	}
-	return false
+	e := h.dev.Engine()
+	return e == roce.EngineInline || e.Spins()
 }
 func (h *localHCA) port() *iface.Port { return h.p }
 
@@ -137,8 +133,8 @@ func (h *localHCA) port() *iface.Port { return h.p }
 // each process of a pair, more spinners than two CPUs.
 func (h *localHCA) yield() {
 	runtime.Gosched()
-	if e := h.dev.Engine(); e == roce.EngineSpin || e == roce.EngineAdaptive {
-		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	if h.dev.Engine().Spins() {
+		roce.YieldCPU()
 	}
 }
 func (h *localHCA) Close() error { return h.p.Close() }
@@ -249,7 +245,7 @@ func (h *daemonHCA) maxRdAtomic() int       { return int(h.dev.MaxQPRdAtom) }
 func (h *daemonHCA) sourceOnly() netip.Addr { return netip.Addr{} }
 func (h *daemonHCA) shared() bool           { return true }
 func (h *daemonHCA) spins() bool            { return true }
-func (h *daemonHCA) yield()                 { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+func (h *daemonHCA) yield()                 { roce.YieldCPU() }
 func (h *daemonHCA) port() *iface.Port      { return nil }
 
 func (h *daemonHCA) gid(i int) (bth.GID, error) {
